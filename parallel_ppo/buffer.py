@@ -1,0 +1,89 @@
+"""Rollout storage (observations kept in their native dtype, uint8 for frames), GAE, and minibatches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass
+class RolloutBuffer:
+    """One rollout of `n_steps` × `num_envs`. `dones[t]` is 1 where the action at step t ended the episode.
+
+    Every field is a torch tensor so that the parallel trainer can place the whole buffer in shared
+    memory and let each worker write its env slice in place.
+    """
+
+    obs: torch.Tensor  # (T, N, *obs_shape), uint8 for images
+    actions: torch.Tensor  # (T, N) int64
+    logprobs: torch.Tensor  # (T, N) float32
+    values: torch.Tensor  # (T, N) float32
+    rewards: torch.Tensor  # (T, N) float32
+    dones: torch.Tensor  # (T, N) float32
+    last_values: torch.Tensor  # (N,) float32: value of the observation after the last step
+
+    @classmethod
+    def allocate(cls, n_steps: int, num_envs: int, obs_shape: tuple[int, ...], obs_dtype: np.dtype,
+                 shared: bool = False) -> RolloutBuffer:
+        torch_dtype = torch.from_numpy(np.zeros(0, dtype=obs_dtype)).dtype
+
+        def zeros(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+            t = torch.zeros(shape, dtype=dtype)
+            return t.share_memory_() if shared else t
+
+        return cls(
+            obs=zeros(n_steps, num_envs, *obs_shape, dtype=torch_dtype),
+            actions=zeros(n_steps, num_envs, dtype=torch.int64),
+            logprobs=zeros(n_steps, num_envs),
+            values=zeros(n_steps, num_envs),
+            rewards=zeros(n_steps, num_envs),
+            dones=zeros(n_steps, num_envs),
+            last_values=zeros(num_envs),
+        )
+
+    @property
+    def n_steps(self) -> int:
+        return self.actions.shape[0]
+
+    @property
+    def num_envs(self) -> int:
+        return self.actions.shape[1]
+
+    def env_slice(self, start: int, stop: int) -> RolloutBuffer:
+        """A view of envs [start, stop): writes through it land in this buffer."""
+        return RolloutBuffer(
+            obs=self.obs[:, start:stop], actions=self.actions[:, start:stop],
+            logprobs=self.logprobs[:, start:stop], values=self.values[:, start:stop],
+            rewards=self.rewards[:, start:stop], dones=self.dones[:, start:stop],
+            last_values=self.last_values[start:stop],
+        )
+
+
+def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, last_values: torch.Tensor,
+                gamma: float, gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation over (T, N) tensors; returns (advantages, returns).
+
+    No value is bootstrapped across an episode end: where `dones[t]` is 1 the next state belongs to a
+    new episode, so both the TD target and the advantage recursion stop there.
+    """
+    n_steps = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    next_adv = torch.zeros_like(last_values)
+    next_values = last_values
+    for t in reversed(range(n_steps)):
+        not_done = 1.0 - dones[t]
+        delta = rewards[t] + gamma * next_values * not_done - values[t]
+        next_adv = delta + gamma * gae_lambda * not_done * next_adv
+        advantages[t] = next_adv
+        next_values = values[t]
+    return advantages, advantages + values
+
+
+def minibatch_indices(size: int, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    """A fresh permutation of range(size), cut into `size // batch_size` minibatches."""
+    perm = torch.randperm(size, generator=generator)
+    for start in range(0, size - batch_size + 1, batch_size):
+        yield perm[start:start + batch_size]

@@ -1,0 +1,122 @@
+"""Command line of both timed trainers: flags → config → rollout source → trainer, with one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import NoReturn
+
+import psutil
+import torch
+import yaml
+
+from parallel_ppo.config import Config, ConfigError, build_config
+
+RUN_FILES = ("metrics.csv", "summary.json", "checkpoint.pt", "config.yaml", "logs")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad flag in one line (no usage dump) and exits with status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def make_parser(prog: str, parallel: bool) -> OneLineParser:
+    mode = "parallel (coordinator + worker processes)" if parallel else "sequential (one process)"
+    p = OneLineParser(prog=prog, description=f"Wall-clock-bounded PPO training, {mode}.")
+    p.add_argument("--config", help="YAML config file (sections env, parallel, model, training, run, logging)")
+    p.add_argument("--duration", type=float, metavar="HOURS", help="wall-clock budget in hours (run.duration)")
+    p.add_argument("--total-steps", type=int, metavar="N", help="also stop after N env steps (run.total_steps)")
+    p.add_argument("--output-dir", metavar="DIR", help="run directory (run.output_dir)")
+    p.add_argument("--env", metavar="ID", help="Procgen game (starpilot, ...) or gymnasium id (CartPole-v1)")
+    p.add_argument("--seed", type=int, metavar="N", help="random seed (run.seed)")
+    p.add_argument("--batch-size", type=int, metavar="N", help="SGD minibatch size (training.batch_size)")
+    if parallel:
+        p.add_argument("--num-workers", type=int, metavar="W", help="worker processes (parallel.num_workers)")
+        p.add_argument("--num-envs-per-worker", type=int, metavar="M",
+                       help="envs per worker (parallel.num_envs_per_worker)")
+    else:
+        p.add_argument("--num-envs", type=int, metavar="N", help="number of envs (env.num_envs)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override any config field, e.g. --set training.n_steps=64 (repeatable)")
+    p.add_argument("--overwrite", action="store_true", help="replace the results of an earlier run in DIR")
+    return p
+
+
+FLAG_KEYS = {
+    "duration": "run.duration", "total_steps": "run.total_steps", "output_dir": "run.output_dir",
+    "env": "env.id", "seed": "run.seed", "batch_size": "training.batch_size", "num_envs": "env.num_envs",
+    "num_workers": "parallel.num_workers", "num_envs_per_worker": "parallel.num_envs_per_worker",
+}
+
+
+def resolve_run_dir(cfg: Config, mode: str, overwrite: bool) -> Path:
+    """The run directory (not yet created); refuses to mix with an earlier run's results unless told to."""
+    out = cfg.run.output_dir or f"benchmarks/{mode}_{time.strftime('%Y%m%d-%H%M%S')}"
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"output directory {path} exists and is not a directory")
+    if not overwrite and path.is_dir() and any((path / name).exists() for name in RUN_FILES):
+        raise ConfigError(f"{path} already holds a run; pass --overwrite to replace it or choose another --output-dir")
+    cfg.run.output_dir = str(path)
+    return path
+
+
+def prepare_run_dir(path: Path, cfg: Config, overwrite: bool) -> None:
+    """Create the run directory, clear an earlier run's files if overwriting, and write config.yaml."""
+    path.mkdir(parents=True, exist_ok=True)
+    if overwrite:
+        for name in RUN_FILES:
+            target = path / name
+            if target.is_dir():
+                shutil.rmtree(target)
+            else:
+                target.unlink(missing_ok=True)
+    (path / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+def learner_threads(cfg: Config) -> int:
+    return cfg.parallel.learner_threads or psutil.cpu_count(logical=True) or 1
+
+
+def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
+    """Parse, validate, build the rollout source, train; returns the process exit status."""
+    args = make_parser(prog, parallel).parse_args(argv)
+    flags = {key: getattr(args, name, None) for name, key in FLAG_KEYS.items()}
+    mode = "parallel" if parallel else "sequential"
+    try:
+        cfg = build_config(args.config, flags, args.set, parallel)
+        run_dir = resolve_run_dir(cfg, mode, args.overwrite)
+        torch.set_num_threads(learner_threads(cfg))
+        if parallel:
+            from parallel_ppo.parallel.coordinator import ParallelCoordinator
+
+            source = ParallelCoordinator(cfg)
+            threads = {"learner": torch.get_num_threads(), "worker": cfg.parallel.worker_threads,
+                       "env_per_worker": source.env_threads}
+        else:
+            from parallel_ppo.collect import SequentialCollector
+
+            env_threads = cfg.env.env_threads or (psutil.cpu_count(logical=True) or 1)
+            source = SequentialCollector(cfg, env_threads)
+            threads = {"learner": torch.get_num_threads(), "env": env_threads}
+    except ConfigError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+
+    from parallel_ppo.trainer import train
+
+    prepare_run_dir(run_dir, cfg, args.overwrite)
+    print(f"{prog}: {mode} run on {cfg.env.id} with {source.layout['num_envs']} envs "
+          f"({', '.join(f'{k} {v}' for k, v in threads.items())} threads) → {run_dir}", flush=True)
+    summary = train(cfg, source, run_dir, threads)
+    ret = summary["episodic_return_mean"]
+    print(f"{prog}: {summary['stop_reason']} after {summary['total_env_steps']:,} steps in "
+          f"{summary['wall_seconds']:.0f} s ({summary['sps']:.0f} SPS); mean return "
+          f"{'n/a' if ret is None else f'{ret:.2f}'} over the last {min(summary['episodes'], cfg.logging.return_window)} "
+          f"episodes", flush=True)
+    return 0

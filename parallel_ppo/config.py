@@ -1,0 +1,340 @@
+"""Typed run configuration: YAML sections, then CLI flags, then `--set section.key=value`, then validation."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A problem with user input; the entry points print it as one line and exit with status 2."""
+
+
+@dataclass
+class EnvConfig:
+    id: str = "starpilot"
+    """Procgen game (e.g. `starpilot`) or a gymnasium id with discrete actions (e.g. `CartPole-v1`)."""
+    num_envs: int = 16
+    """Total envs. Sequential: stepped by the one process. Parallel: derived, workers × envs per worker."""
+    distribution_mode: str = "easy"
+    """Procgen difficulty: easy, hard, extreme, memory or exploration."""
+    num_levels: int = 200
+    """Procgen: number of distinct levels (0 = unlimited)."""
+    start_level: int = 0
+    """Procgen: seed of the first level."""
+    env_threads: int = 0
+    """Procgen's own stepping threads per process (0 = automatic: 1 in a worker, all cores otherwise)."""
+
+
+@dataclass
+class ParallelConfig:
+    num_workers: int = 2
+    """Worker processes, each stepping its own batch of envs."""
+    num_envs_per_worker: int = 8
+    """Envs in each worker's batch."""
+    worker_threads: int = 1
+    """Torch/OpenMP threads in each worker process."""
+    learner_threads: int = 0
+    """Torch threads of the process that runs the update (0 = automatic: all logical cores)."""
+    start_method: str = "spawn"
+    """multiprocessing start method for workers: spawn or forkserver."""
+    worker_timeout: float = 5.0
+    """Seconds a worker may make no progress before it is declared stuck."""
+    max_worker_restarts: int = 3
+    """Restarts allowed per worker slot before the run stops with an error."""
+
+
+@dataclass
+class ModelConfig:
+    kind: str = "auto"
+    """Network: `impala` (image observations), `mlp` (vector observations), or `auto` to pick by shape."""
+    impala_depths: list[int] = field(default_factory=lambda: [16, 32, 32])
+    """Channels of the IMPALA CNN's three stages."""
+    hidden_size: int = 256
+    """Width of the IMPALA CNN's dense layer."""
+    mlp_hidden: list[int] = field(default_factory=lambda: [64, 64])
+    """Hidden layer widths of the MLP (separate actor and critic towers)."""
+
+
+@dataclass
+class TrainingConfig:
+    n_steps: int = 128
+    """Steps per env per rollout."""
+    batch_size: int = 256
+    """SGD minibatch size; must divide n_steps × total envs."""
+    n_epochs: int = 3
+    """Passes over each rollout."""
+    learning_rate: float = 5e-4
+    """Adam learning rate (Adam eps is 1e-5)."""
+    anneal_lr: bool = False
+    """Linearly anneal the learning rate to 0 over the run (by steps or by duration, whichever is bound)."""
+    gamma: float = 0.999
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    clip_coef: float = 0.2
+    """PPO ratio clip range."""
+    clip_vloss: bool = True
+    """Clip the value loss around the old values."""
+    ent_coef: float = 0.01
+    """Entropy bonus coefficient."""
+    vf_coef: float = 0.5
+    """Value loss coefficient."""
+    max_grad_norm: float = 0.5
+    """Global gradient norm clip."""
+    norm_adv: bool = True
+    """Normalize advantages per minibatch."""
+    target_kl: float = 0.0
+    """Stop the epochs early when approx KL exceeds this (0 = never)."""
+    precision: str = "fp32"
+    """Network arithmetic: fp32, or bf16 (CPU autocast; faster on CPUs with AVX-512 bf16)."""
+
+
+@dataclass
+class RunConfig:
+    duration: float = 1.0
+    """Wall-clock budget in hours; the run stops at the first update boundary after it."""
+    total_steps: int = 0
+    """Stop after this many env steps (0 = no step limit)."""
+    seed: int = 1
+    """Seed for torch, action sampling and envs."""
+    output_dir: str = ""
+    """Run directory (empty = benchmarks/<mode>_<timestamp>)."""
+    checkpoint_interval: float = 300.0
+    """Seconds between checkpoints (one is always written at the end)."""
+
+
+@dataclass
+class LoggingConfig:
+    tensorboard: bool = True
+    """Write TensorBoard events under <output_dir>/logs."""
+    progress: str = "auto"
+    """Console progress line: auto (only on a terminal), on, or off."""
+    return_window: int = 100
+    """Episodes in the rolling mean of returns and lengths."""
+
+
+@dataclass
+class Config:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    @property
+    def rollout_size(self) -> int:
+        """Env steps collected per update."""
+        return self.training.n_steps * self.env.num_envs
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _section_types() -> dict[str, type]:
+    return {f.name: type(getattr(Config(), f.name)) for f in dataclasses.fields(Config)}
+
+
+def _coerce(path: str, value: Any, default: Any) -> Any:
+    """Check `value` against the type of the field's default; ints are accepted where floats are."""
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path} must be true or false, got {value!r}")
+    if isinstance(default, int):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2**62:
+            return int(value)
+        raise ConfigError(f"{path} must be an integer, got {value!r}")
+    if isinstance(default, float):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                raise ConfigError(f"{path} must be a finite number, got {value!r}")
+            return float(value)
+        raise ConfigError(f"{path} must be a number, got {value!r}")
+    if isinstance(default, str):
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{path} must be a string, got {value!r}")
+    if isinstance(default, list):
+        if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return value
+        raise ConfigError(f"{path} must be a list of integers, got {value!r}")
+    raise ConfigError(f"{path}: unsupported type")  # pragma: no cover - all fields are covered above
+
+
+def set_value(cfg: Config, dotted: str, value: Any) -> None:
+    """Set `section.key` on `cfg`, checking that both exist and the value has the field's type."""
+    section_name, _, key = dotted.partition(".")
+    if section_name not in _section_types() or not key:
+        known = ", ".join(_section_types())
+        raise ConfigError(f"unknown config key {dotted!r} (use section.key; sections: {known})")
+    section = getattr(cfg, section_name)
+    names = [f.name for f in dataclasses.fields(section)]
+    if key not in names:
+        raise ConfigError(f"unknown config key {dotted!r} (keys of {section_name}: {', '.join(names)})")
+    setattr(section, key, _coerce(dotted, value, getattr(section, key)))
+
+
+def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a config file into nested dicts; missing, unreadable or malformed files are ConfigErrors."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read config file {p}: {e}") from None
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        raise ConfigError(f"config file {p} is not valid YAML{at}") from None
+    if data is None:
+        raise ConfigError(f"config file {p} is empty")
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {p} must be a mapping of sections (env, parallel, training, ...)")
+    return data
+
+
+def apply_mapping(cfg: Config, data: dict[str, Any], source: str) -> None:
+    """Apply `{section: {key: value}}` onto `cfg`."""
+    for section_name, values in data.items():
+        if section_name not in _section_types():
+            known = ", ".join(_section_types())
+            raise ConfigError(f"{source}: unknown section {section_name!r} (sections: {known})")
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            raise ConfigError(f"{source}: section {section_name!r} must be a mapping of keys to values")
+        for key, value in values.items():
+            set_value(cfg, f"{section_name}.{key}", value)
+
+
+def parse_set(item: str) -> tuple[str, Any]:
+    """Split `section.key=value`; the value is read as YAML (so 64, 3e-4, true and [16, 32] work)."""
+    key, eq, raw = item.partition("=")
+    if not eq or not key.strip():
+        raise ConfigError(f"--set expects section.key=value, got {item!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+PROCGEN_MODES = ("easy", "hard", "extreme", "memory", "exploration")
+
+
+def validate(cfg: Config) -> None:
+    """Raise ConfigError for impossible or unknown settings; checks nothing that needs an env to exist."""
+    from parallel_ppo.envs import check_env_id
+
+    check_env_id(cfg.env.id)
+    positive = {
+        "env.num_envs": cfg.env.num_envs,
+        "parallel.num_workers": cfg.parallel.num_workers,
+        "parallel.num_envs_per_worker": cfg.parallel.num_envs_per_worker,
+        "parallel.worker_threads": cfg.parallel.worker_threads,
+        "training.n_steps": cfg.training.n_steps,
+        "training.batch_size": cfg.training.batch_size,
+        "training.n_epochs": cfg.training.n_epochs,
+        "model.hidden_size": cfg.model.hidden_size,
+        "logging.return_window": cfg.logging.return_window,
+    }
+    for key, value in positive.items():
+        if value <= 0:
+            raise ConfigError(f"{key} must be positive, got {value}")
+    limits = {"env.num_envs": 4096, "training.n_steps": 100_000, "parallel.num_workers": 512}
+    for key, cap in limits.items():
+        value = positive[key]
+        if value > cap:
+            raise ConfigError(f"{key} = {value} is larger than the supported maximum {cap}")
+    non_negative = {
+        "env.num_levels": cfg.env.num_levels,
+        "env.start_level": cfg.env.start_level,
+        "env.env_threads": cfg.env.env_threads,
+        "parallel.learner_threads": cfg.parallel.learner_threads,
+        "parallel.max_worker_restarts": cfg.parallel.max_worker_restarts,
+        "run.total_steps": cfg.run.total_steps,
+        "run.seed": cfg.run.seed,
+        "training.ent_coef": cfg.training.ent_coef,
+        "training.vf_coef": cfg.training.vf_coef,
+        "training.target_kl": cfg.training.target_kl,
+    }
+    for key, value in non_negative.items():
+        if value < 0:
+            raise ConfigError(f"{key} must not be negative, got {value}")
+    if cfg.run.seed >= 2**31:
+        raise ConfigError(f"run.seed must be below 2**31, got {cfg.run.seed}")
+    if not 0 < cfg.run.duration <= 24 * 365:
+        raise ConfigError(f"run.duration (--duration, hours) must be in (0, 8760], got {cfg.run.duration}")
+    for key, value in {"run.checkpoint_interval": cfg.run.checkpoint_interval,
+                       "parallel.worker_timeout": cfg.parallel.worker_timeout,
+                       "training.learning_rate": cfg.training.learning_rate,
+                       "training.max_grad_norm": cfg.training.max_grad_norm,
+                       "training.clip_coef": cfg.training.clip_coef}.items():
+        if value <= 0:
+            raise ConfigError(f"{key} must be positive, got {value}")
+    for key, value in {"training.gamma": cfg.training.gamma, "training.gae_lambda": cfg.training.gae_lambda}.items():
+        if not 0 <= value <= 1:
+            raise ConfigError(f"{key} must be in [0, 1], got {value}")
+    choices = {
+        "training.precision": (cfg.training.precision, ("fp32", "bf16")),
+        "model.kind": (cfg.model.kind, ("auto", "impala", "mlp")),
+        "logging.progress": (cfg.logging.progress, ("auto", "on", "off")),
+        "parallel.start_method": (cfg.parallel.start_method, ("spawn", "forkserver")),
+        "env.distribution_mode": (cfg.env.distribution_mode, PROCGEN_MODES),
+    }
+    for key, (value, allowed) in choices.items():
+        if value not in allowed:
+            raise ConfigError(f"{key} must be one of {', '.join(allowed)}; got {value!r}")
+    for key, widths in {"model.impala_depths": cfg.model.impala_depths, "model.mlp_hidden": cfg.model.mlp_hidden}.items():
+        if not widths or any(w <= 0 or w > 4096 for w in widths):
+            raise ConfigError(f"{key} must be a non-empty list of widths in 1..4096, got {widths}")
+    rollout = cfg.rollout_size
+    if cfg.training.batch_size > rollout:
+        raise ConfigError(
+            f"batch size {cfg.training.batch_size} is larger than the rollout "
+            f"({cfg.training.n_steps} steps × {cfg.env.num_envs} envs = {rollout})"
+        )
+    if rollout % cfg.training.batch_size:
+        raise ConfigError(
+            f"batch size {cfg.training.batch_size} does not divide the rollout "
+            f"({cfg.training.n_steps} steps × {cfg.env.num_envs} envs = {rollout})"
+        )
+
+
+def build_config(
+    config_file: str | None,
+    flags: dict[str, Any],
+    sets: list[str],
+    parallel: bool,
+) -> Config:
+    """Defaults ← YAML file ← CLI flags (`{"section.key": value}`, None = not given) ← `--set` items; validated."""
+    cfg = Config()
+    if config_file:
+        apply_mapping(cfg, load_yaml(config_file), config_file)
+    for key, value in flags.items():
+        if value is not None:
+            set_value(cfg, key, value)
+    for item in sets:
+        set_value(cfg, *parse_set(item))
+    if parallel:
+        cfg.env.num_envs = cfg.parallel.num_workers * cfg.parallel.num_envs_per_worker
+    validate(cfg)
+    return cfg
+
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    """Rebuild a Config from `Config.to_dict()` output (as stored in config.yaml and checkpoints)."""
+    cfg = Config()
+    apply_mapping(cfg, data, "stored config")
+    return cfg

@@ -1,0 +1,143 @@
+"""Batched environments behind one small protocol: Procgen's native gym3 API and gymnasium vector envs."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import warnings
+from typing import Protocol
+
+import numpy as np
+
+from parallel_ppo.config import ConfigError, EnvConfig
+
+
+class BatchEnv(Protocol):
+    """`num_envs` envs stepped together. `step` auto-resets finished envs and returns the new first obs."""
+
+    num_envs: int
+    obs_shape: tuple[int, ...]
+    obs_dtype: np.dtype
+    num_actions: int
+
+    def reset(self) -> np.ndarray:
+        """Start every env; returns observations shaped (num_envs, *obs_shape)."""
+        ...
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Apply one action per env; returns (next_obs, rewards float32, dones bool: this step ended it)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@functools.cache
+def procgen_games() -> tuple[str, ...]:
+    """Names of the Procgen games, importing procgen quietly (it imports the old `gym`, which prints notices)."""
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        from procgen.env import ENV_NAMES
+    return tuple(ENV_NAMES)
+
+
+def check_env_id(env_id: str) -> None:
+    """Raise ConfigError unless `env_id` is a Procgen game or a registered gymnasium id."""
+    if env_id in procgen_games():
+        return
+    import gymnasium
+
+    if env_id in gymnasium.envs.registry:
+        return
+    raise ConfigError(
+        f"unknown game or env id {env_id!r}: use a Procgen game ({', '.join(procgen_games())}) "
+        "or a gymnasium id such as CartPole-v1"
+    )
+
+
+def env_seed(seed: int, first_env: int, restart: int = 0) -> int:
+    """A 31-bit seed derived from the run seed, the global index of the first env, and a restart count."""
+    return int(np.random.SeedSequence([seed, first_env, restart]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+class ProcgenBatchEnv:
+    """Procgen through `ProcgenGym3Env`: uint8 HWC frames, stepped by procgen's own C++ threads."""
+
+    def __init__(self, cfg: EnvConfig, num_envs: int, seed: int, threads: int) -> None:
+        procgen_games()  # quiet import
+        from procgen import ProcgenGym3Env
+
+        self._env = ProcgenGym3Env(
+            num=num_envs,
+            env_name=cfg.id,
+            distribution_mode=cfg.distribution_mode,
+            num_levels=cfg.num_levels,
+            start_level=cfg.start_level,
+            rand_seed=seed,
+            num_threads=threads,
+        )
+        self.num_envs = num_envs
+        self.obs_shape = tuple(self._env.ob_space["rgb"].shape)
+        self.obs_dtype = np.dtype(np.uint8)
+        self.num_actions = int(self._env.ac_space.eltype.n)
+
+    def reset(self) -> np.ndarray:
+        _, ob, _ = self._env.observe()
+        return ob["rgb"]
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        self._env.act(actions.astype(np.int32, copy=False))
+        rew, ob, first = self._env.observe()
+        return ob["rgb"], rew.astype(np.float32, copy=False), first.astype(bool, copy=False)
+
+    def close(self) -> None:
+        self._env.close()
+
+
+class GymnasiumBatchEnv:
+    """Gymnasium envs with discrete actions in a `SyncVectorEnv` that resets finished envs in the same step."""
+
+    def __init__(self, cfg: EnvConfig, num_envs: int, seeds: list[int]) -> None:
+        import gymnasium
+
+        self._seeds = seeds
+        try:
+            self._env = gymnasium.vector.SyncVectorEnv(
+                [functools.partial(gymnasium.make, cfg.id) for _ in range(num_envs)],
+                autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP,
+            )
+        except Exception as e:  # a registered id whose dependencies are missing, for example
+            raise ConfigError(f"cannot create gymnasium env {cfg.id!r}: {e}") from None
+        space = self._env.single_action_space
+        if not isinstance(space, gymnasium.spaces.Discrete):
+            self._env.close()
+            raise ConfigError(f"{cfg.id} has a {type(space).__name__} action space; only Discrete is supported")
+        obs_space = self._env.single_observation_space
+        self.num_envs = num_envs
+        self.obs_shape = tuple(obs_space.shape)
+        self.obs_dtype = np.dtype(np.uint8) if obs_space.dtype == np.uint8 else np.dtype(np.float32)
+        self.num_actions = int(space.n)
+
+    def reset(self) -> np.ndarray:
+        obs, _ = self._env.reset(seed=self._seeds)
+        return obs.astype(self.obs_dtype, copy=False)
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        obs, rew, term, trunc, _ = self._env.step(actions)
+        return obs.astype(self.obs_dtype, copy=False), rew.astype(np.float32), np.logical_or(term, trunc)
+
+    def close(self) -> None:
+        self._env.close()
+
+
+def make_batch_env(cfg: EnvConfig, seed: int, first_env: int, num_envs: int, threads: int,
+                   restart: int = 0) -> BatchEnv:
+    """Build envs with global indices [first_env, first_env + num_envs), seeded from (seed, index, restart).
+
+    Gymnasium envs are seeded one by one, so any split of the same envs across workers steps identically;
+    Procgen seeds a whole batch from one number, so only the same split reproduces a run.
+    """
+    if cfg.id in procgen_games():
+        return ProcgenBatchEnv(cfg, num_envs, env_seed(seed, first_env, restart), threads)
+    seeds = [env_seed(seed, first_env + i, restart) for i in range(num_envs)]
+    return GymnasiumBatchEnv(cfg, num_envs, seeds)
