@@ -7,8 +7,10 @@ TAG      ?= 1h
 SEED     ?= 1
 ENV      ?= starpilot
 ARGS     ?=
+WORKERS  ?= 2
+ENVS     ?= 8
 
-.PHONY: install test lint train tensorboard clean
+.PHONY: install test lint train train-parallel tensorboard clean distclean
 
 install: $(VENV)/.installed
 
@@ -28,6 +30,12 @@ lint: install
 train: install
 	$(PY) train_timed.py --config config/ppo_sequential.yaml --env $(ENV) --duration $(DURATION) \
 		--seed $(SEED) --output-dir $(or $(OUT),benchmarks/sequential_$(TAG)) $(ARGS)
+
+## Parallel timed run: make train-parallel DURATION=0.5 WORKERS=4 ENVS=8 OUT=benchmarks/mine
+train-parallel: install
+	$(PY) train_parallel_timed.py --config config/ppo_parallel.yaml --env $(ENV) --duration $(DURATION) \
+		--num-workers $(WORKERS) --num-envs-per-worker $(ENVS) --seed $(SEED) \
+		--output-dir $(or $(OUT),benchmarks/parallel_$(TAG)) $(ARGS)
 
 tensorboard: install
 	$(VENV)/bin/tensorboard --logdir benchmarks --bind_all

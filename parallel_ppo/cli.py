@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ import psutil
 import torch
 import yaml
 
+from parallel_ppo.collect import RolloutError
 from parallel_ppo.config import Config, ConfigError, build_config
 
 RUN_FILES = ("metrics.csv", "summary.json", "checkpoint.pt", "config.yaml", "logs")
@@ -107,6 +109,9 @@ def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
     except ConfigError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
+    except RolloutError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 1
 
     from parallel_ppo.trainer import train
 
@@ -119,4 +124,9 @@ def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
           f"{summary['wall_seconds']:.0f} s ({summary['sps']:.0f} SPS); mean return "
           f"{'n/a' if ret is None else f'{ret:.2f}'} over the last {min(summary['episodes'], cfg.logging.return_window)} "
           f"episodes", flush=True)
+    if summary["stop_reason"] == "error":
+        print(f"{prog}: error: {summary['error']} (checkpoint and summary written to {run_dir})", file=sys.stderr)
+        return 1
+    if summary["stop_reason"] == "signal":
+        return 128 + signal.Signals[summary["signal"]].value
     return 0

@@ -16,6 +16,10 @@ from parallel_ppo.ppo import autocast
 from parallel_ppo.timing import PhaseTimer
 
 
+class RolloutError(RuntimeError):
+    """A rollout source failed in a way the trainer cannot work around (e.g. a worker slot out of restarts)."""
+
+
 @dataclass
 class CollectResult:
     """What one rollout produced besides the buffer contents."""

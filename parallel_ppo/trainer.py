@@ -16,7 +16,7 @@ from torch import nn
 from parallel_ppo import fingerprint
 from parallel_ppo.buffer import RolloutBuffer, compute_gae
 from parallel_ppo.checkpoint import save_checkpoint, write_json
-from parallel_ppo.collect import CollectResult
+from parallel_ppo.collect import CollectResult, RolloutError
 from parallel_ppo.config import Config
 from parallel_ppo.metrics import MetricsLogger, ResourceSampler
 from parallel_ppo.model import build_model
@@ -93,7 +93,7 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, 
     logger = MetricsLogger(run_dir, cfg.logging.tensorboard, cfg.logging.progress, budget, cfg.run.total_steps,
                            source.mode)
     update = env_steps = episodes = 0
-    stop_reason = ""
+    stop_reason = error = ""
     start = time.monotonic()
     last_checkpoint = start
     cpu_samples: list[float] = []
@@ -114,7 +114,11 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, 
                 for group in optimizer.param_groups:
                     group["lr"] = lr
 
-                result = source.collect(model, timers)
+                try:
+                    result = source.collect(model, timers)
+                except RolloutError as e:
+                    stop_reason, error = "error", str(e)
+                    break
 
                 with timers.phase("gae"):
                     buf = source.buffer
@@ -179,6 +183,8 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, 
         "episodes": episodes,
         "updates": update,
         "stop_reason": stop_reason,
+        "error": error or None,
+        "signal": signal.Signals(stop.signum).name if stop.signum else None,
         "precision": cfg.training.precision,
         "threads": threads,
         "peak_rss_mb": sampler.peak_rss_mb,

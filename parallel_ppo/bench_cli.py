@@ -1,0 +1,233 @@
+"""bench.py's command line: `roofline` (the network's compute limit), `speed-check` (trainer vs limit)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from parallel_ppo import fingerprint
+from parallel_ppo.cli import OneLineParser, learner_threads
+from parallel_ppo.config import Config, ConfigError, build_config
+from parallel_ppo.roofline import env_spaces, format_table, measure_compute_limit
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEED_TARGET = 0.85
+"""Acceptance: the sequential trainer's steady-state SPS is at least this fraction of the compute limit."""
+
+
+def _positive_float(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def make_parser(prog: str) -> OneLineParser:
+    p = OneLineParser(prog=prog, description="Benchmarks of the PPO network and trainers on this machine.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{roofline,speed-check}")
+
+    r = sub.add_parser("roofline", help="measure the bare network's compute limit (no envs)",
+                       description="Forward and PPO-train rates of the bare network on random observations, "
+                                   "and the compute limit 1 / (1/forward + n_epochs/train) in env steps/s.")
+    r.add_argument("--config", help="YAML config file (as for train_timed.py)")
+    r.add_argument("--env", metavar="ID", help="Procgen game or gymnasium id (decides the observation shape)")
+    r.add_argument("--num-envs", type=int, metavar="N", help="forward batch (env.num_envs)")
+    r.add_argument("--batch-size", type=int, metavar="N", help="PPO minibatch (training.batch_size)")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override any config field, e.g. --set training.precision=bf16 (repeatable)")
+    r.add_argument("--seconds", type=_positive_float, default=20.0, metavar="S",
+                   help="timed measuring budget, split between forward and train (default 20)")
+    r.add_argument("--threads", type=int, metavar="N",
+                   help="torch threads (default: the trainer's learner threads, all logical cores)")
+    r.add_argument("--output", metavar="FILE.json", help="also write the result as JSON")
+
+    s = sub.add_parser("speed-check", help="sequential trainer SPS as a fraction of the compute limit",
+                       description="Measure the compute limit, run train_timed.py briefly with the same "
+                                   f"settings, and report steady-state SPS / limit against {SPEED_TARGET}. "
+                                   "A measurement: exits 0 whatever the ratio.")
+    s.add_argument("--config", default=str(ROOT / "config" / "ppo_sequential.yaml"), help="YAML config file")
+    s.add_argument("--env", default="starpilot", metavar="ID", help="Procgen game (default starpilot)")
+    s.add_argument("--num-envs", type=int, default=16, metavar="N", help="envs (default 16)")
+    s.add_argument("--n-steps", type=int, default=64, metavar="N", help="steps per env (default 64)")
+    s.add_argument("--batch-size", type=int, default=256, metavar="N", help="minibatch (default 256)")
+    s.add_argument("--n-epochs", type=int, default=3, metavar="N", help="epochs (default 3)")
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra config override for both the limit and the trainer (repeatable)")
+    s.add_argument("--seconds", type=_positive_float, default=20.0, metavar="S",
+                   help="timed budget of the limit measurement (default 20)")
+    s.add_argument("--train-seconds", type=_positive_float, default=120.0, metavar="S",
+                   help="wall-clock budget of the trainer run in seconds (default 120)")
+    s.add_argument("--output-dir", metavar="DIR",
+                   help="trainer run and JSON go here (default benchmarks/speed_check_<time>)")
+    s.add_argument("--output", metavar="FILE.json",
+                   help="JSON result path (default <output-dir>/speed_check.json)")
+    return p
+
+
+def _write_json(path: str | Path, data: dict[str, Any]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def _check_output(path: str | None) -> None:
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"--output {p} is a directory; give a file name such as result.json")
+    if p.parent.exists() and not p.parent.is_dir():
+        raise ConfigError(f"--output {p}: {p.parent} is not a directory")
+
+
+def _set_threads(cfg: Config, threads: int | None) -> None:
+    if threads is not None and threads <= 0:
+        raise ConfigError(f"--threads must be positive, got {threads}")
+    torch.set_num_threads(threads or learner_threads(cfg))
+
+
+def _measure(cfg: Config, seconds: float) -> dict[str, Any]:
+    obs_shape, num_actions, obs_dtype = env_spaces(cfg.env.id)
+    return measure_compute_limit(cfg, obs_shape, num_actions, seconds, obs_dtype=obs_dtype)
+
+
+def roofline(args: Any, prog: str) -> int:
+    flags = {"env.id": args.env, "env.num_envs": args.num_envs, "training.batch_size": args.batch_size}
+    try:
+        cfg = build_config(args.config, flags, args.set, parallel=False)
+        _set_threads(cfg, args.threads)
+        _check_output(args.output)
+        result = _measure(cfg, args.seconds)
+    except ConfigError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    result["hardware"] = fingerprint.hardware()
+    print(format_table(result))
+    if args.output:
+        _write_json(args.output, result)
+        print(f"wrote {args.output}")
+    return 0
+
+
+def steady_state_sps(metrics_csv: Path) -> dict[str, Any]:
+    """SPS over all updates but the first (warm-up): steps and time from the end of update 1 to the last.
+
+    Also the mean seconds per update of each `time_*` phase over those updates.
+    """
+    with open(metrics_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if len(rows) < 2:
+        raise ValueError(f"{metrics_csv} has {len(rows)} update(s); at least 2 are needed (one is warm-up)")
+    first, last = rows[0], rows[-1]
+    steps = int(last["env_steps"]) - int(first["env_steps"])
+    seconds = float(last["wall_time"]) - float(first["wall_time"])
+    steady = rows[1:]
+    phases = {}
+    for key in first:
+        if key.startswith("time_"):
+            values = [float(r[key]) for r in steady if r[key] not in ("", None)]
+            phases[key[5:]] = sum(values) / len(values) if values else 0.0
+    return {"sps": steps / seconds, "steps": steps, "seconds": seconds, "updates": len(steady),
+            "first_update_seconds": float(first["wall_time"]),
+            "update_seconds": seconds / len(steady), "phase_seconds_per_update": phases}
+
+
+def speed_check(args: Any, prog: str) -> int:
+    sets = [f"training.n_steps={args.n_steps}", f"training.n_epochs={args.n_epochs}", *args.set]
+    flags = {"env.id": args.env, "env.num_envs": args.num_envs, "training.batch_size": args.batch_size}
+    out_dir = Path(args.output_dir or ROOT / "benchmarks" / f"speed_check_{time.strftime('%Y%m%d-%H%M%S')}")
+    json_path = Path(args.output) if args.output else out_dir / "speed_check.json"
+    try:
+        cfg = build_config(args.config, flags, sets, parallel=False)
+        _set_threads(cfg, None)
+        _check_output(str(json_path))
+        if out_dir.exists() and not out_dir.is_dir():
+            raise ConfigError(f"output directory {out_dir} exists and is not a directory")
+        print(f"{prog}: measuring the compute limit for {args.seconds:g} s ...", flush=True)
+        limit = _measure(cfg, args.seconds)
+    except ConfigError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    print(format_table(limit), flush=True)
+
+    run_dir = out_dir / "train"
+    cmd = [sys.executable, str(ROOT / "train_timed.py"), "--config", args.config, "--env", args.env,
+           "--num-envs", str(args.num_envs), "--batch-size", str(args.batch_size),
+           "--duration", repr(args.train_seconds / 3600), "--output-dir", str(run_dir), "--overwrite"]
+    for item in sets:
+        cmd += ["--set", item]
+    print(f"{prog}: running the sequential trainer for {args.train_seconds:g} s → {run_dir}", flush=True)
+    proc = subprocess.run(cmd, cwd=ROOT)
+    if proc.returncode != 0:
+        print(f"{prog}: error: train_timed.py exited with status {proc.returncode}", file=sys.stderr)
+        return 1
+    try:
+        trainer = steady_state_sps(run_dir / "metrics.csv")
+    except (OSError, ValueError, KeyError) as e:
+        print(f"{prog}: error: cannot read the trainer's metrics: {e}", file=sys.stderr)
+        return 1
+
+    ratio = trainer["sps"] / limit["limit_sps"]
+    rollout = cfg.rollout_size
+    ideal = {"inference": rollout / limit["forward_rate"],
+             "update": cfg.training.n_epochs * rollout / limit["train_rate"]}
+    verdict = "PASS" if ratio >= SPEED_TARGET else "BELOW"
+    result = {
+        "verdict": verdict, "ratio": ratio, "target": SPEED_TARGET,
+        "trainer_sps": trainer["sps"], "limit_sps": limit["limit_sps"],
+        "forward_rate": limit["forward_rate"], "train_rate": limit["train_rate"],
+        "settings": {"env": cfg.env.id, "num_envs": cfg.env.num_envs, "n_steps": cfg.training.n_steps,
+                     "batch_size": cfg.training.batch_size, "n_epochs": cfg.training.n_epochs,
+                     "precision": cfg.training.precision, "threads": limit["threads"],
+                     "limit_seconds": args.seconds, "train_seconds": args.train_seconds},
+        "limit": limit, "trainer": trainer,
+        "ideal_seconds_per_update": {**ideal, "total": rollout / limit["limit_sps"]},
+        "run_dir": str(run_dir), "hardware": fingerprint.hardware(), "versions": fingerprint.versions(),
+    }
+    _write_json(json_path, result)
+
+    phases = trainer["phase_seconds_per_update"]
+    print(f"\n{prog}: {cfg.env.id}, {cfg.env.num_envs} envs × {cfg.training.n_steps} steps, minibatch "
+          f"{cfg.training.batch_size}, {cfg.training.n_epochs} epochs, {cfg.training.precision}, "
+          f"{limit['threads']} threads")
+    rows = [
+        ("forward rate", f"{limit['forward_rate']:,.0f} samples/s (batch {limit['rollout_batch']})"),
+        ("train rate", f"{limit['train_rate']:,.0f} samples/s (minibatch {limit['minibatch']})"),
+        ("compute limit", f"{limit['limit_sps']:,.1f} env steps/s"),
+        ("trainer SPS", f"{trainer['sps']:,.1f} env steps/s (steady state: {trainer['updates']} updates, "
+                        f"{trainer['steps']:,} steps in {trainer['seconds']:.1f} s; update 1 excluded)"),
+        ("ratio", f"{ratio:.3f} (target {SPEED_TARGET}) → {verdict}"),
+        ("per update", f"{trainer['update_seconds']:.2f} s vs ideal {rollout / limit['limit_sps']:.2f} s: "
+                       f"inference {phases.get('inference', 0):.2f} (ideal {ideal['inference']:.2f}), "
+                       f"env {phases.get('env', 0):.2f}, update {phases.get('update', 0):.2f} "
+                       f"(ideal {ideal['update']:.2f}), gae {phases.get('gae', 0):.2f}, "
+                       f"log {phases.get('log', 0):.2f}"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+    print(f"wrote {json_path}")
+    print(verdict)
+    return 0
+
+
+def main(argv: list[str] | None = None, prog: str = "bench.py") -> int:
+    args = make_parser(prog).parse_args(argv)
+    if args.command == "roofline":
+        return roofline(args, prog)
+    return speed_check(args, prog)

@@ -1,0 +1,97 @@
+"""A worker process: owns a batch of envs and a policy copy; collects one rollout per request."""
+
+from __future__ import annotations
+
+import os
+import signal
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+import torch
+
+from parallel_ppo.buffer import RolloutBuffer
+from parallel_ppo.config import Config
+
+
+@dataclass
+class WorkerSpec:
+    """Everything a worker needs, sent once at start (the tensors travel as shared-memory handles)."""
+
+    index: int
+    first_env: int
+    num_envs: int
+    restart: int
+    cfg: Config
+    obs_shape: tuple[int, ...]
+    num_actions: int
+    buffer: RolloutBuffer  # the whole shared buffer; the worker writes only its env slice
+    params: torch.Tensor  # flat policy parameters, written by the coordinator after each update
+    progress: torch.Tensor  # int64 per worker: env steps taken, a heartbeat the coordinator watches
+    env_threads: int
+
+
+FAULT_ENV_VAR = "PARALLEL_PPO_INJECT_FAULT"
+"""Testing hook: `W:N` makes worker W raise in its N-th rollout, to exercise failure paths."""
+
+
+def _injected_fault(index: int) -> int:
+    worker, _, rollout = os.environ.get(FAULT_ENV_VAR, "").partition(":")
+    return int(rollout) if worker.isdigit() and rollout.isdigit() and int(worker) == index else 0
+
+
+def process_title(spec: WorkerSpec) -> str:
+    last = spec.first_env + spec.num_envs - 1
+    return f"parallel_ppo worker {spec.index} envs {spec.first_env}-{last} ({spec.cfg.env.id})"
+
+
+def worker_main(spec: WorkerSpec, conn: Connection) -> None:
+    """Serve rollout requests until told to stop or the coordinator goes away.
+
+    Messages in: ("collect",) or ("stop",). Out: ("ready",), ("done", CollectResult) or ("error", text).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the coordinator decides
+    try:
+        import setproctitle
+
+        setproctitle.setproctitle(process_title(spec))
+    except ImportError:  # pragma: no cover - optional nicety
+        pass
+    torch.set_num_threads(spec.cfg.parallel.worker_threads)
+    runner = None
+    try:
+        from parallel_ppo.collect import EnvRunner
+        from parallel_ppo.envs import make_batch_env
+        from parallel_ppo.model import build_model
+
+        cfg = spec.cfg
+        env = make_batch_env(cfg.env, cfg.run.seed, spec.first_env, spec.num_envs, spec.env_threads, spec.restart)
+        runner = EnvRunner(env, cfg.run.seed, spec.first_env, cfg.training.precision, spec.restart)
+        model = build_model(spec.obs_shape, spec.num_actions, cfg.model)
+        params = list(model.parameters())
+        buf = spec.buffer.env_slice(spec.first_env, spec.first_env + spec.num_envs)
+        progress = spec.progress[spec.index]
+        fail_at = _injected_fault(spec.index)
+        conn.send(("ready", os.getpid()))
+        rollouts = 0
+        while True:
+            message = conn.recv()  # blocks in the kernel between rollouts: no busy-waiting
+            if message[0] != "collect":
+                break
+            rollouts += 1
+            if rollouts == fail_at:
+                raise RuntimeError(f"fault injected by {FAULT_ENV_VAR} in rollout {rollouts}")
+            torch.nn.utils.vector_to_parameters(spec.params, params)
+            conn.send(("done", runner.collect(model, buf, progress)))
+    except (EOFError, BrokenPipeError, KeyboardInterrupt):
+        pass  # the coordinator is gone or stopping
+    except BaseException as e:
+        try:
+            summary = f"{type(e).__name__}: {e}"
+            conn.send(("error", summary, traceback.format_exc()))
+        except OSError:
+            pass
+    finally:
+        if runner is not None:
+            runner.close()
+        conn.close()

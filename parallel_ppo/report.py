@@ -1,0 +1,684 @@
+"""Timed runs side by side: the numbers (`compare`), the report text and markdown, the JSON, and two figures.
+
+Everything is rendered in memory (`render_outputs`) and only then written (`write_outputs`), so a failure
+never leaves a half-written comparison behind.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter
+
+from parallel_ppo.checkpoint import atomic_write
+from parallel_ppo.config import ConfigError
+from parallel_ppo.runs import MAIN_PHASES, Run
+
+PHASE_NAMES = (*MAIN_PHASES, "other")
+"""Bars of the phase breakdown; `other` = publish + log + checkpoint + anything untimed."""
+
+OUTPUT_FILES = ("comparison.png", "phase_breakdown.png", "comparison_report.txt", "comparison.md",
+                "comparison.json")
+
+LAYOUT_KEYS = ("env.num_envs", "run.output_dir", "run.duration", "run.total_steps", "run.checkpoint_interval",
+               "logging.progress", "logging.tensorboard")
+"""Config keys that may differ between compared runs without a warning (besides the whole `parallel`
+section): the env layout, where and how long a run goes, and logging switches. Duration is checked on the
+measured time instead."""
+
+NO_EPISODES = "no episodes finished"
+
+SPEEDUP_DEFINITION = (
+    "speed-up = a run's median SPS / the baseline's median SPS, where SPS is metrics.csv's per-update "
+    "env steps per second; parallel efficiency = speed-up / (workers / baseline workers), a sequential "
+    "run counting as 1 worker (so with a sequential baseline it is speed-up / workers)"
+)
+
+
+@dataclass(frozen=True)
+class RunStats:
+    """One row of the comparison table (plus the phase breakdown), computed from a run's own files."""
+
+    label: str
+    mode: str
+    layout: str
+    workers: int
+    num_envs: int
+    total_env_steps: int
+    wall_seconds: float
+    median_sps: float
+    speedup: float
+    efficiency: float
+    final_return: float | None
+    episodes: int
+    return_at_equal_time: float | None
+    time_to_threshold: float | None
+    steps_to_threshold: int | None
+    peak_rss_mb: float
+    mean_cpu_percent: float
+    logical_cores: int | None
+    phase_seconds: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Everything the report shows: the runs, their table rows, and the reference points used."""
+
+    runs: list[Run]
+    stats: list[RunStats]
+    baseline: str
+    equal_time: float
+    """The shortest run's last logged wall time (s): returns are compared at this time."""
+    threshold: float | None
+    """Return threshold for 'time to threshold' (None when no run finished an episode)."""
+    threshold_source: str
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def baseline_stats(self) -> RunStats:
+        return next(s for s in self.stats if s.label == self.baseline)
+
+
+# ----------------------------------------------------------------------------------------------- numbers
+def compare(runs: Sequence[Run], baseline: str | None = None, threshold: float | None = None,
+            declared_modes: Mapping[str, str] | None = None) -> Comparison:
+    """Compute the table, with speed-ups against `baseline` (default: first sequential run, else first run).
+
+    `declared_modes` maps a label to the mode the user said it has (`--sequential`/`--parallel`); a run whose
+    summary says otherwise gets a warning.
+    """
+    if len(runs) < 2:
+        raise ConfigError("nothing to compare: give at least two runs (--sequential/--parallel or --run)")
+    labels = [r.label for r in runs]
+    if baseline is None:
+        baseline = next((r.label for r in runs if r.mode == "sequential"), runs[0].label)
+    elif baseline not in labels:
+        raise ConfigError(f"--baseline {baseline!r} is not one of the runs ({', '.join(labels)})")
+    base = runs[labels.index(baseline)]
+
+    equal_time = min(float(r.metrics["wall_time"][-1]) for r in runs)
+    finals = [r.final_return for r in runs if r.final_return is not None]
+    if threshold is not None:
+        source = "given with --threshold"
+    elif finals:
+        best = max(finals)
+        threshold = best - 0.2 * abs(best)
+        source = "80% of the best final return" if best >= 0 else "20% below the best final return"
+    else:
+        source = "none: no run finished an episode"
+
+    base_sps = float(np.median(base.metrics["sps"]))
+    stats = []
+    for run in runs:
+        sps = float(np.median(run.metrics["sps"]))
+        speedup = sps / base_sps
+        reached = _first_reaching(run, threshold)
+        stats.append(RunStats(
+            label=run.label, mode=run.mode, layout=run.layout, workers=run.workers, num_envs=run.num_envs,
+            total_env_steps=run.total_env_steps, wall_seconds=run.wall_seconds, median_sps=sps,
+            speedup=speedup, efficiency=speedup / (run.workers / base.workers),
+            final_return=run.final_return, episodes=run.episodes,
+            return_at_equal_time=return_at(run, equal_time),
+            time_to_threshold=None if reached is None else float(run.metrics["wall_time"][reached]),
+            steps_to_threshold=None if reached is None else int(run.metrics["env_steps"][reached]),
+            peak_rss_mb=run.peak_rss_mb, mean_cpu_percent=run.mean_cpu_percent,
+            logical_cores=run.hardware.get("logical_cores"), phase_seconds=phase_seconds(run),
+        ))
+    return Comparison(list(runs), stats, baseline, equal_time, threshold, source,
+                      _warnings(runs, declared_modes or {}))
+
+
+def return_at(run: Run, seconds: float) -> float | None:
+    """episodic_return_mean of the last metrics row at or before `seconds` (None: no episode by then)."""
+    index = int(np.searchsorted(run.metrics["wall_time"], seconds, side="right")) - 1
+    if index < 0:
+        return None
+    value = float(run.metrics["episodic_return_mean"][index])
+    return None if math.isnan(value) else value
+
+
+def _first_reaching(run: Run, threshold: float | None) -> int | None:
+    if threshold is None:
+        return None
+    with np.errstate(invalid="ignore"):
+        hits = np.flatnonzero(run.metrics["episodic_return_mean"] >= threshold)
+    return int(hits[0]) if hits.size else None
+
+
+def phase_seconds(run: Run) -> dict[str, float]:
+    """Total seconds per phase from metrics.csv; `other` is the rest of the logged wall time."""
+    seconds = {p: float(np.sum(run.metrics[f"time_{p}"])) for p in MAIN_PHASES}
+    seconds["other"] = max(0.0, float(run.metrics["wall_time"][-1]) - sum(seconds.values()))
+    return seconds
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _grouped(values: Mapping[str, Any]) -> str:
+    """`{label: value}` → `'a' (x, y) vs 'b' (z)`, grouping labels that share a value."""
+    groups: dict[str, list[str]] = {}
+    for label, value in values.items():
+        groups.setdefault(str(value), []).append(label)
+    return " vs ".join(f"{value} ({', '.join(labels)})" for value, labels in groups.items())
+
+
+def _warnings(runs: Sequence[Run], declared_modes: Mapping[str, str]) -> list[str]:
+    out = []
+    hardware = {r.label: describe_hardware(r) for r in runs}
+    if len(set(hardware.values())) > 1:
+        out.append(f"runs ran on different hardware, so their speeds are not comparable: "
+                   f"{_grouped(hardware)}")
+    version_keys = sorted({k for r in runs for k in r.versions})
+    for key in version_keys:
+        values = {r.label: r.versions.get(key) for r in runs}
+        if len(set(map(str, values.values()))) > 1:
+            out.append(f"software versions differ: {key} {_grouped(values)}")
+    configs = {r.label: _flatten(r.config.to_dict()) for r in runs}
+    keys = sorted({k for c in configs.values() for k in c
+                   if not k.startswith("parallel.") and k not in LAYOUT_KEYS})
+    differing = [k for k in keys if len({repr(c.get(k)) for c in configs.values()}) > 1]
+    if differing:
+        shown = "; ".join(f"{k}: {_grouped({label: c.get(k) for label, c in configs.items()})}"
+                          for k in differing[:4])
+        more = f"; and {len(differing) - 4} more" if len(differing) > 4 else ""
+        out.append(f"config differs beyond the parallel layout: {shown}{more}")
+    walls = [r.wall_seconds for r in runs]
+    if max(walls) > 1.1 * min(walls):
+        spans = _grouped({r.label: fmt_duration(r.wall_seconds) for r in runs})
+        out.append(f"runs differ in duration ({spans}): final returns are not comparable; "
+                   f"compare the return at equal wall time")
+    for run in runs:
+        declared = declared_modes.get(run.label)
+        if declared and declared != run.mode:
+            out.append(f"{run.label!r} was given as the {declared} run but its summary says mode "
+                       f"{run.mode!r}")
+        if run.stop_reason == "signal":
+            out.append(f"{run.label!r} was interrupted (stopped by a signal after "
+                       f"{fmt_duration(run.wall_seconds)})")
+        restarts = run.summary.get("worker_restarts") or 0
+        if restarts:
+            out.append(f"{run.label!r} restarted workers {restarts} time(s); its throughput includes the "
+                       "restarts")
+        if run.final_return is None:
+            out.append(f"{run.label!r}: {NO_EPISODES} (its returns are blank)")
+    return out
+
+
+# ------------------------------------------------------------------------------------------- formatting
+def fmt_duration(seconds: float) -> str:
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.2f} h"
+
+
+def fmt_return(value: float | None, missing: str = NO_EPISODES) -> str:
+    if value is None:
+        return missing
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+
+
+def fmt_memory(mb: float) -> str:
+    return f"{mb / 1024:.2f} GB" if mb >= 1024 else f"{mb:.0f} MB"
+
+
+def fmt_cpu(percent: float, cores: int | None) -> str:
+    return f"{percent / 100:.1f}" + (f" / {cores}" if cores else "")
+
+
+def run_name(s: RunStats) -> str:
+    """`label (W×M envs)`, with the mode too when the label does not already say it."""
+    mode = "" if s.label == s.mode else f"{s.mode}, "
+    return f"{s.label} ({mode}{s.layout} envs)"
+
+
+def describe_hardware(run: Run) -> str:
+    hw = run.hardware
+    return (f"{hw.get('cpu_model', '?')}, {hw.get('logical_cores', '?')} logical / "
+            f"{hw.get('physical_cores', '?')} physical cores, {hw.get('memory_gb', '?')} GB RAM")
+
+
+def describe_versions(run: Run) -> str:
+    return ", ".join(f"{k} {v}" for k, v in run.versions.items() if v is not None)
+
+
+@dataclass(frozen=True)
+class Table:
+    """Cells as strings; the first `left` columns are text (left-aligned), the rest numbers."""
+
+    header: list[str]
+    rows: list[list[str]]
+    left: int = 1
+
+    def text(self) -> str:
+        widths = [max(len(r[i]) for r in [self.header, *self.rows]) for i in range(len(self.header))]
+
+        def line(cells: list[str]) -> str:
+            return "  ".join(c.ljust(w) if i < self.left else c.rjust(w)
+                             for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+
+        return "\n".join([line(self.header), "  ".join("-" * w for w in widths), *map(line, self.rows)])
+
+    def markdown(self) -> str:
+        align = ["---" if i < self.left else "---:" for i in range(len(self.header))]
+        return "\n".join("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+                         for cells in [self.header, align, *self.rows])
+
+
+def table(cmp: Comparison) -> Table:
+    """The comparison table, one row per run."""
+    thr = "—" if cmp.threshold is None else fmt_return(cmp.threshold)
+    header = ["run", "mode", "workers×envs", "env steps", "wall time", "median SPS", "speed-up", "efficiency",
+              "final return", f"return @ {fmt_duration(cmp.equal_time)}", f"time to return {thr}",
+              "peak RSS", "CPU cores busy"]
+    rows = []
+    for s in cmp.stats:
+        reached = "—" if cmp.threshold is None else (
+            "not reached" if s.time_to_threshold is None else fmt_duration(s.time_to_threshold))
+        not_yet = "no episodes yet" if s.final_return is not None else NO_EPISODES
+        at_equal = fmt_return(s.return_at_equal_time, not_yet)
+        rows.append([
+            s.label, s.mode, s.layout, f"{s.total_env_steps:,}", fmt_duration(s.wall_seconds),
+            f"{s.median_sps:,.0f}", f"{s.speedup:.2f}×", f"{s.efficiency:.0%}", fmt_return(s.final_return),
+            at_equal, reached, fmt_memory(s.peak_rss_mb), fmt_cpu(s.mean_cpu_percent, s.logical_cores),
+        ])
+    return Table(header, rows, left=2)
+
+
+def phase_table(cmp: Comparison) -> Table:
+    """Share of logged wall time per phase, one row per run."""
+    header = ["run", *PHASE_NAMES, "s per 1k steps"]
+    rows = []
+    for s in cmp.stats:
+        total = sum(s.phase_seconds.values()) or 1.0
+        rows.append([s.label, *(f"{s.phase_seconds[p] / total:.0%}" for p in PHASE_NAMES),
+                     f"{1000 * total / s.total_env_steps:.3g}"])
+    return Table(header, rows)
+
+
+def verdict(cmp: Comparison) -> list[str]:
+    """Plain-words conclusions, one sentence per run against the baseline, then the best return."""
+    base = cmp.baseline_stats
+    lines = []
+    at = fmt_duration(cmp.equal_time)
+    for s in cmp.stats:
+        if s.label == base.label:
+            continue
+        if s.speedup >= 1:
+            speed = f"{s.label} was {s.speedup:.2f}× faster than {base.label}"
+        else:
+            speed = f"{s.label} was {1 / s.speedup:.2f}× slower than {base.label}"
+        speed += f" ({s.median_sps:,.0f} vs {base.median_sps:,.0f} median env steps/s)"
+        if s.workers != base.workers:
+            speed += f" at {s.efficiency:.0%} parallel efficiency with {s.workers} workers"
+        mine, theirs = s.return_at_equal_time, base.return_at_equal_time
+        if mine is None and theirs is None:
+            sentence = f"{speed}; at equal wall time ({at}) neither had finished an episode"
+        else:
+            sentence = (f"{speed}; at equal wall time ({at}) it reached a mean return of "
+                        f"{fmt_return(mine, 'none (no episode yet)')} vs "
+                        f"{fmt_return(theirs, 'none (no episode yet)')}")
+        if cmp.threshold is not None:
+            sentence += (f"; time to a return of {fmt_return(cmp.threshold)}: "
+                         f"{_reached(s)} vs {_reached(base)}")
+        lines.append(sentence + ".")
+    finished = [s for s in cmp.stats if s.final_return is not None]
+    if finished:
+        best = max(finished, key=lambda s: s.final_return or 0.0)
+        lines.append(f"Best final return: {fmt_return(best.final_return)} by {best.label} "
+                     f"after {best.total_env_steps:,} env steps in {fmt_duration(best.wall_seconds)}.")
+    else:
+        lines.append("No run finished an episode, so returns cannot be compared.")
+    return lines
+
+
+def _reached(s: RunStats) -> str:
+    return "not reached" if s.time_to_threshold is None else fmt_duration(s.time_to_threshold)
+
+
+def definitions(cmp: Comparison) -> list[str]:
+    thr = ("no threshold (no run finished an episode)" if cmp.threshold is None
+           else f"{fmt_return(cmp.threshold)} ({cmp.threshold_source})")
+    return [
+        f"Baseline: {cmp.baseline}. {SPEEDUP_DEFINITION[0].upper()}{SPEEDUP_DEFINITION[1:]}.",
+        "Final return: the mean episodic return of the last 100 episodes (summary.json).",
+        f"Return @ {fmt_duration(cmp.equal_time)}: episodic_return_mean in each run's last metrics row at or "
+        f"before {cmp.equal_time:.1f} s, the shortest run's logged duration.",
+        f"Time to return: wall time of the first update whose mean return reached {thr}.",
+        "CPU cores busy: mean CPU use of all the run's processes (1.0 = one core fully busy) / logical "
+        "cores. Peak RSS: the largest sampled resident memory of all its processes together.",
+    ]
+
+
+def run_descriptions(cmp: Comparison) -> list[str]:
+    out = []
+    for run in cmp.runs:
+        threads = ", ".join(f"{k} {v}" for k, v in run.threads.items())
+        out.append(f"{run.label}: {run.path} — {run.mode}, {run.layout} envs on {run.env_id}, "
+                   f"{run.precision}, threads {threads or '?'}, seed {run.config.run.seed}, "
+                   f"stopped by {run.stop_reason}. "
+                   f"Hardware: {describe_hardware(run)}. Versions: {describe_versions(run)}.")
+    return out
+
+
+# ---------------------------------------------------------------------------------- text and markdown
+def console_table(cmp: Comparison) -> str:
+    return table(cmp).text()
+
+
+def _sections(cmp: Comparison) -> list[tuple[str, str, Any]]:
+    """The report as (title, kind, content) with kind `table` or `list`; rendered as text or markdown."""
+    warnings = cmp.warnings or ["none: same hardware, versions, config (apart from the parallel layout) "
+                                "and duration"]
+    return [
+        ("Results", "table", table(cmp)),
+        ("Verdict", "list", verdict(cmp)),
+        ("Warnings", "list", warnings),
+        ("Where the time goes (share of wall time)", "table", phase_table(cmp)),
+        ("How the numbers are computed", "list", definitions(cmp)),
+        ("Runs (hardware and versions fingerprint)", "list", run_descriptions(cmp)),
+        ("Figures", "figures", [
+            ("comparison.png",
+             "return vs wall time, return vs env steps, SPS over time, CPU and memory over time"),
+            ("phase_breakdown.png",
+             "where the time goes: phase seconds per 1,000 env steps and share of wall time"),
+        ]),
+    ]
+
+
+def _title(cmp: Comparison) -> str:
+    envs = sorted({r.env_id for r in cmp.runs})
+    return f"PPO timed runs compared on {', '.join(envs)}: {', '.join(s.label for s in cmp.stats)}"
+
+
+def render_text(cmp: Comparison) -> str:
+    parts = [_title(cmp), "=" * len(_title(cmp))]
+    for title, kind, content in _sections(cmp):
+        parts += ["", title, "-" * len(title)]
+        if kind == "table":
+            parts.append(content.text())
+        elif kind == "list":
+            parts += [f"- {item}" for item in content]
+        else:
+            parts += [f"- {name}: {what}" for name, what in content]
+    return "\n".join(parts) + "\n"
+
+
+def render_markdown(cmp: Comparison) -> str:
+    parts = [f"# {_title(cmp)}"]
+    for title, kind, content in _sections(cmp):
+        parts += ["", f"## {title}", ""]
+        if kind == "table":
+            parts.append(content.markdown())
+        elif kind == "list":
+            parts += [f"- {item}" for item in content]
+        else:
+            for name, what in content:
+                parts += [f"{name}: {what}", "", f"![{what}]({name})", ""]
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def to_json(cmp: Comparison) -> dict[str, Any]:
+    """Every number in the table (unrounded), the reference points, warnings and verdict."""
+    runs = []
+    for run, s in zip(cmp.runs, cmp.stats, strict=True):
+        total = sum(s.phase_seconds.values()) or 1.0
+        runs.append({
+            "label": s.label, "path": str(run.path), "mode": s.mode, "env_id": run.env_id,
+            "num_workers": run.num_workers, "workers_counted": s.workers,
+            "num_envs_per_worker": run.num_envs_per_worker, "num_envs": s.num_envs,
+            "total_env_steps": s.total_env_steps, "wall_seconds": s.wall_seconds, "updates": run.updates,
+            "median_sps": s.median_sps, "speedup": s.speedup, "efficiency": s.efficiency,
+            "final_return": s.final_return, "episodes": s.episodes,
+            "return_at_equal_time": s.return_at_equal_time,
+            "time_to_threshold_seconds": s.time_to_threshold, "steps_to_threshold": s.steps_to_threshold,
+            "peak_rss_mb": s.peak_rss_mb, "mean_cpu_percent": s.mean_cpu_percent,
+            "logical_cores": s.logical_cores,
+            "phase_seconds": s.phase_seconds,
+            "phase_fractions": {p: v / total for p, v in s.phase_seconds.items()},
+            "precision": run.precision, "stop_reason": run.stop_reason, "threads": run.threads,
+            "hardware": run.hardware, "versions": run.versions,
+        })
+    return _finite({
+        "baseline": cmp.baseline, "speedup_definition": SPEEDUP_DEFINITION,
+        "equal_wall_time_seconds": cmp.equal_time, "return_threshold": cmp.threshold,
+        "threshold_source": cmp.threshold_source, "runs": runs, "verdict": verdict(cmp),
+        "warnings": cmp.warnings,
+    })
+
+
+def _finite(value: Any) -> Any:
+    """NaN/inf → None, recursively (JSON has no NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+# ------------------------------------------------------------------------------------------------- plots
+PHASE_COLORS = {"env": "#2ca02c", "inference": "#1f77b4", "sync": "#d62728", "gae": "#9467bd",
+                "update": "#ff7f0e", "other": "#b0b0b0"}
+
+
+def _run_colors(n: int) -> list[Any]:
+    cmap = colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def _time_unit(seconds: float) -> tuple[float, str]:
+    if seconds <= 180:
+        return 1.0, "s"
+    if seconds <= 3 * 3600:
+        return 60.0, "min"
+    return 3600.0, "h"
+
+
+def _count(x: float, _pos: object = None) -> str:
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:g}{suffix}"
+    return f"{x:g}"
+
+
+def _rolling_median(values: np.ndarray) -> np.ndarray:
+    window = max(1, len(values) // 25) | 1
+    if window == 1:
+        return values
+    pad = window // 2
+    padded = np.pad(values, pad, mode="edge")
+    return np.median(np.lib.stride_tricks.sliding_window_view(padded, window), axis=1)
+
+
+def _png(fig: Figure) -> bytes:
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    return buf.getvalue()
+
+
+def plot_comparison(cmp: Comparison) -> bytes:
+    """comparison.png: return vs wall time, return vs env steps, SPS over time, CPU and memory over time."""
+    colors = _run_colors(len(cmp.runs))
+    longest = max(float(r.metrics["wall_time"][-1]) for r in cmp.runs)
+    scale, unit = _time_unit(longest)
+    fig = Figure(figsize=(14, 9.5), layout="constrained")
+    (ax_time, ax_steps), (ax_sps, ax_res) = fig.subplots(2, 2)
+    fig.suptitle(_title(cmp), fontsize=14, fontweight="bold")
+    mem_gb = max(r.peak_rss_mb for r in cmp.runs) >= 2048
+    ax_mem = ax_res.twinx()
+
+    for run, s, color in zip(cmp.runs, cmp.stats, colors, strict=True):
+        m = run.metrics
+        t = m["wall_time"] / scale
+        marker = "o" if len(t) < 30 else None
+        kw: dict[str, Any] = {"color": color, "lw": 1.8, "marker": marker, "ms": 3}
+        ax_time.plot(t, m["episodic_return_mean"], **kw)
+        ax_steps.plot(m["env_steps"], m["episodic_return_mean"], **kw)
+        ax_sps.plot(t, m["sps"], color=color, lw=0.8, alpha=0.25)
+        ax_sps.plot(t, _rolling_median(m["sps"]), **kw)
+        ax_sps.axhline(s.median_sps, color=color, lw=1, ls="--")
+        ax_res.plot(t, m["cpu_percent"] / 100, **kw)
+        ax_mem.plot(t, m["rss_mb"] / (1024 if mem_gb else 1), color=color, lw=1.5, ls="--")
+        if s.return_at_equal_time is not None:
+            ax_time.plot(cmp.equal_time / scale, s.return_at_equal_time, "o", color=color, ms=8,
+                         mec="black", mew=0.8, zorder=5)
+
+    for ax in (ax_time, ax_steps):
+        if cmp.threshold is not None:
+            ax.axhline(cmp.threshold, color="0.35", ls="--", lw=1)
+            ax.annotate(f"threshold {fmt_return(cmp.threshold)}", (0.01, cmp.threshold),
+                        xycoords=("axes fraction", "data"), xytext=(0, 3), textcoords="offset points",
+                        fontsize=9, color="0.3")
+        ax.set_ylabel("mean episodic return (last 100 episodes)")
+        missing = [s.label for s in cmp.stats if s.final_return is None]
+        if missing:
+            ax.text(0.99, 0.02, f"{NO_EPISODES}: {', '.join(missing)}", transform=ax.transAxes,
+                    ha="right", va="bottom", fontsize=9, color="0.3")
+    ax_time.axvline(cmp.equal_time / scale, color="0.35", ls=":", lw=1.2)
+    right_side = cmp.equal_time < 0.3 * longest  # keep the label inside the axes
+    ax_time.annotate(f"equal time {fmt_duration(cmp.equal_time)}", (cmp.equal_time / scale, 0.98),
+                     xycoords=("data", "axes fraction"), xytext=(6 if right_side else -10, 0),
+                     textcoords="offset points", ha="left" if right_side else "right", va="top",
+                     fontsize=9, color="0.3")
+    ax_time.set(title="Return vs wall time (circles: return at equal time)", xlabel=f"wall time ({unit})")
+    ax_steps.set(title="Return vs env steps (sample efficiency)", xlabel="env steps")
+    ax_steps.xaxis.set_major_formatter(FuncFormatter(_count))
+    ax_sps.set(title="Throughput over time", xlabel=f"wall time ({unit})", ylabel="env steps per second")
+    ax_sps.set_ylim(0, max(float(np.max(r.metrics["sps"])) for r in cmp.runs) * 1.3)
+    ax_sps.yaxis.set_major_formatter(FuncFormatter(_count))
+    ax_sps.legend(handles=[Line2D([], [], color="0.3", lw=0.8, alpha=0.4, label="per update"),
+                           Line2D([], [], color="0.3", lw=1.8, label="rolling median"),
+                           Line2D([], [], color="0.3", lw=1, ls="--", label="run median (table)")],
+                  loc="upper center", ncol=3, fontsize=9)
+    cores = max((s.logical_cores or 0) for s in cmp.stats)
+    if cores:
+        ax_res.axhline(cores, color="0.35", ls=":", lw=1)
+    ax_res.set(title="CPU and memory over time", xlabel=f"wall time ({unit})",
+               ylabel="CPU cores busy (1 = one core)")
+    ax_res.set_ylim(0, max(cores, max(float(np.max(r.metrics["cpu_percent"])) for r in cmp.runs) / 100) * 1.3)
+    ax_mem.set_ylabel(f"resident memory, all processes ({'GB' if mem_gb else 'MB'})")
+    ax_mem.set_ylim(bottom=0, top=max(float(np.max(r.metrics["rss_mb"])) for r in cmp.runs)
+                    / (1024 if mem_gb else 1) * 1.4)
+    ax_mem.legend(handles=[Line2D([], [], color="0.3", lw=1.8, label="CPU (left axis)"),
+                           Line2D([], [], color="0.3", lw=1.5, ls="--", label="memory (right axis)"),
+                           Line2D([], [], color="0.35", lw=1, ls=":", label=f"{cores} logical cores")],
+                  loc="upper center", ncol=3, fontsize=9)
+    for ax in (ax_time, ax_steps, ax_sps, ax_res):
+        ax.grid(alpha=0.3)
+
+    handles = [Line2D([], [], color=c, lw=2.5) for c in colors]
+    names = [f"{run_name(s)}: median {s.median_sps:,.0f} SPS" for s in cmp.stats]
+    fig.legend(handles, names, loc="outside lower center", ncol=min(len(names), 4), fontsize=11)
+    return _png(fig)
+
+
+def plot_phases(cmp: Comparison) -> bytes:
+    """phase_breakdown.png: stacked bars per run, seconds per 1,000 env steps and share of wall time."""
+    n = len(cmp.stats)
+    fig = Figure(figsize=(14, 2.2 + 0.75 * n), layout="constrained")
+    ax_abs, ax_rel = fig.subplots(1, 2, sharey=True)
+    fig.suptitle("Where the time goes (phase times from metrics.csv)", fontsize=14, fontweight="bold")
+    y = np.arange(n)
+    left_abs = np.zeros(n)
+    left_rel = np.zeros(n)
+    totals = np.array([sum(s.phase_seconds.values()) or 1.0 for s in cmp.stats])
+    per_k = np.array([1000 / s.total_env_steps for s in cmp.stats])
+    for phase in PHASE_NAMES:
+        secs = np.array([s.phase_seconds[phase] for s in cmp.stats])
+        width_abs, width_rel = secs * per_k, 100 * secs / totals
+        ax_abs.barh(y, width_abs, left=left_abs, color=PHASE_COLORS[phase], edgecolor="white", height=0.6)
+        bars = ax_rel.barh(y, width_rel, left=left_rel, color=PHASE_COLORS[phase], edgecolor="white",
+                           height=0.6)
+        labels = [f"{w:.0f}%" if w >= 6 else "" for w in width_rel]
+        ax_rel.bar_label(bars, labels=labels, label_type="center", fontsize=9)
+        left_abs += width_abs
+        left_rel += width_rel
+    for i, total in enumerate(left_abs):
+        ax_abs.annotate(f"{total:.3g} s", (total, i), xytext=(4, 0), textcoords="offset points",
+                        va="center", fontsize=9)
+    ax_abs.set_yticks(y, [run_name(s).replace(" (", "\n(") for s in cmp.stats])
+    ax_abs.invert_yaxis()
+    ax_abs.set_xlim(0, float(left_abs.max()) * 1.15)
+    ax_abs.set(title="Seconds per 1,000 env steps (lower is faster)", xlabel="seconds per 1,000 env steps")
+    ax_rel.set(title="Share of wall time", xlabel="% of wall time", xlim=(0, 100))
+    for ax in (ax_abs, ax_rel):
+        ax.grid(axis="x", alpha=0.3)
+    handles = [Patch(color=PHASE_COLORS[p]) for p in PHASE_NAMES]
+    names = ["env step", "policy inference", "sync (waiting on workers)", "GAE", "PPO update",
+             "other (publish, log, checkpoint)"]
+    note = None
+    if any(r.mode == "parallel" for r in cmp.runs):
+        note = ("parallel runs: env and inference are per-worker means (the workers run concurrently); "
+                "sync is the coordinator's wait beyond that")
+    fig.legend(handles, names, loc="outside lower center", ncol=len(names), fontsize=10, title=note,
+               title_fontsize=9)
+    return _png(fig)
+
+
+# ------------------------------------------------------------------------------------------------ output
+def render_outputs(cmp: Comparison) -> dict[str, bytes]:
+    """Every output file's content, built in memory."""
+    makers: dict[str, Callable[[Comparison], bytes]] = {
+        "comparison.png": plot_comparison,
+        "phase_breakdown.png": plot_phases,
+        "comparison_report.txt": lambda c: render_text(c).encode(),
+        "comparison.md": lambda c: render_markdown(c).encode(),
+        "comparison.json": lambda c: (json.dumps(to_json(c), indent=2, allow_nan=False) + "\n").encode(),
+    }
+    return {name: makers[name](cmp) for name in OUTPUT_FILES}
+
+
+def check_output_dir(path: Path) -> None:
+    """Refuse an output path that cannot be a directory, before anything is computed or written."""
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise ConfigError(f"output directory {path}: {p} exists and is not a directory")
+            break
+
+
+def write_outputs(outputs: Mapping[str, bytes], out_dir: Path) -> list[Path]:
+    """Create `out_dir` and write each file atomically (temp file + rename); returns the paths written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    umask = os.umask(0)
+    os.umask(umask)
+    mode = 0o666 & ~umask  # what a plain open() would give (atomic_write's temp files are private, 0600)
+
+    def writer(data: bytes) -> Callable[[BinaryIO], None]:
+        def write(f: BinaryIO) -> None:
+            os.fchmod(f.fileno(), mode)
+            f.write(data)
+        return write
+
+    written = []
+    for name, data in outputs.items():
+        atomic_write(out_dir / name, writer(data))
+        written.append(out_dir / name)
+    return written

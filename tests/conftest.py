@@ -1,0 +1,24 @@
+"""Shared helpers: the repository root and a runner for the timed-training entry point."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TRAIN_TIMED = ROOT / "train_timed.py"
+
+
+def run_train_timed(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run `train_timed.py ARGS` from the repository root with this interpreter; capture its output."""
+    return subprocess.run([sys.executable, str(TRAIN_TIMED), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture
+def train_timed():
+    """The `run_train_timed` helper, as a fixture."""
+    return run_train_timed

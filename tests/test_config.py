@@ -1,0 +1,226 @@
+"""build_config: YAML, flags and --set precedence, validation errors, and the shipped config files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from parallel_ppo.config import Config, ConfigError, build_config, config_from_dict
+
+SEQUENTIAL_FLAGS = {"env.id": None, "env.num_envs": None, "training.batch_size": None, "run.seed": None}
+
+
+def write_yaml(tmp_path: Path, text: str, name: str = "cfg.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def small_sets(*extra: str) -> list[str]:
+    """--set items for a tiny, valid CartPole config, plus `extra`."""
+    return ["env.id=CartPole-v1", "env.num_envs=2", "training.n_steps=8", "training.batch_size=4", *extra]
+
+
+def test_defaults_are_valid():
+    """The dataclass defaults pass validation on their own."""
+    cfg = build_config(None, {}, [], parallel=False)
+    assert cfg.to_dict() == Config().to_dict()
+
+
+def test_precedence_yaml_then_flags_then_set(tmp_path):
+    """Defaults < YAML < CLI flags < --set; a flag left as None does not override the YAML."""
+    path = write_yaml(tmp_path, """
+env: {id: CartPole-v1, num_envs: 4}
+training: {n_steps: 64, batch_size: 64, n_epochs: 7, learning_rate: 0.01}
+run: {seed: 5}
+""")
+    flags = {"env.num_envs": 8, "training.batch_size": 32, "run.seed": None, "training.n_epochs": 2}
+    sets = ["training.n_epochs=5", "training.n_steps=16"]
+    cfg = build_config(path, flags, sets, parallel=False)
+    assert cfg.env.id == "CartPole-v1"  # YAML only
+    assert cfg.run.seed == 5  # flag None: YAML kept
+    assert cfg.env.num_envs == 8  # flag beats YAML
+    assert cfg.training.batch_size == 32  # flag beats YAML
+    assert cfg.training.n_epochs == 5  # --set beats flag and YAML
+    assert cfg.training.n_steps == 16  # --set beats YAML
+    assert cfg.training.learning_rate == 0.01  # YAML beats default
+    assert cfg.training.gamma == Config().training.gamma  # default untouched
+    assert cfg.rollout_size == 16 * 8
+
+
+def test_later_set_wins_and_values_are_parsed_as_yaml():
+    """Repeated --set items apply in order; values are typed by YAML (numbers, booleans, lists)."""
+    cfg = build_config(None, {}, small_sets("training.n_epochs=2", "training.n_epochs=9",
+                                            "training.anneal_lr=true", "training.learning_rate=3e-4",
+                                            "model.mlp_hidden=[32, 16]", "training.gamma=1"), parallel=False)
+    assert cfg.training.n_epochs == 9
+    assert cfg.training.anneal_lr is True
+    assert cfg.training.learning_rate == pytest.approx(3e-4)
+    assert cfg.model.mlp_hidden == [32, 16]
+    assert isinstance(cfg.training.gamma, float) and cfg.training.gamma == 1.0
+
+
+def test_integral_float_accepted_for_int():
+    """64.0 is accepted for an integer field and stored as the int 64."""
+    cfg = build_config(None, {}, small_sets("training.n_steps=64.0"), parallel=False)
+    assert cfg.training.n_steps == 64 and isinstance(cfg.training.n_steps, int)
+
+
+@pytest.mark.parametrize("item,needle", [
+    ("bogus.key=1", "bogus"),
+    ("training.nope=1", "training.nope"),
+    ("training=1", "training"),
+    ("training.n_steps", "section.key=value"),
+    ("training.n_steps=abc", "training.n_steps"),
+    ("training.n_steps=true", "training.n_steps"),
+    ("training.n_steps=2.5", "training.n_steps"),
+    ("training.learning_rate=fast", "training.learning_rate"),
+    ("training.learning_rate=.nan", "training.learning_rate"),
+    ("training.anneal_lr=1", "training.anneal_lr"),
+    ("env.id=42", "env.id"),
+    ("model.mlp_hidden=[32, true]", "model.mlp_hidden"),
+])
+def test_bad_set_items(item, needle):
+    """Unknown sections/keys, malformed items and wrong types are ConfigErrors naming the key."""
+    with pytest.raises(ConfigError, match=needle.replace(".", r"\.").replace("[", r"\[")):
+        build_config(None, {}, small_sets(item), parallel=False)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("bogus:\n  x: 1\n", "unknown section 'bogus'"),
+    ("training:\n  n_stepz: 8\n", "training.n_stepz"),
+    ("training:\n  n_steps: eight\n", "training.n_steps"),
+    ("training:\n  n_steps: true\n", "training.n_steps"),
+    ("training:\n  n_epochs: 1.5\n", "training.n_epochs"),
+    ("training: 5\n", "section 'training' must be a mapping"),
+    ("", "is empty"),
+    ("# only a comment\n", "is empty"),
+    ("training: {n_steps: [1, 2\n", "not valid YAML"),
+    ("env:\n  id: starpilot\n   num_envs: 2\n", "not valid YAML"),
+    ("- env\n- training\n", "must be a mapping"),
+    ("just a string\n", "must be a mapping"),
+])
+def test_bad_yaml_files(tmp_path, text, needle):
+    """Unknown sections and keys, wrong types, empty, malformed and non-mapping files are ConfigErrors."""
+    path = write_yaml(tmp_path, text)
+    with pytest.raises(ConfigError, match=needle) as info:
+        build_config(path, {}, [], parallel=False)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_config_file(tmp_path):
+    """A config path that does not exist is a ConfigError naming it."""
+    with pytest.raises(ConfigError, match="not found"):
+        build_config(str(tmp_path / "nope.yaml"), {}, [], parallel=False)
+
+
+def test_empty_section_keeps_defaults(tmp_path):
+    """A section header with nothing under it changes nothing."""
+    cfg = build_config(write_yaml(tmp_path, "training:\nenv:\n  id: CartPole-v1\n"), {}, [], parallel=False)
+    assert cfg.training == Config().training
+    assert cfg.env.id == "CartPole-v1"
+
+
+@pytest.mark.parametrize("item", [
+    "training.n_steps=0", "training.batch_size=-4", "env.num_envs=0", "training.n_epochs=0",
+    "parallel.num_workers=0", "parallel.num_envs_per_worker=-1", "model.hidden_size=0",
+    "training.learning_rate=0", "training.clip_coef=-0.1", "run.total_steps=-1", "run.duration=0",
+    "training.gamma=1.5", "training.gae_lambda=-0.1", "model.mlp_hidden=[]", "model.impala_depths=[16, 0, 32]",
+])
+def test_non_positive_or_out_of_range_values(item):
+    """Sizes must be positive and rates within range."""
+    with pytest.raises(ConfigError, match=item.split("=")[0].replace(".", r"\.")):
+        build_config(None, {}, small_sets(item), parallel=False)
+
+
+@pytest.mark.parametrize("item", [
+    "training.precision=fp16", "model.kind=transformer", "logging.progress=maybe",
+    "parallel.start_method=fork", "env.distribution_mode=impossible",
+])
+def test_unknown_choices(item):
+    """String settings with a fixed set of choices reject anything else."""
+    with pytest.raises(ConfigError, match="must be one of"):
+        build_config(None, {}, small_sets(item), parallel=False)
+
+
+def test_minibatch_must_divide_rollout():
+    """A minibatch size that does not divide n_steps × num_envs is refused, naming both."""
+    with pytest.raises(ConfigError, match=r"batch size 6 does not divide the rollout.*= 16"):
+        build_config(None, {"training.batch_size": 6}, small_sets()[:-1], parallel=False)
+
+
+def test_minibatch_larger_than_rollout():
+    """A minibatch larger than the rollout is refused."""
+    with pytest.raises(ConfigError, match=r"batch size 32 is larger than the rollout"):
+        build_config(None, {"training.batch_size": 32}, small_sets()[:-1], parallel=False)
+
+
+def test_minibatch_equal_to_rollout_is_fine():
+    """One minibatch per rollout is allowed."""
+    cfg = build_config(None, {"training.batch_size": 16}, small_sets()[:-1], parallel=False)
+    assert cfg.training.batch_size == cfg.rollout_size == 16
+
+
+@pytest.mark.parametrize("env_id", ["notagame", "starpilot2", "CartPole-v99"])
+def test_unknown_env_id(env_id):
+    """An id that is neither a Procgen game nor a registered gymnasium id is refused."""
+    with pytest.raises(ConfigError, match=f"unknown game or env id '{env_id}'"):
+        build_config(None, {"env.id": env_id}, [], parallel=False)
+
+
+@pytest.mark.parametrize("env_id", ["starpilot", "coinrun", "CartPole-v1", "Acrobot-v1"])
+def test_known_env_ids(env_id):
+    """Procgen games and registered gymnasium ids pass."""
+    assert build_config(None, {"env.id": env_id}, [], parallel=False).env.id == env_id
+
+
+def test_parallel_mode_derives_num_envs():
+    """In parallel mode env.num_envs = workers × envs per worker, whatever env.num_envs was set to."""
+    flags = {"parallel.num_workers": 3, "parallel.num_envs_per_worker": 5, "env.num_envs": 2}
+    cfg = build_config(None, flags, ["training.batch_size=64"], parallel=True)
+    assert cfg.env.num_envs == 15
+    assert cfg.rollout_size == 15 * cfg.training.n_steps
+    # sequential mode keeps the explicit number
+    cfg = build_config(None, flags, ["training.batch_size=64"], parallel=False)
+    assert cfg.env.num_envs == 2
+
+
+def test_parallel_mode_validates_the_derived_rollout():
+    """The batch-size checks use the derived num_envs: 3 × 5 envs × 128 steps is not a multiple of 256."""
+    flags = {"parallel.num_workers": 3, "parallel.num_envs_per_worker": 5}
+    with pytest.raises(ConfigError, match="does not divide the rollout"):
+        build_config(None, flags, [], parallel=True)
+
+
+def test_dict_round_trip():
+    """config_from_dict(cfg.to_dict()) rebuilds an equal config."""
+    cfg = build_config(None, {}, small_sets("model.mlp_hidden=[8, 8, 8]", "run.seed=9"), parallel=False)
+    assert config_from_dict(cfg.to_dict()) == cfg
+
+
+SHIPPED = sorted((ROOT / "config").glob("*.yaml"))
+
+
+def test_shipped_config_files_exist():
+    """The repository ships the sequential and CartPole configs."""
+    names = {p.name for p in SHIPPED}
+    assert {"ppo_sequential.yaml", "cartpole.yaml"} <= names
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_shipped_configs_load_and_validate(path):
+    """Every config/*.yaml builds a valid config (in the mode its name says), with every key it sets applied."""
+    parallel = "parallel" in path.name
+    cfg = build_config(str(path), {}, [], parallel=parallel)
+    data = yaml.safe_load(path.read_text())
+    resolved = cfg.to_dict()
+    for section, values in data.items():
+        for key, value in (values or {}).items():
+            if parallel and (section, key) == ("env", "num_envs"):
+                continue
+            assert resolved[section][key] == value, f"{section}.{key}"
+    if parallel:
+        assert cfg.env.num_envs == cfg.parallel.num_workers * cfg.parallel.num_envs_per_worker

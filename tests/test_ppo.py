@@ -1,0 +1,214 @@
+"""PPO loss and update on fixed batches, explained variance, and inverse-CDF action sampling."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from parallel_ppo.collect import sample_actions
+from parallel_ppo.config import ModelConfig, TrainingConfig
+from parallel_ppo.model import build_model
+from parallel_ppo.ppo import TrainBatch, explained_variance, ppo_loss, ppo_update
+
+OBS_SIZE, NUM_ACTIONS, BATCH = 6, 4, 64
+
+
+def small_model(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return build_model((OBS_SIZE,), NUM_ACTIONS, ModelConfig(kind="mlp", mlp_hidden=[32, 32]))
+
+
+def rollout_batch(model: nn.Module, seed: int = 0) -> TrainBatch:
+    """A batch as the collector would produce it: actions sampled from the model, its log-probs and values."""
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.randn(BATCH, OBS_SIZE, generator=g)
+    with torch.no_grad():
+        logits, values = model(obs)
+        actions = torch.multinomial(F.softmax(logits, -1), 1, generator=g).squeeze(1)
+        logprobs = F.log_softmax(logits, -1).gather(1, actions.unsqueeze(1)).squeeze(1)
+    advantages = torch.randn(BATCH, generator=g)
+    returns = values + advantages + 0.5 * torch.randn(BATCH, generator=g)
+    return TrainBatch(obs, actions, logprobs, values, advantages, returns)
+
+
+def test_loss_before_any_step_has_unit_ratio():
+    """On the data it was collected with, the policy has ratio 1, no clipping and zero KL."""
+    model = small_model()
+    batch = rollout_batch(model)
+    loss, stats = ppo_loss(model, batch, TrainingConfig())
+    assert torch.isfinite(loss)
+    assert stats["ratio_mean"].item() == pytest.approx(1.0, abs=1e-6)
+    assert stats["clipfrac"].item() == 0.0
+    assert stats["approx_kl"].item() == pytest.approx(0.0, abs=1e-7)
+    # normalized advantages have mean 0, so the unclipped surrogate at ratio 1 is 0
+    assert stats["policy_loss"].item() == pytest.approx(0.0, abs=1e-6)
+    # the untrained policy head is nearly uniform
+    assert stats["entropy"].item() == pytest.approx(math.log(NUM_ACTIONS), rel=1e-3)
+
+
+def full_batch_stats(model, batch, cfg):
+    with torch.no_grad():
+        loss, stats = ppo_loss(model, batch, cfg)
+    return loss.item(), {k: v.item() for k, v in stats.items()}
+
+
+def test_updates_on_the_same_batch_decrease_the_loss():
+    """Repeated ppo_update calls on one batch lower the loss, the surrogate and the value loss."""
+    model = small_model(1)
+    batch = rollout_batch(model, 1)
+    cfg = TrainingConfig(batch_size=16, n_epochs=4, learning_rate=3e-3, ent_coef=0.0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=1e-5)
+    loss0, stats0 = full_batch_stats(model, batch, cfg)
+    history = []
+    for _ in range(3):
+        result = ppo_update(model, optimizer, batch, cfg, torch.Generator().manual_seed(0))
+        assert set(result) >= {"policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac",
+                               "explained_variance"}
+        history.append(full_batch_stats(model, batch, cfg)[0])
+    loss1, stats1 = full_batch_stats(model, batch, cfg)
+    assert loss1 < loss0 - 0.05
+    assert history[-1] < history[0]
+    assert stats1["policy_loss"] < stats0["policy_loss"]
+    assert stats1["value_loss"] < stats0["value_loss"]
+    assert stats1["approx_kl"] > 0  # the policy moved
+
+
+def test_big_steps_are_clipped():
+    """After large steps the ratio leaves [1 - clip, 1 + clip] for some samples, and clipfrac reports it."""
+    model = small_model(2)
+    batch = rollout_batch(model, 2)
+    cfg = TrainingConfig(batch_size=BATCH, n_epochs=30, learning_rate=0.05, max_grad_norm=100.0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
+    ppo_update(model, optimizer, batch, cfg, torch.Generator().manual_seed(0))
+    _, stats = full_batch_stats(model, batch, cfg)
+    assert stats["clipfrac"] > 0
+    assert stats["approx_kl"] > 1e-3
+    # clipfrac matches its definition on the same data
+    with torch.no_grad():
+        logits, _ = model(batch.obs)
+        new_lp = F.log_softmax(logits, -1).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
+        ratio = (new_lp - batch.logprobs).exp()
+    assert stats["clipfrac"] == pytest.approx(((ratio - 1).abs() > cfg.clip_coef).float().mean().item())
+
+
+class TablePolicy(nn.Module):
+    """A 'network' whose logits and value for observation i are free parameters (rows are independent)."""
+
+    def __init__(self, logits: torch.Tensor, values: torch.Tensor) -> None:
+        super().__init__()
+        self.logits = nn.Parameter(logits.clone())
+        self.values = nn.Parameter(values.clone())
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.logits[obs], self.values[obs]
+
+
+def test_clipped_surrogate_value_and_gradients():
+    """With known ratios the policy loss is mean(max(-A r, -A clip(r))) and clipped rows get no gradient."""
+    ratios = torch.tensor([0.5, 0.9, 1.0, 1.1, 1.5, 0.5, 1.5])
+    adv = torch.tensor([1.0, 1.0, -1.0, -1.0, 1.0, -1.0, -1.0])
+    n = len(ratios)
+    model = TablePolicy(torch.randn(n, 3, generator=torch.Generator().manual_seed(0)), torch.zeros(n))
+    actions = torch.zeros(n, dtype=torch.int64)
+    with torch.no_grad():
+        cur_lp = F.log_softmax(model.logits, -1)[:, 0]
+    batch = TrainBatch(torch.arange(n), actions, cur_lp - ratios.log(), torch.zeros(n), adv, torch.zeros(n))
+    cfg = TrainingConfig(norm_adv=False, clip_coef=0.2, ent_coef=0.0, vf_coef=0.0)
+    loss, stats = ppo_loss(model, batch, cfg)
+
+    expected = torch.max(-adv * ratios, -adv * ratios.clamp(0.8, 1.2)).mean()
+    assert stats["policy_loss"].item() == pytest.approx(expected.item(), rel=1e-5)
+    assert stats["clipfrac"].item() == pytest.approx(4 / 7)
+    assert stats["ratio_mean"].item() == pytest.approx(ratios.mean().item(), rel=1e-5)
+
+    loss.backward()
+    row_grad = model.logits.grad.abs().sum(1)
+    # clipping is active where it would pay to move further: A > 0 with r > 1.2, A < 0 with r < 0.8
+    active = torch.tensor([False, False, False, False, True, True, False])
+    assert torch.all(row_grad[active] == 0)
+    assert torch.all(row_grad[~active] > 0)
+
+
+def test_value_loss_clipping():
+    """With clip_vloss the value loss is 0.5 * max(unclipped, clipped)² around the old values."""
+    n = 4
+    old_values = torch.zeros(n)
+    new_values = torch.tensor([0.1, 0.5, -0.5, 1.0])
+    returns = torch.tensor([1.0, 1.0, 1.0, 0.0])
+    model = TablePolicy(torch.zeros(n, 2), new_values)
+    actions = torch.zeros(n, dtype=torch.int64)
+    batch = TrainBatch(torch.arange(n), actions, torch.full((n,), math.log(0.5)), old_values,
+                       torch.zeros(n), returns)
+    cfg = TrainingConfig(clip_coef=0.2, clip_vloss=True)
+    _, stats = ppo_loss(model, batch, cfg)
+    clipped = new_values.clamp(-0.2, 0.2)
+    expected = 0.5 * torch.max((new_values - returns) ** 2, (clipped - returns) ** 2).mean()
+    assert stats["value_loss"].item() == pytest.approx(expected.item(), rel=1e-6)
+
+    cfg.clip_vloss = False
+    _, stats = ppo_loss(model, batch, cfg)
+    assert stats["value_loss"].item() == pytest.approx((0.5 * (new_values - returns) ** 2).mean().item(), rel=1e-6)
+
+
+def test_explained_variance():
+    """1 for a perfect fit, 0 for predicting the mean, negative for a bad fit, NaN for constant returns."""
+    g = torch.Generator().manual_seed(0)
+    returns = torch.randn(200, generator=g)
+    assert explained_variance(returns.clone(), returns) == pytest.approx(1.0)
+    assert explained_variance(torch.full_like(returns, returns.mean().item()), returns) == pytest.approx(0.0, abs=1e-6)
+    assert explained_variance(-returns, returns) == pytest.approx(-3.0, rel=1e-5)
+    noisy = returns + 0.5 * torch.randn(200, generator=g)
+    assert 0.5 < explained_variance(noisy, returns) < 0.95
+    assert math.isnan(explained_variance(torch.randn(5), torch.ones(5)))
+
+
+def test_sample_actions_follows_the_probabilities():
+    """Sampled frequencies match softmax(logits) and the returned log-probs are those of the chosen actions."""
+    probs = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    n = 40_000
+    logits = probs.log().expand(n, -1) + 3.0  # a shift does not change the distribution
+    uniforms = np.random.default_rng(0).random(n)
+    actions, logprobs = sample_actions(logits, uniforms)
+    assert actions.dtype == torch.int64 and actions.shape == (n,)
+    freq = torch.bincount(actions, minlength=4).double() / n
+    # standard error of each frequency is below 0.0025; allow about 4 of them
+    torch.testing.assert_close(freq, probs.double(), atol=0.01, rtol=0)
+    torch.testing.assert_close(logprobs, probs.log()[actions], atol=1e-5, rtol=0)
+
+
+def test_sample_actions_inverse_cdf_boundaries():
+    """Uniform u picks the first action whose cumulative probability reaches u, even for u just below 1."""
+    probs = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    uniforms = np.array([0.0, 0.05, 0.15, 0.29, 0.31, 0.59, 0.61, 0.99, 1 - 1e-12])
+    actions, logprobs = sample_actions(probs.log().expand(len(uniforms), -1), uniforms)
+    assert actions.tolist() == [0, 0, 1, 1, 2, 2, 3, 3, 3]
+    torch.testing.assert_close(logprobs, probs.log()[actions])
+
+
+def test_sample_actions_never_picks_a_zero_probability_action():
+    """Actions with probability 0 (logit -inf) are never drawn, also for u just above 0 and just below 1."""
+    logits = torch.tensor([[-math.inf, 0.0, -math.inf, 0.0, -math.inf]]).expand(1000, -1)
+    uniforms = np.concatenate([[1e-12, 1 - 1e-12], np.random.default_rng(1).random(998)])
+    actions, logprobs = sample_actions(logits, uniforms)
+    assert set(actions.tolist()) <= {1, 3}
+    torch.testing.assert_close(logprobs, torch.full((1000,), math.log(0.5)))
+
+
+def test_sample_actions_independent_of_batch_split():
+    """The same uniforms give the same actions whether the rows are sampled together or in pieces."""
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(12, 5, generator=g) * 2
+    uniforms = np.random.default_rng(3).random(12)
+    whole_actions, whole_lp = sample_actions(logits, uniforms)
+    parts = [sample_actions(logits[a:b], uniforms[a:b]) for a, b in [(0, 1), (1, 5), (5, 12)]]
+    assert torch.equal(torch.cat([p[0] for p in parts]), whole_actions)
+    assert torch.equal(torch.cat([p[1] for p in parts]), whole_lp)
+    # and a row's action depends only on its own logits and uniform
+    shuffled = torch.randperm(12, generator=g)
+    perm_actions, _ = sample_actions(logits[shuffled], uniforms[shuffled.numpy()])
+    assert torch.equal(perm_actions, whole_actions[shuffled])

@@ -1,0 +1,66 @@
+"""The compute-limit benchmark: positive rates, a limit that follows its own formula, bad input exits 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from parallel_ppo.config import Config, ConfigError
+from parallel_ppo.roofline import PROCGEN_NUM_ACTIONS, PROCGEN_OBS_SHAPE, limit_sps, measure_compute_limit
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def small_config(precision: str = "fp32") -> Config:
+    cfg = Config()
+    cfg.env.num_envs = 2
+    cfg.training.batch_size = 4
+    cfg.training.n_epochs = 3
+    cfg.training.precision = precision
+    cfg.model.impala_depths = [4, 8, 8]
+    cfg.model.hidden_size = 32
+    return cfg
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_rates_are_positive_and_limit_follows_the_formula(precision: str) -> None:
+    cfg = small_config(precision)
+    result = measure_compute_limit(cfg, PROCGEN_OBS_SHAPE, PROCGEN_NUM_ACTIONS, seconds=0.2,
+                                   warmup_iters=1, min_iters=2)
+    assert result["forward_rate"] > 0 and result["train_rate"] > 0
+    expected = 1.0 / (1.0 / result["forward_rate"] + 3 / result["train_rate"])
+    assert result["limit_sps"] == pytest.approx(expected, rel=1e-12)
+    assert result["limit_sps"] == limit_sps(result["forward_rate"], result["train_rate"], 3)
+    assert result["limit_sps"] < min(result["forward_rate"], result["train_rate"] / 3)
+    assert (result["rollout_batch"], result["minibatch"], result["precision"]) == (2, 4, precision)
+    assert result["forward_iters"] >= 2 and result["train_iters"] >= 2
+    assert json.loads(json.dumps(result)) == result  # JSON-serializable as is
+
+
+def test_vector_observations_use_the_mlp() -> None:
+    cfg = small_config()
+    result = measure_compute_limit(cfg, (4,), 2, seconds=0.05, warmup_iters=1, min_iters=1)
+    assert result["model"] == "MlpActorCritic" and result["limit_sps"] > 0
+
+
+def test_non_positive_budget_is_a_config_error() -> None:
+    with pytest.raises(ConfigError):
+        measure_compute_limit(small_config(), PROCGEN_OBS_SHAPE, PROCGEN_NUM_ACTIONS, seconds=0)
+
+
+BAD_INPUT = [["roofline", "--no-such-flag"], ["roofline", "--seconds", "-1"],
+             ["roofline", "--set", "training.nope=1"], ["roofline", "--batch-size", "300"]]
+
+
+@pytest.mark.parametrize("args", BAD_INPUT)
+def test_bad_input_exits_2_with_one_line(args: list[str]) -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "bench.py"), *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "error" in lines[0]
