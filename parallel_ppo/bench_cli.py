@@ -16,7 +16,7 @@ import torch
 from parallel_ppo import fingerprint
 from parallel_ppo.cli import OneLineParser, learner_threads
 from parallel_ppo.config import Config, ConfigError, build_config
-from parallel_ppo.roofline import env_spaces, format_table, measure_compute_limit
+from parallel_ppo.roofline import BUSY_CORES, OtherLoad, env_spaces, format_table, measure_compute_limit
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEED_TARGET = 0.85
@@ -172,7 +172,8 @@ def speed_check(args: Any, prog: str) -> int:
     for item in sets:
         cmd += ["--set", item]
     print(f"{prog}: running the sequential trainer for {args.train_seconds:g} s → {run_dir}", flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT)
+    with OtherLoad() as load:
+        proc = subprocess.run(cmd, cwd=ROOT)
     if proc.returncode != 0:
         print(f"{prog}: error: train_timed.py exited with status {proc.returncode}", file=sys.stderr)
         return 1
@@ -190,6 +191,7 @@ def speed_check(args: Any, prog: str) -> int:
     result = {
         "verdict": verdict, "ratio": ratio, "target": SPEED_TARGET,
         "trainer_sps": trainer["sps"], "limit_sps": limit["limit_sps"],
+        "other_load_cores": {"limit": limit["other_load_cores"], "trainer": load.cores},
         "forward_rate": limit["forward_rate"], "train_rate": limit["train_rate"],
         "settings": {"env": cfg.env.id, "num_envs": cfg.env.num_envs, "n_steps": cfg.training.n_steps,
                      "batch_size": cfg.training.batch_size, "n_epochs": cfg.training.n_epochs,
@@ -218,6 +220,10 @@ def speed_check(args: Any, prog: str) -> int:
                        f"(ideal {ideal['update']:.2f}), gae {phases.get('gae', 0):.2f}, "
                        f"log {phases.get('log', 0):.2f}"),
     ]
+    busiest = max(limit["other_load_cores"], load.cores)
+    if busiest > BUSY_CORES:
+        rows.append(("WARNING", f"other processes kept up to {busiest:.2f} cores busy (limit "
+                                f"{limit['other_load_cores']:.2f}, trainer {load.cores:.2f}); rerun when quiet"))
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")

@@ -14,6 +14,7 @@ import psutil
 import torch
 import yaml
 
+from parallel_ppo.checkpoint import load_checkpoint
 from parallel_ppo.collect import RolloutError
 from parallel_ppo.config import Config, ConfigError, build_config
 
@@ -46,6 +47,8 @@ def make_parser(prog: str, parallel: bool) -> OneLineParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config field, e.g. --set training.n_steps=64 (repeatable)")
     p.add_argument("--overwrite", action="store_true", help="replace the results of an earlier run in DIR")
+    p.add_argument("--resume", metavar="DIR",
+                   help="continue the run in DIR from its checkpoint (its config.yaml, then any flags given)")
     return p
 
 
@@ -81,6 +84,35 @@ def prepare_run_dir(path: Path, cfg: Config, overwrite: bool) -> None:
     (path / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
 
+MUST_MATCH_ON_RESUME = ("env", "model")
+
+
+def load_resume(run_dir: str, mode: str, args: argparse.Namespace) -> tuple[str, dict]:
+    """Check `--resume DIR` against the other flags; return its config file and its validated checkpoint."""
+    path = Path(run_dir)
+    if args.config or args.overwrite:
+        raise ConfigError("--resume takes the config from the run directory; drop --config/--overwrite")
+    if args.output_dir and Path(args.output_dir).resolve() != path.resolve():
+        raise ConfigError("--resume continues in its own directory; drop --output-dir")
+    if not path.is_dir():
+        raise ConfigError(f"cannot resume: {path} is not a directory")
+    state = load_checkpoint(path / "checkpoint.pt")
+    if state.get("mode", mode) != mode:
+        raise ConfigError(f"cannot resume: {path} holds a {state['mode']} run; use the {state['mode']} trainer")
+    return str(path / "config.yaml"), state
+
+
+def check_resume_config(cfg: Config, state: dict, run_dir: Path) -> None:
+    """The checkpoint must come from a run with the same envs and network as the config resumed with."""
+    stored = state["config"]
+    current = cfg.to_dict()
+    for section in MUST_MATCH_ON_RESUME:
+        for key, value in current[section].items():
+            if stored.get(section, {}).get(key) != value:
+                raise ConfigError(f"checkpoint in {run_dir} was made with {section}.{key}="
+                                  f"{stored.get(section, {}).get(key)!r}, not {value!r}; it cannot be resumed so")
+
+
 def learner_threads(cfg: Config) -> int:
     return cfg.parallel.learner_threads or psutil.cpu_count(logical=True) or 1
 
@@ -90,21 +122,31 @@ def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
     args = make_parser(prog, parallel).parse_args(argv)
     flags = {key: getattr(args, name, None) for name, key in FLAG_KEYS.items()}
     mode = "parallel" if parallel else "sequential"
+    resume = None
     try:
-        cfg = build_config(args.config, flags, args.set, parallel)
-        run_dir = resolve_run_dir(cfg, mode, args.overwrite)
+        config_file = args.config
+        if args.resume:
+            config_file, resume = load_resume(args.resume, mode, args)
+            flags["run.output_dir"] = args.resume
+        cfg = build_config(config_file, flags, args.set, parallel)
+        if resume is not None:
+            check_resume_config(cfg, resume, Path(args.resume))
+            run_dir = Path(args.resume)
+        else:
+            run_dir = resolve_run_dir(cfg, mode, args.overwrite)
+        resumes = resume.get("resumes", 0) + 1 if resume is not None else 0
         torch.set_num_threads(learner_threads(cfg))
         if parallel:
             from parallel_ppo.parallel.coordinator import ParallelCoordinator
 
-            source = ParallelCoordinator(cfg)
+            source = ParallelCoordinator(cfg, resumes)
             threads = {"learner": torch.get_num_threads(), "worker": cfg.parallel.worker_threads,
                        "env_per_worker": source.env_threads}
         else:
             from parallel_ppo.collect import SequentialCollector
 
             env_threads = cfg.env.env_threads or (psutil.cpu_count(logical=True) or 1)
-            source = SequentialCollector(cfg, env_threads)
+            source = SequentialCollector(cfg, env_threads, resumes)
             threads = {"learner": torch.get_num_threads(), "env": env_threads}
     except ConfigError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
@@ -115,10 +157,19 @@ def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
 
     from parallel_ppo.trainer import train
 
-    prepare_run_dir(run_dir, cfg, args.overwrite)
+    if resume is None:
+        prepare_run_dir(run_dir, cfg, args.overwrite)
+    else:
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        print(f"{prog}: resuming {run_dir} at update {resume['update']}, {resume['env_steps']:,} steps, "
+              f"{resume['elapsed']:.0f} s elapsed", flush=True)
     print(f"{prog}: {mode} run on {cfg.env.id} with {source.layout['num_envs']} envs "
           f"({', '.join(f'{k} {v}' for k, v in threads.items())} threads) → {run_dir}", flush=True)
-    summary = train(cfg, source, run_dir, threads)
+    try:
+        summary = train(cfg, source, run_dir, threads, resume)
+    except KeyboardInterrupt:  # a second Ctrl-C: stop now; the last checkpoint was written atomically
+        print(f"\n{prog}: interrupted; the last checkpoint in {run_dir} is intact", file=sys.stderr)
+        return 128 + signal.SIGINT
     ret = summary["episodic_return_mean"]
     print(f"{prog}: {summary['stop_reason']} after {summary['total_env_steps']:,} steps in "
           f"{summary['wall_seconds']:.0f} s ({summary['sps']:.0f} SPS); mean return "

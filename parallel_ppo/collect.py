@@ -46,10 +46,11 @@ def sample_actions(logits: torch.Tensor, uniforms: np.ndarray) -> tuple[torch.Te
 class EnvRunner:
     """A BatchEnv with its current observations, per-env action generators and running episode totals."""
 
-    def __init__(self, env: BatchEnv, seed: int, first_env: int, precision: str = "fp32", restart: int = 0) -> None:
+    def __init__(self, env: BatchEnv, seed: int, first_env: int, precision: str = "fp32",
+                 stream: tuple[int, ...] = (0, 0)) -> None:
         self.env = env
         self.precision = precision
-        self.rngs = [np.random.default_rng(env_seed(seed, first_env + i, restart) ^ 0x5EED)
+        self.rngs = [np.random.default_rng(env_seed(seed, first_env + i, stream) ^ 0x5EED)
                      for i in range(env.num_envs)]
         self.obs = env.reset()
         self.ep_return = np.zeros(env.num_envs, dtype=np.float64)
@@ -103,10 +104,11 @@ class SequentialCollector:
 
     mode = "sequential"
 
-    def __init__(self, cfg: Config, env_threads: int) -> None:
-        env = make_batch_env(cfg.env, cfg.run.seed, 0, cfg.env.num_envs, env_threads)
+    def __init__(self, cfg: Config, env_threads: int, resumes: int = 0) -> None:
+        stream = (resumes, 0)
+        env = make_batch_env(cfg.env, cfg.run.seed, 0, cfg.env.num_envs, env_threads, stream)
         self.obs_shape, self.obs_dtype, self.num_actions = env.obs_shape, env.obs_dtype, env.num_actions
-        self.runner = EnvRunner(env, cfg.run.seed, 0, cfg.training.precision)
+        self.runner = EnvRunner(env, cfg.run.seed, 0, cfg.training.precision, stream)
         self.buffer = RolloutBuffer.allocate(cfg.training.n_steps, cfg.env.num_envs, env.obs_shape, env.obs_dtype)
         self.layout = {"num_workers": 0, "num_envs_per_worker": cfg.env.num_envs, "num_envs": cfg.env.num_envs}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,13 +185,33 @@ def set_value(cfg: Config, dotted: str, value: Any) -> None:
     setattr(section, key, _coerce(dotted, value, getattr(section, key)))
 
 
+class _YamlLoader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 scalars: only true/false are booleans (`progress: off` stays the string
+    "off") and numbers with an exponent but no point (`3e-4`, `1e5`) are numbers, not strings."""
+
+
+_YamlLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_YamlLoader.add_implicit_resolver("tag:yaml.org,2002:bool",
+                                  re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_YamlLoader.add_implicit_resolver("tag:yaml.org,2002:float",
+                                  re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+                                  list("-+0123456789."))
+
+
+def _yaml_load(text: str) -> Any:
+    return yaml.load(text, Loader=_YamlLoader)  # a SafeLoader subclass: plain data only
+
+
 def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     """Read a config file into nested dicts; missing, unreadable or malformed files are ConfigErrors."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
     try:
-        data = yaml.safe_load(p.read_text())
+        data = _yaml_load(p.read_text())
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read config file {p}: {e}") from None
     except yaml.YAMLError as e:
@@ -224,7 +245,7 @@ def parse_set(item: str) -> tuple[str, Any]:
     if not eq or not key.strip():
         raise ConfigError(f"--set expects section.key=value, got {item!r}")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = _yaml_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     return key.strip(), value

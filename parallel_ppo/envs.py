@@ -55,9 +55,9 @@ def check_env_id(env_id: str) -> None:
     )
 
 
-def env_seed(seed: int, first_env: int, restart: int = 0) -> int:
-    """A 31-bit seed derived from the run seed, the global index of the first env, and a restart count."""
-    return int(np.random.SeedSequence([seed, first_env, restart]).generate_state(1)[0] & 0x7FFFFFFF)
+def env_seed(seed: int, env_index: int, stream: tuple[int, ...] = (0, 0)) -> int:
+    """A 31-bit seed from the run seed, an env's global index and a stream (resume count, restart count)."""
+    return int(np.random.SeedSequence([seed, env_index, *stream]).generate_state(1)[0] & 0x7FFFFFFF)
 
 
 class ProcgenBatchEnv:
@@ -130,14 +130,28 @@ class GymnasiumBatchEnv:
         self._env.close()
 
 
+PROCGEN_OBS_SHAPE = (64, 64, 3)
+PROCGEN_ACTIONS = 15
+"""Every Procgen game shares these (RGB frames, the combined 15-button action set)."""
+
+
+def env_spaces(cfg: EnvConfig) -> tuple[tuple[int, ...], np.dtype, int]:
+    """(obs_shape, obs_dtype, num_actions) without loading Procgen (its assets take ~350 MB per process)."""
+    if cfg.id in procgen_games():
+        return PROCGEN_OBS_SHAPE, np.dtype(np.uint8), PROCGEN_ACTIONS
+    env = GymnasiumBatchEnv(cfg, 1, [0])
+    env.close()
+    return env.obs_shape, env.obs_dtype, env.num_actions
+
+
 def make_batch_env(cfg: EnvConfig, seed: int, first_env: int, num_envs: int, threads: int,
-                   restart: int = 0) -> BatchEnv:
-    """Build envs with global indices [first_env, first_env + num_envs), seeded from (seed, index, restart).
+                   stream: tuple[int, ...] = (0, 0)) -> BatchEnv:
+    """Build envs with global indices [first_env, first_env + num_envs), seeded from (seed, index, stream).
 
     Gymnasium envs are seeded one by one, so any split of the same envs across workers steps identically;
     Procgen seeds a whole batch from one number, so only the same split reproduces a run.
     """
     if cfg.id in procgen_games():
-        return ProcgenBatchEnv(cfg, num_envs, env_seed(seed, first_env, restart), threads)
-    seeds = [env_seed(seed, first_env + i, restart) for i in range(num_envs)]
+        return ProcgenBatchEnv(cfg, num_envs, env_seed(seed, first_env, stream), threads)
+    seeds = [env_seed(seed, first_env + i, stream) for i in range(num_envs)]
     return GymnasiumBatchEnv(cfg, num_envs, seeds)

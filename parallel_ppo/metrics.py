@@ -6,6 +6,7 @@ import csv
 import math
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ METRIC_COLUMNS = [
     "episodic_return_mean", "episodic_length_mean", "episodes",
     "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance", "learning_rate",
     *(f"time_{p}" for p in PHASES),
-    "cpu_percent", "rss_mb", "worker_restarts",
+    "cpu_percent", "rss_mb", "pss_mb", "worker_restarts",
 ]
 """metrics.csv columns, in order (one row per update)."""
 
@@ -36,39 +37,72 @@ TB_TAGS = {
     **{f"time_{p}": f"time/{p}" for p in PHASES},
     "cpu_percent": "system/cpu_percent",
     "rss_mb": "system/rss_mb",
+    "pss_mb": "system/pss_mb",
 }
 """metrics.csv column → TensorBoard tag (CleanRL's names where it has them)."""
 
 
 class ResourceSampler:
-    """CPU % (100 = one core busy) and RSS of this process and all its children, since the last sample."""
+    """CPU % (100 = one core busy) since the last sample, and memory, of this process and all its children.
 
-    def __init__(self) -> None:
+    `rss_mb` adds up each process's resident set, so memory shared between processes (the rollout buffer,
+    library code) counts once per process; `pss_mb` splits shared pages among their users, so the sum is
+    what the process tree really occupies.
+    """
+
+    def __init__(self, peak_interval: float = 0.5) -> None:
         self._root = psutil.Process()
         self._procs: dict[int, psutil.Process] = {}
         self.peak_rss_mb = 0.0
+        self.peak_pss_mb = 0.0
         self.sample()
+        # Memory peaks inside an update (activations) would fall between per-update samples: watch them.
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch_peaks, args=(peak_interval,), daemon=True,
+                                        name="peak-memory")
+        self._thread.start()
+
+    def _tree(self) -> list[psutil.Process]:
+        try:
+            return [self._root, *self._root.children(recursive=True)]
+        except psutil.Error:
+            return [self._root]
+
+    def _memory(self, procs: list[psutil.Process]) -> tuple[float, float]:
+        rss = pss = 0.0
+        for p in procs:
+            try:
+                mem = p.memory_full_info()
+            except psutil.Error:
+                continue
+            rss += mem.rss
+            pss += getattr(mem, "pss", mem.rss)
+        rss_mb, pss_mb = rss / 2**20, pss / 2**20
+        self.peak_rss_mb = max(self.peak_rss_mb, rss_mb)
+        self.peak_pss_mb = max(self.peak_pss_mb, pss_mb)
+        return rss_mb, pss_mb
+
+    def _watch_peaks(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            self._memory(self._tree())
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
     def sample(self) -> dict[str, float]:
-        procs = [self._root]
-        try:
-            procs += self._root.children(recursive=True)
-        except psutil.Error:
-            pass
-        cpu = rss = 0.0
+        cpu = 0.0
         alive = {}
-        for p in procs:
-            known = self._procs.get(p.pid, p)
+        for p in self._tree():
+            known = self._procs.get(p.pid, p)  # cpu_percent measures since the previous call on this object
             try:
                 cpu += known.cpu_percent(None)
-                rss += known.memory_info().rss
                 alive[p.pid] = known
             except psutil.Error:
                 continue
         self._procs = alive
-        rss_mb = rss / 2**20
-        self.peak_rss_mb = max(self.peak_rss_mb, rss_mb)
-        return {"cpu_percent": cpu, "rss_mb": rss_mb}
+        rss_mb, pss_mb = self._memory(list(alive.values()))
+        return {"cpu_percent": cpu, "rss_mb": rss_mb, "pss_mb": pss_mb}
 
 
 def _fmt_time(seconds: float) -> str:
@@ -80,8 +114,11 @@ class MetricsLogger:
     """Writes each update's row to metrics.csv and TensorBoard and redraws the progress line."""
 
     def __init__(self, run_dir: Path, tensorboard: bool, progress: str, budget_seconds: float,
-                 total_steps: int, label: str) -> None:
+                 total_steps: int, label: str, resume_after: tuple[int, int] | None = None) -> None:
+        """`resume_after=(update, env_steps)` continues a run: later rows (logged after its checkpoint) go."""
         self.path = run_dir / "metrics.csv"
+        if resume_after is not None and self.path.exists():
+            _truncate_after(self.path, resume_after[0])
         new = not self.path.exists() or self.path.stat().st_size == 0
         self._file = open(self.path, "a", newline="")
         self._csv = csv.DictWriter(self._file, fieldnames=METRIC_COLUMNS, extrasaction="ignore")
@@ -91,7 +128,8 @@ class MetricsLogger:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._writer = SummaryWriter(str(run_dir / "logs"))
+            purge = resume_after[1] + 1 if resume_after is not None else None
+            self._writer = SummaryWriter(str(run_dir / "logs"), purge_step=purge)
         self._progress = progress == "on" or (progress == "auto" and sys.stdout.isatty())
         self._budget = budget_seconds
         self._total_steps = total_steps
@@ -125,6 +163,20 @@ class MetricsLogger:
         if self._writer is not None:
             self._writer.close()
         self._file.close()
+
+
+def _truncate_after(path: Path, update: int) -> None:
+    """Keep the header and the rows up to `update` (rows past a checkpoint are repeated after a resume)."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        return
+    col = rows[0].index("update") if "update" in rows[0] else 0
+    kept = [rows[0]] + [r for r in rows[1:] if r and r[col].isdigit() and int(r[col]) <= update]
+    tmp = path.with_suffix(".csv.tmp")
+    with open(tmp, "w", newline="") as f:
+        csv.writer(f).writerows(kept)
+    os.replace(tmp, path)
 
 
 def _terminal_width() -> int:

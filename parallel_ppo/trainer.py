@@ -77,8 +77,13 @@ def _mean(values: deque) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
-def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, int]) -> dict:
-    """Train until the duration or step budget is spent (or a signal arrives); returns summary.json's content."""
+def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, int],
+          resume: dict | None = None) -> dict:
+    """Train until the duration or step budget is spent (or a signal arrives); returns summary.json's content.
+
+    `resume` is a loaded checkpoint: model, optimizer, counters, RNG states, episode window and elapsed
+    time carry on from it, and metrics rows logged after it are dropped so the CSV stays continuous.
+    """
     run_dir = Path(run_dir)
     torch.manual_seed(cfg.run.seed)
     model = build_model(source.obs_shape, source.num_actions, cfg.model)
@@ -86,16 +91,26 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, 
     generator = torch.Generator().manual_seed(cfg.run.seed)
     ep_returns: deque[float] = deque(maxlen=cfg.logging.return_window)
     ep_lengths: deque[int] = deque(maxlen=cfg.logging.return_window)
+    update = env_steps = episodes = 0
+    elapsed_before = 0.0
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        generator.set_state(resume["generator"])
+        torch.set_rng_state(resume["torch_rng"])
+        ep_returns.extend(resume["episode_returns"])
+        ep_lengths.extend(resume["episode_lengths"])
+        update, env_steps, episodes = resume["update"], resume["env_steps"], resume["episodes"]
+        elapsed_before = resume["elapsed"]
     timers = PhaseTimer()
     phase_totals = dict.fromkeys(PHASES, 0.0)
     sampler = ResourceSampler()
     budget = cfg.run.duration * 3600
     logger = MetricsLogger(run_dir, cfg.logging.tensorboard, cfg.logging.progress, budget, cfg.run.total_steps,
-                           source.mode)
-    update = env_steps = episodes = 0
+                           source.mode, resume_after=(update, env_steps) if resume is not None else None)
     stop_reason = error = ""
-    start = time.monotonic()
-    last_checkpoint = start
+    start = time.monotonic() - elapsed_before
+    last_checkpoint = time.monotonic()
     cpu_samples: list[float] = []
 
     def checkpoint() -> None:
@@ -104,7 +119,10 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, 
             "update": update, "env_steps": env_steps, "episodes": episodes, "elapsed": time.monotonic() - start,
             "episode_returns": list(ep_returns), "episode_lengths": list(ep_lengths),
             "generator": generator.get_state(), "torch_rng": torch.get_rng_state(),
+            "resumes": resumes, "mode": source.mode,
         })
+
+    resumes = (resume.get("resumes", 0) + 1) if resume is not None else 0
 
     try:
         with StopRequest() as stop:
@@ -118,6 +136,9 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, 
                     result = source.collect(model, timers)
                 except RolloutError as e:
                     stop_reason, error = "error", str(e)
+                    break
+                if stop.signum is not None:  # abandon this rollout rather than spend an update on it
+                    stop_reason = "signal"
                     break
 
                 with timers.phase("gae"):
@@ -162,9 +183,10 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, 
                     stop_reason = "total_steps"
                 elif elapsed >= budget:
                     stop_reason = "duration"
-            wall = time.monotonic() - start
+            wall = time.monotonic() - start - elapsed_before
             checkpoint()
     finally:
+        sampler.close()
         logger.close()
         source.close()
 
@@ -176,8 +198,8 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, 
         "env_id": cfg.env.id,
         **source.layout,
         "total_env_steps": env_steps,
-        "wall_seconds": wall,
-        "sps": env_steps / wall if wall > 0 else 0.0,
+        "wall_seconds": wall + elapsed_before,
+        "sps": env_steps / (wall + elapsed_before) if wall > 0 else 0.0,
         "episodic_return_mean": _mean(ep_returns) if ep_returns else None,
         "episodic_length_mean": _mean(ep_lengths) if ep_lengths else None,
         "episodes": episodes,
@@ -188,10 +210,12 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, 
         "precision": cfg.training.precision,
         "threads": threads,
         "peak_rss_mb": sampler.peak_rss_mb,
+        "peak_pss_mb": sampler.peak_pss_mb,
         "mean_cpu_percent": float(np.mean(cpu_samples)) if cpu_samples else None,
         "phase_seconds": phase_totals,
         "phase_fractions": {k: v / wall for k, v in phase_totals.items()} if wall > 0 else {},
         "worker_restarts": getattr(source, "restarts", 0),
+        "resumes": resumes,
         "seed": cfg.run.seed,
         "hardware": fingerprint.hardware(),
         "versions": fingerprint.versions(),

@@ -18,7 +18,7 @@ def run_train_timed(*args: str, timeout: float = 600) -> subprocess.CompletedPro
                           text=True, timeout=timeout)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def train_timed():
     """The `run_train_timed` helper, as a fixture."""
     return run_train_timed

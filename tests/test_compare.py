@@ -1,5 +1,9 @@
 """compare_results.py on real short CartPole runs: the table's numbers against the runs' own files, every
-output file, and one-line exit-2 errors that leave nothing behind."""
+output file, and one-line exit-2 errors that leave nothing behind.
+
+The runs are trained once, concurrently, and every compare_results.py invocation of the module (good and bad)
+then runs once, a few at a time, in the `cli` fixture; the tests check the recorded results.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ import shutil
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -17,47 +23,121 @@ import pytest
 from parallel_ppo.runs import load_runs
 
 ROOT = Path(__file__).resolve().parents[1]
-OUTPUTS = ("comparison.png", "phase_breakdown.png", "comparison_report.txt", "comparison.md", "comparison.json")
-# One thread per process: the runs start together on a small machine, and oversubscribed torch threads crawl.
-QUIET = ["--config", "config/cartpole.yaml", "--set", "training.n_epochs=4", "--set", "logging.tensorboard=false",
-         "--set", "parallel.learner_threads=1", "--set", "env.env_threads=1", "--set", "parallel.worker_threads=1"]
-RUNS = {
+HAS_PARALLEL = (ROOT / "train_parallel_timed.py").exists()
+OUTPUTS = ("comparison.png", "phase_breakdown.png", "comparison_report.txt", "comparison.md",
+           "comparison.json")
+# One torch thread per process: the runs train side by side on a small machine.
+COMMON = ["--config", "config/cartpole.yaml", "--set", "training.n_epochs=4", "--set",
+          "logging.tensorboard=false", "--set", "parallel.learner_threads=1", "--set", "env.env_threads=1"]
+TRAINING = {
     "four": ["train_timed.py", "--num-envs", "4", "--batch-size", "64", "--total-steps", "2048"],
     "eight": ["train_timed.py", "--num-envs", "8", "--batch-size", "64", "--total-steps", "2048"],
     # 4 steps of one CartPole env: too short for any episode to end.
     "zero": ["train_timed.py", "--num-envs", "1", "--set", "training.n_steps=4", "--batch-size", "4",
              "--total-steps", "4"],
 }
+if HAS_PARALLEL:
+    TRAINING["par"] = ["train_parallel_timed.py", "--num-workers", "2", "--num-envs-per-worker", "4",
+                       "--batch-size", "64", "--total-steps", "2048"]
 
 
-def _train(jobs: dict[str, list[str]], base: Path) -> dict[str, Path]:
-    procs = {name: subprocess.Popen([sys.executable, *args, *QUIET, "--output-dir", str(base / name)], cwd=ROOT,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for name, args in jobs.items()}
-    for name, proc in procs.items():
-        out, _ = proc.communicate(timeout=300)
-        assert proc.returncode == 0, f"training run {name} failed:\n{out}"
-    return {name: base / name for name in jobs}
+def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def _all(commands: dict[str, list[str]], at_once: int) -> dict[str, subprocess.CompletedProcess[str]]:
+    with ThreadPoolExecutor(at_once) as pool:
+        return dict(zip(commands, pool.map(_run, commands.values()), strict=True))
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Three real sequential runs, trained concurrently once for the module."""
-    return _train(RUNS, tmp_path_factory.mktemp("runs"))
+    """Real short runs, trained concurrently once for the module."""
+    base = tmp_path_factory.mktemp("runs")
+    done = _all({name: [*args, *COMMON, "--output-dir", str(base / name)] for name, args in TRAINING.items()},
+                at_once=len(TRAINING))
+    for name, res in done.items():
+        assert res.returncode == 0, f"training run {name} failed:\n{res.stdout}{res.stderr}"
+    return {name: base / name for name in TRAINING}
 
 
-def compare(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "compare_results.py", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+# --- broken inputs: (damage done to a copy of a good run, words the error line must contain) -----------
+def _truncate_mid_line(run: Path) -> None:
+    data = (run / "metrics.csv").read_bytes()
+    (run / "metrics.csv").write_bytes(data[: len(data) - 25])
+
+
+def _drop_last_rows(run: Path) -> None:
+    lines = (run / "metrics.csv").read_text().splitlines(keepends=True)
+    (run / "metrics.csv").write_text("".join(lines[:-3]))
+
+
+def _bad_cell(run: Path) -> None:
+    lines = (run / "metrics.csv").read_text().splitlines()
+    fields = lines[3].split(",")
+    fields[3] = "oops"  # the sps column; the row keeps its field count
+    lines[3] = ",".join(fields)
+    (run / "metrics.csv").write_text("\n".join(lines) + "\n")
+
+
+def _header_only(run: Path) -> None:
+    (run / "metrics.csv").write_text((run / "metrics.csv").read_text().splitlines()[0] + "\n")
+
+
+BROKEN: dict[str, tuple[Callable[[Path], object], str]] = {
+    "no_metrics": (lambda run: (run / "metrics.csv").unlink(), "has no metrics.csv"),
+    "truncated_mid_line": (_truncate_mid_line, "truncated"),
+    "rows_missing": (_drop_last_rows, "truncated metrics.csv"),
+    "bad_cell": (_bad_cell, "not a number"),
+    "binary_garbage": (lambda run: (run / "metrics.csv").write_bytes(b"\x00\xff\xfe" * 100), "corrupt"),
+    "empty_metrics": (lambda run: (run / "metrics.csv").write_text(""), "is empty"),
+    "header_only": (_header_only, "no rows"),
+    "corrupt_summary": (lambda run: (run / "summary.json").write_text('{"mode": "seq'), "not valid JSON"),
+    "no_summary": (lambda run: (run / "summary.json").unlink(), "has not finished"),
+}
+BAD_ARGS = {  # {four}/{eight}/{missing} are filled in; words the error line must contain
+    "missing_dir": (["--sequential", "{four}", "--parallel", "{missing}"], "not found"),
+    "same_label": (["--run", "a={four}", "--run", "a={eight}"], "given twice"),
+    "no_equals": (["--run", "{four}", "--run", "b={eight}"], "LABEL=DIR"),
+    "one_run": (["--sequential", "{four}"], "at least two runs"),
+    "bad_flag": (["--sequential", "{four}", "--parallel", "{eight}", "--threshold", "high"], "invalid float"),
+    "unknown_baseline": (["--sequential", "{four}", "--parallel", "{eight}", "--baseline", "x"],
+                         "not one of"),
+    "output_is_file": (["--sequential", "{four}", "--parallel", "{eight}"], "not a directory"),
+}
 
 
 @pytest.fixture(scope="module")
-def compared(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, dict]:
-    """The reference guide's interface, once: --sequential four --parallel eight."""
-    out = tmp_path_factory.mktemp("cmp") / "comparison"
-    res = compare("--sequential", str(runs["four"]), "--parallel", str(runs["eight"]), "--output-dir", str(out))
+def cli(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+        ) -> dict[str, tuple[subprocess.CompletedProcess[str], Path]]:
+    """Every compare_results.py invocation of the module → (its result, its --output-dir)."""
+    base = tmp_path_factory.mktemp("cli")
+    four, eight, zero = (str(runs[k]) for k in ("four", "eight", "zero"))
+    commands: dict[str, list[str]] = {
+        "reference": ["--sequential", four, "--parallel", eight],
+        "sweep": ["--run", f"four={four}", "--run", f"zero={zero}", "--run", f"eight={eight}",
+                  "--threshold", "15", "--baseline", "eight"],
+    }
+    if HAS_PARALLEL:
+        commands["parallel"] = ["--sequential", eight, "--parallel", str(runs["par"])]
+    for case, (damage, _) in BROKEN.items():
+        broken = base / f"broken_{case}"
+        shutil.copytree(runs["eight"], broken)
+        damage(broken)
+        commands[case] = ["--sequential", four, "--parallel", str(broken)]
+    for case, (args, _) in BAD_ARGS.items():
+        commands[case] = [a.format(four=four, eight=eight, missing=base / "nope") for a in args]
+    (base / "output_is_file").write_text("keep me")
+    results = _all({name: ["compare_results.py", *args, "--output-dir", str(base / name)]
+                    for name, args in commands.items()}, at_once=4)
+    return {name: (res, base / name) for name, res in results.items()}
+
+
+def ok(cli: dict[str, tuple[subprocess.CompletedProcess[str], Path]], name: str
+       ) -> tuple[subprocess.CompletedProcess[str], Path, dict]:
+    res, out = cli[name]
     assert res.returncode == 0, res.stderr
-    return out, res.stdout, json.loads((out / "comparison.json").read_text())
+    return res, out, json.loads((out / "comparison.json").read_text())
 
 
 def read_metrics(run: Path) -> list[dict[str, float]]:
@@ -71,10 +151,10 @@ def return_at(rows: list[dict[str, float]], seconds: float) -> float:
 
 
 # ---------------------------------------------------------------------------------------- acceptance 1
-def test_every_output_file_exists_and_pngs_are_images(compared: tuple[Path, str, dict]) -> None:
+def test_every_output_file_exists_and_pngs_are_images(cli) -> None:
     from matplotlib.image import imread
 
-    out, _, _ = compared
+    _, out, _ = ok(cli, "reference")
     assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUTS)  # and no temp files left over
     for name in ("comparison.png", "phase_breakdown.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -83,22 +163,21 @@ def test_every_output_file_exists_and_pngs_are_images(compared: tuple[Path, str,
         assert pixels.std() > 0.05  # not a blank canvas
 
 
-def test_table_numbers_match_the_runs_own_metrics(runs: dict[str, Path], compared: tuple[Path, str, dict]) -> None:
-    _, _, result = compared
+def test_table_numbers_match_the_runs_own_metrics(runs: dict[str, Path], cli) -> None:
+    _, _, result = ok(cli, "reference")
     by_label = {r["label"]: r for r in result["runs"]}
     assert result["baseline"] == "sequential"
     seq, par = by_label["sequential"], by_label["parallel"]
-    rows = {"sequential": read_metrics(runs["four"]), "parallel": read_metrics(runs["eight"])}
-    summaries = {"sequential": json.loads((runs["four"] / "summary.json").read_text()),
-                 "parallel": json.loads((runs["eight"] / "summary.json").read_text())}
+    dirs = {"sequential": runs["four"], "parallel": runs["eight"]}
+    rows = {label: read_metrics(d) for label, d in dirs.items()}
+    summaries = {label: json.loads((d / "summary.json").read_text()) for label, d in dirs.items()}
 
     medians = {label: statistics.median(r["sps"] for r in rows[label]) for label in rows}
     assert seq["median_sps"] == pytest.approx(medians["sequential"])
     assert par["median_sps"] == pytest.approx(medians["parallel"])
     assert seq["speedup"] == pytest.approx(1.0)
     assert par["speedup"] == pytest.approx(medians["parallel"] / medians["sequential"])
-    # Both are sequential runs, which count as one worker each.
-    assert par["efficiency"] == pytest.approx(par["speedup"])
+    assert par["efficiency"] == pytest.approx(par["speedup"])  # both sequential: 1 worker each
 
     equal_time = min(r[-1]["wall_time"] for r in rows.values())
     assert result["equal_wall_time_seconds"] == pytest.approx(equal_time)
@@ -120,151 +199,76 @@ def test_table_numbers_match_the_runs_own_metrics(runs: dict[str, Path], compare
         assert stats["steps_to_threshold"] == first["env_steps"]
 
 
-def test_console_table_and_reports_show_the_numbers(compared: tuple[Path, str, dict]) -> None:
-    out, stdout, result = compared
+def test_console_table_and_reports_show_the_numbers(cli) -> None:
+    res, out, result = ok(cli, "reference")
     par = next(r for r in result["runs"] if r["label"] == "parallel")
     text = (out / "comparison_report.txt").read_text()
     markdown = (out / "comparison.md").read_text()
-    for shown in (stdout, text, markdown):
+    for shown in (res.stdout, text, markdown):
         assert f"{par['speedup']:.2f}×" in shown
         assert f"{par['median_sps']:,.0f}" in shown
         assert "median SPS" in shown and "speed-up" in shown and "efficiency" in shown
     for line in result["verdict"]:
-        assert line in stdout and line in text and line in markdown
+        assert line in res.stdout and line in text and line in markdown
     verdict = result["verdict"][0]
     assert verdict.startswith("parallel was") and "at equal wall time" in verdict
     for report in (text, markdown):
         assert "median SPS / the baseline's median SPS" in report
         assert par["hardware"]["cpu_model"] in report and f"torch {par['versions']['torch']}" in report
-        assert "![" in markdown and "| run |" in markdown
+    assert "![" in markdown and "| run |" in markdown
     # --parallel was given a sequential run: said, not hidden.
     assert any("given as the parallel run" in w for w in result["warnings"])
 
 
-def test_run_labels_threshold_and_zero_episodes(runs: dict[str, Path], tmp_path: Path) -> None:
-    out = tmp_path / "sweep"
-    res = compare("--run", f"four={runs['four']}", "--run", f"zero={runs['zero']}", "--run",
-                  f"eight={runs['eight']}", "--threshold", "15", "--baseline", "eight", "--output-dir", str(out))
-    assert res.returncode == 0, res.stderr
-    result = json.loads((out / "comparison.json").read_text())
+def test_run_labels_baseline_threshold_and_zero_episodes(runs: dict[str, Path], cli) -> None:
+    res, _, result = ok(cli, "sweep")
     assert [r["label"] for r in result["runs"]] == ["four", "zero", "eight"]
     assert result["baseline"] == "eight" and result["return_threshold"] == 15
     by_label = {r["label"]: r for r in result["runs"]}
     assert by_label["eight"]["speedup"] == pytest.approx(1.0)
     assert by_label["four"]["speedup"] == pytest.approx(by_label["four"]["median_sps"]
                                                         / by_label["eight"]["median_sps"])
-    zero = by_label["zero"]
-    assert zero["episodes"] == 0 and zero["final_return"] is None and zero["time_to_threshold_seconds"] is None
-    assert "no episodes finished" in res.stdout
-    four_rows = read_metrics(runs["four"])
-    first = next(r for r in four_rows if r["episodic_return_mean"] >= 15)
+    first = next(r for r in read_metrics(runs["four"]) if r["episodic_return_mean"] >= 15)
     assert by_label["four"]["time_to_threshold_seconds"] == pytest.approx(first["wall_time"])
+    zero = by_label["zero"]
+    assert zero["episodes"] == 0 and zero["final_return"] is None
+    assert zero["return_at_equal_time"] is None and zero["time_to_threshold_seconds"] is None
+    assert "no episodes finished" in res.stdout
 
 
 def test_efficiency_divides_by_workers(runs: dict[str, Path]) -> None:
-    """The layout is relabelled in memory (W=2) to check the formula; the numbers are a real run's."""
-    from parallel_ppo.report import compare as compare_runs
-    from parallel_ppo.report import verdict
+    """The layout is relabelled in memory (W=2) to check the formula on a real run's numbers."""
+    from parallel_ppo.report import compare, verdict
 
     seq, other = load_runs([("sequential", runs["four"]), ("parallel", runs["eight"])])
     par = dataclasses.replace(other, mode="parallel", num_workers=2, num_envs_per_worker=4)
-    cmp = compare_runs([seq, par])
+    cmp = compare([seq, par])
     stats = {s.label: s for s in cmp.stats}
     assert stats["parallel"].layout == "2×4"
     assert stats["parallel"].efficiency == pytest.approx(stats["parallel"].speedup / 2)
     assert "parallel efficiency with 2 workers" in verdict(cmp)[0]
 
 
-@pytest.mark.skipif(not (ROOT / "train_parallel_timed.py").exists(), reason="train_parallel_timed.py not there yet")
-def test_real_parallel_run(runs: dict[str, Path], tmp_path: Path) -> None:
-    par = _train({"par": ["train_parallel_timed.py", "--num-workers", "2", "--num-envs-per-worker", "4",
-                          "--batch-size", "64", "--total-steps", "2048"]}, tmp_path)["par"]
-    out = tmp_path / "cmp"
-    res = compare("--sequential", str(runs["eight"]), "--parallel", str(par), "--output-dir", str(out))
-    assert res.returncode == 0, res.stderr
-    result = json.loads((out / "comparison.json").read_text())
-    p = next(r for r in result["runs"] if r["label"] == "parallel")
-    assert p["mode"] == "parallel" and p["workers_counted"] == 2
-    assert p["efficiency"] == pytest.approx(p["speedup"] / 2)
+@pytest.mark.skipif(not HAS_PARALLEL, reason="train_parallel_timed.py is not there yet")
+def test_real_parallel_run(cli) -> None:
+    _, _, result = ok(cli, "parallel")
+    par = next(r for r in result["runs"] if r["label"] == "parallel")
+    assert par["mode"] == "parallel" and par["workers_counted"] == 2 and par["num_envs_per_worker"] == 4
+    assert par["efficiency"] == pytest.approx(par["speedup"] / 2)
+    # 8 envs either way and the same settings: only the layout differs, so no config warning.
     assert not any("beyond the parallel layout" in w for w in result["warnings"])
 
 
 # ---------------------------------------------------------------------------------------- acceptance 2
-def _copy(run: Path, dest: Path) -> Path:
-    shutil.copytree(run, dest)
-    return dest
-
-
-def _truncate_mid_line(run: Path) -> None:
-    data = (run / "metrics.csv").read_bytes()
-    (run / "metrics.csv").write_bytes(data[: len(data) - 25])
-
-
-def _drop_last_rows(run: Path) -> None:
-    lines = (run / "metrics.csv").read_text().splitlines(keepends=True)
-    (run / "metrics.csv").write_text("".join(lines[:-3]))
-
-
-def _bad_cell(run: Path) -> None:
-    lines = (run / "metrics.csv").read_text().splitlines()
-    fields = lines[3].split(",")
-    fields[3] = "oops"  # the sps column
-    lines[3] = ",".join(fields)
-    (run / "metrics.csv").write_text("\n".join(lines) + "\n")
-
-
-BROKEN = {
-    "no_metrics": (lambda run: (run / "metrics.csv").unlink(), "has no metrics.csv"),
-    "truncated_mid_line": (_truncate_mid_line, "truncated"),
-    "rows_missing": (_drop_last_rows, "truncated metrics.csv"),
-    "bad_cell": (_bad_cell, "not a number"),
-    "binary_garbage": (lambda run: (run / "metrics.csv").write_bytes(b"\x00\xff\xfe" * 100), "corrupt"),
-    "empty_metrics": (lambda run: (run / "metrics.csv").write_text(""), "is empty"),
-    "header_only": (lambda run: (run / "metrics.csv").write_text(
-        (run / "metrics.csv").read_text().splitlines()[0] + "\n"), "no rows"),
-    "corrupt_summary": (lambda run: (run / "summary.json").write_text('{"mode": "seq'), "not valid JSON"),
-    "no_summary": (lambda run: (run / "summary.json").unlink(), "has not finished"),
-}
-
-
-def assert_one_line_exit_2(res: subprocess.CompletedProcess[str], expect: str) -> None:
+@pytest.mark.parametrize("case", [*BROKEN, *BAD_ARGS])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(case: str, cli) -> None:
+    res, out = cli[case]
+    expect = (BROKEN.get(case) or BAD_ARGS[case])[1]
     assert res.returncode == 2, res.stdout + res.stderr
-    assert "Traceback" not in res.stderr
+    assert "Traceback" not in res.stderr and res.stdout == ""
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("compare_results.py: error:"), res.stderr
-    assert expect in lines[0]
-    assert res.stdout == ""
-
-
-@pytest.mark.parametrize("case", sorted(BROKEN))
-def test_broken_run_directory_is_one_line_exit_2(case: str, runs: dict[str, Path], tmp_path: Path) -> None:
-    damage, expect = BROKEN[case]
-    broken = _copy(runs["eight"], tmp_path / "broken")
-    damage(broken)
-    out = tmp_path / "out"
-    res = compare("--sequential", str(runs["four"]), "--parallel", str(broken), "--output-dir", str(out))
-    assert_one_line_exit_2(res, expect)
-    assert not out.exists()
-
-
-@pytest.mark.parametrize("case", ["missing_dir", "same_label", "no_equals", "one_run", "bad_flag",
-                                  "unknown_baseline", "output_is_file"])
-def test_bad_arguments_are_one_line_exit_2(case: str, runs: dict[str, Path], tmp_path: Path) -> None:
-    four, eight = str(runs["four"]), str(runs["eight"])
-    out = tmp_path / "out"
-    args, expect = {
-        "missing_dir": (["--sequential", four, "--parallel", str(tmp_path / "nope")], "not found"),
-        "same_label": (["--run", f"a={four}", "--run", f"a={eight}"], "given twice"),
-        "no_equals": (["--run", four, "--run", f"b={eight}"], "LABEL=DIR"),
-        "one_run": (["--sequential", four], "at least two runs"),
-        "bad_flag": (["--sequential", four, "--parallel", eight, "--threshold", "high"], "invalid float"),
-        "unknown_baseline": (["--sequential", four, "--parallel", eight, "--baseline", "x"], "not one of"),
-        "output_is_file": (["--sequential", four, "--parallel", eight], "not a directory"),
-    }[case]
-    if case == "output_is_file":
-        out.write_text("keep me")
-    res = compare(*args, "--output-dir", str(out))
-    assert_one_line_exit_2(res, expect)
+    assert expect in lines[0], lines[0]
     if case == "output_is_file":
         assert out.read_text() == "keep me"
     else:

@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT
 from parallel_ppo.config import Config, ConfigError, build_config, config_from_dict
 
-SEQUENTIAL_FLAGS = {"env.id": None, "env.num_envs": None, "training.batch_size": None, "run.seed": None}
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def write_yaml(tmp_path: Path, text: str, name: str = "cfg.yaml") -> str:
@@ -61,6 +60,31 @@ def test_later_set_wins_and_values_are_parsed_as_yaml():
     assert cfg.training.learning_rate == pytest.approx(3e-4)
     assert cfg.model.mlp_hidden == [32, 16]
     assert isinstance(cfg.training.gamma, float) and cfg.training.gamma == 1.0
+
+
+def test_exponent_numbers_without_a_point(tmp_path):
+    """3e-4 (a string to PyYAML's YAML 1.1) is read as a number in files and --set; 1e5 is an integer."""
+    path = write_yaml(tmp_path, "training:\n  learning_rate: 3e-4\n")
+    sets = small_sets("run.total_steps=1e5", "training.max_grad_norm=5E-1")
+    cfg = build_config(path, {}, sets, parallel=False)
+    assert cfg.training.learning_rate == pytest.approx(3e-4)
+    assert cfg.run.total_steps == 100_000 and isinstance(cfg.run.total_steps, int)
+    assert cfg.training.max_grad_norm == 0.5
+    with pytest.raises(ConfigError, match="training.n_steps must be an integer"):
+        build_config(None, {}, small_sets("training.n_steps=1e-1"), parallel=False)
+
+
+def test_on_off_stay_strings(tmp_path):
+    """`progress: off` / `--set logging.progress=on` are the strings the field expects (YAML 1.2 booleans)."""
+    cfg = build_config(write_yaml(tmp_path, "logging:\n  progress: off\n"), {}, small_sets(), parallel=False)
+    assert cfg.logging.progress == "off"
+    cfg = build_config(None, {}, small_sets("logging.progress=on"), parallel=False)
+    assert cfg.logging.progress == "on"
+    sets = small_sets("training.anneal_lr=True", "training.norm_adv=false")
+    cfg = build_config(None, {}, sets, parallel=False)
+    assert cfg.training.anneal_lr is True and cfg.training.norm_adv is False
+    with pytest.raises(ConfigError, match="training.anneal_lr must be true or false, got 'yes'"):
+        build_config(None, {}, small_sets("training.anneal_lr=yes"), parallel=False)
 
 
 def test_integral_float_accepted_for_int():
@@ -128,7 +152,8 @@ def test_empty_section_keeps_defaults(tmp_path):
     "training.n_steps=0", "training.batch_size=-4", "env.num_envs=0", "training.n_epochs=0",
     "parallel.num_workers=0", "parallel.num_envs_per_worker=-1", "model.hidden_size=0",
     "training.learning_rate=0", "training.clip_coef=-0.1", "run.total_steps=-1", "run.duration=0",
-    "training.gamma=1.5", "training.gae_lambda=-0.1", "model.mlp_hidden=[]", "model.impala_depths=[16, 0, 32]",
+    "training.gamma=1.5", "training.gae_lambda=-0.1", "model.mlp_hidden=[]",
+    "model.impala_depths=[16, 0, 32]",
 ])
 def test_non_positive_or_out_of_range_values(item):
     """Sizes must be positive and rates within range."""
@@ -212,7 +237,7 @@ def test_shipped_config_files_exist():
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
 def test_shipped_configs_load_and_validate(path):
-    """Every config/*.yaml builds a valid config (in the mode its name says), with every key it sets applied."""
+    """Every config/*.yaml builds a valid config (in the mode its name says), applying every key it sets."""
     parallel = "parallel" in path.name
     cfg = build_config(str(path), {}, [], parallel=parallel)
     data = yaml.safe_load(path.read_text())

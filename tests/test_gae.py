@@ -78,8 +78,10 @@ def test_hand_computed_numbers():
     values = [[0.5], [1.0], [2.0], [1.0]]
     dones = [[0.0], [1.0], [0.0], [0.0]]
     last_values = [2.0]
-    # deltas: t3 = 4 + 0.5*2 - 1 = 4;  t2 = 3 + 0.5*1 - 2 = 1.5;  t1 = 2 - 1 = 1 (done);  t0 = 1 + 0.5*1 - 0.5 = 1
-    # advantages: A3 = 4;  A2 = 1.5 + 0.25*4 = 2.5;  A1 = 1 (nothing from after the done);  A0 = 1 + 0.25*1 = 1.25
+    # deltas: t3 = 4 + 0.5*2 - 1 = 4;  t2 = 3 + 0.5*1 - 2 = 1.5;  t1 = 2 - 1 = 1 (done);
+    #         t0 = 1 + 0.5*1 - 0.5 = 1
+    # advantages: A3 = 4;  A2 = 1.5 + 0.25*4 = 2.5;  A1 = 1 (nothing from after the done);
+    #             A0 = 1 + 0.25*1 = 1.25
     adv, ret = compute_gae(*as_tensors(rewards, values, dones, last_values), gamma, lam)
     assert adv[:, 0].tolist() == pytest.approx([1.25, 1.0, 2.5, 4.0])
     assert ret[:, 0].tolist() == pytest.approx([1.75, 2.0, 4.5, 5.0])
@@ -151,5 +153,6 @@ def test_float32_inputs_keep_dtype_and_shape():
     adv, ret = compute_gae(rewards, values, dones, last_values, 0.99, 0.95)
     assert adv.dtype == ret.dtype == torch.float32
     assert adv.shape == ret.shape == rewards.shape
-    ref_adv, _ = reference_gae(rewards.tolist(), values.tolist(), dones.tolist(), last_values.tolist(), 0.99, 0.95)
+    ref_adv, _ = reference_gae(rewards.tolist(), values.tolist(), dones.tolist(), last_values.tolist(),
+                               0.99, 0.95)
     torch.testing.assert_close(adv, torch.tensor(ref_adv, dtype=torch.float32), rtol=1e-5, atol=1e-5)

@@ -152,7 +152,8 @@ def test_value_loss_clipping():
 
     cfg.clip_vloss = False
     _, stats = ppo_loss(model, batch, cfg)
-    assert stats["value_loss"].item() == pytest.approx((0.5 * (new_values - returns) ** 2).mean().item(), rel=1e-6)
+    unclipped = (0.5 * (new_values - returns) ** 2).mean()
+    assert stats["value_loss"].item() == pytest.approx(unclipped.item(), rel=1e-6)
 
 
 def test_explained_variance():
@@ -160,7 +161,8 @@ def test_explained_variance():
     g = torch.Generator().manual_seed(0)
     returns = torch.randn(200, generator=g)
     assert explained_variance(returns.clone(), returns) == pytest.approx(1.0)
-    assert explained_variance(torch.full_like(returns, returns.mean().item()), returns) == pytest.approx(0.0, abs=1e-6)
+    mean_prediction = torch.full_like(returns, returns.mean().item())
+    assert explained_variance(mean_prediction, returns) == pytest.approx(0.0, abs=1e-6)
     assert explained_variance(-returns, returns) == pytest.approx(-3.0, rel=1e-5)
     noisy = returns + 0.5 * torch.randn(200, generator=g)
     assert 0.5 < explained_variance(noisy, returns) < 0.95
@@ -168,7 +170,7 @@ def test_explained_variance():
 
 
 def test_sample_actions_follows_the_probabilities():
-    """Sampled frequencies match softmax(logits) and the returned log-probs are those of the chosen actions."""
+    """Sampled frequencies match softmax(logits); the returned log-probs are those of the chosen actions."""
     probs = torch.tensor([0.1, 0.2, 0.3, 0.4])
     n = 40_000
     logits = probs.log().expand(n, -1) + 3.0  # a shift does not change the distribution

@@ -17,7 +17,7 @@ from torch import nn
 from parallel_ppo.buffer import RolloutBuffer
 from parallel_ppo.collect import CollectResult, RolloutError
 from parallel_ppo.config import Config
-from parallel_ppo.envs import make_batch_env
+from parallel_ppo.envs import env_spaces
 from parallel_ppo.model import build_model
 from parallel_ppo.parallel.worker import WorkerSpec, worker_main
 from parallel_ppo.timing import PhaseTimer
@@ -74,13 +74,11 @@ class ParallelCoordinator:
 
     mode = "parallel"
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, resumes: int = 0) -> None:
         p = cfg.parallel
         self.cfg = cfg
         self.env_threads = cfg.env.env_threads or 1
-        probe = make_batch_env(cfg.env, cfg.run.seed, 0, 1, 1)
-        self.obs_shape, self.obs_dtype, self.num_actions = probe.obs_shape, probe.obs_dtype, probe.num_actions
-        probe.close()
+        self.obs_shape, self.obs_dtype, self.num_actions = env_spaces(cfg.env)
         numel = sum(t.numel() for t in build_model(self.obs_shape, self.num_actions, cfg.model).parameters())
         self.params = torch.zeros(numel).share_memory_()
         self.progress = torch.zeros(p.num_workers, dtype=torch.int64).share_memory_()
@@ -89,6 +87,7 @@ class ParallelCoordinator:
         self.layout = {"num_workers": p.num_workers, "num_envs_per_worker": p.num_envs_per_worker,
                        "num_envs": cfg.env.num_envs}
         self.restarts = 0
+        self._resumes = resumes
         self._slot_restarts = [0] * p.num_workers
         self._ctx = torch.multiprocessing.get_context(p.start_method)
         self._workers: list[_Worker | None] = [None] * p.num_workers
@@ -106,8 +105,8 @@ class ParallelCoordinator:
     # -- worker lifecycle -------------------------------------------------------------------------------
     def _spawn(self, index: int, restart: int) -> _Worker:
         m = self.cfg.parallel.num_envs_per_worker
-        spec = WorkerSpec(index=index, first_env=index * m, num_envs=m, restart=restart, cfg=self.cfg,
-                          obs_shape=self.obs_shape, num_actions=self.num_actions, buffer=self.buffer,
+        spec = WorkerSpec(index=index, first_env=index * m, num_envs=m, stream=(self._resumes, restart),
+                          cfg=self.cfg, obs_shape=self.obs_shape, num_actions=self.num_actions, buffer=self.buffer,
                           params=self.params, progress=self.progress, env_threads=self.env_threads)
         parent, child = self._ctx.Pipe(duplex=True)
         process = self._ctx.Process(target=worker_main, args=(spec, child), name=f"ppo-worker-{index}",

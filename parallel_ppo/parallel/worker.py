@@ -21,7 +21,7 @@ class WorkerSpec:
     index: int
     first_env: int
     num_envs: int
-    restart: int
+    stream: tuple[int, int]  # (resume count, restart count of this slot): seeds fresh envs on each start
     cfg: Config
     obs_shape: tuple[int, ...]
     num_actions: int
@@ -65,8 +65,11 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         from parallel_ppo.model import build_model
 
         cfg = spec.cfg
-        env = make_batch_env(cfg.env, cfg.run.seed, spec.first_env, spec.num_envs, spec.env_threads, spec.restart)
-        runner = EnvRunner(env, cfg.run.seed, spec.first_env, cfg.training.precision, spec.restart)
+        env = make_batch_env(cfg.env, cfg.run.seed, spec.first_env, spec.num_envs, spec.env_threads, spec.stream)
+        if (env.obs_shape, env.num_actions) != (tuple(spec.obs_shape), spec.num_actions):
+            raise RuntimeError(f"env spaces {env.obs_shape}/{env.num_actions} differ from the coordinator's "
+                               f"{spec.obs_shape}/{spec.num_actions}")
+        runner = EnvRunner(env, cfg.run.seed, spec.first_env, cfg.training.precision, spec.stream)
         model = build_model(spec.obs_shape, spec.num_actions, cfg.model)
         params = list(model.parameters())
         buf = spec.buffer.env_slice(spec.first_env, spec.first_env + spec.num_envs)
