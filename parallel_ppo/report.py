@@ -68,6 +68,7 @@ class RunStats:
     time_to_threshold: float | None
     steps_to_threshold: int | None
     peak_rss_mb: float
+    peak_pss_mb: float | None
     mean_cpu_percent: float
     logical_cores: int | None
     phase_seconds: dict[str, float]
@@ -108,6 +109,8 @@ def compare(runs: Sequence[Run], baseline: str | None = None, threshold: float |
     elif baseline not in labels:
         raise ConfigError(f"--baseline {baseline!r} is not one of the runs ({', '.join(labels)})")
     base = runs[labels.index(baseline)]
+    if threshold is not None and not math.isfinite(threshold):
+        raise ConfigError(f"--threshold must be a finite number, got {threshold}")
 
     equal_time = min(float(r.metrics["wall_time"][-1]) for r in runs)
     finals = [r.final_return for r in runs if r.final_return is not None]
@@ -134,7 +137,7 @@ def compare(runs: Sequence[Run], baseline: str | None = None, threshold: float |
             return_at_equal_time=return_at(run, equal_time),
             time_to_threshold=None if reached is None else float(run.metrics["wall_time"][reached]),
             steps_to_threshold=None if reached is None else int(run.metrics["env_steps"][reached]),
-            peak_rss_mb=run.peak_rss_mb, mean_cpu_percent=run.mean_cpu_percent,
+            peak_rss_mb=run.peak_rss_mb, peak_pss_mb=run.peak_pss_mb, mean_cpu_percent=run.mean_cpu_percent,
             logical_cores=run.hardware.get("logical_cores"), phase_seconds=phase_seconds(run),
         ))
     return Comparison(list(runs), stats, baseline, equal_time, threshold, source,
@@ -214,8 +217,15 @@ def _warnings(runs: Sequence[Run], declared_modes: Mapping[str, str]) -> list[st
             out.append(f"{run.label!r} was given as the {declared} run but its summary says mode "
                        f"{run.mode!r}")
         if run.stop_reason == "signal":
-            out.append(f"{run.label!r} was interrupted (stopped by a signal after "
+            out.append(f"{run.label!r} was interrupted ({run.summary.get('signal') or 'a signal'} after "
                        f"{fmt_duration(run.wall_seconds)})")
+        elif run.stop_reason == "error":
+            out.append(f"{run.label!r} stopped with an error after {fmt_duration(run.wall_seconds)}: "
+                       f"{run.summary.get('error') or 'unknown'}")
+        resumes = run.summary.get("resumes") or 0
+        if resumes:
+            out.append(f"{run.label!r} was resumed {resumes} time(s) from a checkpoint; its wall time leaves "
+                       "out the time it was stopped")
         restarts = run.summary.get("worker_restarts") or 0
         if restarts:
             out.append(f"{run.label!r} restarted workers {restarts} time(s); its throughput includes the "
@@ -295,17 +305,23 @@ def table(cmp: Comparison) -> Table:
     header = ["run", "mode", "workers×envs", "env steps", "wall time", "median SPS", "speed-up", "efficiency",
               "final return", f"return @ {fmt_duration(cmp.equal_time)}", f"time to return {thr}",
               "peak RSS", "CPU cores busy"]
+    with_pss = any(s.peak_pss_mb is not None for s in cmp.stats)
+    if with_pss:
+        header.insert(-1, "peak PSS")
     rows = []
     for s in cmp.stats:
         reached = "—" if cmp.threshold is None else (
             "not reached" if s.time_to_threshold is None else fmt_duration(s.time_to_threshold))
         not_yet = "no episodes yet" if s.final_return is not None else NO_EPISODES
         at_equal = fmt_return(s.return_at_equal_time, not_yet)
-        rows.append([
+        row = [
             s.label, s.mode, s.layout, f"{s.total_env_steps:,}", fmt_duration(s.wall_seconds),
             f"{s.median_sps:,.0f}", f"{s.speedup:.2f}×", f"{s.efficiency:.0%}", fmt_return(s.final_return),
             at_equal, reached, fmt_memory(s.peak_rss_mb), fmt_cpu(s.mean_cpu_percent, s.logical_cores),
-        ])
+        ]
+        if with_pss:
+            row.insert(-1, "—" if s.peak_pss_mb is None else fmt_memory(s.peak_pss_mb))
+        rows.append(row)
     return Table(header, rows, left=2)
 
 
@@ -370,7 +386,9 @@ def definitions(cmp: Comparison) -> list[str]:
         f"before {cmp.equal_time:.1f} s, the shortest run's logged duration.",
         f"Time to return: wall time of the first update whose mean return reached {thr}.",
         "CPU cores busy: mean CPU use of all the run's processes (1.0 = one core fully busy) / logical "
-        "cores. Peak RSS: the largest sampled resident memory of all its processes together.",
+        "cores. Peak RSS: the largest sampled sum of the resident memory of the run's processes, which "
+        "counts memory they share once per process; peak PSS splits shared pages among them, so it is "
+        "what the run really occupied (the fair figure for parallel runs).",
     ]
 
 
@@ -456,7 +474,8 @@ def to_json(cmp: Comparison) -> dict[str, Any]:
             "final_return": s.final_return, "episodes": s.episodes,
             "return_at_equal_time": s.return_at_equal_time,
             "time_to_threshold_seconds": s.time_to_threshold, "steps_to_threshold": s.steps_to_threshold,
-            "peak_rss_mb": s.peak_rss_mb, "mean_cpu_percent": s.mean_cpu_percent,
+            "peak_rss_mb": s.peak_rss_mb, "peak_pss_mb": s.peak_pss_mb,
+            "mean_cpu_percent": s.mean_cpu_percent,
             "logical_cores": s.logical_cores,
             "phase_seconds": s.phase_seconds,
             "phase_fractions": {p: v / total for p, v in s.phase_seconds.items()},
@@ -531,7 +550,10 @@ def plot_comparison(cmp: Comparison) -> bytes:
     fig = Figure(figsize=(14, 9.5), layout="constrained")
     (ax_time, ax_steps), (ax_sps, ax_res) = fig.subplots(2, 2)
     fig.suptitle(_title(cmp), fontsize=14, fontweight="bold")
-    mem_gb = max(r.peak_rss_mb for r in cmp.runs) >= 2048
+    # PSS (shared pages split among processes) when every run logged it; RSS double-counts shared memory.
+    mem_col = "pss_mb" if all(np.isfinite(r.metrics["pss_mb"]).all() for r in cmp.runs) else "rss_mb"
+    mem_top = max(float(np.max(r.metrics[mem_col])) for r in cmp.runs)
+    mem_gb = mem_top >= 2048
     ax_mem = ax_res.twinx()
 
     for run, s, color in zip(cmp.runs, cmp.stats, colors, strict=True):
@@ -545,7 +567,7 @@ def plot_comparison(cmp: Comparison) -> bytes:
         ax_sps.plot(t, _rolling_median(m["sps"]), **kw)
         ax_sps.axhline(s.median_sps, color=color, lw=1, ls="--")
         ax_res.plot(t, m["cpu_percent"] / 100, **kw)
-        ax_mem.plot(t, m["rss_mb"] / (1024 if mem_gb else 1), color=color, lw=1.5, ls="--")
+        ax_mem.plot(t, m[mem_col] / (1024 if mem_gb else 1), color=color, lw=1.5, ls="--")
         if s.return_at_equal_time is not None:
             ax_time.plot(cmp.equal_time / scale, s.return_at_equal_time, "o", color=color, ms=8,
                          mec="black", mew=0.8, zorder=5)
@@ -583,9 +605,9 @@ def plot_comparison(cmp: Comparison) -> bytes:
     ax_res.set(title="CPU and memory over time", xlabel=f"wall time ({unit})",
                ylabel="CPU cores busy (1 = one core)")
     ax_res.set_ylim(0, max(cores, max(float(np.max(r.metrics["cpu_percent"])) for r in cmp.runs) / 100) * 1.3)
-    ax_mem.set_ylabel(f"resident memory, all processes ({'GB' if mem_gb else 'MB'})")
-    ax_mem.set_ylim(bottom=0, top=max(float(np.max(r.metrics["rss_mb"])) for r in cmp.runs)
-                    / (1024 if mem_gb else 1) * 1.4)
+    ax_mem.set_ylabel(f"memory of all processes, {'PSS' if mem_col == 'pss_mb' else 'RSS'} "
+                      f"({'GB' if mem_gb else 'MB'})")
+    ax_mem.set_ylim(0, mem_top / (1024 if mem_gb else 1) * 1.4)
     ax_mem.legend(handles=[Line2D([], [], color="0.3", lw=1.8, label="CPU (left axis)"),
                            Line2D([], [], color="0.3", lw=1.5, ls="--", label="memory (right axis)"),
                            Line2D([], [], color="0.35", lw=1, ls=":", label=f"{cores} logical cores")],

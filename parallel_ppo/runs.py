@@ -59,6 +59,9 @@ class Run:
     stop_reason: str
     precision: str
     peak_rss_mb: float
+    """Peak of the summed resident sets of the run's processes (shared memory counted once per process)."""
+    peak_pss_mb: float | None
+    """Peak proportional set size (shared pages split among processes); None in runs that predate it."""
     mean_cpu_percent: float
     """Mean CPU use of the run's processes, 100 = one core busy."""
     threads: dict[str, Any]
@@ -126,8 +129,8 @@ def load_run(label: str, path: Path) -> Run:
     final = summary.get("episodic_return_mean")
     if summary["episodes"] == 0 or final is None:
         final = None
-    cpu = summary.get("mean_cpu_percent")
-    if not isinstance(cpu, (int, float)) or not math.isfinite(cpu):
+    cpu = _optional_number(summary.get("mean_cpu_percent"))
+    if cpu is None:
         cpu = float(np.mean(metrics["cpu_percent"]))
     return Run(
         label=label, path=path, mode=summary["mode"], env_id=summary["env_id"],
@@ -136,10 +139,15 @@ def load_run(label: str, path: Path) -> Run:
         wall_seconds=float(summary["wall_seconds"]), episodes=summary["episodes"],
         final_return=None if final is None else float(final), stop_reason=summary["stop_reason"],
         precision=summary["precision"], peak_rss_mb=float(summary["peak_rss_mb"]),
-        mean_cpu_percent=float(cpu), threads=dict(summary.get("threads") or {}),
-        hardware=summary["hardware"], versions=summary["versions"], summary=summary, config=config,
-        metrics=metrics,
+        peak_pss_mb=_optional_number(summary.get("peak_pss_mb")), mean_cpu_percent=cpu,
+        threads=dict(summary.get("threads") or {}), hardware=summary["hardware"],
+        versions=summary["versions"], summary=summary, config=config, metrics=metrics,
     )
+
+
+def _optional_number(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
 
 
 def _read_summary(path: Path) -> dict[str, Any]:
@@ -214,6 +222,9 @@ def read_metrics(path: Path) -> dict[str, np.ndarray]:
         bad = np.flatnonzero(~np.isfinite(columns[name]))
         if bad.size:
             raise ConfigError(f"{path} line {bad[0] + 2}: column {name} is empty or not finite")
+    bad = np.flatnonzero((columns["sps"] <= 0) | (columns["wall_time"] < 0) | (columns["env_steps"] <= 0))
+    if bad.size:
+        raise ConfigError(f"{path} line {bad[0] + 2}: sps, wall_time or env_steps is out of range (corrupt)")
     for name, strict in (("env_steps", True), ("wall_time", False)):
         step = np.diff(columns[name])
         bad = np.flatnonzero(step <= 0 if strict else step < 0)

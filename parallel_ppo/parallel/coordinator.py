@@ -32,6 +32,10 @@ class WorkerError(RolloutError):
     """A worker failed in a way a restart cannot fix, or a slot used up its restarts."""
 
 
+class _Died(Exception):
+    """A worker process ended before saying it was ready (a restart may help)."""
+
+
 @dataclass
 class _Worker:
     process: Any  # multiprocessing Process
@@ -98,6 +102,9 @@ class ParallelCoordinator:
                 self._workers[i] = self._spawn(i, restart=0)
             for i in range(p.num_workers):
                 self._await_ready(i)
+        except _Died as e:
+            self.close()
+            raise WorkerError(f"a worker {e}") from None
         except BaseException:
             self.close()
             raise
@@ -117,37 +124,38 @@ class ParallelCoordinator:
         return _Worker(process, parent, spec)
 
     def _await_ready(self, index: int) -> None:
+        """Wait for a new worker's hello; raise _Died if it dies first, WorkerError if it reports an error."""
         worker = self._workers[index]
         assert worker is not None
         ready = wait([worker.conn, worker.process.sentinel], timeout=STARTUP_TIMEOUT)
-        if worker.conn in ready:
-            try:
-                message = worker.conn.recv()
-            except EOFError:
-                message = ("died",)
-            if message[0] == "ready":
-                return
-            if message[0] == "error":
-                raise WorkerError(f"worker {index} failed to start: {message[1]}")
+        if not ready:
+            raise WorkerError(f"worker {index} was not ready after {STARTUP_TIMEOUT:.0f} s")
+        message = _try_recv(worker.conn)
+        if message is not None and message[0] == "ready":
+            return
+        if message is not None and message[0] == "error":
+            raise WorkerError(f"worker {index} failed to start: {message[1]}")
         worker.process.join(1.0)
-        why = describe_exit(worker.process.exitcode) if ready else f"not ready after {STARTUP_TIMEOUT:.0f} s"
-        raise WorkerError(f"worker {index} failed to start ({why})")
+        raise _Died(f"died while starting ({describe_exit(worker.process.exitcode)})")
 
     def _replace(self, index: int, why: str) -> None:
         """Restart a dead or stuck worker with fresh envs, or give up after `max_worker_restarts`."""
-        old = self._workers[index]
-        assert old is not None
-        _stop_process(old, kill=True)
-        self._slot_restarts[index] += 1
-        count, limit = self._slot_restarts[index], self.cfg.parallel.max_worker_restarts
-        if count > limit:
-            raise WorkerError(f"worker {index} {why}; it was restarted {limit} times already "
-                              f"(parallel.max_worker_restarts), stopping")
-        print(f"parallel_ppo: worker {index} {why}; restarting it with fresh envs ({count}/{limit})",
-              file=sys.stderr, flush=True)
-        self.restarts += 1
-        self._workers[index] = self._spawn(index, restart=count)
-        self._await_ready(index)
+        limit = self.cfg.parallel.max_worker_restarts
+        while True:
+            _stop_process(self._workers[index], kill=True)
+            if self._slot_restarts[index] >= limit:
+                raise WorkerError(f"worker {index} {why}; it was restarted {limit} times already "
+                                  f"(parallel.max_worker_restarts), stopping")
+            self._slot_restarts[index] += 1
+            self.restarts += 1
+            print(f"parallel_ppo: worker {index} {why}; restarting it with fresh envs "
+                  f"({self._slot_restarts[index]}/{limit})", file=sys.stderr, flush=True)
+            self._workers[index] = self._spawn(index, restart=self._slot_restarts[index])
+            try:
+                self._await_ready(index)
+                return
+            except _Died as e:
+                why = str(e)
 
     # -- the rollout ------------------------------------------------------------------------------------
     def collect(self, model: nn.Module, timers: PhaseTimer) -> CollectResult:

@@ -1,0 +1,168 @@
+"""Multi-hour-run hazards: killed workers, repeated deaths, Ctrl-C then --resume, corrupt checkpoints."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _shm() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+class Run:
+    """A trainer subprocess in its own session, tagged so that every process it spawns can be found."""
+
+    def __init__(self, tmp_path: Path, script: str, args: list[str], out: Path | None = None) -> None:
+        self.tag = uuid.uuid4().hex
+        self.out = out or tmp_path / "run"
+        self.shm_before = _shm()
+        env = {**os.environ, "PPO_TEST_TAG": self.tag}
+        cmd = [sys.executable, script, "--set", "logging.tensorboard=false", *args]
+        if "--resume" not in args:
+            cmd += ["--output-dir", str(self.out)]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, start_new_session=True)
+
+    def rows(self) -> list[dict[str, str]]:
+        path = self.out / "metrics.csv"
+        if not path.exists():
+            return []
+        with open(path, newline="") as f:
+            return list(csv.DictReader(f))
+
+    def wait_rows(self, n: int, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.rows()) < n:
+            assert self.proc.poll() is None, self.proc.communicate()[1]
+            assert time.monotonic() < deadline, "the run made no progress"
+            time.sleep(0.1)
+
+    def worker(self, index: int, not_pid: int | None = None, timeout: float = 60) -> psutil.Process:
+        """The live worker process for slot `index` (a different one from `not_pid`)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for child in psutil.Process(self.proc.pid).children(recursive=True):
+                try:
+                    title = " ".join(child.cmdline())
+                except psutil.Error:
+                    continue
+                if title.startswith(f"parallel_ppo worker {index} ") and child.pid != not_pid:
+                    return child
+            time.sleep(0.1)
+        raise AssertionError(f"worker {index} not found")
+
+    def finish(self, timeout: float = 300) -> tuple[int, str]:
+        _, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, err
+
+    def summary(self) -> dict:
+        return json.loads((self.out / "summary.json").read_text())
+
+    def assert_nothing_left(self) -> None:
+        deadline = time.monotonic() + 10
+        while self._tagged() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert self._tagged() == [], "processes outlived the run"
+        assert _shm() - self.shm_before == set(), "shared-memory segments outlived the run"
+
+    def _tagged(self) -> list[int]:
+        pids = []
+        for proc in psutil.process_iter():
+            try:
+                if proc.environ().get("PPO_TEST_TAG") == self.tag:
+                    pids.append(proc.pid)
+            except (psutil.Error, OSError):
+                continue
+        return pids
+
+
+PARALLEL = "train_parallel_timed.py"
+CARTPOLE = ["--config", "config/cartpole.yaml", "--num-workers", "2", "--num-envs-per-worker", "4",
+            "--set", "training.n_steps=256", "--set", "training.n_epochs=2"]
+
+
+def test_killed_worker_is_restarted_and_run_finishes(tmp_path):
+    run = Run(tmp_path, PARALLEL, [*CARTPOLE, "--total-steps", "30000"])
+    run.wait_rows(2)
+    run.worker(1).kill()
+    code, err = run.finish()
+    assert code == 0, err
+    assert "worker 1 died (killed by SIGKILL); restarting" in err
+    summary = run.summary()
+    assert summary["stop_reason"] == "total_steps" and summary["worker_restarts"] == 1
+    assert summary["total_env_steps"] >= 30000
+    steps = [int(r["env_steps"]) for r in run.rows()]
+    assert steps == sorted(steps) and steps[1] - steps[0] == 256 * 8, "every update is a full rollout"
+    run.assert_nothing_left()
+
+
+def test_slot_out_of_restarts_stops_with_checkpoint(tmp_path):
+    run = Run(tmp_path, PARALLEL, [*CARTPOLE, "--total-steps", "10000000", "--set", "parallel.max_worker_restarts=1"])
+    run.wait_rows(1)
+    first = run.worker(1)
+    first.kill()
+    run.worker(1, not_pid=first.pid).kill()
+    code, err = run.finish()
+    assert code == 1
+    # the second kill may land while the replacement is still starting: either way it is a death
+    assert re.search(r"worker 1 died[a-z ]*\(killed by SIGKILL\); it was restarted 1 times already", err), err
+    assert "Traceback" not in err
+    summary = run.summary()
+    assert summary["stop_reason"] == "error" and summary["worker_restarts"] == 1
+    assert (run.out / "checkpoint.pt").is_file()
+    run.assert_nothing_left()
+
+
+def test_sigint_then_resume_continues_the_run(tmp_path):
+    run = Run(tmp_path, PARALLEL, [*CARTPOLE, "--total-steps", "10000000", "--set", "run.checkpoint_interval=0.5"])
+    run.wait_rows(3)
+    os.killpg(run.proc.pid, signal.SIGINT)
+    code, err = run.finish()
+    assert code == 128 + signal.SIGINT, err
+    first = run.summary()
+    assert first["stop_reason"] == "signal"
+    run.assert_nothing_left()
+
+    resumed = Run(tmp_path, PARALLEL, ["--resume", str(run.out), "--total-steps", str(first["total_env_steps"] + 4096)],
+                  out=run.out)
+    code, err = resumed.finish()
+    assert code == 0, err
+    rows = resumed.rows()
+    updates = [int(r["update"]) for r in rows]
+    steps = [int(r["env_steps"]) for r in rows]
+    assert updates == list(range(1, len(rows) + 1)), "update column has gaps or repeats"
+    assert steps == [2048 * u for u in updates], "env_steps column is not continuous"
+    walls = [float(r["wall_time"]) for r in rows]
+    assert walls == sorted(walls), "elapsed time restarted from zero"
+    summary = resumed.summary()
+    assert summary["resumes"] == 1 and summary["stop_reason"] == "total_steps"
+    assert summary["total_env_steps"] == steps[-1] >= first["total_env_steps"] + 4096
+    resumed.assert_nothing_left()
+
+
+def test_truncated_checkpoint_is_refused(tmp_path):
+    run = Run(tmp_path, "train_timed.py", ["--config", "config/cartpole.yaml", "--total-steps", "512"])
+    code, err = run.finish()
+    assert code == 0, err
+    ckpt = run.out / "checkpoint.pt"
+    ckpt.write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 2])
+    before = {p.name: p.stat().st_mtime_ns for p in run.out.iterdir()}
+    again = Run(tmp_path, "train_timed.py", ["--resume", str(run.out)], out=run.out)
+    code, err = again.finish()
+    assert code == 2
+    assert err.strip().count("\n") == 0 and "checkpoint" in err and "corrupt" in err, err
+    assert {p.name: p.stat().st_mtime_ns for p in run.out.iterdir()} == before, "a refused resume wrote files"
+    again.assert_nothing_left()
