@@ -218,6 +218,8 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
         where = getattr(e, "problem_mark", None)
         at = f" at line {where.line + 1}" if where is not None else ""
         raise ConfigError(f"config file {p} is not valid YAML{at}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {p} is nested too deeply to be a config") from None
     if data is None:
         raise ConfigError(f"config file {p} is empty")
     if not isinstance(data, dict):
@@ -246,7 +248,7 @@ def parse_set(item: str) -> tuple[str, Any]:
         raise ConfigError(f"--set expects section.key=value, got {item!r}")
     try:
         value = _yaml_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         value = raw
     return key.strip(), value
 

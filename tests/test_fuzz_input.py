@@ -1,0 +1,81 @@
+"""Fuzz-style input checks: malformed YAML, CLI values and --set items give ConfigError / exit 2, never a traceback."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from parallel_ppo.config import Config, ConfigError, build_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BAD_VALUES = ["abc", "", "[]", "{}", "[1, 2", "null", "-1", "-1e9", "0", "1e999", "-.inf", ".nan", "nan",
+              "99999999999999999999999999", "true", "3.5", "{a: 1}", "'", "!!python/object:os.system ls",
+              "\x00", "\u2603", "*alias", "&anchor", "0x7fffffffffffffffff"]
+
+
+def _fields() -> list[str]:
+    cfg = Config()
+    return [f"{section.name}.{field.name}" for section in dataclasses.fields(cfg)
+            for field in dataclasses.fields(getattr(cfg, section.name))]
+
+
+def test_random_set_items_never_escape_as_other_errors():
+    """Hundreds of random `--set key=value` items: each is either valid or a ConfigError, nothing else."""
+    rng = random.Random(1234)
+    keys = _fields() + ["training", "nosuch.key", "training.", ".n_steps", "training.n_steps.x", "=", ""]
+    rejected = 0
+    for _ in range(600):
+        item = f"{rng.choice(keys)}={rng.choice(BAD_VALUES)}"
+        try:
+            build_config(None, {}, [item, "env.id=CartPole-v1"], parallel=rng.random() < 0.5)
+        except ConfigError:
+            rejected += 1
+    assert rejected > 400, "most random items are malformed and must be rejected"
+
+
+@pytest.mark.parametrize("text", [
+    "", "   \n", "- a\n- b\n", "just a string", "42", "env: [1, 2]", "env:\n  id: [CartPole-v1]\n",
+    "training:\n  n_steps: -5\n", "training:\n  n_steps: 1e999\n", "training:\n  batch_size: abc\n",
+    "nosuch:\n  key: 1\n", "env:\n  nosuch: 1\n", "env: {id: CartPole-v1\n", "\t- bad indent",
+    "training:\n  n_steps: !!python/object/apply:os.system ['true']\n", "[" * 5000, "a: &x [*x]\n",
+    "run:\n  duration: .inf\n", "run:\n  seed: 99999999999999999999\n", "env:\n  num_envs: 1000000000\n",
+])
+def test_malformed_yaml_is_a_config_error(tmp_path, text):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError):
+        build_config(str(path), {}, [], parallel=False)
+
+
+def test_binary_and_directory_configs(tmp_path):
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(bytes(range(256)) * 4)
+    for path in (binary, tmp_path):
+        with pytest.raises(ConfigError):
+            build_config(str(path), {}, [], parallel=False)
+
+
+CLI_CASES = [
+    ["--seed", "abc"], ["--duration", "-1"], ["--duration", "nan"], ["--duration", "inf"], ["--duration", ""],
+    ["--total-steps", "1e999"], ["--total-steps", "-5"], ["--batch-size", "0"], ["--batch-size", "3"],
+    ["--num-envs", "-2"], ["--num-envs", "99999999"], ["--env", ""], ["--env", "NoSuchEnv-v9"],
+    ["--set", "garbage"], ["--set", "training.n_steps=[1,2]"], ["--set", "model.impala_depths=[0]"],
+    ["--config", "/nonexistent.yaml"], ["--unknown-flag"], ["--resume", "/nonexistent"], ["positional"],
+]
+
+
+@pytest.mark.parametrize("args", CLI_CASES, ids=lambda a: " ".join(a) or "empty")
+def test_malformed_cli_exits_2_with_one_line(tmp_path, args):
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "train_timed.py", "--output-dir", str(out), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not out.exists()
