@@ -9,6 +9,7 @@ markdown report, and comparison.json.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -68,13 +69,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: cannot write the comparison to {out_dir}: {e.strerror or e}", file=sys.stderr)
         return 2
 
-    print(report.console_table(comparison))
-    print()
-    for line in report.verdict(comparison):
-        print(f"  {line}")
-    for line in comparison.warnings:
-        print(f"  warning: {line}")
-    print(f"\nwrote {', '.join(p.name for p in written)} to {out_dir}")
+    try:
+        sys.stdout.write(report.console_summary(comparison, written))
+        sys.stdout.flush()
+    except BrokenPipeError:  # piped into `head`, say: the files are written, the rest is not wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

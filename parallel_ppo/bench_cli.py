@@ -223,7 +223,7 @@ def speed_check(args: Any, prog: str) -> int:
     busiest = max(limit["other_load_cores"], load.cores)
     if busiest > BUSY_CORES:
         rows.append(("WARNING", f"other processes kept up to {busiest:.2f} cores busy (limit "
-                                f"{limit['other_load_cores']:.2f}, trainer {load.cores:.2f}); rerun when quiet"))
+                                f"{limit['other_load_cores']:.2f}, trainer {load.cores:.2f}); rerun"))
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")

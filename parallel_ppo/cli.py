@@ -171,10 +171,10 @@ def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
         print(f"\n{prog}: interrupted; the last checkpoint in {run_dir} is intact", file=sys.stderr)
         return 128 + signal.SIGINT
     ret = summary["episodic_return_mean"]
+    window = min(summary["episodes"], cfg.logging.return_window)
     print(f"{prog}: {summary['stop_reason']} after {summary['total_env_steps']:,} steps in "
           f"{summary['wall_seconds']:.0f} s ({summary['sps']:.0f} SPS); mean return "
-          f"{'n/a' if ret is None else f'{ret:.2f}'} over the last {min(summary['episodes'], cfg.logging.return_window)} "
-          f"episodes", flush=True)
+          f"{'n/a' if ret is None else f'{ret:.2f}'} over the last {window} episodes", flush=True)
     if summary["stop_reason"] == "error":
         print(f"{prog}: error: {summary['error']} (checkpoint and summary written to {run_dir})", file=sys.stderr)
         return 1

@@ -319,7 +319,8 @@ def validate(cfg: Config) -> None:
     for key, (value, allowed) in choices.items():
         if value not in allowed:
             raise ConfigError(f"{key} must be one of {', '.join(allowed)}; got {value!r}")
-    for key, widths in {"model.impala_depths": cfg.model.impala_depths, "model.mlp_hidden": cfg.model.mlp_hidden}.items():
+    layer_widths = {"model.impala_depths": cfg.model.impala_depths, "model.mlp_hidden": cfg.model.mlp_hidden}
+    for key, widths in layer_widths.items():
         if not widths or any(w <= 0 or w > 4096 for w in widths):
             raise ConfigError(f"{key} must be a non-empty list of widths in 1..4096, got {widths}")
     rollout = cfg.rollout_size

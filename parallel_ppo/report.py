@@ -301,10 +301,11 @@ class Table:
 
 def table(cmp: Comparison) -> Table:
     """The comparison table, one row per run."""
-    thr = "—" if cmp.threshold is None else fmt_return(cmp.threshold)
+    thr = cmp.threshold
+    to_threshold = "time to threshold" if thr is None else f"time to return {fmt_return(thr)}"
     header = ["run", "mode", "workers×envs", "env steps", "wall time", "median SPS", "speed-up", "efficiency",
-              "final return", f"return @ {fmt_duration(cmp.equal_time)}", f"time to return {thr}",
-              "peak RSS", "CPU cores busy"]
+              "final return", f"return @ {fmt_duration(cmp.equal_time)}", to_threshold, "peak RSS",
+              "CPU cores busy"]
     with_pss = any(s.peak_pss_mb is not None for s in cmp.stats)
     if with_pss:
         header.insert(-1, "peak PSS")
@@ -344,7 +345,9 @@ def verdict(cmp: Comparison) -> list[str]:
     for s in cmp.stats:
         if s.label == base.label:
             continue
-        if s.speedup >= 1:
+        if round(s.speedup, 2) == 1:
+            speed = f"{s.label} ran at the speed of {base.label}"
+        elif s.speedup > 1:
             speed = f"{s.label} was {s.speedup:.2f}× faster than {base.label}"
         else:
             speed = f"{s.label} was {1 / s.speedup:.2f}× slower than {base.label}"
@@ -404,8 +407,13 @@ def run_descriptions(cmp: Comparison) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------- text and markdown
-def console_table(cmp: Comparison) -> str:
-    return table(cmp).text()
+def console_summary(cmp: Comparison, written: Sequence[Path]) -> str:
+    """What compare_results.py prints: the table, the verdict, the warnings, and the files written."""
+    lines = [table(cmp).text(), "", *(f"  {line}" for line in verdict(cmp)),
+             *(f"  warning: {line}" for line in cmp.warnings)]
+    if written:
+        lines += ["", f"wrote {', '.join(p.name for p in written)} to {written[0].parent}"]
+    return "\n".join(lines) + "\n"
 
 
 def _sections(cmp: Comparison) -> list[tuple[str, str, Any]]:
@@ -590,6 +598,8 @@ def plot_comparison(cmp: Comparison) -> bytes:
                      textcoords="offset points", ha="left" if right_side else "right", va="top",
                      fontsize=9, color="0.3")
     ax_time.set(title="Return vs wall time (circles: return at equal time)", xlabel=f"wall time ({unit})")
+    for ax in (ax_time, ax_steps, ax_sps, ax_res):
+        ax.set_xlim(left=0)
     ax_steps.set(title="Return vs env steps (sample efficiency)", xlabel="env steps")
     ax_steps.xaxis.set_major_formatter(FuncFormatter(_count))
     ax_sps.set(title="Throughput over time", xlabel=f"wall time ({unit})", ylabel="env steps per second")

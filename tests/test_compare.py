@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import importlib.util
 import json
 import shutil
 import statistics
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from parallel_ppo.config import config_from_dict
 from parallel_ppo.runs import load_runs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -216,8 +218,10 @@ def test_console_table_and_reports_show_the_numbers(cli) -> None:
         assert "median SPS / the baseline's median SPS" in report
         assert par["hardware"]["cpu_model"] in report and f"torch {par['versions']['torch']}" in report
     assert "![" in markdown and "| run |" in markdown
-    # --parallel was given a sequential run: said, not hidden.
+    # --parallel was given a sequential run: said, not hidden. The runs differ only in env count: no
+    # config warning.
     assert any("given as the parallel run" in w for w in result["warnings"])
+    assert not any("beyond the parallel layout" in w for w in result["warnings"])
 
 
 def test_run_labels_baseline_threshold_and_zero_episodes(runs: dict[str, Path], cli) -> None:
@@ -233,7 +237,11 @@ def test_run_labels_baseline_threshold_and_zero_episodes(runs: dict[str, Path], 
     zero = by_label["zero"]
     assert zero["episodes"] == 0 and zero["final_return"] is None
     assert zero["return_at_equal_time"] is None and zero["time_to_threshold_seconds"] is None
-    assert "no episodes finished" in res.stdout
+    assert "no episodes finished" in res.stdout and res.stderr == ""
+    warnings = "\n".join(result["warnings"])
+    assert "config differs beyond the parallel layout: training.batch_size" in warnings
+    assert "training.n_steps: 32 (four, eight) vs 4 (zero)" in warnings
+    assert "runs differ in duration" in warnings
 
 
 def test_efficiency_divides_by_workers(runs: dict[str, Path]) -> None:
@@ -247,6 +255,38 @@ def test_efficiency_divides_by_workers(runs: dict[str, Path]) -> None:
     assert stats["parallel"].layout == "2×4"
     assert stats["parallel"].efficiency == pytest.approx(stats["parallel"].speedup / 2)
     assert "parallel efficiency with 2 workers" in verdict(cmp)[0]
+
+
+def test_warnings_name_what_differs(runs: dict[str, Path]) -> None:
+    from parallel_ppo.report import compare
+
+    seq, other = load_runs([("a", runs["four"]), ("b", runs["eight"])])
+    config = config_from_dict(other.config.to_dict())
+    config.training.precision = "bf16"
+    moved = dataclasses.replace(other, hardware={**other.hardware, "cpu_model": "Another CPU"},
+                                versions={**other.versions, "torch": "0.0.1"}, config=config)
+    warnings = "\n".join(compare([seq, moved]).warnings)
+    assert "different hardware" in warnings and "Another CPU (b)" in warnings
+    assert "software versions differ: torch" in warnings and "0.0.1 (b)" in warnings
+    assert "training.precision: fp32 (a) vs bf16 (b)" in warnings
+
+
+def test_a_failure_while_rendering_writes_nothing(runs: dict[str, Path], tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from parallel_ppo import report
+
+    def broken(cmp: report.Comparison) -> bytes:
+        raise RuntimeError("plotting failed")
+
+    spec = importlib.util.spec_from_file_location("compare_results", ROOT / "compare_results.py")
+    assert spec is not None and spec.loader is not None
+    entry = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(entry)
+    monkeypatch.setattr(report, "plot_phases", broken)  # the second figure: the first is already rendered
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="plotting failed"):
+        entry.main(["--sequential", str(runs["four"]), "--parallel", str(runs["eight"]), "--output-dir", str(out)])
+    assert not out.exists()
 
 
 @pytest.mark.skipif(not HAS_PARALLEL, reason="train_parallel_timed.py is not there yet")
