@@ -19,7 +19,8 @@ METRIC_COLUMNS = [
     "episodic_return_mean", "episodic_length_mean", "episodes",
     "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance", "learning_rate",
     *(f"time_{p}" for p in PHASES),
-    "cpu_percent", "rss_mb", "pss_mb", "worker_restarts",
+    "cpu_percent", "main_cpu_percent", "workers_cpu_percent", "system_cpu_percent",
+    "rss_mb", "pss_mb", "main_rss_mb", "workers_rss_mb", "worker_restarts",
 ]
 """metrics.csv columns, in order (one row per update)."""
 
@@ -35,28 +36,30 @@ TB_TAGS = {
     "clipfrac": "losses/clipfrac",
     "explained_variance": "losses/explained_variance",
     **{f"time_{p}": f"time/{p}" for p in PHASES},
-    "cpu_percent": "system/cpu_percent",
-    "rss_mb": "system/rss_mb",
-    "pss_mb": "system/pss_mb",
+    **{key: f"system/{key}" for key in ("cpu_percent", "main_cpu_percent", "workers_cpu_percent",
+                                        "system_cpu_percent", "rss_mb", "pss_mb", "main_rss_mb", "workers_rss_mb")},
 }
-"""metrics.csv column → TensorBoard tag (CleanRL's names where it has them)."""
+"""metrics.csv column → TensorBoard tag (CleanRL's names where it has them). Per-worker `worker<i>_cpu_percent`
+and `worker<i>_rss_mb` go to TensorBoard only, as `system/worker<i>_...`."""
 
 
 class ResourceSampler:
-    """CPU % (100 = one core busy) since the last sample, and memory, of this process and all its children.
+    """CPU and memory of this process ("main"), each worker it spawned, the whole tree, and the machine.
 
-    `rss_mb` adds up each process's resident set, so memory shared between processes (the rollout buffer,
-    library code) counts once per process; `pss_mb` splits shared pages among their users, so the sum is
-    what the process tree really occupies.
+    CPU percentages use top's unit, 100 = one core busy, averaged since the previous sample. `rss_mb`
+    adds up resident sets, so memory shared between processes (the rollout buffer, library code) counts
+    once per process; `pss_mb` splits shared pages among their users, so its sum is what the tree really
+    occupies. A background thread samples memory between updates so that peaks inside an update count.
     """
 
     def __init__(self, peak_interval: float = 0.5) -> None:
         self._root = psutil.Process()
         self._procs: dict[int, psutil.Process] = {}
-        self.peak_rss_mb = 0.0
-        self.peak_pss_mb = 0.0
+        self._cores = psutil.cpu_count() or 1
+        self._lock = threading.Lock()
+        self.peaks = {"rss_mb": 0.0, "pss_mb": 0.0, "main_rss_mb": 0.0, "worker_rss_mb": 0.0}
+        psutil.cpu_percent(None)
         self.sample()
-        # Memory peaks inside an update (activations) would fall between per-update samples: watch them.
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch_peaks, args=(peak_interval,), daemon=True,
                                         name="peak-memory")
@@ -68,19 +71,42 @@ class ResourceSampler:
         except psutil.Error:
             return [self._root]
 
-    def _memory(self, procs: list[psutil.Process]) -> tuple[float, float]:
-        rss = pss = 0.0
+    def _role(self, proc: psutil.Process) -> str:
+        """"main", "worker<i>" (from the process title a worker sets) or "other"."""
+        if proc.pid == self._root.pid:
+            return "main"
+        try:
+            words = " ".join(proc.cmdline()).split()  # setproctitle pads argv with empty strings
+        except psutil.Error:
+            return "other"
+        if len(words) >= 3 and words[:2] == ["parallel_ppo", "worker"] and words[2].isdigit():
+            return f"worker{words[2]}"
+        return "other"
+
+    def _memory(self, procs: list[psutil.Process]) -> dict[str, float]:
+        """MB per role, plus tree totals; updates the peaks."""
+        out = {"rss_mb": 0.0, "pss_mb": 0.0, "main_rss_mb": 0.0, "workers_rss_mb": 0.0}
+        worker_max = 0.0
         for p in procs:
             try:
                 mem = p.memory_full_info()
             except psutil.Error:
                 continue
-            rss += mem.rss
-            pss += getattr(mem, "pss", mem.rss)
-        rss_mb, pss_mb = rss / 2**20, pss / 2**20
-        self.peak_rss_mb = max(self.peak_rss_mb, rss_mb)
-        self.peak_pss_mb = max(self.peak_pss_mb, pss_mb)
-        return rss_mb, pss_mb
+            rss, pss = mem.rss / 2**20, getattr(mem, "pss", mem.rss) / 2**20
+            out["rss_mb"] += rss
+            out["pss_mb"] += pss
+            role = self._role(p)
+            if role == "main":
+                out["main_rss_mb"] = rss
+            elif role.startswith("worker"):
+                out["workers_rss_mb"] += rss
+                out[f"{role}_rss_mb"] = rss
+                worker_max = max(worker_max, rss)
+        with self._lock:
+            for key, value in (("rss_mb", out["rss_mb"]), ("pss_mb", out["pss_mb"]),
+                               ("main_rss_mb", out["main_rss_mb"]), ("worker_rss_mb", worker_max)):
+                self.peaks[key] = max(self.peaks[key], value)
+        return out
 
     def _watch_peaks(self, interval: float) -> None:
         while not self._stop.wait(interval):
@@ -91,18 +117,27 @@ class ResourceSampler:
         self._thread.join()
 
     def sample(self) -> dict[str, float]:
-        cpu = 0.0
+        """Columns for metrics.csv (tree, main, workers, system) and `worker<i>_*` entries for TensorBoard."""
+        out = {"cpu_percent": 0.0, "main_cpu_percent": 0.0, "workers_cpu_percent": 0.0}
         alive = {}
         for p in self._tree():
             known = self._procs.get(p.pid, p)  # cpu_percent measures since the previous call on this object
             try:
-                cpu += known.cpu_percent(None)
-                alive[p.pid] = known
+                cpu = known.cpu_percent(None)
             except psutil.Error:
                 continue
+            alive[p.pid] = known
+            out["cpu_percent"] += cpu
+            role = self._role(known)
+            if role == "main":
+                out["main_cpu_percent"] = cpu
+            elif role.startswith("worker"):
+                out["workers_cpu_percent"] += cpu
+                out[f"{role}_cpu_percent"] = cpu
         self._procs = alive
-        rss_mb, pss_mb = self._memory(list(alive.values()))
-        return {"cpu_percent": cpu, "rss_mb": rss_mb, "pss_mb": pss_mb}
+        out["system_cpu_percent"] = psutil.cpu_percent(None) * self._cores
+        out.update(self._memory(list(alive.values())))
+        return out
 
 
 def _fmt_time(seconds: float) -> str:
@@ -140,7 +175,8 @@ class MetricsLogger:
         self._file.flush()
         if self._writer is not None:
             step = int(row["env_steps"])
-            for key, tag in TB_TAGS.items():
+            tags = {**TB_TAGS, **{k: f"system/{k}" for k in row if k.startswith("worker") and k[6:7].isdigit()}}
+            for key, tag in tags.items():
                 value = row.get(key)
                 if value is not None and math.isfinite(value):
                     self._writer.add_scalar(tag, value, step)

@@ -266,7 +266,7 @@ def test_warnings_name_what_differs(runs: dict[str, Path]) -> None:
     moved = dataclasses.replace(other, hardware={**other.hardware, "cpu_model": "Another CPU"},
                                 versions={**other.versions, "torch": "0.0.1"}, config=config)
     warnings = "\n".join(compare([seq, moved]).warnings)
-    assert "different hardware" in warnings and "Another CPU (b)" in warnings
+    assert "different hardware" in warnings and "Another CPU, 2 logical" in warnings
     assert "software versions differ: torch" in warnings and "0.0.1 (b)" in warnings
     assert "training.precision: fp32 (a) vs bf16 (b)" in warnings
 
@@ -285,7 +285,8 @@ def test_a_failure_while_rendering_writes_nothing(runs: dict[str, Path], tmp_pat
     monkeypatch.setattr(report, "plot_phases", broken)  # the second figure: the first is already rendered
     out = tmp_path / "out"
     with pytest.raises(RuntimeError, match="plotting failed"):
-        entry.main(["--sequential", str(runs["four"]), "--parallel", str(runs["eight"]), "--output-dir", str(out)])
+        entry.main(["--sequential", str(runs["four"]), "--parallel", str(runs["eight"]),
+                    "--output-dir", str(out)])
     assert not out.exists()
 
 
