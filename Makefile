@@ -10,7 +10,7 @@ ARGS     ?=
 WORKERS  ?= 2
 ENVS     ?= 8
 
-.PHONY: install test lint train train-parallel tensorboard clean distclean
+.PHONY: install test lint train train-parallel compare tensorboard clean distclean
 
 install: $(VENV)/.installed
 
@@ -36,6 +36,14 @@ train-parallel: install
 	$(PY) train_parallel_timed.py --config config/ppo_parallel.yaml --env $(ENV) --duration $(DURATION) \
 		--num-workers $(WORKERS) --num-envs-per-worker $(ENVS) --seed $(SEED) \
 		--output-dir $(or $(OUT),benchmarks/parallel_$(TAG)) $(ARGS)
+
+## Compare benchmarks/sequential_$(TAG) with benchmarks/parallel_$(TAG), training whichever has no
+## summary.json yet first (DURATION hours each): make compare TAG=30m DURATION=0.5
+compare: install
+	test -f benchmarks/sequential_$(TAG)/summary.json || $(MAKE) --no-print-directory train OUT=
+	test -f benchmarks/parallel_$(TAG)/summary.json || $(MAKE) --no-print-directory train-parallel OUT=
+	$(PY) compare_results.py --sequential benchmarks/sequential_$(TAG) --parallel benchmarks/parallel_$(TAG) \
+		--output-dir benchmarks/comparison_$(TAG)
 
 tensorboard: install
 	$(VENV)/bin/tensorboard --logdir benchmarks --bind_all

@@ -8,28 +8,20 @@ markdown report, and comparison.json.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn
 
-from parallel_ppo.config import ConfigError
+from parallel_ppo.config import ConfigError, OneLineParser
 from parallel_ppo.runs import load_runs, parse_run_spec
 
 PROG = "compare_results.py"
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """parallel_ppo.cli.OneLineParser's behaviour (a bad flag is one line and exit status 2), without
-    importing parallel_ppo.cli, which loads torch: input errors are reported in a fraction of a second."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def make_parser() -> OneLineParser:
-    p = OneLineParser(prog=PROG, description="Compare timed PPO runs: tables, plots and a report.")
+    p = OneLineParser(prog=PROG, description=(
+        "Compare timed PPO runs side by side. Prints the table and writes comparison.png, phase_breakdown.png, "
+        "comparison_report.txt, comparison.md and comparison.json to --output-dir."))
     p.add_argument("--sequential", metavar="DIR", help="the sequential run (label 'sequential')")
     p.add_argument("--parallel", metavar="DIR", help="the parallel run (label 'parallel')")
     p.add_argument("--run", action="append", default=[], metavar="LABEL=DIR",
@@ -44,20 +36,31 @@ def make_parser() -> OneLineParser:
     return p
 
 
+def check_arguments(specs: list[tuple[str, Path]], baseline: str | None, out_dir: Path) -> None:
+    """What can be refused before any run is read: too few runs, an unknown baseline, an output path
+    that cannot be a directory."""
+    labels = [label for label, _ in specs]
+    if len(specs) < 2:
+        raise ConfigError("nothing to compare: give at least two runs (--sequential/--parallel or --run)")
+    if baseline is not None and baseline not in labels:
+        raise ConfigError(f"--baseline {baseline!r} is not one of the runs ({', '.join(labels)})")
+    existing = next((p for p in (out_dir, *out_dir.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise ConfigError(f"output directory {out_dir}: {existing} exists and is not a directory")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     out_dir = Path(args.output_dir)
     roles = {role: Path(d) for role, d in (("sequential", args.sequential), ("parallel", args.parallel)) if d}
     try:
         specs = [*roles.items(), *(parse_run_spec(s) for s in args.run)]
-        if len(specs) < 2:
-            raise ConfigError("nothing to compare: give at least two runs (--sequential/--parallel or --run)")
+        check_arguments(specs, args.baseline, out_dir)
         runs = load_runs(specs)
         # Imported only once the input is known to be good: plotting and the checkpoint helpers load
         # matplotlib and torch, which would make a simple input error slow to report.
         from parallel_ppo import report
 
-        report.check_output_dir(out_dir)
         comparison = report.compare(runs, args.baseline, args.threshold, {role: role for role in roles})
         outputs = report.render_outputs(comparison)
     except ConfigError as e:

@@ -8,7 +8,6 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import NoReturn
 
 import psutil
 import torch
@@ -16,16 +15,9 @@ import yaml
 
 from parallel_ppo.checkpoint import load_checkpoint
 from parallel_ppo.collect import RolloutError
-from parallel_ppo.config import Config, ConfigError, build_config
+from parallel_ppo.config import Config, ConfigError, OneLineParser, build_config
 
 RUN_FILES = ("metrics.csv", "summary.json", "checkpoint.pt", "config.yaml", "logs")
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a bad flag in one line (no usage dump) and exits with status 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def make_parser(prog: str, parallel: bool) -> OneLineParser:

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
 
 class ConfigError(ValueError):
     """A problem with user input; the entry points print it as one line and exit with status 2."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad flag in one line (no usage dump) and exits with status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 @dataclass

@@ -41,6 +41,9 @@ measured time instead."""
 
 NO_EPISODES = "no episodes finished"
 
+OTHER_LOAD_CORES = 0.25
+"""Mean CPU use of processes outside a run (in cores) above which its timings are flagged as disturbed."""
+
 SPEEDUP_DEFINITION = (
     "speed-up = a run's median SPS / the baseline's median SPS, where SPS is metrics.csv's per-update "
     "env steps per second; parallel efficiency = speed-up / (workers / baseline workers), a sequential "
@@ -70,6 +73,8 @@ class RunStats:
     peak_rss_mb: float
     peak_pss_mb: float | None
     mean_cpu_percent: float
+    other_load_cores: float | None
+    """Mean CPU use of the rest of the machine during the run, in cores (None: not logged)."""
     logical_cores: int | None
     phase_seconds: dict[str, float]
 
@@ -138,7 +143,8 @@ def compare(runs: Sequence[Run], baseline: str | None = None, threshold: float |
             time_to_threshold=None if reached is None else float(run.metrics["wall_time"][reached]),
             steps_to_threshold=None if reached is None else int(run.metrics["env_steps"][reached]),
             peak_rss_mb=run.peak_rss_mb, peak_pss_mb=run.peak_pss_mb, mean_cpu_percent=run.mean_cpu_percent,
-            logical_cores=run.hardware.get("logical_cores"), phase_seconds=phase_seconds(run),
+            other_load_cores=other_load(run), logical_cores=run.hardware.get("logical_cores"),
+            phase_seconds=phase_seconds(run),
         ))
     return Comparison(list(runs), stats, baseline, equal_time, threshold, source,
                       _warnings(runs, declared_modes or {}))
@@ -159,6 +165,14 @@ def _first_reaching(run: Run, threshold: float | None) -> int | None:
     with np.errstate(invalid="ignore"):
         hits = np.flatnonzero(run.metrics["episodic_return_mean"] >= threshold)
     return int(hits[0]) if hits.size else None
+
+
+def other_load(run: Run) -> float | None:
+    """Mean cores kept busy by processes outside the run (machine CPU minus the run's), if logged."""
+    machine = run.metrics["system_cpu_percent"]
+    if not np.isfinite(machine).all():
+        return None
+    return float(np.mean(np.maximum(machine - run.metrics["cpu_percent"], 0.0))) / 100
 
 
 def phase_seconds(run: Run) -> dict[str, float]:
@@ -232,6 +246,10 @@ def _warnings(runs: Sequence[Run], declared_modes: Mapping[str, str]) -> list[st
                        "restarts")
         if run.final_return is None:
             out.append(f"{run.label!r}: {NO_EPISODES} (its returns are blank)")
+        load = other_load(run)
+        if load is not None and load > OTHER_LOAD_CORES:
+            out.append(f"other processes kept {load:.2f} cores busy on average during {run.label!r}: "
+                       "its timings understate what the machine can do alone")
     return out
 
 
@@ -311,8 +329,7 @@ def table(cmp: Comparison) -> Table:
         header.insert(-1, "peak PSS")
     rows = []
     for s in cmp.stats:
-        reached = "—" if cmp.threshold is None else (
-            "not reached" if s.time_to_threshold is None else fmt_duration(s.time_to_threshold))
+        reached = "—" if cmp.threshold is None else _reached(s)
         not_yet = "no episodes yet" if s.final_return is not None else NO_EPISODES
         at_equal = fmt_return(s.return_at_equal_time, not_yet)
         row = [
@@ -379,12 +396,18 @@ def _reached(s: RunStats) -> str:
     return "not reached" if s.time_to_threshold is None else fmt_duration(s.time_to_threshold)
 
 
+def return_window(cmp: Comparison) -> str:
+    """`last 100 episodes`: the rolling window the runs' returns are averaged over (logging.return_window)."""
+    windows = sorted({r.config.logging.return_window for r in cmp.runs})
+    return f"last {'/'.join(map(str, windows))} episodes"
+
+
 def definitions(cmp: Comparison) -> list[str]:
     thr = ("no threshold (no run finished an episode)" if cmp.threshold is None
            else f"{fmt_return(cmp.threshold)} ({cmp.threshold_source})")
     return [
         f"Baseline: {cmp.baseline}. {SPEEDUP_DEFINITION[0].upper()}{SPEEDUP_DEFINITION[1:]}.",
-        "Final return: the mean episodic return of the last 100 episodes (summary.json).",
+        f"Final return: the mean episodic return of the {return_window(cmp)} (summary.json).",
         f"Return @ {fmt_duration(cmp.equal_time)}: episodic_return_mean in each run's last metrics row at or "
         f"before {cmp.equal_time:.1f} s, the shortest run's logged duration.",
         f"Time to return: wall time of the first update whose mean return reached {thr}.",
@@ -483,7 +506,7 @@ def to_json(cmp: Comparison) -> dict[str, Any]:
             "return_at_equal_time": s.return_at_equal_time,
             "time_to_threshold_seconds": s.time_to_threshold, "steps_to_threshold": s.steps_to_threshold,
             "peak_rss_mb": s.peak_rss_mb, "peak_pss_mb": s.peak_pss_mb,
-            "mean_cpu_percent": s.mean_cpu_percent,
+            "mean_cpu_percent": s.mean_cpu_percent, "other_load_cores": s.other_load_cores,
             "logical_cores": s.logical_cores,
             "phase_seconds": s.phase_seconds,
             "phase_fractions": {p: v / total for p, v in s.phase_seconds.items()},
@@ -564,11 +587,12 @@ def plot_comparison(cmp: Comparison) -> bytes:
     mem_gb = mem_top >= 2048
     ax_mem = ax_res.twinx()
 
-    for run, s, color in zip(cmp.runs, cmp.stats, colors, strict=True):
+    for i, (run, s, color) in enumerate(zip(cmp.runs, cmp.stats, colors, strict=True)):
         m = run.metrics
         t = m["wall_time"] / scale
         marker = "o" if len(t) < 30 else None
-        kw: dict[str, Any] = {"color": color, "lw": 1.8, "marker": marker, "ms": 3}
+        # Later runs draw thinner, so a curve that coincides with an earlier one still shows both colours.
+        kw: dict[str, Any] = {"color": color, "lw": max(1.2, 3.0 - 0.6 * i), "marker": marker, "ms": 3}
         ax_time.plot(t, m["episodic_return_mean"], **kw)
         ax_steps.plot(m["env_steps"], m["episodic_return_mean"], **kw)
         ax_sps.plot(t, m["sps"], color=color, lw=0.8, alpha=0.25)
@@ -586,7 +610,7 @@ def plot_comparison(cmp: Comparison) -> bytes:
             ax.annotate(f"threshold {fmt_return(cmp.threshold)}", (0.01, cmp.threshold),
                         xycoords=("axes fraction", "data"), xytext=(0, 3), textcoords="offset points",
                         fontsize=9, color="0.3")
-        ax.set_ylabel("mean episodic return (last 100 episodes)")
+        ax.set_ylabel(f"mean episodic return ({return_window(cmp)})")
         missing = [s.label for s in cmp.stats if s.final_return is None]
         if missing:
             ax.text(0.99, 0.02, f"{NO_EPISODES}: {', '.join(missing)}", transform=ax.transAxes,
@@ -685,15 +709,6 @@ def render_outputs(cmp: Comparison) -> dict[str, bytes]:
         "comparison.json": lambda c: (json.dumps(to_json(c), indent=2, allow_nan=False) + "\n").encode(),
     }
     return {name: makers[name](cmp) for name in OUTPUT_FILES}
-
-
-def check_output_dir(path: Path) -> None:
-    """Refuse an output path that cannot be a directory, before anything is computed or written."""
-    for p in (path, *path.parents):
-        if p.exists():
-            if not p.is_dir():
-                raise ConfigError(f"output directory {path}: {p} exists and is not a directory")
-            break
 
 
 def write_outputs(outputs: Mapping[str, bytes], out_dir: Path) -> list[Path]:

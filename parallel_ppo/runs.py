@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
-from parallel_ppo.config import Config, ConfigError, config_from_dict
+from parallel_ppo.config import Config, ConfigError, config_from_dict, load_yaml
 from parallel_ppo.metrics import METRIC_COLUMNS
 
 MAIN_PHASES = ("env", "inference", "sync", "gae", "update")
@@ -150,10 +149,15 @@ def _optional_number(value: Any) -> float | None:
     return float(value) if ok else None
 
 
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
 def _read_summary(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         raise ConfigError(f"{path} is not valid JSON (corrupt or truncated)") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path} is not a run summary (expected a JSON object)")
@@ -162,10 +166,10 @@ def _read_summary(path: Path) -> dict[str, Any]:
             raise ConfigError(f"{path} lacks the field {key!r}; is it a parallel_ppo run summary?")
         value = data[key]
         if not isinstance(value, kind) or isinstance(value, bool):
-            raise ConfigError(f"{path}: field {key!r} has an unexpected value {value!r}")
+            raise ConfigError(f"{path}: field {key!r} has an unexpected value {_short(value)}")
     ret = data.get("episodic_return_mean")
-    if ret is not None and (not isinstance(ret, (int, float)) or not math.isfinite(ret)):
-        raise ConfigError(f"{path}: field 'episodic_return_mean' has an unexpected value {ret!r}")
+    if ret is not None and _optional_number(ret) is None:
+        raise ConfigError(f"{path}: field 'episodic_return_mean' has an unexpected value {_short(ret)}")
     if data["mode"] not in ("sequential", "parallel"):
         raise ConfigError(f"{path}: mode must be sequential or parallel, got {data['mode']!r}")
     if data["wall_seconds"] <= 0 or data["updates"] <= 0:
@@ -174,12 +178,7 @@ def _read_summary(path: Path) -> dict[str, Any]:
 
 
 def _read_config(path: Path) -> Config:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        raise ConfigError(f"{path} is not valid YAML (corrupt or truncated)") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} is not a run config (expected a mapping of sections)")
+    data = load_yaml(path)
     try:
         return config_from_dict(data)
     except ConfigError as e:
@@ -242,8 +241,7 @@ def _cell(path: Path, line: int, column: str, text: str) -> float:
     try:
         return float(text)
     except ValueError:
-        shown = text if len(text) <= 20 else text[:20] + "…"
-        raise ConfigError(f"{path} line {line}: column {column} holds {shown!r}, not a number") from None
+        raise ConfigError(f"{path} line {line}: column {column} holds {_short(text)}, not a number") from None
 
 
 def _check_consistent(path: Path, summary: dict[str, Any], metrics: dict[str, np.ndarray]) -> None:
