@@ -19,6 +19,7 @@ from parallel_ppo.config import Config, ConfigError, build_config
 from parallel_ppo.roofline import BUSY_CORES, OtherLoad, env_spaces, format_table, measure_compute_limit
 
 ROOT = Path(__file__).resolve().parent.parent
+TRAINER = ROOT / "train_timed.py"
 SPEED_TARGET = 0.85
 """Acceptance: the sequential trainer's steady-state SPS is at least this fraction of the compute limit."""
 
@@ -154,6 +155,8 @@ def speed_check(args: Any, prog: str) -> int:
     json_path = Path(args.output) if args.output else out_dir / "speed_check.json"
     try:
         cfg = build_config(args.config, flags, sets, parallel=False)
+        if not TRAINER.is_file():
+            raise ConfigError(f"cannot find the sequential trainer {TRAINER}")
         _set_threads(cfg, None)
         _check_output(str(json_path))
         if out_dir.exists() and not out_dir.is_dir():
@@ -166,16 +169,21 @@ def speed_check(args: Any, prog: str) -> int:
     print(format_table(limit), flush=True)
 
     run_dir = out_dir / "train"
-    cmd = [sys.executable, str(ROOT / "train_timed.py"), "--config", args.config, "--env", args.env,
+    cmd = [sys.executable, str(TRAINER), "--config", args.config, "--env", args.env,
            "--num-envs", str(args.num_envs), "--batch-size", str(args.batch_size),
            "--duration", repr(args.train_seconds / 3600), "--output-dir", str(run_dir), "--overwrite"]
     for item in sets:
         cmd += ["--set", item]
     print(f"{prog}: running the sequential trainer for {args.train_seconds:g} s → {run_dir}", flush=True)
     with OtherLoad() as load:
-        proc = subprocess.run(cmd, cwd=ROOT)
-    if proc.returncode != 0:
-        print(f"{prog}: error: train_timed.py exited with status {proc.returncode}", file=sys.stderr)
+        proc = subprocess.Popen(cmd)
+        try:
+            returncode = proc.wait()
+        except KeyboardInterrupt:  # the trainer got the same SIGINT: let it stop at its update boundary
+            print(f"{prog}: interrupted; waiting for the trainer to stop", file=sys.stderr, flush=True)
+            returncode = proc.wait()
+    if returncode != 0:
+        print(f"{prog}: error: train_timed.py exited with status {returncode}", file=sys.stderr)
         return 1
     try:
         trainer = steady_state_sps(run_dir / "metrics.csv")

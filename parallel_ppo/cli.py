@@ -105,6 +105,17 @@ def check_resume_config(cfg: Config, state: dict, run_dir: Path) -> None:
                                   f"{stored.get(section, {}).get(key)!r}, not {value!r}; it cannot be resumed so")
 
 
+def measure_limit(cfg: Config) -> dict | None:
+    """The bare network's compute limit for this config, measured before any env or worker exists."""
+    if cfg.run.limit_seconds <= 0:
+        return None
+    from parallel_ppo.envs import env_spaces
+    from parallel_ppo.roofline import measure_compute_limit
+
+    obs_shape, obs_dtype, num_actions = env_spaces(cfg.env)
+    return measure_compute_limit(cfg, obs_shape, num_actions, cfg.run.limit_seconds, obs_dtype=obs_dtype)
+
+
 def learner_threads(cfg: Config) -> int:
     return cfg.parallel.learner_threads or psutil.cpu_count(logical=True) or 1
 
@@ -128,6 +139,7 @@ def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
             run_dir = resolve_run_dir(cfg, mode, args.overwrite)
         resumes = resume.get("resumes", 0) + 1 if resume is not None else 0
         torch.set_num_threads(learner_threads(cfg))
+        limit = measure_limit(cfg)
         if parallel:
             from parallel_ppo.parallel.coordinator import ParallelCoordinator
 
@@ -149,6 +161,7 @@ def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
 
     from parallel_ppo.trainer import train
 
+
     if resume is None:
         prepare_run_dir(run_dir, cfg, args.overwrite)
     else:
@@ -158,7 +171,7 @@ def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
     print(f"{prog}: {mode} run on {cfg.env.id} with {source.layout['num_envs']} envs "
           f"({', '.join(f'{k} {v}' for k, v in threads.items())} threads) → {run_dir}", flush=True)
     try:
-        summary = train(cfg, source, run_dir, threads, resume)
+        summary = train(cfg, source, run_dir, threads, resume, limit)
     except KeyboardInterrupt:  # a second Ctrl-C: stop now; the last checkpoint was written atomically
         print(f"\n{prog}: interrupted; the last checkpoint in {run_dir} is intact", file=sys.stderr)
         return 128 + signal.SIGINT
@@ -167,6 +180,9 @@ def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
     print(f"{prog}: {summary['stop_reason']} after {summary['total_env_steps']:,} steps in "
           f"{summary['wall_seconds']:.0f} s ({summary['sps']:.0f} SPS); mean return "
           f"{'n/a' if ret is None else f'{ret:.2f}'} over the last {window} episodes", flush=True)
+    if summary["limit_efficiency"] is not None:
+        print(f"{prog}: {100 * summary['limit_efficiency']:.0f}% of this machine's compute limit "
+              f"({summary['compute_limit']['limit_sps']:.0f} SPS, measured before the run)", flush=True)
     if summary["stop_reason"] == "error":
         print(f"{prog}: error: {summary['error']} (checkpoint and summary written to {run_dir})", file=sys.stderr)
         return 1

@@ -51,8 +51,9 @@ class ParallelConfig:
     """Torch/OpenMP threads in each worker process."""
     learner_threads: int = 0
     """Torch threads of the process that runs the update (0 = automatic: all logical cores)."""
-    start_method: str = "spawn"
-    """multiprocessing start method for workers: spawn or forkserver."""
+    start_method: str = "forkserver"
+    """How workers start: forkserver (forked from a process that loaded torch and Procgen once, so workers
+    share that memory; the default) or spawn (each worker imports everything itself)."""
     worker_timeout: float = 5.0
     """Seconds a worker may make no progress before it is declared stuck."""
     max_worker_restarts: int = 3
@@ -62,7 +63,8 @@ class ParallelConfig:
 @dataclass
 class ModelConfig:
     kind: str = "auto"
-    """Network: `impala` (image observations), `mlp` (vector observations), or `auto` to pick by shape."""
+    """Network: `impala` (image observations), `mlp` (vector observations), `auto` to pick by shape, or
+    `random` (uniform actions, no network: for measuring raw env throughput)."""
     impala_depths: list[int] = field(default_factory=lambda: [16, 32, 32])
     """Channels of the IMPALA CNN's three stages."""
     hidden_size: int = 256
@@ -117,6 +119,9 @@ class RunConfig:
     """Run directory (empty = benchmarks/<mode>_<timestamp>)."""
     checkpoint_interval: float = 300.0
     """Seconds between checkpoints (one is always written at the end)."""
+    limit_seconds: float = 10.0
+    """Seconds spent measuring the bare network's compute limit before training, so that summary.json can
+    report the run's efficiency against it (0 = skip)."""
 
 
 @dataclass
@@ -299,6 +304,7 @@ def validate(cfg: Config) -> None:
         "training.ent_coef": cfg.training.ent_coef,
         "training.vf_coef": cfg.training.vf_coef,
         "training.target_kl": cfg.training.target_kl,
+        "run.limit_seconds": cfg.run.limit_seconds,
     }
     for key, value in non_negative.items():
         if value < 0:
@@ -319,7 +325,7 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"{key} must be in [0, 1], got {value}")
     choices = {
         "training.precision": (cfg.training.precision, ("fp32", "bf16")),
-        "model.kind": (cfg.model.kind, ("auto", "impala", "mlp")),
+        "model.kind": (cfg.model.kind, ("auto", "impala", "mlp", "random")),
         "logging.progress": (cfg.logging.progress, ("auto", "on", "off")),
         "parallel.start_method": (cfg.parallel.start_method, ("spawn", "forkserver")),
         "env.distribution_mode": (cfg.env.distribution_mode, PROCGEN_MODES),

@@ -86,9 +86,24 @@ class MlpActorCritic(nn.Module):
         return self.actor(x), self.critic(x).squeeze(-1)
 
 
+class UniformPolicy(nn.Module):
+    """Uniformly random actions and zero values: a no-compute policy for measuring raw env throughput."""
+
+    def __init__(self, num_actions: int) -> None:
+        super().__init__()
+        self.num_actions = num_actions
+        self.unused = nn.Parameter(torch.zeros(1))  # parameter plumbing (publish, optimizer) stays uniform
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = obs.shape[0]
+        return torch.zeros(batch, self.num_actions) + 0 * self.unused, torch.zeros(batch) + 0 * self.unused
+
+
 def build_model(obs_shape: tuple[int, ...], num_actions: int, cfg: ModelConfig) -> nn.Module:
     """Pick the network by `cfg.kind` (or by observation rank when `auto`)."""
     kind = cfg.kind
+    if kind == "random":
+        return UniformPolicy(num_actions)
     if kind == "auto":
         kind = "impala" if len(obs_shape) == 3 else "mlp"
     if kind == "impala":

@@ -147,8 +147,9 @@ def measure_compute_limit(cfg: Config, obs_shape: tuple[int, ...], num_actions: 
         obs_dtype = np.dtype(np.uint8) if len(obs_shape) == 3 else np.dtype(np.float32)
     tcfg = cfg.training
 
-    torch.manual_seed(cfg.run.seed)
-    model = build_model(obs_shape, num_actions, cfg.model)
+    with torch.random.fork_rng(devices=[]):  # the trainer's initialization, without touching the caller's RNG
+        torch.manual_seed(cfg.run.seed)
+        model = build_model(obs_shape, num_actions, cfg.model)
     optimizer = torch.optim.Adam(model.parameters(), lr=tcfg.learning_rate, eps=1e-5)
     rng = torch.Generator().manual_seed(cfg.run.seed)
 

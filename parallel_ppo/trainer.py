@@ -82,11 +82,12 @@ def _mean(values: deque) -> float:
 
 
 def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, int],
-          resume: dict | None = None) -> dict:
+          resume: dict | None = None, compute_limit: dict | None = None) -> dict:
     """Train until the duration or step budget is spent (or a signal arrives); returns summary.json's content.
 
     `resume` is a loaded checkpoint: model, optimizer, counters, RNG states, episode window and elapsed
     time carry on from it, and metrics rows logged after it are dropped so the CSV stays continuous.
+    `compute_limit` (from `roofline.measure_compute_limit`) is recorded with the run's efficiency against it.
     """
     run_dir = Path(run_dir)
     torch.manual_seed(cfg.run.seed)
@@ -114,7 +115,7 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, 
                            source.mode, resume_after=(update, env_steps) if resume is not None else None)
     stop_reason = error = ""
     start = time.monotonic() - elapsed_before
-    last_checkpoint = time.monotonic()
+    last_checkpoint = last_row = time.monotonic()
     cpu_samples: list[float] = []
 
     def checkpoint() -> None:
@@ -165,22 +166,22 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, 
                 phases = timers.pop()
                 for name in PHASES:
                     phase_totals[name] += phases[name]
-                resources = sampler.sample()
-                cpu_samples.append(resources["cpu_percent"])
-                row = {
-                    "update": update, "env_steps": env_steps, "wall_time": elapsed,
-                    "sps": cfg.rollout_size / max(now - update_start, 1e-9),
-                    "episodic_return_mean": _mean(ep_returns), "episodic_length_mean": _mean(ep_lengths),
-                    "episodes": episodes, "learning_rate": lr, **stats,
-                    **{f"time_{name}": seconds for name, seconds in phases.items()},
-                    **resources, "worker_restarts": getattr(source, "restarts", 0),
-                }
-                with timers.phase("log"):
-                    logger.log(row)
+                with timers.phase("log"):  # counted in the next row: this row's clock stopped at `now`
+                    resources = sampler.sample()
+                    cpu_samples.append(resources["cpu_percent"])
+                    logger.log({
+                        "update": update, "env_steps": env_steps, "wall_time": elapsed,
+                        "sps": cfg.rollout_size / max(now - last_row, 1e-9),  # logging and checkpoints included
+                        "episodic_return_mean": _mean(ep_returns), "episodic_length_mean": _mean(ep_lengths),
+                        "episodes": episodes, "learning_rate": lr, **stats,
+                        **{f"time_{name}": seconds for name, seconds in phases.items()},
+                        **resources, "worker_restarts": getattr(source, "restarts", 0),
+                    })
                     if now - last_checkpoint >= cfg.run.checkpoint_interval:
                         checkpoint()
                         last_checkpoint = now
 
+                last_row = now
                 if stop.signum is not None:
                     stop_reason = "signal"
                 elif cfg.run.total_steps and env_steps >= cfg.run.total_steps:
@@ -218,6 +219,9 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, 
         "peak_main_rss_mb": sampler.peaks["main_rss_mb"],
         "peak_worker_rss_mb": sampler.peaks["worker_rss_mb"],
         "mean_cpu_percent": float(np.mean(cpu_samples)) if cpu_samples else None,
+        "compute_limit": compute_limit,
+        "limit_efficiency": (env_steps / (wall + elapsed_before)) / compute_limit["limit_sps"]
+        if compute_limit and wall > 0 else None,
         "phase_seconds": phase_totals,
         "phase_fractions": {k: v / wall for k, v in phase_totals.items()} if wall > 0 else {},
         "worker_restarts": getattr(source, "restarts", 0),

@@ -17,9 +17,9 @@ from torch import nn
 from parallel_ppo.buffer import RolloutBuffer
 from parallel_ppo.collect import CollectResult, RolloutError
 from parallel_ppo.config import Config
-from parallel_ppo.envs import env_spaces
+from parallel_ppo.envs import env_spaces, procgen_games
 from parallel_ppo.model import build_model
-from parallel_ppo.parallel.worker import WorkerSpec, worker_main
+from parallel_ppo.parallel.worker import PRELOAD_PROCGEN_VAR, WorkerSpec, worker_main
 from parallel_ppo.timing import PhaseTimer
 
 STARTUP_TIMEOUT = 180.0
@@ -94,6 +94,10 @@ class ParallelCoordinator:
         self._resumes = resumes
         self._slot_restarts = [0] * p.num_workers
         self._ctx = torch.multiprocessing.get_context(p.start_method)
+        if p.start_method == "forkserver":
+            if cfg.env.id in procgen_games():
+                os.environ.setdefault(PRELOAD_PROCGEN_VAR, cfg.env.id)  # read by the forkserver when it starts
+            self._ctx.set_forkserver_preload(["parallel_ppo.parallel.preload"])
         self._workers: list[_Worker | None] = [None] * p.num_workers
         _set_title(f"parallel_ppo coordinator ({p.num_workers} workers × {p.num_envs_per_worker} envs, "
                    f"{cfg.env.id})")

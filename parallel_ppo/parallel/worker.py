@@ -31,6 +31,9 @@ class WorkerSpec:
     env_threads: int
 
 
+PRELOAD_PROCGEN_VAR = "PARALLEL_PPO_PRELOAD_PROCGEN"
+"""Set to a Procgen game before the forkserver starts, it loads the game assets there once for all workers."""
+
 FAULT_ENV_VAR = "PARALLEL_PPO_INJECT_FAULT"
 """Testing hook: `W:N` makes worker W raise in its N-th rollout, to exercise failure paths."""
 

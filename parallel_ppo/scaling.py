@@ -1,0 +1,142 @@
+"""Scaling sweep and autotune: short timed runs over worker layouts, read back from their run directories.
+
+Each point is a real `train_parallel_timed.py` run (or `train_timed.py` for the sequential point), so the
+figures include everything a training run pays: collection, sync, GAE, update and logging.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from parallel_ppo.checkpoint import atomic_write, write_json
+from parallel_ppo.config import ConfigError
+from parallel_ppo.timing import PHASES
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def steady_sps(run_dir: Path) -> float:
+    """Env steps/s after the first update (start-up and first-touch costs excluded); all updates if only one."""
+    with open(run_dir / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise ConfigError(f"{run_dir}: the run logged no update")
+    if len(rows) == 1:
+        return float(rows[0]["env_steps"]) / float(rows[0]["wall_time"])
+    steps = float(rows[-1]["env_steps"]) - float(rows[0]["env_steps"])
+    return steps / (float(rows[-1]["wall_time"]) - float(rows[0]["wall_time"]))
+
+
+def run_point(out: Path, workers: int, envs_per_worker: int, seconds: float, config: str, extra: list[str],
+              worker_threads: int = 1) -> dict[str, Any]:
+    """One timed run (workers == 0: sequential with `envs_per_worker` envs); returns its table row."""
+    if workers:
+        cmd = [sys.executable, str(ROOT / "train_parallel_timed.py"), "--num-workers", str(workers),
+               "--num-envs-per-worker", str(envs_per_worker), "--set", f"parallel.worker_threads={worker_threads}"]
+    else:
+        cmd = [sys.executable, str(ROOT / "train_timed.py"), "--num-envs", str(envs_per_worker)]
+    cmd += ["--config", config, "--duration", f"{seconds / 3600:.8f}", "--output-dir", str(out), "--overwrite",
+            "--set", "logging.progress=off", *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ConfigError(f"benchmark run {out.name} failed: {last}")
+    summary = json.loads((out / "summary.json").read_text())
+    return {
+        "label": out.name, "workers": workers, "envs_per_worker": envs_per_worker,
+        "worker_threads": worker_threads if workers else None,
+        "envs": summary["num_envs"], "steps_per_second": steady_sps(out), "updates": summary["updates"],
+        "peak_rss_mb": summary["peak_rss_mb"], "peak_pss_mb": summary.get("peak_pss_mb"),
+        "phase_fractions": summary["phase_fractions"], "run_dir": str(out),
+        "hardware": summary["hardware"], "threads": summary["threads"],
+    }
+
+
+def add_speedups(rows: list[dict[str, Any]]) -> None:
+    """Speed-up over the first row and efficiency = speed-up / (workers / first row's workers)."""
+    base = rows[0]
+    for r in rows:
+        r["speedup"] = r["steps_per_second"] / base["steps_per_second"]
+        r["efficiency"] = r["speedup"] / (max(r["workers"], 1) / max(base["workers"], 1))
+
+
+def scaling_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| envs | workers | envs/worker | steps/s | speed-up | efficiency | peak RSS (MB) | peak PSS (MB) |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        pss = f"{r['peak_pss_mb']:,.0f}" if r.get("peak_pss_mb") else "-"
+        lines.append(f"| {r['envs']} | {r['workers'] or 'seq'} | {r['envs_per_worker']} | "
+                     f"{r['steps_per_second']:,.0f} | {r['speedup']:.2f}× | {100 * r['efficiency']:.0f}% | "
+                     f"{r['peak_rss_mb']:,.0f} | {pss} |")
+    return "\n".join(lines)
+
+
+def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
+    """Speed-up vs workers with the ideal line, efficiency, and stacked phase fractions per point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    par = [r for r in rows if r["workers"]]
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5.2))
+    ax = axes[0]
+    for m in sorted({r["envs_per_worker"] for r in par}):
+        pts = [r for r in par if r["envs_per_worker"] == m]
+        ax.plot([r["workers"] for r in pts], [r["speedup"] for r in pts], "o-", label=f"{m} envs/worker")
+    top = max([r["workers"] for r in par] + [1])
+    base_workers = max(rows[0]["workers"], 1)
+    ax.plot([1, top], [1 / base_workers, top / base_workers], "k--", lw=1, label="ideal (linear)")
+    ax.set(xlabel="workers", ylabel=f"speed-up over {rows[0]['label']}", title="Speed-up (env steps/s ratio)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+
+    ax = axes[1]
+    for m in sorted({r["envs_per_worker"] for r in par}):
+        pts = [r for r in par if r["envs_per_worker"] == m]
+        ax.plot([r["workers"] for r in pts], [100 * r["efficiency"] for r in pts], "o-", label=f"{m} envs/worker")
+    ax.axhline(100, color="k", ls="--", lw=1)
+    ax.set(xlabel="workers", ylabel="parallel efficiency (%)", title="Efficiency = speed-up / workers",
+           ylim=(0, max(110, max(100 * r["efficiency"] for r in rows) + 10)))
+    ax.legend()
+    ax.grid(alpha=0.3)
+
+    ax = axes[2]
+    labels = [r["label"] for r in rows]
+    bottom = [0.0] * len(rows)
+    for phase in PHASES:
+        values = [100 * r["phase_fractions"].get(phase, 0.0) for r in rows]
+        ax.bar(labels, values, bottom=bottom, label=phase)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    ax.set(ylabel="share of wall time (%)", title="Where the time goes", ylim=(0, 105))
+    ax.tick_params(axis="x", rotation=30)
+    ax.legend(fontsize=8, loc="lower right")
+    hw = rows[0]["hardware"]
+    fig.suptitle(f"Scaling on {hw['cpu_model']} ({hw['physical_cores']} physical / {hw['logical_cores']} "
+                 f"logical cores, {hw['memory_gb']} GB)")
+    fig.tight_layout()
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))
+    plt.close(fig)
+
+
+def write_scaling(rows: list[dict[str, Any]], out_dir: Path, title: str) -> None:
+    """scaling.json, scaling.md and scaling.png in `out_dir`."""
+    add_speedups(rows)
+    write_json(out_dir / "scaling.json", {"title": title, "points": rows})
+    hw = rows[0]["hardware"]
+    text = (f"# {title}\n\n{scaling_table(rows)}\n\nSteps/s are steady-state (after the first update) of real "
+            f"training runs; speed-up is relative to `{rows[0]['label']}`; efficiency = speed-up / "
+            f"(workers / its workers). Peak PSS counts memory shared between processes once.\n\n"
+            f"Machine: {hw['cpu_model']}, {hw['physical_cores']} physical / {hw['logical_cores']} logical cores, "
+            f"{hw['memory_gb']} GB.\n")
+    atomic_write(out_dir / "scaling.md", lambda f: f.write(text.encode()))
+    plot_scaling(rows, out_dir / "scaling.png")
+
+
+def best_layout(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return max(rows, key=lambda r: r["steps_per_second"])
