@@ -9,8 +9,14 @@ ENV      ?= starpilot
 ARGS     ?=
 WORKERS  ?= 2
 ENVS     ?= 8
+BENCH_SECONDS   ?= 60
+ENVS_PER_WORKER ?= 8
+AUTOTUNE_SECONDS ?= 20
+# `make bench` sweeps WORKERS only when given on the command line; by default 1, 2, 4, ... physical cores.
+BENCH_WORKERS    = $(if $(filter command line,$(origin WORKERS)),--workers "$(WORKERS)",)
 
-.PHONY: install test lint train train-parallel compare tensorboard clean distclean
+.PHONY: install test lint train train-parallel compare roofline bench-speed bench-envs bench autotune tensorboard \
+        clean distclean
 
 install: $(VENV)/.installed
 
@@ -44,6 +50,29 @@ compare: install
 	test -f benchmarks/parallel_$(TAG)/summary.json || $(MAKE) --no-print-directory train-parallel OUT=
 	$(PY) compare_results.py --sequential benchmarks/sequential_$(TAG) --parallel benchmarks/parallel_$(TAG) \
 		--output-dir benchmarks/comparison_$(TAG)
+
+## The bare network's compute limit: forward and PPO-train rates, limit = 1/(1/fwd + epochs/train) SPS
+roofline: install
+	$(PY) bench.py roofline --config config/ppo_sequential.yaml --env $(ENV) $(ARGS)
+
+## Sequential trainer SPS as a fraction of the compute limit, measured in one sitting (16 envs × 64 steps)
+bench-speed: install
+	$(PY) bench.py speed-check --env $(ENV) $(ARGS)
+
+## Raw env steps/s (no learning): bare envs, sequential and parallel paths, random actions and the network
+bench-envs: install
+	$(PY) bench.py envs --config config/ppo_parallel.yaml --env $(ENV) --num-workers $(WORKERS) \
+		--num-envs-per-worker $(ENVS) --seconds 10 $(ARGS)
+
+## Scaling sweep: make bench BENCH_SECONDS=20 WORKERS="1 2" → benchmarks/scaling/scaling.{json,md,png}
+bench: install
+	$(PY) bench.py scaling --config config/ppo_parallel.yaml --env $(ENV) $(BENCH_WORKERS) \
+		--envs-per-worker $(ENVS_PER_WORKER) --seconds $(BENCH_SECONDS) --output-dir benchmarks/scaling $(ARGS)
+
+## The fastest workers × envs × threads layout for this machine → benchmarks/autotune/ppo_autotuned.yaml
+autotune: install
+	$(PY) bench.py autotune --config config/ppo_parallel.yaml --env $(ENV) \
+		--seconds $(AUTOTUNE_SECONDS) --output-dir benchmarks/autotune $(ARGS)
 
 tensorboard: install
 	$(VENV)/bin/tensorboard --logdir benchmarks --bind_all

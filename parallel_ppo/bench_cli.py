@@ -1,4 +1,5 @@
-"""bench.py's command line: `roofline` (the network's compute limit), `speed-check` (trainer vs limit)."""
+"""bench.py's command line: `roofline` (the network's compute limit), `speed-check` (trainer vs limit),
+`envs` (raw env throughput), `scaling` (the worker sweep) and `autotune` (the fastest layout here)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from typing import Any
 import torch
 
 from parallel_ppo import fingerprint
-from parallel_ppo.cli import OneLineParser, learner_threads
-from parallel_ppo.config import Config, ConfigError, build_config
-from parallel_ppo.roofline import BUSY_CORES, OtherLoad, env_spaces, format_table, measure_compute_limit
+from parallel_ppo.cli import learner_threads
+from parallel_ppo.config import Config, ConfigError, OneLineParser, build_config
+from parallel_ppo.envs import env_spaces
+from parallel_ppo.roofline import BUSY_CORES, OtherLoad, format_table, measure_compute_limit
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAINER = ROOT / "train_timed.py"
@@ -38,7 +40,8 @@ def _positive_float(text: str) -> float:
 
 def make_parser(prog: str) -> OneLineParser:
     p = OneLineParser(prog=prog, description="Benchmarks of the PPO network and trainers on this machine.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{roofline,speed-check}")
+    sub = p.add_subparsers(dest="command", required=True,
+                           metavar="{roofline,speed-check,envs,scaling,autotune}")
 
     r = sub.add_parser("roofline", help="measure the bare network's compute limit (no envs)",
                        description="Forward and PPO-train rates of the bare network on random observations, "
@@ -75,7 +78,108 @@ def make_parser(prog: str) -> OneLineParser:
                    help="trainer run and JSON go here (default benchmarks/speed_check_<time>)")
     s.add_argument("--output", metavar="FILE.json",
                    help="JSON result path (default <output-dir>/speed_check.json)")
+
+    e = sub.add_parser("envs", help="raw env steps/s: bare envs, sequential and parallel paths",
+                       description="Env steps/s with no learning, through the bare envs, the sequential "
+                                   "collector and the parallel workers, with random actions and with the network.")
+    e.add_argument("--config", default=str(ROOT / "config" / "ppo_parallel.yaml"), help="YAML config file")
+    e.add_argument("--env", metavar="ID", help="Procgen game or gymnasium id")
+    e.add_argument("--num-workers", type=int, metavar="W", help="workers of the parallel path")
+    e.add_argument("--num-envs-per-worker", type=int, metavar="M", help="envs per worker (total W × M)")
+    e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
+    e.add_argument("--seconds", type=_positive_float, default=10.0, metavar="S", help="per measurement (10)")
+    e.add_argument("--output", metavar="FILE.json", help="also write the rows as JSON")
+
+    for name, text in (("scaling", "sweep worker counts with short timed training runs"),
+                       ("autotune", "find the fastest workers × envs × threads layout for this machine")):
+        c = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        c.add_argument("--config", default=str(ROOT / "config" / "ppo_parallel.yaml"), help="YAML config file")
+        c.add_argument("--env", metavar="ID", help="Procgen game or gymnasium id")
+        c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="config override passed to every run (repeatable)")
+        c.add_argument("--seconds", type=_positive_float, default=60.0 if name == "scaling" else 20.0,
+                       metavar="S", help="wall-clock budget of each run")
+        c.add_argument("--output-dir", default=str(ROOT / "benchmarks" / name), metavar="DIR",
+                       help=f"where the runs and results go (default benchmarks/{name})")
+        if name == "scaling":
+            c.add_argument("--workers", metavar="LIST",
+                           help='worker counts, e.g. "1 2 4" (default 1, 2, 4, ... physical cores)')
+            c.add_argument("--envs-per-worker", default="8", metavar="LIST", help='e.g. "8" or "4 8 16"')
+            c.add_argument("--no-sequential", action="store_true", help="skip the sequential reference point")
     return p
+
+
+def _int_list(text: str, name: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.replace(",", " ").split()]
+    except ValueError:
+        raise ConfigError(f"{name} must be whole numbers, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise ConfigError(f"{name} must be positive whole numbers, got {text!r}")
+    return values
+
+
+def _run_args(args: Any) -> list[str]:
+    """Flags passed on to every run of a sweep (validated first, so a typo fails before any run)."""
+    extra = ["--env", args.env] if args.env else []
+    for item in args.set:
+        extra += ["--set", item]
+    build_config(args.config, {"env.id": args.env}, args.set, parallel=True)
+    return extra
+
+
+def envs(args: Any, prog: str) -> int:
+    from parallel_ppo.envbench import bench_envs, format_env_table
+
+    flags = {"env.id": args.env, "parallel.num_workers": args.num_workers,
+             "parallel.num_envs_per_worker": args.num_envs_per_worker}
+    try:
+        cfg = build_config(args.config, flags, args.set, parallel=True)
+        _check_output(args.output)
+        torch.set_num_threads(learner_threads(cfg))
+        print(f"{prog}: {cfg.env.id}, {cfg.env.num_envs} envs, {args.seconds:g} s per measurement ...", flush=True)
+        rows = bench_envs(cfg, args.seconds)
+    except ConfigError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    print(format_env_table(rows))
+    if args.output:
+        _write_json(args.output, {"rows": rows, "hardware": fingerprint.hardware()})
+        print(f"wrote {args.output}")
+    return 0
+
+
+def sweep(args: Any, prog: str) -> int:
+    from parallel_ppo import scaling
+
+    out = Path(args.output_dir)
+    try:
+        extra = _run_args(args)
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"--output-dir {out} exists and is not a directory")
+        if args.command == "scaling":
+            workers = _int_list(args.workers, "--workers") if args.workers else scaling.default_worker_counts()
+            per_worker = _int_list(args.envs_per_worker, "--envs-per-worker")
+            print(f"{prog}: scaling sweep, workers {workers} × envs/worker {per_worker}, {args.seconds:g} s each",
+                  flush=True)
+            rows = scaling.sweep(out, workers, per_worker, args.seconds, args.config, extra,
+                                 sequential=not args.no_sequential)
+            scaling.write_scaling(rows, out, f"Scaling: {rows[0]['label']} and {len(rows) - 1} more runs")
+            print(scaling.scaling_table(rows))
+            print(f"wrote {out / 'scaling.json'}, {out / 'scaling.md'}, {out / 'scaling.png'}")
+        else:
+            print(f"{prog}: autotune, {args.seconds:g} s per layout", flush=True)
+            result = scaling.autotune(out, args.seconds, args.config, extra)
+            print(scaling.scaling_table(result["points"]))
+            best = result["best"]
+            layout = (f"{best['workers']} workers × {best['envs_per_worker']} envs, {best['worker_threads']} "
+                      f"thread(s) per worker" if best["workers"] else f"sequential, {best['envs_per_worker']} envs")
+            print(f"fastest here: {layout} at {best['steps_per_second']:,.0f} env steps/s")
+            print(f"use it: python {result['trainer']} --config {result['config']}")
+    except ConfigError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _write_json(path: str | Path, data: dict[str, Any]) -> None:
@@ -103,7 +207,7 @@ def _set_threads(cfg: Config, threads: int | None) -> None:
 
 
 def _measure(cfg: Config, seconds: float) -> dict[str, Any]:
-    obs_shape, num_actions, obs_dtype = env_spaces(cfg.env.id)
+    obs_shape, obs_dtype, num_actions = env_spaces(cfg.env)
     return measure_compute_limit(cfg, obs_shape, num_actions, seconds, obs_dtype=obs_dtype)
 
 
@@ -191,6 +295,10 @@ def speed_check(args: Any, prog: str) -> int:
         print(f"{prog}: error: cannot read the trainer's metrics: {e}", file=sys.stderr)
         return 1
 
+    try:  # the trainer measures the limit again in-process before its run (run.limit_seconds): a noise check
+        own = json.loads((run_dir / "summary.json").read_text()).get("compute_limit") or {}
+    except (OSError, ValueError):
+        own = {}
     ratio = trainer["sps"] / limit["limit_sps"]
     rollout = cfg.rollout_size
     ideal = {"inference": rollout / limit["forward_rate"],
@@ -205,7 +313,7 @@ def speed_check(args: Any, prog: str) -> int:
                      "batch_size": cfg.training.batch_size, "n_epochs": cfg.training.n_epochs,
                      "precision": cfg.training.precision, "threads": limit["threads"],
                      "limit_seconds": args.seconds, "train_seconds": args.train_seconds},
-        "limit": limit, "trainer": trainer,
+        "limit": limit, "trainer": trainer, "trainer_own_limit_sps": own.get("limit_sps"),
         "ideal_seconds_per_update": {**ideal, "total": rollout / limit["limit_sps"]},
         "run_dir": str(run_dir), "hardware": fingerprint.hardware(), "versions": fingerprint.versions(),
     }
@@ -218,7 +326,9 @@ def speed_check(args: Any, prog: str) -> int:
     rows = [
         ("forward rate", f"{limit['forward_rate']:,.0f} samples/s (batch {limit['rollout_batch']})"),
         ("train rate", f"{limit['train_rate']:,.0f} samples/s (minibatch {limit['minibatch']})"),
-        ("compute limit", f"{limit['limit_sps']:,.1f} env steps/s"),
+        ("compute limit", f"{limit['limit_sps']:,.1f} env steps/s"
+                          + (f" (the trainer's own pre-run measurement: {own['limit_sps']:,.1f})"
+                             if own.get("limit_sps") else "")),
         ("trainer SPS", f"{trainer['sps']:,.1f} env steps/s (steady state: {trainer['updates']} updates, "
                         f"{trainer['steps']:,} steps in {trainer['seconds']:.1f} s; update 1 excluded)"),
         ("ratio", f"{ratio:.3f} (target {SPEED_TARGET}) → {verdict}"),
@@ -242,6 +352,6 @@ def speed_check(args: Any, prog: str) -> int:
 
 def main(argv: list[str] | None = None, prog: str = "bench.py") -> int:
     args = make_parser(prog).parse_args(argv)
-    if args.command == "roofline":
-        return roofline(args, prog)
-    return speed_check(args, prog)
+    commands = {"roofline": roofline, "speed-check": speed_check, "envs": envs, "scaling": sweep,
+                "autotune": sweep}
+    return commands[args.command](args, prog)

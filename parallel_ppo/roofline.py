@@ -27,39 +27,11 @@ from parallel_ppo.config import Config, ConfigError
 from parallel_ppo.model import build_model
 from parallel_ppo.ppo import TrainBatch, autocast, ppo_loss
 
-PROCGEN_OBS_SHAPE = (64, 64, 3)
-PROCGEN_NUM_ACTIONS = 15
-"""Every Procgen game: 64×64 RGB uint8 frames and 15 discrete actions."""
-
 BUSY_CORES = 0.1
 """Other processes' load (in cores) above which a measurement is flagged as taken on a busy machine."""
 
 _POOL = 4
 """Distinct random inputs cycled through, so one batch does not sit in cache between iterations."""
-
-
-def env_spaces(env_id: str) -> tuple[tuple[int, ...], int, np.dtype]:
-    """(obs_shape, num_actions, obs_dtype) of an env id without stepping it (Procgen needs no env at all)."""
-    from parallel_ppo.envs import check_env_id, procgen_games
-
-    check_env_id(env_id)
-    if env_id in procgen_games():
-        return PROCGEN_OBS_SHAPE, PROCGEN_NUM_ACTIONS, np.dtype(np.uint8)
-    import gymnasium
-
-    try:
-        env = gymnasium.make(env_id)
-    except Exception as e:  # a registered id whose dependencies are missing, for example
-        raise ConfigError(f"cannot create gymnasium env {env_id!r}: {e}") from None
-    try:
-        if not isinstance(env.action_space, gymnasium.spaces.Discrete):
-            raise ConfigError(f"{env_id} has a {type(env.action_space).__name__} action space; "
-                              "only Discrete is supported")
-        space = env.observation_space
-        dtype = np.dtype(np.uint8) if space.dtype == np.uint8 else np.dtype(np.float32)
-        return tuple(space.shape), int(env.action_space.n), dtype
-    finally:
-        env.close()
 
 
 class OtherLoad:

@@ -41,7 +41,7 @@ def run_point(out: Path, workers: int, envs_per_worker: int, seconds: float, con
     else:
         cmd = [sys.executable, str(ROOT / "train_timed.py"), "--num-envs", str(envs_per_worker)]
     cmd += ["--config", config, "--duration", f"{seconds / 3600:.8f}", "--output-dir", str(out), "--overwrite",
-            "--set", "logging.progress=off", *extra]
+            "--set", "logging.progress=off", "--set", "run.limit_seconds=0", *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -115,7 +115,7 @@ def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     ax.set(ylabel="share of wall time (%)", title="Where the time goes", ylim=(0, 105))
     ax.tick_params(axis="x", rotation=30)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     hw = rows[0]["hardware"]
     fig.suptitle(f"Scaling on {hw['cpu_model']} ({hw['physical_cores']} physical / {hw['logical_cores']} "
                  f"logical cores, {hw['memory_gb']} GB)")
@@ -140,3 +140,68 @@ def write_scaling(rows: list[dict[str, Any]], out_dir: Path, title: str) -> None
 
 def best_layout(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return max(rows, key=lambda r: r["steps_per_second"])
+
+
+def default_worker_counts() -> list[int]:
+    """1, 2, 4, ... up to the physical core count (which is included even when not a power of two)."""
+    import psutil
+
+    cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+    counts = [1]
+    while counts[-1] * 2 <= cores:
+        counts.append(counts[-1] * 2)
+    if counts[-1] != cores:
+        counts.append(cores)
+    return counts
+
+
+def sweep(out_dir: Path, workers: list[int], envs_per_worker: list[int], seconds: float, config: str,
+          extra: list[str], sequential: bool = True) -> list[dict[str, Any]]:
+    """A sequential point (same envs as one worker, when asked) then every workers × envs-per-worker point."""
+    rows = []
+    points = [(0, m) for m in envs_per_worker[:1]] if sequential else []
+    points += [(w, m) for m in envs_per_worker for w in workers]
+    for w, m in points:
+        label = f"seq_e{m}" if w == 0 else f"w{w}_e{m}"
+        print(f"  {label}: {'sequential' if w == 0 else f'{w} workers'} × {m} envs, {seconds:.0f} s ...",
+              flush=True)
+        rows.append(run_point(out_dir / label, w, m, seconds, config, extra))
+        print(f"    {rows[-1]['steps_per_second']:,.0f} steps/s, peak PSS {rows[-1]['peak_pss_mb'] or 0:,.0f} MB",
+              flush=True)
+    return rows
+
+
+def autotune(out_dir: Path, seconds: float, config: str, extra: list[str]) -> dict[str, Any]:
+    """Short runs over layouts that fit this machine; writes autotune.json and a ready config for the fastest."""
+    import yaml
+
+    from parallel_ppo.config import load_yaml
+
+    counts = default_worker_counts()
+    rows = [run_point(out_dir / "seq_e16", 0, 16, seconds, config, extra)]
+    print(f"  sequential × 16 envs: {rows[-1]['steps_per_second']:,.0f} steps/s", flush=True)
+    for w in counts:
+        for m in (4, 8, 16):
+            for threads in (1, 2) if w == 1 else (1,):
+                label = f"w{w}_e{m}_t{threads}"
+                rows.append(run_point(out_dir / label, w, m, seconds, config, extra, worker_threads=threads))
+                print(f"  {w} workers × {m} envs, {threads} thread(s): {rows[-1]['steps_per_second']:,.0f} steps/s",
+                      flush=True)
+    add_speedups(rows)
+    best = best_layout(rows)
+    cfg = load_yaml(config)
+    if best["workers"]:
+        cfg.setdefault("parallel", {}).update({"num_workers": best["workers"],
+                                               "num_envs_per_worker": best["envs_per_worker"],
+                                               "worker_threads": best["worker_threads"]})
+    else:
+        cfg.setdefault("env", {})["num_envs"] = best["envs_per_worker"]
+    trainer = "train_parallel_timed.py" if best["workers"] else "train_timed.py"
+    header = (f"# Written by `make autotune`: the fastest layout measured on this machine "
+              f"({best['steps_per_second']:,.0f} env steps/s).\n# Use: python {trainer} --config "
+              f"{out_dir / 'ppo_autotuned.yaml'}\n")
+    text = header + yaml.safe_dump(cfg, sort_keys=False)
+    atomic_write(out_dir / "ppo_autotuned.yaml", lambda f: f.write(text.encode()))
+    result = {"best": best, "trainer": trainer, "config": str(out_dir / "ppo_autotuned.yaml"), "points": rows}
+    write_json(out_dir / "autotune.json", result)
+    return result

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from parallel_ppo.bench_cli import main, steady_state_sps
 from parallel_ppo.config import Config, ConfigError
-from parallel_ppo.roofline import PROCGEN_NUM_ACTIONS, PROCGEN_OBS_SHAPE, limit_sps, measure_compute_limit
+from parallel_ppo.envs import PROCGEN_ACTIONS, PROCGEN_OBS_SHAPE
+from parallel_ppo.roofline import limit_sps, measure_compute_limit
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,7 +31,7 @@ def small_config(precision: str = "fp32") -> Config:
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_rates_are_positive_and_limit_follows_the_formula(precision: str) -> None:
     cfg = small_config(precision)
-    result = measure_compute_limit(cfg, PROCGEN_OBS_SHAPE, PROCGEN_NUM_ACTIONS, seconds=0.2,
+    result = measure_compute_limit(cfg, PROCGEN_OBS_SHAPE, PROCGEN_ACTIONS, seconds=0.2,
                                    warmup_iters=1, min_iters=2)
     assert result["forward_rate"] > 0 and result["train_rate"] > 0
     expected = 1.0 / (1.0 / result["forward_rate"] + 3 / result["train_rate"])
@@ -49,18 +51,41 @@ def test_vector_observations_use_the_mlp() -> None:
 
 def test_non_positive_budget_is_a_config_error() -> None:
     with pytest.raises(ConfigError):
-        measure_compute_limit(small_config(), PROCGEN_OBS_SHAPE, PROCGEN_NUM_ACTIONS, seconds=0)
+        measure_compute_limit(small_config(), PROCGEN_OBS_SHAPE, PROCGEN_ACTIONS, seconds=0)
 
 
-BAD_INPUT = [["roofline", "--no-such-flag"], ["roofline", "--seconds", "-1"],
-             ["roofline", "--set", "training.nope=1"], ["roofline", "--batch-size", "300"]]
+BAD_INPUT = [["roofline", "--no-such-flag"], ["roofline", "--seconds", "-1"], ["roofline", "--threads", "0"],
+             ["roofline", "--set", "training.nope=1"], ["roofline", "--batch-size", "300"],
+             ["roofline", "--env", "no-such-game"], ["speed-check", "--num-envs", "0"], []]
 
 
 @pytest.mark.parametrize("args", BAD_INPUT)
-def test_bad_input_exits_2_with_one_line(args: list[str]) -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "bench.py"), *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
-    assert proc.returncode == 2
-    assert proc.stdout == ""
-    lines = proc.stderr.strip().splitlines()
+def test_bad_input_exits_2_with_one_line(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        status = main(args)
+    except SystemExit as e:  # argparse errors exit from inside the parser
+        status = e.code
+    out, err = capsys.readouterr()
+    assert status == 2 and out == ""
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and "error" in lines[0]
+
+
+def test_bench_py_bad_flag_exits_2_with_one_line() -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "bench.py"), "roofline", "--no-such-flag"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == "bench.py: error: unrecognized arguments: --no-such-flag (see --help)"
+
+
+def test_steady_state_sps_leaves_out_the_first_update(tmp_path: Path) -> None:
+    csv_path = tmp_path / "metrics.csv"
+    csv_path.write_text("update,env_steps,wall_time,time_inference,time_update\n"
+                        "1,1024,9.0,1.0,8.0\n2,2048,13.0,0.5,3.5\n3,3072,17.0,0.5,3.5\n")
+    result = steady_state_sps(csv_path)
+    assert result["sps"] == pytest.approx(2048 / 8.0)
+    assert (result["steps"], result["updates"]) == (2048, 2)
+    assert result["phase_seconds_per_update"] == {"inference": 0.5, "update": 3.5}
+    csv_path.write_text("update,env_steps,wall_time\n1,1024,9.0\n")
+    with pytest.raises(ValueError):
+        steady_state_sps(csv_path)
