@@ -92,15 +92,11 @@ class ResourceSampler:
                 mem = p.memory_full_info()
             except psutil.Error:
                 continue
-            rss, pss = mem.rss / 2**20, getattr(mem, "pss", mem.rss) / 2**20
-            out["rss_mb"] += rss
-            out["pss_mb"] += pss
+            rss = mem.rss / 2**20
+            out["pss_mb"] += getattr(mem, "pss", mem.rss) / 2**20
             role = self._role(p)
-            if role == "main":
-                out["main_rss_mb"] = rss
-            elif role.startswith("worker"):
-                out["workers_rss_mb"] += rss
-                out[f"{role}_rss_mb"] = rss
+            _add_by_role(out, role, "rss_mb", rss)
+            if role.startswith("worker"):
                 worker_max = max(worker_max, rss)
         with self._lock:
             for key, value in (("rss_mb", out["rss_mb"]), ("pss_mb", out["pss_mb"]),
@@ -127,17 +123,21 @@ class ResourceSampler:
             except psutil.Error:
                 continue
             alive[p.pid] = known
-            out["cpu_percent"] += cpu
-            role = self._role(known)
-            if role == "main":
-                out["main_cpu_percent"] = cpu
-            elif role.startswith("worker"):
-                out["workers_cpu_percent"] += cpu
-                out[f"{role}_cpu_percent"] = cpu
+            _add_by_role(out, self._role(known), "cpu_percent", cpu)
         self._procs = alive
         out["system_cpu_percent"] = psutil.cpu_percent(None) * self._cores
         out.update(self._memory(list(alive.values())))
         return out
+
+
+def _add_by_role(out: dict[str, float], role: str, name: str, value: float) -> None:
+    """Add one process's `value` to the tree total `name` and to `main_<name>`, `workers_<name>`, `<role>_<name>`."""
+    out[name] += value
+    if role == "main":
+        out[f"main_{name}"] = value
+    elif role.startswith("worker"):
+        out[f"workers_{name}"] += value
+        out[f"{role}_{name}"] = value
 
 
 def _fmt_time(seconds: float) -> str:
