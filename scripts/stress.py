@@ -1,0 +1,154 @@
+#!/usr/bin/env python
+"""Stress the parallel trainer (not part of CI): repeatedly SIGKILL a worker mid-run, and SIGINT the
+coordinator then resume, checking each time for hangs, leftover processes, /dev/shm leaks and a valid resume.
+
+    python scripts/stress.py --rounds 20 --env starpilot
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = ["--set", "training.n_steps=32", "--batch-size", "256", "--set", "logging.tensorboard=false",
+         "--set", "run.limit_seconds=0", "--set", "run.checkpoint_interval=1"]
+
+
+def shm() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def tagged(tag: str) -> list[int]:
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("PPO_STRESS_TAG") == tag:
+                found.append(p.pid)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def launch(args: list[str], tag: str) -> subprocess.Popen:
+    env = {**os.environ, "PPO_STRESS_TAG": tag}
+    return subprocess.Popen([sys.executable, str(ROOT / "train_parallel_timed.py"), *args], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def rows(out: Path) -> list[dict[str, str]]:
+    try:
+        with open(out / "metrics.csv", newline="") as f:
+            return list(csv.DictReader(f))
+    except OSError:
+        return []
+
+
+def wait_rows(proc: subprocess.Popen, out: Path, n: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while len(rows(out)) < n:
+        if proc.poll() is not None:
+            raise RuntimeError(f"trainer exited early: {proc.stderr.read().strip().splitlines()[-1:]}")
+        if time.monotonic() > deadline:
+            raise RuntimeError("no progress (hang?)")
+        time.sleep(0.1)
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> int:
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise RuntimeError("trainer did not stop (hang)") from None
+    return proc.returncode
+
+
+def check_clean(tag: str, shm_before: set[str]) -> None:
+    deadline = time.monotonic() + 10
+    while tagged(tag) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if tagged(tag):
+        raise RuntimeError(f"processes left behind: {tagged(tag)}")
+    if shm() - shm_before:
+        raise RuntimeError(f"/dev/shm entries left behind: {sorted(shm() - shm_before)}")
+
+
+def worker_kill_round(base: list[str], work: Path, rng: random.Random) -> None:
+    tag, out, before = uuid.uuid4().hex, work / f"kill_{uuid.uuid4().hex[:6]}", shm()
+    proc = launch([*base, "--total-steps", "100000000", "--duration", "0.05", "--output-dir", str(out)], tag)
+    wait_rows(proc, out, 1, 300)
+    time.sleep(rng.uniform(0.0, 2.0))  # land anywhere in the rollout/update cycle
+    workers = [c for c in psutil.Process(proc.pid).children(recursive=True)
+               if " ".join(c.cmdline()).startswith("parallel_ppo worker")]
+    rng.choice(workers).kill()
+    n = len(rows(out))
+    wait_rows(proc, out, n + 2, 300)  # it recovered and kept training
+    os.killpg(proc.pid, signal.SIGINT)
+    code = finish(proc, 120)
+    summary = json.loads((out / "summary.json").read_text())
+    if code != 128 + signal.SIGINT or summary["worker_restarts"] < 1:
+        raise RuntimeError(f"exit {code}, restarts {summary['worker_restarts']}")
+    check_clean(tag, before)
+
+
+def sigint_resume_round(base: list[str], work: Path, rng: random.Random) -> None:
+    tag, out, before = uuid.uuid4().hex, work / f"int_{uuid.uuid4().hex[:6]}", shm()
+    proc = launch([*base, "--total-steps", "100000000", "--output-dir", str(out)], tag)
+    wait_rows(proc, out, 2, 300)
+    time.sleep(rng.uniform(0.0, 2.0))
+    os.killpg(proc.pid, signal.SIGINT)
+    if finish(proc, 120) != 128 + signal.SIGINT:
+        raise RuntimeError("SIGINT did not end the run with status 130")
+    check_clean(tag, before)
+    stopped = json.loads((out / "summary.json").read_text())["total_env_steps"]
+    proc = launch(["--resume", str(out), "--total-steps", str(stopped + 1)], tag)
+    if finish(proc, 300) != 0:
+        raise RuntimeError(f"resume failed: {proc.stderr.read().strip().splitlines()[-1:]}")
+    updates = [int(r["update"]) for r in rows(out)]
+    steps = [int(r["env_steps"]) for r in rows(out)]
+    if updates != list(range(1, len(updates) + 1)) or steps != sorted(set(steps)):
+        raise RuntimeError("metrics.csv is not continuous after resume")
+    check_clean(tag, before)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=20, help="rounds of each kind (default 20)")
+    p.add_argument("--env", default="starpilot")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random kill timing")
+    args = p.parse_args()
+    base = ["--env", args.env, "--num-workers", "2", "--num-envs-per-worker", "8", *SMALL]
+    rng = random.Random(args.seed)
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="ppo-stress-") as tmp:
+        for name, fn in (("worker SIGKILL", worker_kill_round), ("coordinator SIGINT + resume", sigint_resume_round)):
+            ok = 0
+            for i in range(args.rounds):
+                start = time.monotonic()
+                try:
+                    fn(base, Path(tmp), rng)
+                    ok += 1
+                    status = "ok"
+                except RuntimeError as e:
+                    status = f"FAILED: {e}"
+                print(f"{name} {i + 1}/{args.rounds}: {status} ({time.monotonic() - start:.0f} s)", flush=True)
+            results[name] = ok
+    for name, ok in results.items():
+        print(f"{name}: {ok}/{args.rounds} passed")
+    return 0 if all(ok == args.rounds for ok in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""The benchmarking suite's outputs: phase times that account for the wall time, and the scaling sweep's
+files and arithmetic (checked against the runs' own metrics; no test asserts a speed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from parallel_ppo.scaling import steady_sps
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICK = ["--set", "logging.tensorboard=false", "--set", "run.limit_seconds=0.5"]
+
+
+@pytest.mark.parametrize("script", ["train_timed.py", "train_parallel_timed.py"])
+def test_phase_times_add_up_to_wall_time(tmp_path, script):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, script, "--config", "config/cartpole.yaml", "--total-steps", "4096",
+                           "--output-dir", str(out), *QUICK], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    total = sum(summary["phase_seconds"].values())
+    assert abs(total - summary["wall_seconds"]) <= 0.05 * summary["wall_seconds"], (total, summary["wall_seconds"])
+    assert abs(sum(summary["phase_fractions"].values()) - 1) <= 0.05
+    limit = summary["compute_limit"]
+    formula = 1 / (1 / limit["forward_rate"] + limit["n_epochs"] / limit["train_rate"])
+    assert limit["limit_sps"] == pytest.approx(formula)
+    assert summary["limit_efficiency"] == pytest.approx(summary["sps"] / limit["limit_sps"])
+
+
+def test_scaling_sweep_writes_consistent_results(tmp_path):
+    out = tmp_path / "scaling"
+    proc = subprocess.run([sys.executable, "bench.py", "scaling", "--config", "config/cartpole.yaml",
+                           "--workers", "1 2", "--envs-per-worker", "8", "--seconds", "2", "--output-dir", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    for name in ("scaling.json", "scaling.md", "scaling.png"):
+        assert (out / name).stat().st_size > 0
+    assert (out / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    points = json.loads((out / "scaling.json").read_text())["points"]
+    assert [(p["workers"], p["envs"]) for p in points] == [(0, 8), (1, 8), (2, 16)]
+    base = steady_sps(Path(points[0]["run_dir"]))
+    for p in points:
+        own = steady_sps(Path(p["run_dir"]))
+        assert p["steps_per_second"] == pytest.approx(own)
+        assert p["speedup"] == pytest.approx(own / base)
+        assert p["efficiency"] == pytest.approx(p["speedup"] / max(p["workers"], 1))
+        summary = json.loads((Path(p["run_dir"]) / "summary.json").read_text())
+        assert p["peak_rss_mb"] == summary["peak_rss_mb"]
+    table = (out / "scaling.md").read_text()
+    assert f"{points[2]['speedup']:.2f}×" in table and f"{100 * points[2]['efficiency']:.0f}%" in table
+
+
+def test_env_bench_reports_every_path(tmp_path):
+    out = tmp_path / "envs.json"
+    proc = subprocess.run([sys.executable, "bench.py", "envs", "--config", "config/cartpole.yaml", "--num-workers", "2",
+                           "--num-envs-per-worker", "4", "--seconds", "0.5", "--output", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["path"], r["policy"]) for r in rows] == [
+        ("bare envs", "random"), ("sequential", "random"), ("parallel", "random"),
+        ("sequential", "network"), ("parallel", "network")]
+    assert all(r["steps_per_second"] > 0 and r["envs"] == 8 for r in rows)
+    for r in rows[1:]:
+        assert 0 <= r["env_fraction"] + r["inference_fraction"] + r["sync_fraction"] <= 1.05
+
+
+def test_sweep_rejects_bad_input_before_running(tmp_path):
+    proc = subprocess.run([sys.executable, "bench.py", "scaling", "--workers", "1 zero",
+                           "--output-dir", str(tmp_path / "s")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "s").exists()
