@@ -66,11 +66,12 @@ def add_speedups(rows: list[dict[str, Any]]) -> None:
 
 
 def scaling_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| envs | workers | envs/worker | steps/s | speed-up | efficiency | peak RSS (MB) | peak PSS (MB) |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| envs | workers | envs/worker | threads/worker | steps/s | speed-up | efficiency | peak RSS (MB) | "
+             "peak PSS (MB) |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         pss = f"{r['peak_pss_mb']:,.0f}" if r.get("peak_pss_mb") else "-"
-        lines.append(f"| {r['envs']} | {r['workers'] or 'seq'} | {r['envs_per_worker']} | "
+        threads = r["worker_threads"] or "-"
+        lines.append(f"| {r['envs']} | {r['workers'] or 'seq'} | {r['envs_per_worker']} | {threads} | "
                      f"{r['steps_per_second']:,.0f} | {r['speedup']:.2f}× | {100 * r['efficiency']:.0f}% | "
                      f"{r['peak_rss_mb']:,.0f} | {pss} |")
     return "\n".join(lines)
@@ -184,7 +185,11 @@ def autotune(out_dir: Path, seconds: float, config: str, extra: list[str]) -> di
         for m in (4, 8, 16):
             for threads in (1, 2) if w == 1 else (1,):
                 label = f"w{w}_e{m}_t{threads}"
-                rows.append(run_point(out_dir / label, w, m, seconds, config, extra, worker_threads=threads))
+                try:
+                    rows.append(run_point(out_dir / label, w, m, seconds, config, extra, worker_threads=threads))
+                except ConfigError as e:  # e.g. a minibatch that does not divide this layout's rollout
+                    print(f"  {w} workers × {m} envs: skipped ({e})", flush=True)
+                    continue
                 print(f"  {w} workers × {m} envs, {threads} thread(s): {rows[-1]['steps_per_second']:,.0f} steps/s",
                       flush=True)
     add_speedups(rows)
