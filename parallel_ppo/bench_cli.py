@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from parallel_ppo import fingerprint
+from parallel_ppo.checkpoint import write_json
 from parallel_ppo.cli import learner_threads
 from parallel_ppo.config import Config, ConfigError, OneLineParser, build_config
 from parallel_ppo.envs import env_spaces
@@ -185,9 +186,7 @@ def sweep(args: Any, prog: str) -> int:
 def _write_json(path: str | Path, data: dict[str, Any]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)
+    write_json(path, data)
 
 
 def _check_output(path: str | None) -> None:
