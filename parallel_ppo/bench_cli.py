@@ -20,6 +20,7 @@ from parallel_ppo.cli import learner_threads
 from parallel_ppo.config import Config, ConfigError, OneLineParser, build_config
 from parallel_ppo.envs import env_spaces
 from parallel_ppo.roofline import BUSY_CORES, OtherLoad, format_table, measure_compute_limit
+from parallel_ppo.scaling import steady_span
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAINER = ROOT / "train_timed.py"
@@ -237,9 +238,8 @@ def steady_state_sps(metrics_csv: Path) -> dict[str, Any]:
         rows = list(csv.DictReader(f))
     if len(rows) < 2:
         raise ValueError(f"{metrics_csv} has {len(rows)} update(s); at least 2 are needed (one is warm-up)")
-    first, last = rows[0], rows[-1]
-    steps = int(last["env_steps"]) - int(first["env_steps"])
-    seconds = float(last["wall_time"]) - float(first["wall_time"])
+    first = rows[0]
+    steps, seconds = steady_span(rows)
     steady = rows[1:]
     phases = {}
     for key in first:

@@ -28,8 +28,14 @@ def steady_sps(run_dir: Path) -> float:
         raise ConfigError(f"{run_dir}: the run logged no update")
     if len(rows) == 1:
         return float(rows[0]["env_steps"]) / float(rows[0]["wall_time"])
-    steps = float(rows[-1]["env_steps"]) - float(rows[0]["env_steps"])
-    return steps / (float(rows[-1]["wall_time"]) - float(rows[0]["wall_time"]))
+    steps, seconds = steady_span(rows)
+    return steps / seconds
+
+
+def steady_span(rows: list[dict[str, str]]) -> tuple[int, float]:
+    """Env steps and seconds from the end of the first update to the end of the last (metrics.csv rows)."""
+    first, last = rows[0], rows[-1]
+    return int(last["env_steps"]) - int(first["env_steps"]), float(last["wall_time"]) - float(first["wall_time"])
 
 
 def run_point(out: Path, workers: int, envs_per_worker: int, seconds: float, config: str, extra: list[str],
