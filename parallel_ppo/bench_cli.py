@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from parallel_ppo import fingerprint
+from parallel_ppo.allocator import retain_freed_memory
 from parallel_ppo.checkpoint import write_json
 from parallel_ppo.cli import learner_threads
 from parallel_ppo.config import Config, ConfigError, OneLineParser, build_config
@@ -351,6 +352,7 @@ def speed_check(args: Any, prog: str) -> int:
 
 def main(argv: list[str] | None = None, prog: str = "bench.py") -> int:
     args = make_parser(prog).parse_args(argv)
+    retain_freed_memory()  # as the trainer does, so rates measured here are the trainer's
     commands = {"roofline": roofline, "speed-check": speed_check, "envs": envs, "scaling": sweep,
                 "autotune": sweep}
     return commands[args.command](args, prog)

@@ -13,6 +13,7 @@ import psutil
 import torch
 import yaml
 
+from parallel_ppo.allocator import retain_freed_memory
 from parallel_ppo.checkpoint import load_checkpoint
 from parallel_ppo.collect import RolloutError
 from parallel_ppo.config import Config, ConfigError, OneLineParser, build_config
@@ -139,6 +140,7 @@ def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
             run_dir = resolve_run_dir(cfg, mode, args.overwrite)
         resumes = resume.get("resumes", 0) + 1 if resume is not None else 0
         torch.set_num_threads(learner_threads(cfg))
+        retain_freed_memory()
         limit = measure_limit(cfg)
         if parallel:
             from parallel_ppo.parallel.coordinator import ParallelCoordinator

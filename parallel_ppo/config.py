@@ -79,6 +79,9 @@ class TrainingConfig:
     """Steps per env per rollout."""
     batch_size: int = 256
     """SGD minibatch size; must divide n_steps × total envs."""
+    microbatch_size: int = 64
+    """Samples per forward/backward pass inside a minibatch (0 = the whole minibatch). Gradients add up
+    to the minibatch's, so this trades nothing but memory and cache misses: smaller is leaner."""
     n_epochs: int = 3
     """Passes over each rollout."""
     learning_rate: float = 5e-4
@@ -298,6 +301,7 @@ def validate(cfg: Config) -> None:
         "env.start_level": cfg.env.start_level,
         "env.env_threads": cfg.env.env_threads,
         "parallel.learner_threads": cfg.parallel.learner_threads,
+        "training.microbatch_size": cfg.training.microbatch_size,
         "parallel.max_worker_restarts": cfg.parallel.max_worker_restarts,
         "run.total_steps": cfg.run.total_steps,
         "run.seed": cfg.run.seed,

@@ -21,11 +21,10 @@ from typing import Any
 import numpy as np
 import psutil
 import torch
-from torch import nn
 
 from parallel_ppo.config import Config, ConfigError
 from parallel_ppo.model import build_model
-from parallel_ppo.ppo import TrainBatch, autocast, ppo_loss
+from parallel_ppo.ppo import TrainBatch, autocast, minibatch_step
 
 BUSY_CORES = 0.1
 """Other processes' load (in cores) above which a measurement is flagged as taken on a busy machine."""
@@ -100,7 +99,7 @@ def measure_compute_limit(cfg: Config, obs_shape: tuple[int, ...], num_actions: 
 
     - forward: `model(obs)` under `torch.no_grad()` and the configured autocast, on `rollout_batch`
       observations (default `cfg.env.num_envs`, the envs the sequential trainer steps per forward);
-    - train: one PPO minibatch step (forward, `ppo_loss`, backward, grad-norm clip, Adam step) on
+    - train: one PPO minibatch step (`minibatch_step`: forward, loss, backward, grad-norm clip, Adam step) on
       `cfg.training.batch_size` samples.
 
     `seconds` is the timed budget, split evenly between the two; warm-up iterations come on top and
@@ -145,11 +144,7 @@ def measure_compute_limit(cfg: Config, obs_shape: tuple[int, ...], num_actions: 
     train_batches = [random_batch() for _ in range(_POOL)]
 
     def train_step(i: int) -> None:
-        loss, _ = ppo_loss(model, train_batches[i % _POOL], tcfg)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), tcfg.max_grad_norm)
-        optimizer.step()
+        minibatch_step(model, optimizer, train_batches[i % _POOL], tcfg)
 
     model.train()
     with OtherLoad() as load:

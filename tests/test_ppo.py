@@ -13,7 +13,7 @@ from torch import nn
 from parallel_ppo.collect import sample_actions
 from parallel_ppo.config import ModelConfig, TrainingConfig
 from parallel_ppo.model import build_model
-from parallel_ppo.ppo import TrainBatch, explained_variance, ppo_loss, ppo_update
+from parallel_ppo.ppo import TrainBatch, explained_variance, minibatch_step, normalize_advantages, ppo_loss, ppo_update
 
 OBS_SIZE, NUM_ACTIONS, BATCH = 6, 4, 64
 
@@ -39,8 +39,9 @@ def rollout_batch(model: nn.Module, seed: int = 0) -> TrainBatch:
 def test_loss_before_any_step_has_unit_ratio():
     """On the data it was collected with, the policy has ratio 1, no clipping and zero KL."""
     model = small_model()
-    batch = rollout_batch(model)
-    loss, stats = ppo_loss(model, batch, TrainingConfig())
+    cfg = TrainingConfig()
+    batch = normalize_advantages(rollout_batch(model), cfg)
+    loss, stats = ppo_loss(model, batch, cfg)
     assert torch.isfinite(loss)
     assert stats["ratio_mean"].item() == pytest.approx(1.0, abs=1e-6)
     assert stats["clipfrac"].item() == 0.0
@@ -53,8 +54,43 @@ def test_loss_before_any_step_has_unit_ratio():
 
 def full_batch_stats(model, batch, cfg):
     with torch.no_grad():
-        loss, stats = ppo_loss(model, batch, cfg)
+        loss, stats = ppo_loss(model, normalize_advantages(batch, cfg), cfg)
     return loss.item(), {k: v.item() for k, v in stats.items()}
+
+
+def test_normalize_advantages():
+    """Mean 0 and std 1 with norm_adv; the batch untouched without it."""
+    batch = rollout_batch(small_model())
+    adv = normalize_advantages(batch, TrainingConfig(norm_adv=True)).advantages
+    assert adv.mean().item() == pytest.approx(0.0, abs=1e-6)
+    assert adv.std().item() == pytest.approx(1.0, abs=1e-4)
+    assert normalize_advantages(batch, TrainingConfig(norm_adv=False)) is batch
+
+
+@pytest.mark.parametrize("microbatch", [1, 7, 16, 64])
+def test_microbatches_give_the_minibatch_step(microbatch):
+    """Chunked forward/backward (even and uneven chunks) takes the same optimizer step as one pass."""
+    cfg_whole = TrainingConfig(microbatch_size=0)
+    cfg_chunk = TrainingConfig(microbatch_size=microbatch)
+    results = []
+    for cfg in (cfg_whole, cfg_chunk):
+        model = small_model(3)
+        batch = rollout_batch(model, 4)
+        noise = 0.3 * torch.randn(BATCH, generator=torch.Generator().manual_seed(5))
+        batch.logprobs = batch.logprobs + noise  # as if an older policy collected it: some ratios clip
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        stats = minibatch_step(model, optimizer, batch, cfg)
+        results.append((stats, [p.detach().clone() for p in model.parameters()]))
+    (whole_stats, whole_params), (chunk_stats, chunk_params) = results
+    assert whole_stats["clipfrac"] > 0
+    assert set(chunk_stats) == set(whole_stats)
+    for key, value in whole_stats.items():
+        assert chunk_stats[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    moved = False
+    for p_whole, p_chunk, p_init in zip(whole_params, chunk_params, small_model(3).parameters()):
+        torch.testing.assert_close(p_chunk, p_whole, rtol=1e-5, atol=1e-6)
+        moved |= not torch.equal(p_whole, p_init.detach())
+    assert moved
 
 
 def test_updates_on_the_same_batch_decrease_the_loss():

@@ -10,6 +10,7 @@ from multiprocessing.connection import Connection
 
 import torch
 
+from parallel_ppo.allocator import retain_freed_memory
 from parallel_ppo.buffer import RolloutBuffer
 from parallel_ppo.config import Config
 
@@ -61,6 +62,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
     except ImportError:  # pragma: no cover - optional nicety
         pass
     torch.set_num_threads(spec.cfg.parallel.worker_threads)
+    retain_freed_memory()
     runner = None
     try:
         from parallel_ppo.collect import EnvRunner
