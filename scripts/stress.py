@@ -23,28 +23,16 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from sessions import session_pids, shm_entries  # noqa: E402  (found by session: titles hide environ tags)
+
 SMALL = ["--set", "training.n_steps=32", "--batch-size", "256", "--set", "logging.tensorboard=false",
          "--set", "run.limit_seconds=0", "--set", "run.checkpoint_interval=1"]
 
 
-def shm() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-
-
-def tagged(tag: str) -> list[int]:
-    found = []
-    for p in psutil.process_iter():
-        try:
-            if p.environ().get("PPO_STRESS_TAG") == tag:
-                found.append(p.pid)
-        except (psutil.Error, OSError):
-            continue
-    return found
-
-
-def launch(args: list[str], tag: str) -> subprocess.Popen:
-    env = {**os.environ, "PPO_STRESS_TAG": tag}
-    return subprocess.Popen([sys.executable, str(ROOT / "train_parallel_timed.py"), *args], cwd=ROOT, env=env,
+def launch(args: list[str]) -> subprocess.Popen:
+    """The parallel trainer as the leader of a new session (session id = its pid)."""
+    return subprocess.Popen([sys.executable, str(ROOT / "train_parallel_timed.py"), *args], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
@@ -75,19 +63,19 @@ def finish(proc: subprocess.Popen, timeout: float) -> int:
     return proc.returncode
 
 
-def check_clean(tag: str, shm_before: set[str]) -> None:
+def check_clean(sid: int, shm_before: set[str]) -> None:
     deadline = time.monotonic() + 10
-    while tagged(tag) and time.monotonic() < deadline:
+    while session_pids(sid) and time.monotonic() < deadline:
         time.sleep(0.2)
-    if tagged(tag):
-        raise RuntimeError(f"processes left behind: {tagged(tag)}")
-    if shm() - shm_before:
-        raise RuntimeError(f"/dev/shm entries left behind: {sorted(shm() - shm_before)}")
+    if session_pids(sid):
+        raise RuntimeError(f"processes left behind: {session_pids(sid)}")
+    if shm_entries() - shm_before:
+        raise RuntimeError(f"/dev/shm entries left behind: {sorted(shm_entries() - shm_before)}")
 
 
 def worker_kill_round(base: list[str], work: Path, rng: random.Random) -> None:
-    tag, out, before = uuid.uuid4().hex, work / f"kill_{uuid.uuid4().hex[:6]}", shm()
-    proc = launch([*base, "--total-steps", "100000000", "--duration", "0.05", "--output-dir", str(out)], tag)
+    out, before = work / f"kill_{uuid.uuid4().hex[:6]}", shm_entries()
+    proc = launch([*base, "--total-steps", "100000000", "--duration", "0.05", "--output-dir", str(out)])
     wait_rows(proc, out, 1, 300)
     time.sleep(rng.uniform(0.0, 2.0))  # land anywhere in the rollout/update cycle
     workers = [c for c in psutil.Process(proc.pid).children(recursive=True)
@@ -100,27 +88,27 @@ def worker_kill_round(base: list[str], work: Path, rng: random.Random) -> None:
     summary = json.loads((out / "summary.json").read_text())
     if code != 128 + signal.SIGINT or summary["worker_restarts"] < 1:
         raise RuntimeError(f"exit {code}, restarts {summary['worker_restarts']}")
-    check_clean(tag, before)
+    check_clean(proc.pid, before)
 
 
 def sigint_resume_round(base: list[str], work: Path, rng: random.Random) -> None:
-    tag, out, before = uuid.uuid4().hex, work / f"int_{uuid.uuid4().hex[:6]}", shm()
-    proc = launch([*base, "--total-steps", "100000000", "--output-dir", str(out)], tag)
+    out, before = work / f"int_{uuid.uuid4().hex[:6]}", shm_entries()
+    proc = launch([*base, "--total-steps", "100000000", "--output-dir", str(out)])
     wait_rows(proc, out, 2, 300)
     time.sleep(rng.uniform(0.0, 2.0))
     os.killpg(proc.pid, signal.SIGINT)
     if finish(proc, 120) != 128 + signal.SIGINT:
         raise RuntimeError("SIGINT did not end the run with status 130")
-    check_clean(tag, before)
+    check_clean(proc.pid, before)
     stopped = json.loads((out / "summary.json").read_text())["total_env_steps"]
-    proc = launch(["--resume", str(out), "--total-steps", str(stopped + 1)], tag)
+    proc = launch(["--resume", str(out), "--total-steps", str(stopped + 1)])
     if finish(proc, 300) != 0:
         raise RuntimeError(f"resume failed: {proc.stderr.read().strip().splitlines()[-1:]}")
     updates = [int(r["update"]) for r in rows(out)]
     steps = [int(r["env_steps"]) for r in rows(out)]
     if updates != list(range(1, len(updates) + 1)) or steps != sorted(set(steps)):
         raise RuntimeError("metrics.csv is not continuous after resume")
-    check_clean(tag, before)
+    check_clean(proc.pid, before)
 
 
 def main() -> int:

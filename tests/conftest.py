@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import sessions
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN_TIMED = ROOT / "train_timed.py"
@@ -22,3 +23,10 @@ def run_train_timed(*args: str, timeout: float = 600) -> subprocess.CompletedPro
 def train_timed():
     """The `run_train_timed` helper, as a fixture."""
     return run_train_timed
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_sessions():
+    """Trainers a test started in their own session do not outlive it, even when it fails."""
+    yield
+    sessions.kill_started()

@@ -8,12 +8,11 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
-import psutil
 import pytest
 import torch
+from sessions import assert_nothing_left, shm_entries, start
 
 from parallel_ppo.collect import SequentialCollector
 from parallel_ppo.config import build_config
@@ -60,55 +59,28 @@ def test_parallel_update_equals_sequential(tmp_path, monkeypatch):
             torch.testing.assert_close(params[key], seq_params[key], rtol=1e-4, atol=1e-5)
 
 
-def _shm_entries() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-
-
-def _tagged_processes(tag: str) -> list[psutil.Process]:
-    """Live processes whose environment carries this test's tag (the trainer and every worker it spawned)."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("PPO_TEST_TAG") == tag:
-                found.append(proc)
-        except (psutil.Error, OSError):
-            continue
-    return found
-
-
 def _launch(tmp_path: Path, extra: list[str], env_extra: dict[str, str] | None = None):
-    tag = uuid.uuid4().hex
-    env = {**os.environ, "PPO_TEST_TAG": tag, **(env_extra or {})}
     out = tmp_path / "run"
     cmd = [sys.executable, "train_parallel_timed.py", "--config", "config/cartpole.yaml", "--output-dir", str(out),
            "--set", "logging.tensorboard=false", *extra]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    return proc, out, tag
-
-
-def _assert_nothing_left(tag: str, shm_before: set[str]) -> None:
-    deadline = time.monotonic() + 10
-    while _tagged_processes(tag) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _tagged_processes(tag) == [], "worker processes outlived the run"
-    assert _shm_entries() - shm_before == set(), "shared-memory segments outlived the run"
+    proc = start(cmd, cwd=ROOT, env={**os.environ, **(env_extra or {})})
+    return proc, out
 
 
 def test_normal_run_leaves_nothing_behind(tmp_path):
-    shm_before = _shm_entries()
-    proc, out, tag = _launch(tmp_path, ["--total-steps", "2048", "--num-workers", "2"])
+    shm_before = shm_entries()
+    proc, out = _launch(tmp_path, ["--total-steps", "2048", "--num-workers", "2"])
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     summary = json.loads((out / "summary.json").read_text())
     assert summary["mode"] == "parallel" and summary["num_workers"] == 2 and summary["num_envs_per_worker"] == 4
     assert summary["num_envs"] == 8 and summary["stop_reason"] == "total_steps"
-    _assert_nothing_left(tag, shm_before)
+    assert_nothing_left(proc.pid, shm_before)
 
 
 def test_worker_exception_stops_cleanly(tmp_path):
-    shm_before = _shm_entries()
-    proc, out, tag = _launch(tmp_path, ["--total-steps", "100000"], {"PARALLEL_PPO_INJECT_FAULT": "1:3"})
+    shm_before = shm_entries()
+    proc, out = _launch(tmp_path, ["--total-steps", "100000"], {"PARALLEL_PPO_INJECT_FAULT": "1:3"})
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 1
     assert "worker 1 failed: RuntimeError: fault injected" in err
@@ -116,12 +88,12 @@ def test_worker_exception_stops_cleanly(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stop_reason"] == "error" and summary["updates"] == 2
     assert (out / "checkpoint.pt").is_file()
-    _assert_nothing_left(tag, shm_before)
+    assert_nothing_left(proc.pid, shm_before)
 
 
 def test_sigint_stops_cleanly(tmp_path):
-    shm_before = _shm_entries()
-    proc, out, tag = _launch(tmp_path, ["--total-steps", "10000000"])
+    shm_before = shm_entries()
+    proc, out = _launch(tmp_path, ["--total-steps", "10000000"])
     metrics = out / "metrics.csv"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 3):
@@ -133,7 +105,7 @@ def test_sigint_stops_cleanly(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stop_reason"] == "signal" and summary["signal"] == "SIGINT"
     assert (out / "checkpoint.pt").is_file()
-    _assert_nothing_left(tag, shm_before)
+    assert_nothing_left(proc.pid, shm_before)
 
 
 @pytest.mark.parametrize("seed", [1])

@@ -87,7 +87,7 @@ def test_microbatches_give_the_minibatch_step(microbatch):
     for key, value in whole_stats.items():
         assert chunk_stats[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
     moved = False
-    for p_whole, p_chunk, p_init in zip(whole_params, chunk_params, small_model(3).parameters()):
+    for p_whole, p_chunk, p_init in zip(whole_params, chunk_params, small_model(3).parameters(), strict=True):
         torch.testing.assert_close(p_chunk, p_whole, rtol=1e-5, atol=1e-6)
         moved |= not torch.equal(p_whole, p_init.detach())
     assert moved

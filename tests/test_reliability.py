@@ -7,34 +7,26 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import psutil
+from sessions import assert_nothing_left, session_pids, shm_entries, start
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _shm() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-
-
 class Run:
-    """A trainer subprocess in its own session, tagged so that every process it spawns can be found."""
+    """A trainer subprocess in its own session, so that every process it spawns can be found."""
 
     def __init__(self, tmp_path: Path, script: str, args: list[str], out: Path | None = None) -> None:
-        self.tag = uuid.uuid4().hex
         self.out = out or tmp_path / "run"
-        self.shm_before = _shm()
-        env = {**os.environ, "PPO_TEST_TAG": self.tag}
+        self.shm_before = shm_entries()
         cmd = [sys.executable, script, "--set", "logging.tensorboard=false", *args]
         if "--resume" not in args:
             cmd += ["--output-dir", str(self.out)]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, start_new_session=True)
+        self.proc = start(cmd, cwd=ROOT)
 
     def rows(self) -> list[dict[str, str]]:
         path = self.out / "metrics.csv"
@@ -72,21 +64,10 @@ class Run:
         return json.loads((self.out / "summary.json").read_text())
 
     def assert_nothing_left(self) -> None:
-        deadline = time.monotonic() + 10
-        while self._tagged() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert self._tagged() == [], "processes outlived the run"
-        assert _shm() - self.shm_before == set(), "shared-memory segments outlived the run"
+        assert_nothing_left(self.proc.pid, self.shm_before)
 
-    def _tagged(self) -> list[int]:
-        pids = []
-        for proc in psutil.process_iter():
-            try:
-                if proc.environ().get("PPO_TEST_TAG") == self.tag:
-                    pids.append(proc.pid)
-            except (psutil.Error, OSError):
-                continue
-        return pids
+    def pids(self) -> list[int]:
+        return session_pids(self.proc.pid)
 
 
 PARALLEL = "train_parallel_timed.py"
@@ -166,3 +147,22 @@ def test_truncated_checkpoint_is_refused(tmp_path):
     assert err.strip().count("\n") == 0 and "checkpoint" in err and "corrupt" in err, err
     assert {p.name: p.stat().st_mtime_ns for p in run.out.iterdir()} == before, "a refused resume wrote files"
     again.assert_nothing_left()
+
+
+def test_killed_coordinator_leaves_nothing_and_resumes(tmp_path):
+    """SIGKILL of the coordinator itself: workers and forkserver exit on their own, no /dev/shm entry
+    remains, and --resume continues from the last checkpoint."""
+    run = Run(tmp_path, PARALLEL, [*CARTPOLE, "--total-steps", "10000000", "--set", "run.checkpoint_interval=0.5"])
+    run.wait_rows(3)
+    assert len(run.pids()) >= 4  # coordinator, forkserver, two workers (and the resource tracker)
+    run.proc.kill()
+    run.finish()
+    assert run.proc.returncode == -signal.SIGKILL
+    run.assert_nothing_left()
+
+    resumed = Run(tmp_path, PARALLEL, ["--resume", str(run.out), "--total-steps", "20480"], out=run.out)
+    code, err = resumed.finish()
+    assert code == 0, err
+    updates = [int(r["update"]) for r in resumed.rows()]
+    assert updates == list(range(1, len(updates) + 1)) and updates[-1] >= 10
+    resumed.assert_nothing_left()
