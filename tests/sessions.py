@@ -60,4 +60,4 @@ def kill_started() -> None:
             except OSError:
                 pass
         proc.kill()
-        proc.communicate()
+        proc.wait()
