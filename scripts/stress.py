@@ -24,7 +24,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from sessions import session_pids, shm_entries  # noqa: E402  (found by session: titles hide environ tags)
+from sessions import assert_nothing_left, shm_entries  # noqa: E402  (found by session: titles hide environ tags)
 
 SMALL = ["--set", "training.n_steps=32", "--batch-size", "256", "--set", "logging.tensorboard=false",
          "--set", "run.limit_seconds=0", "--set", "run.checkpoint_interval=1"]
@@ -64,13 +64,10 @@ def finish(proc: subprocess.Popen, timeout: float) -> int:
 
 
 def check_clean(sid: int, shm_before: set[str]) -> None:
-    deadline = time.monotonic() + 10
-    while session_pids(sid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if session_pids(sid):
-        raise RuntimeError(f"processes left behind: {session_pids(sid)}")
-    if shm_entries() - shm_before:
-        raise RuntimeError(f"/dev/shm entries left behind: {sorted(shm_entries() - shm_before)}")
+    try:
+        assert_nothing_left(sid, shm_before)
+    except AssertionError as e:
+        raise RuntimeError(str(e)) from None
 
 
 def worker_kill_round(base: list[str], work: Path, rng: random.Random) -> None:

@@ -46,8 +46,10 @@ def assert_nothing_left(sid: int, shm_before: set[str], grace: float = 10) -> No
     deadline = time.monotonic() + grace
     while session_pids(sid) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert session_pids(sid) == [], "processes outlived the run"
-    assert shm_entries() - shm_before == set(), "shared-memory segments outlived the run"
+    if left := session_pids(sid):  # raised, not asserted, so scripts run with -O check it too
+        raise AssertionError(f"processes outlived the run: {left}")
+    if leaked := shm_entries() - shm_before:
+        raise AssertionError(f"shared-memory segments outlived the run: {sorted(leaked)}")
 
 
 def kill_started() -> None:
