@@ -12,10 +12,11 @@ ENVS     ?= 8
 BENCH_SECONDS   ?= 60
 ENVS_PER_WORKER ?= 8
 AUTOTUNE_SECONDS ?= 20
+TB_HOST          ?= 127.0.0.1
 # `make bench` sweeps WORKERS only when given on the command line; by default 1, 2, 4, ... physical cores.
 BENCH_WORKERS    = $(if $(filter command line,$(origin WORKERS)),--workers "$(WORKERS)",)
 
-.PHONY: install test lint train train-parallel compare roofline bench-speed bench-envs bench autotune tensorboard \
+.PHONY: install test test-fast lint train train-parallel compare roofline bench-speed bench-envs bench autotune tensorboard \
         clean distclean
 
 install: $(VENV)/.installed
@@ -26,8 +27,12 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
+## Every test (what CI runs); `make test-fast` skips the ones marked slow (they train or start trainers).
 test: install
 	$(PY) -m pytest -q
+
+test-fast: install
+	$(PY) -m pytest -q -m "not slow"
 
 lint: install
 	$(VENV)/bin/ruff check .
@@ -74,8 +79,9 @@ autotune: install
 	$(PY) bench.py autotune --config config/ppo_parallel.yaml --env $(ENV) \
 		--seconds $(AUTOTUNE_SECONDS) --output-dir benchmarks/autotune $(ARGS)
 
+## TensorBoard for every run under benchmarks/, on this machine only; TB_HOST=0.0.0.0 serves it to the network.
 tensorboard: install
-	$(VENV)/bin/tensorboard --logdir benchmarks --bind_all
+	$(VENV)/bin/tensorboard --logdir benchmarks --host $(TB_HOST)
 
 ## Removes run outputs under benchmarks/ and caches (not the virtual environment; `make distclean` does).
 clean:

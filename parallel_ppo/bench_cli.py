@@ -29,6 +29,10 @@ SPEED_TARGET = 0.85
 """Acceptance: the sequential trainer's steady-state SPS is at least this fraction of the compute limit."""
 
 
+SPEED_CHECK_DIR = "benchmarks/speed_check_<time>"
+"""Where `make bench-speed` writes by default: a new directory per check, so no earlier result is lost."""
+
+
 def _positive_float(text: str) -> float:
     import argparse
 
@@ -78,7 +82,7 @@ def make_parser(prog: str) -> OneLineParser:
     s.add_argument("--train-seconds", type=_positive_float, default=120.0, metavar="S",
                    help="wall-clock budget of the trainer run in seconds (default 120)")
     s.add_argument("--output-dir", metavar="DIR",
-                   help="trainer run and JSON go here (default benchmarks/speed_check_<time>)")
+                   help=f"trainer run and JSON go here (default {SPEED_CHECK_DIR}, a new one each time)")
     s.add_argument("--output", metavar="FILE.json",
                    help="JSON result path (default <output-dir>/speed_check.json)")
 
@@ -255,7 +259,7 @@ def steady_state_sps(metrics_csv: Path) -> dict[str, Any]:
 def speed_check(args: Any, prog: str) -> int:
     sets = [f"training.n_steps={args.n_steps}", f"training.n_epochs={args.n_epochs}", *args.set]
     flags = {"env.id": args.env, "env.num_envs": args.num_envs, "training.batch_size": args.batch_size}
-    out_dir = Path(args.output_dir or ROOT / "benchmarks" / f"speed_check_{time.strftime('%Y%m%d-%H%M%S')}")
+    out_dir = Path(args.output_dir or ROOT / SPEED_CHECK_DIR.replace("<time>", time.strftime("%Y%m%d-%H%M%S")))
     json_path = Path(args.output) if args.output else out_dir / "speed_check.json"
     try:
         cfg = build_config(args.config, flags, sets, parallel=False)

@@ -25,6 +25,11 @@ class RolloutBuffer:
     dones: torch.Tensor  # (T, N) float32
     last_values: torch.Tensor  # (N,) float32: value of the observation after the last step
 
+    @staticmethod
+    def bytes_per_step(obs_shape: tuple[int, ...], obs_dtype: np.dtype) -> int:
+        """Bytes one env step takes in the buffer: its observation, an int64 action and four float32s."""
+        return int(np.prod(obs_shape)) * np.dtype(obs_dtype).itemsize + 8 + 4 * 4
+
     @classmethod
     def allocate(cls, n_steps: int, num_envs: int, obs_shape: tuple[int, ...], obs_dtype: np.dtype,
                  shared: bool = False) -> RolloutBuffer:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -46,9 +47,14 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"checkpoint not found: {path}")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:  # truncated zip, pickle garbage, ...
+    try:  # tensors and plain data only: a checkpoint from elsewhere must not be able to run code
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        if "weights_only" in str(e) or "Unsupported global" in str(e):
+            raise ConfigError(f"checkpoint {path} holds objects other than tensors and plain data; "
+                              "refusing to load it (unpickling them could run code)") from None
+        raise ConfigError(f"checkpoint {path} is corrupt or unreadable (UnpicklingError)") from None
+    except Exception as e:  # truncated zip, garbage, ...
         raise ConfigError(f"checkpoint {path} is corrupt or unreadable ({type(e).__name__})") from None
     if not isinstance(state, dict) or any(k not in state for k in REQUIRED_KEYS):
         raise ConfigError(f"checkpoint {path} is not a parallel_ppo checkpoint")

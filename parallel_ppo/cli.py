@@ -6,6 +6,7 @@ import argparse
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import yaml
 from parallel_ppo.allocator import retain_freed_memory
 from parallel_ppo.checkpoint import load_checkpoint
 from parallel_ppo.collect import RolloutError
-from parallel_ppo.config import Config, ConfigError, OneLineParser, build_config
+from parallel_ppo.config import FLAGS, Config, ConfigError, OneLineParser, build_config
 
 RUN_FILES = ("metrics.csv", "summary.json", "checkpoint.pt", "config.yaml", "logs")
 
@@ -45,11 +46,24 @@ def make_parser(prog: str, parallel: bool) -> OneLineParser:
     return p
 
 
-FLAG_KEYS = {
-    "duration": "run.duration", "total_steps": "run.total_steps", "output_dir": "run.output_dir",
-    "env": "env.id", "seed": "run.seed", "batch_size": "training.batch_size", "num_envs": "env.num_envs",
-    "num_workers": "parallel.num_workers", "num_envs_per_worker": "parallel.num_envs_per_worker",
-}
+def flag_values(args: argparse.Namespace) -> dict[str, object]:
+    """`{section.key: value}` of the trainer flags on the command line (None where not given)."""
+    return {key: getattr(args, flag[2:].replace("-", "_"), None) for key, flag in FLAGS.items()}
+
+
+def check_writable(path: Path) -> None:
+    """Refuse a run directory that cannot be created or written, before anything starts: probe its nearest
+    existing ancestor with a temporary file (permission bits alone say nothing for root or a read-only mount)."""
+    ancestor = path.absolute()
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(f"cannot create output directory {path}: {ancestor} is not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=ancestor):
+            pass
+    except OSError as e:
+        raise ConfigError(f"cannot write output directory {path}: {ancestor}: {e.strerror}") from None
 
 
 def resolve_run_dir(cfg: Config, mode: str, overwrite: bool) -> Path:
@@ -60,8 +74,25 @@ def resolve_run_dir(cfg: Config, mode: str, overwrite: bool) -> Path:
         raise ConfigError(f"output directory {path} exists and is not a directory")
     if not overwrite and path.is_dir() and any((path / name).exists() for name in RUN_FILES):
         raise ConfigError(f"{path} already holds a run; pass --overwrite to replace it or choose another --output-dir")
+    check_writable(path)
     cfg.run.output_dir = str(path)
     return path
+
+
+def check_memory(cfg: Config) -> None:
+    """Refuse a rollout that cannot fit in the memory available now, naming its sizes."""
+    from parallel_ppo.buffer import RolloutBuffer
+    from parallel_ppo.envs import env_spaces
+
+    obs_shape, obs_dtype, _ = env_spaces(cfg.env)
+    per_step = RolloutBuffer.bytes_per_step(obs_shape, obs_dtype) + 8  # + the advantages and returns
+    need = cfg.rollout_size * per_step
+    available = psutil.virtual_memory().available
+    if need > available:
+        raise ConfigError(
+            f"the rollout needs {need / 2**30:,.1f} GiB ({cfg.training.n_steps:,} steps × {cfg.env.num_envs:,} "
+            f"envs × {per_step:,} bytes) but {available / 2**30:,.1f} GiB of memory is available; "
+            f"use fewer steps (training.n_steps) or envs")
 
 
 def prepare_run_dir(path: Path, cfg: Config, overwrite: bool) -> None:
@@ -83,12 +114,12 @@ MUST_MATCH_ON_RESUME = ("env", "model")
 def load_resume(run_dir: str, mode: str, args: argparse.Namespace) -> tuple[str, dict]:
     """Check `--resume DIR` against the other flags; return its config file and its validated checkpoint."""
     path = Path(run_dir)
+    if not path.is_dir():
+        raise ConfigError(f"cannot resume: {path} is not a directory")
     if args.config or args.overwrite:
         raise ConfigError("--resume takes the config from the run directory; drop --config/--overwrite")
     if args.output_dir and Path(args.output_dir).resolve() != path.resolve():
         raise ConfigError("--resume continues in its own directory; drop --output-dir")
-    if not path.is_dir():
-        raise ConfigError(f"cannot resume: {path} is not a directory")
     state = load_checkpoint(path / "checkpoint.pt")
     if state.get("mode", mode) != mode:
         raise ConfigError(f"cannot resume: {path} holds a {state['mode']} run; use the {state['mode']} trainer")
@@ -124,7 +155,7 @@ def learner_threads(cfg: Config) -> int:
 def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
     """Parse, validate, build the rollout source, train; returns the process exit status."""
     args = make_parser(prog, parallel).parse_args(argv)
-    flags = {key: getattr(args, name, None) for name, key in FLAG_KEYS.items()}
+    flags = flag_values(args)
     mode = "parallel" if parallel else "sequential"
     resume = None
     try:
@@ -133,6 +164,7 @@ def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
             config_file, resume = load_resume(args.resume, mode, args)
             flags["run.output_dir"] = args.resume
         cfg = build_config(config_file, flags, args.set, parallel)
+        check_memory(cfg)
         if resume is not None:
             check_resume_config(cfg, resume, Path(args.resume))
             run_dir = Path(args.resume)

@@ -47,9 +47,11 @@ class EnvRunner:
     """A BatchEnv with its current observations, per-env action generators and running episode totals."""
 
     def __init__(self, env: BatchEnv, seed: int, first_env: int, precision: str = "fp32",
-                 stream: tuple[int, ...] = (0, 0)) -> None:
+                 stream: tuple[int, ...] = (0, 0), gamma: float = 0.0) -> None:
+        """`gamma` discounts the value bootstrapped where a time limit cut an episode (0: no bootstrap)."""
         self.env = env
         self.precision = precision
+        self.gamma = gamma
         self.rngs = [np.random.default_rng(env_seed(seed, first_env + i, stream) ^ 0x5EED)
                      for i in range(env.num_envs)]
         self.obs = env.reset()
@@ -73,10 +75,8 @@ class EnvRunner:
                 buf.logprobs[t] = logprobs
                 buf.values[t] = values.float()
                 mid = time.perf_counter()
-                self.obs, rewards, dones = self.env.step(actions.numpy())
-                buf.rewards[t] = torch.from_numpy(rewards)
-                buf.dones[t] = torch.from_numpy(dones.astype(np.float32))
-                self.ep_return += rewards
+                self.obs, rewards, dones, cut = self.env.step(actions.numpy())
+                self.ep_return += rewards  # episode returns stay raw
                 self.ep_length += 1
                 for i in np.flatnonzero(dones):
                     returns.append(float(self.ep_return[i]))
@@ -84,7 +84,11 @@ class EnvRunner:
                     self.ep_return[i] = 0.0
                     self.ep_length[i] = 0
                 end = time.perf_counter()
-                t_inf += mid - start
+                if cut and self.gamma:
+                    rewards = rewards + self.gamma * self._values(model, cut)
+                buf.rewards[t] = torch.from_numpy(rewards)
+                buf.dones[t] = torch.from_numpy(dones.astype(np.float32))
+                t_inf += mid - start + time.perf_counter() - end
                 t_env += end - mid
                 if progress is not None:
                     progress += 1
@@ -94,6 +98,18 @@ class EnvRunner:
             buf.last_values.copy_(last_values.float())
             t_inf += time.perf_counter() - start
         return CollectResult(returns, lengths, t_env, t_inf)
+
+    def _values(self, model: nn.Module, cut: dict[int, np.ndarray]) -> np.ndarray:
+        """Per env: the value of the last state of an episode a time limit cut short, 0 for the others.
+
+        The done flag stops GAE at that step, so adding gamma times this value to its reward is the
+        bootstrap the episode would have had if the task had not been cut (a time limit is not a terminal state).
+        """
+        bootstrap = np.zeros(self.env.num_envs, dtype=np.float32)
+        with autocast(self.precision):
+            _, values = model(torch.from_numpy(np.stack(list(cut.values()))))
+        bootstrap[list(cut)] = values.float().numpy()
+        return bootstrap
 
     def close(self) -> None:
         self.env.close()
@@ -108,7 +124,7 @@ class SequentialCollector:
         stream = (resumes, 0)
         env = make_batch_env(cfg.env, cfg.run.seed, 0, cfg.env.num_envs, env_threads, stream)
         self.obs_shape, self.obs_dtype, self.num_actions = env.obs_shape, env.obs_dtype, env.num_actions
-        self.runner = EnvRunner(env, cfg.run.seed, 0, cfg.training.precision, stream)
+        self.runner = EnvRunner(env, cfg.run.seed, 0, cfg.training.precision, stream, cfg.training.gamma)
         self.buffer = RolloutBuffer.allocate(cfg.training.n_steps, cfg.env.num_envs, env.obs_shape, env.obs_dtype)
         self.layout = {"num_workers": 0, "num_envs_per_worker": cfg.env.num_envs, "num_envs": cfg.env.num_envs}
 

@@ -30,9 +30,11 @@ class EnvConfig:
     id: str = "starpilot"
     """Procgen game (e.g. `starpilot`) or a gymnasium id with discrete actions (e.g. `CartPole-v1`)."""
     num_envs: int = 16
-    """Total envs. Sequential: stepped by the one process. Parallel: derived, workers × envs per worker."""
+    """Total envs. Sequential: stepped by the one process. Parallel: derived, workers × envs per worker (a
+    different value given for it is refused)."""
     distribution_mode: str = "easy"
-    """Procgen difficulty: easy, hard, extreme, memory or exploration."""
+    """Procgen difficulty: easy, hard, extreme, memory or exploration (exploration plays one fixed hard level
+    per game, so num_levels and start_level do not apply; only the games Procgen has one for)."""
     num_levels: int = 200
     """Procgen: number of distinct levels (0 = unlimited)."""
     start_level: int = 0
@@ -243,8 +245,9 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
-def apply_mapping(cfg: Config, data: dict[str, Any], source: str) -> None:
-    """Apply `{section: {key: value}}` onto `cfg`."""
+def apply_mapping(cfg: Config, data: dict[str, Any], source: str) -> set[str]:
+    """Apply `{section: {key: value}}` onto `cfg`; returns the `section.key` names it set."""
+    given: set[str] = set()
     for section_name, values in data.items():
         if section_name not in _section_types():
             known = ", ".join(_section_types())
@@ -255,6 +258,8 @@ def apply_mapping(cfg: Config, data: dict[str, Any], source: str) -> None:
             raise ConfigError(f"{source}: section {section_name!r} must be a mapping of keys to values")
         for key, value in values.items():
             set_value(cfg, f"{section_name}.{key}", value)
+            given.add(f"{section_name}.{key}")
+    return given
 
 
 def parse_set(item: str) -> tuple[str, Any]:
@@ -271,10 +276,38 @@ def parse_set(item: str) -> tuple[str, Any]:
 
 PROCGEN_MODES = ("easy", "hard", "extreme", "memory", "exploration")
 
+FLAGS = {
+    "run.duration": "--duration", "run.total_steps": "--total-steps", "run.output_dir": "--output-dir",
+    "env.id": "--env", "run.seed": "--seed", "training.batch_size": "--batch-size", "env.num_envs": "--num-envs",
+    "parallel.num_workers": "--num-workers", "parallel.num_envs_per_worker": "--num-envs-per-worker",
+}
+"""Config fields that the trainers' command lines also set, with their flags."""
+
+
+def field_name(key: str) -> str:
+    """`section.key`, with its command-line flag where it has one: what a message names for the user to fix."""
+    return f"{key} ({FLAGS[key]})" if key in FLAGS else key
+
+
+def derive_parallel_envs(cfg: Config, given: set[str]) -> None:
+    """Parallel mode: env.num_envs is workers × envs per worker. A different value given for it is refused."""
+    p = cfg.parallel
+    for key, value in (("parallel.num_workers", p.num_workers),
+                       ("parallel.num_envs_per_worker", p.num_envs_per_worker)):
+        if value <= 0:
+            raise ConfigError(f"{field_name(key)} must be positive, got {value}")
+    total = p.num_workers * p.num_envs_per_worker
+    if "env.num_envs" in given and cfg.env.num_envs != total:
+        raise ConfigError(
+            f"env.num_envs = {cfg.env.num_envs} conflicts with the parallel layout ({p.num_workers} workers × "
+            f"{p.num_envs_per_worker} envs per worker = {total}): in parallel mode the total is derived, "
+            f"so drop env.num_envs or set it to {total}")
+    cfg.env.num_envs = total
+
 
 def validate(cfg: Config) -> None:
     """Raise ConfigError for impossible or unknown settings; checks nothing that needs an env to exist."""
-    from parallel_ppo.envs import check_env_id
+    from parallel_ppo.envs import check_env_id, check_procgen_mode
 
     check_env_id(cfg.env.id)
     positive = {
@@ -290,12 +323,12 @@ def validate(cfg: Config) -> None:
     }
     for key, value in positive.items():
         if value <= 0:
-            raise ConfigError(f"{key} must be positive, got {value}")
+            raise ConfigError(f"{field_name(key)} must be positive, got {value}")
     limits = {"env.num_envs": 4096, "training.n_steps": 100_000, "parallel.num_workers": 512}
     for key, cap in limits.items():
         value = positive[key]
         if value > cap:
-            raise ConfigError(f"{key} = {value} is larger than the supported maximum {cap}")
+            raise ConfigError(f"{field_name(key)} = {value} is larger than the supported maximum {cap}")
     non_negative = {
         "env.num_levels": cfg.env.num_levels,
         "env.start_level": cfg.env.start_level,
@@ -312,7 +345,7 @@ def validate(cfg: Config) -> None:
     }
     for key, value in non_negative.items():
         if value < 0:
-            raise ConfigError(f"{key} must not be negative, got {value}")
+            raise ConfigError(f"{field_name(key)} must not be negative, got {value}")
     if cfg.run.seed >= 2**31:
         raise ConfigError(f"run.seed must be below 2**31, got {cfg.run.seed}")
     if not 0 < cfg.run.duration <= 24 * 365:
@@ -337,6 +370,7 @@ def validate(cfg: Config) -> None:
     for key, (value, allowed) in choices.items():
         if value not in allowed:
             raise ConfigError(f"{key} must be one of {', '.join(allowed)}; got {value!r}")
+    check_procgen_mode(cfg.env)
     layer_widths = {"model.impala_depths": cfg.model.impala_depths, "model.mlp_hidden": cfg.model.mlp_hidden}
     for key, widths in layer_widths.items():
         if not widths or any(w <= 0 or w > 4096 for w in widths):
@@ -362,15 +396,19 @@ def build_config(
 ) -> Config:
     """Defaults ← YAML file ← CLI flags (`{"section.key": value}`, None = not given) ← `--set` items; validated."""
     cfg = Config()
+    given: set[str] = set()
     if config_file:
-        apply_mapping(cfg, load_yaml(config_file), config_file)
+        given |= apply_mapping(cfg, load_yaml(config_file), config_file)
     for key, value in flags.items():
         if value is not None:
             set_value(cfg, key, value)
+            given.add(key)
     for item in sets:
-        set_value(cfg, *parse_set(item))
+        key, value = parse_set(item)
+        set_value(cfg, key, value)
+        given.add(key)
     if parallel:
-        cfg.env.num_envs = cfg.parallel.num_workers * cfg.parallel.num_envs_per_worker
+        derive_parallel_envs(cfg, given)
     validate(cfg)
     return cfg
 

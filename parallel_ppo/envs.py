@@ -25,8 +25,12 @@ class BatchEnv(Protocol):
         """Start every env; returns observations shaped (num_envs, *obs_shape)."""
         ...
 
-    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Apply one action per env; returns (next_obs, rewards float32, dones bool: this step ended it)."""
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, np.ndarray]]:
+        """Apply one action per env; returns (next_obs, rewards float32, dones bool: this step ended it, cut).
+
+        `cut` maps the envs whose episode a time limit cut short (truncated, not terminated) to their last
+        observation: the learner bootstraps the value of that state, since the task itself went on.
+        """
         ...
 
     def close(self) -> None: ...
@@ -60,23 +64,45 @@ def env_seed(seed: int, env_index: int, stream: tuple[int, ...] = (0, 0)) -> int
     return int(np.random.SeedSequence([seed, env_index, *stream]).generate_state(1)[0] & 0x7FFFFFFF)
 
 
-class ProcgenBatchEnv:
-    """Procgen through `ProcgenGym3Env`: uint8 HWC frames, stepped by procgen's own C++ threads."""
+def check_procgen_mode(cfg: EnvConfig) -> None:
+    """Raise ConfigError for a Procgen distribution mode the game does not have (exploration is per game)."""
+    if cfg.distribution_mode != "exploration" or cfg.id not in procgen_games():
+        return
+    from procgen.env import EXPLORATION_LEVEL_SEEDS
 
-    def __init__(self, cfg: EnvConfig, num_envs: int, seed: int, threads: int) -> None:
+    if cfg.id not in EXPLORATION_LEVEL_SEEDS:
+        games = ", ".join(sorted(EXPLORATION_LEVEL_SEEDS))
+        raise ConfigError(f"{cfg.id} has no exploration mode (games that do: {games})")
+
+
+class ProcgenBatchEnv:
+    """Procgen through `ProcgenGym3Env`: uint8 HWC frames, stepped by procgen's own C++ threads.
+
+    Procgen seeds the envs of a batch from one number, env n from the n-th draw of one generator, so a
+    batch split differently would play other levels. Each env here is instead seeded on its own: it starts
+    from the state of a one-env game seeded with its own seed (about 2 ms each), so any split of the same
+    envs across processes plays the same levels.
+    """
+
+    def __init__(self, cfg: EnvConfig, seeds: list[int], threads: int) -> None:
         procgen_games()  # quiet import
         from procgen import ProcgenGym3Env
 
-        self._env = ProcgenGym3Env(
-            num=num_envs,
-            env_name=cfg.id,
-            distribution_mode=cfg.distribution_mode,
-            num_levels=cfg.num_levels,
-            start_level=cfg.start_level,
-            rand_seed=seed,
-            num_threads=threads,
-        )
-        self.num_envs = num_envs
+        levels = {} if cfg.distribution_mode == "exploration" else {  # exploration fixes its own level
+            "num_levels": cfg.num_levels, "start_level": cfg.start_level}
+
+        def make(num: int, seed: int, num_threads: int) -> ProcgenGym3Env:
+            return ProcgenGym3Env(num=num, env_name=cfg.id, distribution_mode=cfg.distribution_mode,
+                                  rand_seed=seed, num_threads=num_threads, **levels)
+
+        states = []
+        for seed in seeds:
+            single = make(1, seed, 0)
+            states.extend(single.callmethod("get_state"))
+            single.close()
+        self._env = make(len(seeds), seeds[0], threads)
+        self._env.callmethod("set_state", states)
+        self.num_envs = len(seeds)
         self.obs_shape = tuple(self._env.ob_space["rgb"].shape)
         self.obs_dtype = np.dtype(np.uint8)
         self.num_actions = int(self._env.ac_space.eltype.n)
@@ -85,10 +111,10 @@ class ProcgenBatchEnv:
         _, ob, _ = self._env.observe()
         return ob["rgb"]
 
-    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, np.ndarray]]:
         self._env.act(actions.astype(np.int32, copy=False))
         rew, ob, first = self._env.observe()
-        return ob["rgb"], rew.astype(np.float32, copy=False), first.astype(bool, copy=False)
+        return ob["rgb"], rew.astype(np.float32, copy=False), first.astype(bool, copy=False), {}
 
     def close(self) -> None:
         self._env.close()
@@ -122,9 +148,11 @@ class GymnasiumBatchEnv:
         obs, _ = self._env.reset(seed=self._seeds)
         return obs.astype(self.obs_dtype, copy=False)
 
-    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        obs, rew, term, trunc, _ = self._env.step(actions)
-        return obs.astype(self.obs_dtype, copy=False), rew.astype(np.float32), np.logical_or(term, trunc)
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, np.ndarray]]:
+        obs, rew, term, trunc, info = self._env.step(actions)
+        cut = {int(i): np.asarray(info["final_obs"][i], dtype=self.obs_dtype)
+               for i in np.flatnonzero(np.logical_and(trunc, np.logical_not(term)))}
+        return obs.astype(self.obs_dtype, copy=False), rew.astype(np.float32), np.logical_or(term, trunc), cut
 
     def close(self) -> None:
         self._env.close()
@@ -146,12 +174,9 @@ def env_spaces(cfg: EnvConfig) -> tuple[tuple[int, ...], np.dtype, int]:
 
 def make_batch_env(cfg: EnvConfig, seed: int, first_env: int, num_envs: int, threads: int,
                    stream: tuple[int, ...] = (0, 0)) -> BatchEnv:
-    """Build envs with global indices [first_env, first_env + num_envs), seeded from (seed, index, stream).
-
-    Gymnasium envs are seeded one by one, so any split of the same envs across workers steps identically;
-    Procgen seeds a whole batch from one number, so only the same split reproduces a run.
-    """
-    if cfg.id in procgen_games():
-        return ProcgenBatchEnv(cfg, num_envs, env_seed(seed, first_env, stream), threads)
+    """Build envs with global indices [first_env, first_env + num_envs), each seeded from (seed, index, stream),
+    so any split of the same envs across workers steps identically."""
     seeds = [env_seed(seed, first_env + i, stream) for i in range(num_envs)]
+    if cfg.id in procgen_games():
+        return ProcgenBatchEnv(cfg, seeds, threads)
     return GymnasiumBatchEnv(cfg, num_envs, seeds)

@@ -166,6 +166,14 @@ def _add_by_role(out: dict[str, float], role: str, name: str, value: float) -> N
         out[f"{role}_{name}"] = value
 
 
+def time_left(elapsed: float, env_steps: int, budget_seconds: float, total_steps: int) -> float:
+    """Seconds until the run stops: the duration left, or sooner, the step budget left at the run's mean rate."""
+    left = budget_seconds - elapsed
+    if total_steps and env_steps > 0 and elapsed > 0:
+        left = min(left, (total_steps - env_steps) * elapsed / env_steps)
+    return max(0.0, left)
+
+
 def _fmt_time(seconds: float) -> str:
     seconds = max(0, int(seconds))
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
@@ -214,7 +222,8 @@ class MetricsLogger:
         ret = row["episodic_return_mean"]
         steps = f"{row['env_steps']:,}" + (f"/{self._total_steps:,}" if self._total_steps else "")
         line = (f"[{self._label}] update {row['update']} | {steps} steps | {row['sps']:.0f} SPS | "
-                f"{_fmt_time(elapsed)} elapsed, {_fmt_time(self._budget - elapsed)} left | "
+                f"{_fmt_time(elapsed)} elapsed, "
+                f"{_fmt_time(time_left(elapsed, row['env_steps'], self._budget, self._total_steps))} left | "
                 f"return {'-' if ret is None or math.isnan(ret) else f'{ret:.2f}'}")
         sys.stdout.write("\r" + line[: max(20, _terminal_width() - 1)].ljust(_terminal_width() - 1))
         sys.stdout.flush()

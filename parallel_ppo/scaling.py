@@ -43,7 +43,8 @@ def run_point(out: Path, workers: int, envs_per_worker: int, seconds: float, con
     """One timed run (workers == 0: sequential with `envs_per_worker` envs); returns its table row."""
     if workers:
         cmd = [sys.executable, str(ROOT / "train_parallel_timed.py"), "--num-workers", str(workers),
-               "--num-envs-per-worker", str(envs_per_worker), "--set", f"parallel.worker_threads={worker_threads}"]
+               "--num-envs-per-worker", str(envs_per_worker), "--set", f"parallel.worker_threads={worker_threads}",
+               "--set", f"env.num_envs={workers * envs_per_worker}"]  # the layout's total, over a config's
     else:
         cmd = [sys.executable, str(ROOT / "train_timed.py"), "--num-envs", str(envs_per_worker)]
     cmd += ["--config", config, "--duration", f"{seconds / 3600:.8f}", "--output-dir", str(out), "--overwrite",
@@ -205,6 +206,7 @@ def autotune(out_dir: Path, seconds: float, config: str, extra: list[str]) -> di
         cfg.setdefault("parallel", {}).update({"num_workers": best["workers"],
                                                "num_envs_per_worker": best["envs_per_worker"],
                                                "worker_threads": best["worker_threads"]})
+        cfg.get("env", {}).pop("num_envs", None)  # derived from the layout in parallel mode
     else:
         cfg.setdefault("env", {})["num_envs"] = best["envs_per_worker"]
     trainer = "train_parallel_timed.py" if best["workers"] else "train_timed.py"

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 QUICK = ["--set", "logging.tensorboard=false", "--set", "run.limit_seconds=0.5"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["train_timed.py", "train_parallel_timed.py"])
 def test_phase_times_add_up_to_wall_time(tmp_path, script):
     out = tmp_path / "run"
@@ -32,6 +33,7 @@ def test_phase_times_add_up_to_wall_time(tmp_path, script):
     assert summary["limit_efficiency"] == pytest.approx(summary["sps"] / limit["limit_sps"])
 
 
+@pytest.mark.slow
 def test_scaling_sweep_writes_consistent_results(tmp_path):
     out = tmp_path / "scaling"
     proc = subprocess.run([sys.executable, "bench.py", "scaling", "--config", "config/cartpole.yaml",
@@ -55,6 +57,7 @@ def test_scaling_sweep_writes_consistent_results(tmp_path):
     assert f"{points[2]['speedup']:.2f}×" in table and f"{100 * points[2]['efficiency']:.0f}%" in table
 
 
+@pytest.mark.slow
 def test_env_bench_reports_every_path(tmp_path):
     out = tmp_path / "envs.json"
     proc = subprocess.run([sys.executable, "bench.py", "envs", "--config", "config/cartpole.yaml", "--num-workers", "2",

@@ -37,11 +37,11 @@ class RecordingEnv:
 
     def step(self, actions):
         self.actions.append(np.array(actions, copy=True))
-        obs, rew, done = self.env.step(actions)
+        obs, rew, done, cut = self.env.step(actions)
         self.observations.append(np.array(obs, copy=True))
         self.rewards.append(np.array(rew, copy=True))
         self.dones.append(np.array(done, copy=True))
-        return obs, rew, done
+        return obs, rew, done, cut
 
     def close(self) -> None:
         self.env.close()

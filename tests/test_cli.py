@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.slow  # every test here trains or starts trainers
 
 TINY = ["--env", "CartPole-v1", "--num-envs", "2", "--set", "training.n_steps=8", "--batch-size", "8",
         "--set", "training.n_epochs=1", "--set", "model.mlp_hidden=[8]", "--set", "logging.progress=off"]
@@ -75,3 +85,73 @@ def test_overwrite_replaces_an_earlier_run(tmp_path, train_timed):
     assert (out_dir / "metrics.csv").read_text().startswith("update,env_steps,")
     assert (out_dir / "summary.json").is_file()
     assert (out_dir / "notes.txt").read_text() == "mine\n"
+
+
+PARALLEL_TINY = ["--env", "CartPole-v1", "--set", "training.n_steps=8", "--batch-size", "8",
+                 "--set", "training.n_epochs=1", "--set", "logging.progress=off"]
+
+# (trainer, arguments, words the error line must contain, words it must not contain)
+USER_ERRORS = {
+    "negative workers": ("train_parallel_timed.py", ["--num-workers", "-1"],
+                         ["parallel.num_workers (--num-workers)", "-1"], ["env.num_envs"]),
+    "zero envs per worker": ("train_parallel_timed.py", ["--num-envs-per-worker", "0"],
+                             ["parallel.num_envs_per_worker (--num-envs-per-worker)", "got 0"], ["env.num_envs"]),
+    "total envs that conflict with the layout": (
+        "train_parallel_timed.py", ["--num-workers", "2", "--num-envs-per-worker", "4", "--set", "env.num_envs=6"],
+        ["env.num_envs = 6 conflicts", "2 workers × 4 envs per worker = 8"], []),
+    "output dir under a file": ("train_parallel_timed.py", ["--output-dir", "{a_file}/run"],
+                                ["cannot create output directory", "is not a directory"], []),
+    "output dir that cannot be written": ("train_parallel_timed.py", ["--output-dir", "/proc/parallel_ppo/run"],
+                                          ["cannot write output directory /proc/parallel_ppo/run"], []),
+    "rollout larger than memory": (
+        "train_timed.py", ["--env", "starpilot", "--num-envs", "4096", "--set", "training.n_steps=100000"],
+        ["100,000 steps × 4,096 envs", "GiB of memory is available"], []),
+    "exploration mode of a game without one": (
+        "train_timed.py", ["--env", "starpilot", "--set", "env.distribution_mode=exploration"],
+        ["starpilot has no exploration mode"], []),
+}
+
+
+@pytest.mark.parametrize("case", list(USER_ERRORS), ids=list(USER_ERRORS))
+def test_user_error_names_what_was_given(case, tmp_path):
+    """Layout, output-directory and size errors: one line naming what the user gave, exit 2, before any
+    env, worker or file exists (the trainer's start line never prints)."""
+    script, extra, needles, absent = USER_ERRORS[case]
+    (tmp_path / "a_file").write_text("not a directory")
+    extra = [a.format(a_file=tmp_path / "a_file") for a in extra]
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, script, *PARALLEL_TINY, "--output-dir", str(out), *extra,
+                           "--total-steps", "16"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for needle in needles:
+        assert needle in lines[0]
+    for word in absent:
+        assert word not in lines[0]
+    assert "→" not in proc.stdout  # the start line: nothing was started
+    assert not out.exists()
+
+
+class RunsCode:
+    """Pickles to a call of os.system: what a checkpoint crafted to attack `--resume` would hold."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self):
+        return os.system, (self.command,)
+
+
+def test_crafted_checkpoint_is_refused_without_running_code(tmp_path, train_timed):
+    """A checkpoint that would run code when unpickled is refused (exit 2, one line), and the code never runs."""
+    run = tmp_path / "run"
+    run.mkdir()
+    marker = tmp_path / "code_ran"
+    torch.save({"format_version": 1, "config": {}, "model": RunsCode(f"touch {marker}"), "optimizer": {},
+                "update": 1, "env_steps": 8, "elapsed": 1.0}, run / "checkpoint.pt")
+    proc = train_timed("--resume", str(run), timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "refusing to load it" in lines[0], proc.stderr
+    assert not marker.exists()

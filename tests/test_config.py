@@ -203,14 +203,49 @@ def test_known_env_ids(env_id):
 
 
 def test_parallel_mode_derives_num_envs():
-    """In parallel mode env.num_envs = workers × envs per worker, whatever env.num_envs was set to."""
-    flags = {"parallel.num_workers": 3, "parallel.num_envs_per_worker": 5, "env.num_envs": 2}
+    """In parallel mode env.num_envs = workers × envs per worker; sequential mode keeps the number given."""
+    flags = {"parallel.num_workers": 3, "parallel.num_envs_per_worker": 5}
     cfg = build_config(None, flags, ["training.batch_size=64"], parallel=True)
     assert cfg.env.num_envs == 15
     assert cfg.rollout_size == 15 * cfg.training.n_steps
-    # sequential mode keeps the explicit number
-    cfg = build_config(None, flags, ["training.batch_size=64"], parallel=False)
+    cfg = build_config(None, {**flags, "env.num_envs": 15}, ["training.batch_size=64"], parallel=True)
+    assert cfg.env.num_envs == 15  # the same number, given: fine
+    cfg = build_config(None, {**flags, "env.num_envs": 2}, ["training.batch_size=64"], parallel=False)
     assert cfg.env.num_envs == 2
+
+
+@pytest.mark.parametrize("where", ["flag", "set", "yaml"])
+def test_parallel_mode_refuses_a_conflicting_num_envs(tmp_path, where):
+    """A total that differs from the layout is refused wherever it was given, not silently replaced."""
+    flags = {"parallel.num_workers": 3, "parallel.num_envs_per_worker": 5}
+    sets = ["training.batch_size=64"]
+    path = None
+    if where == "flag":
+        flags["env.num_envs"] = 2
+    elif where == "set":
+        sets.append("env.num_envs=2")
+    else:
+        path = write_yaml(tmp_path, "env:\n  num_envs: 2\n")
+    with pytest.raises(ConfigError, match=r"env.num_envs = 2 conflicts .*\(3 workers × 5 envs per worker = 15\)"):
+        build_config(path, flags, sets, parallel=True)
+
+
+@pytest.mark.parametrize("key,value,flag", [("parallel.num_workers", -1, "--num-workers"),
+                                            ("parallel.num_envs_per_worker", 0, "--num-envs-per-worker")])
+def test_parallel_layout_errors_name_what_was_given(key, value, flag):
+    """A bad layout names the setting and flag the user gave, not the env.num_envs derived from it."""
+    with pytest.raises(ConfigError) as err:
+        build_config(None, {key: value}, [], parallel=True)
+    assert f"{key} ({flag}) must be positive, got {value}" in str(err.value)
+    assert "env.num_envs" not in str(err.value)
+
+
+def test_exploration_mode_only_for_games_that_have_it():
+    """Procgen's exploration mode exists for some games only; the others are refused up front."""
+    cfg = build_config(None, {"env.id": "maze"}, ["env.distribution_mode=exploration"], parallel=False)
+    assert cfg.env.distribution_mode == "exploration"
+    with pytest.raises(ConfigError, match="starpilot has no exploration mode"):
+        build_config(None, {"env.id": "starpilot"}, ["env.distribution_mode=exploration"], parallel=False)
 
 
 def test_parallel_mode_validates_the_derived_rollout():

@@ -66,10 +66,11 @@ CLI_CASES = [
     ["--total-steps", "1e999"], ["--total-steps", "-5"], ["--batch-size", "0"], ["--batch-size", "3"],
     ["--num-envs", "-2"], ["--num-envs", "99999999"], ["--env", ""], ["--env", "NoSuchEnv-v9"],
     ["--set", "garbage"], ["--set", "training.n_steps=[1,2]"], ["--set", "model.impala_depths=[0]"],
-    ["--config", "/nonexistent.yaml"], ["--unknown-flag"], ["--resume", "/nonexistent"], ["positional"],
+    ["--config", "/nonexistent.yaml"], ["--unknown-flag"], ["positional"],
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", CLI_CASES, ids=lambda a: " ".join(a) or "empty")
 def test_malformed_cli_exits_2_with_one_line(tmp_path, args):
     out = tmp_path / "out"
@@ -79,3 +80,14 @@ def test_malformed_cli_exits_2_with_one_line(tmp_path, args):
     assert "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("with_output_dir", [False, True])
+def test_resume_of_a_missing_directory_says_so(tmp_path, with_output_dir):
+    """`--resume /nonexistent` is reported as missing first, before any conflict with other flags."""
+    extra = ["--output-dir", str(tmp_path / "out")] if with_output_dir else []
+    proc = subprocess.run([sys.executable, "train_timed.py", "--resume", "/nonexistent", *extra], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == "train_timed.py: error: cannot resume: /nonexistent is not a directory"

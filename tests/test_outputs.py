@@ -16,18 +16,20 @@ import torch
 import yaml
 
 from parallel_ppo.checkpoint import load_checkpoint
-from parallel_ppo.cli import FLAG_KEYS, make_parser
+from parallel_ppo.cli import flag_values, make_parser
 from parallel_ppo.config import Config, build_config, config_from_dict
 from parallel_ppo.envs import make_batch_env
 from parallel_ppo.metrics import METRIC_COLUMNS
 from parallel_ppo.model import build_model
 
-DESIGN_COLUMNS = [
+pytestmark = pytest.mark.slow  # every test here trains or starts trainers
+
+CONTRACT_COLUMNS = [
     "update", "env_steps", "wall_time", "sps", "episodic_return_mean", "episodic_length_mean", "policy_loss",
     "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance", "learning_rate", "time_env",
     "time_inference", "time_sync", "time_gae", "time_update", "cpu_percent", "rss_mb",
 ]
-"""metrics.csv columns DESIGN.md requires."""
+"""metrics.csv columns of the output contract (README, "What a run writes")."""
 
 SUMMARY_FIELDS = [
     "mode", "env_id", "num_workers", "num_envs_per_worker", "num_envs", "total_env_steps", "wall_seconds",
@@ -54,8 +56,7 @@ class Run:
     def expected_config(self) -> Config:
         """The config the same command line resolves to, built in-process."""
         ns = make_parser("train_timed.py", parallel=False).parse_args(self.args)
-        flags = {key: getattr(ns, name, None) for name, key in FLAG_KEYS.items()}
-        cfg = build_config(ns.config and str(Path(__file__).resolve().parent.parent / ns.config), flags,
+        cfg = build_config(ns.config and str(Path(__file__).resolve().parent.parent / ns.config), flag_values(ns),
                            ns.set, parallel=False)
         return cfg
 
@@ -106,7 +107,7 @@ def test_metrics_csv(run):
     """Every required column, one row per update, env_steps rising by one rollout per row, sane values."""
     with open(run.dir / "metrics.csv", newline="") as f:
         header = next(csv.reader(f))
-    assert set(DESIGN_COLUMNS) <= set(header)
+    assert set(CONTRACT_COLUMNS) <= set(header)
     assert header == METRIC_COLUMNS
     rows, summary = run.rows, run.summary
     rollout = run.expected_config().rollout_size

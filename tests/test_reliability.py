@@ -12,7 +12,10 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 from sessions import assert_nothing_left, session_pids, shm_entries, start
+
+pytestmark = pytest.mark.slow  # every test here trains or starts trainers
 
 ROOT = Path(__file__).resolve().parents[1]
 

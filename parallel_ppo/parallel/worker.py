@@ -74,7 +74,8 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         if (env.obs_shape, env.num_actions) != (tuple(spec.obs_shape), spec.num_actions):
             raise RuntimeError(f"env spaces {env.obs_shape}/{env.num_actions} differ from the coordinator's "
                                f"{spec.obs_shape}/{spec.num_actions}")
-        runner = EnvRunner(env, cfg.run.seed, spec.first_env, cfg.training.precision, spec.stream)
+        runner = EnvRunner(env, cfg.run.seed, spec.first_env, cfg.training.precision, spec.stream,
+                           cfg.training.gamma)
         model = build_model(spec.obs_shape, spec.num_actions, cfg.model)
         params = list(model.parameters())
         buf = spec.buffer.env_slice(spec.first_env, spec.first_env + spec.num_envs)

@@ -1,0 +1,109 @@
+"""Batched envs: every env seeded by its own index (any split plays the same levels), Procgen's exploration
+mode, and episodes cut by a time limit reported for bootstrapping."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from parallel_ppo.buffer import RolloutBuffer
+from parallel_ppo.collect import EnvRunner
+from parallel_ppo.config import EnvConfig
+from parallel_ppo.envs import make_batch_env
+
+
+def _play(envs, actions: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Step each batch of `envs` (together covering the actions' columns, in order); concatenate per step."""
+    first = [np.array(e.reset(), copy=True) for e in envs]
+    steps = [(np.concatenate(first), np.zeros(0), np.zeros(0))]
+    for row in actions:
+        parts, col = [], 0
+        for e in envs:
+            obs, rew, done, _ = e.step(row[col:col + e.num_envs])
+            parts.append((np.array(obs, copy=True), rew.copy(), done.copy()))
+            col += e.num_envs
+        steps.append(tuple(np.concatenate([p[i] for p in parts]) for i in range(3)))
+    return steps
+
+
+def test_procgen_envs_play_the_same_levels_however_they_are_split():
+    """4 starpilot envs in one batch, or as 2 + 2 in two batches (two workers), step identically,
+    across episode ends; a run seeded otherwise plays other levels."""
+    cfg = EnvConfig(id="starpilot")
+    actions = np.random.default_rng(0).integers(0, 15, size=(150, 4))
+    whole = [make_batch_env(cfg, 7, 0, 4, threads=1)]
+    split = [make_batch_env(cfg, 7, 0, 2, threads=1), make_batch_env(cfg, 7, 2, 2, threads=1)]
+    other = [make_batch_env(cfg, 8, 0, 4, threads=1)]
+    try:
+        a, b, c = _play(whole, actions), _play(split, actions), _play(other, actions)
+    finally:
+        for e in whole + split + other:
+            e.close()
+    assert sum(step[2].sum() for step in a[1:]) > 0, "the steps should cross an episode end"
+    for x, y in zip(a, b, strict=True):
+        for i in range(3):
+            assert np.array_equal(x[i], y[i])
+    assert not np.array_equal(a[0][0], c[0][0])
+
+
+def test_exploration_mode_plays():
+    """Procgen's exploration mode (one fixed level) builds and steps: it takes no num_levels/start_level."""
+    env = make_batch_env(EnvConfig(id="maze", distribution_mode="exploration"), 1, 0, 2, threads=1)
+    try:
+        first = env.reset()
+        for _ in range(5):
+            obs, rew, done, cut = env.step(np.zeros(2, dtype=np.int64))
+        assert obs.shape == first.shape == (2, 64, 64, 3) and cut == {}
+        assert np.array_equal(first[0], first[1])  # one level for every env
+    finally:
+        env.close()
+
+
+def test_time_limit_cuts_are_reported_with_their_last_observation():
+    """MountainCar never reaches its goal by chance in 200 steps: every episode is cut by the time limit,
+    which the env reports as done, with the last observation of each cut episode."""
+    env = make_batch_env(EnvConfig(id="MountainCar-v0"), 1, 0, 3, threads=1)
+    try:
+        env.reset()
+        for t in range(200):
+            obs, _, done, cut = env.step(np.zeros(3, dtype=np.int64))
+            if t < 199:
+                assert not done.any() and cut == {}
+        assert done.all() and sorted(cut) == [0, 1, 2]
+        for i, last in cut.items():
+            assert last.shape == obs[i].shape and not np.array_equal(last, obs[i])  # obs[i]: the next episode
+    finally:
+        env.close()
+
+
+class CutEnv:
+    """Two envs; env 1's episode is cut by a time limit at every step, env 0 runs on."""
+
+    num_envs, obs_shape, obs_dtype, num_actions = 2, (1,), np.dtype(np.float32), 2
+
+    def reset(self) -> np.ndarray:
+        return np.zeros((2, 1), dtype=np.float32)
+
+    def step(self, actions):
+        cut = {1: np.array([3.0], dtype=np.float32)}
+        return np.zeros((2, 1), np.float32), np.ones(2, np.float32), np.array([False, True]), cut
+
+
+class ValueIsObs(nn.Module):
+    """Uniform policy; the value of an observation is the observation."""
+
+    def forward(self, obs):
+        return torch.zeros(obs.shape[0], 2), obs[:, 0].float()
+
+
+def test_a_cut_episode_bootstraps_the_value_of_its_last_state():
+    """reward + gamma × V(last state) where a time limit ended the episode; raw rewards elsewhere and in the
+    episode returns; no bootstrap when gamma is 0."""
+    for gamma, expected in ((0.9, 1.0 + 0.9 * 3.0), (0.0, 1.0)):
+        runner = EnvRunner(CutEnv(), seed=0, first_env=0, gamma=gamma)
+        buf = RolloutBuffer.allocate(4, 2, (1,), np.dtype(np.float32))
+        result = runner.collect(ValueIsObs(), buf)
+        assert torch.all(buf.rewards[:, 0] == 1.0)
+        torch.testing.assert_close(buf.rewards[:, 1], torch.full((4,), expected))
+        assert result.episode_returns == [1.0] * 4  # env 1: four one-step episodes, raw returns
