@@ -1,84 +1,9 @@
 #!/usr/bin/env python
-"""Compare timed runs side by side: a console table, comparison.png, phase_breakdown.png, a text and a
-markdown report, and comparison.json.
+"""Compare timed runs side by side: a console table, plots, a text and a markdown report, and JSON."""
 
-    python compare_results.py --sequential benchmarks/sequential_1h --parallel benchmarks/parallel_1h
-    python compare_results.py --run w1=benchmarks/w1 --run w2=benchmarks/w2 --run w4=benchmarks/w4
-"""
-
-from __future__ import annotations
-
-import os
 import sys
-from pathlib import Path
 
-from parallel_ppo.config import ConfigError, OneLineParser
-from parallel_ppo.runs import load_runs, parse_run_spec
-
-PROG = "compare_results.py"
-
-
-def make_parser() -> OneLineParser:
-    p = OneLineParser(prog=PROG, description=(
-        "Compare timed PPO runs side by side. Prints the table and writes comparison.png, phase_breakdown.png, "
-        "comparison_report.txt, comparison.md and comparison.json to --output-dir."))
-    p.add_argument("--sequential", metavar="DIR", help="the sequential run (label 'sequential')")
-    p.add_argument("--parallel", metavar="DIR", help="the parallel run (label 'parallel')")
-    p.add_argument("--run", action="append", default=[], metavar="LABEL=DIR",
-                   help="any run under a label of your choice (repeatable, e.g. a sweep of worker counts)")
-    p.add_argument("--output-dir", default="benchmarks/comparison", metavar="DIR",
-                   help="where the report files go (default: benchmarks/comparison)")
-    p.add_argument("--baseline", metavar="LABEL",
-                   help="run the speed-ups are measured against "
-                        "(default: the first sequential run, else the first run)")
-    p.add_argument("--threshold", type=float, metavar="RETURN",
-                   help="return for 'time to threshold' (default: 80%% of the best final return)")
-    return p
-
-
-def check_arguments(specs: list[tuple[str, Path]], baseline: str | None, out_dir: Path) -> None:
-    """What can be refused before any run is read: too few runs, an unknown baseline, an output path
-    that cannot be a directory."""
-    labels = [label for label, _ in specs]
-    if len(specs) < 2:
-        raise ConfigError("nothing to compare: give at least two runs (--sequential/--parallel or --run)")
-    if baseline is not None and baseline not in labels:
-        raise ConfigError(f"--baseline {baseline!r} is not one of the runs ({', '.join(labels)})")
-    existing = next((p for p in (out_dir, *out_dir.parents) if p.exists()), None)
-    if existing is not None and not existing.is_dir():
-        raise ConfigError(f"output directory {out_dir}: {existing} exists and is not a directory")
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
-    out_dir = Path(args.output_dir)
-    roles = {role: Path(d) for role, d in (("sequential", args.sequential), ("parallel", args.parallel)) if d}
-    try:
-        specs = [*roles.items(), *(parse_run_spec(s) for s in args.run)]
-        check_arguments(specs, args.baseline, out_dir)
-        runs = load_runs(specs)
-        # Imported only once the input is known to be good: plotting and the checkpoint helpers load
-        # matplotlib and torch, which would make a simple input error slow to report.
-        from parallel_ppo import report
-
-        comparison = report.compare(runs, args.baseline, args.threshold, {role: role for role in roles})
-        outputs = report.render_outputs(comparison)
-    except ConfigError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 2
-    try:
-        written = report.write_outputs(outputs, out_dir)
-    except OSError as e:
-        print(f"{PROG}: error: cannot write the comparison to {out_dir}: {e.strerror or e}", file=sys.stderr)
-        return 2
-
-    try:
-        sys.stdout.write(report.console_summary(comparison, written))
-        sys.stdout.flush()
-    except BrokenPipeError:  # piped into `head`, say: the files are written, the rest is not wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 0
-
+from parallel_ppo.compare_cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:], prog="compare_results.py"))

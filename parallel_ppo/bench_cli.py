@@ -3,11 +3,7 @@
 
 from __future__ import annotations
 
-import csv
-import json
 import math
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,17 +12,15 @@ import torch
 
 from parallel_ppo import fingerprint
 from parallel_ppo.allocator import retain_freed_memory
-from parallel_ppo.checkpoint import write_json
-from parallel_ppo.cli import learner_threads
-from parallel_ppo.config import Config, ConfigError, OneLineParser, build_config
+from parallel_ppo.config import Config, ConfigError, OneLineParser, build_config, fail
 from parallel_ppo.envs import env_spaces
-from parallel_ppo.roofline import BUSY_CORES, OtherLoad, format_table, measure_compute_limit
-from parallel_ppo.scaling import steady_span
+from parallel_ppo.files import write_json
+from parallel_ppo.roofline import format_table, measure_compute_limit
+from parallel_ppo.scaling import BenchRunCrashed
+from parallel_ppo.speedcheck import SPEED_TARGET
+from parallel_ppo.threads import thread_plan
 
 ROOT = Path(__file__).resolve().parent.parent
-TRAINER = ROOT / "train_timed.py"
-SPEED_TARGET = 0.85
-"""Acceptance: the sequential trainer's steady-state SPS is at least this fraction of the compute limit."""
 
 
 SPEED_CHECK_DIR = "benchmarks/speed_check_<time>"
@@ -46,10 +40,17 @@ def _positive_float(text: str) -> float:
 
 
 def make_parser(prog: str) -> OneLineParser:
+    """bench.py's parser: one subcommand per benchmark."""
     p = OneLineParser(prog=prog, description="Benchmarks of the PPO network and trainers on this machine.")
     sub = p.add_subparsers(dest="command", required=True,
                            metavar="{roofline,speed-check,envs,scaling,autotune}")
 
+    for add in (_add_roofline, _add_speed_check, _add_envs, _add_sweeps):
+        add(sub)
+    return p
+
+
+def _add_roofline(sub: Any) -> None:
     r = sub.add_parser("roofline", help="measure the bare network's compute limit (no envs)",
                        description="Forward and PPO-train rates of the bare network on random observations, "
                                    "and the compute limit 1 / (1/forward + n_epochs/train) in env steps/s.")
@@ -65,6 +66,8 @@ def make_parser(prog: str) -> OneLineParser:
                    help="torch threads (default: the trainer's learner threads, all logical cores)")
     r.add_argument("--output", metavar="FILE.json", help="also write the result as JSON")
 
+
+def _add_speed_check(sub: Any) -> None:
     s = sub.add_parser("speed-check", help="sequential trainer SPS as a fraction of the compute limit",
                        description="Measure the compute limit, run train_timed.py briefly with the same "
                                    f"settings, and report steady-state SPS / limit against {SPEED_TARGET}. "
@@ -86,6 +89,8 @@ def make_parser(prog: str) -> OneLineParser:
     s.add_argument("--output", metavar="FILE.json",
                    help="JSON result path (default <output-dir>/speed_check.json)")
 
+
+def _add_envs(sub: Any) -> None:
     e = sub.add_parser("envs", help="raw env steps/s: bare envs, sequential and parallel paths",
                        description="Env steps/s with no learning, through the bare envs, the sequential "
                                    "collector and the parallel workers, with random actions and with the network.")
@@ -97,6 +102,8 @@ def make_parser(prog: str) -> OneLineParser:
     e.add_argument("--seconds", type=_positive_float, default=10.0, metavar="S", help="per measurement (10)")
     e.add_argument("--output", metavar="FILE.json", help="also write the rows as JSON")
 
+
+def _add_sweeps(sub: Any) -> None:
     for name, text in (("scaling", "sweep worker counts with short timed training runs"),
                        ("autotune", "find the fastest workers × envs × threads layout for this machine")):
         c = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
@@ -106,14 +113,13 @@ def make_parser(prog: str) -> OneLineParser:
                        help="config override passed to every run (repeatable)")
         c.add_argument("--seconds", type=_positive_float, default=60.0 if name == "scaling" else 20.0,
                        metavar="S", help="wall-clock budget of each run")
-        c.add_argument("--output-dir", default=str(ROOT / "benchmarks" / name), metavar="DIR",
+        c.add_argument("--output-dir", default=f"benchmarks/{name}", metavar="DIR",
                        help=f"where the runs and results go (default benchmarks/{name})")
         if name == "scaling":
             c.add_argument("--workers", metavar="LIST",
                            help='worker counts, e.g. "1 2 4" (default 1, 2, 4, ... physical cores)')
             c.add_argument("--envs-per-worker", default="8", metavar="LIST", help='e.g. "8" or "4 8 16"')
             c.add_argument("--no-sequential", action="store_true", help="skip the sequential reference point")
-    return p
 
 
 def _int_list(text: str, name: str) -> list[int]:
@@ -143,12 +149,11 @@ def envs(args: Any, prog: str) -> int:
     try:
         cfg = build_config(args.config, flags, args.set, parallel=True)
         _check_output(args.output)
-        torch.set_num_threads(learner_threads(cfg))
+        torch.set_num_threads(thread_plan(cfg, parallel=True).learner)
         print(f"{prog}: {cfg.env.id}, {cfg.env.num_envs} envs, {args.seconds:g} s per measurement ...", flush=True)
         rows = bench_envs(cfg, args.seconds)
     except ConfigError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
+        return fail(prog, e, 2)
     print(format_env_table(rows))
     if args.output:
         _write_json(args.output, {"rows": rows, "hardware": fingerprint.hardware()})
@@ -182,10 +187,11 @@ def sweep(args: Any, prog: str) -> int:
             layout = (f"{best['workers']} workers × {best['envs_per_worker']} envs, {best['worker_threads']} "
                       f"thread(s) per worker" if best["workers"] else f"sequential, {best['envs_per_worker']} envs")
             print(f"fastest here: {layout} at {best['steps_per_second']:,.0f} env steps/s")
-            print(f"use it: python {result['trainer']} --config {result['config']}")
+            print(f"use it: python -m parallel_ppo {result['trainer']} --config {result['config']}")
     except ConfigError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
+        return fail(prog, e, 2)
+    except BenchRunCrashed as e:
+        return fail(prog, e, 1)
     return 0
 
 
@@ -208,7 +214,7 @@ def _check_output(path: str | None) -> None:
 def _set_threads(cfg: Config, threads: int | None) -> None:
     if threads is not None and threads <= 0:
         raise ConfigError(f"--threads must be positive, got {threads}")
-    torch.set_num_threads(threads or learner_threads(cfg))
+    torch.set_num_threads(threads or thread_plan(cfg, parallel=False).learner)
 
 
 def _measure(cfg: Config, seconds: float) -> dict[str, Any]:
@@ -224,8 +230,7 @@ def roofline(args: Any, prog: str) -> int:
         _check_output(args.output)
         result = _measure(cfg, args.seconds)
     except ConfigError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
+        return fail(prog, e, 2)
     result["hardware"] = fingerprint.hardware()
     print(format_table(result))
     if args.output:
@@ -234,37 +239,15 @@ def roofline(args: Any, prog: str) -> int:
     return 0
 
 
-def steady_state_sps(metrics_csv: Path) -> dict[str, Any]:
-    """SPS over all updates but the first (warm-up): steps and time from the end of update 1 to the last.
-
-    Also the mean seconds per update of each `time_*` phase over those updates.
-    """
-    with open(metrics_csv, newline="") as f:
-        rows = list(csv.DictReader(f))
-    if len(rows) < 2:
-        raise ValueError(f"{metrics_csv} has {len(rows)} update(s); at least 2 are needed (one is warm-up)")
-    first = rows[0]
-    steps, seconds = steady_span(rows)
-    steady = rows[1:]
-    phases = {}
-    for key in first:
-        if key.startswith("time_"):
-            values = [float(r[key]) for r in steady if r[key] not in ("", None)]
-            phases[key[5:]] = sum(values) / len(values) if values else 0.0
-    return {"sps": steps / seconds, "steps": steps, "seconds": seconds, "updates": len(steady),
-            "first_update_seconds": float(first["wall_time"]),
-            "update_seconds": seconds / len(steady), "phase_seconds_per_update": phases}
-
-
 def speed_check(args: Any, prog: str) -> int:
+    from parallel_ppo.speedcheck import format_speed_check, run_trainer, speed_result, trainer_args, trainer_figures
+
     sets = [f"training.n_steps={args.n_steps}", f"training.n_epochs={args.n_epochs}", *args.set]
     flags = {"env.id": args.env, "env.num_envs": args.num_envs, "training.batch_size": args.batch_size}
-    out_dir = Path(args.output_dir or ROOT / SPEED_CHECK_DIR.replace("<time>", time.strftime("%Y%m%d-%H%M%S")))
+    out_dir = Path(args.output_dir or SPEED_CHECK_DIR.replace("<time>", time.strftime("%Y%m%d-%H%M%S")))
     json_path = Path(args.output) if args.output else out_dir / "speed_check.json"
     try:
         cfg = build_config(args.config, flags, sets, parallel=False)
-        if not TRAINER.is_file():
-            raise ConfigError(f"cannot find the sequential trainer {TRAINER}")
         _set_threads(cfg, None)
         _check_output(str(json_path))
         if out_dir.exists() and not out_dir.is_dir():
@@ -272,85 +255,20 @@ def speed_check(args: Any, prog: str) -> int:
         print(f"{prog}: measuring the compute limit for {args.seconds:g} s ...", flush=True)
         limit = _measure(cfg, args.seconds)
     except ConfigError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
+        return fail(prog, e, 2)
     print(format_table(limit), flush=True)
-
     run_dir = out_dir / "train"
-    cmd = [sys.executable, str(TRAINER), "--config", args.config, "--env", args.env,
-           "--num-envs", str(args.num_envs), "--batch-size", str(args.batch_size),
-           "--duration", repr(args.train_seconds / 3600), "--output-dir", str(run_dir), "--overwrite"]
-    for item in sets:
-        cmd += ["--set", item]
     print(f"{prog}: running the sequential trainer for {args.train_seconds:g} s → {run_dir}", flush=True)
-    with OtherLoad() as load:
-        proc = subprocess.Popen(cmd)
-        try:
-            returncode = proc.wait()
-        except KeyboardInterrupt:  # the trainer got the same SIGINT: let it stop at its update boundary
-            print(f"{prog}: interrupted; waiting for the trainer to stop", file=sys.stderr, flush=True)
-            returncode = proc.wait()
-    if returncode != 0:
-        print(f"{prog}: error: train_timed.py exited with status {returncode}", file=sys.stderr)
-        return 1
     try:
-        trainer = steady_state_sps(run_dir / "metrics.csv")
-    except (OSError, ValueError, KeyError) as e:
-        print(f"{prog}: error: cannot read the trainer's metrics: {e}", file=sys.stderr)
-        return 1
-
-    try:  # the trainer measures the limit again in-process before its run (run.limit_seconds): a noise check
-        own = json.loads((run_dir / "summary.json").read_text()).get("compute_limit") or {}
-    except (OSError, ValueError):
-        own = {}
-    ratio = trainer["sps"] / limit["limit_sps"]
-    rollout = cfg.rollout_size
-    ideal = {"inference": rollout / limit["forward_rate"],
-             "update": cfg.training.n_epochs * rollout / limit["train_rate"]}
-    verdict = "PASS" if ratio >= SPEED_TARGET else "BELOW"
-    result = {
-        "verdict": verdict, "ratio": ratio, "target": SPEED_TARGET,
-        "trainer_sps": trainer["sps"], "limit_sps": limit["limit_sps"],
-        "other_load_cores": {"limit": limit["other_load_cores"], "trainer": load.cores},
-        "forward_rate": limit["forward_rate"], "train_rate": limit["train_rate"],
-        "settings": {"env": cfg.env.id, "num_envs": cfg.env.num_envs, "n_steps": cfg.training.n_steps,
-                     "batch_size": cfg.training.batch_size, "n_epochs": cfg.training.n_epochs,
-                     "precision": cfg.training.precision, "threads": limit["threads"],
-                     "limit_seconds": args.seconds, "train_seconds": args.train_seconds},
-        "limit": limit, "trainer": trainer, "trainer_own_limit_sps": own.get("limit_sps"),
-        "ideal_seconds_per_update": {**ideal, "total": rollout / limit["limit_sps"]},
-        "run_dir": str(run_dir), "hardware": fingerprint.hardware(), "versions": fingerprint.versions(),
-    }
+        load = run_trainer(trainer_args(cfg, args.config, sets, args.train_seconds, run_dir))
+        trainer = trainer_figures(run_dir)
+    except (BenchRunCrashed, ConfigError) as e:
+        return fail(prog, e, 1)
+    result = speed_result(cfg, limit, trainer, load, run_dir, {"limit": args.seconds, "train": args.train_seconds})
     _write_json(json_path, result)
-
-    phases = trainer["phase_seconds_per_update"]
-    print(f"\n{prog}: {cfg.env.id}, {cfg.env.num_envs} envs × {cfg.training.n_steps} steps, minibatch "
-          f"{cfg.training.batch_size}, {cfg.training.n_epochs} epochs, {cfg.training.precision}, "
-          f"{limit['threads']} threads")
-    rows = [
-        ("forward rate", f"{limit['forward_rate']:,.0f} samples/s (batch {limit['rollout_batch']})"),
-        ("train rate", f"{limit['train_rate']:,.0f} samples/s (minibatch {limit['minibatch']})"),
-        ("compute limit", f"{limit['limit_sps']:,.1f} env steps/s"
-                          + (f" (the trainer's own pre-run measurement: {own['limit_sps']:,.1f})"
-                             if own.get("limit_sps") else "")),
-        ("trainer SPS", f"{trainer['sps']:,.1f} env steps/s (steady state: {trainer['updates']} updates, "
-                        f"{trainer['steps']:,} steps in {trainer['seconds']:.1f} s; update 1 excluded)"),
-        ("ratio", f"{ratio:.3f} (target {SPEED_TARGET}) → {verdict}"),
-        ("per update", f"{trainer['update_seconds']:.2f} s vs ideal {rollout / limit['limit_sps']:.2f} s: "
-                       f"inference {phases.get('inference', 0):.2f} (ideal {ideal['inference']:.2f}), "
-                       f"env {phases.get('env', 0):.2f}, update {phases.get('update', 0):.2f} "
-                       f"(ideal {ideal['update']:.2f}), gae {phases.get('gae', 0):.2f}, "
-                       f"log {phases.get('log', 0):.2f}"),
-    ]
-    busiest = max(limit["other_load_cores"], load.cores)
-    if busiest > BUSY_CORES:
-        rows.append(("WARNING", f"other processes kept up to {busiest:.2f} cores busy (limit "
-                                f"{limit['other_load_cores']:.2f}, trainer {load.cores:.2f}); rerun"))
-    width = max(len(name) for name, _ in rows)
-    for name, value in rows:
-        print(f"{name:<{width}}  {value}")
+    print(f"\n{prog}: {format_speed_check(result)}")
     print(f"wrote {json_path}")
-    print(verdict)
+    print(result["verdict"])
     return 0
 
 

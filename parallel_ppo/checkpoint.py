@@ -1,38 +1,17 @@
-"""Checkpoints and JSON results written atomically (temp file + rename), and validated on load."""
+"""Checkpoints: written atomically, loaded as tensors and plain data only, and validated."""
 
 from __future__ import annotations
 
-import json
-import os
 import pickle
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from parallel_ppo.config import ConfigError
+from parallel_ppo.files import atomic_write
 
 FORMAT_VERSION = 1
-
-
-def atomic_write(path: Path, write: Any) -> None:
-    """Call `write(file_object)` on a temp file beside `path`, fsync it, then rename it over `path`."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_json(path: Path, data: dict) -> None:
-    atomic_write(path, lambda f: f.write((json.dumps(data, indent=2, allow_nan=False, default=str) + "\n").encode()))
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
@@ -61,3 +40,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if state["format_version"] != FORMAT_VERSION:
         raise ConfigError(f"checkpoint {path} has format version {state['format_version']}, expected {FORMAT_VERSION}")
     return state
+
+
+def next_resume_count(checkpoint: dict[str, Any] | None) -> int:
+    """How many times a run continuing from `checkpoint` has been resumed (0 for a new run)."""
+    return 0 if checkpoint is None else checkpoint.get("resumes", 0) + 1

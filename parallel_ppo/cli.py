@@ -8,18 +8,20 @@ import signal
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 import torch
 import yaml
 
 from parallel_ppo.allocator import retain_freed_memory
-from parallel_ppo.checkpoint import load_checkpoint
+from parallel_ppo.checkpoint import load_checkpoint, next_resume_count
 from parallel_ppo.collect import RolloutError
-from parallel_ppo.config import FLAGS, Config, ConfigError, OneLineParser, build_config
-
-RUN_FILES = ("metrics.csv", "summary.json", "checkpoint.pt", "config.yaml", "logs")
+from parallel_ppo.config import FLAGS, Config, ConfigError, OneLineParser, build_config, fail
+from parallel_ppo.runs import RUN_FILES
+from parallel_ppo.threads import thread_plan
 
 
 def make_parser(prog: str, parallel: bool) -> OneLineParser:
@@ -148,71 +150,82 @@ def measure_limit(cfg: Config) -> dict | None:
     return measure_compute_limit(cfg, obs_shape, num_actions, cfg.run.limit_seconds, obs_dtype=obs_dtype)
 
 
-def learner_threads(cfg: Config) -> int:
-    return cfg.parallel.learner_threads or psutil.cpu_count(logical=True) or 1
+@dataclass
+class Start:
+    """A run ready to train: its config and directory, the rollout source with its workers up, and the rest."""
+
+    cfg: Config
+    run_dir: Path
+    source: Any
+    threads: dict[str, int]
+    resume: dict | None
+    limit: dict | None
+
+
+def start(args: argparse.Namespace, parallel: bool) -> Start:
+    """Everything before the first update, checked in the order that lets a user error stop it before any env,
+    worker or file exists: config, memory, output directory, then threads, the limit measurement and the source."""
+    mode = "parallel" if parallel else "sequential"
+    flags, config_file, resume = flag_values(args), args.config, None
+    if args.resume:
+        config_file, resume = load_resume(args.resume, mode, args)
+        flags["run.output_dir"] = args.resume
+    cfg = build_config(config_file, flags, args.set, parallel)
+    check_memory(cfg)
+    if resume is not None:
+        check_resume_config(cfg, resume, Path(args.resume))
+        run_dir = Path(args.resume)
+    else:
+        run_dir = resolve_run_dir(cfg, mode, args.overwrite)
+    plan = thread_plan(cfg, parallel)
+    torch.set_num_threads(plan.learner)
+    retain_freed_memory()
+    limit = measure_limit(cfg)
+    resumes = next_resume_count(resume)
+    if parallel:
+        from parallel_ppo.parallel.coordinator import ParallelCoordinator
+
+        source = ParallelCoordinator(cfg, plan, resumes)
+    else:
+        from parallel_ppo.collect import SequentialCollector
+
+        source = SequentialCollector(cfg, plan.env, resumes)
+    return Start(cfg, run_dir, source, plan.describe(), resume, limit)
 
 
 def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
     """Parse, validate, build the rollout source, train; returns the process exit status."""
     args = make_parser(prog, parallel).parse_args(argv)
-    flags = flag_values(args)
-    mode = "parallel" if parallel else "sequential"
-    resume = None
     try:
-        config_file = args.config
-        if args.resume:
-            config_file, resume = load_resume(args.resume, mode, args)
-            flags["run.output_dir"] = args.resume
-        cfg = build_config(config_file, flags, args.set, parallel)
-        check_memory(cfg)
-        if resume is not None:
-            check_resume_config(cfg, resume, Path(args.resume))
-            run_dir = Path(args.resume)
-        else:
-            run_dir = resolve_run_dir(cfg, mode, args.overwrite)
-        resumes = resume.get("resumes", 0) + 1 if resume is not None else 0
-        torch.set_num_threads(learner_threads(cfg))
-        retain_freed_memory()
-        limit = measure_limit(cfg)
-        if parallel:
-            from parallel_ppo.parallel.coordinator import ParallelCoordinator
-
-            source = ParallelCoordinator(cfg, resumes)
-            threads = {"learner": torch.get_num_threads(), "worker": cfg.parallel.worker_threads,
-                       "env_per_worker": source.env_threads}
-        else:
-            from parallel_ppo.collect import SequentialCollector
-
-            env_threads = cfg.env.env_threads or (psutil.cpu_count(logical=True) or 1)
-            source = SequentialCollector(cfg, env_threads, resumes)
-            threads = {"learner": torch.get_num_threads(), "env": env_threads}
+        s = start(args, parallel)
     except ConfigError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
+        return fail(prog, e, 2)
     except RolloutError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return 1
-
+        return fail(prog, e, 1)
     from parallel_ppo.trainer import train
 
-
-    if resume is None:
-        prepare_run_dir(run_dir, cfg, args.overwrite)
+    if s.resume is None:
+        prepare_run_dir(s.run_dir, s.cfg, args.overwrite)
     else:
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-        print(f"{prog}: resuming {run_dir} at update {resume['update']}, {resume['env_steps']:,} steps, "
-              f"{resume['elapsed']:.0f} s elapsed", flush=True)
-    print(f"{prog}: {mode} run on {cfg.env.id} with {source.layout['num_envs']} envs "
-          f"({', '.join(f'{k} {v}' for k, v in threads.items())} threads) → {run_dir}", flush=True)
+        (s.run_dir / "config.yaml").write_text(yaml.safe_dump(s.cfg.to_dict(), sort_keys=False))
+        print(f"{prog}: resuming {s.run_dir} at update {s.resume['update']}, {s.resume['env_steps']:,} steps, "
+              f"{s.resume['elapsed']:.0f} s elapsed", flush=True)
+    print(f"{prog}: {s.source.mode} run on {s.cfg.env.id} with {s.source.layout['num_envs']} envs "
+          f"({', '.join(f'{k} {v}' for k, v in s.threads.items())} threads) → {s.run_dir}", flush=True)
     try:
-        summary = train(cfg, source, run_dir, threads, resume, limit)
+        summary = train(s.cfg, s.source, s.run_dir, s.threads, s.resume, s.limit)
     except KeyboardInterrupt:  # a second Ctrl-C: stop now; the last checkpoint was written atomically
-        print(f"\n{prog}: interrupted; the last checkpoint in {run_dir} is intact", file=sys.stderr)
+        print(f"\n{prog}: interrupted; the last checkpoint in {s.run_dir} is intact", file=sys.stderr)
         return 128 + signal.SIGINT
-    ret = summary["episodic_return_mean"]
+    return report_end(prog, s.cfg, s.run_dir, summary)
+
+
+def report_end(prog: str, cfg: Config, run_dir: Path, summary: dict[str, Any]) -> int:
+    """The closing lines of a run; returns its exit status (1 after an error, 128 + N after signal N)."""
+    ret, sps = summary["episodic_return_mean"], summary["sps"]
     window = min(summary["episodes"], cfg.logging.return_window)
     print(f"{prog}: {summary['stop_reason']} after {summary['total_env_steps']:,} steps in "
-          f"{summary['wall_seconds']:.0f} s ({summary['sps']:.0f} SPS); mean return "
+          f"{summary['wall_seconds']:.0f} s ({'n/a' if sps is None else f'{sps:.0f}'} SPS); mean return "
           f"{'n/a' if ret is None else f'{ret:.2f}'} over the last {window} episodes", flush=True)
     if summary["limit_efficiency"] is not None:
         print(f"{prog}: {100 * summary['limit_efficiency']:.0f}% of this machine's compute limit "

@@ -12,7 +12,7 @@ from torch import nn
 from parallel_ppo.buffer import RolloutBuffer
 from parallel_ppo.config import Config
 from parallel_ppo.envs import BatchEnv, env_seed, make_batch_env
-from parallel_ppo.ppo import autocast
+from parallel_ppo.model import autocast
 from parallel_ppo.timing import PhaseTimer
 
 
@@ -119,6 +119,7 @@ class SequentialCollector:
     """The rollout source of the sequential trainer: one process steps all envs with the learner's model."""
 
     mode = "sequential"
+    restarts = 0  # no workers to restart
 
     def __init__(self, cfg: Config, env_threads: int, resumes: int = 0) -> None:
         stream = (resumes, 0)

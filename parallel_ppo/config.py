@@ -7,6 +7,7 @@ import dataclasses
 import math
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -16,6 +17,12 @@ import yaml
 
 class ConfigError(ValueError):
     """A problem with user input; the entry points print it as one line and exit with status 2."""
+
+
+def fail(prog: str, error: Exception, status: int) -> int:
+    """Report `error` as the one line `PROG: error: ...` on stderr; returns the exit status to end with."""
+    print(f"{prog}: error: {error}", file=sys.stderr)
+    return status
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -276,6 +283,28 @@ def parse_set(item: str) -> tuple[str, Any]:
 
 PROCGEN_MODES = ("easy", "hard", "extreme", "memory", "exploration")
 
+PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball", "fruitbot",
+                 "heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot")
+"""Procgen's games (procgen.env.ENV_NAMES; a test keeps them equal), known without loading Procgen."""
+
+PROCGEN_EXPLORATION_GAMES = ("caveflyer", "climber", "coinrun", "heist", "jumper", "leaper", "maze", "ninja")
+"""The games Procgen has an exploration level for (procgen.env.EXPLORATION_LEVEL_SEEDS)."""
+
+
+def check_env(cfg: EnvConfig) -> None:
+    """Raise ConfigError unless `cfg.id` is a Procgen game (in a mode it has) or a registered gymnasium id."""
+    if cfg.id in PROCGEN_GAMES:
+        if cfg.distribution_mode == "exploration" and cfg.id not in PROCGEN_EXPLORATION_GAMES:
+            raise ConfigError(f"{cfg.id} has no exploration mode (games that do: "
+                              f"{', '.join(PROCGEN_EXPLORATION_GAMES)})")
+        return
+    import gymnasium
+
+    if cfg.id not in gymnasium.envs.registry:
+        raise ConfigError(f"unknown game or env id {cfg.id!r}: use a Procgen game ({', '.join(PROCGEN_GAMES)}) "
+                          "or a gymnasium id such as CartPole-v1")
+
+
 FLAGS = {
     "run.duration": "--duration", "run.total_steps": "--total-steps", "run.output_dir": "--output-dir",
     "env.id": "--env", "run.seed": "--seed", "training.batch_size": "--batch-size", "env.num_envs": "--num-envs",
@@ -305,87 +334,63 @@ def derive_parallel_envs(cfg: Config, given: set[str]) -> None:
     cfg.env.num_envs = total
 
 
-def validate(cfg: Config) -> None:
-    """Raise ConfigError for impossible or unknown settings; checks nothing that needs an env to exist."""
-    from parallel_ppo.envs import check_env_id, check_procgen_mode
+POSITIVE = ("env.num_envs", "parallel.num_workers", "parallel.num_envs_per_worker", "parallel.worker_threads",
+            "training.n_steps", "training.batch_size", "training.n_epochs", "model.hidden_size",
+            "logging.return_window", "run.checkpoint_interval", "parallel.worker_timeout", "training.learning_rate",
+            "training.max_grad_norm", "training.clip_coef")
+MAXIMUM = {"env.num_envs": 4096, "training.n_steps": 100_000, "parallel.num_workers": 512, "run.seed": 2**31 - 1,
+           "run.duration": 24 * 365}
+NON_NEGATIVE = ("env.num_levels", "env.start_level", "env.env_threads", "parallel.learner_threads",
+                "training.microbatch_size", "parallel.max_worker_restarts", "run.total_steps", "run.seed",
+                "training.ent_coef", "training.vf_coef", "training.target_kl", "run.limit_seconds")
+UNIT_INTERVAL = ("training.gamma", "training.gae_lambda")
+CHOICES = {"training.precision": ("fp32", "bf16"), "model.kind": ("auto", "impala", "mlp", "random"),
+           "logging.progress": ("auto", "on", "off"), "parallel.start_method": ("spawn", "forkserver"),
+           "env.distribution_mode": PROCGEN_MODES}
+LAYER_WIDTHS = ("model.impala_depths", "model.mlp_hidden")
 
-    check_env_id(cfg.env.id)
-    positive = {
-        "env.num_envs": cfg.env.num_envs,
-        "parallel.num_workers": cfg.parallel.num_workers,
-        "parallel.num_envs_per_worker": cfg.parallel.num_envs_per_worker,
-        "parallel.worker_threads": cfg.parallel.worker_threads,
-        "training.n_steps": cfg.training.n_steps,
-        "training.batch_size": cfg.training.batch_size,
-        "training.n_epochs": cfg.training.n_epochs,
-        "model.hidden_size": cfg.model.hidden_size,
-        "logging.return_window": cfg.logging.return_window,
-    }
-    for key, value in positive.items():
-        if value <= 0:
-            raise ConfigError(f"{field_name(key)} must be positive, got {value}")
-    limits = {"env.num_envs": 4096, "training.n_steps": 100_000, "parallel.num_workers": 512}
-    for key, cap in limits.items():
-        value = positive[key]
-        if value > cap:
-            raise ConfigError(f"{field_name(key)} = {value} is larger than the supported maximum {cap}")
-    non_negative = {
-        "env.num_levels": cfg.env.num_levels,
-        "env.start_level": cfg.env.start_level,
-        "env.env_threads": cfg.env.env_threads,
-        "parallel.learner_threads": cfg.parallel.learner_threads,
-        "training.microbatch_size": cfg.training.microbatch_size,
-        "parallel.max_worker_restarts": cfg.parallel.max_worker_restarts,
-        "run.total_steps": cfg.run.total_steps,
-        "run.seed": cfg.run.seed,
-        "training.ent_coef": cfg.training.ent_coef,
-        "training.vf_coef": cfg.training.vf_coef,
-        "training.target_kl": cfg.training.target_kl,
-        "run.limit_seconds": cfg.run.limit_seconds,
-    }
-    for key, value in non_negative.items():
-        if value < 0:
-            raise ConfigError(f"{field_name(key)} must not be negative, got {value}")
-    if cfg.run.seed >= 2**31:
-        raise ConfigError(f"run.seed must be below 2**31, got {cfg.run.seed}")
-    if not 0 < cfg.run.duration <= 24 * 365:
+
+def get_value(cfg: Config, key: str) -> Any:
+    """The value of `section.key`."""
+    section, _, name = key.partition(".")
+    return getattr(getattr(cfg, section), name)
+
+
+def validate(cfg: Config) -> None:
+    """Raise ConfigError for impossible or unknown settings, naming the first one found."""
+    if not cfg.run.duration > 0:
         raise ConfigError(f"run.duration (--duration, hours) must be in (0, 8760], got {cfg.run.duration}")
-    for key, value in {"run.checkpoint_interval": cfg.run.checkpoint_interval,
-                       "parallel.worker_timeout": cfg.parallel.worker_timeout,
-                       "training.learning_rate": cfg.training.learning_rate,
-                       "training.max_grad_norm": cfg.training.max_grad_norm,
-                       "training.clip_coef": cfg.training.clip_coef}.items():
-        if value <= 0:
-            raise ConfigError(f"{key} must be positive, got {value}")
-    for key, value in {"training.gamma": cfg.training.gamma, "training.gae_lambda": cfg.training.gae_lambda}.items():
-        if not 0 <= value <= 1:
-            raise ConfigError(f"{key} must be in [0, 1], got {value}")
-    choices = {
-        "training.precision": (cfg.training.precision, ("fp32", "bf16")),
-        "model.kind": (cfg.model.kind, ("auto", "impala", "mlp", "random")),
-        "logging.progress": (cfg.logging.progress, ("auto", "on", "off")),
-        "parallel.start_method": (cfg.parallel.start_method, ("spawn", "forkserver")),
-        "env.distribution_mode": (cfg.env.distribution_mode, PROCGEN_MODES),
-    }
-    for key, (value, allowed) in choices.items():
-        if value not in allowed:
-            raise ConfigError(f"{key} must be one of {', '.join(allowed)}; got {value!r}")
-    check_procgen_mode(cfg.env)
-    layer_widths = {"model.impala_depths": cfg.model.impala_depths, "model.mlp_hidden": cfg.model.mlp_hidden}
-    for key, widths in layer_widths.items():
+    for key in POSITIVE:
+        if get_value(cfg, key) <= 0:
+            raise ConfigError(f"{field_name(key)} must be positive, got {get_value(cfg, key)}")
+    for key, cap in MAXIMUM.items():
+        if get_value(cfg, key) > cap:
+            raise ConfigError(f"{field_name(key)} = {get_value(cfg, key)} is larger than the supported maximum {cap}")
+    for key in NON_NEGATIVE:
+        if get_value(cfg, key) < 0:
+            raise ConfigError(f"{field_name(key)} must not be negative, got {get_value(cfg, key)}")
+    for key in UNIT_INTERVAL:
+        if not 0 <= get_value(cfg, key) <= 1:
+            raise ConfigError(f"{key} must be in [0, 1], got {get_value(cfg, key)}")
+    for key, allowed in CHOICES.items():
+        if get_value(cfg, key) not in allowed:
+            raise ConfigError(f"{key} must be one of {', '.join(allowed)}; got {get_value(cfg, key)!r}")
+    check_env(cfg.env)
+    for key in LAYER_WIDTHS:
+        widths = get_value(cfg, key)
         if not widths or any(w <= 0 or w > 4096 for w in widths):
             raise ConfigError(f"{key} must be a non-empty list of widths in 1..4096, got {widths}")
-    rollout = cfg.rollout_size
-    if cfg.training.batch_size > rollout:
-        raise ConfigError(
-            f"batch size {cfg.training.batch_size} is larger than the rollout "
-            f"({cfg.training.n_steps} steps × {cfg.env.num_envs} envs = {rollout})"
-        )
-    if rollout % cfg.training.batch_size:
-        raise ConfigError(
-            f"batch size {cfg.training.batch_size} does not divide the rollout "
-            f"({cfg.training.n_steps} steps × {cfg.env.num_envs} envs = {rollout})"
-        )
+    _check_rollout(cfg)
+
+
+def _check_rollout(cfg: Config) -> None:
+    """The minibatch must fit in the rollout and divide it."""
+    rollout, batch = cfg.rollout_size, cfg.training.batch_size
+    sizes = f"({cfg.training.n_steps} steps × {cfg.env.num_envs} envs = {rollout})"
+    if batch > rollout:
+        raise ConfigError(f"batch size {batch} is larger than the rollout {sizes}")
+    if rollout % batch:
+        raise ConfigError(f"batch size {batch} does not divide the rollout {sizes}")
 
 
 def build_config(

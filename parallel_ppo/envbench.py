@@ -8,19 +8,19 @@ import time
 from typing import Any
 
 import numpy as np
-import psutil
 import torch
 
 from parallel_ppo.collect import SequentialCollector
 from parallel_ppo.config import Config
 from parallel_ppo.envs import make_batch_env
 from parallel_ppo.model import build_model
+from parallel_ppo.threads import thread_plan
 from parallel_ppo.timing import PhaseTimer
 
 
 def _bare_env_rate(cfg: Config, seconds: float) -> float:
     """Steps/s of the env batch alone, with random actions drawn by numpy."""
-    env = make_batch_env(cfg.env, cfg.run.seed, 0, cfg.env.num_envs, psutil.cpu_count() or 1)
+    env = make_batch_env(cfg.env, cfg.run.seed, 0, cfg.env.num_envs, thread_plan(cfg, parallel=False).env)
     rng = np.random.default_rng(cfg.run.seed)
     try:
         env.reset()
@@ -68,10 +68,10 @@ def bench_envs(cfg: Config, seconds: float) -> list[dict[str, Any]]:
         run_cfg = copy.deepcopy(base)
         if policy == "random":
             run_cfg.model.kind = "random"
-        sequential = SequentialCollector(run_cfg, env_threads=psutil.cpu_count() or 1)
+        sequential = SequentialCollector(run_cfg, env_threads=thread_plan(run_cfg, parallel=False).env)
         rows.append({"path": "sequential", "policy": policy, "workers": 0, "envs": total,
                      **_collector_rate(sequential, run_cfg, seconds)})
-        parallel = ParallelCoordinator(run_cfg)
+        parallel = ParallelCoordinator(run_cfg, thread_plan(run_cfg, parallel=True))
         rows.append({"path": "parallel", "policy": policy, "workers": cfg.parallel.num_workers, "envs": total,
                      **_collector_rate(parallel, run_cfg, seconds)})
     return rows

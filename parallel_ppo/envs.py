@@ -10,7 +10,7 @@ from typing import Protocol
 
 import numpy as np
 
-from parallel_ppo.config import ConfigError, EnvConfig
+from parallel_ppo.config import PROCGEN_GAMES, ConfigError, EnvConfig
 
 
 class BatchEnv(Protocol):
@@ -36,43 +36,16 @@ class BatchEnv(Protocol):
     def close(self) -> None: ...
 
 
-@functools.cache
-def procgen_games() -> tuple[str, ...]:
-    """Names of the Procgen games, importing procgen quietly (it imports the old `gym`, which prints notices)."""
+def import_procgen() -> None:
+    """Import procgen quietly (it imports the old `gym`, which prints deprecation notices)."""
     with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
         warnings.simplefilter("ignore")
-        from procgen.env import ENV_NAMES
-    return tuple(ENV_NAMES)
-
-
-def check_env_id(env_id: str) -> None:
-    """Raise ConfigError unless `env_id` is a Procgen game or a registered gymnasium id."""
-    if env_id in procgen_games():
-        return
-    import gymnasium
-
-    if env_id in gymnasium.envs.registry:
-        return
-    raise ConfigError(
-        f"unknown game or env id {env_id!r}: use a Procgen game ({', '.join(procgen_games())}) "
-        "or a gymnasium id such as CartPole-v1"
-    )
+        import procgen  # noqa: F401
 
 
 def env_seed(seed: int, env_index: int, stream: tuple[int, ...] = (0, 0)) -> int:
     """A 31-bit seed from the run seed, an env's global index and a stream (resume count, restart count)."""
     return int(np.random.SeedSequence([seed, env_index, *stream]).generate_state(1)[0] & 0x7FFFFFFF)
-
-
-def check_procgen_mode(cfg: EnvConfig) -> None:
-    """Raise ConfigError for a Procgen distribution mode the game does not have (exploration is per game)."""
-    if cfg.distribution_mode != "exploration" or cfg.id not in procgen_games():
-        return
-    from procgen.env import EXPLORATION_LEVEL_SEEDS
-
-    if cfg.id not in EXPLORATION_LEVEL_SEEDS:
-        games = ", ".join(sorted(EXPLORATION_LEVEL_SEEDS))
-        raise ConfigError(f"{cfg.id} has no exploration mode (games that do: {games})")
 
 
 class ProcgenBatchEnv:
@@ -85,7 +58,7 @@ class ProcgenBatchEnv:
     """
 
     def __init__(self, cfg: EnvConfig, seeds: list[int], threads: int) -> None:
-        procgen_games()  # quiet import
+        import_procgen()
         from procgen import ProcgenGym3Env
 
         levels = {} if cfg.distribution_mode == "exploration" else {  # exploration fixes its own level
@@ -165,7 +138,7 @@ PROCGEN_ACTIONS = 15
 
 def env_spaces(cfg: EnvConfig) -> tuple[tuple[int, ...], np.dtype, int]:
     """(obs_shape, obs_dtype, num_actions) without loading Procgen (its assets take ~350 MB per process)."""
-    if cfg.id in procgen_games():
+    if cfg.id in PROCGEN_GAMES:
         return PROCGEN_OBS_SHAPE, np.dtype(np.uint8), PROCGEN_ACTIONS
     env = GymnasiumBatchEnv(cfg, 1, [0])
     env.close()
@@ -177,6 +150,6 @@ def make_batch_env(cfg: EnvConfig, seed: int, first_env: int, num_envs: int, thr
     """Build envs with global indices [first_env, first_env + num_envs), each seeded from (seed, index, stream),
     so any split of the same envs across workers steps identically."""
     seeds = [env_seed(seed, first_env + i, stream) for i in range(num_envs)]
-    if cfg.id in procgen_games():
+    if cfg.id in PROCGEN_GAMES:
         return ProcgenBatchEnv(cfg, seeds, threads)
     return GymnasiumBatchEnv(cfg, num_envs, seeds)

@@ -11,17 +11,8 @@ from typing import Any
 
 import psutil
 
+from parallel_ppo.runs import METRIC_COLUMNS, truncate_metrics
 from parallel_ppo.timing import PHASES
-
-METRIC_COLUMNS = [
-    "update", "env_steps", "wall_time", "sps",
-    "episodic_return_mean", "episodic_length_mean", "episodes",
-    "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance", "learning_rate",
-    *(f"time_{p}" for p in PHASES),
-    "cpu_percent", "main_cpu_percent", "workers_cpu_percent", "system_cpu_percent",
-    "rss_mb", "pss_mb", "main_rss_mb", "workers_rss_mb", "worker_restarts",
-]
-"""metrics.csv columns, in order (one row per update)."""
 
 TB_TAGS = {
     "episodic_return_mean": "charts/episodic_return",
@@ -187,7 +178,7 @@ class MetricsLogger:
         """`resume_after=(update, env_steps)` continues a run: later rows (logged after its checkpoint) go."""
         self.path = run_dir / "metrics.csv"
         if resume_after is not None and self.path.exists():
-            _truncate_after(self.path, resume_after[0])
+            truncate_metrics(self.path, resume_after[0])
         new = not self.path.exists() or self.path.stat().st_size == 0
         self._file = open(self.path, "a", newline="")
         self._csv = csv.DictWriter(self._file, fieldnames=METRIC_COLUMNS, extrasaction="ignore")
@@ -234,20 +225,6 @@ class MetricsLogger:
         if self._writer is not None:
             self._writer.close()
         self._file.close()
-
-
-def _truncate_after(path: Path, update: int) -> None:
-    """Keep the header and the rows up to `update` (rows past a checkpoint are repeated after a resume)."""
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
-    if not rows:
-        return
-    col = rows[0].index("update") if "update" in rows[0] else 0
-    kept = [rows[0]] + [r for r in rows[1:] if r and r[col].isdigit() and int(r[col]) <= update]
-    tmp = path.with_suffix(".csv.tmp")
-    with open(tmp, "w", newline="") as f:
-        csv.writer(f).writerows(kept)
-    os.replace(tmp, path)
 
 
 def _terminal_width() -> int:

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 from torch import nn
 
 from parallel_ppo.config import ConfigError, ModelConfig
+
+
+def autocast(precision: str) -> contextlib.AbstractContextManager:
+    """bf16 autocast on the CPU for `precision == "bf16"`, otherwise nothing."""
+    if precision == "bf16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def _init(layer: nn.Module, gain: float = math.sqrt(2), bias: float = 0.0) -> nn.Module:

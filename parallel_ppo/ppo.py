@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from dataclasses import dataclass
 
@@ -11,7 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from parallel_ppo.buffer import minibatch_indices
-from parallel_ppo.config import TrainingConfig
+from parallel_ppo.config import Config, TrainingConfig
+from parallel_ppo.model import autocast, build_model
 
 
 @dataclass
@@ -33,11 +33,10 @@ class TrainBatch:
         return self.actions.shape[0]
 
 
-def autocast(precision: str) -> contextlib.AbstractContextManager:
-    """bf16 autocast on the CPU for `precision == "bf16"`, otherwise nothing."""
-    if precision == "bf16":
-        return torch.autocast("cpu", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+def build_learner(obs_shape: tuple[int, ...], num_actions: int, cfg: Config) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """The network and its Adam optimizer (eps 1e-5, as in the reference PPOs), as every learner builds them."""
+    model = build_model(obs_shape, num_actions, cfg.model)
+    return model, torch.optim.Adam(model.parameters(), lr=cfg.training.learning_rate, eps=1e-5)
 
 
 def normalize_advantages(batch: TrainBatch, cfg: TrainingConfig) -> TrainBatch:

@@ -23,9 +23,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
-from parallel_ppo.checkpoint import atomic_write
 from parallel_ppo.config import ConfigError
-from parallel_ppo.runs import MAIN_PHASES, Run
+from parallel_ppo.files import atomic_write
+from parallel_ppo.runs import MAIN_PHASES, SPEEDUP_DEFINITION, Run, efficiency, first_reaching, return_at, speedup
 
 PHASE_NAMES = (*MAIN_PHASES, "other")
 """Bars of the phase breakdown; `other` = publish + log + checkpoint + anything untimed."""
@@ -44,13 +44,6 @@ NO_EPISODES = "no episodes finished"
 OTHER_LOAD_CORES = 0.25
 """Mean CPU use of processes outside a run (in cores) above which its timings are flagged as disturbed."""
 
-SPEEDUP_DEFINITION = (
-    "speed-up = a run's median SPS / the baseline's median SPS, where SPS is metrics.csv's per-update "
-    "env steps per second; parallel efficiency = speed-up / (workers / baseline workers), a sequential "
-    "run counting as 1 worker (so with a sequential baseline it is speed-up / workers)"
-)
-
-
 @dataclass(frozen=True)
 class RunStats:
     """One row of the comparison table (plus the phase breakdown), computed from a run's own files."""
@@ -62,7 +55,8 @@ class RunStats:
     num_envs: int
     total_env_steps: int
     wall_seconds: float
-    median_sps: float
+    sps: float
+    """Steady-state env steps per second (`runs.steady_sps`)."""
     speedup: float
     efficiency: float
     final_return: float | None
@@ -110,7 +104,7 @@ def compare(runs: Sequence[Run], baseline: str | None = None, threshold: float |
         raise ConfigError("nothing to compare: give at least two runs (--sequential/--parallel or --run)")
     labels = [r.label for r in runs]
     if baseline is None:
-        baseline = next((r.label for r in runs if r.mode == "sequential"), runs[0].label)
+        baseline = next((r.label for r in runs if r.summary.mode == "sequential"), runs[0].label)
     elif baseline not in labels:
         raise ConfigError(f"--baseline {baseline!r} is not one of the runs ({', '.join(labels)})")
     base = runs[labels.index(baseline)]
@@ -128,43 +122,26 @@ def compare(runs: Sequence[Run], baseline: str | None = None, threshold: float |
     else:
         source = "none: no run finished an episode"
 
-    base_sps = float(np.median(base.metrics["sps"]))
     stats = []
     for run in runs:
-        sps = float(np.median(run.metrics["sps"]))
-        speedup = sps / base_sps
-        reached = _first_reaching(run, threshold)
+        gain = speedup(run.steady_sps, base.steady_sps)
+        reached = first_reaching(run, threshold)
         stats.append(RunStats(
-            label=run.label, mode=run.mode, layout=run.layout, workers=run.workers, num_envs=run.num_envs,
-            total_env_steps=run.total_env_steps, wall_seconds=run.wall_seconds, median_sps=sps,
-            speedup=speedup, efficiency=speedup / (run.workers / base.workers),
-            final_return=run.final_return, episodes=run.episodes,
+            label=run.label, mode=run.summary.mode, layout=run.layout, workers=run.workers,
+            num_envs=run.summary.num_envs, total_env_steps=run.summary.total_env_steps,
+            wall_seconds=run.summary.wall_seconds, sps=run.steady_sps,
+            speedup=gain, efficiency=efficiency(gain, run.summary.num_workers, base.summary.num_workers),
+            final_return=run.final_return, episodes=run.summary.episodes,
             return_at_equal_time=return_at(run, equal_time),
             time_to_threshold=None if reached is None else float(run.metrics["wall_time"][reached]),
             steps_to_threshold=None if reached is None else int(run.metrics["env_steps"][reached]),
-            peak_rss_mb=run.peak_rss_mb, peak_pss_mb=run.peak_pss_mb, mean_cpu_percent=run.mean_cpu_percent,
-            other_load_cores=other_load(run), logical_cores=run.hardware.get("logical_cores"),
+            peak_rss_mb=run.summary.peak_rss_mb, peak_pss_mb=run.summary.peak_pss_mb,
+            mean_cpu_percent=run.mean_cpu_percent,
+            other_load_cores=other_load(run), logical_cores=run.summary.hardware.get("logical_cores"),
             phase_seconds=phase_seconds(run),
         ))
     return Comparison(list(runs), stats, baseline, equal_time, threshold, source,
                       _warnings(runs, declared_modes or {}))
-
-
-def return_at(run: Run, seconds: float) -> float | None:
-    """episodic_return_mean of the last metrics row at or before `seconds` (None: no episode by then)."""
-    index = int(np.searchsorted(run.metrics["wall_time"], seconds, side="right")) - 1
-    if index < 0:
-        return None
-    value = float(run.metrics["episodic_return_mean"][index])
-    return None if math.isnan(value) else value
-
-
-def _first_reaching(run: Run, threshold: float | None) -> int | None:
-    if threshold is None:
-        return None
-    with np.errstate(invalid="ignore"):
-        hits = np.flatnonzero(run.metrics["episodic_return_mean"] >= threshold)
-    return int(hits[0]) if hits.size else None
 
 
 def other_load(run: Run) -> float | None:
@@ -206,9 +183,9 @@ def _warnings(runs: Sequence[Run], declared_modes: Mapping[str, str]) -> list[st
     if len(set(hardware.values())) > 1:
         out.append(f"runs ran on different hardware, so their speeds are not comparable: "
                    f"{_grouped(hardware)}")
-    version_keys = sorted({k for r in runs for k in r.versions})
+    version_keys = sorted({k for r in runs for k in r.summary.versions})
     for key in version_keys:
-        values = {r.label: r.versions.get(key) for r in runs}
+        values = {r.label: r.summary.versions.get(key) for r in runs}
         if len(set(map(str, values.values()))) > 1:
             out.append(f"software versions differ: {key} {_grouped(values)}")
     configs = {r.label: _flatten(r.config.to_dict()) for r in runs}
@@ -220,27 +197,27 @@ def _warnings(runs: Sequence[Run], declared_modes: Mapping[str, str]) -> list[st
                           for k in differing[:4])
         more = f"; and {len(differing) - 4} more" if len(differing) > 4 else ""
         out.append(f"config differs beyond the parallel layout: {shown}{more}")
-    walls = [r.wall_seconds for r in runs]
+    walls = [r.summary.wall_seconds for r in runs]
     if max(walls) > 1.1 * min(walls):
-        spans = _grouped({r.label: fmt_duration(r.wall_seconds) for r in runs})
+        spans = _grouped({r.label: fmt_duration(r.summary.wall_seconds) for r in runs})
         out.append(f"runs differ in duration ({spans}): final returns are not comparable; "
                    f"compare the return at equal wall time")
     for run in runs:
         declared = declared_modes.get(run.label)
-        if declared and declared != run.mode:
+        if declared and declared != run.summary.mode:
             out.append(f"{run.label!r} was given as the {declared} run but its summary says mode "
-                       f"{run.mode!r}")
-        if run.stop_reason == "signal":
-            out.append(f"{run.label!r} was interrupted ({run.summary.get('signal') or 'a signal'} after "
-                       f"{fmt_duration(run.wall_seconds)})")
-        elif run.stop_reason == "error":
-            out.append(f"{run.label!r} stopped with an error after {fmt_duration(run.wall_seconds)}: "
-                       f"{run.summary.get('error') or 'unknown'}")
-        resumes = run.summary.get("resumes") or 0
+                       f"{run.summary.mode!r}")
+        if run.summary.stop_reason == "signal":
+            out.append(f"{run.label!r} was interrupted ({run.summary.signal or 'a signal'} after "
+                       f"{fmt_duration(run.summary.wall_seconds)})")
+        elif run.summary.stop_reason == "error":
+            out.append(f"{run.label!r} stopped with an error after {fmt_duration(run.summary.wall_seconds)}: "
+                       f"{run.summary.error or 'unknown'}")
+        resumes = run.summary.resumes or 0
         if resumes:
             out.append(f"{run.label!r} was resumed {resumes} time(s) from a checkpoint; its wall time leaves "
                        "out the time it was stopped")
-        restarts = run.summary.get("worker_restarts") or 0
+        restarts = run.summary.worker_restarts or 0
         if restarts:
             out.append(f"{run.label!r} restarted workers {restarts} time(s); its throughput includes the "
                        "restarts")
@@ -285,13 +262,13 @@ def run_name(s: RunStats) -> str:
 
 
 def describe_hardware(run: Run) -> str:
-    hw = run.hardware
+    hw = run.summary.hardware
     return (f"{hw.get('cpu_model', '?')}, {hw.get('logical_cores', '?')} logical / "
             f"{hw.get('physical_cores', '?')} physical cores, {hw.get('memory_gb', '?')} GB RAM")
 
 
 def describe_versions(run: Run) -> str:
-    return ", ".join(f"{k} {v}" for k, v in run.versions.items() if v is not None)
+    return ", ".join(f"{k} {v}" for k, v in run.summary.versions.items() if v is not None)
 
 
 @dataclass(frozen=True)
@@ -321,7 +298,7 @@ def table(cmp: Comparison) -> Table:
     """The comparison table, one row per run."""
     thr = cmp.threshold
     to_threshold = "time to threshold" if thr is None else f"time to return {fmt_return(thr)}"
-    header = ["run", "mode", "workers×envs", "env steps", "wall time", "median SPS", "speed-up", "efficiency",
+    header = ["run", "mode", "workers×envs", "env steps", "wall time", "SPS", "speed-up", "efficiency",
               "final return", f"return @ {fmt_duration(cmp.equal_time)}", to_threshold, "peak RSS",
               "CPU cores busy"]
     with_pss = any(s.peak_pss_mb is not None for s in cmp.stats)
@@ -334,7 +311,7 @@ def table(cmp: Comparison) -> Table:
         at_equal = fmt_return(s.return_at_equal_time, not_yet)
         row = [
             s.label, s.mode, s.layout, f"{s.total_env_steps:,}", fmt_duration(s.wall_seconds),
-            f"{s.median_sps:,.0f}", f"{s.speedup:.2f}×", f"{s.efficiency:.0%}", fmt_return(s.final_return),
+            f"{s.sps:,.0f}", f"{s.speedup:.2f}×", f"{s.efficiency:.0%}", fmt_return(s.final_return),
             at_equal, reached, fmt_memory(s.peak_rss_mb), fmt_cpu(s.mean_cpu_percent, s.logical_cores),
         ]
         if with_pss:
@@ -368,7 +345,7 @@ def verdict(cmp: Comparison) -> list[str]:
             speed = f"{s.label} was {s.speedup:.2f}× faster than {base.label}"
         else:
             speed = f"{s.label} was {1 / s.speedup:.2f}× slower than {base.label}"
-        speed += f" ({s.median_sps:,.0f} vs {base.median_sps:,.0f} median env steps/s)"
+        speed += f" ({s.sps:,.0f} vs {base.sps:,.0f} steady-state env steps/s)"
         if s.workers != base.workers:
             speed += f" at {s.efficiency:.0%} parallel efficiency with {s.workers} workers"
         mine, theirs = s.return_at_equal_time, base.return_at_equal_time
@@ -421,10 +398,10 @@ def definitions(cmp: Comparison) -> list[str]:
 def run_descriptions(cmp: Comparison) -> list[str]:
     out = []
     for run in cmp.runs:
-        threads = ", ".join(f"{k} {v}" for k, v in run.threads.items())
-        out.append(f"{run.label}: {run.path} — {run.mode}, {run.layout} envs on {run.env_id}, "
-                   f"{run.precision}, threads {threads or '?'}, seed {run.config.run.seed}, "
-                   f"stopped by {run.stop_reason}. "
+        threads = ", ".join(f"{k} {v}" for k, v in run.summary.threads.items())
+        out.append(f"{run.label}: {run.path} — {run.summary.mode}, {run.layout} envs on {run.summary.env_id}, "
+                   f"{run.summary.precision}, threads {threads or '?'}, seed {run.config.run.seed}, "
+                   f"stopped by {run.summary.stop_reason}. "
                    f"Hardware: {describe_hardware(run)}. Versions: {describe_versions(run)}.")
     return out
 
@@ -460,7 +437,7 @@ def _sections(cmp: Comparison) -> list[tuple[str, str, Any]]:
 
 
 def _title(cmp: Comparison) -> str:
-    envs = sorted({r.env_id for r in cmp.runs})
+    envs = sorted({r.summary.env_id for r in cmp.runs})
     return f"PPO timed runs compared on {', '.join(envs)}: {', '.join(s.label for s in cmp.stats)}"
 
 
@@ -497,11 +474,11 @@ def to_json(cmp: Comparison) -> dict[str, Any]:
     for run, s in zip(cmp.runs, cmp.stats, strict=True):
         total = sum(s.phase_seconds.values()) or 1.0
         runs.append({
-            "label": s.label, "path": str(run.path), "mode": s.mode, "env_id": run.env_id,
-            "num_workers": run.num_workers, "workers_counted": s.workers,
-            "num_envs_per_worker": run.num_envs_per_worker, "num_envs": s.num_envs,
+            "label": s.label, "path": str(run.path), "mode": s.mode, "env_id": run.summary.env_id,
+            "num_workers": run.summary.num_workers, "workers_counted": s.workers,
+            "num_envs_per_worker": run.summary.num_envs_per_worker, "num_envs": s.num_envs,
             "total_env_steps": s.total_env_steps, "wall_seconds": s.wall_seconds, "updates": run.updates,
-            "median_sps": s.median_sps, "speedup": s.speedup, "efficiency": s.efficiency,
+            "sps": s.sps, "speedup": s.speedup, "efficiency": s.efficiency,
             "final_return": s.final_return, "episodes": s.episodes,
             "return_at_equal_time": s.return_at_equal_time,
             "time_to_threshold_seconds": s.time_to_threshold, "steps_to_threshold": s.steps_to_threshold,
@@ -510,8 +487,8 @@ def to_json(cmp: Comparison) -> dict[str, Any]:
             "logical_cores": s.logical_cores,
             "phase_seconds": s.phase_seconds,
             "phase_fractions": {p: v / total for p, v in s.phase_seconds.items()},
-            "precision": run.precision, "stop_reason": run.stop_reason, "threads": run.threads,
-            "hardware": run.hardware, "versions": run.versions,
+            "precision": run.summary.precision, "stop_reason": run.summary.stop_reason, "threads": run.summary.threads,
+            "hardware": run.summary.hardware, "versions": run.summary.versions,
         })
     return _finite({
         "baseline": cmp.baseline, "speedup_definition": SPEEDUP_DEFINITION,
@@ -583,27 +560,38 @@ def plot_comparison(cmp: Comparison) -> bytes:
     fig.suptitle(_title(cmp), fontsize=14, fontweight="bold")
     # PSS (shared pages split among processes) when every run logged it; RSS double-counts shared memory.
     mem_col = "pss_mb" if all(np.isfinite(r.metrics["pss_mb"]).all() for r in cmp.runs) else "rss_mb"
-    mem_top = max(float(np.max(r.metrics[mem_col])) for r in cmp.runs)
-    mem_gb = mem_top >= 2048
+    mem_gb = max(float(np.max(r.metrics[mem_col])) for r in cmp.runs) >= 2048
     ax_mem = ax_res.twinx()
-
     for i, (run, s, color) in enumerate(zip(cmp.runs, cmp.stats, colors, strict=True)):
         m = run.metrics
         t = m["wall_time"] / scale
-        marker = "o" if len(t) < 30 else None
         # Later runs draw thinner, so a curve that coincides with an earlier one still shows both colours.
-        kw: dict[str, Any] = {"color": color, "lw": max(1.2, 3.0 - 0.6 * i), "marker": marker, "ms": 3}
+        kw: dict[str, Any] = {"color": color, "lw": max(1.2, 3.0 - 0.6 * i), "marker": "o" if len(t) < 30 else None,
+                              "ms": 3}
         ax_time.plot(t, m["episodic_return_mean"], **kw)
         ax_steps.plot(m["env_steps"], m["episodic_return_mean"], **kw)
         ax_sps.plot(t, m["sps"], color=color, lw=0.8, alpha=0.25)
         ax_sps.plot(t, _rolling_median(m["sps"]), **kw)
-        ax_sps.axhline(s.median_sps, color=color, lw=1, ls="--")
+        ax_sps.axhline(s.sps, color=color, lw=1, ls="--")
         ax_res.plot(t, m["cpu_percent"] / 100, **kw)
         ax_mem.plot(t, m[mem_col] / (1024 if mem_gb else 1), color=color, lw=1.5, ls="--")
         if s.return_at_equal_time is not None:
             ax_time.plot(cmp.equal_time / scale, s.return_at_equal_time, "o", color=color, ms=8,
                          mec="black", mew=0.8, zorder=5)
+    _decorate_returns(cmp, ax_time, ax_steps, scale, unit, longest)
+    _decorate_sps(cmp, ax_sps, unit)
+    _decorate_resources(cmp, ax_res, ax_mem, unit, mem_col, mem_gb)
+    for ax in (ax_time, ax_steps, ax_sps, ax_res):
+        ax.set_xlim(left=0)
+        ax.grid(alpha=0.3)
+    handles = [Line2D([], [], color=c, lw=2.5) for c in colors]
+    names = [f"{run_name(s)}: {s.sps:,.0f} SPS" for s in cmp.stats]
+    fig.legend(handles, names, loc="outside lower center", ncol=min(len(names), 4), fontsize=11)
+    return _png(fig)
 
+
+def _decorate_returns(cmp: Comparison, ax_time: Any, ax_steps: Any, scale: float, unit: str, longest: float) -> None:
+    """The return panels: threshold, runs without episodes, the equal-time line, titles and labels."""
     for ax in (ax_time, ax_steps):
         if cmp.threshold is not None:
             ax.axhline(cmp.threshold, color="0.35", ls="--", lw=1)
@@ -622,17 +610,21 @@ def plot_comparison(cmp: Comparison) -> bytes:
                      textcoords="offset points", ha="left" if right_side else "right", va="top",
                      fontsize=9, color="0.3")
     ax_time.set(title="Return vs wall time (circles: return at equal time)", xlabel=f"wall time ({unit})")
-    for ax in (ax_time, ax_steps, ax_sps, ax_res):
-        ax.set_xlim(left=0)
     ax_steps.set(title="Return vs env steps (sample efficiency)", xlabel="env steps")
     ax_steps.xaxis.set_major_formatter(FuncFormatter(_count))
+
+
+def _decorate_sps(cmp: Comparison, ax_sps: Any, unit: str) -> None:
     ax_sps.set(title="Throughput over time", xlabel=f"wall time ({unit})", ylabel="env steps per second")
     ax_sps.set_ylim(0, max(float(np.max(r.metrics["sps"])) for r in cmp.runs) * 1.3)
     ax_sps.yaxis.set_major_formatter(FuncFormatter(_count))
     ax_sps.legend(handles=[Line2D([], [], color="0.3", lw=0.8, alpha=0.4, label="per update"),
                            Line2D([], [], color="0.3", lw=1.8, label="rolling median"),
-                           Line2D([], [], color="0.3", lw=1, ls="--", label="run median (table)")],
+                           Line2D([], [], color="0.3", lw=1, ls="--", label="steady-state SPS (table)")],
                   loc="upper center", ncol=3, fontsize=9)
+
+
+def _decorate_resources(cmp: Comparison, ax_res: Any, ax_mem: Any, unit: str, mem_col: str, mem_gb: bool) -> None:
     cores = max((s.logical_cores or 0) for s in cmp.stats)
     if cores:
         ax_res.axhline(cores, color="0.35", ls=":", lw=1)
@@ -641,18 +633,12 @@ def plot_comparison(cmp: Comparison) -> bytes:
     ax_res.set_ylim(0, max(cores, max(float(np.max(r.metrics["cpu_percent"])) for r in cmp.runs) / 100) * 1.3)
     ax_mem.set_ylabel(f"memory of all processes, {'PSS' if mem_col == 'pss_mb' else 'RSS'} "
                       f"({'GB' if mem_gb else 'MB'})")
+    mem_top = max(float(np.max(r.metrics[mem_col])) for r in cmp.runs)
     ax_mem.set_ylim(0, mem_top / (1024 if mem_gb else 1) * 1.4)
     ax_mem.legend(handles=[Line2D([], [], color="0.3", lw=1.8, label="CPU (left axis)"),
                            Line2D([], [], color="0.3", lw=1.5, ls="--", label="memory (right axis)"),
                            Line2D([], [], color="0.35", lw=1, ls=":", label=f"{cores} logical cores")],
                   loc="upper center", ncol=3, fontsize=9)
-    for ax in (ax_time, ax_steps, ax_sps, ax_res):
-        ax.grid(alpha=0.3)
-
-    handles = [Line2D([], [], color=c, lw=2.5) for c in colors]
-    names = [f"{run_name(s)}: median {s.median_sps:,.0f} SPS" for s in cmp.stats]
-    fig.legend(handles, names, loc="outside lower center", ncol=min(len(names), 4), fontsize=11)
-    return _png(fig)
 
 
 def plot_phases(cmp: Comparison) -> bytes:
@@ -690,7 +676,7 @@ def plot_phases(cmp: Comparison) -> bytes:
     names = ["env step", "policy inference", "sync (waiting on workers)", "GAE", "PPO update",
              "other (publish, log, checkpoint)"]
     note = None
-    if any(r.mode == "parallel" for r in cmp.runs):
+    if any(r.summary.mode == "parallel" for r in cmp.runs):
         note = ("parallel runs: env and inference are per-worker means (the workers run concurrently); "
                 "sync is the coordinator's wait beyond that")
     fig.legend(handles, names, loc="outside lower center", ncol=len(names), fontsize=10, title=note,

@@ -23,8 +23,8 @@ import psutil
 import torch
 
 from parallel_ppo.config import Config, ConfigError
-from parallel_ppo.model import build_model
-from parallel_ppo.ppo import TrainBatch, autocast, minibatch_step
+from parallel_ppo.model import autocast
+from parallel_ppo.ppo import TrainBatch, build_learner, minibatch_step
 
 BUSY_CORES = 0.1
 """Other processes' load (in cores) above which a measurement is flagged as taken on a busy machine."""
@@ -103,8 +103,8 @@ def measure_compute_limit(cfg: Config, obs_shape: tuple[int, ...], num_actions: 
       `cfg.training.batch_size` samples.
 
     `seconds` is the timed budget, split evenly between the two; warm-up iterations come on top and
-    are not counted. The model is built as the trainer builds it (same seed, `build_model`, Adam with
-    eps 1e-5) and runs with the torch thread count the caller has set. Returns a JSON-serializable dict.
+    are not counted. The model and optimizer are built as the trainer builds them (same seed,
+    `build_learner`) and run with the torch thread count the caller has set. Returns a JSON-serializable dict.
     """
     if not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0):
         raise ConfigError(f"measurement seconds must be a positive number, got {seconds!r}")
@@ -120,8 +120,7 @@ def measure_compute_limit(cfg: Config, obs_shape: tuple[int, ...], num_actions: 
 
     with torch.random.fork_rng(devices=[]):  # the trainer's initialization, without touching the caller's RNG
         torch.manual_seed(cfg.run.seed)
-        model = build_model(obs_shape, num_actions, cfg.model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=tcfg.learning_rate, eps=1e-5)
+        model, optimizer = build_learner(obs_shape, num_actions, cfg)
     rng = torch.Generator().manual_seed(cfg.run.seed)
 
     forward_inputs = [_random_obs(rng, forward_batch, obs_shape, obs_dtype) for _ in range(_POOL)]
@@ -130,18 +129,7 @@ def measure_compute_limit(cfg: Config, obs_shape: tuple[int, ...], num_actions: 
         with torch.no_grad(), autocast(tcfg.precision):
             model(forward_inputs[i % _POOL])
 
-    def random_batch() -> TrainBatch:
-        values = torch.randn(minibatch, generator=rng)
-        return TrainBatch(
-            obs=_random_obs(rng, minibatch, obs_shape, obs_dtype),
-            actions=torch.randint(0, num_actions, (minibatch,), generator=rng),
-            logprobs=torch.full((minibatch,), -math.log(num_actions)),
-            values=values,
-            advantages=torch.randn(minibatch, generator=rng),
-            returns=values + 0.1 * torch.randn(minibatch, generator=rng),
-        )
-
-    train_batches = [random_batch() for _ in range(_POOL)]
+    train_batches = [_random_batch(rng, minibatch, obs_shape, obs_dtype, num_actions) for _ in range(_POOL)]
 
     def train_step(i: int) -> None:
         minibatch_step(model, optimizer, train_batches[i % _POOL], tcfg)
@@ -154,29 +142,27 @@ def measure_compute_limit(cfg: Config, obs_shape: tuple[int, ...], num_actions: 
     forward_rate = f_iters * forward_batch / f_secs
     train_rate = t_iters * minibatch / t_secs
     return {
-        "forward_rate": forward_rate,
-        "train_rate": train_rate,
-        "limit_sps": limit_sps(forward_rate, train_rate, tcfg.n_epochs),
-        "n_epochs": tcfg.n_epochs,
-        "rollout_batch": forward_batch,
-        "minibatch": minibatch,
-        "precision": tcfg.precision,
-        "threads": torch.get_num_threads(),
-        "forward_seconds": f_secs,
-        "train_seconds": t_secs,
-        "forward_iters": f_iters,
-        "train_iters": t_iters,
-        "forward_ms_median": 1000 * f_median,
-        "train_ms_median": 1000 * t_median,
-        "warmup_iters": warmup_iters,
-        "other_load_cores": load.cores,
-        "model": type(model).__name__,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "obs_shape": list(obs_shape),
-        "num_actions": int(num_actions),
-        "env_id": cfg.env.id,
+        "forward_rate": forward_rate, "train_rate": train_rate,
+        "limit_sps": limit_sps(forward_rate, train_rate, tcfg.n_epochs), "n_epochs": tcfg.n_epochs,
+        "rollout_batch": forward_batch, "minibatch": minibatch, "precision": tcfg.precision,
+        "threads": torch.get_num_threads(), "forward_seconds": f_secs, "train_seconds": t_secs,
+        "forward_iters": f_iters, "train_iters": t_iters, "forward_ms_median": 1000 * f_median,
+        "train_ms_median": 1000 * t_median, "warmup_iters": warmup_iters, "other_load_cores": load.cores,
+        "model": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters()),
+        "obs_shape": list(obs_shape), "num_actions": int(num_actions), "env_id": cfg.env.id,
         "torch": torch.__version__,
     }
+
+
+def _random_batch(rng: torch.Generator, size: int, obs_shape: tuple[int, ...], obs_dtype: np.dtype,
+                  num_actions: int) -> TrainBatch:
+    """A minibatch of random frames, actions and targets, shaped like the trainer's."""
+    values = torch.randn(size, generator=rng)
+    return TrainBatch(obs=_random_obs(rng, size, obs_shape, obs_dtype),
+                      actions=torch.randint(0, num_actions, (size,), generator=rng),
+                      logprobs=torch.full((size,), -math.log(num_actions)), values=values,
+                      advantages=torch.randn(size, generator=rng),
+                      returns=values + 0.1 * torch.randn(size, generator=rng))
 
 
 def limit_sps(forward_rate: float, train_rate: float, n_epochs: int) -> float:

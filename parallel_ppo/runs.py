@@ -1,15 +1,22 @@
-"""Load a finished run directory (summary.json, config.yaml, metrics.csv) into a typed, validated `Run`.
+"""The run directory: its files and columns, the typed summary, the one reader, and every figure derived from runs.
 
-Every problem with the input (missing directory or file, truncated or corrupt CSV, a summary that does
-not match its metrics) raises `ConfigError` with one line naming the file and the problem.
+A run directory holds config.yaml, metrics.csv (one row per update), logs/ (TensorBoard), checkpoint.pt and
+summary.json. The trainer writes them; everything that reads them back (compare_results.py, the scaling
+sweep, autotune, the speed check) goes through `load_run`, and every figure a report shows (steady-state
+SPS, speed-up, efficiency, return at a wall time, time to a threshold) is defined here, once. Every problem
+with the input raises `ConfigError` with one line naming the file and the problem.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
+import os
+import types
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +25,21 @@ from typing import Any
 import numpy as np
 
 from parallel_ppo.config import Config, ConfigError, config_from_dict, load_yaml
-from parallel_ppo.metrics import METRIC_COLUMNS
+from parallel_ppo.timing import PHASES
+
+RUN_FILES = ("metrics.csv", "summary.json", "checkpoint.pt", "config.yaml", "logs")
+"""What a run directory holds (`--overwrite` replaces exactly these)."""
+
+METRIC_COLUMNS = [
+    "update", "env_steps", "wall_time", "sps",
+    "episodic_return_mean", "episodic_length_mean", "episodes",
+    "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance", "learning_rate",
+    *(f"time_{p}" for p in PHASES),
+    "cpu_percent", "main_cpu_percent", "workers_cpu_percent", "system_cpu_percent",
+    "rss_mb", "pss_mb", "main_rss_mb", "workers_rss_mb", "worker_restarts",
+]
+"""metrics.csv columns, in order (one row per update). `wall_time` is the run's elapsed seconds at the end
+of the update; `sps` is that update's own rate, logging and checkpoints included."""
 
 MAIN_PHASES = ("env", "inference", "sync", "gae", "update")
 """Phases the comparison breaks wall time into; the rest (publish, log, checkpoint, untimed) is 'other'."""
@@ -27,23 +48,16 @@ FINITE_COLUMNS = ("update", "env_steps", "wall_time", "sps", *(f"time_{p}" for p
                   "cpu_percent", "rss_mb")
 """metrics.csv columns that must be present and hold a finite number in every row."""
 
-SUMMARY_FIELDS: dict[str, type | tuple[type, ...]] = {
-    "mode": str, "env_id": str, "num_workers": int, "num_envs_per_worker": int, "num_envs": int,
-    "total_env_steps": int, "wall_seconds": (int, float), "episodes": int, "updates": int,
-    "stop_reason": str, "precision": str, "peak_rss_mb": (int, float), "hardware": dict, "versions": dict,
-}
-"""summary.json fields the comparison needs, with their types (episodic_return_mean may be null)."""
-
 
 @dataclass(frozen=True)
-class Run:
-    """One timed run: the summary's headline fields, the resolved config, and metrics.csv as numpy columns."""
+class RunSummary:
+    """summary.json: built once by the trainer at the end of a run, read back by `load_run`.
 
-    label: str
-    """Name shown in tables and legends (e.g. `sequential`, or LABEL from `--run LABEL=DIR`)."""
-    path: Path
+    Fields without a default must be present; those with one may be missing in runs that predate them.
+    """
+
     mode: str
-    """`sequential` or `parallel` (from summary.json)."""
+    """`sequential` or `parallel`."""
     env_id: str
     num_workers: int
     """Worker processes; 0 for a sequential run."""
@@ -51,23 +65,166 @@ class Run:
     num_envs: int
     total_env_steps: int
     wall_seconds: float
+    """Elapsed seconds of the run (over all sessions, when resumed), start-up included."""
     episodes: int
-    """Episodes finished during the run (0 = none: the return columns are all NaN)."""
-    final_return: float | None
-    """Mean return of the last `logging.return_window` (default 100) episodes, None if no episode finished."""
+    """Episodes finished during the run (0 = none: the returns are None)."""
+    updates: int
     stop_reason: str
+    """duration, total_steps, signal or error."""
     precision: str
     peak_rss_mb: float
     """Peak of the summed resident sets of the run's processes (shared memory counted once per process)."""
-    peak_pss_mb: float | None
-    """Peak proportional set size (shared pages split among processes); None in runs that predate it."""
-    mean_cpu_percent: float
+    hardware: dict
+    versions: dict
+    sps: float | None = None
+    """Steady-state env steps per second (`steady_sps`): the run's throughput, as every report shows it."""
+    overall_sps: float | None = None
+    """total_env_steps / wall_seconds: start-up, the compute-limit measurement and update 1 included."""
+    episodic_return_mean: float | None = None
+    """Mean return of the last `logging.return_window` (default 100) episodes."""
+    episodic_length_mean: float | None = None
+    error: str | None = None
+    signal: str | None = None
+    threads: dict = dataclasses.field(default_factory=dict)
+    peak_pss_mb: float | None = None
+    """Peak proportional set size (shared pages split among processes): an upper bound, see metrics.py."""
+    peak_main_rss_mb: float | None = None
+    peak_worker_rss_mb: float | None = None
+    mean_cpu_percent: float | None = None
     """Mean CPU use of the run's processes, 100 = one core busy."""
-    threads: dict[str, Any]
-    hardware: dict[str, Any]
-    versions: dict[str, Any]
-    summary: dict[str, Any]
-    """summary.json as written by the trainer."""
+    compute_limit: dict | None = None
+    limit_efficiency: float | None = None
+    """sps / compute_limit.limit_sps."""
+    phase_seconds: dict = dataclasses.field(default_factory=dict)
+    phase_fractions: dict = dataclasses.field(default_factory=dict)
+    worker_restarts: int = 0
+    resumes: int = 0
+    seed: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, with non-finite floats as None."""
+        return {k: None if isinstance(v, float) and not math.isfinite(v) else v
+                for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def read(cls, path: Path) -> RunSummary:
+        """Parse and type-check summary.json; unknown fields are ignored."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            raise ConfigError(f"{path} is not valid JSON (corrupt or truncated)") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path} is not a run summary (expected a JSON object)")
+        hints = typing.get_type_hints(cls)
+        values = {}
+        for f in dataclasses.fields(cls):
+            required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            if f.name not in data:
+                if required:
+                    raise ConfigError(f"{path} lacks the field {f.name!r}; is it a parallel_ppo run summary?")
+                continue
+            if not _has_type(data[f.name], hints[f.name]):
+                raise ConfigError(f"{path}: field {f.name!r} has an unexpected value {_short(data[f.name])}")
+            values[f.name] = data[f.name]
+        summary = cls(**values)
+        if summary.mode not in ("sequential", "parallel"):
+            raise ConfigError(f"{path}: mode must be sequential or parallel, got {summary.mode!r}")
+        if summary.wall_seconds <= 0 or summary.updates <= 0:
+            raise ConfigError(f"{path} describes a run that never finished an update")
+        return summary
+
+
+def _has_type(value: Any, hint: Any) -> bool:
+    """`value` fits a field hint (int, float, str, dict, or one of them or None); floats must be finite."""
+    if isinstance(hint, types.UnionType):
+        return any(_has_type(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if isinstance(value, bool):
+        return hint is bool
+    if hint is float:
+        return isinstance(value, (int, float)) and math.isfinite(value)
+    return isinstance(value, hint)
+
+
+# ------------------------------------------------------------------------------------------------ figures
+def steady_span(env_steps: Sequence[float], wall_time: Sequence[float]) -> tuple[float, float]:
+    """The env steps and seconds that steady-state SPS divides: from the end of update 1 to the end of the
+    last update, so start-up, the compute-limit measurement and update 1's first-touch costs are left out
+    (logging and checkpoints in between are in). A run of one update has no steady state: its span is then
+    that update, from the run's start."""
+    if len(env_steps) == 1:
+        return float(env_steps[0]), float(wall_time[0])
+    return float(env_steps[-1]) - float(env_steps[0]), float(wall_time[-1]) - float(wall_time[0])
+
+
+def steady_sps(env_steps: Sequence[float], wall_time: Sequence[float]) -> float:
+    """A run's throughput in env steps per second, as summary.json, compare, the scaling sweep, autotune and
+    the speed check all report it (see `steady_span`)."""
+    steps, seconds = steady_span(env_steps, wall_time)
+    return steps / seconds if seconds > 0 else math.nan
+
+
+def speedup(sps: float, base_sps: float) -> float:
+    """How many times the baseline's steady-state SPS."""
+    return sps / base_sps
+
+
+def efficiency(speedup_: float, workers: int, base_workers: int) -> float:
+    """Speed-up per worker added: speed-up / (workers / the baseline's workers), a sequential run counting
+    as 1 worker (so against a sequential baseline it is speed-up / workers)."""
+    return speedup_ / (max(1, workers) / max(1, base_workers))
+
+
+def return_at(run: Run, seconds: float) -> float | None:
+    """The mean episodic return logged at the last update that ended by `seconds` of wall time (None: no
+    episode had finished by then)."""
+    index = int(np.searchsorted(run.metrics["wall_time"], seconds, side="right")) - 1
+    if index < 0:
+        return None
+    value = float(run.metrics["episodic_return_mean"][index])
+    return None if math.isnan(value) else value
+
+
+def first_reaching(run: Run, threshold: float | None) -> int | None:
+    """Index of the first update whose mean return reached `threshold` (its wall_time and env_steps are the
+    time and steps to threshold), None if none did."""
+    if threshold is None:
+        return None
+    with np.errstate(invalid="ignore"):
+        hits = np.flatnonzero(run.metrics["episodic_return_mean"] >= threshold)
+    return int(hits[0]) if hits.size else None
+
+
+SPEEDUP_DEFINITION = (
+    "SPS = steady-state env steps per second (from the end of update 1 to the end of the last update; "
+    "start-up and update 1 left out); speed-up = a run's SPS / the baseline's SPS; parallel efficiency = "
+    "speed-up / (workers / baseline workers), a sequential run counting as 1 worker"
+)
+
+
+def truncate_metrics(path: Path, update: int) -> None:
+    """Keep metrics.csv's header and rows up to `update` (a resumed run repeats the rows after its checkpoint)."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        return
+    col = rows[0].index("update") if "update" in rows[0] else 0
+    kept = [rows[0]] + [r for r in rows[1:] if r and r[col].isdigit() and int(r[col]) <= update]
+    tmp = path.with_suffix(".csv.tmp")
+    with open(tmp, "w", newline="") as f:
+        csv.writer(f).writerows(kept)
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finished run: its label, summary, resolved config, and metrics.csv as numpy columns."""
+
+    label: str
+    """Name shown in tables and legends (e.g. `sequential`, or LABEL from `--run LABEL=DIR`)."""
+    path: Path
+    summary: RunSummary
     config: Config
     """config.yaml, parsed and type-checked."""
     metrics: dict[str, np.ndarray]
@@ -76,16 +233,37 @@ class Run:
     @property
     def workers(self) -> int:
         """Workers counted for parallel efficiency: a sequential run counts as 1."""
-        return max(1, self.num_workers)
+        return max(1, self.summary.num_workers)
 
     @property
     def layout(self) -> str:
         """`W×M` for a parallel run, `1×N` for a sequential one."""
-        return f"{self.workers}×{self.num_envs_per_worker if self.num_workers else self.num_envs}"
+        s = self.summary
+        return f"{self.workers}×{s.num_envs_per_worker if s.num_workers else s.num_envs}"
 
     @property
     def updates(self) -> int:
         return len(self.metrics["update"])
+
+    @property
+    def steady_sps(self) -> float:
+        return steady_sps(self.metrics["env_steps"], self.metrics["wall_time"])
+
+    @property
+    def final_return(self) -> float | None:
+        """Mean return of the last `logging.return_window` episodes, None if no episode finished."""
+        s = self.summary
+        return None if s.episodes == 0 or s.episodic_return_mean is None else float(s.episodic_return_mean)
+
+    @property
+    def mean_cpu_percent(self) -> float:
+        cpu = self.summary.mean_cpu_percent
+        return float(np.mean(self.metrics["cpu_percent"])) if cpu is None else float(cpu)
+
+    def phase_means(self, skip_first: bool = True) -> dict[str, float]:
+        """Mean seconds per update of each `time_*` phase (over the steady updates by default)."""
+        rows = slice(1 if skip_first and self.updates > 1 else 0, None)
+        return {p: float(np.nanmean(self.metrics[f"time_{p}"][rows])) for p in PHASES}
 
 
 def parse_run_spec(spec: str) -> tuple[str, Path]:
@@ -120,61 +298,16 @@ def load_run(label: str, path: Path) -> Run:
     if not (path / "summary.json").is_file():
         raise ConfigError(f"{path} has no summary.json: the run has not finished, or it was killed before "
                           "writing it")
-    summary = _read_summary(path / "summary.json")
+    summary = RunSummary.read(path / "summary.json")
     config = _read_config(path / "config.yaml")
     metrics = read_metrics(path / "metrics.csv")
     _check_consistent(path, summary, metrics)
-
-    final = summary.get("episodic_return_mean")
-    if summary["episodes"] == 0 or final is None:
-        final = None
-    cpu = _optional_number(summary.get("mean_cpu_percent"))
-    if cpu is None:
-        cpu = float(np.mean(metrics["cpu_percent"]))
-    return Run(
-        label=label, path=path, mode=summary["mode"], env_id=summary["env_id"],
-        num_workers=summary["num_workers"], num_envs_per_worker=summary["num_envs_per_worker"],
-        num_envs=summary["num_envs"], total_env_steps=summary["total_env_steps"],
-        wall_seconds=float(summary["wall_seconds"]), episodes=summary["episodes"],
-        final_return=None if final is None else float(final), stop_reason=summary["stop_reason"],
-        precision=summary["precision"], peak_rss_mb=float(summary["peak_rss_mb"]),
-        peak_pss_mb=_optional_number(summary.get("peak_pss_mb")), mean_cpu_percent=cpu,
-        threads=dict(summary.get("threads") or {}), hardware=summary["hardware"],
-        versions=summary["versions"], summary=summary, config=config, metrics=metrics,
-    )
-
-
-def _optional_number(value: Any) -> float | None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if ok else None
+    return Run(label=label, path=path, summary=summary, config=config, metrics=metrics)
 
 
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:39] + "…"
-
-
-def _read_summary(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-        raise ConfigError(f"{path} is not valid JSON (corrupt or truncated)") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} is not a run summary (expected a JSON object)")
-    for key, kind in SUMMARY_FIELDS.items():
-        if key not in data:
-            raise ConfigError(f"{path} lacks the field {key!r}; is it a parallel_ppo run summary?")
-        value = data[key]
-        if not isinstance(value, kind) or isinstance(value, bool):
-            raise ConfigError(f"{path}: field {key!r} has an unexpected value {_short(value)}")
-    ret = data.get("episodic_return_mean")
-    if ret is not None and _optional_number(ret) is None:
-        raise ConfigError(f"{path}: field 'episodic_return_mean' has an unexpected value {_short(ret)}")
-    if data["mode"] not in ("sequential", "parallel"):
-        raise ConfigError(f"{path}: mode must be sequential or parallel, got {data['mode']!r}")
-    if data["wall_seconds"] <= 0 or data["updates"] <= 0:
-        raise ConfigError(f"{path} describes a run that never finished an update")
-    return data
 
 
 def _read_config(path: Path) -> Config:
@@ -244,11 +377,11 @@ def _cell(path: Path, line: int, column: str, text: str) -> float:
         raise ConfigError(f"{path} line {line}: column {column} holds {_short(text)}, not a number") from None
 
 
-def _check_consistent(path: Path, summary: dict[str, Any], metrics: dict[str, np.ndarray]) -> None:
+def _check_consistent(path: Path, summary: RunSummary, metrics: dict[str, np.ndarray]) -> None:
     rows = len(metrics["update"])
-    if rows != summary["updates"] or int(metrics["env_steps"][-1]) != summary["total_env_steps"]:
+    if rows != summary.updates or int(metrics["env_steps"][-1]) != summary.total_env_steps:
         raise ConfigError(
             f"{path}: metrics.csv has {rows} rows up to {int(metrics['env_steps'][-1]):,} env steps but "
-            f"summary.json reports {summary['updates']} updates and {summary['total_env_steps']:,} steps "
+            f"summary.json reports {summary.updates} updates and {summary.total_env_steps:,} steps "
             "(truncated metrics.csv, or files from different runs)"
         )

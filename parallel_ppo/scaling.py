@@ -1,75 +1,72 @@
 """Scaling sweep and autotune: short timed runs over worker layouts, read back from their run directories.
 
-Each point is a real `train_parallel_timed.py` run (or `train_timed.py` for the sequential point), so the
-figures include everything a training run pays: collection, sync, GAE, update and logging.
+Each point is a real training run (`python -m parallel_ppo train-parallel`, or `train` for the sequential
+point), so the figures include everything a training run pays: collection, sync, GAE, update and logging;
+its SPS is the run's steady-state SPS (`runs.steady_sps`), the figure its summary.json and compare show.
 """
 
 from __future__ import annotations
 
-import csv
-import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from parallel_ppo.checkpoint import atomic_write, write_json
 from parallel_ppo.config import ConfigError
+from parallel_ppo.files import atomic_write, write_json, write_text
+from parallel_ppo.runs import Run, efficiency, load_run, speedup
 from parallel_ppo.timing import PHASES
 
-ROOT = Path(__file__).resolve().parent.parent
+
+class BenchRunCrashed(RuntimeError):
+    """A benchmark run failed for a reason other than its settings (which the trainer refuses with exit 2)."""
 
 
-def steady_sps(run_dir: Path) -> float:
-    """Env steps/s after the first update (start-up and first-touch costs excluded); all updates if only one."""
-    with open(run_dir / "metrics.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
-        raise ConfigError(f"{run_dir}: the run logged no update")
-    if len(rows) == 1:
-        return float(rows[0]["env_steps"]) / float(rows[0]["wall_time"])
-    steps, seconds = steady_span(rows)
-    return steps / seconds
-
-
-def steady_span(rows: list[dict[str, str]]) -> tuple[int, float]:
-    """Env steps and seconds from the end of the first update to the end of the last (metrics.csv rows)."""
-    first, last = rows[0], rows[-1]
-    return int(last["env_steps"]) - int(first["env_steps"]), float(last["wall_time"]) - float(first["wall_time"])
+def trainer_command(workers: int) -> list[str]:
+    """The trainer, run as a module of the installed package, so the sweep works outside a checkout too."""
+    return [sys.executable, "-m", "parallel_ppo", "train-parallel" if workers else "train"]
 
 
 def run_point(out: Path, workers: int, envs_per_worker: int, seconds: float, config: str, extra: list[str],
               worker_threads: int = 1) -> dict[str, Any]:
     """One timed run (workers == 0: sequential with `envs_per_worker` envs); returns its table row."""
     if workers:
-        cmd = [sys.executable, str(ROOT / "train_parallel_timed.py"), "--num-workers", str(workers),
-               "--num-envs-per-worker", str(envs_per_worker), "--set", f"parallel.worker_threads={worker_threads}",
+        cmd = [*trainer_command(workers), "--num-workers", str(workers), "--num-envs-per-worker",
+               str(envs_per_worker), "--set", f"parallel.worker_threads={worker_threads}",
                "--set", f"env.num_envs={workers * envs_per_worker}"]  # the layout's total, over a config's
     else:
-        cmd = [sys.executable, str(ROOT / "train_timed.py"), "--num-envs", str(envs_per_worker)]
+        cmd = [*trainer_command(0), "--num-envs", str(envs_per_worker)]
     cmd += ["--config", config, "--duration", f"{seconds / 3600:.8f}", "--output-dir", str(out), "--overwrite",
             "--set", "logging.progress=off", "--set", "run.limit_seconds=0", *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ConfigError(f"benchmark run {out.name} failed: {last}")
-    summary = json.loads((out / "summary.json").read_text())
+        if proc.returncode == 2:
+            raise ConfigError(f"benchmark run {out.name} refused its settings: {last}")
+        raise BenchRunCrashed(f"benchmark run {out.name} crashed (exit status {proc.returncode}): {last}")
+    return point_row(load_run(out.name, out), worker_threads)
+
+
+def point_row(run: Run, worker_threads: int = 1) -> dict[str, Any]:
+    """A finished run as a row of the scaling table."""
+    s = run.summary
     return {
-        "label": out.name, "workers": workers, "envs_per_worker": envs_per_worker,
-        "worker_threads": worker_threads if workers else None,
-        "envs": summary["num_envs"], "steps_per_second": steady_sps(out), "updates": summary["updates"],
-        "peak_rss_mb": summary["peak_rss_mb"], "peak_pss_mb": summary.get("peak_pss_mb"),
-        "phase_fractions": summary["phase_fractions"], "run_dir": str(out),
-        "hardware": summary["hardware"], "threads": summary["threads"],
+        "label": run.label, "workers": s.num_workers,
+        "envs_per_worker": s.num_envs_per_worker if s.num_workers else s.num_envs,
+        "worker_threads": worker_threads if s.num_workers else None,
+        "envs": s.num_envs, "steps_per_second": run.steady_sps, "updates": s.updates,
+        "peak_rss_mb": s.peak_rss_mb, "peak_pss_mb": s.peak_pss_mb,
+        "phase_fractions": s.phase_fractions, "run_dir": str(run.path),
+        "hardware": s.hardware, "threads": s.threads,
     }
 
 
 def add_speedups(rows: list[dict[str, Any]]) -> None:
-    """Speed-up over the first row and efficiency = speed-up / (workers / first row's workers)."""
+    """Speed-up and efficiency of every row against the first (`runs.speedup`, `runs.efficiency`)."""
     base = rows[0]
     for r in rows:
-        r["speedup"] = r["steps_per_second"] / base["steps_per_second"]
-        r["efficiency"] = r["speedup"] / (max(r["workers"], 1) / max(base["workers"], 1))
+        r["speedup"] = speedup(r["steps_per_second"], base["steps_per_second"])
+        r["efficiency"] = efficiency(r["speedup"], r["workers"], base["workers"])
 
 
 def scaling_table(rows: list[dict[str, Any]]) -> str:
@@ -142,7 +139,7 @@ def write_scaling(rows: list[dict[str, Any]], out_dir: Path, title: str) -> None
             f"(workers / its workers). Peak PSS counts memory shared between processes once.\n\n"
             f"Machine: {hw['cpu_model']}, {hw['physical_cores']} physical / {hw['logical_cores']} logical cores, "
             f"{hw['memory_gb']} GB.\n")
-    atomic_write(out_dir / "scaling.md", lambda f: f.write(text.encode()))
+    write_text(out_dir / "scaling.md", text)
     plot_scaling(rows, out_dir / "scaling.png")
 
 
@@ -194,7 +191,7 @@ def autotune(out_dir: Path, seconds: float, config: str, extra: list[str]) -> di
                 label = f"w{w}_e{m}_t{threads}"
                 try:
                     rows.append(run_point(out_dir / label, w, m, seconds, config, extra, worker_threads=threads))
-                except ConfigError as e:  # e.g. a minibatch that does not divide this layout's rollout
+                except ConfigError as e:  # refused settings, e.g. a minibatch that does not divide the rollout
                     print(f"  {w} workers × {m} envs: skipped ({e})", flush=True)
                     continue
                 print(f"  {w} workers × {m} envs, {threads} thread(s): {rows[-1]['steps_per_second']:,.0f} steps/s",
@@ -209,12 +206,12 @@ def autotune(out_dir: Path, seconds: float, config: str, extra: list[str]) -> di
         cfg.get("env", {}).pop("num_envs", None)  # derived from the layout in parallel mode
     else:
         cfg.setdefault("env", {})["num_envs"] = best["envs_per_worker"]
-    trainer = "train_parallel_timed.py" if best["workers"] else "train_timed.py"
+    trainer = "train-parallel" if best["workers"] else "train"
     header = (f"# Written by `make autotune`: the fastest layout measured on this machine "
-              f"({best['steps_per_second']:,.0f} env steps/s).\n# Use: python {trainer} --config "
+              f"({best['steps_per_second']:,.0f} env steps/s).\n# Use: python -m parallel_ppo {trainer} --config "
               f"{out_dir / 'ppo_autotuned.yaml'}\n")
     text = header + yaml.safe_dump(cfg, sort_keys=False)
-    atomic_write(out_dir / "ppo_autotuned.yaml", lambda f: f.write(text.encode()))
+    write_text(out_dir / "ppo_autotuned.yaml", text)
     result = {"best": best, "trainer": trainer, "config": str(out_dir / "ppo_autotuned.yaml"), "points": rows}
     write_json(out_dir / "autotune.json", result)
     return result

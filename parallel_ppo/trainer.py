@@ -1,13 +1,13 @@
-"""The one training loop, shared by both modes: collect → GAE → update → log → checkpoint, bounded by time."""
+"""The one training loop, shared by every mode: collect → GAE → update → hooks, bounded by time or steps."""
 
 from __future__ import annotations
 
-import math
 import signal
 import time
 from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -15,12 +15,13 @@ from torch import nn
 
 from parallel_ppo import fingerprint
 from parallel_ppo.buffer import RolloutBuffer, compute_gae
-from parallel_ppo.checkpoint import save_checkpoint, write_json
+from parallel_ppo.checkpoint import next_resume_count, save_checkpoint
 from parallel_ppo.collect import CollectResult, RolloutError
-from parallel_ppo.config import Config
+from parallel_ppo.config import Config, ConfigError
+from parallel_ppo.files import write_json
 from parallel_ppo.metrics import MetricsLogger, ResourceSampler
-from parallel_ppo.model import build_model
-from parallel_ppo.ppo import TrainBatch, ppo_update
+from parallel_ppo.ppo import TrainBatch, build_learner, ppo_update
+from parallel_ppo.runs import RunSummary, read_metrics, steady_sps
 from parallel_ppo.timing import PHASES, PhaseTimer
 
 
@@ -32,6 +33,9 @@ class RolloutSource(Protocol):
     obs_shape: tuple[int, ...]
     num_actions: int
     layout: dict[str, int]
+    """num_workers, num_envs_per_worker and num_envs, as summary.json records them."""
+    restarts: int
+    """Worker processes restarted so far (0 for a source without workers)."""
 
     def collect(self, model: nn.Module, timers: PhaseTimer) -> CollectResult:
         """Fill `buffer` with one rollout of `model`, adding the phases it spent to `timers`."""
@@ -81,6 +85,195 @@ def _mean(values: deque) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
+@dataclass
+class TrainState:
+    """Everything a resumed run carries on with: the learner, its random streams, counters and episode windows."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    generator: torch.Generator
+    """Draws the minibatch permutations."""
+    episode_returns: deque[float]
+    episode_lengths: deque[int]
+    update: int = 0
+    env_steps: int = 0
+    episodes: int = 0
+    elapsed_before: float = 0.0
+    """Wall seconds of the sessions before this one (a resumed run)."""
+    resumes: int = 0
+
+    @classmethod
+    def new(cls, cfg: Config, obs_shape: tuple[int, ...], num_actions: int) -> TrainState:
+        torch.manual_seed(cfg.run.seed)
+        model, optimizer = build_learner(obs_shape, num_actions, cfg)
+        window = cfg.logging.return_window
+        return cls(model, optimizer, torch.Generator().manual_seed(cfg.run.seed), deque(maxlen=window),
+                   deque(maxlen=window))
+
+    @classmethod
+    def from_checkpoint(cls, cfg: Config, obs_shape: tuple[int, ...], num_actions: int,
+                        checkpoint: dict[str, Any]) -> TrainState:
+        """The state saved by `to_checkpoint`, with one more resume counted."""
+        state = cls.new(cfg, obs_shape, num_actions)
+        state.model.load_state_dict(checkpoint["model"])
+        state.optimizer.load_state_dict(checkpoint["optimizer"])
+        state.generator.set_state(checkpoint["generator"])
+        torch.set_rng_state(checkpoint["torch_rng"])
+        state.episode_returns.extend(checkpoint["episode_returns"])
+        state.episode_lengths.extend(checkpoint["episode_lengths"])
+        state.update, state.env_steps = checkpoint["update"], checkpoint["env_steps"]
+        state.episodes, state.elapsed_before = checkpoint["episodes"], checkpoint["elapsed"]
+        state.resumes = next_resume_count(checkpoint)
+        return state
+
+    def to_checkpoint(self, cfg: Config, mode: str, elapsed: float) -> dict[str, Any]:
+        """Tensors and plain data only (checkpoints are loaded with weights_only=True)."""
+        return {
+            "config": cfg.to_dict(), "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "update": self.update, "env_steps": self.env_steps, "episodes": self.episodes, "elapsed": elapsed,
+            "episode_returns": list(self.episode_returns), "episode_lengths": list(self.episode_lengths),
+            "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
+            "resumes": self.resumes, "mode": mode,
+        }
+
+    def record(self, result: CollectResult, steps: int) -> None:
+        """Count one finished update and the episodes its rollout completed."""
+        self.update += 1
+        self.env_steps += steps
+        self.episodes += len(result.episode_returns)
+        self.episode_returns.extend(result.episode_returns)
+        self.episode_lengths.extend(result.episode_lengths)
+
+
+class Clock:
+    """The run's elapsed seconds, counting the sessions before a resume."""
+
+    def __init__(self, elapsed_before: float) -> None:
+        self.start = time.monotonic() - elapsed_before
+        self.elapsed_before = elapsed_before
+
+    def __call__(self, now: float | None = None) -> float:
+        return (time.monotonic() if now is None else now) - self.start
+
+
+class Hook(Protocol):
+    """Periodic work after each update (inside the `log` phase): logging, checkpoints, and so on."""
+
+    def after_update(self, state: TrainState, row: dict[str, Any]) -> None: ...
+
+
+class MetricsHook:
+    """Samples CPU and memory into each update's row, then writes it to metrics.csv, TensorBoard and the
+    progress line."""
+
+    def __init__(self, cfg: Config, run_dir: Path, mode: str, resume_after: tuple[int, int] | None) -> None:
+        self.sampler = ResourceSampler()
+        self.logger = MetricsLogger(run_dir, cfg.logging.tensorboard, cfg.logging.progress,
+                                    cfg.run.duration * 3600, cfg.run.total_steps, mode, resume_after)
+        self.cpu_samples: list[float] = []
+
+    def after_update(self, state: TrainState, row: dict[str, Any]) -> None:
+        resources = self.sampler.sample()
+        self.cpu_samples.append(resources["cpu_percent"])
+        self.logger.log({**row, **resources})
+
+    def close(self) -> None:
+        self.sampler.close()
+        self.logger.close()
+
+
+class CheckpointHook:
+    """Writes checkpoint.pt (atomically) every `run.checkpoint_interval` seconds; `save` writes one now."""
+
+    def __init__(self, cfg: Config, path: Path, mode: str, clock: Clock) -> None:
+        self.cfg, self.path, self.mode, self.clock = cfg, path, mode, clock
+        self.last = time.monotonic()
+
+    def after_update(self, state: TrainState, row: dict[str, Any]) -> None:
+        if time.monotonic() - self.last >= self.cfg.run.checkpoint_interval:
+            self.save(state)
+
+    def save(self, state: TrainState) -> None:
+        save_checkpoint(self.path, state.to_checkpoint(self.cfg, self.mode, self.clock()))
+        self.last = time.monotonic()
+
+
+@dataclass
+class Outcome:
+    """How the loop ended, and where this session's time went."""
+
+    stop_reason: str = ""
+    error: str | None = None
+    signal: str | None = None
+    session_seconds: float = 0.0
+    phase_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+
+    def add_phases(self, phases: dict[str, float]) -> None:
+        for name in PHASES:
+            self.phase_seconds[name] += phases[name]
+
+
+def rollout_batch(buf: RolloutBuffer, cfg: Config) -> TrainBatch:
+    """GAE over the filled buffer, flattened to one row per env step."""
+    advantages, returns = compute_gae(buf.rewards, buf.values, buf.dones, buf.last_values,
+                                      cfg.training.gamma, cfg.training.gae_lambda)
+    return TrainBatch(buf.obs.flatten(0, 1), buf.actions.flatten(), buf.logprobs.flatten(), buf.values.flatten(),
+                      advantages.flatten(), returns.flatten())
+
+
+def stop_reason(cfg: Config, state: TrainState, stop: StopRequest, elapsed: float) -> str:
+    """Why the run stops after this update ("" = it goes on)."""
+    if stop.signum is not None:
+        return "signal"
+    if cfg.run.total_steps and state.env_steps >= cfg.run.total_steps:
+        return "total_steps"
+    if elapsed >= cfg.run.duration * 3600:
+        return "duration"
+    return ""
+
+
+def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[Hook], stop: StopRequest,
+             clock: Clock) -> Outcome:
+    """Update until a stop reason holds: collect, GAE, PPO update, then each hook with the update's row."""
+    outcome, timers = Outcome(), PhaseTimer()
+    last_row = time.monotonic()
+    while not outcome.stop_reason:
+        lr = learning_rate(cfg, state.env_steps, clock())
+        for group in state.optimizer.param_groups:
+            group["lr"] = lr
+        try:
+            result = source.collect(state.model, timers)
+        except RolloutError as e:
+            outcome.stop_reason, outcome.error = "error", str(e)
+            break
+        if stop.signum is not None:  # abandon this rollout rather than spend an update on it
+            outcome.stop_reason = "signal"
+            break
+        with timers.phase("gae"):
+            data = rollout_batch(source.buffer, cfg)
+        with timers.phase("update"):
+            stats = ppo_update(state.model, state.optimizer, data, cfg.training, state.generator)
+        state.record(result, cfg.rollout_size)
+        now = time.monotonic()
+        phases = timers.pop()
+        outcome.add_phases(phases)
+        row = {"update": state.update, "env_steps": state.env_steps, "wall_time": clock(now),
+               "sps": cfg.rollout_size / max(now - last_row, 1e-9),  # logging and checkpoints included
+               "episodic_return_mean": _mean(state.episode_returns),
+               "episodic_length_mean": _mean(state.episode_lengths), "episodes": state.episodes,
+               "learning_rate": lr, **stats, **{f"time_{name}": seconds for name, seconds in phases.items()},
+               "worker_restarts": source.restarts}
+        with timers.phase("log"):  # counted in the next row: this row's clock stopped at `now`
+            for hook in hooks:
+                hook.after_update(state, row)
+        last_row = now
+        outcome.stop_reason = stop_reason(cfg, state, stop, clock(now))
+    outcome.session_seconds = clock() - clock.elapsed_before
+    outcome.add_phases(timers.pop())
+    outcome.signal = signal.Signals(stop.signum).name if stop.signum else None
+    return outcome
+
+
 def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, int],
           resume: dict | None = None, compute_limit: dict | None = None) -> dict:
     """Train until the duration or step budget is spent (or a signal arrives); returns summary.json's content.
@@ -90,146 +283,50 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, 
     `compute_limit` (from `roofline.measure_compute_limit`) is recorded with the run's efficiency against it.
     """
     run_dir = Path(run_dir)
-    torch.manual_seed(cfg.run.seed)
-    model = build_model(source.obs_shape, source.num_actions, cfg.model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.training.learning_rate, eps=1e-5)
-    generator = torch.Generator().manual_seed(cfg.run.seed)
-    ep_returns: deque[float] = deque(maxlen=cfg.logging.return_window)
-    ep_lengths: deque[int] = deque(maxlen=cfg.logging.return_window)
-    update = env_steps = episodes = 0
-    elapsed_before = 0.0
-    if resume is not None:
-        model.load_state_dict(resume["model"])
-        optimizer.load_state_dict(resume["optimizer"])
-        generator.set_state(resume["generator"])
-        torch.set_rng_state(resume["torch_rng"])
-        ep_returns.extend(resume["episode_returns"])
-        ep_lengths.extend(resume["episode_lengths"])
-        update, env_steps, episodes = resume["update"], resume["env_steps"], resume["episodes"]
-        elapsed_before = resume["elapsed"]
-    timers = PhaseTimer()
-    phase_totals = dict.fromkeys(PHASES, 0.0)
-    sampler = ResourceSampler()
-    budget = cfg.run.duration * 3600
-    logger = MetricsLogger(run_dir, cfg.logging.tensorboard, cfg.logging.progress, budget, cfg.run.total_steps,
-                           source.mode, resume_after=(update, env_steps) if resume is not None else None)
-    stop_reason = error = ""
-    start = time.monotonic() - elapsed_before
-    last_checkpoint = last_row = time.monotonic()
-    cpu_samples: list[float] = []
-
-    def checkpoint() -> None:
-        save_checkpoint(run_dir / "checkpoint.pt", {
-            "config": cfg.to_dict(), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "update": update, "env_steps": env_steps, "episodes": episodes, "elapsed": time.monotonic() - start,
-            "episode_returns": list(ep_returns), "episode_lengths": list(ep_lengths),
-            "generator": generator.get_state(), "torch_rng": torch.get_rng_state(),
-            "resumes": resumes, "mode": source.mode,
-        })
-
-    resumes = (resume.get("resumes", 0) + 1) if resume is not None else 0
-
+    if resume is None:
+        state = TrainState.new(cfg, source.obs_shape, source.num_actions)
+    else:
+        state = TrainState.from_checkpoint(cfg, source.obs_shape, source.num_actions, resume)
+    clock = Clock(state.elapsed_before)
+    metrics = MetricsHook(cfg, run_dir, source.mode,
+                          (state.update, state.env_steps) if resume is not None else None)
+    checkpoints = CheckpointHook(cfg, run_dir / "checkpoint.pt", source.mode, clock)
     try:
         with StopRequest() as stop:
-            while not stop_reason:
-                update_start = time.monotonic()
-                lr = learning_rate(cfg, env_steps, update_start - start)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-
-                try:
-                    result = source.collect(model, timers)
-                except RolloutError as e:
-                    stop_reason, error = "error", str(e)
-                    break
-                if stop.signum is not None:  # abandon this rollout rather than spend an update on it
-                    stop_reason = "signal"
-                    break
-
-                with timers.phase("gae"):
-                    buf = source.buffer
-                    advantages, returns = compute_gae(buf.rewards, buf.values, buf.dones, buf.last_values,
-                                                      cfg.training.gamma, cfg.training.gae_lambda)
-                    data = TrainBatch(buf.obs.flatten(0, 1), buf.actions.flatten(), buf.logprobs.flatten(),
-                                      buf.values.flatten(), advantages.flatten(), returns.flatten())
-
-                with timers.phase("update"):
-                    stats = ppo_update(model, optimizer, data, cfg.training, generator)
-
-                update += 1
-                env_steps += cfg.rollout_size
-                episodes += len(result.episode_returns)
-                ep_returns.extend(result.episode_returns)
-                ep_lengths.extend(result.episode_lengths)
-                now = time.monotonic()
-                elapsed = now - start
-                phases = timers.pop()
-                for name in PHASES:
-                    phase_totals[name] += phases[name]
-                with timers.phase("log"):  # counted in the next row: this row's clock stopped at `now`
-                    resources = sampler.sample()
-                    cpu_samples.append(resources["cpu_percent"])
-                    logger.log({
-                        "update": update, "env_steps": env_steps, "wall_time": elapsed,
-                        "sps": cfg.rollout_size / max(now - last_row, 1e-9),  # logging and checkpoints included
-                        "episodic_return_mean": _mean(ep_returns), "episodic_length_mean": _mean(ep_lengths),
-                        "episodes": episodes, "learning_rate": lr, **stats,
-                        **{f"time_{name}": seconds for name, seconds in phases.items()},
-                        **resources, "worker_restarts": getattr(source, "restarts", 0),
-                    })
-                    if now - last_checkpoint >= cfg.run.checkpoint_interval:
-                        checkpoint()
-                        last_checkpoint = now
-
-                last_row = now
-                if stop.signum is not None:
-                    stop_reason = "signal"
-                elif cfg.run.total_steps and env_steps >= cfg.run.total_steps:
-                    stop_reason = "total_steps"
-                elif elapsed >= budget:
-                    stop_reason = "duration"
-            wall = time.monotonic() - start - elapsed_before
-            checkpoint()
+            outcome = run_loop(cfg, source, state, [metrics, checkpoints], stop, clock)
+            checkpoints.save(state)
     finally:
-        sampler.close()
-        logger.close()
+        metrics.close()
         source.close()
-
-    leftover = timers.pop()
-    for name in PHASES:
-        phase_totals[name] += leftover[name]
-    summary = {
-        "mode": source.mode,
-        "env_id": cfg.env.id,
-        **source.layout,
-        "total_env_steps": env_steps,
-        "wall_seconds": wall + elapsed_before,
-        "sps": env_steps / (wall + elapsed_before) if wall > 0 else 0.0,
-        "episodic_return_mean": _mean(ep_returns) if ep_returns else None,
-        "episodic_length_mean": _mean(ep_lengths) if ep_lengths else None,
-        "episodes": episodes,
-        "updates": update,
-        "stop_reason": stop_reason,
-        "error": error or None,
-        "signal": signal.Signals(stop.signum).name if stop.signum else None,
-        "precision": cfg.training.precision,
-        "threads": threads,
-        "peak_rss_mb": sampler.peaks["rss_mb"],
-        "peak_pss_mb": sampler.peaks["pss_mb"],
-        "peak_main_rss_mb": sampler.peaks["main_rss_mb"],
-        "peak_worker_rss_mb": sampler.peaks["worker_rss_mb"],
-        "mean_cpu_percent": float(np.mean(cpu_samples)) if cpu_samples else None,
-        "compute_limit": compute_limit,
-        "limit_efficiency": (env_steps / (wall + elapsed_before)) / compute_limit["limit_sps"]
-        if compute_limit and wall > 0 else None,
-        "phase_seconds": phase_totals,
-        "phase_fractions": {k: v / wall for k, v in phase_totals.items()} if wall > 0 else {},
-        "worker_restarts": getattr(source, "restarts", 0),
-        "resumes": resumes,
-        "seed": cfg.run.seed,
-        "hardware": fingerprint.hardware(),
-        "versions": fingerprint.versions(),
-    }
-    summary = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in summary.items()}
+    summary = summarize(cfg, source, state, outcome, metrics, threads, compute_limit, run_dir).to_dict()
     write_json(run_dir / "summary.json", summary)
     return summary
+
+
+def summarize(cfg: Config, source: RolloutSource, state: TrainState, outcome: Outcome, metrics: MetricsHook,
+              threads: dict[str, int], compute_limit: dict | None, run_dir: Path) -> RunSummary:
+    """summary.json's content, its throughput read back from metrics.csv as every reader computes it."""
+    wall = outcome.session_seconds
+    try:
+        rows = read_metrics(run_dir / "metrics.csv")
+        sps = steady_sps(rows["env_steps"], rows["wall_time"])
+    except ConfigError:  # no update finished
+        sps = None
+    peaks = metrics.sampler.peaks
+    return RunSummary(
+        mode=source.mode, env_id=cfg.env.id, **source.layout, total_env_steps=state.env_steps,
+        wall_seconds=wall + state.elapsed_before, episodes=state.episodes, updates=state.update,
+        stop_reason=outcome.stop_reason, precision=cfg.training.precision, peak_rss_mb=peaks["rss_mb"],
+        hardware=fingerprint.hardware(), versions=fingerprint.versions(), sps=sps,
+        overall_sps=state.env_steps / (wall + state.elapsed_before) if wall > 0 else None,
+        episodic_return_mean=_mean(state.episode_returns) if state.episode_returns else None,
+        episodic_length_mean=_mean(state.episode_lengths) if state.episode_lengths else None,
+        error=outcome.error, signal=outcome.signal, threads=threads, peak_pss_mb=peaks["pss_mb"],
+        peak_main_rss_mb=peaks["main_rss_mb"], peak_worker_rss_mb=peaks["worker_rss_mb"],
+        mean_cpu_percent=float(np.mean(metrics.cpu_samples)) if metrics.cpu_samples else None,
+        compute_limit=compute_limit,
+        limit_efficiency=sps / compute_limit["limit_sps"] if compute_limit and sps else None,
+        phase_seconds=outcome.phase_seconds,
+        phase_fractions={k: v / wall for k, v in outcome.phase_seconds.items()} if wall > 0 else {},
+        worker_restarts=source.restarts, resumes=state.resumes, seed=cfg.run.seed,
+    )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from parallel_ppo.scaling import steady_sps
+from parallel_ppo.runs import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = ["--set", "logging.tensorboard=false", "--set", "run.limit_seconds=0.5"]
@@ -45,9 +45,9 @@ def test_scaling_sweep_writes_consistent_results(tmp_path):
     assert (out / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     points = json.loads((out / "scaling.json").read_text())["points"]
     assert [(p["workers"], p["envs"]) for p in points] == [(0, 8), (1, 8), (2, 16)]
-    base = steady_sps(Path(points[0]["run_dir"]))
+    base = load_run("base", Path(points[0]["run_dir"])).steady_sps
     for p in points:
-        own = steady_sps(Path(p["run_dir"]))
+        own = load_run("point", Path(p["run_dir"])).steady_sps
         assert p["steps_per_second"] == pytest.approx(own)
         assert p["speedup"] == pytest.approx(own / base)
         assert p["efficiency"] == pytest.approx(p["speedup"] / max(p["workers"], 1))

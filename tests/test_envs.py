@@ -9,8 +9,16 @@ from torch import nn
 
 from parallel_ppo.buffer import RolloutBuffer
 from parallel_ppo.collect import EnvRunner
-from parallel_ppo.config import EnvConfig
+from parallel_ppo.config import PROCGEN_EXPLORATION_GAMES, PROCGEN_GAMES, EnvConfig
 from parallel_ppo.envs import make_batch_env
+
+
+def test_procgen_game_lists_match_procgen():
+    """The config's Procgen names (known without loading Procgen) are Procgen's own."""
+    from procgen.env import ENV_NAMES, EXPLORATION_LEVEL_SEEDS
+
+    assert PROCGEN_GAMES == tuple(ENV_NAMES)
+    assert set(PROCGEN_EXPLORATION_GAMES) == set(EXPLORATION_LEVEL_SEEDS)
 
 
 def _play(envs, actions: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:

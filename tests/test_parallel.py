@@ -17,6 +17,7 @@ from parallel_ppo.checkpoint import load_checkpoint
 from parallel_ppo.collect import SequentialCollector
 from parallel_ppo.config import build_config
 from parallel_ppo.parallel.coordinator import ParallelCoordinator
+from parallel_ppo.threads import thread_plan
 from parallel_ppo.trainer import train
 
 pytestmark = pytest.mark.slow  # every test here trains or starts trainers
@@ -47,7 +48,7 @@ def _one_update(tmp_path: Path, env_id: str, workers: int) -> tuple[dict[str, to
     out = tmp_path / f"{env_id}_w{workers}"
     out.mkdir()
     cfg = _config(env_id, workers > 0, max(workers, 1), out)
-    source = ParallelCoordinator(cfg) if workers else SequentialCollector(cfg, env_threads=1)
+    source = ParallelCoordinator(cfg, thread_plan(cfg, parallel=True)) if workers else SequentialCollector(cfg, 1)
     summary = train(cfg, source, out, threads={})
     assert summary["updates"] == 1
     buffer = {name: getattr(source.buffer, name).clone() for name in BUFFER_FIELDS}

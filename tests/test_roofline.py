@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from parallel_ppo.bench_cli import main, steady_state_sps
+from parallel_ppo.bench_cli import main
 from parallel_ppo.config import Config, ConfigError
 from parallel_ppo.envs import PROCGEN_ACTIONS, PROCGEN_OBS_SHAPE
 from parallel_ppo.roofline import limit_sps, measure_compute_limit
@@ -76,16 +76,3 @@ def test_bench_py_bad_flag_exits_2_with_one_line() -> None:
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == "bench.py: error: unrecognized arguments: --no-such-flag (see --help)"
-
-
-def test_steady_state_sps_leaves_out_the_first_update(tmp_path: Path) -> None:
-    csv_path = tmp_path / "metrics.csv"
-    csv_path.write_text("update,env_steps,wall_time,time_inference,time_update\n"
-                        "1,1024,9.0,1.0,8.0\n2,2048,13.0,0.5,3.5\n3,3072,17.0,0.5,3.5\n")
-    result = steady_state_sps(csv_path)
-    assert result["sps"] == pytest.approx(2048 / 8.0)
-    assert (result["steps"], result["updates"]) == (2048, 2)
-    assert result["phase_seconds_per_update"] == {"inference": 0.5, "update": 3.5}
-    csv_path.write_text("update,env_steps,wall_time\n1,1024,9.0\n")
-    with pytest.raises(ValueError):
-        steady_state_sps(csv_path)

@@ -16,10 +16,20 @@ from torch import nn
 
 from parallel_ppo.buffer import RolloutBuffer
 from parallel_ppo.collect import CollectResult, RolloutError
-from parallel_ppo.config import Config
-from parallel_ppo.envs import env_spaces, procgen_games
+from parallel_ppo.config import PROCGEN_GAMES, Config
+from parallel_ppo.envs import env_spaces
 from parallel_ppo.model import build_model
-from parallel_ppo.parallel.worker import PRELOAD_PROCGEN_VAR, WorkerSpec, worker_main
+from parallel_ppo.parallel.worker import (
+    PRELOAD_PROCGEN_VAR,
+    Collect,
+    Done,
+    Failed,
+    Ready,
+    Stop,
+    WorkerSpec,
+    worker_main,
+)
+from parallel_ppo.threads import ThreadPlan
 from parallel_ppo.timing import PhaseTimer
 
 STARTUP_TIMEOUT = 180.0
@@ -78,10 +88,10 @@ class ParallelCoordinator:
 
     mode = "parallel"
 
-    def __init__(self, cfg: Config, resumes: int = 0) -> None:
+    def __init__(self, cfg: Config, threads: ThreadPlan, resumes: int = 0) -> None:
         p = cfg.parallel
         self.cfg = cfg
-        self.env_threads = cfg.env.env_threads or 1
+        self.threads = threads
         self.obs_shape, self.obs_dtype, self.num_actions = env_spaces(cfg.env)
         numel = sum(t.numel() for t in build_model(self.obs_shape, self.num_actions, cfg.model).parameters())
         self.params = torch.zeros(numel).share_memory_()
@@ -95,7 +105,7 @@ class ParallelCoordinator:
         self._slot_restarts = [0] * p.num_workers
         self._ctx = torch.multiprocessing.get_context(p.start_method)
         if p.start_method == "forkserver":
-            if cfg.env.id in procgen_games():
+            if cfg.env.id in PROCGEN_GAMES:
                 os.environ.setdefault(PRELOAD_PROCGEN_VAR, cfg.env.id)  # read by the forkserver when it starts
             self._ctx.set_forkserver_preload(["parallel_ppo.parallel.preload"])
         self._workers: list[_Worker | None] = [None] * p.num_workers
@@ -118,11 +128,12 @@ class ParallelCoordinator:
         m = self.cfg.parallel.num_envs_per_worker
         spec = WorkerSpec(index=index, first_env=index * m, num_envs=m, stream=(self._resumes, restart),
                           cfg=self.cfg, obs_shape=self.obs_shape, num_actions=self.num_actions, buffer=self.buffer,
-                          params=self.params, progress=self.progress, env_threads=self.env_threads)
+                          params=self.params, progress=self.progress, env_threads=self.threads.env,
+                          torch_threads=self.threads.worker or 1)
         parent, child = self._ctx.Pipe(duplex=True)
         process = self._ctx.Process(target=worker_main, args=(spec, child), name=f"ppo-worker-{index}",
                                     daemon=True)
-        with _thread_env(self.cfg.parallel.worker_threads):
+        with _thread_env(self.threads.worker or 1):
             process.start()
         child.close()
         return _Worker(process, parent, spec)
@@ -135,10 +146,10 @@ class ParallelCoordinator:
         if not ready:
             raise WorkerError(f"worker {index} was not ready after {STARTUP_TIMEOUT:.0f} s")
         message = _try_recv(worker.conn)
-        if message is not None and message[0] == "ready":
+        if isinstance(message, Ready):
             return
-        if message is not None and message[0] == "error":
-            raise WorkerError(f"worker {index} failed to start: {message[1]}")
+        if isinstance(message, Failed):
+            raise WorkerError(f"worker {index} failed to start: {message.summary}")
         worker.process.join(1.0)
         raise _Died(f"died while starting ({describe_exit(worker.process.exitcode)})")
 
@@ -205,11 +216,11 @@ class ParallelCoordinator:
                     self._replace(i, f"died ({describe_exit(w.process.exitcode)})")
                     self._request(i)
                     heard.pop(i, None)
-                elif message[0] == "done":
-                    results[i] = message[1]
+                elif isinstance(message, Done):
+                    results[i] = message.result
                     pending.discard(i)
-                elif message[0] == "error":
-                    raise WorkerError(f"worker {i} failed: {message[1]}")
+                elif isinstance(message, Failed):
+                    raise WorkerError(f"worker {i} failed: {message.summary}")
             for i in list(pending):
                 steps = int(self.progress[i])
                 last_steps, since = heard.get(i, (-1, now))
@@ -224,7 +235,7 @@ class ParallelCoordinator:
     def _request(self, index: int) -> None:
         w = self._workers[index]
         try:
-            w.conn.send(("collect",))
+            w.conn.send(Collect())
         except (BrokenPipeError, OSError):
             pass  # it died; the wait loop sees its sentinel
 
@@ -234,7 +245,7 @@ class ParallelCoordinator:
         for w in self._workers:
             if w is not None:
                 try:
-                    w.conn.send(("stop",))
+                    w.conn.send(Stop())
                 except (BrokenPipeError, OSError):
                     pass
         deadline = time.monotonic() + 5.0
@@ -245,7 +256,7 @@ class ParallelCoordinator:
                 self._workers[i] = None
 
 
-def _try_recv(conn: Connection) -> tuple | None:
+def _try_recv(conn: Connection) -> Ready | Done | Failed | None:
     try:
         if conn.poll():
             return conn.recv()

@@ -11,9 +11,9 @@ import torch  # noqa: F401
 from parallel_ppo.parallel.worker import PRELOAD_PROCGEN_VAR
 
 if os.environ.get(PRELOAD_PROCGEN_VAR):
-    from parallel_ppo.envs import procgen_games
+    from parallel_ppo.envs import import_procgen
 
-    procgen_games()
+    import_procgen()
     from procgen import ProcgenGym3Env
 
     ProcgenGym3Env(num=1, env_name=os.environ[PRELOAD_PROCGEN_VAR], num_threads=0).close()  # loads the assets

@@ -12,6 +12,7 @@ import torch
 
 from parallel_ppo.allocator import retain_freed_memory
 from parallel_ppo.buffer import RolloutBuffer
+from parallel_ppo.collect import CollectResult
 from parallel_ppo.config import Config
 
 
@@ -29,7 +30,41 @@ class WorkerSpec:
     buffer: RolloutBuffer  # the whole shared buffer; the worker writes only its env slice
     params: torch.Tensor  # flat policy parameters, written by the coordinator after each update
     progress: torch.Tensor  # int64 per worker: env steps taken, a heartbeat the coordinator watches
-    env_threads: int
+    env_threads: int  # Procgen stepping threads
+    torch_threads: int  # torch/OpenMP threads
+
+
+# Messages on a worker's pipe. In: Collect or Stop. Out: Ready once started, then Done per rollout, or Failed.
+@dataclass(frozen=True)
+class Collect:
+    """Coordinator → worker: read the published parameters and fill your slice with one rollout."""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Coordinator → worker: close your envs and exit."""
+
+
+@dataclass(frozen=True)
+class Ready:
+    """Worker → coordinator: envs and policy built; waiting for Collect."""
+
+    pid: int
+
+
+@dataclass(frozen=True)
+class Done:
+    """Worker → coordinator: the slice is filled."""
+
+    result: CollectResult
+
+
+@dataclass(frozen=True)
+class Failed:
+    """Worker → coordinator: an error no restart can fix (a bad config, a bug), with its traceback."""
+
+    summary: str
+    traceback: str
 
 
 PRELOAD_PROCGEN_VAR = "PARALLEL_PPO_PRELOAD_PROCGEN"
@@ -50,10 +85,7 @@ def process_title(spec: WorkerSpec) -> str:
 
 
 def worker_main(spec: WorkerSpec, conn: Connection) -> None:
-    """Serve rollout requests until told to stop or the coordinator goes away.
-
-    Messages in: ("collect",) or ("stop",). Out: ("ready",), ("done", CollectResult) or ("error", text).
-    """
+    """Serve rollout requests (Collect) until told to Stop or the coordinator goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the coordinator decides
     try:
         import setproctitle
@@ -61,7 +93,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         setproctitle.setproctitle(process_title(spec))
     except ImportError:  # pragma: no cover - optional nicety
         pass
-    torch.set_num_threads(spec.cfg.parallel.worker_threads)
+    torch.set_num_threads(spec.torch_threads)
     retain_freed_memory()
     runner = None
     try:
@@ -81,23 +113,22 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         buf = spec.buffer.env_slice(spec.first_env, spec.first_env + spec.num_envs)
         progress = spec.progress[spec.index]
         fail_at = _injected_fault(spec.index)
-        conn.send(("ready", os.getpid()))
+        conn.send(Ready(os.getpid()))
         rollouts = 0
         while True:
             message = conn.recv()  # blocks in the kernel between rollouts: no busy-waiting
-            if message[0] != "collect":
+            if not isinstance(message, Collect):
                 break
             rollouts += 1
             if rollouts == fail_at:
                 raise RuntimeError(f"fault injected by {FAULT_ENV_VAR} in rollout {rollouts}")
             torch.nn.utils.vector_to_parameters(spec.params, params)
-            conn.send(("done", runner.collect(model, buf, progress)))
+            conn.send(Done(runner.collect(model, buf, progress)))
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass  # the coordinator is gone or stopping
     except BaseException as e:
         try:
-            summary = f"{type(e).__name__}: {e}"
-            conn.send(("error", summary, traceback.format_exc()))
+            conn.send(Failed(f"{type(e).__name__}: {e}", traceback.format_exc()))
         except OSError:
             pass
     finally:

@@ -1,0 +1,35 @@
+"""Result files written atomically (temp file + fsync + rename), so a reader never sees half a file; no torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+
+def atomic_write(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
+    """Call `write(file_object)` on a temp file beside `path`, fsync it, then rename it over `path`."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, data: dict) -> None:
+    """`data` as indented JSON, atomically; NaN and infinity are refused (they are not JSON)."""
+    atomic_write(path, lambda f: f.write((json.dumps(data, indent=2, allow_nan=False, default=str) + "\n").encode()))
+
+
+def write_text(path: Path, text: str) -> None:
+    """`text` as UTF-8, atomically."""
+    atomic_write(path, lambda f: f.write(text.encode()))

@@ -1,0 +1,89 @@
+"""The package's shape holds by test, not by care: no import cycle, the pure core imports nothing of the
+processes or the reporting, no function over 60 lines, entry scripts that stay thin."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "parallel_ppo"
+PURE_CORE = ("model", "buffer", "ppo")
+KEPT_OUT_OF_THE_CORE = ("parallel", "trainer", "metrics", "report")
+
+
+def _module_name(path: Path, package: Path) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module → the package's modules it imports (anywhere in it, function-level imports too)."""
+    modules = {_module_name(p, package): p for p in package.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+        graph[name] = {m for m in found if m in modules and m != name}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of `graph` as a path (first module repeated at the end), or None."""
+    state: dict[str, str] = {}
+
+    def visit(module: str, path: list[str]) -> list[str] | None:
+        state[module] = "open"
+        for dep in sorted(graph[module]):
+            if state.get(dep) == "open":
+                return [*path, module, dep]
+            if dep not in state and (found := visit(dep, [*path, module])):
+                return found
+        state[module] = "done"
+        return None
+
+    return next((c for m in sorted(graph) if m not in state and (c := visit(m, []))), None)
+
+
+def test_the_import_graph_has_no_cycle():
+    cycle = _cycle(_imports())
+    assert cycle is None, "import cycle: " + " → ".join(cycle or [])
+
+
+def test_the_pure_core_imports_no_processes_and_no_reporting():
+    graph = _imports()
+    for core in PURE_CORE:
+        module = f"parallel_ppo.{core}"
+        bad = {m for m in graph[module]
+               if any(m == f"parallel_ppo.{x}" or m.startswith(f"parallel_ppo.{x}.") for x in KEPT_OUT_OF_THE_CORE)}
+        assert not bad, f"{module} imports {sorted(bad)}"
+
+
+def test_a_cycle_would_be_found(tmp_path):
+    """The check itself can fail: modules that import each other (one inside a function) are a cycle."""
+    pkg = tmp_path / "parallel_ppo"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("from parallel_ppo.b import x\n")
+    (pkg / "b.py").write_text("def f():\n    from parallel_ppo import a\n")
+    (pkg / "c.py").write_text("import parallel_ppo.a\n")
+    assert _cycle(_imports(pkg)) == ["parallel_ppo.a", "parallel_ppo.b", "parallel_ppo.a"]
+
+
+def test_no_function_is_longer_than_60_lines():
+    long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 60:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+    assert not long, long
+
+
+def test_entry_scripts_stay_thin():
+    for path in sorted(ROOT.glob("*.py")):
+        assert len(path.read_text().splitlines()) < 30, path.name
