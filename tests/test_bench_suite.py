@@ -78,3 +78,30 @@ def test_sweep_rejects_bad_input_before_running(tmp_path):
                            "--output-dir", str(tmp_path / "s")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.slow
+def test_a_crashed_benchmark_run_is_a_crash_and_refused_settings_are_not(tmp_path, monkeypatch):
+    """A point whose trainer fails (here a worker fault) raises BenchRunCrashed, which the sweep reports with
+    exit 1; one whose settings the trainer refuses (exit 2) is a ConfigError, which autotune skips."""
+    from parallel_ppo.config import ConfigError
+    from parallel_ppo.scaling import BenchRunCrashed, run_point
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("PARALLEL_PPO_INJECT_FAULT", "0:1")  # worker 0 raises in its first rollout
+    with pytest.raises(BenchRunCrashed, match="crashed .*worker 0 failed"):
+        run_point(tmp_path / "crash", 2, 4, 5.0, "config/cartpole.yaml", ["--set", "logging.tensorboard=false"])
+    monkeypatch.delenv("PARALLEL_PPO_INJECT_FAULT")
+    with pytest.raises(ConfigError, match="refused its settings: .*batch size 3"):
+        run_point(tmp_path / "refused", 2, 4, 5.0, "config/cartpole.yaml", ["--batch-size", "3"])
+
+
+@pytest.mark.slow
+def test_the_package_runs_outside_a_checkout(tmp_path):
+    """`python -m parallel_ppo train` from any directory: the sweeps launch trainers this way."""
+    proc = subprocess.run([sys.executable, "-m", "parallel_ppo", "train", "--env", "CartPole-v1", "--num-envs", "2",
+                           "--set", "training.n_steps=16", "--batch-size", "32", "--total-steps", "64",
+                           "--set", "run.limit_seconds=0", "--output-dir", "run"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["updates"] == 2

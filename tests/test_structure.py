@@ -4,6 +4,8 @@ processes or the reporting, no function over 60 lines, entry scripts that stay t
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,3 +89,11 @@ def test_no_function_is_longer_than_60_lines():
 def test_entry_scripts_stay_thin():
     for path in sorted(ROOT.glob("*.py")):
         assert len(path.read_text().splitlines()) < 30, path.name
+
+
+def test_reading_and_reporting_runs_needs_no_torch():
+    """compare_results.py's modules and the atomic file helpers load without torch (fast errors, light imports)."""
+    code = ("import sys, parallel_ppo.report, parallel_ppo.runs, parallel_ppo.files, parallel_ppo.compare_cli; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "False"
