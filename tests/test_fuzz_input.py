@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from parallel_ppo.cli import run
 from parallel_ppo.config import Config, ConfigError, build_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,15 +71,17 @@ CLI_CASES = [
 ]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("args", CLI_CASES, ids=lambda a: " ".join(a) or "empty")
-def test_malformed_cli_exits_2_with_one_line(tmp_path, args):
+def test_malformed_cli_exits_2_with_one_line(tmp_path, capsys, args):
+    """In-process through the trainers' command line (tests/test_cli.py runs the same paths as processes)."""
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "train_timed.py", "--output-dir", str(out), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    try:
+        status = run(["--output-dir", str(out), *args], parallel=False, prog="train_timed.py")
+    except SystemExit as e:  # argparse's exit for a malformed flag
+        status = e.code
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("train_timed.py: error:"), err
     assert not out.exists()
 
 
