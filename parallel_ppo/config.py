@@ -334,10 +334,10 @@ def derive_parallel_envs(cfg: Config, given: set[str]) -> None:
     cfg.env.num_envs = total
 
 
-POSITIVE = ("env.num_envs", "parallel.num_workers", "parallel.num_envs_per_worker", "parallel.worker_threads",
-            "training.n_steps", "training.batch_size", "training.n_epochs", "model.hidden_size",
-            "logging.return_window", "run.checkpoint_interval", "parallel.worker_timeout", "training.learning_rate",
-            "training.max_grad_norm", "training.clip_coef")
+POSITIVE = ("run.duration", "env.num_envs", "parallel.num_workers", "parallel.num_envs_per_worker",
+            "parallel.worker_threads", "training.n_steps", "training.batch_size", "training.n_epochs",
+            "model.hidden_size", "logging.return_window", "run.checkpoint_interval", "parallel.worker_timeout",
+            "training.learning_rate", "training.max_grad_norm", "training.clip_coef")
 MAXIMUM = {"env.num_envs": 4096, "training.n_steps": 100_000, "parallel.num_workers": 512, "run.seed": 2**31 - 1,
            "run.duration": 24 * 365}
 NON_NEGATIVE = ("env.num_levels", "env.start_level", "env.env_threads", "parallel.learner_threads",
@@ -358,8 +358,6 @@ def get_value(cfg: Config, key: str) -> Any:
 
 def validate(cfg: Config) -> None:
     """Raise ConfigError for impossible or unknown settings, naming the first one found."""
-    if not cfg.run.duration > 0:
-        raise ConfigError(f"run.duration (--duration, hours) must be in (0, 8760], got {cfg.run.duration}")
     for key in POSITIVE:
         if get_value(cfg, key) <= 0:
             raise ConfigError(f"{field_name(key)} must be positive, got {get_value(cfg, key)}")

@@ -91,7 +91,8 @@ class ParallelCoordinator:
     def __init__(self, cfg: Config, threads: ThreadPlan, resumes: int = 0) -> None:
         p = cfg.parallel
         self.cfg = cfg
-        self.threads = threads
+        self.env_threads = threads.env
+        self.worker_threads = threads.worker or 1  # a parallel plan always has one; the field is optional
         self.obs_shape, self.obs_dtype, self.num_actions = env_spaces(cfg.env)
         numel = sum(t.numel() for t in build_model(self.obs_shape, self.num_actions, cfg.model).parameters())
         self.params = torch.zeros(numel).share_memory_()
@@ -128,12 +129,12 @@ class ParallelCoordinator:
         m = self.cfg.parallel.num_envs_per_worker
         spec = WorkerSpec(index=index, first_env=index * m, num_envs=m, stream=(self._resumes, restart),
                           cfg=self.cfg, obs_shape=self.obs_shape, num_actions=self.num_actions, buffer=self.buffer,
-                          params=self.params, progress=self.progress, env_threads=self.threads.env,
-                          torch_threads=self.threads.worker or 1)
+                          params=self.params, progress=self.progress, env_threads=self.env_threads,
+                          torch_threads=self.worker_threads)
         parent, child = self._ctx.Pipe(duplex=True)
         process = self._ctx.Process(target=worker_main, args=(spec, child), name=f"ppo-worker-{index}",
                                     daemon=True)
-        with _thread_env(self.threads.worker or 1):
+        with _thread_env(self.worker_threads):
             process.start()
         child.close()
         return _Worker(process, parent, spec)
