@@ -12,11 +12,14 @@ ENVS     ?= 8
 BENCH_SECONDS   ?= 60
 ENVS_PER_WORKER ?= 8
 AUTOTUNE_SECONDS ?= 20
+MINUTES          ?= 10
+SEEDS            ?= 1,2,3
 TB_HOST          ?= 127.0.0.1
 # `make bench` sweeps WORKERS only when given on the command line; by default 1, 2, 4, ... physical cores.
 BENCH_WORKERS    = $(if $(filter command line,$(origin WORKERS)),--workers "$(WORKERS)",)
 
-.PHONY: install test test-fast lint train train-parallel compare roofline bench-speed bench-envs bench autotune tensorboard \
+.PHONY: install test test-fast lint train train-parallel compare roofline bench-speed bench-envs bench autotune bench-learning \
+        tensorboard \
         clean distclean
 
 install: $(VENV)/.installed
@@ -78,6 +81,12 @@ bench: install
 autotune: install
 	$(PY) bench.py autotune --config config/ppo_parallel.yaml --env $(ENV) \
 		--seconds $(AUTOTUNE_SECONDS) --output-dir benchmarks/autotune $(ARGS)
+
+## Learning benchmark: config variants × seeds (one run at a time, MINUTES each), compared across seeds:
+## make bench-learning ENV=starpilot MINUTES=10 SEEDS=1,2,3 → benchmarks/learning_$(ENV)/ (reruns keep finished runs)
+bench-learning: install
+	$(PY) bench.py learning --config config/ppo_sequential.yaml --env $(ENV) --minutes $(MINUTES) --seeds $(SEEDS) \
+		--output-dir $(or $(OUT),benchmarks/learning_$(ENV)) $(ARGS)
 
 ## TensorBoard for every run under benchmarks/, on this machine only; TB_HOST=0.0.0.0 serves it to the network.
 tensorboard: install

@@ -1,5 +1,6 @@
 """bench.py's command line: `roofline` (the network's compute limit), `speed-check` (trainer vs limit),
-`envs` (raw env throughput), `scaling` (the worker sweep) and `autotune` (the fastest layout here)."""
+`envs` (raw env throughput), `scaling` (the worker sweep), `autotune` (the fastest layout here) and
+`learning` (return per step and per hour over config variants × seeds)."""
 
 from __future__ import annotations
 
@@ -43,9 +44,9 @@ def make_parser(prog: str) -> OneLineParser:
     """bench.py's parser: one subcommand per benchmark."""
     p = OneLineParser(prog=prog, description="Benchmarks of the PPO network and trainers on this machine.")
     sub = p.add_subparsers(dest="command", required=True,
-                           metavar="{roofline,speed-check,envs,scaling,autotune}")
+                           metavar="{roofline,speed-check,envs,scaling,autotune,learning}")
 
-    for add in (_add_roofline, _add_speed_check, _add_envs, _add_sweeps):
+    for add in (_add_roofline, _add_speed_check, _add_envs, _add_sweeps, _add_learning):
         add(sub)
     return p
 
@@ -120,6 +121,51 @@ def _add_sweeps(sub: Any) -> None:
                            help='worker counts, e.g. "1 2 4" (default 1, 2, 4, ... physical cores)')
             c.add_argument("--envs-per-worker", default="8", metavar="LIST", help='e.g. "8" or "4 8 16"')
             c.add_argument("--no-sequential", action="store_true", help="skip the sequential reference point")
+
+
+def _add_learning(sub: Any) -> None:
+    from parallel_ppo.learning_bench import DEFAULT_VARIANTS
+
+    text = "train config variants × seeds, one run at a time, and compare their learning across seeds"
+    c = sub.add_parser("learning", help=text, description=text[0].upper() + text[1:] + ". Runs that finished "
+                       "before (summary.json present) are kept, so the same command finishes an interrupted one.")
+    c.add_argument("--config", default=str(ROOT / "config" / "ppo_sequential.yaml"), help="YAML config file")
+    c.add_argument("--env", default="starpilot", metavar="ID", help="Procgen game or gymnasium id (starpilot)")
+    c.add_argument("--minutes", type=_positive_float, default=10.0, metavar="M", help="per run (default 10)")
+    c.add_argument("--seeds", default="1,2,3", metavar="LIST", help="seeds, e.g. 1,2,3 (the default)")
+    c.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
+                   help="a variant (repeatable); default: " + ", ".join(
+                       f"{v.label}:{','.join(s.removeprefix('training.') for s in v.sets)}"
+                       for v in DEFAULT_VARIANTS))
+    c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override passed to every run (repeatable)")
+    c.add_argument("--output-dir", metavar="DIR", help="default benchmarks/learning_<env>")
+
+
+def learning(args: Any, prog: str) -> int:
+    from parallel_ppo.learning_bench import DEFAULT_VARIANTS, main_learning, parse_variant
+
+    out = Path(args.output_dir or f"benchmarks/learning_{args.env}")
+    try:
+        seeds = _int_list(args.seeds, "--seeds")
+        if len(set(seeds)) != len(seeds):
+            raise ConfigError(f"--seeds lists a seed twice: {args.seeds!r}")
+        variants = [parse_variant(v) for v in args.variant] or list(DEFAULT_VARIANTS)
+        labels = [v.label for v in variants]
+        if len(set(labels)) != len(labels):
+            raise ConfigError(f"two variants have the same label ({', '.join(labels)})")
+        extra = ["--env", args.env, *(a for item in args.set for a in ("--set", item))]
+        for v in variants:  # every run's config is checked before the first one starts
+            build_config(args.config, {"env.id": args.env}, [*args.set, *v.sets], parallel=False)
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"--output-dir {out} exists and is not a directory")
+        print(f"{prog}: {args.env}, {len(variants)} variants × {len(seeds)} seeds × {args.minutes:g} min, one at a "
+              f"time → {out}", flush=True)
+        return main_learning(out, variants, seeds, args.config, args.minutes, extra, prog)
+    except ConfigError as e:
+        return fail(prog, e, 2)
+    except BenchRunCrashed as e:
+        return fail(prog, e, 1)
 
 
 def _int_list(text: str, name: str) -> list[int]:
@@ -276,5 +322,5 @@ def main(argv: list[str] | None = None, prog: str = "bench.py") -> int:
     args = make_parser(prog).parse_args(argv)
     retain_freed_memory()  # as the trainer does, so rates measured here are the trainer's
     commands = {"roofline": roofline, "speed-check": speed_check, "envs": envs, "scaling": sweep,
-                "autotune": sweep}
+                "autotune": sweep, "learning": learning}
     return commands[args.command](args, prog)

@@ -21,14 +21,15 @@ class RolloutBuffer:
     actions: torch.Tensor  # (T, N) int64
     logprobs: torch.Tensor  # (T, N) float32
     values: torch.Tensor  # (T, N) float32
-    rewards: torch.Tensor  # (T, N) float32
+    rewards: torch.Tensor  # (T, N) float32, as the env gave them
+    bootstrap: torch.Tensor  # (T, N) float32: gamma × V(last state) where a time limit cut the episode at t, else 0
     dones: torch.Tensor  # (T, N) float32
     last_values: torch.Tensor  # (N,) float32: value of the observation after the last step
 
     @staticmethod
     def bytes_per_step(obs_shape: tuple[int, ...], obs_dtype: np.dtype) -> int:
-        """Bytes one env step takes in the buffer: its observation, an int64 action and four float32s."""
-        return int(np.prod(obs_shape)) * np.dtype(obs_dtype).itemsize + 8 + 4 * 4
+        """Bytes one env step takes in the buffer: its observation, an int64 action and five float32s."""
+        return int(np.prod(obs_shape)) * np.dtype(obs_dtype).itemsize + 8 + 5 * 4
 
     @classmethod
     def allocate(cls, n_steps: int, num_envs: int, obs_shape: tuple[int, ...], obs_dtype: np.dtype,
@@ -45,6 +46,7 @@ class RolloutBuffer:
             logprobs=zeros(n_steps, num_envs),
             values=zeros(n_steps, num_envs),
             rewards=zeros(n_steps, num_envs),
+            bootstrap=zeros(n_steps, num_envs),
             dones=zeros(n_steps, num_envs),
             last_values=zeros(num_envs),
         )
@@ -62,7 +64,8 @@ class RolloutBuffer:
         return RolloutBuffer(
             obs=self.obs[:, start:stop], actions=self.actions[:, start:stop],
             logprobs=self.logprobs[:, start:stop], values=self.values[:, start:stop],
-            rewards=self.rewards[:, start:stop], dones=self.dones[:, start:stop],
+            rewards=self.rewards[:, start:stop], bootstrap=self.bootstrap[:, start:stop],
+            dones=self.dones[:, start:stop],
             last_values=self.last_values[start:stop],
         )
 

@@ -20,7 +20,7 @@ from parallel_ppo.allocator import retain_freed_memory
 from parallel_ppo.checkpoint import load_checkpoint, next_resume_count
 from parallel_ppo.collect import RolloutError
 from parallel_ppo.config import FLAGS, Config, ConfigError, OneLineParser, build_config, fail
-from parallel_ppo.runs import RUN_FILES
+from parallel_ppo.runs import RUN_FILES, seed_dir
 from parallel_ppo.threads import thread_plan
 
 
@@ -45,6 +45,8 @@ def make_parser(prog: str, parallel: bool) -> OneLineParser:
     p.add_argument("--overwrite", action="store_true", help="replace the results of an earlier run in DIR")
     p.add_argument("--resume", metavar="DIR",
                    help="continue the run in DIR from its checkpoint (its config.yaml, then any flags given)")
+    p.add_argument("--seeds", metavar="LIST",
+                   help="train once per seed (e.g. 1,2,3), one after another, into OUTPUT_DIR/seed_<n>")
     return p
 
 
@@ -68,10 +70,13 @@ def check_writable(path: Path) -> None:
         raise ConfigError(f"cannot write output directory {path}: {ancestor}: {e.strerror}") from None
 
 
+def default_run_dir(mode: str) -> str:
+    return f"benchmarks/{mode}_{time.strftime('%Y%m%d-%H%M%S')}"
+
+
 def resolve_run_dir(cfg: Config, mode: str, overwrite: bool) -> Path:
     """The run directory (not yet created); refuses to mix with an earlier run's results unless told to."""
-    out = cfg.run.output_dir or f"benchmarks/{mode}_{time.strftime('%Y%m%d-%H%M%S')}"
-    path = Path(out)
+    path = Path(cfg.run.output_dir or default_run_dir(mode))
     if path.exists() and not path.is_dir():
         raise ConfigError(f"output directory {path} exists and is not a directory")
     if not overwrite and path.is_dir() and any((path / name).exists() for name in RUN_FILES):
@@ -194,8 +199,55 @@ def start(args: argparse.Namespace, parallel: bool) -> Start:
 
 
 def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
-    """Parse, validate, build the rollout source, train; returns the process exit status."""
+    """Parse, validate, build the rollout source, train (once, or once per seed); returns the exit status."""
     args = make_parser(prog, parallel).parse_args(argv)
+    if args.seeds is not None:
+        return run_seeds(args, parallel, prog)
+    return run_one(args, parallel, prog)
+
+
+def seed_runs(args: argparse.Namespace, parallel: bool) -> list[argparse.Namespace]:
+    """`--seeds`: one set of arguments per seed, each checked (config and run directory) before any trains."""
+    if args.seed is not None or args.resume:
+        raise ConfigError("--seeds runs several seeds; drop --seed and --resume (resume one seed's directory "
+                          "on its own)")
+    try:
+        seeds = [int(v) for v in args.seeds.replace(",", " ").split()]
+    except ValueError:
+        raise ConfigError(f"--seeds expects whole numbers such as 1,2,3, got {args.seeds!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds expects distinct whole numbers such as 1,2,3, got {args.seeds!r}")
+    parent = Path(args.output_dir or default_run_dir("parallel" if parallel else "sequential"))
+    out = []
+    for seed in seeds:
+        one = argparse.Namespace(**{**vars(args), "seeds": None, "seed": seed,
+                                    "output_dir": str(seed_dir(parent, seed))})
+        resolve_run_dir(build_config(one.config, flag_values(one), one.set, parallel), "", one.overwrite)
+        out.append(one)
+    return out
+
+
+def run_seeds(args: argparse.Namespace, parallel: bool, prog: str) -> int:
+    """Train each seed in turn; stop at the first that does not end normally."""
+    try:
+        runs = seed_runs(args, parallel)
+    except ConfigError as e:
+        return fail(prog, e, 2)
+    for i, one in enumerate(runs, 1):
+        print(f"{prog}: seed {one.seed} ({i} of {len(runs)}) → {one.output_dir}", flush=True)
+        status = run_one(one, parallel, prog)
+        if status != 0:
+            print(f"{prog}: stopped after seed {one.seed} (exit status {status}); later seeds were not run",
+                  file=sys.stderr)
+            return status
+    parent = Path(runs[0].output_dir).parent
+    print(f"{prog}: {len(runs)} seeds in {parent}; compare with: python compare_results.py --run LABEL={parent} "
+          "--run OTHER=DIR", flush=True)
+    return 0
+
+
+def run_one(args: argparse.Namespace, parallel: bool, prog: str) -> int:
+    """One training run from parsed arguments."""
     try:
         s = start(args, parallel)
     except ConfigError as e:

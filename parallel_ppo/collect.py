@@ -84,9 +84,11 @@ class EnvRunner:
                     self.ep_return[i] = 0.0
                     self.ep_length[i] = 0
                 end = time.perf_counter()
-                if cut and self.gamma:
-                    rewards = rewards + self.gamma * self._values(model, cut)
                 buf.rewards[t] = torch.from_numpy(rewards)
+                if cut and self.gamma:
+                    buf.bootstrap[t] = torch.from_numpy(self.gamma * self._values(model, cut))
+                else:
+                    buf.bootstrap[t] = 0.0
                 buf.dones[t] = torch.from_numpy(dones.astype(np.float32))
                 t_inf += mid - start + time.perf_counter() - end
                 t_env += end - mid
@@ -102,8 +104,10 @@ class EnvRunner:
     def _values(self, model: nn.Module, cut: dict[int, np.ndarray]) -> np.ndarray:
         """Per env: the value of the last state of an episode a time limit cut short, 0 for the others.
 
-        The done flag stops GAE at that step, so adding gamma times this value to its reward is the
-        bootstrap the episode would have had if the task had not been cut (a time limit is not a terminal state).
+        The done flag stops GAE at that step, so adding gamma times this value to its reward (through
+        `buf.bootstrap`, kept apart from the raw reward so that reward normalization scales only the reward)
+        is the bootstrap the episode would have had if the task had not been cut (a time limit is not a
+        terminal state).
         """
         bootstrap = np.zeros(self.env.num_envs, dtype=np.float32)
         with autocast(self.precision):

@@ -104,7 +104,12 @@ class TrainingConfig:
     clip_coef: float = 0.2
     """PPO ratio clip range."""
     clip_vloss: bool = True
-    """Clip the value loss around the old values."""
+    """Clip the value loss around the old values (by ±clip_coef)."""
+    normalize_reward: bool = False
+    """Divide rewards by a running std of the discounted return, as the reference Procgen PPOs do (episode
+    returns in metrics and reports stay raw)."""
+    reward_clip: float = 10.0
+    """Clip normalized rewards to ±this (only with normalize_reward)."""
     ent_coef: float = 0.01
     """Entropy bonus coefficient."""
     vf_coef: float = 0.5
@@ -337,7 +342,7 @@ def derive_parallel_envs(cfg: Config, given: set[str]) -> None:
 POSITIVE = ("run.duration", "env.num_envs", "parallel.num_workers", "parallel.num_envs_per_worker",
             "parallel.worker_threads", "training.n_steps", "training.batch_size", "training.n_epochs",
             "model.hidden_size", "logging.return_window", "run.checkpoint_interval", "parallel.worker_timeout",
-            "training.learning_rate", "training.max_grad_norm", "training.clip_coef")
+            "training.learning_rate", "training.max_grad_norm", "training.clip_coef", "training.reward_clip")
 MAXIMUM = {"env.num_envs": 4096, "training.n_steps": 100_000, "parallel.num_workers": 512, "run.seed": 2**31 - 1,
            "run.duration": 24 * 365}
 NON_NEGATIVE = ("env.num_levels", "env.start_level", "env.env_threads", "parallel.learner_threads",

@@ -23,15 +23,27 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
+from parallel_ppo import seeds
 from parallel_ppo.config import ConfigError
 from parallel_ppo.files import atomic_write
-from parallel_ppo.runs import MAIN_PHASES, SPEEDUP_DEFINITION, Run, efficiency, first_reaching, return_at, speedup
+from parallel_ppo.runs import (
+    MAIN_PHASES,
+    SPEEDUP_DEFINITION,
+    Run,
+    RunGroup,
+    efficiency,
+    first_reaching,
+    return_at,
+    speedup,
+)
 
 PHASE_NAMES = (*MAIN_PHASES, "other")
 """Bars of the phase breakdown; `other` = publish + log + checkpoint + anything untimed."""
 
 OUTPUT_FILES = ("comparison.png", "phase_breakdown.png", "comparison_report.txt", "comparison.md",
                 "comparison.json")
+SEED_FILES = ("learning_curves.png",)
+"""Written besides OUTPUT_FILES when a label has several runs (seeds)."""
 
 LAYOUT_KEYS = ("env.num_envs", "run.output_dir", "run.duration", "run.total_steps", "run.checkpoint_interval",
                "logging.progress", "logging.tensorboard")
@@ -86,6 +98,16 @@ class Comparison:
     """Return threshold for 'time to threshold' (None when no run finished an episode)."""
     threshold_source: str
     warnings: list[str] = field(default_factory=list)
+    groups: list[RunGroup] = field(default_factory=list)
+    """The labels as given, each with its runs (seeds); the table above lists every run on its own."""
+    group_stats: list[seeds.GroupStats] = field(default_factory=list)
+    equal_steps: float = 0.0
+    """Env steps at which returns are compared across seeds (the shortest run's, unless given)."""
+
+    @property
+    def has_seeds(self) -> bool:
+        """Some label has several runs: the across-seeds section, verdict and curves are shown."""
+        return any(len(g.runs) > 1 for g in self.groups)
 
     @property
     def baseline_stats(self) -> RunStats:
@@ -93,16 +115,22 @@ class Comparison:
 
 
 # ----------------------------------------------------------------------------------------------- numbers
-def compare(runs: Sequence[Run], baseline: str | None = None, threshold: float | None = None,
-            declared_modes: Mapping[str, str] | None = None) -> Comparison:
-    """Compute the table, with speed-ups against `baseline` (default: first sequential run, else first run).
+def compare(items: Sequence[RunGroup | Run], baseline: str | None = None, threshold: float | None = None,
+            declared_modes: Mapping[str, str] | None = None, at_steps: float | None = None) -> Comparison:
+    """Compute the table, with speed-ups against `baseline` (default: first sequential run, else first run),
+    and, when a label has several runs (seeds), the figures across seeds at `at_steps` env steps (default:
+    the shortest run's).
 
     `declared_modes` maps a label to the mode the user said it has (`--sequential`/`--parallel`); a run whose
     summary says otherwise gets a warning.
     """
+    groups = [g if isinstance(g, RunGroup) else RunGroup(g.label, [g]) for g in items]
+    runs = [r for g in groups for r in g.runs]
     if len(runs) < 2:
         raise ConfigError("nothing to compare: give at least two runs (--sequential/--parallel or --run)")
     labels = [r.label for r in runs]
+    multi = {g.label: g.runs[0].label for g in groups if len(g.runs) > 1}
+    baseline = multi.get(baseline, baseline) if baseline is not None else None
     if baseline is None:
         baseline = next((r.label for r in runs if r.summary.mode == "sequential"), runs[0].label)
     elif baseline not in labels:
@@ -140,8 +168,11 @@ def compare(runs: Sequence[Run], baseline: str | None = None, threshold: float |
             other_load_cores=other_load(run), logical_cores=run.summary.hardware.get("logical_cores"),
             phase_seconds=phase_seconds(run),
         ))
+    equal_steps, _ = seeds.equal_points(groups, at_steps)
+    seeded = any(len(g.runs) > 1 for g in groups)
     return Comparison(list(runs), stats, baseline, equal_time, threshold, source,
-                      _warnings(runs, declared_modes or {}))
+                      _warnings(runs, declared_modes or {}, seeded), list(groups),
+                      seeds.group_stats(groups, equal_steps, equal_time), equal_steps)
 
 
 def other_load(run: Run) -> float | None:
@@ -177,7 +208,8 @@ def _grouped(values: Mapping[str, Any]) -> str:
     return " vs ".join(f"{value} ({', '.join(labels)})" for value, labels in groups.items())
 
 
-def _warnings(runs: Sequence[Run], declared_modes: Mapping[str, str]) -> list[str]:
+def _warnings(runs: Sequence[Run], declared_modes: Mapping[str, str], seeded: bool = False) -> list[str]:
+    """What makes the runs less comparable than they look; seeds differing is expected when `seeded`."""
     out = []
     hardware = {r.label: describe_hardware(r) for r in runs}
     if len(set(hardware.values())) > 1:
@@ -190,7 +222,7 @@ def _warnings(runs: Sequence[Run], declared_modes: Mapping[str, str]) -> list[st
             out.append(f"software versions differ: {key} {_grouped(values)}")
     configs = {r.label: _flatten(r.config.to_dict()) for r in runs}
     keys = sorted({k for c in configs.values() for k in c
-                   if not k.startswith("parallel.") and k not in LAYOUT_KEYS})
+                   if not k.startswith("parallel.") and k not in LAYOUT_KEYS and not (seeded and k == "run.seed")})
     differing = [k for k in keys if len({repr(c.get(k)) for c in configs.values()}) > 1]
     if differing:
         shown = "; ".join(f"{k}: {_grouped({label: c.get(k) for label, c in configs.items()})}"
@@ -332,7 +364,10 @@ def phase_table(cmp: Comparison) -> Table:
 
 
 def verdict(cmp: Comparison) -> list[str]:
-    """Plain-words conclusions, one sentence per run against the baseline, then the best return."""
+    """Plain-words conclusions, one sentence per run against the baseline, then the best return; across seeds
+    (`seed_verdict`) when a label has several runs."""
+    if cmp.has_seeds:
+        return seed_verdict(cmp)
     base = cmp.baseline_stats
     lines = []
     at = fmt_duration(cmp.equal_time)
@@ -367,6 +402,46 @@ def verdict(cmp: Comparison) -> list[str]:
     else:
         lines.append("No run finished an episode, so returns cannot be compared.")
     return lines
+
+
+def seed_figure_names(cmp: Comparison) -> dict[str, str]:
+    return {k: v.format(steps=f"{cmp.equal_steps:,.0f}", time=fmt_duration(cmp.equal_time))
+            for k, v in seeds.FIGURE_NAMES.items()}
+
+
+def seed_table(cmp: Comparison) -> Table:
+    """One row per label: seeds, then mean, IQM and 95% bootstrap interval of each figure across seeds."""
+    names = seed_figure_names(cmp)
+    header = ["label", "seeds"]
+    for figure in seeds.FIGURES:
+        header += [f"{names[figure]}: mean", "IQM", "95% CI"]
+    rows = []
+    for g in cmp.group_stats:
+        row = [g.label, str(g.seeds)]
+        for figure in seeds.FIGURES:
+            est = getattr(g, figure)
+            row += ["-", "-", "-"] if est is None else [
+                seeds.num(est.mean), seeds.num(est.iqm), f"[{seeds.num(est.low)}, {seeds.num(est.high)}]"]
+        rows.append(row)
+    return Table(header, rows, left=1)
+
+
+def seed_verdict(cmp: Comparison) -> list[str]:
+    """Per figure, the best label against each other one; a difference is named only where intervals do not overlap."""
+    names = seed_figure_names(cmp)
+    lines = [line for figure in seeds.FIGURES for line in seeds.differences(cmp.group_stats, figure, names[figure])]
+    return lines or ["Too few labels with the figures to compare across seeds."]
+
+
+def seed_definitions(cmp: Comparison) -> list[str]:
+    return [
+        f"Across seeds: each label's runs are seeds of one config. Mean, interquartile mean (IQM: the mean of "
+        f"the middle half, the lowest and highest quarter dropped) and the {seeds.LEVEL:.0%} percentile bootstrap "
+        f"interval of the mean ({seeds.RESAMPLES:,} resamples of the seeds). Return @ {cmp.equal_steps:,.0f} "
+        f"steps: each run's mean return at its last update by that many env steps. With 3 seeds or fewer the "
+        "interval is the range of the seeds: overlapping intervals mean no difference was shown, not that "
+        "there is none.",
+    ]
 
 
 def _reached(s: RunStats) -> str:
@@ -409,7 +484,8 @@ def run_descriptions(cmp: Comparison) -> list[str]:
 # ---------------------------------------------------------------------------------- text and markdown
 def console_summary(cmp: Comparison, written: Sequence[Path]) -> str:
     """What compare_results.py prints: the table, the verdict, the warnings, and the files written."""
-    lines = [table(cmp).text(), "", *(f"  {line}" for line in verdict(cmp)),
+    across = ["Across seeds:", seed_table(cmp).text(), ""] if cmp.has_seeds else []
+    lines = [table(cmp).text(), "", *across, *(f"  {line}" for line in verdict(cmp)),
              *(f"  warning: {line}" for line in cmp.warnings)]
     if written:
         lines += ["", f"wrote {', '.join(p.name for p in written)} to {written[0].parent}"]
@@ -420,18 +496,23 @@ def _sections(cmp: Comparison) -> list[tuple[str, str, Any]]:
     """The report as (title, kind, content) with kind `table` or `list`; rendered as text or markdown."""
     warnings = cmp.warnings or ["none: same hardware, versions, config (apart from the parallel layout) "
                                 "and duration"]
+    across = [("Across seeds", "table", seed_table(cmp))]
+    figures = [("learning_curves.png", "mean return vs env steps and vs wall time across seeds, with the 95% "
+                                       "bootstrap band")] if cmp.has_seeds else []
     return [
+        *(across if cmp.has_seeds else []),
         ("Results", "table", table(cmp)),
         ("Verdict", "list", verdict(cmp)),
         ("Warnings", "list", warnings),
         ("Where the time goes (share of wall time)", "table", phase_table(cmp)),
-        ("How the numbers are computed", "list", definitions(cmp)),
+        ("How the numbers are computed", "list", definitions(cmp) + (seed_definitions(cmp) if cmp.has_seeds else [])),
         ("Runs (hardware and versions fingerprint)", "list", run_descriptions(cmp)),
         ("Figures", "figures", [
             ("comparison.png",
              "return vs wall time, return vs env steps, SPS over time, CPU and memory over time"),
             ("phase_breakdown.png",
              "where the time goes: phase seconds per 1,000 env steps and share of wall time"),
+            *figures,
         ]),
     ]
 
@@ -494,8 +575,17 @@ def to_json(cmp: Comparison) -> dict[str, Any]:
         "baseline": cmp.baseline, "speedup_definition": SPEEDUP_DEFINITION,
         "equal_wall_time_seconds": cmp.equal_time, "return_threshold": cmp.threshold,
         "threshold_source": cmp.threshold_source, "runs": runs, "verdict": verdict(cmp),
-        "warnings": cmp.warnings,
+        "warnings": cmp.warnings, **(_seeds_json(cmp) if cmp.has_seeds else {}),
     })
+
+
+def _seeds_json(cmp: Comparison) -> dict[str, Any]:
+    labels = []
+    for group, g in zip(cmp.groups, cmp.group_stats, strict=True):
+        figures = {f: None if getattr(g, f) is None else vars(getattr(g, f)) for f in seeds.FIGURES}
+        labels.append({"label": g.label, "seeds": g.seeds, "runs": [r.label for r in group.runs], **figures})
+    return {"across_seeds": {"equal_env_steps": cmp.equal_steps, "confidence_level": seeds.LEVEL,
+                             "bootstrap_resamples": seeds.RESAMPLES, "labels": labels}}
 
 
 def _finite(value: Any) -> Any:
@@ -587,6 +677,39 @@ def plot_comparison(cmp: Comparison) -> bytes:
     handles = [Line2D([], [], color=c, lw=2.5) for c in colors]
     names = [f"{run_name(s)}: {s.sps:,.0f} SPS" for s in cmp.stats]
     fig.legend(handles, names, loc="outside lower center", ncol=min(len(names), 4), fontsize=11)
+    return _png(fig)
+
+
+def plot_seeds(cmp: Comparison) -> bytes:
+    """learning_curves.png: each label's mean return across seeds vs env steps and vs wall time, with the
+    pointwise 95% bootstrap band, and the equal-steps line."""
+    colors = _run_colors(len(cmp.groups))
+    fig = Figure(figsize=(14, 5.5), layout="constrained")
+    ax_steps, ax_time = fig.subplots(1, 2)
+    fig.suptitle(f"Mean return across seeds, {seeds.LEVEL:.0%} bootstrap band: "
+                 f"{', '.join(g.label for g in cmp.groups)}", fontsize=13, fontweight="bold")
+    longest = max(float(r.metrics["wall_time"][-1]) for r in cmp.runs)
+    scale, unit = _time_unit(longest)
+    names = []
+    for group, color in zip(cmp.groups, colors, strict=True):
+        for ax, column, x_scale in ((ax_steps, "env_steps", 1.0), (ax_time, "wall_time", scale)):
+            drawn = seeds.curve(group.runs, column)
+            if drawn is None:
+                continue
+            x, mean, low, high = drawn
+            ax.plot(x / x_scale, mean, color=color, lw=2)
+            ax.fill_between(x / x_scale, low, high, color=color, alpha=0.2, lw=0)
+        names.append(f"{group.label} ({len(group.runs)} seed{'s' if len(group.runs) > 1 else ''})")
+    ax_steps.axvline(cmp.equal_steps, color="0.35", ls=":", lw=1)
+    ax_steps.xaxis.set_major_formatter(FuncFormatter(_count))
+    ax_steps.set(xlabel="env steps", ylabel=f"mean episodic return ({return_window(cmp)})",
+                 title="Return vs env steps (learning per step)")
+    ax_time.set(xlabel=f"wall time ({unit})", ylabel=f"mean episodic return ({return_window(cmp)})",
+                title="Return vs wall time (learning per hour)")
+    for ax in (ax_steps, ax_time):
+        ax.grid(alpha=0.3)
+    fig.legend([Line2D([], [], color=c, lw=2.5) for c in colors], names, loc="outside lower center",
+               ncol=min(len(names), 4), fontsize=11)
     return _png(fig)
 
 
@@ -694,7 +817,9 @@ def render_outputs(cmp: Comparison) -> dict[str, bytes]:
         "comparison.md": lambda c: render_markdown(c).encode(),
         "comparison.json": lambda c: (json.dumps(to_json(c), indent=2, allow_nan=False) + "\n").encode(),
     }
-    return {name: makers[name](cmp) for name in OUTPUT_FILES}
+    if cmp.has_seeds:
+        makers["learning_curves.png"] = plot_seeds
+    return {name: make(cmp) for name, make in makers.items()}
 
 
 def write_outputs(outputs: Mapping[str, bytes], out_dir: Path) -> list[Path]:

@@ -15,6 +15,7 @@ import io
 import json
 import math
 import os
+import re
 import types
 import typing
 from collections.abc import Sequence
@@ -186,6 +187,16 @@ def return_at(run: Run, seconds: float) -> float | None:
     return None if math.isnan(value) else value
 
 
+def return_at_step(run: Run, steps: float) -> float | None:
+    """The mean episodic return logged at the last update that ended by `steps` env steps (None: no episode
+    had finished by then, or no update had ended)."""
+    index = int(np.searchsorted(run.metrics["env_steps"], steps, side="right")) - 1
+    if index < 0:
+        return None
+    value = float(run.metrics["episodic_return_mean"][index])
+    return None if math.isnan(value) else value
+
+
 def first_reaching(run: Run, threshold: float | None) -> int | None:
     """Index of the first update whose mean return reached `threshold` (its wall_time and env_steps are the
     time and steps to threshold), None if none did."""
@@ -266,23 +277,84 @@ class Run:
         return {p: float(np.nanmean(self.metrics[f"time_{p}"][rows])) for p in PHASES}
 
 
-def parse_run_spec(spec: str) -> tuple[str, Path]:
-    """Split `LABEL=DIR` (from `--run`)."""
-    label, eq, directory = spec.partition("=")
-    if not eq or not label.strip() or not directory.strip():
-        raise ConfigError(f"--run expects LABEL=DIR, got {spec!r}")
-    return label.strip(), Path(directory.strip())
+def seed_dir(parent: Path, seed: int) -> Path:
+    """Where a multi-seed run keeps the run of `seed`: PARENT/seed_<seed>."""
+    return Path(parent) / f"seed_{seed}"
+
+
+def parse_run_spec(spec: str) -> tuple[str, list[Path]]:
+    """Split `LABEL=DIR[,DIR...]` (from `--run`): one run directory, several (seeds), or a parent of them."""
+    label, eq, directories = spec.partition("=")
+    paths = [d.strip() for d in directories.split(",")]
+    if not eq or not label.strip() or not all(paths):
+        raise ConfigError(f"--run expects LABEL=DIR or LABEL=DIR1,DIR2,..., got {spec!r}")
+    return label.strip(), [Path(p) for p in paths]
+
+
+def is_run_dir(path: Path) -> bool:
+    """Holds any of a run's own files (a parent of seed runs holds none)."""
+    return any((path / name).exists() for name in ("summary.json", "metrics.csv", "config.yaml"))
+
+
+def expand_run_dirs(paths: Sequence[Path]) -> list[Path]:
+    """Run directories as given; a directory that is not one stands for the run directories inside it
+    (a multi-seed parent, PARENT/seed_<n>), in name order."""
+    out: list[Path] = []
+    for path in paths:
+        if not path.is_dir() or is_run_dir(path):
+            out.append(path)  # load_run says what is wrong with it, if anything
+            continue
+        inside = sorted((p for p in path.iterdir() if p.is_dir() and is_run_dir(p)), key=_natural)
+        if not inside:
+            raise ConfigError(f"{path} is neither a run directory nor a parent of run directories "
+                              "(no summary.json, metrics.csv or config.yaml in it or its subdirectories)")
+        out += inside
+    return out
+
+
+def _natural(path: Path) -> tuple:
+    """seed_2 before seed_10."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path.name))
+
+
+@dataclass(frozen=True)
+class RunGroup:
+    """The runs under one label: one run, or the same config over several seeds."""
+
+    label: str
+    runs: list[Run]
+
+
+def load_groups(specs: Sequence[tuple[str, Sequence[str | Path]]]) -> list[RunGroup]:
+    """Load every `(label, directories)`; labels must be unique. A label with several runs names each
+    `LABEL/<directory name>`. Fails on the first bad run."""
+    groups = []
+    for label, directories in _unique(specs):
+        paths = expand_run_dirs([Path(d) for d in directories])
+        if len(set(map(os.path.realpath, paths))) != len(paths):
+            raise ConfigError(f"run label {label!r} lists the same run directory twice")
+        names = [label] if len(paths) == 1 else [f"{label}/{p.name}" for p in paths]
+        groups.append(RunGroup(label, [load_run(name, p) for name, p in zip(names, paths, strict=True)]))
+    return groups
 
 
 def load_runs(specs: Sequence[tuple[str, str | Path]]) -> list[Run]:
-    """Load every `(label, directory)`; labels must be unique. Fails on the first bad run."""
-    seen: dict[str, Path] = {}
-    for label, directory in specs:
+    """Load every `(label, run directory)`; labels must be unique."""
+    return [load_run(label, Path(d)) for label, d in _unique(specs)]
+
+
+def _unique(specs: Sequence[tuple[str, Any]]) -> Sequence[tuple[str, Any]]:
+    seen: dict[str, Any] = {}
+    for label, where in specs:
         if label in seen:
-            raise ConfigError(f"run label {label!r} is given twice ({seen[label]} and {directory}); "
+            raise ConfigError(f"run label {label!r} is given twice ({_where(seen[label])} and {_where(where)}); "
                               "labels must be unique")
-        seen[label] = Path(directory)
-    return [load_run(label, Path(directory)) for label, directory in specs]
+        seen[label] = where
+    return specs
+
+
+def _where(dirs: Any) -> str:
+    return ", ".join(map(str, dirs)) if isinstance(dirs, (list, tuple)) else str(dirs)
 
 
 def load_run(label: str, path: Path) -> Run:

@@ -21,6 +21,7 @@ from parallel_ppo.config import Config, ConfigError
 from parallel_ppo.files import write_json
 from parallel_ppo.metrics import MetricsLogger, ResourceSampler
 from parallel_ppo.ppo import TrainBatch, build_learner, ppo_update
+from parallel_ppo.reward_scale import RewardScaler
 from parallel_ppo.runs import RunSummary, read_metrics, steady_sps
 from parallel_ppo.timing import PHASES, PhaseTimer
 
@@ -95,6 +96,8 @@ class TrainState:
     """Draws the minibatch permutations."""
     episode_returns: deque[float]
     episode_lengths: deque[int]
+    reward_scaler: RewardScaler | None
+    """Present when `training.normalize_reward` is on."""
     update: int = 0
     env_steps: int = 0
     episodes: int = 0
@@ -107,8 +110,10 @@ class TrainState:
         torch.manual_seed(cfg.run.seed)
         model, optimizer = build_learner(obs_shape, num_actions, cfg)
         window = cfg.logging.return_window
+        t = cfg.training
+        scaler = RewardScaler(cfg.env.num_envs, t.gamma, t.reward_clip) if t.normalize_reward else None
         return cls(model, optimizer, torch.Generator().manual_seed(cfg.run.seed), deque(maxlen=window),
-                   deque(maxlen=window))
+                   deque(maxlen=window), scaler)
 
     @classmethod
     def from_checkpoint(cls, cfg: Config, obs_shape: tuple[int, ...], num_actions: int,
@@ -121,6 +126,8 @@ class TrainState:
         torch.set_rng_state(checkpoint["torch_rng"])
         state.episode_returns.extend(checkpoint["episode_returns"])
         state.episode_lengths.extend(checkpoint["episode_lengths"])
+        if state.reward_scaler is not None and checkpoint.get("reward_scaler") is not None:
+            state.reward_scaler.load_state_dict(checkpoint["reward_scaler"])
         state.update, state.env_steps = checkpoint["update"], checkpoint["env_steps"]
         state.episodes, state.elapsed_before = checkpoint["episodes"], checkpoint["elapsed"]
         state.resumes = next_resume_count(checkpoint)
@@ -134,6 +141,7 @@ class TrainState:
             "episode_returns": list(self.episode_returns), "episode_lengths": list(self.episode_lengths),
             "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
             "resumes": self.resumes, "mode": mode,
+            "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler is not None else None,
         }
 
     def record(self, result: CollectResult, steps: int) -> None:
@@ -213,9 +221,11 @@ class Outcome:
             self.phase_seconds[name] += phases[name]
 
 
-def rollout_batch(buf: RolloutBuffer, cfg: Config) -> TrainBatch:
-    """GAE over the filled buffer, flattened to one row per env step."""
-    advantages, returns = compute_gae(buf.rewards, buf.values, buf.dones, buf.last_values,
+def rollout_batch(buf: RolloutBuffer, cfg: Config, scaler: RewardScaler | None = None) -> TrainBatch:
+    """GAE over the filled buffer (rewards normalized by `scaler` if given, plus any time-limit bootstrap),
+    flattened to one row per env step."""
+    rewards = buf.rewards if scaler is None else scaler(buf.rewards, buf.dones)
+    advantages, returns = compute_gae(rewards + buf.bootstrap, buf.values, buf.dones, buf.last_values,
                                       cfg.training.gamma, cfg.training.gae_lambda)
     return TrainBatch(buf.obs.flatten(0, 1), buf.actions.flatten(), buf.logprobs.flatten(), buf.values.flatten(),
                       advantages.flatten(), returns.flatten())
@@ -250,7 +260,7 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
             outcome.stop_reason = "signal"
             break
         with timers.phase("gae"):
-            data = rollout_batch(source.buffer, cfg)
+            data = rollout_batch(source.buffer, cfg, state.reward_scaler)
         with timers.phase("update"):
             stats = ppo_update(state.model, state.optimizer, data, cfg.training, state.generator)
         state.record(result, cfg.rollout_size)

@@ -106,12 +106,13 @@ class ValueIsObs(nn.Module):
 
 
 def test_a_cut_episode_bootstraps_the_value_of_its_last_state():
-    """reward + gamma × V(last state) where a time limit ended the episode; raw rewards elsewhere and in the
-    episode returns; no bootstrap when gamma is 0."""
-    for gamma, expected in ((0.9, 1.0 + 0.9 * 3.0), (0.0, 1.0)):
+    """gamma × V(last state) is bootstrapped where a time limit ended the episode, kept apart from the raw
+    rewards (which normalization may scale) and out of the episode returns; no bootstrap when gamma is 0."""
+    for gamma, expected in ((0.9, 0.9 * 3.0), (0.0, 0.0)):
         runner = EnvRunner(CutEnv(), seed=0, first_env=0, gamma=gamma)
         buf = RolloutBuffer.allocate(4, 2, (1,), np.dtype(np.float32))
         result = runner.collect(ValueIsObs(), buf)
-        assert torch.all(buf.rewards[:, 0] == 1.0)
-        torch.testing.assert_close(buf.rewards[:, 1], torch.full((4,), expected))
+        assert torch.all(buf.rewards == 1.0)
+        assert torch.all(buf.bootstrap[:, 0] == 0.0)
+        torch.testing.assert_close(buf.bootstrap[:, 1], torch.full((4,), expected))
         assert result.episode_returns == [1.0] * 4  # env 1: four one-step episodes, raw returns

@@ -10,12 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from fake_runs import STEADY, write_run
 
-from parallel_ppo.config import build_config
 from parallel_ppo.report import compare
 from parallel_ppo.runs import (
-    METRIC_COLUMNS,
     efficiency,
     first_reaching,
     load_run,
@@ -28,9 +26,6 @@ from parallel_ppo.speedcheck import trainer_figures
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Three updates of 1,024 env steps: the first takes 9 s (start-up, first touch), the next two 4 s each.
-ROWS = [(1, 1024, 9.0, float("nan")), (2, 2048, 13.0, 20.0), (3, 3072, 17.0, 35.0)]
-STEADY = 2048 / 8.0  # steps and seconds from the end of update 1 to the end of update 3
 
 
 def test_steady_sps_leaves_out_the_first_update():
@@ -44,30 +39,9 @@ def test_speedup_and_efficiency_by_hand():
     assert efficiency(1.5, workers=4, base_workers=2) == pytest.approx(0.75)
 
 
-def _write_run(path: Path, rows=ROWS) -> Path:
-    """A run directory with known metrics rows and a summary that matches them."""
-    path.mkdir(parents=True)
-    cfg = build_config(None, {"env.id": "CartPole-v1", "env.num_envs": 8}, ["training.n_steps=128"], False)
-    (path / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
-    with open(path / "metrics.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
-        writer.writeheader()
-        for update, steps, wall, ret in rows:
-            writer.writerow({c: 0.1 for c in METRIC_COLUMNS} | {
-                "update": update, "env_steps": steps, "wall_time": wall, "sps": 1024 / 4,
-                "episodic_return_mean": "" if ret != ret else ret, "cpu_percent": 100, "rss_mb": 300})
-    summary = {"mode": "sequential", "env_id": "CartPole-v1", "num_workers": 0, "num_envs_per_worker": 8,
-               "num_envs": 8, "total_env_steps": rows[-1][1], "wall_seconds": rows[-1][2] + 0.5,
-               "episodes": 12, "updates": len(rows), "stop_reason": "total_steps", "precision": "fp32",
-               "peak_rss_mb": 300.0, "hardware": {"cpu_model": "x", "logical_cores": 2}, "versions": {},
-               "sps": STEADY, "episodic_return_mean": rows[-1][3]}
-    (path / "summary.json").write_text(json.dumps(summary))
-    return path
-
-
 def test_every_consumer_reports_the_runs_steady_sps(tmp_path):
     """compare_results.py, the scaling/autotune rows and the speed check all give the hand-computed figure."""
-    run_dir = _write_run(tmp_path / "run")
+    run_dir = write_run(tmp_path / "run")
     runs = [load_run("a", run_dir), load_run("b", run_dir)]
     assert runs[0].steady_sps == pytest.approx(STEADY)
     assert all(s.sps == pytest.approx(STEADY) for s in compare(runs).stats)
@@ -77,7 +51,7 @@ def test_every_consumer_reports_the_runs_steady_sps(tmp_path):
 
 
 def test_return_at_a_wall_time_and_time_to_threshold(tmp_path):
-    run = load_run("a", _write_run(tmp_path / "run"))
+    run = load_run("a", write_run(tmp_path / "run"))
     assert return_at(run, 8.9) is None  # nothing logged yet
     assert return_at(run, 9.5) is None  # logged, but no episode had finished
     assert return_at(run, 13.0) == pytest.approx(20.0)

@@ -23,7 +23,7 @@ from parallel_ppo.trainer import train
 pytestmark = pytest.mark.slow  # every test here trains or starts trainers
 
 ROOT = Path(__file__).resolve().parents[1]
-BUFFER_FIELDS = ("obs", "actions", "rewards", "dones", "logprobs", "values", "last_values")
+BUFFER_FIELDS = ("obs", "actions", "rewards", "bootstrap", "dones", "logprobs", "values", "last_values")
 
 
 SETTINGS = {
@@ -35,19 +35,20 @@ SETTINGS = {
 }
 
 
-def _config(env_id: str, parallel: bool, workers: int, out: Path):
+def _config(env_id: str, parallel: bool, workers: int, out: Path, extra: tuple[str, ...]):
     config, envs, sets = SETTINGS[env_id]
     flags = {"env.id": env_id, "run.seed": 3, "run.output_dir": str(out), "run.total_steps": 1}
-    sets = [*sets, "training.n_epochs=2", "logging.tensorboard=false", f"env.num_envs={envs}",
+    sets = [*sets, *extra, "training.n_epochs=2", "logging.tensorboard=false", f"env.num_envs={envs}",
             f"parallel.num_workers={workers}", f"parallel.num_envs_per_worker={envs // workers}"]
     return build_config(config, flags, sets, parallel)
 
 
-def _one_update(tmp_path: Path, env_id: str, workers: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+def _one_update(tmp_path: Path, env_id: str, workers: int,
+                extra: tuple[str, ...]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Train for exactly one update; return the rollout buffer's contents and the final parameters."""
     out = tmp_path / f"{env_id}_w{workers}"
     out.mkdir()
-    cfg = _config(env_id, workers > 0, max(workers, 1), out)
+    cfg = _config(env_id, workers > 0, max(workers, 1), out, extra)
     source = ParallelCoordinator(cfg, thread_plan(cfg, parallel=True)) if workers else SequentialCollector(cfg, 1)
     summary = train(cfg, source, out, threads={})
     assert summary["updates"] == 1
@@ -56,18 +57,21 @@ def _one_update(tmp_path: Path, env_id: str, workers: int) -> tuple[dict[str, to
     return buffer, params
 
 
-@pytest.mark.parametrize("env_id,worker_counts", [("CartPole-v1", (1, 2)), ("starpilot", (2,))])
-def test_parallel_update_equals_sequential(tmp_path, monkeypatch, env_id, worker_counts):
+@pytest.mark.parametrize("env_id,worker_counts,extra", [
+    ("CartPole-v1", (1, 2), ()), ("starpilot", (2,), ()),
+    ("CartPole-v1", (2,), ("training.normalize_reward=true",)),  # GAE on rewards scaled by the running std
+])
+def test_parallel_update_equals_sequential(tmp_path, monkeypatch, env_id, worker_counts, extra):
     """Same seed, same envs: 1 or 2 workers collect the sequential rollout and take the same update."""
     monkeypatch.chdir(ROOT)
-    seq_buffer, seq_params = _one_update(tmp_path, env_id, 0)
+    seq_buffer, seq_params = _one_update(tmp_path, env_id, 0, extra)
     if env_id == "CartPole-v1":
         assert seq_buffer["dones"].sum() > 0, "the rollout should cross at least one episode end"
     for workers in worker_counts:
-        buffer, params = _one_update(tmp_path, env_id, workers)
+        buffer, params = _one_update(tmp_path, env_id, workers, extra)
         for name in ("obs", "actions", "dones"):
             assert torch.equal(buffer[name], seq_buffer[name]), f"{workers} worker(s): {name} differs"
-        for name in ("rewards", "logprobs", "values", "last_values"):  # rewards: bootstraps are network outputs
+        for name in ("rewards", "bootstrap", "logprobs", "values", "last_values"):
             torch.testing.assert_close(buffer[name], seq_buffer[name], rtol=1e-5, atol=1e-5)
         assert params.keys() == seq_params.keys()
         for key in params:

@@ -1,0 +1,75 @@
+"""Reward normalization as the reference Procgen PPOs do it: rewards divided by a running standard deviation
+of each env's discounted return, then clipped.
+
+It runs on the learner over the whole rollout, in time order, so a parallel update sees exactly the
+rewards a sequential one does; its state travels in the checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+
+class RunningMeanStd:
+    """Mean and variance of a stream of batches (Chan et al.'s parallel update, in float64)."""
+
+    def __init__(self) -> None:
+        self.mean, self.var, self.count = 0.0, 1.0, 1e-4  # the references' starting point
+
+    def update(self, batch: np.ndarray) -> None:
+        n = batch.size
+        batch_mean, batch_var = float(batch.mean()), float(batch.var())
+        delta = batch_mean - self.mean
+        total = self.count + n
+        self.mean += delta * n / total
+        self.var = (self.var * self.count + batch_var * n + delta**2 * self.count * n / total) / total
+        self.count = total
+
+
+class RewardScaler:
+    """Scales rewards by 1 / sqrt(Var[discounted return] + eps) and clips them to ±`clip`.
+
+    As in baselines' VecNormalize (which openai/train-procgen uses) and CleanRL's ppo_procgen: at every
+    step each env's return accumulator takes `ret = gamma * ret + reward`, the running variance takes
+    the envs' accumulators, the step's rewards are divided by the running std, and accumulators of envs
+    whose episode ended at that step start again from 0.
+    """
+
+    EPS = 1e-8
+
+    def __init__(self, num_envs: int, gamma: float, clip: float) -> None:
+        self.gamma, self.clip = gamma, clip
+        self.returns = np.zeros(num_envs, dtype=np.float64)
+        self.stats = RunningMeanStd()
+
+    def __call__(self, rewards: torch.Tensor, dones: torch.Tensor) -> torch.Tensor:
+        """Normalized copy of a rollout's (T, N) rewards; `dones[t]` marks episodes that ended at step t."""
+        raw = rewards.double().numpy()
+        ended = dones.numpy() > 0.5
+        scaled = np.empty_like(raw)
+        for t in range(raw.shape[0]):
+            self.returns = self.returns * self.gamma + raw[t]
+            self.stats.update(self.returns)
+            scaled[t] = np.clip(raw[t] / np.sqrt(self.stats.var + self.EPS), -self.clip, self.clip)
+            self.returns[ended[t]] = 0.0
+        return torch.from_numpy(scaled.astype(np.float32))
+
+    @property
+    def scale(self) -> float:
+        """The current divisor (the running std of discounted returns)."""
+        return float(np.sqrt(self.stats.var + self.EPS))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data for the checkpoint."""
+        s = self.stats
+        return {"returns": torch.from_numpy(self.returns.copy()), "mean": s.mean, "var": s.var, "count": s.count}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        returns = state["returns"].double().numpy()
+        if returns.shape != self.returns.shape:
+            raise ValueError(f"reward normalization state is for {returns.shape[0]} envs, not {self.returns.size}")
+        self.returns = returns.copy()
+        self.stats.mean, self.stats.var, self.stats.count = state["mean"], state["var"], state["count"]

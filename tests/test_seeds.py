@@ -1,0 +1,133 @@
+"""Learning across seeds: the interval arithmetic by hand, multi-seed labels in compare_results.py, `--seeds`
+on the trainers, and the learning benchmark's files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fake_runs import write_run
+
+from parallel_ppo import compare_cli
+from parallel_ppo.runs import load_groups
+from parallel_ppo.seeds import Estimate, bootstrap_ci, differences, group_stats, iqm
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_iqm_drops_a_quarter_at_each_end():
+    assert iqm([8, 1, 7, 2, 6, 3, 5, 4]) == pytest.approx(4.5)  # mean of 3, 4, 5, 6
+    assert iqm([0, 0, 0, 10]) == pytest.approx(0.0)  # mean of the middle two
+    assert iqm([1, 2, 9]) == pytest.approx(4.0)  # fewer than 4: nothing to drop
+
+
+def test_bootstrap_interval_by_hand():
+    """[0, 0, 0, 10]: a resampled mean is 2.5 k with k ~ Binomial(4, 1/4) tens drawn. P(k = 0) = 0.32, so the
+    2.5% quantile is 0; P(k >= 3) = 0.051 and P(k = 4) = 0.004, so the 97.5% quantile is 7.5."""
+    low, high = bootstrap_ci(np.array([0.0, 0.0, 0.0, 10.0]))
+    assert (float(low), float(high)) == (0.0, 7.5)
+    # Two or three seeds: every resample of all-lowest (or all-highest) has probability >= 1/27 > 2.5%,
+    # so the interval is the seeds' range.
+    assert tuple(map(float, bootstrap_ci(np.array([2.0, 3.0, 5.0])))) == (2.0, 5.0)
+    est = Estimate.of([2.0, 3.0, 5.0])
+    assert (est.mean, est.iqm, est.low, est.high) == pytest.approx((10 / 3, 10 / 3, 2.0, 5.0))
+    assert Estimate.of([1.0, None]) is None  # a seed without the figure: no biased mean of the rest
+
+
+def _seed_runs(parent: Path, finals: list[float]) -> Path:
+    """One run per seed: returns 20 at update 2, then `final` at update 3."""
+    for seed, final in enumerate(finals, 1):
+        write_run(parent / f"seed_{seed}", [(1, 1024, 9.0, float("nan")), (2, 2048, 13.0, 20.0),
+                                            (3, 3072, 17.0, final)], seed=seed)
+    return parent
+
+
+def test_verdict_names_a_difference_only_without_overlap(tmp_path):
+    finals = {"high": [40, 41, 42], "low": [30, 31, 32], "near": [29, 35, 41]}
+    groups = load_groups([(label, [_seed_runs(tmp_path / label, values)]) for label, values in finals.items()])
+    assert [g.runs[1].label for g in groups] == ["high/seed_2", "low/seed_2", "near/seed_2"]
+    lines = differences(group_stats(groups, equal_steps=3072, equal_time=17.0), "final_return", "final return")
+    assert lines == [
+        "final return: high 41 [40, 42] vs near 35 [29, 41]: the 95% intervals overlap: no difference shown",
+        "final return: high 41 [40, 42] vs low 31 [30, 32]: high is higher (the 95% intervals do not overlap)"]
+    at_steps = group_stats(groups, equal_steps=2048, equal_time=17.0)
+    assert [s.return_at_equal_steps.mean for s in at_steps] == [20.0, 20.0, 20.0]
+
+
+def test_compare_reads_seeds_from_a_parent_directory(tmp_path, capsys):
+    a = _seed_runs(tmp_path / "a", [40, 41, 42])
+    b = _seed_runs(tmp_path / "b", [30, 31, 32])
+    out = tmp_path / "cmp"
+    status = compare_cli.main(["--run", f"a={a}", "--run", f"b={b / 'seed_1'},{b / 'seed_2'},{b / 'seed_3'}",
+                               "--output-dir", str(out), "--at-steps", "2048"])
+    assert status == 0
+    result = json.loads((out / "comparison.json").read_text())
+    across = result["across_seeds"]
+    assert across["equal_env_steps"] == 2048
+    labels = {entry["label"]: entry for entry in across["labels"]}
+    assert labels["a"]["seeds"] == 3 and labels["a"]["runs"] == ["a/seed_1", "a/seed_2", "a/seed_3"]
+    assert labels["a"]["final_return"]["mean"] == pytest.approx(41.0)
+    assert labels["a"]["final_return"]["low"] == 40.0 and labels["b"]["final_return"]["high"] == 32.0
+    assert any("a is higher" in line for line in result["verdict"])
+    assert (out / "learning_curves.png").stat().st_size > 10_000
+    assert "Across seeds" in (out / "comparison.md").read_text()
+    assert "Across seeds:" in capsys.readouterr().out
+
+
+def test_a_seed_missing_its_summary_is_one_line_and_exit_2(tmp_path):
+    parent = _seed_runs(tmp_path / "a", [40, 41, 42])
+    (parent / "seed_2" / "summary.json").unlink()
+    other = _seed_runs(tmp_path / "b", [30, 31])
+    out = tmp_path / "cmp"
+    proc = subprocess.run([sys.executable, "compare_results.py", "--run", f"a={parent}", "--run", f"b={other}",
+                           "--output-dir", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "seed_2 has no summary.json" in proc.stderr, proc.stderr
+    assert not out.exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert compare_cli.main(["--run", f"a={parent / 'seed_1'}", "--run", f"b={empty}"]) == 2
+
+
+def test_trainer_seeds_flag_refuses_bad_lists(capsys):
+    from parallel_ppo.cli import run
+
+    for argv in (["--seeds", "1,x"], ["--seeds", "1,1"], ["--seeds", "1,2", "--seed", "3"]):
+        assert run(argv, parallel=False, prog="train_timed.py") == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--seeds" in err, err
+
+
+@pytest.mark.slow
+def test_trainer_runs_each_seed_into_its_directory(tmp_path):
+    out = tmp_path / "seeds"
+    proc = subprocess.run([sys.executable, "train_timed.py", "--config", "config/cartpole.yaml", "--seeds", "1,2",
+                           "--total-steps", "512", "--output-dir", str(out), "--set", "logging.tensorboard=false",
+                           "--set", "run.limit_seconds=0"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for seed in (1, 2):
+        summary = json.loads((out / f"seed_{seed}" / "summary.json").read_text())
+        assert summary["seed"] == seed and summary["total_env_steps"] == 512
+
+
+@pytest.mark.slow
+def test_learning_benchmark_writes_its_runs_and_comparison(tmp_path):
+    """Two variants × two seeds of a few seconds each; a second call keeps the finished runs."""
+    out = tmp_path / "learning"
+    cmd = [sys.executable, "bench.py", "learning", "--config", "config/cartpole.yaml", "--env", "CartPole-v1",
+           "--minutes", "0.04", "--seeds", "1,2", "--variant", "norm:training.normalize_reward=true",
+           "--variant", "raw:", "--output-dir", str(out), "--set", "logging.tensorboard=false"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for variant in ("norm", "raw"):
+        for seed in (1, 2):
+            assert (out / variant / f"seed_{seed}" / "summary.json").is_file()
+    assert (out / "norm" / "seed_1" / "config.yaml").read_text().count("normalize_reward: true") == 1
+    for name in ("comparison.json", "comparison.md", "learning_curves.png"):
+        assert (out / "comparison" / name).is_file()
+    again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and again.stdout.count("done before, kept") == 4, again.stdout
