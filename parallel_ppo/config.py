@@ -78,6 +78,11 @@ class ModelConfig:
     """Channels of the IMPALA CNN's three stages."""
     hidden_size: int = 256
     """Width of the IMPALA CNN's dense layer."""
+    init: str = "reference"
+    """IMPALA CNN weights: `reference` (PyTorch's default init for the convolutions and the dense layer,
+    orthogonal heads with gain 0.01 for the actor and 1 for the critic, as CleanRL's ppo_procgen) or
+    `orthogonal` (gain √2 on every layer: activations grow about 3× per stage on Procgen frames and the
+    first values are near -10, which value clipping then undoes only 0.2 per update)."""
     mlp_hidden: list[int] = field(default_factory=lambda: [64, 64])
     """Hidden layer widths of the MLP (separate actor and critic towers)."""
 
@@ -350,6 +355,7 @@ NON_NEGATIVE = ("env.num_levels", "env.start_level", "env.env_threads", "paralle
                 "training.ent_coef", "training.vf_coef", "training.target_kl", "run.limit_seconds")
 UNIT_INTERVAL = ("training.gamma", "training.gae_lambda")
 CHOICES = {"training.precision": ("fp32", "bf16"), "model.kind": ("auto", "impala", "mlp", "random"),
+           "model.init": ("reference", "orthogonal"),
            "logging.progress": ("auto", "on", "off"), "parallel.start_method": ("spawn", "forkserver"),
            "env.distribution_mode": PROCGEN_MODES}
 LAYER_WIDTHS = ("model.impala_depths", "model.mlp_hidden")

@@ -54,7 +54,8 @@ def plan(variants: list[Variant], seeds: list[int]) -> list[tuple[Variant, int]]
 
 
 def run_command(variant: Variant, seed: int, out: Path, config: str, minutes: float, extra: list[str]) -> list[str]:
-    """The trainer command of one run (the sequential trainer, or the parallel one if the config has workers)."""
+    """The command of one run: the sequential trainer (learning per step does not depend on the mode: a parallel
+    update equals a sequential one), with the variant's overrides last."""
     cmd = [*trainer_command(0), "--config", config, "--seed", str(seed), "--duration", f"{minutes / 60:.8f}",
            "--output-dir", str(seed_dir(out / variant.label, seed)), "--overwrite",
            "--set", "logging.progress=off", "--set", "run.limit_seconds=0", *extra]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -24,11 +25,16 @@ def _init(layer: nn.Module, gain: float = math.sqrt(2), bias: float = 0.0) -> nn
     return layer
 
 
+def _torch_default(layer: nn.Module) -> nn.Module:
+    layer.reset_parameters()
+    return layer
+
+
 class ResidualBlock(nn.Module):
-    def __init__(self, channels: int) -> None:
+    def __init__(self, channels: int, init: Callable[[nn.Module], nn.Module]) -> None:
         super().__init__()
-        self.conv0 = _init(nn.Conv2d(channels, channels, 3, padding=1))
-        self.conv1 = _init(nn.Conv2d(channels, channels, 3, padding=1))
+        self.conv0 = init(nn.Conv2d(channels, channels, 3, padding=1))
+        self.conv1 = init(nn.Conv2d(channels, channels, 3, padding=1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.conv1(torch.relu(self.conv0(torch.relu(x))))
@@ -37,12 +43,12 @@ class ResidualBlock(nn.Module):
 class ConvStage(nn.Module):
     """Conv 3×3 → max-pool 3×3 stride 2 → two residual blocks."""
 
-    def __init__(self, in_channels: int, out_channels: int) -> None:
+    def __init__(self, in_channels: int, out_channels: int, init: Callable[[nn.Module], nn.Module]) -> None:
         super().__init__()
-        self.conv = _init(nn.Conv2d(in_channels, out_channels, 3, padding=1))
+        self.conv = init(nn.Conv2d(in_channels, out_channels, 3, padding=1))
         self.pool = nn.MaxPool2d(3, stride=2, padding=1)
-        self.res0 = ResidualBlock(out_channels)
-        self.res1 = ResidualBlock(out_channels)
+        self.res0 = ResidualBlock(out_channels, init)
+        self.res1 = ResidualBlock(out_channels, init)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.res1(self.res0(self.pool(self.conv(x))))
@@ -54,12 +60,13 @@ class ImpalaActorCritic(nn.Module):
     def __init__(self, obs_shape: tuple[int, ...], num_actions: int, cfg: ModelConfig) -> None:
         super().__init__()
         h, w, c = obs_shape
+        init = _torch_default if cfg.init == "reference" else _init  # see ModelConfig.init
         stages = []
         for depth in cfg.impala_depths:
-            stages.append(ConvStage(c, depth))
+            stages.append(ConvStage(c, depth, init))
             c, h, w = depth, (h + 1) // 2, (w + 1) // 2
         self.stages = nn.Sequential(*stages)
-        self.dense = _init(nn.Linear(c * h * w, cfg.hidden_size))
+        self.dense = init(nn.Linear(c * h * w, cfg.hidden_size))
         self.actor = _init(nn.Linear(cfg.hidden_size, num_actions), gain=0.01)
         self.critic = _init(nn.Linear(cfg.hidden_size, 1), gain=1.0)
 

@@ -250,3 +250,21 @@ def test_sample_actions_independent_of_batch_split():
     shuffled = torch.randperm(12, generator=g)
     perm_actions, _ = sample_actions(logits[shuffled], uniforms[shuffled.numpy()])
     assert torch.equal(perm_actions, whole_actions[shuffled])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_reference_init_starts_near_uniform_with_small_values(seed):
+    """On Procgen-sized frames the reference init (CleanRL's) starts with a near-uniform policy and values near
+    0; orthogonal gain √2 on every layer starts with values of 2 to 35 in magnitude (seeds 0-5), far from the
+    first returns."""
+    frames = torch.randint(0, 256, (32, 64, 64, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
+    values = {}
+    for init in ("reference", "orthogonal"):
+        torch.manual_seed(seed)
+        model = build_model((64, 64, 3), 15, ModelConfig(kind="impala", init=init))
+        with torch.no_grad():
+            logits, values[init] = model(frames)
+        if init == "reference":
+            assert logits.abs().max() < 0.05
+    assert values["reference"].abs().max() < 0.5
+    assert values["orthogonal"].abs().mean() > 1.0
