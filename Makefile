@@ -14,11 +14,12 @@ ENVS_PER_WORKER ?= 8
 AUTOTUNE_SECONDS ?= 20
 MINUTES          ?= 10
 SEEDS            ?= 1,2,3
+CHECKPOINT       ?= benchmarks/parallel_$(TAG)
 TB_HOST          ?= 127.0.0.1
 # `make bench` sweeps WORKERS only when given on the command line; by default 1, 2, 4, ... physical cores.
 BENCH_WORKERS    = $(if $(filter command line,$(origin WORKERS)),--workers "$(WORKERS)",)
 
-.PHONY: install test test-fast lint train train-parallel compare roofline bench-speed bench-envs bench autotune bench-learning \
+.PHONY: install test test-fast lint train train-parallel eval demo compare roofline bench-speed bench-envs bench autotune bench-learning \
         tensorboard \
         clean distclean
 
@@ -87,6 +88,14 @@ autotune: install
 bench-learning: install
 	$(PY) bench.py learning --config config/ppo_sequential.yaml --env $(ENV) --minutes $(MINUTES) --seeds $(SEEDS) \
 		--output-dir $(or $(OUT),benchmarks/learning_$(ENV)) $(ARGS)
+
+## A trained policy on held-out test levels: make eval CHECKPOINT=benchmarks/parallel_1h ARGS="--episodes 50"
+eval: install
+	$(PY) -m parallel_ppo eval --checkpoint $(CHECKPOINT) $(ARGS)
+
+## A video of a trained policy playing: make demo CHECKPOINT=benchmarks/parallel_1h → <run>/demo.mp4
+demo: install
+	$(PY) -m parallel_ppo demo --checkpoint $(CHECKPOINT) $(ARGS)
 
 ## TensorBoard for every run under benchmarks/, on this machine only; TB_HOST=0.0.0.0 serves it to the network.
 tensorboard: install

@@ -1,6 +1,6 @@
 """`python -m parallel_ppo COMMAND [ARGS]`: every entry point of the package, also where no checkout is at hand.
 
-Commands: train (sequential), train-parallel, compare, bench; `COMMAND --help` for each. The top-level
+Commands: train (sequential), train-parallel, eval, demo, compare, bench; `COMMAND --help` for each. The top-level
 scripts (train_timed.py, train_parallel_timed.py, compare_results.py, bench.py) call the same code.
 """
 
@@ -25,6 +25,18 @@ def _compare(argv: list[str], prog: str) -> int:
     return main(argv, prog=prog)
 
 
+def _eval(argv: list[str], prog: str) -> int:
+    from parallel_ppo.eval_cli import eval_main
+
+    return eval_main(argv, prog=prog)
+
+
+def _demo(argv: list[str], prog: str) -> int:
+    from parallel_ppo.eval_cli import demo_main
+
+    return demo_main(argv, prog=prog)
+
+
 def _bench(argv: list[str], prog: str) -> int:
     from parallel_ppo.bench_cli import main
 
@@ -32,7 +44,8 @@ def _bench(argv: list[str], prog: str) -> int:
 
 
 COMMANDS: dict[str, Callable[[list[str], str], int]] = {
-    "train": _train(parallel=False), "train-parallel": _train(parallel=True), "compare": _compare, "bench": _bench,
+    "train": _train(parallel=False), "train-parallel": _train(parallel=True), "eval": _eval, "demo": _demo,
+    "compare": _compare, "bench": _bench,
 }
 USAGE = f"usage: python -m parallel_ppo {{{','.join(COMMANDS)}}} [ARGS] (COMMAND --help for its arguments)"
 

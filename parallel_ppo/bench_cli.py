@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ import torch
 
 from parallel_ppo import fingerprint
 from parallel_ppo.allocator import retain_freed_memory
-from parallel_ppo.config import Config, ConfigError, OneLineParser, build_config, fail
+from parallel_ppo.config import Config, ConfigError, OneLineParser, build_config, fail, positive_number
 from parallel_ppo.envs import env_spaces
 from parallel_ppo.files import write_json
 from parallel_ppo.roofline import format_table, measure_compute_limit
@@ -26,18 +25,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 SPEED_CHECK_DIR = "benchmarks/speed_check_<time>"
 """Where `make bench-speed` writes by default: a new directory per check, so no earlier result is lost."""
-
-
-def _positive_float(text: str) -> float:
-    import argparse
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
-    return value
 
 
 def make_parser(prog: str) -> OneLineParser:
@@ -61,7 +48,7 @@ def _add_roofline(sub: Any) -> None:
     r.add_argument("--batch-size", type=int, metavar="N", help="PPO minibatch (training.batch_size)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config field, e.g. --set training.precision=bf16 (repeatable)")
-    r.add_argument("--seconds", type=_positive_float, default=20.0, metavar="S",
+    r.add_argument("--seconds", type=positive_number, default=20.0, metavar="S",
                    help="timed measuring budget, split between forward and train (default 20)")
     r.add_argument("--threads", type=int, metavar="N",
                    help="torch threads (default: the trainer's learner threads, all logical cores)")
@@ -81,9 +68,9 @@ def _add_speed_check(sub: Any) -> None:
     s.add_argument("--n-epochs", type=int, default=3, metavar="N", help="epochs (default 3)")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="extra config override for both the limit and the trainer (repeatable)")
-    s.add_argument("--seconds", type=_positive_float, default=20.0, metavar="S",
+    s.add_argument("--seconds", type=positive_number, default=20.0, metavar="S",
                    help="timed budget of the limit measurement (default 20)")
-    s.add_argument("--train-seconds", type=_positive_float, default=120.0, metavar="S",
+    s.add_argument("--train-seconds", type=positive_number, default=120.0, metavar="S",
                    help="wall-clock budget of the trainer run in seconds (default 120)")
     s.add_argument("--output-dir", metavar="DIR",
                    help=f"trainer run and JSON go here (default {SPEED_CHECK_DIR}, a new one each time)")
@@ -100,7 +87,7 @@ def _add_envs(sub: Any) -> None:
     e.add_argument("--num-workers", type=int, metavar="W", help="workers of the parallel path")
     e.add_argument("--num-envs-per-worker", type=int, metavar="M", help="envs per worker (total W × M)")
     e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
-    e.add_argument("--seconds", type=_positive_float, default=10.0, metavar="S", help="per measurement (10)")
+    e.add_argument("--seconds", type=positive_number, default=10.0, metavar="S", help="per measurement (10)")
     e.add_argument("--output", metavar="FILE.json", help="also write the rows as JSON")
 
 
@@ -112,7 +99,7 @@ def _add_sweeps(sub: Any) -> None:
         c.add_argument("--env", metavar="ID", help="Procgen game or gymnasium id")
         c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="config override passed to every run (repeatable)")
-        c.add_argument("--seconds", type=_positive_float, default=60.0 if name == "scaling" else 20.0,
+        c.add_argument("--seconds", type=positive_number, default=60.0 if name == "scaling" else 20.0,
                        metavar="S", help="wall-clock budget of each run")
         c.add_argument("--output-dir", default=f"benchmarks/{name}", metavar="DIR",
                        help=f"where the runs and results go (default benchmarks/{name})")
@@ -131,7 +118,7 @@ def _add_learning(sub: Any) -> None:
                        "before (summary.json present) are kept, so the same command finishes an interrupted one.")
     c.add_argument("--config", default=str(ROOT / "config" / "ppo_sequential.yaml"), help="YAML config file")
     c.add_argument("--env", default="starpilot", metavar="ID", help="Procgen game or gymnasium id (starpilot)")
-    c.add_argument("--minutes", type=_positive_float, default=10.0, metavar="M", help="per run (default 10)")
+    c.add_argument("--minutes", type=positive_number, default=10.0, metavar="M", help="per run (default 10)")
     c.add_argument("--seeds", default="1,2,3", metavar="LIST", help="seeds, e.g. 1,2,3 (the default)")
     c.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
                    help="a variant (repeatable); default: " + ", ".join(

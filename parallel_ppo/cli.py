@@ -279,6 +279,14 @@ def report_end(prog: str, cfg: Config, run_dir: Path, summary: dict[str, Any]) -
     print(f"{prog}: {summary['stop_reason']} after {summary['total_env_steps']:,} steps in "
           f"{summary['wall_seconds']:.0f} s ({'n/a' if sps is None else f'{sps:.0f}'} SPS); mean return "
           f"{'n/a' if ret is None else f'{ret:.2f}'} over the last {window} episodes", flush=True)
+    if summary["normalized_return"] is not None:
+        print(f"{prog}: normalized return {summary['normalized_return']:.3f} (Procgen easy-mode constants)", flush=True)
+    if summary["test_return_mean"] is not None:
+        norm = summary["test_normalized_return"]
+        print(f"{prog}: evaluation on {summary['eval_levels']} levels: mean return {summary['test_return_mean']:.2f}"
+              + ("" if norm is None else f" (normalized {norm:.3f})")
+              + ("" if summary["generalization_gap"] is None else
+                 f"; generalization gap {summary['generalization_gap']:.2f}"), flush=True)
     if summary["limit_efficiency"] is not None:
         print(f"{prog}: {100 * summary['limit_efficiency']:.0f}% of this machine's compute limit "
               f"({summary['compute_limit']['limit_sps']:.0f} SPS, measured before the run)", flush=True)

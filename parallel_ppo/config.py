@@ -32,6 +32,28 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def positive_number(text: str) -> float:
+    """argparse type: a finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number above 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
+
+
 @dataclass
 class EnvConfig:
     id: str = "starpilot"
@@ -147,6 +169,21 @@ class RunConfig:
 
 
 @dataclass
+class EvalConfig:
+    interval_seconds: float = 0.0
+    """Evaluate the policy every this many seconds of training, and once at the end (0 = never). It plays on
+    fresh envs of its own, in the learner's process; its time is the `eval` phase of the update after it."""
+    episodes: int = 16
+    """Complete episodes per evaluation."""
+    num_envs: int = 8
+    """Envs an evaluation plays at once (each plays its share of the episodes)."""
+    levels: str = "test"
+    """`test`: Procgen levels the run never trains on; `train`: its own levels (or the gymnasium env itself)."""
+    deterministic: bool = False
+    """Take the most likely action instead of sampling."""
+
+
+@dataclass
 class LoggingConfig:
     tensorboard: bool = True
     """Write TensorBoard events under <output_dir>/logs."""
@@ -163,6 +200,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     @property
@@ -315,6 +353,25 @@ def check_env(cfg: EnvConfig) -> None:
                           "or a gymnasium id such as CartPole-v1")
 
 
+TEST_LEVELS = 1_000_000
+"""Test levels are the next TEST_LEVELS level seeds after the training range: disjoint from it by construction."""
+
+
+def eval_levels(env: EnvConfig, levels: str) -> EnvConfig:
+    """The env config to evaluate on: `train` (the run's own levels) or `test` (levels it never saw)."""
+    if levels == "train":
+        return dataclasses.replace(env)
+    if env.id not in PROCGEN_GAMES:
+        raise ConfigError(f"{env.id} has no levels to hold out: evaluate it on its own distribution (levels train, "
+                          "or eval.levels=train)")
+    if env.distribution_mode == "exploration":
+        raise ConfigError("exploration mode plays one fixed level: there are no test levels (use levels train)")
+    if env.num_levels == 0:
+        raise ConfigError("the run trained on every level (num_levels 0): no level is held out (use levels train)")
+    start = env.start_level + env.num_levels
+    return dataclasses.replace(env, start_level=start, num_levels=min(TEST_LEVELS, 2**31 - 1 - start))
+
+
 FLAGS = {
     "run.duration": "--duration", "run.total_steps": "--total-steps", "run.output_dir": "--output-dir",
     "env.id": "--env", "run.seed": "--seed", "training.batch_size": "--batch-size", "env.num_envs": "--num-envs",
@@ -347,17 +404,19 @@ def derive_parallel_envs(cfg: Config, given: set[str]) -> None:
 POSITIVE = ("run.duration", "env.num_envs", "parallel.num_workers", "parallel.num_envs_per_worker",
             "parallel.worker_threads", "training.n_steps", "training.batch_size", "training.n_epochs",
             "model.hidden_size", "logging.return_window", "run.checkpoint_interval", "parallel.worker_timeout",
-            "training.learning_rate", "training.max_grad_norm", "training.clip_coef", "training.reward_clip")
+            "training.learning_rate", "training.max_grad_norm", "training.clip_coef", "training.reward_clip",
+            "eval.episodes", "eval.num_envs")
 MAXIMUM = {"env.num_envs": 4096, "training.n_steps": 100_000, "parallel.num_workers": 512, "run.seed": 2**31 - 1,
            "run.duration": 24 * 365}
 NON_NEGATIVE = ("env.num_levels", "env.start_level", "env.env_threads", "parallel.learner_threads",
                 "training.microbatch_size", "parallel.max_worker_restarts", "run.total_steps", "run.seed",
-                "training.ent_coef", "training.vf_coef", "training.target_kl", "run.limit_seconds")
+                "training.ent_coef", "training.vf_coef", "training.target_kl", "run.limit_seconds",
+                "eval.interval_seconds")
 UNIT_INTERVAL = ("training.gamma", "training.gae_lambda")
 CHOICES = {"training.precision": ("fp32", "bf16"), "model.kind": ("auto", "impala", "mlp", "random"),
            "model.init": ("reference", "orthogonal"),
            "logging.progress": ("auto", "on", "off"), "parallel.start_method": ("spawn", "forkserver"),
-           "env.distribution_mode": PROCGEN_MODES}
+           "env.distribution_mode": PROCGEN_MODES, "eval.levels": ("train", "test")}
 LAYER_WIDTHS = ("model.impala_depths", "model.mlp_hidden")
 
 
@@ -385,6 +444,8 @@ def validate(cfg: Config) -> None:
         if get_value(cfg, key) not in allowed:
             raise ConfigError(f"{key} must be one of {', '.join(allowed)}; got {get_value(cfg, key)!r}")
     check_env(cfg.env)
+    if cfg.eval.interval_seconds > 0:
+        eval_levels(cfg.env, cfg.eval.levels)
     for key in LAYER_WIDTHS:
         widths = get_value(cfg, key)
         if not widths or any(w <= 0 or w > 4096 for w in widths):

@@ -57,7 +57,8 @@ class ProcgenBatchEnv:
     envs across processes plays the same levels.
     """
 
-    def __init__(self, cfg: EnvConfig, seeds: list[int], threads: int) -> None:
+    def __init__(self, cfg: EnvConfig, seeds: list[int], threads: int, render: bool = False) -> None:
+        """`render`: also draw Procgen's 512×512 frames (`frame`), which costs most of its speed: eval envs only."""
         import_procgen()
         from procgen import ProcgenGym3Env
 
@@ -66,7 +67,8 @@ class ProcgenBatchEnv:
 
         def make(num: int, seed: int, num_threads: int) -> ProcgenGym3Env:
             return ProcgenGym3Env(num=num, env_name=cfg.id, distribution_mode=cfg.distribution_mode,
-                                  rand_seed=seed, num_threads=num_threads, **levels)
+                                  rand_seed=seed, num_threads=num_threads,
+                                  render_mode="rgb_array" if render else None, **levels)
 
         states = []
         for seed in seeds:
@@ -89,6 +91,14 @@ class ProcgenBatchEnv:
         rew, ob, first = self._env.observe()
         return ob["rgb"], rew.astype(np.float32, copy=False), first.astype(bool, copy=False), {}
 
+    def frame(self, index: int) -> np.ndarray:
+        """The high-resolution RGB frame of env `index` now (needs `render`)."""
+        return self._env.get_info()[index]["rgb"]
+
+    def level_seeds(self) -> list[int]:
+        """The level each env is playing now."""
+        return [int(info["level_seed"]) for info in self._env.get_info()]
+
     def close(self) -> None:
         self._env.close()
 
@@ -96,13 +106,14 @@ class ProcgenBatchEnv:
 class GymnasiumBatchEnv:
     """Gymnasium envs with discrete actions in a `SyncVectorEnv` that resets finished envs in the same step."""
 
-    def __init__(self, cfg: EnvConfig, num_envs: int, seeds: list[int]) -> None:
+    def __init__(self, cfg: EnvConfig, num_envs: int, seeds: list[int], render: bool = False) -> None:
         import gymnasium
 
         self._seeds = seeds
+        make = functools.partial(gymnasium.make, cfg.id, **({"render_mode": "rgb_array"} if render else {}))
         try:
             self._env = gymnasium.vector.SyncVectorEnv(
-                [functools.partial(gymnasium.make, cfg.id) for _ in range(num_envs)],
+                [make for _ in range(num_envs)],
                 autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP,
             )
         except Exception as e:  # a registered id whose dependencies are missing, for example
@@ -127,6 +138,10 @@ class GymnasiumBatchEnv:
                for i in np.flatnonzero(np.logical_and(trunc, np.logical_not(term)))}
         return obs.astype(self.obs_dtype, copy=False), rew.astype(np.float32), np.logical_or(term, trunc), cut
 
+    def frame(self, index: int) -> np.ndarray:
+        """The RGB frame of env `index` now (needs `render`)."""
+        return self._env.envs[index].render()
+
     def close(self) -> None:
         self._env.close()
 
@@ -146,10 +161,10 @@ def env_spaces(cfg: EnvConfig) -> tuple[tuple[int, ...], np.dtype, int]:
 
 
 def make_batch_env(cfg: EnvConfig, seed: int, first_env: int, num_envs: int, threads: int,
-                   stream: tuple[int, ...] = (0, 0)) -> BatchEnv:
+                   stream: tuple[int, ...] = (0, 0), render: bool = False) -> BatchEnv:
     """Build envs with global indices [first_env, first_env + num_envs), each seeded from (seed, index, stream),
-    so any split of the same envs across workers steps identically."""
+    so any split of the same envs across workers steps identically. `render` makes `frame(i)` available."""
     seeds = [env_seed(seed, first_env + i, stream) for i in range(num_envs)]
     if cfg.id in PROCGEN_GAMES:
-        return ProcgenBatchEnv(cfg, seeds, threads)
-    return GymnasiumBatchEnv(cfg, num_envs, seeds)
+        return ProcgenBatchEnv(cfg, seeds, threads, render)
+    return GymnasiumBatchEnv(cfg, num_envs, seeds, render)

@@ -58,7 +58,7 @@ def run_command(variant: Variant, seed: int, out: Path, config: str, minutes: fl
     update equals a sequential one), with the variant's overrides last."""
     cmd = [*trainer_command(0), "--config", config, "--seed", str(seed), "--duration", f"{minutes / 60:.8f}",
            "--output-dir", str(seed_dir(out / variant.label, seed)), "--overwrite",
-           "--set", "logging.progress=off", "--set", "run.limit_seconds=0", *extra]
+           "--set", "logging.progress=off", "--set", "run.limit_seconds=0", "--set", "eval.interval_seconds=0", *extra]
     for item in variant.sets:
         cmd += ["--set", item]
     return cmd

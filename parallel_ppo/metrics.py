@@ -17,6 +17,7 @@ from parallel_ppo.timing import PHASES
 TB_TAGS = {
     "episodic_return_mean": "charts/episodic_return",
     "episodic_length_mean": "charts/episodic_length",
+    "test_return_mean": "charts/test_return",
     "sps": "charts/SPS",
     "learning_rate": "charts/learning_rate",
     "policy_loss": "losses/policy_loss",

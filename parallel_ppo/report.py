@@ -72,6 +72,10 @@ class RunStats:
     speedup: float
     efficiency: float
     final_return: float | None
+    normalized_return: float | None
+    """final_return as Procgen's normalized score (None: not a Procgen game in easy mode)."""
+    test_return: float | None
+    """The run's last evaluation (summary.json's test_return_mean), None if it had none."""
     episodes: int
     return_at_equal_time: float | None
     time_to_threshold: float | None
@@ -160,6 +164,7 @@ def compare(items: Sequence[RunGroup | Run], baseline: str | None = None, thresh
             wall_seconds=run.summary.wall_seconds, sps=run.steady_sps,
             speedup=gain, efficiency=efficiency(gain, run.summary.num_workers, base.summary.num_workers),
             final_return=run.final_return, episodes=run.summary.episodes,
+            normalized_return=run.summary.normalized_return, test_return=run.summary.test_return_mean,
             return_at_equal_time=return_at(run, equal_time),
             time_to_threshold=None if reached is None else float(run.metrics["wall_time"][reached]),
             steps_to_threshold=None if reached is None else int(run.metrics["env_steps"][reached]),
@@ -336,6 +341,10 @@ def table(cmp: Comparison) -> Table:
     with_pss = any(s.peak_pss_mb is not None for s in cmp.stats)
     if with_pss:
         header.insert(-1, "peak PSS")
+    extra = [(name, key) for name, key in (("normalized", "normalized_return"), ("test return", "test_return"))
+             if any(getattr(s, key) is not None for s in cmp.stats)]
+    for name, _ in reversed(extra):
+        header.insert(9, name)
     rows = []
     for s in cmp.stats:
         reached = "—" if cmp.threshold is None else _reached(s)
@@ -348,6 +357,9 @@ def table(cmp: Comparison) -> Table:
         ]
         if with_pss:
             row.insert(-1, "—" if s.peak_pss_mb is None else fmt_memory(s.peak_pss_mb))
+        for _, key in reversed(extra):
+            value = getattr(s, key)
+            row.insert(9, "—" if value is None else f"{value:.3f}" if key == "normalized_return" else fmt_return(value))
         rows.append(row)
     return Table(header, rows, left=2)
 
@@ -459,7 +471,9 @@ def definitions(cmp: Comparison) -> list[str]:
            else f"{fmt_return(cmp.threshold)} ({cmp.threshold_source})")
     return [
         f"Baseline: {cmp.baseline}. {SPEEDUP_DEFINITION[0].upper()}{SPEEDUP_DEFINITION[1:]}.",
-        f"Final return: the mean episodic return of the {return_window(cmp)} (summary.json).",
+        f"Final return: the mean episodic return of the {return_window(cmp)} (summary.json). Normalized: "
+        "(R - R_min) / (R_max - R_min) with the Procgen paper's easy-mode constants (parallel_ppo/evaluate.py). "
+        "Test return: the run's last evaluation (eval config), on held-out test levels unless it says otherwise.",
         f"Return @ {fmt_duration(cmp.equal_time)}: episodic_return_mean in each run's last metrics row at or "
         f"before {cmp.equal_time:.1f} s, the shortest run's logged duration.",
         f"Time to return: wall time of the first update whose mean return reached {thr}.",
@@ -560,7 +574,9 @@ def to_json(cmp: Comparison) -> dict[str, Any]:
             "num_envs_per_worker": run.summary.num_envs_per_worker, "num_envs": s.num_envs,
             "total_env_steps": s.total_env_steps, "wall_seconds": s.wall_seconds, "updates": run.updates,
             "sps": s.sps, "speedup": s.speedup, "efficiency": s.efficiency,
-            "final_return": s.final_return, "episodes": s.episodes,
+            "final_return": s.final_return, "episodes": s.episodes, "normalized_return": s.normalized_return,
+            "test_return": s.test_return, "test_normalized_return": run.summary.test_normalized_return,
+            "generalization_gap": run.summary.generalization_gap, "eval_levels": run.summary.eval_levels,
             "return_at_equal_time": s.return_at_equal_time,
             "time_to_threshold_seconds": s.time_to_threshold, "steps_to_threshold": s.steps_to_threshold,
             "peak_rss_mb": s.peak_rss_mb, "peak_pss_mb": s.peak_pss_mb,

@@ -33,14 +33,15 @@ RUN_FILES = ("metrics.csv", "summary.json", "checkpoint.pt", "config.yaml", "log
 
 METRIC_COLUMNS = [
     "update", "env_steps", "wall_time", "sps",
-    "episodic_return_mean", "episodic_length_mean", "episodes",
+    "episodic_return_mean", "episodic_length_mean", "episodes", "test_return_mean",
     "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance", "learning_rate",
     *(f"time_{p}" for p in PHASES),
     "cpu_percent", "main_cpu_percent", "workers_cpu_percent", "system_cpu_percent",
     "rss_mb", "pss_mb", "main_rss_mb", "workers_rss_mb", "worker_restarts",
 ]
 """metrics.csv columns, in order (one row per update). `wall_time` is the run's elapsed seconds at the end
-of the update; `sps` is that update's own rate, logging and checkpoints included."""
+of the update; `sps` is that update's own rate, logging and checkpoints included; `test_return_mean` is the
+mean return of the evaluation run after that update (empty where none ran)."""
 
 MAIN_PHASES = ("env", "inference", "sync", "gae", "update")
 """Phases the comparison breaks wall time into; the rest (publish, log, checkpoint, untimed) is 'other'."""
@@ -101,6 +102,14 @@ class RunSummary:
     worker_restarts: int = 0
     resumes: int = 0
     seed: int | None = None
+    normalized_return: float | None = None
+    """episodic_return_mean as Procgen's normalized score (easy mode constants; None for other envs)."""
+    test_return_mean: float | None = None
+    """Mean return of the last evaluation (`eval` config): on held-out test levels unless eval.levels is train."""
+    test_normalized_return: float | None = None
+    generalization_gap: float | None = None
+    """episodic_return_mean − test_return_mean."""
+    eval_levels: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, with non-finite floats as None."""
@@ -215,16 +224,16 @@ SPEEDUP_DEFINITION = (
 
 
 def truncate_metrics(path: Path, update: int) -> None:
-    """Keep metrics.csv's header and rows up to `update` (a resumed run repeats the rows after its checkpoint)."""
+    """Keep metrics.csv's rows up to `update` (a resumed run repeats the rows after its checkpoint), under the
+    current METRIC_COLUMNS header: a run resumed by a newer version gains its columns, empty in the old rows."""
     with open(path, newline="") as f:
-        rows = list(csv.reader(f))
-    if not rows:
-        return
-    col = rows[0].index("update") if "update" in rows[0] else 0
-    kept = [rows[0]] + [r for r in rows[1:] if r and r[col].isdigit() and int(r[col]) <= update]
+        rows = list(csv.DictReader(f))
+    kept = [r for r in rows if (r.get("update") or "").isdigit() and int(r["update"]) <= update]
     tmp = path.with_suffix(".csv.tmp")
     with open(tmp, "w", newline="") as f:
-        csv.writer(f).writerows(kept)
+        writer = csv.DictWriter(f, fieldnames=METRIC_COLUMNS, extrasaction="ignore", restval="")
+        writer.writeheader()
+        writer.writerows(kept)
     os.replace(tmp, path)
 
 

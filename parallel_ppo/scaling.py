@@ -37,7 +37,7 @@ def run_point(out: Path, workers: int, envs_per_worker: int, seconds: float, con
     else:
         cmd = [*trainer_command(0), "--num-envs", str(envs_per_worker)]
     cmd += ["--config", config, "--duration", f"{seconds / 3600:.8f}", "--output-dir", str(out), "--overwrite",
-            "--set", "logging.progress=off", "--set", "run.limit_seconds=0", *extra]
+            "--set", "logging.progress=off", "--set", "run.limit_seconds=0", "--set", "eval.interval_seconds=0", *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]

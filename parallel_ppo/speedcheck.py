@@ -49,7 +49,7 @@ def trainer_args(cfg: Config, config_file: str, sets: list[str], train_seconds: 
     """The sequential trainer with the checked settings, for `train_seconds`."""
     cmd = [*trainer_command(0), "--config", config_file, "--env", cfg.env.id, "--num-envs", str(cfg.env.num_envs),
            "--batch-size", str(cfg.training.batch_size), "--duration", repr(train_seconds / 3600),
-           "--output-dir", str(run_dir), "--overwrite"]
+           "--output-dir", str(run_dir), "--overwrite", "--set", "eval.interval_seconds=0"]
     for item in sets:
         cmd += ["--set", item]
     return cmd

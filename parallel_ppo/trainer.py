@@ -18,6 +18,7 @@ from parallel_ppo.buffer import RolloutBuffer, compute_gae
 from parallel_ppo.checkpoint import next_resume_count, save_checkpoint
 from parallel_ppo.collect import CollectResult, RolloutError
 from parallel_ppo.config import Config, ConfigError
+from parallel_ppo.evaluate import EvalResult, evaluate, normalized_return
 from parallel_ppo.files import write_json
 from parallel_ppo.metrics import MetricsLogger, ResourceSampler
 from parallel_ppo.ppo import TrainBatch, build_learner, ppo_update
@@ -165,14 +166,47 @@ class Clock:
 
 
 class Hook(Protocol):
-    """Periodic work after each update (inside the `log` phase): logging, checkpoints, and so on."""
+    """Periodic work after each update: evaluation, logging, checkpoints. Its time counts as `phase` in the next
+    update's row."""
+
+    phase: str
 
     def after_update(self, state: TrainState, row: dict[str, Any]) -> None: ...
+
+
+class EvalHook:
+    """Every `eval.interval_seconds`, plays the learner's policy on fresh envs of its own (held-out test levels by
+    default) and adds `test_return_mean` to that update's row; `final` evaluates once more at the end."""
+
+    phase = "eval"
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.last = time.monotonic()
+        self.result: EvalResult | None = None
+        self.at_update = -1
+
+    def after_update(self, state: TrainState, row: dict[str, Any]) -> None:
+        if time.monotonic() - self.last >= self.cfg.eval.interval_seconds:
+            row["test_return_mean"] = self.run(state).mean
+
+    def run(self, state: TrainState) -> EvalResult:
+        e = self.cfg.eval
+        self.result = evaluate(state.model, self.cfg, e.levels, e.episodes, e.num_envs, e.deterministic,
+                               self.cfg.run.seed, stream=state.update)  # a new set of levels each time
+        self.at_update, self.last = state.update, time.monotonic()
+        return self.result
+
+    def final(self, state: TrainState) -> EvalResult | None:
+        """The evaluation of the final policy (run now unless the last update already had one)."""
+        return self.result if self.at_update == state.update else self.run(state)
 
 
 class MetricsHook:
     """Samples CPU and memory into each update's row, then writes it to metrics.csv, TensorBoard and the
     progress line."""
+
+    phase = "log"
 
     def __init__(self, cfg: Config, run_dir: Path, mode: str, resume_after: tuple[int, int] | None) -> None:
         self.sampler = ResourceSampler()
@@ -192,6 +226,8 @@ class MetricsHook:
 
 class CheckpointHook:
     """Writes checkpoint.pt (atomically) every `run.checkpoint_interval` seconds; `save` writes one now."""
+
+    phase = "log"
 
     def __init__(self, cfg: Config, path: Path, mode: str, clock: Clock) -> None:
         self.cfg, self.path, self.mode, self.clock = cfg, path, mode, clock
@@ -273,8 +309,8 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
                "episodic_length_mean": _mean(state.episode_lengths), "episodes": state.episodes,
                "learning_rate": lr, **stats, **{f"time_{name}": seconds for name, seconds in phases.items()},
                "worker_restarts": source.restarts}
-        with timers.phase("log"):  # counted in the next row: this row's clock stopped at `now`
-            for hook in hooks:
+        for hook in hooks:  # counted in the next row: this row's clock stopped at `now`
+            with timers.phase(hook.phase):
                 hook.after_update(state, row)
         last_row = now
         outcome.stop_reason = stop_reason(cfg, state, stop, clock(now))
@@ -301,20 +337,26 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, 
     metrics = MetricsHook(cfg, run_dir, source.mode,
                           (state.update, state.env_steps) if resume is not None else None)
     checkpoints = CheckpointHook(cfg, run_dir / "checkpoint.pt", source.mode, clock)
+    evals = EvalHook(cfg) if cfg.eval.interval_seconds > 0 else None
+    final_eval = None
     try:
         with StopRequest() as stop:
-            outcome = run_loop(cfg, source, state, [metrics, checkpoints], stop, clock)
+            hooks = [evals, metrics, checkpoints] if evals else [metrics, checkpoints]
+            outcome = run_loop(cfg, source, state, hooks, stop, clock)
             checkpoints.save(state)
+            if evals is not None and outcome.stop_reason in ("duration", "total_steps"):
+                final_eval = evals.final(state)  # after the clock stopped: not in wall time or SPS
     finally:
         metrics.close()
         source.close()
-    summary = summarize(cfg, source, state, outcome, metrics, threads, compute_limit, run_dir).to_dict()
+    summary = summarize(cfg, source, state, outcome, metrics, threads, compute_limit, run_dir, final_eval).to_dict()
     write_json(run_dir / "summary.json", summary)
     return summary
 
 
 def summarize(cfg: Config, source: RolloutSource, state: TrainState, outcome: Outcome, metrics: MetricsHook,
-              threads: dict[str, int], compute_limit: dict | None, run_dir: Path) -> RunSummary:
+              threads: dict[str, int], compute_limit: dict | None, run_dir: Path,
+              final_eval: EvalResult | None = None) -> RunSummary:
     """summary.json's content, its throughput read back from metrics.csv as every reader computes it."""
     wall = outcome.session_seconds
     try:
@@ -323,6 +365,8 @@ def summarize(cfg: Config, source: RolloutSource, state: TrainState, outcome: Ou
     except ConfigError:  # no update finished
         sps = None
     peaks = metrics.sampler.peaks
+    train_return = _mean(state.episode_returns) if state.episode_returns else None
+    test_return = final_eval.mean if final_eval is not None else None
     return RunSummary(
         mode=source.mode, env_id=cfg.env.id, **source.layout, total_env_steps=state.env_steps,
         wall_seconds=wall + state.elapsed_before, episodes=state.episodes, updates=state.update,
@@ -339,4 +383,8 @@ def summarize(cfg: Config, source: RolloutSource, state: TrainState, outcome: Ou
         phase_seconds=outcome.phase_seconds,
         phase_fractions={k: v / wall for k, v in outcome.phase_seconds.items()} if wall > 0 else {},
         worker_restarts=source.restarts, resumes=state.resumes, seed=cfg.run.seed,
+        normalized_return=normalized_return(cfg.env, train_return), test_return_mean=test_return,
+        test_normalized_return=normalized_return(cfg.env, test_return),
+        generalization_gap=train_return - test_return if train_return is not None and test_return is not None else None,
+        eval_levels=cfg.eval.levels if final_eval is not None else None,
     )

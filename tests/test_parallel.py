@@ -38,8 +38,9 @@ SETTINGS = {
 def _config(env_id: str, parallel: bool, workers: int, out: Path, extra: tuple[str, ...]):
     config, envs, sets = SETTINGS[env_id]
     flags = {"env.id": env_id, "run.seed": 3, "run.output_dir": str(out), "run.total_steps": 1}
-    sets = [*sets, *extra, "training.n_epochs=2", "logging.tensorboard=false", f"env.num_envs={envs}",
-            f"parallel.num_workers={workers}", f"parallel.num_envs_per_worker={envs // workers}"]
+    sets = [*sets, *extra, "training.n_epochs=2", "eval.interval_seconds=0", "logging.tensorboard=false",
+            f"env.num_envs={envs}", f"parallel.num_workers={workers}",
+            f"parallel.num_envs_per_worker={envs // workers}"]
     return build_config(config, flags, sets, parallel)
 
 

@@ -116,18 +116,18 @@ def test_trainer_runs_each_seed_into_its_directory(tmp_path):
 
 @pytest.mark.slow
 def test_learning_benchmark_writes_its_runs_and_comparison(tmp_path):
-    """Two variants × two seeds of a few seconds each; a second call keeps the finished runs."""
+    """One variant × two seeds of a second each; a second call keeps the finished runs."""
     out = tmp_path / "learning"
     cmd = [sys.executable, "bench.py", "learning", "--config", "config/cartpole.yaml", "--env", "CartPole-v1",
-           "--minutes", "0.04", "--seeds", "1,2", "--variant", "norm:training.normalize_reward=true",
-           "--variant", "raw:", "--output-dir", str(out), "--set", "logging.tensorboard=false"]
+           "--minutes", "0.015", "--seeds", "1,2", "--variant", "norm:training.normalize_reward=true",
+           "--output-dir", str(out), "--set", "logging.tensorboard=false"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    for variant in ("norm", "raw"):
-        for seed in (1, 2):
-            assert (out / variant / f"seed_{seed}" / "summary.json").is_file()
-    assert (out / "norm" / "seed_1" / "config.yaml").read_text().count("normalize_reward: true") == 1
+    for seed in (1, 2):
+        config = (out / "norm" / f"seed_{seed}" / "config.yaml").read_text()
+        assert "normalize_reward: true" in config and f"seed: {seed}" in config
+        assert (out / "norm" / f"seed_{seed}" / "summary.json").is_file()
     for name in ("comparison.json", "comparison.md", "learning_curves.png"):
         assert (out / "comparison" / name).is_file()
     again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and again.stdout.count("done before, kept") == 4, again.stdout
+    assert again.returncode == 0 and again.stdout.count("done before, kept") == 2, again.stdout

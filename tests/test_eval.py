@@ -1,0 +1,133 @@
+"""Evaluation: eval and demo on a briefly trained checkpoint, held-out levels, bad checkpoints, normalized scores,
+and the periodic evaluation during training (metrics.csv, TensorBoard, summary.json)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from parallel_ppo.config import build_config, eval_levels
+from parallel_ppo.evaluate import PROCGEN_EASY_RANGES, evaluate, normalized_return
+from parallel_ppo.model import build_model
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["--config", "config/ppo_sequential.yaml", "--num-envs", "4", "--batch-size", "32",
+         "--set", "training.n_steps=16", "--set", "model.impala_depths=[4, 4, 4]", "--set", "model.hidden_size=16",
+         "--set", "run.limit_seconds=0", "--set", "training.n_epochs=1"]
+
+
+def _python(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A starpilot run of a few updates with a periodic evaluation after each (a tiny network, for speed)."""
+    out = tmp_path_factory.mktemp("eval") / "run"
+    proc = _python("train_timed.py", *SMALL, "--total-steps", "192", "--output-dir", str(out),
+                   "--set", "eval.interval_seconds=0.001", "--set", "eval.episodes=2", "--set", "eval.num_envs=2")
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_normalized_return_uses_the_easy_mode_constants():
+    cfg = build_config(None, {"env.id": "starpilot"}, [], False).env
+    assert normalized_return(cfg, 2.5) == 0.0 and normalized_return(cfg, 64.0) == 1.0
+    assert normalized_return(cfg, 33.25) == pytest.approx(0.5)
+    hard = build_config(None, {"env.id": "starpilot"}, ["env.distribution_mode=hard"], False).env
+    assert normalized_return(hard, 10.0) is None  # other modes have other constants
+    assert normalized_return(build_config(None, {"env.id": "CartPole-v1"}, [], False).env, 10.0) is None
+    assert PROCGEN_EASY_RANGES["jumper"] == PROCGEN_EASY_RANGES["leaper"] == (3.0, 10.0)
+
+
+def test_test_levels_are_disjoint_from_training_levels():
+    """Each counted episode's level seed lies outside the training range (and inside it for `train`)."""
+    cfg = build_config(None, {"env.id": "starpilot"}, ["env.num_levels=5", "env.start_level=100",
+                                                     "model.impala_depths=[4, 4, 4]", "model.hidden_size=16"], False)
+    test = eval_levels(cfg.env, "test")
+    assert test.start_level == 105 and test.num_levels > 0
+    torch.manual_seed(0)
+    model = build_model((64, 64, 3), 15, cfg.model)
+    for levels, inside in (("test", False), ("train", True)):
+        result = evaluate(model, cfg, levels, episodes=6, num_envs=3, deterministic=False, seed=1)
+        assert len(result.returns) == len(result.level_seeds) == 6
+        assert all((100 <= s < 105) == inside for s in result.level_seeds), (levels, result.level_seeds)
+
+
+def test_each_env_plays_its_share_of_episodes():
+    """7 episodes on 3 envs: shares 3, 2, 2 (no bias toward envs that finish short episodes first)."""
+    cfg = build_config(None, {"env.id": "CartPole-v1"}, [], False)
+    torch.manual_seed(0)
+    model = build_model((4,), 2, cfg.model)
+    result = evaluate(model, cfg, "train", episodes=7, num_envs=3, deterministic=True, seed=0)
+    assert len(result.returns) == 7 and result.stats()["episodes"] == 7
+    assert result.stats()["normalized_mean"] is None
+
+
+@pytest.mark.slow
+def test_eval_writes_eval_json_and_a_video(trained: Path, tmp_path: Path):
+    import imageio.v3 as iio
+
+    video = tmp_path / "eval.mp4"
+    proc = _python("-m", "parallel_ppo", "eval", "--checkpoint", str(trained), "--episodes", "3", "--num-envs", "2",
+                   "--video", str(video))
+    assert proc.returncode == 0, proc.stderr
+    entry = json.loads((trained / "eval.json").read_text())["test_sampled"]
+    assert entry["episodes"] == 3 and entry["levels"] == "test" and entry["start_level"] == 200
+    assert entry["min"] <= entry["median"] <= entry["max"] and np.isfinite(entry["std"])
+    assert entry["normalized_mean"] == pytest.approx((entry["mean"] - 2.5) / 61.5)
+    assert entry["command"].startswith("python -m parallel_ppo eval") and entry["checkpoint_env_steps"] == 192
+    frames = iio.imread(video, plugin="pyav")
+    assert frames.shape[1:] == (512, 512, 3) and frames.shape[0] >= 10  # env 0's episode(s), at full resolution
+    gif = tmp_path / "demo.gif"
+    proc = _python("-m", "parallel_ppo", "demo", "--checkpoint", str(trained / "checkpoint.pt"), "--seconds", "1",
+                   "--fps", "10", "--output", str(gif))
+    assert proc.returncode == 0, proc.stderr
+    assert iio.imread(gif).shape == (10, 512, 512, 3)
+    proc = _python("-m", "parallel_ppo", "eval", "--checkpoint", str(trained), "--episodes", "2", "--levels", "train",
+                   "--deterministic")
+    assert proc.returncode == 0, proc.stderr
+    assert set(json.loads((trained / "eval.json").read_text())) == {"test_sampled", "train_deterministic"}
+
+
+@pytest.mark.slow
+def test_periodic_eval_in_metrics_tensorboard_and_summary(trained: Path):
+    import csv
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with open(trained / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 3 and all(r["test_return_mean"] != "" for r in rows)
+    assert all(float(r["time_eval"]) > 0 for r in rows[1:])  # each evaluation counts in the next row
+    acc = EventAccumulator(str(trained / "logs"))
+    acc.Reload()
+    assert len(acc.Scalars("charts/test_return")) == 3
+    summary = json.loads((trained / "summary.json").read_text())
+    assert summary["eval_levels"] == "test" and summary["test_return_mean"] is not None
+    assert summary["generalization_gap"] == pytest.approx(summary["episodic_return_mean"] - summary["test_return_mean"])
+    assert summary["phase_seconds"]["eval"] > 0
+
+
+@pytest.mark.slow
+def test_bad_checkpoints_are_one_line_and_exit_2(trained: Path, tmp_path: Path):
+    corrupt = tmp_path / "corrupt.pt"
+    corrupt.write_bytes((trained / "checkpoint.pt").read_bytes()[:1000])
+    mismatched = tmp_path / "mismatched.pt"
+    state = torch.load(trained / "checkpoint.pt", weights_only=True)
+    state["config"]["model"]["hidden_size"] = 32  # the weights are for 16
+    torch.save(state, mismatched)
+    for path, words in ((tmp_path / "missing", "not found"), (corrupt, "corrupt"), (mismatched, "does not match")):
+        proc = _python("-m", "parallel_ppo", "eval", "--checkpoint", str(path))
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and words in proc.stderr, proc.stderr
+    proc = _python("-m", "parallel_ppo", "demo", "--checkpoint", str(trained), "--output", str(tmp_path / "x.avi"))
+    assert proc.returncode == 2 and ".mp4 or .gif" in proc.stderr
+    cartpole = _python("train_timed.py", "--config", "config/cartpole.yaml", "--total-steps", "256",
+                       "--set", "eval.interval_seconds=60", "--output-dir", str(tmp_path / "cp"))
+    assert cartpole.returncode == 2 and "eval.levels=train" in cartpole.stderr
