@@ -8,7 +8,7 @@ import math
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
@@ -21,6 +21,9 @@ from parallel_ppo.config import (
     positive_int,
     positive_number,
 )
+
+if TYPE_CHECKING:
+    from parallel_ppo.evaluate import FrameSink
 
 DEFAULT_FPS = 15
 
@@ -96,9 +99,16 @@ def record_eval(run_dir: Path, key: str, entry: dict[str, Any]) -> Path:
     return path
 
 
+def captioned(frames: list) -> FrameSink:
+    """A frame sink that keeps each frame with its episode return so far drawn on it."""
+    from parallel_ppo.video import stamp
+
+    return lambda frame, ret: frames.append(stamp(frame, f"R {ret:g}"))
+
+
 def eval_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo eval") -> int:
     from parallel_ppo.evaluate import evaluate
-    from parallel_ppo.video import check_video_path, stamp, write_video
+    from parallel_ppo.video import check_video_path, write_video
 
     args = eval_parser(prog).parse_args(argv)
     frames: list = []
@@ -106,9 +116,8 @@ def eval_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
         if args.video:
             check_video_path(Path(args.video))
         cfg, model, run_dir, checkpoint = load_policy(args.checkpoint)
-        sink = (lambda frame, ret: frames.append(stamp(frame, f"R {ret:g}"))) if args.video else None
         result = evaluate(model, cfg, args.levels, args.episodes, args.num_envs, args.deterministic, args.seed,
-                          frames=sink)
+                          frames=captioned(frames) if args.video else None)
         if args.video:
             write_video(Path(args.video), frames, DEFAULT_FPS)
     except ConfigError as e:
@@ -138,7 +147,7 @@ def format_eval(cfg: Config, e: dict[str, Any]) -> str:
 
 def demo_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo demo") -> int:
     from parallel_ppo.evaluate import evaluate
-    from parallel_ppo.video import check_video_path, stamp, write_video
+    from parallel_ppo.video import check_video_path, write_video
 
     args = demo_parser(prog).parse_args(argv)
     frames: list = []
@@ -148,7 +157,7 @@ def demo_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
         output = Path(args.output) if args.output else run_dir / "demo.mp4"
         check_video_path(output)
         result = evaluate(model, cfg, args.levels, 10**6, 1, args.deterministic, args.seed,
-                          frames=lambda frame, ret: frames.append(stamp(frame, f"R {ret:g}")),
+                          frames=captioned(frames),
                           until=lambda: len(frames) >= wanted)
         write_video(output, frames, args.fps)
     except ConfigError as e:

@@ -11,13 +11,12 @@ again: rerunning the same command finishes an interrupted benchmark.
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from parallel_ppo.config import ConfigError, parse_set
 from parallel_ppo.runs import seed_dir
-from parallel_ppo.scaling import BenchRunCrashed, trainer_command
+from parallel_ppo.scaling import BENCH_RUN_SETS, run_bench_trainer, trainer_command
 
 
 @dataclass(frozen=True)
@@ -57,8 +56,7 @@ def run_command(variant: Variant, seed: int, out: Path, config: str, minutes: fl
     """The command of one run: the sequential trainer (learning per step does not depend on the mode: a parallel
     update equals a sequential one), with the variant's overrides last."""
     cmd = [*trainer_command(0), "--config", config, "--seed", str(seed), "--duration", f"{minutes / 60:.8f}",
-           "--output-dir", str(seed_dir(out / variant.label, seed)), "--overwrite",
-           "--set", "logging.progress=off", "--set", "run.limit_seconds=0", "--set", "eval.interval_seconds=0", *extra]
+           "--output-dir", str(seed_dir(out / variant.label, seed)), "--overwrite", *BENCH_RUN_SETS, *extra]
     for item in variant.sets:
         cmd += ["--set", item]
     return cmd
@@ -74,14 +72,7 @@ def run_all(out: Path, variants: list[Variant], seeds: list[int], config: str, m
             print(f"[{i}/{len(runs)}] {variant.label} seed {seed}: done before, kept ({run_dir})", flush=True)
             continue
         print(f"[{i}/{len(runs)}] {variant.label} seed {seed}: training {minutes:g} min → {run_dir}", flush=True)
-        proc = subprocess.run(run_command(variant, seed, out, config, minutes, extra), capture_output=True,
-                              text=True)
-        if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            if proc.returncode == 2:
-                raise ConfigError(f"run {variant.label} seed {seed} refused its settings: {last}")
-            raise BenchRunCrashed(f"run {variant.label} seed {seed} crashed (exit status {proc.returncode}): "
-                                  f"{last}")
+        run_bench_trainer(run_command(variant, seed, out, config, minutes, extra), f"{variant.label} seed {seed}")
 
 
 def compare_args(out: Path, variants: list[Variant]) -> list[str]:

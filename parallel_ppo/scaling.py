@@ -27,6 +27,22 @@ def trainer_command(workers: int) -> list[str]:
     return [sys.executable, "-m", "parallel_ppo", "train-parallel" if workers else "train"]
 
 
+BENCH_RUN_SETS = ("--set", "logging.progress=off", "--set", "run.limit_seconds=0", "--set", "eval.interval_seconds=0")
+"""What every benchmark run adds to its trainer command: no progress line, no compute-limit measurement and no
+periodic evaluation, so the run's time is training alone."""
+
+
+def run_bench_trainer(cmd: list[str], name: str) -> None:
+    """Run a benchmark's trainer command to its end: exit 2 (settings refused) is a ConfigError, any other
+    failure a BenchRunCrashed, each naming the run and the trainer's last line."""
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        if proc.returncode == 2:
+            raise ConfigError(f"benchmark run {name} refused its settings: {last}")
+        raise BenchRunCrashed(f"benchmark run {name} crashed (exit status {proc.returncode}): {last}")
+
+
 def run_point(out: Path, workers: int, envs_per_worker: int, seconds: float, config: str, extra: list[str],
               worker_threads: int = 1) -> dict[str, Any]:
     """One timed run (workers == 0: sequential with `envs_per_worker` envs); returns its table row."""
@@ -37,13 +53,8 @@ def run_point(out: Path, workers: int, envs_per_worker: int, seconds: float, con
     else:
         cmd = [*trainer_command(0), "--num-envs", str(envs_per_worker)]
     cmd += ["--config", config, "--duration", f"{seconds / 3600:.8f}", "--output-dir", str(out), "--overwrite",
-            "--set", "logging.progress=off", "--set", "run.limit_seconds=0", "--set", "eval.interval_seconds=0", *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        if proc.returncode == 2:
-            raise ConfigError(f"benchmark run {out.name} refused its settings: {last}")
-        raise BenchRunCrashed(f"benchmark run {out.name} crashed (exit status {proc.returncode}): {last}")
+            *BENCH_RUN_SETS, *extra]
+    run_bench_trainer(cmd, out.name)
     return point_row(load_run(out.name, out), worker_threads)
 
 
