@@ -15,7 +15,7 @@ from parallel_ppo.allocator import retain_freed_memory
 from parallel_ppo.config import Config, ConfigError, OneLineParser, build_config, fail, positive_number
 from parallel_ppo.envs import env_spaces
 from parallel_ppo.files import write_json
-from parallel_ppo.roofline import format_table, measure_compute_limit
+from parallel_ppo.roofline import format_table, measure_compute_limit, network_flops, run_roofline_line
 from parallel_ppo.scaling import BenchRunCrashed
 from parallel_ppo.speedcheck import SPEED_TARGET
 from parallel_ppo.threads import thread_plan
@@ -53,6 +53,7 @@ def _add_roofline(sub: Any) -> None:
     r.add_argument("--threads", type=int, metavar="N",
                    help="torch threads (default: the trainer's learner threads, all logical cores)")
     r.add_argument("--output", metavar="FILE.json", help="also write the result as JSON")
+    r.add_argument("--run", metavar="DIR", help="also show a finished run's achieved FLOP/s against the peak")
 
 
 def _add_speed_check(sub: Any) -> None:
@@ -251,8 +252,16 @@ def _set_threads(cfg: Config, threads: int | None) -> None:
 
 
 def _measure(cfg: Config, seconds: float) -> dict[str, Any]:
+    """The compute limit of every setting the config leaves `auto`; the fastest one is written into `cfg`, and
+    the result carries the physical roofline (network FLOPs, matmul peaks) beside it."""
+    from parallel_ppo.learner_settings import ROUNDS, candidates, matmul_peaks
+
     obs_shape, obs_dtype, num_actions = env_spaces(cfg.env)
-    return measure_compute_limit(cfg, obs_shape, num_actions, seconds, obs_dtype=obs_dtype)
+    options = candidates(cfg)
+    result = measure_compute_limit(cfg, obs_shape, num_actions, seconds, obs_dtype=obs_dtype, candidates=options,
+                                   rounds=ROUNDS if len(options) > 1 else 1)
+    cfg.training.precision, cfg.training.microbatch_size = result["precision"], result["microbatch_size"]
+    return {**result, **network_flops(cfg, obs_shape, num_actions), "peak_gflops": matmul_peaks(cfg)}
 
 
 def roofline(args: Any, prog: str) -> int:
@@ -261,11 +270,15 @@ def roofline(args: Any, prog: str) -> int:
         cfg = build_config(args.config, flags, args.set, parallel=False)
         _set_threads(cfg, args.threads)
         _check_output(args.output)
+        if args.run:
+            run_roofline_line(args.run)  # a bad run directory is refused before the measurement
         result = _measure(cfg, args.seconds)
     except ConfigError as e:
         return fail(prog, e, 2)
     result["hardware"] = fingerprint.hardware()
     print(format_table(result))
+    if args.run:
+        print(run_roofline_line(args.run))
     if args.output:
         _write_json(args.output, result)
         print(f"wrote {args.output}")
@@ -290,6 +303,7 @@ def speed_check(args: Any, prog: str) -> int:
     except ConfigError as e:
         return fail(prog, e, 2)
     print(format_table(limit), flush=True)
+    sets += [f"training.precision={limit['precision']}", f"training.microbatch_size={limit['microbatch_size']}"]
     run_dir = out_dir / "train"
     print(f"{prog}: running the sequential trainer for {args.train_seconds:g} s → {run_dir}", flush=True)
     try:

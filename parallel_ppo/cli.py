@@ -19,7 +19,9 @@ import yaml
 from parallel_ppo.allocator import retain_freed_memory
 from parallel_ppo.checkpoint import load_checkpoint, next_resume_count
 from parallel_ppo.collect import RolloutError
-from parallel_ppo.config import FLAGS, Config, ConfigError, OneLineParser, build_config, fail
+from parallel_ppo.config import DEVICES, FLAGS, Config, ConfigError, OneLineParser, build_config, fail
+from parallel_ppo.learner_settings import LearnerChoice
+from parallel_ppo.model import learner_device
 from parallel_ppo.runs import RUN_FILES, seed_dir
 from parallel_ppo.threads import thread_plan
 
@@ -40,6 +42,8 @@ def make_parser(prog: str, parallel: bool) -> OneLineParser:
                        help="envs per worker (parallel.num_envs_per_worker)")
     else:
         p.add_argument("--num-envs", type=int, metavar="N", help="number of envs (env.num_envs)")
+    p.add_argument("--device", choices=DEVICES,
+                   help="the learner's device (training.device; default auto: cuda, else mps, else cpu)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config field, e.g. --set training.n_steps=64 (repeatable)")
     p.add_argument("--overwrite", action="store_true", help="replace the results of an earlier run in DIR")
@@ -144,15 +148,23 @@ def check_resume_config(cfg: Config, state: dict, run_dir: Path) -> None:
                                   f"{stored.get(section, {}).get(key)!r}, not {value!r}; it cannot be resumed so")
 
 
-def measure_limit(cfg: Config) -> dict | None:
-    """The bare network's compute limit for this config, measured before any env or worker exists."""
-    if cfg.run.limit_seconds <= 0:
-        return None
+def measure_learner(cfg: Config) -> tuple[LearnerChoice, dict | None, dict | None]:
+    """Before any env or worker exists: resolve the learner's `auto` settings (precision, microbatch, device) into
+    `cfg`, then measure this config's compute limit (the candidates' measurement already holds it when it ran
+    now) and the machine's arithmetic roofline; each measurement is skipped when `run.limit_seconds` is 0."""
     from parallel_ppo.envs import env_spaces
-    from parallel_ppo.roofline import measure_compute_limit
+    from parallel_ppo.learner_settings import choose, matmul_peaks
+    from parallel_ppo.roofline import measure_compute_limit, network_flops
 
     obs_shape, obs_dtype, num_actions = env_spaces(cfg.env)
-    return measure_compute_limit(cfg, obs_shape, num_actions, cfg.run.limit_seconds, obs_dtype=obs_dtype)
+    seconds = cfg.run.limit_seconds
+    choice = choose(cfg, obs_shape, obs_dtype, num_actions, seconds)
+    choice.apply(cfg)
+    if seconds <= 0:
+        return choice, None, None
+    limit = choice.limit or measure_compute_limit(cfg, obs_shape, num_actions, seconds, obs_dtype=obs_dtype)
+    roofline = {**network_flops(cfg, obs_shape, num_actions), "peak_gflops": matmul_peaks(cfg)}
+    return choice, limit, roofline
 
 
 @dataclass
@@ -165,6 +177,8 @@ class Start:
     threads: dict[str, int]
     resume: dict | None
     limit: dict | None
+    learner: LearnerChoice
+    roofline: dict | None
 
 
 def start(args: argparse.Namespace, parallel: bool) -> Start:
@@ -176,6 +190,7 @@ def start(args: argparse.Namespace, parallel: bool) -> Start:
         config_file, resume = load_resume(args.resume, mode, args)
         flags["run.output_dir"] = args.resume
     cfg = build_config(config_file, flags, args.set, parallel)
+    learner_device(cfg)  # a device asked for by name must exist
     check_memory(cfg)
     if resume is not None:
         check_resume_config(cfg, resume, Path(args.resume))
@@ -185,7 +200,7 @@ def start(args: argparse.Namespace, parallel: bool) -> Start:
     plan = thread_plan(cfg, parallel)
     torch.set_num_threads(plan.learner)
     retain_freed_memory()
-    limit = measure_limit(cfg)
+    learner, limit, roofline = measure_learner(cfg)
     resumes = next_resume_count(resume)
     if parallel:
         from parallel_ppo.parallel.coordinator import ParallelCoordinator
@@ -195,7 +210,7 @@ def start(args: argparse.Namespace, parallel: bool) -> Start:
         from parallel_ppo.collect import SequentialCollector
 
         source = SequentialCollector(cfg, plan.env, resumes)
-    return Start(cfg, run_dir, source, plan.describe(), resume, limit)
+    return Start(cfg, run_dir, source, plan.describe(), resume, limit, learner, roofline)
 
 
 def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
@@ -264,8 +279,9 @@ def run_one(args: argparse.Namespace, parallel: bool, prog: str) -> int:
               f"{s.resume['elapsed']:.0f} s elapsed", flush=True)
     print(f"{prog}: {s.source.mode} run on {s.cfg.env.id} with {s.source.layout['num_envs']} envs "
           f"({', '.join(f'{k} {v}' for k, v in s.threads.items())} threads) → {s.run_dir}", flush=True)
+    print(f"{prog}: learner {s.learner.describe()}", flush=True)
     try:
-        summary = train(s.cfg, s.source, s.run_dir, s.threads, s.resume, s.limit)
+        summary = train(s.cfg, s.source, s.run_dir, s.threads, s.resume, s.limit, s.learner.to_dict(), s.roofline)
     except KeyboardInterrupt:  # a second Ctrl-C: stop now; the last checkpoint was written atomically
         print(f"\n{prog}: interrupted; the last checkpoint in {s.run_dir} is intact", file=sys.stderr)
         return 128 + signal.SIGINT
@@ -290,6 +306,10 @@ def report_end(prog: str, cfg: Config, run_dir: Path, summary: dict[str, Any]) -
     if summary["limit_efficiency"] is not None:
         print(f"{prog}: {100 * summary['limit_efficiency']:.0f}% of this machine's compute limit "
               f"({summary['compute_limit']['limit_sps']:.0f} SPS, measured before the run)", flush=True)
+    if summary["achieved_gflops"] is not None:
+        print(f"{prog}: {summary['achieved_gflops']:.0f} GFLOP/s achieved ({summary['flops_per_env_step'] / 1e9:.2f} "
+              f"GFLOP per env step), {100 * summary['peak_fraction']:.0f}% of the {summary['precision']} matmul peak "
+              f"({summary['peak_gflops']:.0f} GFLOP/s)", flush=True)
     if summary["stop_reason"] == "error":
         print(f"{prog}: error: {summary['error']} (checkpoint and summary written to {run_dir})", file=sys.stderr)
         return 1

@@ -12,7 +12,7 @@ from torch import nn
 from parallel_ppo.buffer import RolloutBuffer
 from parallel_ppo.config import Config
 from parallel_ppo.envs import BatchEnv, env_seed, make_batch_env
-from parallel_ppo.model import autocast
+from parallel_ppo.model import autocast, module_device
 from parallel_ppo.timing import PhaseTimer
 
 
@@ -63,13 +63,15 @@ class EnvRunner:
         returns: list[float] = []
         lengths: list[int] = []
         t_env = t_inf = 0.0
+        device = module_device(model)
         with torch.no_grad():
             for t in range(buf.n_steps):
                 start = time.perf_counter()
                 obs_t = buf.obs[t]
                 obs_t.copy_(torch.from_numpy(self.obs))
-                with autocast(self.precision):
-                    logits, values = model(obs_t)
+                with autocast(self.precision, device.type):
+                    logits, values = model(obs_t.to(device))
+                logits, values = logits.cpu(), values.cpu()
                 actions, logprobs = sample_actions(logits, np.array([g.random() for g in self.rngs]))
                 buf.actions[t] = actions
                 buf.logprobs[t] = logprobs
@@ -95,8 +97,8 @@ class EnvRunner:
                 if progress is not None:
                     progress += 1
             start = time.perf_counter()
-            with autocast(self.precision):
-                _, last_values = model(torch.from_numpy(self.obs))
+            with autocast(self.precision, device.type):
+                _, last_values = model(torch.from_numpy(self.obs).to(device))
             buf.last_values.copy_(last_values.float())
             t_inf += time.perf_counter() - start
         return CollectResult(returns, lengths, t_env, t_inf)
@@ -110,9 +112,10 @@ class EnvRunner:
         terminal state).
         """
         bootstrap = np.zeros(self.env.num_envs, dtype=np.float32)
-        with autocast(self.precision):
-            _, values = model(torch.from_numpy(np.stack(list(cut.values()))))
-        bootstrap[list(cut)] = values.float().numpy()
+        device = module_device(model)
+        with autocast(self.precision, device.type):
+            _, values = model(torch.from_numpy(np.stack(list(cut.values()))).to(device))
+        bootstrap[list(cut)] = values.float().cpu().numpy()
         return bootstrap
 
     def close(self) -> None:

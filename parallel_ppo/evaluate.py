@@ -17,7 +17,7 @@ from torch import nn
 from parallel_ppo.collect import sample_actions
 from parallel_ppo.config import Config, EnvConfig, eval_levels
 from parallel_ppo.envs import make_batch_env
-from parallel_ppo.model import autocast
+from parallel_ppo.model import autocast, module_device
 
 PROCGEN_EASY_RANGES = {
     "bigfish": (1.0, 40.0), "bossfight": (0.5, 13.0), "caveflyer": (3.5, 12.0), "chaser": (0.5, 13.0),
@@ -96,12 +96,13 @@ def evaluate(model: nn.Module, cfg: Config, levels: str, episodes: int, num_envs
     level_seeds: list[int] = []
     ret, length, done_count = np.zeros(num_envs), np.zeros(num_envs, dtype=np.int64), np.zeros(num_envs, dtype=int)
     obs = env.reset()
+    device = module_device(model)
     try:
         with torch.no_grad():
             while (done_count < shares).any() and not (until and until()):
-                with autocast(cfg.training.precision):
-                    logits, _ = model(torch.from_numpy(obs))
-                logits = logits.float()
+                with autocast(cfg.training.precision, device.type):
+                    logits, _ = model(torch.from_numpy(obs).to(device))
+                logits = logits.float().cpu()
                 actions = logits.argmax(-1) if deterministic else sample_actions(logits, rng.random(num_envs))[0]
                 obs, rewards, dones, _ = env.step(actions.numpy())
                 ret += rewards

@@ -9,14 +9,46 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from parallel_ppo.config import ConfigError, ModelConfig
+from parallel_ppo.config import Config, ConfigError, ModelConfig
 
 
-def autocast(precision: str) -> contextlib.AbstractContextManager:
-    """bf16 autocast on the CPU for `precision == "bf16"`, otherwise nothing."""
+def autocast(precision: str, device_type: str = "cpu") -> contextlib.AbstractContextManager:
+    """bf16 autocast on `device_type` for `precision == "bf16"`, nothing for fp32 (`auto` must be resolved)."""
     if precision == "bf16":
-        return torch.autocast("cpu", dtype=torch.bfloat16)
+        return torch.autocast(device_type, dtype=torch.bfloat16)
+    if precision != "fp32":
+        raise ValueError(f"precision {precision!r} must be resolved to fp32 or bf16 first (learner_settings)")
     return contextlib.nullcontext()
+
+
+def available_device() -> str:
+    """`auto`'s pick: cuda, else mps, else cpu."""
+    if torch.cuda.is_available():
+        return "cuda"
+    if torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def resolve_device(name: str) -> torch.device:
+    """The learner's device for `training.device`; one asked for by name must exist (ConfigError if not)."""
+    if name == "auto":
+        return torch.device(available_device())
+    present = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
+    if not present.get(name, False):
+        raise ConfigError(f"--device {name}: no {name.upper()} device is available to this torch "
+                          f"({torch.__version__}); use --device cpu or auto")
+    return torch.device(name)
+
+
+def module_device(model: nn.Module) -> torch.device:
+    """Where `model`'s parameters live (the CPU for a model without any)."""
+    return next(model.parameters(), torch.empty(0)).device
+
+
+def learner_device(cfg: Config) -> torch.device:
+    """Where the config's learner runs."""
+    return resolve_device(cfg.training.device)
 
 
 def _init(layer: nn.Module, gain: float = math.sqrt(2), bias: float = 0.0) -> nn.Module:

@@ -32,10 +32,16 @@ class TrainBatch:
     def __len__(self) -> int:
         return self.actions.shape[0]
 
+    def to(self, device: torch.device) -> TrainBatch:
+        """The batch on `device` (itself when it is there already)."""
+        return TrainBatch(*(getattr(self, f.name).to(device) for f in dataclasses.fields(self)))
 
-def build_learner(obs_shape: tuple[int, ...], num_actions: int, cfg: Config) -> tuple[nn.Module, torch.optim.Optimizer]:
-    """The network and its Adam optimizer (eps 1e-5, as in the reference PPOs), as every learner builds them."""
-    model = build_model(obs_shape, num_actions, cfg.model)
+
+def build_learner(obs_shape: tuple[int, ...], num_actions: int, cfg: Config,
+                  device: torch.device | None = None) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """The network (initialized on the CPU, so every device starts from the same weights) and its Adam optimizer
+    (eps 1e-5, as in the reference PPOs), as every learner builds them."""
+    model = build_model(obs_shape, num_actions, cfg.model).to(device or "cpu")
     return model, torch.optim.Adam(model.parameters(), lr=cfg.training.learning_rate, eps=1e-5)
 
 
@@ -53,7 +59,7 @@ def ppo_loss(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> tuple[
     The advantages are used as given: normalize them over the whole minibatch first
     (`normalize_advantages`), so that a minibatch split into chunks has the loss of the whole.
     """
-    with autocast(cfg.precision):
+    with autocast(cfg.precision, batch.obs.device.type):
         logits, new_values = model(batch.obs)
     logits, new_values = logits.float(), new_values.float()
     log_probs = F.log_softmax(logits, dim=-1)
@@ -102,6 +108,8 @@ def minibatch_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Tr
     """
     batch = normalize_advantages(batch, cfg)
     size = len(batch)
+    if cfg.microbatch_size == "auto":
+        raise ValueError("training.microbatch_size auto must be resolved first (learner_settings)")
     chunk = cfg.microbatch_size or size
     optimizer.zero_grad(set_to_none=True)
     totals: dict[str, float] = {}

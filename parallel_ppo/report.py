@@ -31,6 +31,7 @@ from parallel_ppo.runs import (
     SPEEDUP_DEFINITION,
     Run,
     RunGroup,
+    RunSummary,
     efficiency,
     first_reaching,
     return_at,
@@ -292,6 +293,13 @@ def fmt_cpu(percent: float, cores: int | None) -> str:
     return f"{percent / 100:.1f}" + (f" / {cores}" if cores else "")
 
 
+def fmt_flops(summary: RunSummary) -> str:
+    """Achieved GFLOP/s and its share of the run's matmul peak, e.g. `152 (62%)`."""
+    if summary.achieved_gflops is None:
+        return "—"
+    return f"{summary.achieved_gflops:,.0f} ({summary.peak_fraction:.0%})"
+
+
 def run_name(s: RunStats) -> str:
     """`label (W×M envs)`, with the mode too when the label does not already say it."""
     mode = "" if s.label == s.mode else f"{s.mode}, "
@@ -345,8 +353,11 @@ def table(cmp: Comparison) -> Table:
              if any(getattr(s, key) is not None for s in cmp.stats)]
     for name, _ in reversed(extra):
         header.insert(9, name)
+    with_flops = any(run.summary.achieved_gflops is not None for run in cmp.runs)
+    if with_flops:
+        header.insert(header.index("peak RSS"), "GFLOP/s (of peak)")
     rows = []
-    for s in cmp.stats:
+    for run, s in zip(cmp.runs, cmp.stats, strict=True):
         reached = "—" if cmp.threshold is None else _reached(s)
         not_yet = "no episodes yet" if s.final_return is not None else NO_EPISODES
         at_equal = fmt_return(s.return_at_equal_time, not_yet)
@@ -360,6 +371,8 @@ def table(cmp: Comparison) -> Table:
         for _, key in reversed(extra):
             value = getattr(s, key)
             row.insert(9, "—" if value is None else f"{value:.3f}" if key == "normalized_return" else fmt_return(value))
+        if with_flops:
+            row.insert(header.index("GFLOP/s (of peak)"), fmt_flops(run.summary))
         rows.append(row)
     return Table(header, rows, left=2)
 
@@ -481,6 +494,9 @@ def definitions(cmp: Comparison) -> list[str]:
         "cores. Peak RSS: the largest sampled sum of the resident memory of the run's processes, which "
         "counts memory they share once per process; peak PSS splits shared pages among them, so it is "
         "what the run really occupied (the fair figure for parallel runs).",
+        "GFLOP/s: SPS × the network's FLOPs per env step (one forward to act, n_epochs forward+backward passes to "
+        "learn; torch's FlopCounterMode), and in brackets its share of the matmul peak of the run's precision "
+        "measured before the run (`make roofline`): how close the run came to the machine's arithmetic limit.",
     ]
 
 
@@ -585,6 +601,9 @@ def to_json(cmp: Comparison) -> dict[str, Any]:
             "phase_seconds": s.phase_seconds,
             "phase_fractions": {p: v / total for p, v in s.phase_seconds.items()},
             "precision": run.summary.precision, "stop_reason": run.summary.stop_reason, "threads": run.summary.threads,
+            "learner": run.summary.learner, "flops_per_env_step": run.summary.flops_per_env_step,
+            "achieved_gflops": run.summary.achieved_gflops, "peak_gflops": run.summary.peak_gflops,
+            "peak_fraction": run.summary.peak_fraction,
             "hardware": run.summary.hardware, "versions": run.summary.versions,
         })
     return _finite({

@@ -12,10 +12,13 @@ fraction of the limit measured in the same sitting.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,8 +26,8 @@ import psutil
 import torch
 
 from parallel_ppo.config import Config, ConfigError
-from parallel_ppo.model import autocast
-from parallel_ppo.ppo import TrainBatch, build_learner, minibatch_step
+from parallel_ppo.model import autocast, learner_device
+from parallel_ppo.ppo import TrainBatch, build_learner, minibatch_step, ppo_loss
 
 BUSY_CORES = 0.1
 """Other processes' load (in cores) above which a measurement is flagged as taken on a busy machine."""
@@ -71,87 +74,139 @@ def _random_obs(rng: torch.Generator, batch: int, obs_shape: tuple[int, ...],
     return torch.randn((batch, *obs_shape), generator=rng)
 
 
-def _timed_loop(step: Callable[[int], None], seconds: float, warmup_iters: int,
-                min_iters: int) -> tuple[int, float, float]:
-    """Call `step(i)` `warmup_iters` times untimed, then until `seconds` have passed (at least `min_iters`).
-
-    Returns (timed iterations, timed seconds, median seconds per timed iteration).
-    """
+def _timed_loop(step: Callable[[int], None], seconds: float, warmup_iters: int, min_iters: int) -> list[float]:
+    """Call `step(i)` `warmup_iters` times untimed, then until `seconds` have passed (at least `min_iters`);
+    returns the timed iterations' durations in seconds."""
     for i in range(warmup_iters):
         step(i)
     durations: list[float] = []
     start = time.perf_counter()
-    now = start
-    i = 0
-    while i < min_iters or now - start < seconds:
+    while len(durations) < min_iters or time.perf_counter() - start < seconds:
         t0 = time.perf_counter()
-        step(warmup_iters + i)
-        now = time.perf_counter()
-        durations.append(now - t0)
-        i += 1
-    return i, now - start, float(np.median(durations))
+        step(warmup_iters + len(durations))
+        durations.append(time.perf_counter() - t0)
+    return durations
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A learner setting the measurement can compare: arithmetic precision and forward/backward chunk."""
+
+    precision: str
+    microbatch_size: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.precision}/{self.microbatch_size or 'whole'}"
+
+
+def fixed_candidate(cfg: Config) -> Candidate:
+    """The config's own setting (both fields must be resolved: not `auto`)."""
+    t = cfg.training
+    if t.precision == "auto" or t.microbatch_size == "auto":
+        raise ValueError("resolve training.precision and training.microbatch_size first (learner_settings)")
+    return Candidate(t.precision, t.microbatch_size)
+
+
+class _Steps:
+    """One timed iteration of the learner's network for `measure_compute_limit`, on a model and inputs built
+    as the trainer builds them: `forward(precision)` and `train(candidate)` give the step functions."""
+
+    def __init__(self, cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, num_actions: int,
+                 forward_batch: int) -> None:
+        self.cfg, self.device = cfg, learner_device(cfg)
+        with torch.random.fork_rng(devices=[]):  # the trainer's initialization, without touching the caller's RNG
+            torch.manual_seed(cfg.run.seed)
+            self.model, self.optimizer = build_learner(obs_shape, num_actions, cfg, self.device)
+        self.model.train()
+        rng = torch.Generator().manual_seed(cfg.run.seed)
+        self.inputs = [_random_obs(rng, forward_batch, obs_shape, obs_dtype).to(self.device) for _ in range(_POOL)]
+        self.batches = [_random_batch(rng, cfg.training.batch_size, obs_shape, obs_dtype, num_actions).to(self.device)
+                        for _ in range(_POOL)]
+        self.sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+
+    def forward(self, precision: str) -> Callable[[int], None]:
+        def step(i: int) -> None:
+            with torch.no_grad(), autocast(precision, self.device.type):
+                self.model(self.inputs[i % _POOL])
+            self.sync()
+        return step
+
+    def train(self, candidate: Candidate) -> Callable[[int], None]:
+        tcfg = dataclasses.replace(self.cfg.training, precision=candidate.precision,
+                                   microbatch_size=candidate.microbatch_size)
+
+        def step(i: int) -> None:
+            minibatch_step(self.model, self.optimizer, self.batches[i % _POOL], tcfg)
+            self.sync()
+        return step
 
 
 def measure_compute_limit(cfg: Config, obs_shape: tuple[int, ...], num_actions: int, seconds: float = 20.0, *,
                           rollout_batch: int | None = None, obs_dtype: np.dtype | None = None,
-                          warmup_iters: int = 3, min_iters: int = 3) -> dict[str, Any]:
+                          warmup_iters: int = 3, min_iters: int = 3,
+                          candidates: list[Candidate] | None = None, rounds: int = 1) -> dict[str, Any]:
     """Measure the bare network's inference and training rates and the PPO compute limit they imply.
 
-    - forward: `model(obs)` under `torch.no_grad()` and the configured autocast, on `rollout_batch`
+    - forward: `model(obs)` under `torch.no_grad()` and the autocast of the precision, on `rollout_batch`
       observations (default `cfg.env.num_envs`, the envs the sequential trainer steps per forward);
     - train: one PPO minibatch step (`minibatch_step`: forward, loss, backward, grad-norm clip, Adam step) on
       `cfg.training.batch_size` samples.
 
-    `seconds` is the timed budget, split evenly between the two; warm-up iterations come on top and
-    are not counted. The model and optimizer are built as the trainer builds them (same seed,
-    `build_learner`) and run with the torch thread count the caller has set. Returns a JSON-serializable dict.
+    `candidates` (default: the config's own setting) are measured in `rounds` interleaved rounds, so that a
+    slow spell of the machine does not fall on one of them alone; forward once per precision. Rates are
+    batch / median iteration time. `seconds` is the timed budget, a fifth of it for the forward passes and
+    the rest for training; warm-up iterations come on top and are not counted. The model and optimizer are
+    built as the trainer builds them (same seed, `build_learner`, on `cfg.training.device`) and run with the
+    torch thread count the caller has set. Returns the fastest candidate's figures (a JSON-serializable dict)
+    with every candidate's rates under `candidates`.
     """
     if not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0):
         raise ConfigError(f"measurement seconds must be a positive number, got {seconds!r}")
     forward_batch = cfg.env.num_envs if rollout_batch is None else rollout_batch
     minibatch = cfg.training.batch_size
     if forward_batch <= 0 or minibatch <= 0:
-        raise ConfigError(f"batch sizes must be positive, got rollout batch {forward_batch}, "
-                          f"minibatch {minibatch}")
+        raise ConfigError(f"batch sizes must be positive, got rollout batch {forward_batch}, minibatch {minibatch}")
+    candidates = candidates or [fixed_candidate(cfg)]
     obs_shape = tuple(int(d) for d in obs_shape)
     if obs_dtype is None:
         obs_dtype = np.dtype(np.uint8) if len(obs_shape) == 3 else np.dtype(np.float32)
-    tcfg = cfg.training
-
-    with torch.random.fork_rng(devices=[]):  # the trainer's initialization, without touching the caller's RNG
-        torch.manual_seed(cfg.run.seed)
-        model, optimizer = build_learner(obs_shape, num_actions, cfg)
-    rng = torch.Generator().manual_seed(cfg.run.seed)
-
-    forward_inputs = [_random_obs(rng, forward_batch, obs_shape, obs_dtype) for _ in range(_POOL)]
-
-    def forward_step(i: int) -> None:
-        with torch.no_grad(), autocast(tcfg.precision):
-            model(forward_inputs[i % _POOL])
-
-    train_batches = [_random_batch(rng, minibatch, obs_shape, obs_dtype, num_actions) for _ in range(_POOL)]
-
-    def train_step(i: int) -> None:
-        minibatch_step(model, optimizer, train_batches[i % _POOL], tcfg)
-
-    model.train()
+    steps = _Steps(cfg, obs_shape, obs_dtype, num_actions, forward_batch)
+    precisions = list(dict.fromkeys(c.precision for c in candidates))
+    forward: dict[str, list[float]] = {p: [] for p in precisions}
+    train: dict[Candidate, list[float]] = {c: [] for c in candidates}
+    forward_share = seconds / 5 / (len(precisions) * rounds)
+    train_share = seconds * 4 / 5 / (len(candidates) * rounds)
     with OtherLoad() as load:
-        f_iters, f_secs, f_median = _timed_loop(forward_step, seconds / 2, warmup_iters, min_iters)
-        t_iters, t_secs, t_median = _timed_loop(train_step, seconds / 2, warmup_iters, min_iters)
+        for r in range(rounds):
+            warm = warmup_iters if r == 0 else 0
+            for p in precisions:
+                forward[p] += _timed_loop(steps.forward(p), forward_share, warm, min_iters)
+            for c in candidates:
+                train[c] += _timed_loop(steps.train(c), train_share, warm, min_iters)
 
-    forward_rate = f_iters * forward_batch / f_secs
-    train_rate = t_iters * minibatch / t_secs
+    rates = {c: _rates(forward_batch / float(np.median(forward[c.precision])),
+                       minibatch / float(np.median(train[c])), cfg.training.n_epochs) for c in candidates}
+    best = max(candidates, key=lambda c: rates[c]["limit_sps"])
+    f_times, t_times = forward[best.precision], train[best]
     return {
-        "forward_rate": forward_rate, "train_rate": train_rate,
-        "limit_sps": limit_sps(forward_rate, train_rate, tcfg.n_epochs), "n_epochs": tcfg.n_epochs,
-        "rollout_batch": forward_batch, "minibatch": minibatch, "precision": tcfg.precision,
-        "threads": torch.get_num_threads(), "forward_seconds": f_secs, "train_seconds": t_secs,
-        "forward_iters": f_iters, "train_iters": t_iters, "forward_ms_median": 1000 * f_median,
-        "train_ms_median": 1000 * t_median, "warmup_iters": warmup_iters, "other_load_cores": load.cores,
-        "model": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters()),
+        **rates[best], "n_epochs": cfg.training.n_epochs,
+        "rollout_batch": forward_batch, "minibatch": minibatch, "precision": best.precision,
+        "microbatch_size": best.microbatch_size, "device": str(steps.device),
+        "threads": torch.get_num_threads(), "forward_seconds": sum(f_times), "train_seconds": sum(t_times),
+        "forward_iters": len(f_times), "train_iters": len(t_times),
+        "forward_ms_median": 1000 * float(np.median(f_times)), "train_ms_median": 1000 * float(np.median(t_times)),
+        "warmup_iters": warmup_iters, "rounds": rounds, "other_load_cores": load.cores,
+        "candidates": {c.label: rates[c] for c in candidates},
+        "model": type(steps.model).__name__, "parameters": sum(p.numel() for p in steps.model.parameters()),
         "obs_shape": list(obs_shape), "num_actions": int(num_actions), "env_id": cfg.env.id,
         "torch": torch.__version__,
     }
+
+
+def _rates(forward_rate: float, train_rate: float, n_epochs: int) -> dict[str, float]:
+    return {"forward_rate": forward_rate, "train_rate": train_rate,
+            "limit_sps": limit_sps(forward_rate, train_rate, n_epochs)}
 
 
 def _random_batch(rng: torch.Generator, size: int, obs_shape: tuple[int, ...], obs_dtype: np.dtype,
@@ -185,8 +240,81 @@ def format_table(result: dict[str, Any]) -> str:
         ("compute limit", f"{result['limit_sps']:,.0f} env steps/s with {result['n_epochs']} epochs "
                           "= 1 / (1/forward + epochs/train)"),
     ]
+    if len(result.get("candidates", {})) > 1:
+        ranked = sorted(result["candidates"].items(), key=lambda kv: -kv[1]["limit_sps"])
+        rows.append(("candidates", ", ".join(f"{label} {r['limit_sps']:,.0f}" for label, r in ranked)
+                     + f" SPS → {ranked[0][0]} (precision/microbatch)"))
+    if "flops_per_env_step" in result:
+        peak = result["peak_gflops"][result["precision"]]
+        limit_gflops = result["limit_sps"] * result["flops_per_env_step"] / 1e9
+        rows += [
+            ("network FLOPs", f"{result['forward_flops'] / 1e6:,.1f} M per forward, "
+                              f"{result['train_flops'] / 1e6:,.1f} M per training sample → "
+                              f"{result['flops_per_env_step'] / 1e9:.3f} GFLOP per env step"),
+            ("matmul peak", f"fp32 {result['peak_gflops']['fp32']:,.0f}, bf16 {result['peak_gflops']['bf16']:,.0f} "
+                            f"GFLOP/s ({PEAK_SIZE}² products, {result['threads']} threads)"),
+            ("limit vs peak", f"the compute limit is {limit_gflops:,.0f} GFLOP/s, {limit_gflops / peak:.0%} of the "
+                              f"{result['precision']} peak"),
+        ]
     if result["other_load_cores"] > BUSY_CORES:
         rows.append(("WARNING", f"other processes kept {result['other_load_cores']:.2f} cores busy; "
                                 "these rates understate a quiet machine"))
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+PEAK_SIZE = 2048
+"""Square matmul size for the arithmetic peak (2048³: 17 GFLOP per product, within 3% of 4096³ on our CPUs)."""
+
+
+def matmul_peak(dtype: torch.dtype, seconds: float = 1.0, device: torch.device | str = "cpu") -> float:
+    """GFLOP/s of a PEAK_SIZE² matrix product in `dtype` with the current threads: the arithmetic peak that
+    a network's achieved FLOP/s is judged against."""
+    n = PEAK_SIZE
+    a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+
+    def step(i: int) -> None:
+        torch.mm(a, b)
+        sync()
+    return 2 * n**3 / float(np.median(_timed_loop(step, seconds, 1, 3))) / 1e9
+
+
+def network_flops(cfg: Config, obs_shape: tuple[int, ...], num_actions: int) -> dict[str, float]:
+    """FLOPs of the network per sample, counted by torch's FlopCounterMode (matrix products and convolutions):
+    `forward_flops` to act, `train_flops` for the PPO loss's forward and backward, and `flops_per_env_step`
+    = forward + n_epochs × train, the work one collected env step costs the trainer."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    batch = 4
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.run.seed)
+        model, _ = build_learner(obs_shape, num_actions, cfg)
+    rng = torch.Generator().manual_seed(0)
+    obs_dtype = np.dtype(np.uint8) if len(obs_shape) == 3 else np.dtype(np.float32)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(_random_obs(rng, batch, tuple(obs_shape), obs_dtype))
+    forward = counter.get_total_flops() / batch
+    fp32 = dataclasses.replace(cfg.training, precision="fp32")
+    with FlopCounterMode(display=False) as counter:
+        loss, _ = ppo_loss(model, _random_batch(rng, batch, tuple(obs_shape), obs_dtype, num_actions), fp32)
+        loss.backward()
+    train = counter.get_total_flops() / batch
+    return {"forward_flops": forward, "train_flops": train,
+            "flops_per_env_step": forward + cfg.training.n_epochs * train}
+
+
+def run_roofline_line(run_dir: str) -> str:
+    """A finished run's achieved FLOP/s against its peak, as one line (ConfigError for a directory without one)."""
+    from parallel_ppo.runs import RunSummary
+
+    path = Path(run_dir) / "summary.json"
+    if not path.is_file():
+        raise ConfigError(f"--run {run_dir}: no summary.json there (not a finished run)")
+    s = RunSummary.read(path)
+    if s.achieved_gflops is None or s.peak_gflops is None:
+        raise ConfigError(f"--run {run_dir}: its summary has no FLOP figures (run.limit_seconds was 0, "
+                          "or an older run)")
+    return (f"run {run_dir}: {s.sps:,.0f} SPS × {s.flops_per_env_step / 1e9:.3f} GFLOP = "
+            f"{s.achieved_gflops:,.0f} GFLOP/s, {s.peak_fraction:.0%} of its {s.precision} matmul peak "
+            f"({s.peak_gflops:,.0f} GFLOP/s)")

@@ -110,6 +110,18 @@ class RunSummary:
     generalization_gap: float | None = None
     """episodic_return_mean − test_return_mean."""
     eval_levels: str | None = None
+    learner: dict | None = None
+    """How precision, microbatch and device were decided (`learner_settings.LearnerChoice.to_dict`)."""
+    roofline: dict | None = None
+    """The network's FLOPs per sample and env step, and this machine's fp32 and bf16 matmul peaks (GFLOP/s)."""
+    flops_per_env_step: float | None = None
+    """FLOPs one collected env step costs: one forward to act, n_epochs × forward+backward to learn."""
+    achieved_gflops: float | None = None
+    """sps × flops_per_env_step / 1e9."""
+    peak_gflops: float | None = None
+    """The matmul peak of the run's precision on the learner's threads: the physical limit."""
+    peak_fraction: float | None = None
+    """achieved_gflops / peak_gflops."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, with non-finite floats as None."""

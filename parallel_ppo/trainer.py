@@ -21,6 +21,7 @@ from parallel_ppo.config import Config, ConfigError
 from parallel_ppo.evaluate import EvalResult, evaluate, normalized_return
 from parallel_ppo.files import write_json
 from parallel_ppo.metrics import MetricsLogger, ResourceSampler
+from parallel_ppo.model import learner_device, module_device
 from parallel_ppo.ppo import TrainBatch, build_learner, ppo_update
 from parallel_ppo.reward_scale import RewardScaler
 from parallel_ppo.runs import RunSummary, read_metrics, steady_sps
@@ -109,7 +110,7 @@ class TrainState:
     @classmethod
     def new(cls, cfg: Config, obs_shape: tuple[int, ...], num_actions: int) -> TrainState:
         torch.manual_seed(cfg.run.seed)
-        model, optimizer = build_learner(obs_shape, num_actions, cfg)
+        model, optimizer = build_learner(obs_shape, num_actions, cfg, learner_device(cfg))
         window = cfg.logging.return_window
         t = cfg.training
         scaler = RewardScaler(cfg.env.num_envs, t.gamma, t.reward_clip) if t.normalize_reward else None
@@ -282,6 +283,7 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
              clock: Clock) -> Outcome:
     """Update until a stop reason holds: collect, GAE, PPO update, then each hook with the update's row."""
     outcome, timers = Outcome(), PhaseTimer()
+    device = module_device(state.model)
     last_row = time.monotonic()
     while not outcome.stop_reason:
         lr = learning_rate(cfg, state.env_steps, clock())
@@ -296,7 +298,7 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
             outcome.stop_reason = "signal"
             break
         with timers.phase("gae"):
-            data = rollout_batch(source.buffer, cfg, state.reward_scaler)
+            data = rollout_batch(source.buffer, cfg, state.reward_scaler).to(device)
         with timers.phase("update"):
             stats = ppo_update(state.model, state.optimizer, data, cfg.training, state.generator)
         state.record(result, cfg.rollout_size)
@@ -321,12 +323,15 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
 
 
 def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, int],
-          resume: dict | None = None, compute_limit: dict | None = None) -> dict:
+          resume: dict | None = None, compute_limit: dict | None = None, learner: dict | None = None,
+          roofline: dict | None = None) -> dict:
     """Train until the duration or step budget is spent (or a signal arrives); returns summary.json's content.
 
     `resume` is a loaded checkpoint: model, optimizer, counters, RNG states, episode window and elapsed
     time carry on from it, and metrics rows logged after it are dropped so the CSV stays continuous.
-    `compute_limit` (from `roofline.measure_compute_limit`) is recorded with the run's efficiency against it.
+    `compute_limit` (from `roofline.measure_compute_limit`) is recorded with the run's efficiency against it,
+    `learner` (how precision, microbatch and device were chosen) as is, and `roofline` (the network's FLOPs
+    and the matmul peaks) with the FLOP/s the run achieved.
     """
     run_dir = Path(run_dir)
     if resume is None:
@@ -349,14 +354,16 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, 
     finally:
         metrics.close()
         source.close()
-    summary = summarize(cfg, source, state, outcome, metrics, threads, compute_limit, run_dir, final_eval).to_dict()
+    summary = summarize(cfg, source, state, outcome, metrics, threads, compute_limit, run_dir, final_eval, learner,
+                        roofline).to_dict()
     write_json(run_dir / "summary.json", summary)
     return summary
 
 
 def summarize(cfg: Config, source: RolloutSource, state: TrainState, outcome: Outcome, metrics: MetricsHook,
               threads: dict[str, int], compute_limit: dict | None, run_dir: Path,
-              final_eval: EvalResult | None = None) -> RunSummary:
+              final_eval: EvalResult | None = None, learner: dict | None = None,
+              roofline: dict | None = None) -> RunSummary:
     """summary.json's content, its throughput read back from metrics.csv as every reader computes it."""
     wall = outcome.session_seconds
     try:
@@ -367,6 +374,9 @@ def summarize(cfg: Config, source: RolloutSource, state: TrainState, outcome: Ou
     peaks = metrics.sampler.peaks
     train_return = _mean(state.episode_returns) if state.episode_returns else None
     test_return = final_eval.mean if final_eval is not None else None
+    flops = roofline["flops_per_env_step"] if roofline else None
+    peak = roofline["peak_gflops"][cfg.training.precision] if roofline else None
+    achieved = sps * flops / 1e9 if flops and sps else None
     return RunSummary(
         mode=source.mode, env_id=cfg.env.id, **source.layout, total_env_steps=state.env_steps,
         wall_seconds=wall + state.elapsed_before, episodes=state.episodes, updates=state.update,
@@ -386,5 +396,7 @@ def summarize(cfg: Config, source: RolloutSource, state: TrainState, outcome: Ou
         normalized_return=normalized_return(cfg.env, train_return), test_return_mean=test_return,
         test_normalized_return=normalized_return(cfg.env, test_return),
         generalization_gap=train_return - test_return if train_return is not None and test_return is not None else None,
-        eval_levels=cfg.eval.levels if final_eval is not None else None,
+        eval_levels=cfg.eval.levels if final_eval is not None else None, learner=learner, roofline=roofline,
+        flops_per_env_step=flops, achieved_gflops=achieved, peak_gflops=peak,
+        peak_fraction=achieved / peak if achieved and peak else None,
     )

@@ -48,7 +48,8 @@ def test_normalized_return_uses_the_easy_mode_constants():
 
 def test_test_levels_are_disjoint_from_training_levels():
     """Each counted episode's level seed lies outside the training range (and inside it for `train`)."""
-    cfg = build_config(None, {"env.id": "starpilot"}, ["env.num_levels=5", "env.start_level=100",
+    cfg = build_config(None, {"env.id": "starpilot"}, ["training.precision=fp32", "env.num_levels=5",
+                                                       "env.start_level=100",
                                                      "model.impala_depths=[4, 4, 4]", "model.hidden_size=16"], False)
     test = eval_levels(cfg.env, "test")
     assert test.start_level == 105 and test.num_levels > 0
@@ -62,7 +63,7 @@ def test_test_levels_are_disjoint_from_training_levels():
 
 def test_each_env_plays_its_share_of_episodes():
     """7 episodes on 3 envs: shares 3, 2, 2 (no bias toward envs that finish short episodes first)."""
-    cfg = build_config(None, {"env.id": "CartPole-v1"}, [], False)
+    cfg = build_config(None, {"env.id": "CartPole-v1"}, ["training.precision=fp32"], False)
     torch.manual_seed(0)
     model = build_model((4,), 2, cfg.model)
     result = evaluate(model, cfg, "train", episodes=7, num_envs=3, deterministic=True, seed=0)

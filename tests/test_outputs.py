@@ -51,6 +51,11 @@ class Run:
     dir: Path
     stdout: str
 
+    @property
+    def microbatch(self) -> int | str:
+        """cartpole.yaml fixes the whole minibatch; the defaults leave it auto (and 16 has no smaller chunk)."""
+        return 0 if self.name == "cartpole" else "auto"
+
     def expected_config(self) -> Config:
         """The config the same command line resolves to, built in-process."""
         ns = make_parser("train_timed.py", parallel=False).parse_args(self.args)
@@ -97,6 +102,10 @@ def test_config_yaml_loads_back_to_the_same_config(run):
     cfg = config_from_dict(stored)
     expected = run.expected_config()
     expected.run.output_dir = str(run.dir)
+    assert (expected.training.precision, expected.training.microbatch_size) == ("auto", run.microbatch)
+    learner = run.summary["learner"]  # `auto` is stored as what it resolved to, so a resume trains the same way
+    expected.training.precision, expected.training.device = learner["precision"], learner["device"]
+    expected.training.microbatch_size = learner["microbatch_size"]
     assert cfg == expected
     assert cfg.to_dict() == stored
 
@@ -160,7 +169,19 @@ def test_summary_json(run):
     assert s["overall_sps"] == pytest.approx(s["total_env_steps"] / s["wall_seconds"], rel=1e-6)
     assert s["sps"] == pytest.approx(load_run(run.name, run.dir).steady_sps, rel=1e-9)
     assert s["wall_seconds"] >= float(run.rows[-1]["wall_time"])
-    assert s["precision"] == "fp32"
+    learner = s["learner"]
+    assert s["precision"] == learner["precision"] in ("fp32", "bf16")
+    assert learner["source"] == "measured" and learner["device"] == "cpu" and learner["device_source"] == "auto"
+    assert set(learner["rates"]) == {"fp32/whole", "bf16/whole"}  # microbatch fixed or no smaller candidate
+    assert learner["rates"][learner["precision"] + "/whole"] == max(learner["rates"].values())
+    assert f"learner {learner['precision']}, microbatch whole minibatch, on cpu (auto): measured now" in run.stdout
+    assert s["compute_limit"]["precision"] == s["precision"]
+    flops = s["roofline"]["forward_flops"] + cfg.training.n_epochs * s["roofline"]["train_flops"]
+    assert s["flops_per_env_step"] == pytest.approx(flops) and s["roofline"]["forward_flops"] > 0
+    assert s["roofline"]["train_flops"] > 2 * s["roofline"]["forward_flops"]  # backward ≈ 2 forwards
+    assert s["achieved_gflops"] == pytest.approx(s["sps"] * s["flops_per_env_step"] / 1e9)
+    assert s["peak_gflops"] == s["roofline"]["peak_gflops"][s["precision"]] > 0
+    assert s["peak_fraction"] == pytest.approx(s["achieved_gflops"] / s["peak_gflops"])
     assert isinstance(s["threads"], dict) and s["threads"] and all(v >= 1 for v in s["threads"].values())
     assert s["peak_rss_mb"] > 0
     assert s["peak_rss_mb"] >= max(float(r["rss_mb"]) for r in run.rows) * (1 - 1e-5)  # csv keeps 6 digits

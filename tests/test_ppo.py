@@ -18,6 +18,11 @@ from parallel_ppo.ppo import TrainBatch, explained_variance, minibatch_step, nor
 OBS_SIZE, NUM_ACTIONS, BATCH = 6, 4, 64
 
 
+def fixed(**fields) -> TrainingConfig:
+    """A training config with its machine-dependent settings fixed (the trainers resolve `auto` before a run)."""
+    return TrainingConfig(**{"precision": "fp32", "microbatch_size": 64, **fields})
+
+
 def small_model(seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
     return build_model((OBS_SIZE,), NUM_ACTIONS, ModelConfig(kind="mlp", mlp_hidden=[32, 32]))
@@ -39,7 +44,7 @@ def rollout_batch(model: nn.Module, seed: int = 0) -> TrainBatch:
 def test_loss_before_any_step_has_unit_ratio():
     """On the data it was collected with, the policy has ratio 1, no clipping and zero KL."""
     model = small_model()
-    cfg = TrainingConfig()
+    cfg = fixed()
     batch = normalize_advantages(rollout_batch(model), cfg)
     loss, stats = ppo_loss(model, batch, cfg)
     assert torch.isfinite(loss)
@@ -61,17 +66,17 @@ def full_batch_stats(model, batch, cfg):
 def test_normalize_advantages():
     """Mean 0 and std 1 with norm_adv; the batch untouched without it."""
     batch = rollout_batch(small_model())
-    adv = normalize_advantages(batch, TrainingConfig(norm_adv=True)).advantages
+    adv = normalize_advantages(batch, fixed(norm_adv=True)).advantages
     assert adv.mean().item() == pytest.approx(0.0, abs=1e-6)
     assert adv.std().item() == pytest.approx(1.0, abs=1e-4)
-    assert normalize_advantages(batch, TrainingConfig(norm_adv=False)) is batch
+    assert normalize_advantages(batch, fixed(norm_adv=False)) is batch
 
 
 @pytest.mark.parametrize("microbatch", [1, 7, 16, 64])
 def test_microbatches_give_the_minibatch_step(microbatch):
     """Chunked forward/backward (even and uneven chunks) takes the same optimizer step as one pass."""
-    cfg_whole = TrainingConfig(microbatch_size=0)
-    cfg_chunk = TrainingConfig(microbatch_size=microbatch)
+    cfg_whole = fixed(microbatch_size=0)
+    cfg_chunk = fixed(microbatch_size=microbatch)
     results = []
     for cfg in (cfg_whole, cfg_chunk):
         model = small_model(3)
@@ -97,7 +102,7 @@ def test_updates_on_the_same_batch_decrease_the_loss():
     """Repeated ppo_update calls on one batch lower the loss, the surrogate and the value loss."""
     model = small_model(1)
     batch = rollout_batch(model, 1)
-    cfg = TrainingConfig(batch_size=16, n_epochs=4, learning_rate=3e-3, ent_coef=0.0)
+    cfg = fixed(batch_size=16, n_epochs=4, learning_rate=3e-3, ent_coef=0.0)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=1e-5)
     loss0, stats0 = full_batch_stats(model, batch, cfg)
     history = []
@@ -118,7 +123,7 @@ def test_big_steps_are_clipped():
     """After large steps the ratio leaves [1 - clip, 1 + clip] for some samples, and clipfrac reports it."""
     model = small_model(2)
     batch = rollout_batch(model, 2)
-    cfg = TrainingConfig(batch_size=BATCH, n_epochs=30, learning_rate=0.05, max_grad_norm=100.0)
+    cfg = fixed(batch_size=BATCH, n_epochs=30, learning_rate=0.05, max_grad_norm=100.0)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
     ppo_update(model, optimizer, batch, cfg, torch.Generator().manual_seed(0))
     _, stats = full_batch_stats(model, batch, cfg)
@@ -154,7 +159,7 @@ def test_clipped_surrogate_value_and_gradients():
     with torch.no_grad():
         cur_lp = F.log_softmax(model.logits, -1)[:, 0]
     batch = TrainBatch(torch.arange(n), actions, cur_lp - ratios.log(), torch.zeros(n), adv, torch.zeros(n))
-    cfg = TrainingConfig(norm_adv=False, clip_coef=0.2, ent_coef=0.0, vf_coef=0.0)
+    cfg = fixed(norm_adv=False, clip_coef=0.2, ent_coef=0.0, vf_coef=0.0)
     loss, stats = ppo_loss(model, batch, cfg)
 
     expected = torch.max(-adv * ratios, -adv * ratios.clamp(0.8, 1.2)).mean()
@@ -180,7 +185,7 @@ def test_value_loss_clipping():
     actions = torch.zeros(n, dtype=torch.int64)
     batch = TrainBatch(torch.arange(n), actions, torch.full((n,), math.log(0.5)), old_values,
                        torch.zeros(n), returns)
-    cfg = TrainingConfig(clip_coef=0.2, clip_vloss=True)
+    cfg = fixed(clip_coef=0.2, clip_vloss=True)
     _, stats = ppo_loss(model, batch, cfg)
     clipped = new_values.clamp(-0.2, 0.2)
     expected = 0.5 * torch.max((new_values - returns) ** 2, (clipped - returns) ** 2).mean()

@@ -12,7 +12,7 @@ import pytest
 from parallel_ppo.bench_cli import main
 from parallel_ppo.config import Config, ConfigError
 from parallel_ppo.envs import PROCGEN_ACTIONS, PROCGEN_OBS_SHAPE
-from parallel_ppo.roofline import limit_sps, measure_compute_limit
+from parallel_ppo.roofline import limit_sps, measure_compute_limit, network_flops
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,6 +23,7 @@ def small_config(precision: str = "fp32") -> Config:
     cfg.training.batch_size = 4
     cfg.training.n_epochs = 3
     cfg.training.precision = precision
+    cfg.training.microbatch_size = 0
     cfg.model.impala_depths = [4, 8, 8]
     cfg.model.hidden_size = 32
     return cfg
@@ -76,3 +77,39 @@ def test_bench_py_bad_flag_exits_2_with_one_line() -> None:
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == "bench.py: error: unrecognized arguments: --no-such-flag (see --help)"
+
+
+def test_network_flops_count_the_mlp_by_hand() -> None:
+    """CartPole's MLP: two towers 4→64→64→(2 or 1), 2 FLOPs per multiply-add; the update adds the backward."""
+    cfg = Config()
+    flops = network_flops(cfg, (4,), 2)
+    assert flops["forward_flops"] == 2 * (4 * 64 + 64 * 64 + 64 * 2) + 2 * (4 * 64 + 64 * 64 + 64 * 1)
+    assert 2 * flops["forward_flops"] < flops["train_flops"] <= 3 * flops["forward_flops"]
+    assert flops["flops_per_env_step"] == flops["forward_flops"] + cfg.training.n_epochs * flops["train_flops"]
+
+
+def test_network_flops_of_the_impala_cnn() -> None:
+    """61.2 MFLOP per 64×64 frame (DESIGN.md), about 3× that to learn from it, 0.6 GFLOP per step at 3 epochs."""
+    flops = network_flops(Config(), PROCGEN_OBS_SHAPE, PROCGEN_ACTIONS)
+    assert flops["forward_flops"] == pytest.approx(61.2e6, rel=1e-3)
+    assert flops["train_flops"] == pytest.approx(3 * flops["forward_flops"], rel=0.05)
+    assert flops["flops_per_env_step"] == pytest.approx(0.60e9, rel=0.01)
+
+
+def test_roofline_reports_candidates_flops_and_peaks(tmp_path, capsys) -> None:
+    out = tmp_path / "r.json"
+    status = main(["roofline", "--env", "CartPole-v1", "--seconds", "0.3", "--batch-size", "64",
+                   "--output", str(out)])
+    text = capsys.readouterr().out
+    assert status == 0
+    result = json.loads(out.read_text())
+    assert set(result["candidates"]) == {"fp32/whole", "bf16/whole"}  # CartPole defaults: 64 has no smaller chunk
+    best = max(result["candidates"], key=lambda label: result["candidates"][label]["limit_sps"])
+    assert best == f"{result['precision']}/whole" and result["limit_sps"] == result["candidates"][best]["limit_sps"]
+    assert result["peak_gflops"]["fp32"] > 0 and result["peak_gflops"]["bf16"] > 0
+    assert "network FLOPs" in text and "matmul peak" in text and f"→ {best}" in text
+
+
+def test_roofline_run_without_figures_exits_2(tmp_path, capsys) -> None:
+    assert main(["roofline", "--env", "CartPole-v1", "--run", str(tmp_path)]) == 2
+    assert "no summary.json" in capsys.readouterr().err
