@@ -122,9 +122,8 @@ def _add_learning(sub: Any) -> None:
     c.add_argument("--minutes", type=positive_number, default=10.0, metavar="M", help="per run (default 10)")
     c.add_argument("--seeds", default="1,2,3", metavar="LIST", help="seeds, e.g. 1,2,3 (the default)")
     c.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
-                   help="a variant (repeatable); default: " + ", ".join(
-                       f"{v.label}:{','.join(s.removeprefix('training.') for s in v.sets)}"
-                       for v in DEFAULT_VARIANTS))
+                   help="a variant (repeatable; keys as for --set, e.g. fp32:training.precision=fp32); "
+                        "default: " + ", ".join(f"{v.label}:{','.join(v.sets)}" for v in DEFAULT_VARIANTS))
     c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="config override passed to every run (repeatable)")
     c.add_argument("--output-dir", metavar="DIR", help="default benchmarks/learning_<env>")
@@ -177,6 +176,7 @@ def _run_args(args: Any) -> list[str]:
 
 def envs(args: Any, prog: str) -> int:
     from parallel_ppo.envbench import bench_envs, format_env_table
+    from parallel_ppo.learner_settings import resolve
 
     flags = {"env.id": args.env, "parallel.num_workers": args.num_workers,
              "parallel.num_envs_per_worker": args.num_envs_per_worker}
@@ -184,6 +184,7 @@ def envs(args: Any, prog: str) -> int:
         cfg = build_config(args.config, flags, args.set, parallel=True)
         _check_output(args.output)
         torch.set_num_threads(thread_plan(cfg, parallel=True).learner)
+        print(f"{prog}: network {resolve(cfg, cfg.run.limit_seconds).describe()}", flush=True)
         print(f"{prog}: {cfg.env.id}, {cfg.env.num_envs} envs, {args.seconds:g} s per measurement ...", flush=True)
         rows = bench_envs(cfg, args.seconds)
     except ConfigError as e:

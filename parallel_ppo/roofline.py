@@ -185,17 +185,13 @@ def measure_compute_limit(cfg: Config, obs_shape: tuple[int, ...], num_actions: 
             for c in candidates:
                 train[c] += _timed_loop(steps.train(c), train_share, warm, min_iters)
 
-    rates = {c: _rates(forward_batch / float(np.median(forward[c.precision])),
-                       minibatch / float(np.median(train[c])), cfg.training.n_epochs) for c in candidates}
+    rates = {c: _figures(forward[c.precision], train[c], forward_batch, minibatch, cfg.training.n_epochs)
+             for c in candidates}
     best = max(candidates, key=lambda c: rates[c]["limit_sps"])
-    f_times, t_times = forward[best.precision], train[best]
     return {
         **rates[best], "n_epochs": cfg.training.n_epochs,
         "rollout_batch": forward_batch, "minibatch": minibatch, "precision": best.precision,
-        "microbatch_size": best.microbatch_size, "device": str(steps.device),
-        "threads": torch.get_num_threads(), "forward_seconds": sum(f_times), "train_seconds": sum(t_times),
-        "forward_iters": len(f_times), "train_iters": len(t_times),
-        "forward_ms_median": 1000 * float(np.median(f_times)), "train_ms_median": 1000 * float(np.median(t_times)),
+        "microbatch_size": best.microbatch_size, "device": str(steps.device), "threads": torch.get_num_threads(),
         "warmup_iters": warmup_iters, "rounds": rounds, "other_load_cores": load.cores,
         "candidates": {c.label: rates[c] for c in candidates},
         "model": type(steps.model).__name__, "parameters": sum(p.numel() for p in steps.model.parameters()),
@@ -204,9 +200,20 @@ def measure_compute_limit(cfg: Config, obs_shape: tuple[int, ...], num_actions: 
     }
 
 
-def _rates(forward_rate: float, train_rate: float, n_epochs: int) -> dict[str, float]:
-    return {"forward_rate": forward_rate, "train_rate": train_rate,
-            "limit_sps": limit_sps(forward_rate, train_rate, n_epochs)}
+def for_candidate(result: dict[str, Any], candidate: Candidate) -> dict[str, Any]:
+    """A `measure_compute_limit` result told from another of its candidates' point of view."""
+    return {**result, **result["candidates"][candidate.label], "precision": candidate.precision,
+            "microbatch_size": candidate.microbatch_size}
+
+
+def _figures(forward: list[float], train: list[float], forward_batch: int, minibatch: int,
+             n_epochs: int) -> dict[str, float]:
+    """A candidate's rates (batch / median iteration time) and compute limit, from its timed iterations."""
+    f_median, t_median = float(np.median(forward)), float(np.median(train))
+    return {"forward_rate": forward_batch / f_median, "train_rate": minibatch / t_median,
+            "limit_sps": limit_sps(forward_batch / f_median, minibatch / t_median, n_epochs),
+            "forward_ms_median": 1000 * f_median, "train_ms_median": 1000 * t_median, "forward_iters": len(forward),
+            "train_iters": len(train), "forward_seconds": sum(forward), "train_seconds": sum(train)}
 
 
 def _random_batch(rng: torch.Generator, size: int, obs_shape: tuple[int, ...], obs_dtype: np.dtype,

@@ -32,7 +32,7 @@ class FakeMeasure:
     def __init__(self, limits: dict[str, float]) -> None:
         self.limits, self.calls = limits, []
 
-    def __call__(self, cfg, obs_shape, num_actions, seconds, *, obs_dtype, candidates, rounds):
+    def __call__(self, cfg, obs_shape, num_actions, seconds, *, obs_dtype, candidates, rounds, **iterations):
         self.calls.append([c.label for c in candidates])
         rates = {c.label: {"forward_rate": 1000.0, "train_rate": 300.0, "limit_sps": self.limits[c.label]}
                  for c in candidates}
@@ -82,6 +82,32 @@ def test_the_fastest_candidate_is_chosen_then_cached(tmp_path):
     other = choose(auto_config(batch_size=512), OBS, np.dtype(np.uint8), ACTIONS, 10.0, measure=measure, path=cache)
     assert other.source == "measured" and len(measure.calls) == 2  # other settings, another entry
     assert len(json.loads(cache.read_text())) == 2
+
+
+@pytest.mark.parametrize("limits, chosen", [
+    ({"fp32/64": 169.0, "fp32/128": 160.0, "fp32/whole": 180.0, "bf16/64": 143.0, "bf16/128": 153.0,
+      "bf16/whole": 144.0}, "fp32/64"),  # measured on our Xeon: whole looked 6.5% faster, ran 5% slower
+    ({"fp32/64": 169.0, "fp32/128": 160.0, "fp32/whole": 186.0, "bf16/64": 143.0, "bf16/128": 153.0,
+      "bf16/whole": 144.0}, "fp32/whole"),  # 10.1% faster: another chunk
+    ({"fp32/64": 100.0, "fp32/128": 105.0, "fp32/whole": 90.0, "bf16/64": 170.0, "bf16/128": 200.0,
+      "bf16/whole": 150.0}, "bf16/128"),  # AMD-like: bf16 far ahead, its best chunk 17.6% over 64
+    ({"fp32/64": 100.0, "fp32/128": 100.0, "fp32/whole": 90.0, "bf16/64": 103.0, "bf16/128": 104.0,
+      "bf16/whole": 90.0}, "fp32/64"),  # bf16 at its default chunk 3% faster: within the precision margin
+    ({"fp32/64": 100.0, "fp32/128": 100.0, "fp32/whole": 90.0, "bf16/64": 103.5, "bf16/128": 109.0,
+      "bf16/whole": 90.0}, "bf16/64"),  # bf16 3.5% faster; its 128 chunk only 5% over its 64
+])
+def test_the_defaults_stay_unless_beaten_by_more_than_the_margins(limits, chosen, tmp_path):
+    choice = choose(auto_config(), OBS, np.dtype(np.uint8), ACTIONS, 10.0, measure=FakeMeasure(limits),
+                    path=tmp_path / "c.json")
+    assert f"{choice.precision}/{choice.microbatch_size or 'whole'}" == chosen
+    assert choice.limit["limit_sps"] == limits[chosen] and choice.limit["precision"] == choice.precision
+
+
+def test_a_fixed_precision_keeps_its_default_chunk(tmp_path):
+    choice = choose(auto_config(precision="bf16"), OBS, np.dtype(np.uint8), ACTIONS, 10.0,
+                    measure=FakeMeasure({"bf16/64": 150.0, "bf16/128": 155.0, "bf16/whole": 140.0}),
+                    path=tmp_path / "c.json")
+    assert (choice.precision, choice.microbatch_size) == ("bf16", 64)
 
 
 def test_a_cached_choice_depends_on_the_machine(tmp_path, monkeypatch):
