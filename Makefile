@@ -60,7 +60,8 @@ compare: install
 	$(PY) compare_results.py --sequential benchmarks/sequential_$(TAG) --parallel benchmarks/parallel_$(TAG) \
 		--output-dir benchmarks/comparison_$(TAG)
 
-## The bare network's compute limit: forward and PPO-train rates, limit = 1/(1/fwd + epochs/train) SPS
+## The bare network's compute limit: forward and PPO-train rates, limit = 1/(1/fwd + epochs/train) SPS, for each
+## precision/microbatch left auto; FLOPs per env step and matmul peaks; ARGS="--run DIR": a run's share of the peak
 roofline: install
 	$(PY) bench.py roofline --config config/ppo_sequential.yaml --env $(ENV) $(ARGS)
 

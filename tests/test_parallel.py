@@ -31,7 +31,7 @@ SETTINGS = {
     "CartPole-v1": ("config/cartpole.yaml", 4, ["training.n_steps=32", "training.batch_size=32"]),
     # 8 starpilot envs × 16 steps through the IMPALA CNN
     "starpilot": ("config/ppo_sequential.yaml", 8, ["training.n_steps=16", "training.batch_size=64",
-                                                     "run.limit_seconds=0"]),
+                                                     "training.microbatch_size=64", "run.limit_seconds=0"]),
 }
 
 
@@ -39,6 +39,7 @@ def _config(env_id: str, parallel: bool, workers: int, out: Path, extra: tuple[s
     config, envs, sets = SETTINGS[env_id]
     flags = {"env.id": env_id, "run.seed": 3, "run.output_dir": str(out), "run.total_steps": 1}
     sets = [*sets, *extra, "training.n_epochs=2", "eval.interval_seconds=0", "logging.tensorboard=false",
+            "training.precision=fp32",
             f"env.num_envs={envs}", f"parallel.num_workers={workers}",
             f"parallel.num_envs_per_worker={envs // workers}"]
     return build_config(config, flags, sets, parallel)

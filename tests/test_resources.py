@@ -74,6 +74,7 @@ def test_retained_memory_is_reused_without_page_faults():
         torch.manual_seed(0)
         cfg = Config()
         cfg.training.microbatch_size = 32
+        cfg.training.precision = "fp32"
         model = build_model((64, 64, 3), 15, cfg.model)
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
         n = 64

@@ -77,7 +77,7 @@ def test_state_round_trips_and_a_split_rollout_equals_a_whole_one():
 
 def _cartpole(out: Path, total_steps: int):
     sets = ["training.normalize_reward=true", "logging.tensorboard=false", "run.limit_seconds=0",
-            "training.n_steps=32", "training.batch_size=64"]
+            "training.precision=fp32", "training.n_steps=32", "training.batch_size=64"]
     return build_config(str(ROOT / "config" / "cartpole.yaml"),
                         {"run.output_dir": str(out), "run.total_steps": total_steps}, sets, False)
 

@@ -89,7 +89,8 @@ def test_network_flops_count_the_mlp_by_hand() -> None:
 
 
 def test_network_flops_of_the_impala_cnn() -> None:
-    """61.2 MFLOP per 64×64 frame (DESIGN.md), about 3× that to learn from it, 0.6 GFLOP per step at 3 epochs."""
+    """61.2 MFLOP per 64×64 frame (the figure the design notes measured), about 3× that to learn from it, 0.6 GFLOP
+    per step at 3 epochs."""
     flops = network_flops(Config(), PROCGEN_OBS_SHAPE, PROCGEN_ACTIONS)
     assert flops["forward_flops"] == pytest.approx(61.2e6, rel=1e-3)
     assert flops["train_flops"] == pytest.approx(3 * flops["forward_flops"], rel=0.05)
