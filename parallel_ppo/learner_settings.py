@@ -40,8 +40,8 @@ PRECISION_MARGIN = 0.03
 15-100% on our CPUs; keeping fp32 against a bf16 up to 3% faster costs at most 3%)."""
 ROUNDS = 2
 """Interleaved measurement rounds: a slow spell of the machine does not fall on one candidate alone. With one
-warm-up and at least two timed iterations per candidate and round, six IMPALA candidates at minibatch 256 take
-about 13 s on 2 cores (a 10 s budget)."""
+warm-up and at least two timed iterations per candidate and round, six IMPALA candidates at minibatch 256 took
+18 s in all on our 2-core Xeon (10 s timed, the rest warm-up and set-up), once per machine and settings."""
 CACHE_DIR_VARIABLE = "PARALLEL_PPO_CACHE_DIR"
 
 Measure = Callable[..., dict[str, Any]]
