@@ -15,7 +15,7 @@ from parallel_ppo.allocator import retain_freed_memory
 from parallel_ppo.config import Config, ConfigError, OneLineParser, build_config, fail, positive_number
 from parallel_ppo.envs import env_spaces
 from parallel_ppo.files import write_json
-from parallel_ppo.roofline import format_table, measure_compute_limit, network_flops, run_roofline_line
+from parallel_ppo.roofline import format_table, network_flops, run_roofline_line
 from parallel_ppo.scaling import BenchRunCrashed
 from parallel_ppo.speedcheck import SPEED_TARGET
 from parallel_ppo.threads import thread_plan
@@ -253,14 +253,12 @@ def _set_threads(cfg: Config, threads: int | None) -> None:
 
 
 def _measure(cfg: Config, seconds: float) -> dict[str, Any]:
-    """The compute limit of every setting the config leaves `auto`; the fastest one is written into `cfg`, and
-    the result carries the physical roofline (network FLOPs, matmul peaks) beside it."""
-    from parallel_ppo.learner_settings import ROUNDS, candidates, matmul_peaks
+    """The compute limit of every setting the config leaves `auto`; the one a trainer would keep (`pick`) is written
+    into `cfg`, and the result carries the physical roofline (network FLOPs, matmul peaks) beside it."""
+    from parallel_ppo.learner_settings import matmul_peaks, measure_candidates
 
     obs_shape, obs_dtype, num_actions = env_spaces(cfg.env)
-    options = candidates(cfg)
-    result = measure_compute_limit(cfg, obs_shape, num_actions, seconds, obs_dtype=obs_dtype, candidates=options,
-                                   rounds=ROUNDS if len(options) > 1 else 1)
+    result = measure_candidates(cfg, obs_shape, obs_dtype, num_actions, seconds)
     cfg.training.precision, cfg.training.microbatch_size = result["precision"], result["microbatch_size"]
     return {**result, **network_flops(cfg, obs_shape, num_actions), "peak_gflops": matmul_peaks(cfg)}
 

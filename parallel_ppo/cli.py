@@ -153,14 +153,15 @@ def measure_learner(cfg: Config) -> tuple[LearnerChoice, dict | None, dict | Non
     `cfg`, then measure this config's compute limit (the candidates' measurement already holds it when it ran
     now) and the machine's arithmetic roofline; each measurement is skipped when `run.limit_seconds` is 0."""
     from parallel_ppo.envs import env_spaces
-    from parallel_ppo.learner_settings import matmul_peaks, resolve
+    from parallel_ppo.learner_settings import choose, matmul_peaks
     from parallel_ppo.roofline import measure_compute_limit, network_flops
 
     seconds = cfg.run.limit_seconds
-    choice = resolve(cfg, seconds)
+    obs_shape, obs_dtype, num_actions = env_spaces(cfg.env)
+    choice = choose(cfg, obs_shape, obs_dtype, num_actions, seconds)
+    choice.apply(cfg)
     if seconds <= 0:
         return choice, None, None
-    obs_shape, obs_dtype, num_actions = env_spaces(cfg.env)
     limit = choice.limit or measure_compute_limit(cfg, obs_shape, num_actions, seconds, obs_dtype=obs_dtype)
     roofline = {**network_flops(cfg, obs_shape, num_actions), "peak_gflops": matmul_peaks(cfg)}
     return choice, limit, roofline

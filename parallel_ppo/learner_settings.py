@@ -2,8 +2,8 @@
 
 The fastest arithmetic and forward/backward chunk differ between CPUs (bf16 autocast was 1.7-2x faster than
 fp32 on one of ours and 0.75x on another), so `auto` measures the candidates on this machine before the run,
-inside the compute-limit measurement's budget, and keeps the one with the highest compute limit. The choice
-is cached per hardware fingerprint and settings, so the next run with the same network starts at once.
+in place of the compute-limit measurement, and keeps the defaults unless another setting is clearly faster
+(`pick`). The choice is cached per hardware fingerprint and settings, so later runs measure only their own.
 """
 
 from __future__ import annotations
@@ -91,16 +91,19 @@ def pick(options: list[Candidate], rates: dict[str, float], default: Candidate) 
     return better(fastest, per_precision.get(default.precision, fastest), PRECISION_MARGIN)
 
 
-def cache_key(cfg: Config, obs_shape: tuple[int, ...], num_actions: int, options: list[Candidate]) -> str:
-    """What the choice depends on: the CPU, torch, threads, device, network and batch sizes."""
+def _digest(cfg: Config, **fields: Any) -> str:
+    """A cache key: `fields` with what every measurement here depends on (CPU, torch, threads, device)."""
     hw = fingerprint.hardware()
-    fields = {"cpu": hw["cpu_model"], "cores": hw["logical_cores"], "torch": torch.__version__,
-              "threads": torch.get_num_threads(), "device": str(learner_device(cfg)),
-              "model": dataclasses.asdict(cfg.model),
-              "obs_shape": list(obs_shape), "num_actions": int(num_actions), "batch_size": cfg.training.batch_size,
-              "rollout_batch": cfg.env.num_envs, "n_epochs": cfg.training.n_epochs,
-              "candidates": [c.label for c in options]}
-    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+    machine = {"cpu": hw["cpu_model"], "cores": hw["logical_cores"], "torch": torch.__version__,
+               "threads": torch.get_num_threads(), "device": str(learner_device(cfg))}
+    return hashlib.sha256(json.dumps({**machine, **fields}, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cache_key(cfg: Config, obs_shape: tuple[int, ...], num_actions: int, options: list[Candidate]) -> str:
+    """What the choice depends on: the machine (`_digest`), the network and batch sizes."""
+    return _digest(cfg, model=dataclasses.asdict(cfg.model), obs_shape=list(obs_shape), num_actions=int(num_actions),
+                   batch_size=cfg.training.batch_size, rollout_batch=cfg.env.num_envs,
+                   n_epochs=cfg.training.n_epochs, candidates=[c.label for c in options])
 
 
 def read_cache(path: Path) -> dict[str, Any]:
@@ -177,21 +180,32 @@ def choose(cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, num_act
     if isinstance(entry, dict) and Candidate(entry.get("precision"), entry.get("microbatch_size")) in options:
         return LearnerChoice(entry["precision"], entry["microbatch_size"], device, "cached",
                              dict(entry.get("rates", {})), device_source, str(path))
-    default = preferred(cfg, options)
     if seconds <= 0:
+        default = preferred(cfg, options)
         return LearnerChoice(default.precision, default.microbatch_size, device, "unmeasured",
                              device_source=device_source)
-    limit = measure(cfg, obs_shape, num_actions, seconds, obs_dtype=obs_dtype, candidates=options, rounds=ROUNDS,
-                    warmup_iters=1, min_iters=2)
+    limit = measure_candidates(cfg, obs_shape, obs_dtype, num_actions, seconds, measure)
     rates = {label: r["limit_sps"] for label, r in limit["candidates"].items()}
-    best = pick(options, rates, default)
-    choice = LearnerChoice(best.precision, best.microbatch_size, device, "measured", rates, device_source,
-                           str(path), for_candidate(limit, best))
+    choice = LearnerChoice(limit["precision"], limit["microbatch_size"], device, "measured", rates, device_source,
+                           str(path), limit)
     if not store(path, key, {"precision": choice.precision, "microbatch_size": choice.microbatch_size,
                               "rates": rates, "cpu": fingerprint.cpu_model(), "torch": torch.__version__,
                               "threads": torch.get_num_threads()}):
         choice.cache = f"nowhere ({path} is not writable)"
     return choice
+
+
+def measure_candidates(cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, num_actions: int,
+                       seconds: float, measure: Measure = measure_compute_limit) -> dict[str, Any]:
+    """The compute limit of every setting the config leaves open, told from the one `pick` keeps (its precision,
+    microbatch and rates at the top level, every candidate's rates under `candidates`)."""
+    options = candidates(cfg)
+    if len(options) == 1:
+        return measure(cfg, obs_shape, num_actions, seconds, obs_dtype=obs_dtype, candidates=options)
+    limit = measure(cfg, obs_shape, num_actions, seconds, obs_dtype=obs_dtype, candidates=options, rounds=ROUNDS,
+                    warmup_iters=1, min_iters=2)
+    rates = {label: r["limit_sps"] for label, r in limit["candidates"].items()}
+    return for_candidate(limit, pick(options, rates, preferred(cfg, options)))
 
 
 def store(path: Path, key: str, entry: dict[str, Any]) -> bool:
@@ -207,14 +221,12 @@ def store(path: Path, key: str, entry: dict[str, Any]) -> bool:
     return True
 
 
-
 def matmul_peaks(cfg: Config, seconds: float = 1.0, path: Path | None = None) -> dict[str, float]:
     """This machine's fp32 and bf16 matmul peaks (GFLOP/s) on the learner's device and threads, cached like the
     choice (a second each, once per machine)."""
     device = learner_device(cfg)
     path = path or cache_path()
-    key = "matmul_peak/" + hashlib.sha256(json.dumps(
-        [fingerprint.cpu_model(), torch.__version__, torch.get_num_threads(), str(device)]).encode()).hexdigest()[:16]
+    key = "matmul_peak/" + _digest(cfg)
     entry = read_cache(path).get(key)
     if isinstance(entry, dict) and all(isinstance(entry.get(p), (int, float)) for p in PRECISIONS):
         return {p: float(entry[p]) for p in PRECISIONS}

@@ -250,7 +250,8 @@ def format_table(result: dict[str, Any]) -> str:
     if len(result.get("candidates", {})) > 1:
         ranked = sorted(result["candidates"].items(), key=lambda kv: -kv[1]["limit_sps"])
         rows.append(("candidates", ", ".join(f"{label} {r['limit_sps']:,.0f}" for label, r in ranked)
-                     + f" SPS → {ranked[0][0]} (precision/microbatch)"))
+                     + f" SPS → {Candidate(result['precision'], result['microbatch_size']).label} "
+                       "(precision/microbatch; the defaults fp32/64 stay unless clearly beaten)"))
     if "flops_per_env_step" in result:
         peak = result["peak_gflops"][result["precision"]]
         limit_gflops = result["limit_sps"] * result["flops_per_env_step"] / 1e9

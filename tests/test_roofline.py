@@ -12,7 +12,8 @@ import pytest
 from parallel_ppo.bench_cli import main
 from parallel_ppo.config import Config, ConfigError
 from parallel_ppo.envs import PROCGEN_ACTIONS, PROCGEN_OBS_SHAPE
-from parallel_ppo.roofline import limit_sps, measure_compute_limit, network_flops
+from parallel_ppo.learner_settings import pick
+from parallel_ppo.roofline import Candidate, limit_sps, measure_compute_limit, network_flops
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -105,7 +106,8 @@ def test_roofline_reports_candidates_flops_and_peaks(tmp_path, capsys) -> None:
     assert status == 0
     result = json.loads(out.read_text())
     assert set(result["candidates"]) == {"fp32/whole", "bf16/whole"}  # CartPole defaults: 64 has no smaller chunk
-    best = max(result["candidates"], key=lambda label: result["candidates"][label]["limit_sps"])
+    rates = {label: r["limit_sps"] for label, r in result["candidates"].items()}
+    best = pick([Candidate("fp32", 0), Candidate("bf16", 0)], rates, Candidate("fp32", 0)).label  # as a trainer picks
     assert best == f"{result['precision']}/whole" and result["limit_sps"] == result["candidates"][best]["limit_sps"]
     assert result["peak_gflops"]["fp32"] > 0 and result["peak_gflops"]["bf16"] > 0
     assert "network FLOPs" in text and "matmul peak" in text and f"→ {best}" in text
