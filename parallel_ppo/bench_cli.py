@@ -1,6 +1,7 @@
 """bench.py's command line: `roofline` (the network's compute limit), `speed-check` (trainer vs limit),
-`envs` (raw env throughput), `scaling` (the worker sweep), `autotune` (the fastest layout here) and
-`learning` (return per step and per hour over config variants × seeds)."""
+`envs` (raw env throughput), `scaling` (the worker sweep, with distributed ranks), `layouts` (sequential,
+parallel and distributed uses of the same processes), `autotune` (the fastest layout here) and `learning`
+(return per step and per hour over config variants × seeds)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 
 from parallel_ppo import fingerprint
 from parallel_ppo.allocator import retain_freed_memory
-from parallel_ppo.config import Config, ConfigError, OneLineParser, build_config, fail, positive_number
+from parallel_ppo.config import Config, ConfigError, OneLineParser, build_config, fail, positive_int, positive_number
 from parallel_ppo.envs import env_spaces
 from parallel_ppo.files import write_json
 from parallel_ppo.roofline import format_table, network_flops, run_roofline_line
@@ -31,9 +32,9 @@ def make_parser(prog: str) -> OneLineParser:
     """bench.py's parser: one subcommand per benchmark."""
     p = OneLineParser(prog=prog, description="Benchmarks of the PPO network and trainers on this machine.")
     sub = p.add_subparsers(dest="command", required=True,
-                           metavar="{roofline,speed-check,envs,scaling,autotune,learning}")
+                           metavar="{roofline,speed-check,envs,scaling,layouts,autotune,learning}")
 
-    for add in (_add_roofline, _add_speed_check, _add_envs, _add_sweeps, _add_learning):
+    for add in (_add_roofline, _add_speed_check, _add_envs, _add_sweeps, _add_layouts, _add_learning):
         add(sub)
     return p
 
@@ -109,6 +110,22 @@ def _add_sweeps(sub: Any) -> None:
                            help='worker counts, e.g. "1 2 4" (default 1, 2, 4, ... physical cores)')
             c.add_argument("--envs-per-worker", default="8", metavar="LIST", help='e.g. "8" or "4 8 16"')
             c.add_argument("--no-sequential", action="store_true", help="skip the sequential reference point")
+            c.add_argument("--no-distributed", action="store_true",
+                           help="skip the distributed points (as many ranks as workers, for 2 workers or more)")
+
+
+def _add_layouts(sub: Any) -> None:
+    text = "compare the sequential, parallel and distributed ways to use P processes on the same envs"
+    c = sub.add_parser("layouts", help=text, description=text[0].upper() + text[1:] + ".")
+    c.add_argument("--config", default=str(ROOT / "config" / "ppo_parallel.yaml"), help="YAML config file")
+    c.add_argument("--env", metavar="ID", help="Procgen game or gymnasium id")
+    c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override passed to every run (repeatable)")
+    c.add_argument("--processes", default="2", metavar="LIST", help='process counts, e.g. "2" or "1 2 4 8 16"')
+    c.add_argument("--envs", type=positive_int, default=16, metavar="N", help="envs in total, in every layout")
+    c.add_argument("--seconds", type=positive_number, default=60.0, metavar="S", help="wall-clock budget of each run")
+    c.add_argument("--output-dir", default="benchmarks/layouts", metavar="DIR",
+                   help="where the runs and results go (default benchmarks/layouts)")
 
 
 def _add_learning(sub: Any) -> None:
@@ -210,7 +227,7 @@ def sweep(args: Any, prog: str) -> int:
             print(f"{prog}: scaling sweep, workers {workers} × envs/worker {per_worker}, {args.seconds:g} s each",
                   flush=True)
             rows = scaling.sweep(out, workers, per_worker, args.seconds, args.config, extra,
-                                 sequential=not args.no_sequential)
+                                 sequential=not args.no_sequential, distributed=not args.no_distributed)
             scaling.write_scaling(rows, out, f"Scaling: {rows[0]['label']} and {len(rows) - 1} more runs")
             print(scaling.scaling_table(rows))
             print(f"wrote {out / 'scaling.json'}, {out / 'scaling.md'}, {out / 'scaling.png'}")
@@ -219,10 +236,36 @@ def sweep(args: Any, prog: str) -> int:
             result = scaling.autotune(out, args.seconds, args.config, extra)
             print(scaling.scaling_table(result["points"]))
             best = result["best"]
-            layout = (f"{best['workers']} workers × {best['envs_per_worker']} envs, {best['worker_threads']} "
-                      f"thread(s) per worker" if best["workers"] else f"sequential, {best['envs_per_worker']} envs")
+            if best["ranks"]:
+                layout = f"distributed, {best['ranks']} ranks × {best['envs_per_worker']} envs"
+            elif best["workers"]:
+                layout = (f"{best['workers']} workers × {best['envs_per_worker']} envs, {best['worker_threads']} "
+                          "thread(s) per worker")
+            else:
+                layout = f"sequential, {best['envs_per_worker']} envs"
             print(f"fastest here: {layout} at {best['steps_per_second']:,.0f} env steps/s")
-            print(f"use it: python -m parallel_ppo {result['trainer']} --config {result['config']}")
+            print(f"use it: {result['command']}")
+    except ConfigError as e:
+        return fail(prog, e, 2)
+    except BenchRunCrashed as e:
+        return fail(prog, e, 1)
+    return 0
+
+
+def layouts(args: Any, prog: str) -> int:
+    from parallel_ppo import scaling
+
+    out = Path(args.output_dir)
+    try:
+        extra = _run_args(args)
+        processes = _int_list(args.processes, "--processes")
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"--output-dir {out} exists and is not a directory")
+        print(f"{prog}: layouts of {args.envs} envs over {processes} processes, {args.seconds:g} s each", flush=True)
+        rows = scaling.layouts(out, processes, args.envs, args.seconds, args.config, extra)
+        scaling.write_layouts(rows, out)
+        print(scaling.layouts_table(rows))
+        print(f"wrote {out / 'layouts.json'}, {out / 'layouts.md'}, {out / 'layouts.png'}")
     except ConfigError as e:
         return fail(prog, e, 2)
     except BenchRunCrashed as e:
@@ -322,5 +365,5 @@ def main(argv: list[str] | None = None, prog: str = "bench.py") -> int:
     args = make_parser(prog).parse_args(argv)
     retain_freed_memory()  # as the trainer does, so rates measured here are the trainer's
     commands = {"roofline": roofline, "speed-check": speed_check, "envs": envs, "scaling": sweep,
-                "autotune": sweep, "learning": learning}
+                "layouts": layouts, "autotune": sweep, "learning": learning}
     return commands[args.command](args, prog)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import shutil
 import signal
 import sys
@@ -20,6 +22,7 @@ from parallel_ppo.allocator import retain_freed_memory
 from parallel_ppo.checkpoint import load_checkpoint, next_resume_count
 from parallel_ppo.collect import RolloutError
 from parallel_ppo.config import DEVICES, FLAGS, Config, ConfigError, OneLineParser, build_config, fail
+from parallel_ppo.distributed import ALONE, PeerLost, Solo, join, launch_rank, launched_by_torchrun
 from parallel_ppo.learner_settings import LearnerChoice
 from parallel_ppo.model import learner_device
 from parallel_ppo.runs import RUN_FILES, seed_dir
@@ -42,6 +45,11 @@ def make_parser(prog: str, parallel: bool) -> OneLineParser:
                        help="envs per worker (parallel.num_envs_per_worker)")
     else:
         p.add_argument("--num-envs", type=int, metavar="N", help="number of envs (env.num_envs)")
+    p.add_argument("--distributed", action="store_true",
+                   help="one rank of a data-parallel run under torchrun (gradients all-reduced; rank 0 writes)")
+    p.add_argument("--num-envs-total", type=int, metavar="N",
+                   help="--distributed: envs over all ranks, split evenly (distributed.num_envs_total; it replaces "
+                        "the envs per rank or per worker of the config)")
     p.add_argument("--device", choices=DEVICES,
                    help="the learner's device (training.device; default auto: cuda, else mps, else cpu)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -148,22 +156,29 @@ def check_resume_config(cfg: Config, state: dict, run_dir: Path) -> None:
                                   f"{stored.get(section, {}).get(key)!r}, not {value!r}; it cannot be resumed so")
 
 
-def measure_learner(cfg: Config) -> tuple[LearnerChoice, dict | None, dict | None]:
+def measure_learner(cfg: Config, team: Solo = ALONE) -> tuple[LearnerChoice, dict | None, dict | None]:
     """Before any env or worker exists: resolve the learner's `auto` settings (precision, microbatch, device) into
     `cfg`, then measure this config's compute limit (the candidates' measurement already holds it when it ran
-    now) and the machine's arithmetic roofline; each measurement is skipped when `run.limit_seconds` is 0."""
+    now) and the machine's arithmetic roofline; each measurement is skipped when `run.limit_seconds` is 0.
+
+    The ranks of a distributed run measure at once, each on its share of the minibatch and its threads, and all
+    take rank 0's choice; the compute limit is rank 0's times the ranks."""
     from parallel_ppo.envs import env_spaces
     from parallel_ppo.learner_settings import choose, matmul_peaks
     from parallel_ppo.roofline import measure_compute_limit, network_flops
 
     seconds = cfg.run.limit_seconds
     obs_shape, obs_dtype, num_actions = env_spaces(cfg.env)
-    choice = choose(cfg, obs_shape, obs_dtype, num_actions, seconds)
+    local = dataclasses.replace(cfg, training=team.local_training(cfg.training))
+    choice = team.broadcast(choose(local, obs_shape, obs_dtype, num_actions, seconds))
     choice.apply(cfg)
     if seconds <= 0:
         return choice, None, None
-    limit = choice.limit or measure_compute_limit(cfg, obs_shape, num_actions, seconds, obs_dtype=obs_dtype)
-    roofline = {**network_flops(cfg, obs_shape, num_actions), "peak_gflops": matmul_peaks(cfg)}
+    local.training = team.local_training(cfg.training)
+    limit = choice.limit or measure_compute_limit(local, obs_shape, num_actions, seconds, obs_dtype=obs_dtype)
+    if team.distributed:
+        limit = {**limit, "rank_limit_sps": limit["limit_sps"], "limit_sps": limit["limit_sps"] * team.world_size}
+    roofline = {**network_flops(local, obs_shape, num_actions), "peak_gflops": matmul_peaks(local)}
     return choice, limit, roofline
 
 
@@ -179,38 +194,69 @@ class Start:
     limit: dict | None
     learner: LearnerChoice
     roofline: dict | None
+    team: Solo
+
+
+def world_size(args: argparse.Namespace) -> int | None:
+    """The ranks of a `--distributed` run as torchrun announced them (None when not distributed)."""
+    if not args.distributed:
+        return None
+    if not launched_by_torchrun():
+        raise ConfigError("--distributed runs under torchrun, e.g. torchrun --standalone --nproc_per_node 2 "
+                          "train_timed.py --distributed ... (see the README's distributed section)")
+    return int(os.environ["WORLD_SIZE"])
 
 
 def start(args: argparse.Namespace, parallel: bool) -> Start:
     """Everything before the first update, checked in the order that lets a user error stop it before any env,
-    worker or file exists: config, memory, output directory, then threads, the limit measurement and the source."""
-    mode = "parallel" if parallel else "sequential"
+    worker or file exists: config, memory, output directory, then threads, the limit measurement and the source.
+
+    A `--distributed` rank joins the others once its config holds; rank 0 alone checks and owns the output
+    directory, and a refusal there stops every rank."""
+    mode = "distributed" if args.distributed else "parallel" if parallel else "sequential"
+    world = world_size(args)
     flags, config_file, resume = flag_values(args), args.config, None
     if args.resume:
         config_file, resume = load_resume(args.resume, mode, args)
         flags["run.output_dir"] = args.resume
-    cfg = build_config(config_file, flags, args.set, parallel)
+        if resume.get("world_size", 1) != (world or 1):
+            raise ConfigError(f"cannot resume: {args.resume} was trained by {resume.get('world_size', 1)} ranks, not "
+                              f"{world or 1}; resume it with the same number")
+    cfg = build_config(config_file, flags, args.set, parallel, world)
     learner_device(cfg)  # a device asked for by name must exist
     check_memory(cfg)
     if resume is not None:
         check_resume_config(cfg, resume, Path(args.resume))
-        run_dir = Path(args.resume)
-    else:
-        run_dir = resolve_run_dir(cfg, mode, args.overwrite)
-    plan = thread_plan(cfg, parallel)
-    torch.set_num_threads(plan.learner)
-    retain_freed_memory()
-    learner, limit, roofline = measure_learner(cfg)
-    resumes = next_resume_count(resume)
-    if parallel:
-        from parallel_ppo.parallel.coordinator import ParallelCoordinator
+    team = join(cfg, args.distributed)
+    try:
+        refusal, run_dir = None, Path(args.resume or ".")
+        if resume is None and team.is_main:
+            try:
+                run_dir = resolve_run_dir(cfg, mode, args.overwrite)
+            except ConfigError as e:
+                refusal = str(e)
+        refusal, run_dir = team.broadcast((refusal, run_dir))
+        if refusal is not None:
+            raise ConfigError(refusal)
+        cfg.run.output_dir = str(run_dir)
+        plan = thread_plan(cfg, parallel, team.local_world_size)
+        torch.set_num_threads(plan.learner)
+        retain_freed_memory()
+        learner, limit, roofline = measure_learner(cfg, team)
+        resumes = next_resume_count(resume)
+        offset = team.rank * cfg.env.num_envs  # a rank's envs continue the previous rank's global indices
+        if parallel:
+            from parallel_ppo.parallel.coordinator import ParallelCoordinator
 
-        source = ParallelCoordinator(cfg, plan, resumes)
-    else:
-        from parallel_ppo.collect import SequentialCollector
+            source = ParallelCoordinator(cfg, plan, resumes, offset, team.rank if team.distributed else None)
+        else:
+            from parallel_ppo.collect import SequentialCollector
 
-        source = SequentialCollector(cfg, plan.env, resumes)
-    return Start(cfg, run_dir, source, plan.describe(), resume, limit, learner, roofline)
+            source = SequentialCollector(cfg, plan.env, resumes, offset)
+    except BaseException:
+        team.close()
+        raise
+    return Start(cfg, run_dir, source, plan.describe(), resume, limit, learner, roofline, team)
 
 
 def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
@@ -223,6 +269,9 @@ def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
 
 def seed_runs(args: argparse.Namespace, parallel: bool) -> list[argparse.Namespace]:
     """`--seeds`: one set of arguments per seed, each checked (config and run directory) before any trains."""
+    if args.distributed:
+        raise ConfigError("--seeds trains seeds one after another in one process; under torchrun launch one "
+                          "--distributed run per seed")
     if args.seed is not None or args.resume:
         raise ConfigError("--seeds runs several seeds; drop --seed and --resume (resume one seed's directory "
                           "on its own)")
@@ -262,13 +311,32 @@ def run_seeds(args: argparse.Namespace, parallel: bool, prog: str) -> int:
 
 
 def run_one(args: argparse.Namespace, parallel: bool, prog: str) -> int:
-    """One training run from parsed arguments."""
+    """One training run from parsed arguments (one rank's, under `--distributed`: only rank 0 speaks and writes,
+    unless a rank loses the others)."""
+    quiet = args.distributed and launch_rank() != 0
     try:
         s = start(args, parallel)
     except ConfigError as e:
-        return fail(prog, e, 2)
-    except RolloutError as e:
+        return 2 if quiet else fail(prog, e, 2)
+    except (RolloutError, PeerLost) as e:
         return fail(prog, e, 1)
+    from parallel_ppo.trainer import train
+
+    try:
+        if not s.team.is_main:
+            return exit_status(train(s.cfg, s.source, s.run_dir, s.threads, s.resume, s.limit, s.learner.to_dict(),
+                                     s.roofline, s.team))
+        return train_main(s, args, prog)
+    except PeerLost as e:
+        print(f"{prog}: error: {e}; stopping (the last checkpoint in {s.run_dir} is intact)", file=sys.stderr,
+              flush=True)
+        return 1
+    finally:
+        s.team.close()
+
+
+def train_main(s: Start, args: argparse.Namespace, prog: str) -> int:
+    """Train with the console lines and output files of a run (a distributed run's rank 0)."""
     from parallel_ppo.trainer import train
 
     if s.resume is None:
@@ -277,11 +345,20 @@ def run_one(args: argparse.Namespace, parallel: bool, prog: str) -> int:
         (s.run_dir / "config.yaml").write_text(yaml.safe_dump(s.cfg.to_dict(), sort_keys=False))
         print(f"{prog}: resuming {s.run_dir} at update {s.resume['update']}, {s.resume['env_steps']:,} steps, "
               f"{s.resume['elapsed']:.0f} s elapsed", flush=True)
-    print(f"{prog}: {s.source.mode} run on {s.cfg.env.id} with {s.source.layout['num_envs']} envs "
-          f"({', '.join(f'{k} {v}' for k, v in s.threads.items())} threads) → {s.run_dir}", flush=True)
+    threads = ", ".join(f"{k} {v}" for k, v in s.threads.items())
+    if s.team.distributed:
+        n = s.source.layout["num_envs"]
+        world, batch = s.team.world_size, s.cfg.training.batch_size
+        print(f"{prog}: distributed run on {s.cfg.env.id}: {world} ranks × {n} envs = {world * n} envs (rank r "
+              f"steps envs {n}r to {n}r+{n - 1}), each rank a {s.source.mode} source with {threads} threads; "
+              f"minibatch {batch} = {world} × {batch // world} → {s.run_dir}", flush=True)
+    else:
+        print(f"{prog}: {s.source.mode} run on {s.cfg.env.id} with {s.source.layout['num_envs']} envs "
+              f"({threads} threads) → {s.run_dir}", flush=True)
     print(f"{prog}: learner {s.learner.describe()}", flush=True)
     try:
-        summary = train(s.cfg, s.source, s.run_dir, s.threads, s.resume, s.limit, s.learner.to_dict(), s.roofline)
+        summary = train(s.cfg, s.source, s.run_dir, s.threads, s.resume, s.limit, s.learner.to_dict(), s.roofline,
+                        s.team)
     except KeyboardInterrupt:  # a second Ctrl-C: stop now; the last checkpoint was written atomically
         print(f"\n{prog}: interrupted; the last checkpoint in {s.run_dir} is intact", file=sys.stderr)
         return 128 + signal.SIGINT
@@ -312,6 +389,12 @@ def report_end(prog: str, cfg: Config, run_dir: Path, summary: dict[str, Any]) -
               f"({summary['peak_gflops']:.0f} GFLOP/s)", flush=True)
     if summary["stop_reason"] == "error":
         print(f"{prog}: error: {summary['error']} (checkpoint and summary written to {run_dir})", file=sys.stderr)
+    return exit_status(summary)
+
+
+def exit_status(summary: dict[str, Any]) -> int:
+    """1 after an error, 128 + N after signal N, else 0."""
+    if summary["stop_reason"] == "error":
         return 1
     if summary["stop_reason"] == "signal":
         return 128 + signal.Signals[summary["signal"]].value

@@ -128,11 +128,12 @@ class SequentialCollector:
     mode = "sequential"
     restarts = 0  # no workers to restart
 
-    def __init__(self, cfg: Config, env_threads: int, resumes: int = 0) -> None:
+    def __init__(self, cfg: Config, env_threads: int, resumes: int = 0, env_offset: int = 0) -> None:
+        """`env_offset`: the global index of the first env (a distributed rank's share starts there)."""
         stream = (resumes, 0)
-        env = make_batch_env(cfg.env, cfg.run.seed, 0, cfg.env.num_envs, env_threads, stream)
+        env = make_batch_env(cfg.env, cfg.run.seed, env_offset, cfg.env.num_envs, env_threads, stream)
         self.obs_shape, self.obs_dtype, self.num_actions = env.obs_shape, env.obs_dtype, env.num_actions
-        self.runner = EnvRunner(env, cfg.run.seed, 0, cfg.training.precision, stream, cfg.training.gamma)
+        self.runner = EnvRunner(env, cfg.run.seed, env_offset, cfg.training.precision, stream, cfg.training.gamma)
         self.buffer = RolloutBuffer.allocate(cfg.training.n_steps, cfg.env.num_envs, env.obs_shape, env.obs_dtype)
         self.layout = {"num_workers": 0, "num_envs_per_worker": cfg.env.num_envs, "num_envs": cfg.env.num_envs}
 

@@ -190,6 +190,16 @@ class EvalConfig:
 
 
 @dataclass
+class DistributedConfig:
+    num_envs_total: int = 0
+    """Envs over all ranks of a `--distributed` run, split evenly among them (0: each rank runs the env layout
+    given for one process)."""
+    timeout_seconds: float = 60.0
+    """How long a rank waits on the others in one exchange before it gives up (a rank that hung); a rank that
+    died is noticed at once."""
+
+
+@dataclass
 class LoggingConfig:
     tensorboard: bool = True
     """Write TensorBoard events under <output_dir>/logs."""
@@ -207,6 +217,7 @@ class Config:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     run: RunConfig = field(default_factory=RunConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     @property
@@ -387,7 +398,7 @@ FLAGS = {
     "run.duration": "--duration", "run.total_steps": "--total-steps", "run.output_dir": "--output-dir",
     "env.id": "--env", "run.seed": "--seed", "training.batch_size": "--batch-size", "env.num_envs": "--num-envs",
     "parallel.num_workers": "--num-workers", "parallel.num_envs_per_worker": "--num-envs-per-worker",
-    "training.device": "--device",
+    "training.device": "--device", "distributed.num_envs_total": "--num-envs-total",
 }
 """Config fields that the trainers' command lines also set, with their flags."""
 
@@ -417,13 +428,14 @@ POSITIVE = ("run.duration", "env.num_envs", "parallel.num_workers", "parallel.nu
             "parallel.worker_threads", "training.n_steps", "training.batch_size", "training.n_epochs",
             "model.hidden_size", "logging.return_window", "run.checkpoint_interval", "parallel.worker_timeout",
             "training.learning_rate", "training.max_grad_norm", "training.clip_coef", "training.reward_clip",
-            "eval.episodes", "eval.num_envs")
+            "eval.episodes", "eval.num_envs", "distributed.timeout_seconds")
 MAXIMUM = {"env.num_envs": 4096, "training.n_steps": 100_000, "parallel.num_workers": 512, "run.seed": 2**31 - 1,
+           "distributed.num_envs_total": 2**20,
            "run.duration": 24 * 365}
 NON_NEGATIVE = ("env.num_levels", "env.start_level", "env.env_threads", "parallel.learner_threads",
                 "training.microbatch_size", "parallel.max_worker_restarts", "run.total_steps", "run.seed",
                 "training.ent_coef", "training.vf_coef", "training.target_kl", "run.limit_seconds",
-                "eval.interval_seconds")
+                "eval.interval_seconds", "distributed.num_envs_total")
 UNIT_INTERVAL = ("training.gamma", "training.gae_lambda")
 AUTO_INTS = ("training.microbatch_size",)
 """Integer fields that also take `auto` (chosen by measurement before a run)."""
@@ -442,8 +454,9 @@ def get_value(cfg: Config, key: str) -> Any:
     return getattr(getattr(cfg, section), name)
 
 
-def validate(cfg: Config) -> None:
-    """Raise ConfigError for impossible or unknown settings, naming the first one found."""
+def validate(cfg: Config, world_size: int = 1) -> None:
+    """Raise ConfigError for impossible or unknown settings, naming the first one found (`world_size`: the ranks
+    of a distributed run, which share the minibatch)."""
     for key in POSITIVE:
         if get_value(cfg, key) <= 0:
             raise ConfigError(f"{field_name(key)} must be positive, got {get_value(cfg, key)}")
@@ -466,17 +479,43 @@ def validate(cfg: Config) -> None:
         widths = get_value(cfg, key)
         if not widths or any(w <= 0 or w > 4096 for w in widths):
             raise ConfigError(f"{key} must be a non-empty list of widths in 1..4096, got {widths}")
-    _check_rollout(cfg)
+    _check_rollout(cfg, world_size)
 
 
-def _check_rollout(cfg: Config) -> None:
-    """The minibatch must fit in the rollout and divide it."""
-    rollout, batch = cfg.rollout_size, cfg.training.batch_size
-    sizes = f"({cfg.training.n_steps} steps × {cfg.env.num_envs} envs = {rollout})"
+def _check_rollout(cfg: Config, world_size: int = 1) -> None:
+    """The minibatch must fit in the rollout (of all ranks) and divide it, and split evenly over the ranks."""
+    rollout, batch = cfg.rollout_size * world_size, cfg.training.batch_size
+    ranks = f" × {world_size} ranks" if world_size > 1 else ""
+    sizes = f"({cfg.training.n_steps} steps × {cfg.env.num_envs} envs{ranks} = {rollout})"
     if batch > rollout:
         raise ConfigError(f"batch size {batch} is larger than the rollout {sizes}")
     if rollout % batch:
         raise ConfigError(f"batch size {batch} does not divide the rollout {sizes}")
+    if batch % world_size:  # then each share divides its rank's rollout, as the whole divides all of them
+        raise ConfigError(f"batch size {batch} (the minibatch of all ranks) does not split evenly over "
+                          f"{world_size} ranks")
+
+
+def derive_distributed_envs(cfg: Config, world_size: int, parallel: bool, given: set[str]) -> None:
+    """A distributed rank's share of the envs: `distributed.num_envs_total` split evenly over the ranks (and,
+    in parallel mode, over the rank's workers) when it is set, in place of env.num_envs and the envs per worker
+    from the config; else the layout given for one process."""
+    total = cfg.distributed.num_envs_total
+    if not total:
+        if parallel:
+            derive_parallel_envs(cfg, given)
+        return
+    flag = field_name("distributed.num_envs_total")
+    if total % world_size:
+        raise ConfigError(f"{flag} = {total} does not split evenly over {world_size} ranks")
+    per_rank = total // world_size
+    if parallel:
+        workers = cfg.parallel.num_workers
+        if per_rank % workers:
+            raise ConfigError(f"{flag} = {total} gives {per_rank} envs per rank, which does not split evenly over "
+                              f"{workers} workers ({field_name('parallel.num_workers')})")
+        cfg.parallel.num_envs_per_worker = per_rank // workers
+    cfg.env.num_envs = per_rank
 
 
 def build_config(
@@ -484,8 +523,12 @@ def build_config(
     flags: dict[str, Any],
     sets: list[str],
     parallel: bool,
+    world_size: int | None = None,
 ) -> Config:
-    """Defaults ← YAML file ← CLI flags (`{"section.key": value}`, None = not given) ← `--set` items; validated."""
+    """Defaults ← YAML file ← CLI flags (`{"section.key": value}`, None = not given) ← `--set` items; validated.
+
+    `world_size`: the ranks of a distributed run (None: not distributed), among which the envs of
+    `distributed.num_envs_total` are split."""
     cfg = Config()
     given: set[str] = set()
     if config_file:
@@ -498,9 +541,15 @@ def build_config(
         key, value = parse_set(item)
         set_value(cfg, key, value)
         given.add(key)
-    if parallel:
-        derive_parallel_envs(cfg, given)
-    validate(cfg)
+    if world_size is None:
+        if cfg.distributed.num_envs_total:
+            raise ConfigError(f"{field_name('distributed.num_envs_total')} splits envs over the ranks of a "
+                              "--distributed run; without --distributed give the envs of this one process")
+        if parallel:
+            derive_parallel_envs(cfg, given)
+    else:
+        derive_distributed_envs(cfg, world_size, parallel, given)
+    validate(cfg, world_size or 1)
     return cfg
 
 

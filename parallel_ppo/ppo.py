@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +38,15 @@ class TrainBatch:
         return TrainBatch(*(getattr(self, f.name).to(device) for f in dataclasses.fields(self)))
 
 
+class Reducer(Protocol):
+    """Sums or averages a tensor in place over data-parallel learners (`distributed.Team`); None where one
+    process learns alone. The update needs nothing else from the processes it runs in."""
+
+    def sum_(self, tensor: torch.Tensor) -> torch.Tensor: ...
+
+    def mean_(self, tensor: torch.Tensor) -> torch.Tensor: ...
+
+
 def build_learner(obs_shape: tuple[int, ...], num_actions: int, cfg: Config,
                   device: torch.device | None = None) -> tuple[nn.Module, torch.optim.Optimizer]:
     """The network (initialized on the CPU, so every device starts from the same weights) and its Adam optimizer
@@ -45,12 +55,32 @@ def build_learner(obs_shape: tuple[int, ...], num_actions: int, cfg: Config,
     return model, torch.optim.Adam(model.parameters(), lr=cfg.training.learning_rate, eps=1e-5)
 
 
-def normalize_advantages(batch: TrainBatch, cfg: TrainingConfig) -> TrainBatch:
-    """The minibatch with its advantages scaled to mean 0 and std 1 when `cfg.norm_adv` is set."""
+def normalize_advantages(batch: TrainBatch, cfg: TrainingConfig,
+                         moments: tuple[float, float] | None = None) -> TrainBatch:
+    """The minibatch with its advantages scaled to mean 0 and std 1 (unbiased) when `cfg.norm_adv` is set: by
+    their own mean and std, or by `moments` (mean, std) given for the whole minibatch of several learners."""
     adv = batch.advantages
-    if not cfg.norm_adv or adv.numel() < 2:
+    if not cfg.norm_adv:
         return batch
-    return dataclasses.replace(batch, advantages=(adv - adv.mean()) / (adv.std() + 1e-8))
+    if moments is None:
+        if adv.numel() < 2:
+            return batch
+        mean, std = adv.mean(), adv.std()
+    else:
+        mean, std = moments
+    return dataclasses.replace(batch, advantages=(adv - mean) / (std + 1e-8))
+
+
+def advantage_moments(parts: list[torch.Tensor], reducer: Reducer) -> list[tuple[float, float] | None]:
+    """Mean and unbiased std of each minibatch's advantages over every learner's share of it, for a whole epoch
+    in one all-reduce (of count, sum and sum of squares per minibatch); None where fewer than 2 samples."""
+    local = torch.stack([torch.stack([torch.tensor(float(a.numel()), dtype=torch.float64), a.double().sum(),
+                                      a.double().square().sum()]) for a in parts])
+    out: list[tuple[float, float] | None] = []
+    for n, total, squares in reducer.sum_(local).tolist():
+        mean = total / n if n else 0.0
+        out.append((mean, (max(squares - n * mean * mean, 0.0) / (n - 1)) ** 0.5) if n >= 2 else None)
+    return out
 
 
 def ppo_loss(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -97,16 +127,19 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
 
 
 def minibatch_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: TrainBatch,
-                   cfg: TrainingConfig) -> dict[str, float]:
+                   cfg: TrainingConfig, reducer: Reducer | None = None,
+                   moments: tuple[float, float] | None = None) -> dict[str, float]:
     """One optimizer step on a minibatch; returns its loss statistics.
 
-    Advantages are normalized over the whole minibatch, then the forward and backward passes run on
-    chunks of `cfg.microbatch_size` samples whose gradients add up, each weighted by its share, to the
+    Advantages are normalized over the whole minibatch (by `moments` when given), then the forward and backward
+    passes run on chunks of `cfg.microbatch_size` samples whose gradients add up, each weighted by its share, to the
     gradient of the whole minibatch. Only one chunk's activations are alive at a time: at minibatch
     256 on 64×64 frames that saves about 300 MB, and a working set that fits the CPU caches makes the
-    update faster, not slower. Then the global gradient norm is clipped and the optimizer steps.
+    update faster, not slower. With a `reducer`, the gradients are then averaged over the learners in one flat
+    all-reduce, so each takes the step one process would take on all their data. Then the global gradient norm
+    is clipped and the optimizer steps.
     """
-    batch = normalize_advantages(batch, cfg)
+    batch = normalize_advantages(batch, cfg, moments)
     size = len(batch)
     if cfg.microbatch_size == "auto":
         raise ValueError("training.microbatch_size auto must be resolved first (learner_settings)")
@@ -120,26 +153,52 @@ def minibatch_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Tr
         (loss * weight).backward()
         for key, value in stats.items():
             totals[key] = totals.get(key, 0.0) + weight * float(value)
+    if reducer is not None:
+        average_gradients(model, reducer)
     nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
     optimizer.step()
     return totals
 
 
+def average_gradients(model: nn.Module, reducer: Reducer) -> None:
+    """Replace every gradient by its mean over the learners: one flat buffer, one all-reduce."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    flat = reducer.mean_(torch.cat([g.reshape(-1) for g in grads]))
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
 def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBatch, cfg: TrainingConfig,
-               generator: torch.Generator) -> dict[str, float]:
-    """`n_epochs` passes of minibatch SGD over `data`; returns the statistics averaged over minibatches."""
+               generator: torch.Generator, reducer: Reducer | None = None) -> dict[str, float]:
+    """`n_epochs` passes of minibatch SGD over `data`; returns the statistics averaged over minibatches.
+
+    With a `reducer` (data-parallel learners, each with its share of every minibatch): gradients are averaged
+    before each step, the KL that may stop an epoch early is every learner's mean, and so are the statistics."""
     totals: dict[str, float] = {}
     count = 0
     for _ in range(cfg.n_epochs):
         kl_sum, kl_count = 0.0, 0
-        for idx in minibatch_indices(len(data), cfg.batch_size, generator):
-            stats = minibatch_step(model, optimizer, data[idx], cfg)
+        minibatches = list(minibatch_indices(len(data), cfg.batch_size, generator))
+        moments: list[tuple[float, float] | None] = [None] * len(minibatches)
+        if reducer is not None and cfg.norm_adv:
+            moments = advantage_moments([data.advantages[idx] for idx in minibatches], reducer)
+        for idx, minibatch_moments in zip(minibatches, moments, strict=True):
+            stats = minibatch_step(model, optimizer, data[idx], cfg, reducer, minibatch_moments)
             for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + value
             count += 1
             kl_sum, kl_count = kl_sum + stats["approx_kl"], kl_count + 1
-        if cfg.target_kl and kl_sum / kl_count > cfg.target_kl:
+        kl = kl_sum / kl_count
+        if cfg.target_kl and reducer is not None:
+            kl = reducer.mean_(torch.tensor([kl], dtype=torch.float64)).item()
+        if cfg.target_kl and kl > cfg.target_kl:
             break
     result = {key: value / count for key, value in totals.items()}
+    if reducer is not None:
+        keys = sorted(result)
+        means = reducer.mean_(torch.tensor([result[k] for k in keys], dtype=torch.float64)).tolist()
+        result = dict(zip(keys, means, strict=True))
     result["explained_variance"] = explained_variance(data.values, data.returns)
     return result

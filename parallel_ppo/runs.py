@@ -59,7 +59,7 @@ class RunSummary:
     """
 
     mode: str
-    """`sequential` or `parallel`."""
+    """`sequential`, `parallel` or `distributed`."""
     env_id: str
     num_workers: int
     """Worker processes; 0 for a sequential run."""
@@ -122,6 +122,11 @@ class RunSummary:
     """The matmul peak of the run's precision on the learner's threads: the physical limit."""
     peak_fraction: float | None = None
     """achieved_gflops / peak_gflops."""
+    world_size: int = 1
+    """Ranks of a distributed run (1 otherwise)."""
+    distributed: dict | None = None
+    """A distributed run's ranks: the rollout source each runs, its envs, and per rank its host, layout, threads,
+    parameter checksum and phase seconds (mode distributed only)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, with non-finite floats as None."""
@@ -149,8 +154,8 @@ class RunSummary:
                 raise ConfigError(f"{path}: field {f.name!r} has an unexpected value {_short(data[f.name])}")
             values[f.name] = data[f.name]
         summary = cls(**values)
-        if summary.mode not in ("sequential", "parallel"):
-            raise ConfigError(f"{path}: mode must be sequential or parallel, got {summary.mode!r}")
+        if summary.mode not in ("sequential", "parallel", "distributed"):
+            raise ConfigError(f"{path}: mode must be sequential, parallel or distributed, got {summary.mode!r}")
         if summary.wall_seconds <= 0 or summary.updates <= 0:
             raise ConfigError(f"{path} describes a run that never finished an update")
         return summary
@@ -264,14 +269,20 @@ class Run:
 
     @property
     def workers(self) -> int:
-        """Workers counted for parallel efficiency: a sequential run counts as 1."""
-        return max(1, self.summary.num_workers)
+        """Processes counted for parallel efficiency: a sequential run counts as 1, a distributed one each rank
+        (or each rank's workers)."""
+        s = self.summary
+        ranks = max(1, s.world_size)
+        return ranks * max(1, s.num_workers // ranks)
 
     @property
     def layout(self) -> str:
-        """`W×M` for a parallel run, `1×N` for a sequential one."""
+        """`W×M` for a parallel run, `1×N` for a sequential one, `R ranks × ` either for a distributed one."""
         s = self.summary
-        return f"{self.workers}×{s.num_envs_per_worker if s.num_workers else s.num_envs}"
+        ranks = max(1, s.world_size)
+        per_rank = s.num_workers // ranks
+        one = f"{max(1, per_rank)}×{s.num_envs_per_worker if per_rank else s.num_envs // ranks}"
+        return one if ranks == 1 else f"{ranks} ranks × {one}"
 
     @property
     def updates(self) -> int:

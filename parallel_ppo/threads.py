@@ -28,10 +28,11 @@ class ThreadPlan:
         return {"learner": self.learner, "worker": self.worker, "env_per_worker": self.env}
 
 
-def thread_plan(cfg: Config, parallel: bool) -> ThreadPlan:
+def thread_plan(cfg: Config, parallel: bool, ranks_on_host: int = 1) -> ThreadPlan:
     """Configured counts, or automatic ones (0): the learner and a sequential trainer's envs get every logical
-    core; a worker's envs get one thread, since W workers already fill the cores."""
-    cores = psutil.cpu_count(logical=True) or 1
+    core (shared evenly among the ranks of a distributed run on this host); a worker's envs get one thread,
+    since W workers already fill the cores."""
+    cores = max(1, (psutil.cpu_count(logical=True) or 1) // ranks_on_host)
     learner = cfg.parallel.learner_threads or cores
     if parallel:
         return ThreadPlan(learner=learner, env=cfg.env.env_threads or 1, worker=cfg.parallel.worker_threads)

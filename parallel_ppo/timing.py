@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-PHASES = ("env", "inference", "sync", "gae", "update", "publish", "eval", "log")
+PHASES = ("env", "inference", "sync", "gae", "update", "allreduce", "publish", "eval", "log")
 """The phases every run reports, in data-flow order (metrics.csv columns `time_<phase>`)."""
 
 

@@ -18,6 +18,7 @@ from parallel_ppo.buffer import RolloutBuffer, compute_gae
 from parallel_ppo.checkpoint import next_resume_count, save_checkpoint
 from parallel_ppo.collect import CollectResult, RolloutError
 from parallel_ppo.config import Config, ConfigError
+from parallel_ppo.distributed import ALONE, Solo, checksum
 from parallel_ppo.evaluate import EvalResult, evaluate, normalized_return
 from parallel_ppo.files import write_json
 from parallel_ppo.metrics import MetricsLogger, ResourceSampler
@@ -48,10 +49,13 @@ class RolloutSource(Protocol):
 
 
 class StopRequest:
-    """SIGINT/SIGTERM handler: the first signal asks the loop to stop at the next boundary, a second interrupts."""
+    """SIGINT/SIGTERM handler: the first signal asks the loop to stop at the next boundary, a second interrupts
+    (unless `repeat_interrupts` is off: a rank of a distributed run gets Ctrl-C from the terminal and again from
+    torchrun, and must still stop with the others at an agreed update)."""
 
-    def __init__(self) -> None:
+    def __init__(self, repeat_interrupts: bool = True) -> None:
         self.signum: int | None = None
+        self.repeat_interrupts = repeat_interrupts
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> StopRequest:
@@ -61,7 +65,9 @@ class StopRequest:
 
     def _handle(self, signum: int, frame: object) -> None:
         if self.signum is not None:
-            raise KeyboardInterrupt
+            if self.repeat_interrupts:
+                raise KeyboardInterrupt
+            return
         self.signum = signum
 
     def __exit__(self, *exc: object) -> None:
@@ -108,20 +114,21 @@ class TrainState:
     resumes: int = 0
 
     @classmethod
-    def new(cls, cfg: Config, obs_shape: tuple[int, ...], num_actions: int) -> TrainState:
+    def new(cls, cfg: Config, obs_shape: tuple[int, ...], num_actions: int, world_size: int = 1) -> TrainState:
+        """A fresh learner; the reward scaler follows the envs of all `world_size` ranks."""
         torch.manual_seed(cfg.run.seed)
         model, optimizer = build_learner(obs_shape, num_actions, cfg, learner_device(cfg))
         window = cfg.logging.return_window
         t = cfg.training
-        scaler = RewardScaler(cfg.env.num_envs, t.gamma, t.reward_clip) if t.normalize_reward else None
+        scaler = RewardScaler(cfg.env.num_envs * world_size, t.gamma, t.reward_clip) if t.normalize_reward else None
         return cls(model, optimizer, torch.Generator().manual_seed(cfg.run.seed), deque(maxlen=window),
                    deque(maxlen=window), scaler)
 
     @classmethod
     def from_checkpoint(cls, cfg: Config, obs_shape: tuple[int, ...], num_actions: int,
-                        checkpoint: dict[str, Any]) -> TrainState:
+                        checkpoint: dict[str, Any], world_size: int = 1) -> TrainState:
         """The state saved by `to_checkpoint`, with one more resume counted."""
-        state = cls.new(cfg, obs_shape, num_actions)
+        state = cls.new(cfg, obs_shape, num_actions, world_size)
         state.model.load_state_dict(checkpoint["model"])
         state.optimizer.load_state_dict(checkpoint["optimizer"])
         state.generator.set_state(checkpoint["generator"])
@@ -135,9 +142,12 @@ class TrainState:
         state.resumes = next_resume_count(checkpoint)
         return state
 
-    def to_checkpoint(self, cfg: Config, mode: str, elapsed: float) -> dict[str, Any]:
-        """Tensors and plain data only (checkpoints are loaded with weights_only=True)."""
+    def to_checkpoint(self, cfg: Config, mode: str, elapsed: float, world_size: int = 1) -> dict[str, Any]:
+        """Tensors and plain data only (checkpoints are loaded with weights_only=True). In a distributed run the
+        ranks hold the same state (parameters, optimizer, minibatch stream, global counters and episode windows,
+        one reward scaler over all envs), so rank 0's checkpoint is the run's."""
         return {
+            "world_size": world_size,
             "config": cfg.to_dict(), "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "update": self.update, "env_steps": self.env_steps, "episodes": self.episodes, "elapsed": elapsed,
             "episode_returns": list(self.episode_returns), "episode_lengths": list(self.episode_lengths),
@@ -230,8 +240,8 @@ class CheckpointHook:
 
     phase = "log"
 
-    def __init__(self, cfg: Config, path: Path, mode: str, clock: Clock) -> None:
-        self.cfg, self.path, self.mode, self.clock = cfg, path, mode, clock
+    def __init__(self, cfg: Config, path: Path, mode: str, clock: Clock, world_size: int = 1) -> None:
+        self.cfg, self.path, self.mode, self.clock, self.world_size = cfg, path, mode, clock, world_size
         self.last = time.monotonic()
 
     def after_update(self, state: TrainState, row: dict[str, Any]) -> None:
@@ -239,7 +249,7 @@ class CheckpointHook:
             self.save(state)
 
     def save(self, state: TrainState) -> None:
-        save_checkpoint(self.path, state.to_checkpoint(self.cfg, self.mode, self.clock()))
+        save_checkpoint(self.path, state.to_checkpoint(self.cfg, self.mode, self.clock(), self.world_size))
         self.last = time.monotonic()
 
 
@@ -258,10 +268,14 @@ class Outcome:
             self.phase_seconds[name] += phases[name]
 
 
-def rollout_batch(buf: RolloutBuffer, cfg: Config, scaler: RewardScaler | None = None) -> TrainBatch:
+def rollout_batch(buf: RolloutBuffer, cfg: Config, scaler: RewardScaler | None = None,
+                  team: Solo = ALONE) -> TrainBatch:
     """GAE over the filled buffer (rewards normalized by `scaler` if given, plus any time-limit bootstrap),
-    flattened to one row per env step."""
-    rewards = buf.rewards if scaler is None else scaler(buf.rewards, buf.dones)
+    flattened to one row per env step. The scaler sees every rank's rewards, so it normalizes as one process
+    stepping all the envs would."""
+    rewards = buf.rewards
+    if scaler is not None:
+        rewards = team.own_columns(scaler(team.gather_columns(buf.rewards), team.gather_columns(buf.dones)))
     advantages, returns = compute_gae(rewards + buf.bootstrap, buf.values, buf.dones, buf.last_values,
                                       cfg.training.gamma, cfg.training.gae_lambda)
     return TrainBatch(buf.obs.flatten(0, 1), buf.actions.flatten(), buf.logprobs.flatten(), buf.values.flatten(),
@@ -279,34 +293,59 @@ def stop_reason(cfg: Config, state: TrainState, stop: StopRequest, elapsed: floa
     return ""
 
 
+def share_rollout(team: Solo, result: CollectResult, error: str | None,
+                  signum: int | None) -> tuple[CollectResult, str | None, int | None]:
+    """What every rank's rollout produced, as one: all ranks' episodes (in rank order), any rank's error (named
+    by its rank in a team) and the signal any rank received. Alone, the rollout as it is."""
+    reports = team.gather((error, signum, result.episode_returns, result.episode_lengths))
+    errors = [e if team.world_size == 1 else f"rank {rank}: {e}" for rank, (e, *_) in enumerate(reports) if e]
+    merged = CollectResult([r for report in reports for r in report[2]], [n for report in reports for n in report[3]],
+                           result.time_env, result.time_inference)
+    return merged, "; ".join(errors) or None, max((report[1] for report in reports if report[1]), default=None)
+
+
 def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[Hook], stop: StopRequest,
-             clock: Clock) -> Outcome:
-    """Update until a stop reason holds: collect, GAE, PPO update, then each hook with the update's row."""
+             clock: Clock, team: Solo = ALONE) -> Outcome:
+    """Update until a stop reason holds: collect, GAE, PPO update, then each hook with the update's row.
+
+    In a distributed run every decision is the team's: an error or signal after any rank's rollout, and the
+    stop reason after each update, so all ranks stop at the same update. The time spent waiting on the other
+    ranks is `sync`, the update's all-reduces `allreduce` (not `update`)."""
     outcome, timers = Outcome(), PhaseTimer()
     device = module_device(state.model)
+    training = team.local_training(cfg.training)
+    steps = cfg.rollout_size * team.world_size
     last_row = time.monotonic()
     while not outcome.stop_reason:
         lr = learning_rate(cfg, state.env_steps, clock())
         for group in state.optimizer.param_groups:
             group["lr"] = lr
+        error = None
         try:
             result = source.collect(state.model, timers)
         except RolloutError as e:
-            outcome.stop_reason, outcome.error = "error", str(e)
+            result, error = CollectResult([], [], 0.0, 0.0), str(e)
+        with timers.phase("sync"):
+            result, error, signum = share_rollout(team, result, error, stop.signum)
+        if error is not None:
+            outcome.stop_reason, outcome.error = "error", error
             break
-        if stop.signum is not None:  # abandon this rollout rather than spend an update on it
-            outcome.stop_reason = "signal"
+        if signum is not None:  # abandon this rollout rather than spend an update on it
+            outcome.stop_reason, outcome.signal = "signal", signal.Signals(signum).name
             break
         with timers.phase("gae"):
-            data = rollout_batch(source.buffer, cfg, state.reward_scaler).to(device)
+            data = rollout_batch(source.buffer, cfg, state.reward_scaler, team).to(device)
         with timers.phase("update"):
-            stats = ppo_update(state.model, state.optimizer, data, cfg.training, state.generator)
-        state.record(result, cfg.rollout_size)
+            stats = ppo_update(state.model, state.optimizer, data, training, state.generator, team.gradients)
+        allreduce = team.pop_seconds()
+        timers.add("update", -allreduce)
+        timers.add("allreduce", allreduce)
+        state.record(result, steps)
         now = time.monotonic()
         phases = timers.pop()
         outcome.add_phases(phases)
         row = {"update": state.update, "env_steps": state.env_steps, "wall_time": clock(now),
-               "sps": cfg.rollout_size / max(now - last_row, 1e-9),  # logging and checkpoints included
+               "sps": steps / max(now - last_row, 1e-9),  # logging and checkpoints included
                "episodic_return_mean": _mean(state.episode_returns),
                "episodic_length_mean": _mean(state.episode_lengths), "episodes": state.episodes,
                "learning_rate": lr, **stats, **{f"time_{name}": seconds for name, seconds in phases.items()},
@@ -315,16 +354,18 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
             with timers.phase(hook.phase):
                 hook.after_update(state, row)
         last_row = now
-        outcome.stop_reason = stop_reason(cfg, state, stop, clock(now))
+        with timers.phase("sync"):
+            outcome.stop_reason, signum = team.agree_stop(stop_reason(cfg, state, stop, clock(now)), stop.signum)
+        if signum is not None:
+            outcome.signal = signal.Signals(signum).name
     outcome.session_seconds = clock() - clock.elapsed_before
     outcome.add_phases(timers.pop())
-    outcome.signal = signal.Signals(stop.signum).name if stop.signum else None
     return outcome
 
 
 def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, int],
           resume: dict | None = None, compute_limit: dict | None = None, learner: dict | None = None,
-          roofline: dict | None = None) -> dict:
+          roofline: dict | None = None, team: Solo = ALONE) -> dict:
     """Train until the duration or step budget is spent (or a signal arrives); returns summary.json's content.
 
     `resume` is a loaded checkpoint: model, optimizer, counters, RNG states, episode window and elapsed
@@ -332,30 +373,46 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, 
     `compute_limit` (from `roofline.measure_compute_limit`) is recorded with the run's efficiency against it,
     `learner` (how precision, microbatch and device were chosen) as is, and `roofline` (the network's FLOPs
     and the matmul peaks) with the FLOP/s the run achieved.
+
+    In a distributed run (`team`), every rank starts from rank 0's parameters and trains in step with the
+    others; only rank 0 writes (metrics, TensorBoard, checkpoints, evaluation, summary.json with every rank's
+    layout and parameter checksum), and the other ranks return only how the run ended. A lost rank raises
+    `distributed.PeerLost` (the last checkpoint stays as it was).
     """
     run_dir = Path(run_dir)
+    world = team.world_size
     if resume is None:
-        state = TrainState.new(cfg, source.obs_shape, source.num_actions)
+        state = TrainState.new(cfg, source.obs_shape, source.num_actions, world)
     else:
-        state = TrainState.from_checkpoint(cfg, source.obs_shape, source.num_actions, resume)
+        state = TrainState.from_checkpoint(cfg, source.obs_shape, source.num_actions, resume, world)
+    team.broadcast_parameters(state.model)
     clock = Clock(state.elapsed_before)
-    metrics = MetricsHook(cfg, run_dir, source.mode,
-                          (state.update, state.env_steps) if resume is not None else None)
-    checkpoints = CheckpointHook(cfg, run_dir / "checkpoint.pt", source.mode, clock)
-    evals = EvalHook(cfg) if cfg.eval.interval_seconds > 0 else None
+    mode = "distributed" if team.distributed else source.mode
+    metrics = checkpoints = evals = None
+    if team.is_main:
+        metrics = MetricsHook(cfg, run_dir, mode, (state.update, state.env_steps) if resume is not None else None)
+        checkpoints = CheckpointHook(cfg, run_dir / "checkpoint.pt", mode, clock, world)
+        evals = EvalHook(cfg) if cfg.eval.interval_seconds > 0 else None
     final_eval = None
     try:
-        with StopRequest() as stop:
-            hooks = [evals, metrics, checkpoints] if evals else [metrics, checkpoints]
-            outcome = run_loop(cfg, source, state, hooks, stop, clock)
-            checkpoints.save(state)
+        with StopRequest(repeat_interrupts=not team.distributed) as stop:
+            hooks = [hook for hook in (evals, metrics, checkpoints) if hook is not None]
+            outcome = run_loop(cfg, source, state, hooks, stop, clock, team)
+            if checkpoints is not None:
+                checkpoints.save(state)
             if evals is not None and outcome.stop_reason in ("duration", "total_steps"):
                 final_eval = evals.final(state)  # after the clock stopped: not in wall time or SPS
     finally:
-        metrics.close()
+        if metrics is not None:
+            metrics.close()
         source.close()
+    ranks = team.gather({"rank": team.rank, "host": getattr(team, "host", None), **source.layout,
+                         "source": source.mode, "threads": threads, "checksum": checksum(state.model),
+                         "phase_seconds": outcome.phase_seconds}) if team.distributed else None
+    if metrics is None:  # not rank 0: how the run ended is all it reports
+        return {"stop_reason": outcome.stop_reason, "signal": outcome.signal, "error": outcome.error}
     summary = summarize(cfg, source, state, outcome, metrics, threads, compute_limit, run_dir, final_eval, learner,
-                        roofline).to_dict()
+                        roofline, ranks).to_dict()
     write_json(run_dir / "summary.json", summary)
     return summary
 
@@ -363,8 +420,11 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, 
 def summarize(cfg: Config, source: RolloutSource, state: TrainState, outcome: Outcome, metrics: MetricsHook,
               threads: dict[str, int], compute_limit: dict | None, run_dir: Path,
               final_eval: EvalResult | None = None, learner: dict | None = None,
-              roofline: dict | None = None) -> RunSummary:
-    """summary.json's content, its throughput read back from metrics.csv as every reader computes it."""
+              roofline: dict | None = None, ranks: list[dict] | None = None) -> RunSummary:
+    """summary.json's content, its throughput read back from metrics.csv as every reader computes it.
+
+    A distributed run (`ranks`: each rank's layout, threads, checksum and phase seconds) counts the envs and
+    workers of all ranks, and its phases are rank 0's."""
     wall = outcome.session_seconds
     try:
         rows = read_metrics(run_dir / "metrics.csv")
@@ -377,8 +437,12 @@ def summarize(cfg: Config, source: RolloutSource, state: TrainState, outcome: Ou
     flops = roofline["flops_per_env_step"] if roofline else None
     peak = roofline["peak_gflops"][cfg.training.precision] if roofline else None
     achieved = sps * flops / 1e9 if flops and sps else None
+    layout = dict(source.layout)
+    if ranks is not None:
+        layout["num_workers"] *= len(ranks)
+        layout["num_envs"] *= len(ranks)
     return RunSummary(
-        mode=source.mode, env_id=cfg.env.id, **source.layout, total_env_steps=state.env_steps,
+        mode="distributed" if ranks else source.mode, env_id=cfg.env.id, **layout, total_env_steps=state.env_steps,
         wall_seconds=wall + state.elapsed_before, episodes=state.episodes, updates=state.update,
         stop_reason=outcome.stop_reason, precision=cfg.training.precision, peak_rss_mb=peaks["rss_mb"],
         hardware=fingerprint.hardware(), versions=fingerprint.versions(), sps=sps,
@@ -399,4 +463,7 @@ def summarize(cfg: Config, source: RolloutSource, state: TrainState, outcome: Ou
         eval_levels=cfg.eval.levels if final_eval is not None else None, learner=learner, roofline=roofline,
         flops_per_env_step=flops, achieved_gflops=achieved, peak_gflops=peak,
         peak_fraction=achieved / peak if achieved and peak else None,
+        world_size=len(ranks) if ranks else 1,
+        distributed={"source": source.mode, "num_envs_per_rank": source.layout["num_envs"],
+                     "timeout_seconds": cfg.distributed.timeout_seconds, "ranks": ranks} if ranks else None,
     )

@@ -88,7 +88,10 @@ class ParallelCoordinator:
 
     mode = "parallel"
 
-    def __init__(self, cfg: Config, threads: ThreadPlan, resumes: int = 0) -> None:
+    def __init__(self, cfg: Config, threads: ThreadPlan, resumes: int = 0, env_offset: int = 0,
+                 rank: int | None = None) -> None:
+        """`env_offset`: the global index of the first env (a distributed rank's share starts there); `rank`: the
+        distributed rank, shown in the process title."""
         p = cfg.parallel
         self.cfg = cfg
         self.env_threads = threads.env
@@ -103,6 +106,7 @@ class ParallelCoordinator:
                        "num_envs": cfg.env.num_envs}
         self.restarts = 0
         self._resumes = resumes
+        self._env_offset = env_offset
         self._slot_restarts = [0] * p.num_workers
         self._ctx = torch.multiprocessing.get_context(p.start_method)
         if p.start_method == "forkserver":
@@ -110,7 +114,8 @@ class ParallelCoordinator:
                 os.environ.setdefault(PRELOAD_PROCGEN_VAR, cfg.env.id)  # read by the forkserver when it starts
             self._ctx.set_forkserver_preload(["parallel_ppo.parallel.preload"])
         self._workers: list[_Worker | None] = [None] * p.num_workers
-        _set_title(f"parallel_ppo coordinator ({p.num_workers} workers × {p.num_envs_per_worker} envs, "
+        who = "coordinator" if rank is None else f"coordinator rank {rank}"
+        _set_title(f"parallel_ppo {who} ({p.num_workers} workers × {p.num_envs_per_worker} envs, "
                    f"{cfg.env.id})")
         try:
             for i in range(p.num_workers):
@@ -130,7 +135,7 @@ class ParallelCoordinator:
         spec = WorkerSpec(index=index, first_env=index * m, num_envs=m, stream=(self._resumes, restart),
                           cfg=self.cfg, obs_shape=self.obs_shape, num_actions=self.num_actions, buffer=self.buffer,
                           params=self.params, progress=self.progress, env_threads=self.env_threads,
-                          torch_threads=self.worker_threads)
+                          torch_threads=self.worker_threads, env_offset=self._env_offset)
         parent, child = self._ctx.Pipe(duplex=True)
         process = self._ctx.Process(target=worker_main, args=(spec, child), name=f"ppo-worker-{index}",
                                     daemon=True)

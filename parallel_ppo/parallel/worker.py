@@ -32,6 +32,7 @@ class WorkerSpec:
     progress: torch.Tensor  # int64 per worker: env steps taken, a heartbeat the coordinator watches
     env_threads: int  # Procgen stepping threads
     torch_threads: int  # torch/OpenMP threads
+    env_offset: int = 0  # global index of this rank's first env (distributed runs): seeds follow global indices
 
 
 # Messages on a worker's pipe. In: Collect or Stop. Out: Ready once started, then Done per rollout, or Failed.
@@ -80,8 +81,8 @@ def _injected_fault(index: int) -> int:
 
 
 def process_title(spec: WorkerSpec) -> str:
-    last = spec.first_env + spec.num_envs - 1
-    return f"parallel_ppo worker {spec.index} envs {spec.first_env}-{last} ({spec.cfg.env.id})"
+    first = spec.env_offset + spec.first_env
+    return f"parallel_ppo worker {spec.index} envs {first}-{first + spec.num_envs - 1} ({spec.cfg.env.id})"
 
 
 def worker_main(spec: WorkerSpec, conn: Connection) -> None:
@@ -102,11 +103,12 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         from parallel_ppo.model import build_model
 
         cfg = spec.cfg
-        env = make_batch_env(cfg.env, cfg.run.seed, spec.first_env, spec.num_envs, spec.env_threads, spec.stream)
+        first = spec.env_offset + spec.first_env
+        env = make_batch_env(cfg.env, cfg.run.seed, first, spec.num_envs, spec.env_threads, spec.stream)
         if (env.obs_shape, env.num_actions) != (tuple(spec.obs_shape), spec.num_actions):
             raise RuntimeError(f"env spaces {env.obs_shape}/{env.num_actions} differ from the coordinator's "
                                f"{spec.obs_shape}/{spec.num_actions}")
-        runner = EnvRunner(env, cfg.run.seed, spec.first_env, cfg.training.precision, spec.stream,
+        runner = EnvRunner(env, cfg.run.seed, first, cfg.training.precision, spec.stream,
                            cfg.training.gamma)
         model = build_model(spec.obs_shape, spec.num_actions, cfg.model)
         params = list(model.parameters())

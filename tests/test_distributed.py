@@ -1,0 +1,225 @@
+"""Data-parallel runs under torchrun (2 ranks on loopback): the same step as one process over all the envs,
+identical parameters on every rank, one writer, agreed stops, and no rank left behind when another dies."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+import yaml
+from sessions import assert_nothing_left, session_pids, shm_entries, start
+
+from parallel_ppo.checkpoint import load_checkpoint
+from parallel_ppo.config import ConfigError, build_config, config_from_dict
+from parallel_ppo.envs import env_spaces
+from parallel_ppo.ppo import build_learner
+from parallel_ppo.runs import METRIC_COLUMNS, RunSummary, load_run
+
+ROOT = Path(__file__).resolve().parents[1]
+CARTPOLE = ["--config", "config/cartpole.yaml", "--set", "logging.progress=off", "--set", "run.limit_seconds=0"]
+ONE_STEP = [*CARTPOLE, "--seed", "3", "--batch-size", "512", "--total-steps", "512", "--set", "training.n_epochs=1",
+            "--set", "training.normalize_reward=true"]
+"""One update of 16 envs × 32 steps, one epoch, one minibatch of the whole rollout: one optimizer step, the same
+data however the envs are split (reward normalization on, so its statistics must span all ranks too)."""
+
+
+def torchrun(script: str, ranks: int = 2) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks), script,
+            "--distributed"]
+
+
+def finish(proc, timeout: float = 240) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def rows(out: Path) -> list[dict[str, str]]:
+    path = out / "metrics.csv"
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def wait_rows(proc, out: Path, n: int, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while len(rows(out)) < n:
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline, "the run made no progress"
+        time.sleep(0.1)
+
+
+def sessions_of(launcher: int) -> list[int]:
+    """The launcher's session and its ranks' (torchrun starts each rank in a session of its own)."""
+    return [launcher, *(child.pid for child in psutil.Process(launcher).children())]
+
+
+def assert_no_session_left(sids: list[int], shm_before: set[str]) -> None:
+    for sid in sids:
+        assert_nothing_left(sid, shm_before)
+
+
+def params(out: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(out / "checkpoint.pt")["model"]
+
+
+# ------------------------------------------------------------------------------------------- without torchrun
+def test_distributed_needs_torchrun(train_timed, tmp_path):
+    proc = train_timed("--distributed", *CARTPOLE, "--output-dir", str(tmp_path / "run"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "runs under torchrun" in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_envs_total_is_split_over_ranks_and_workers():
+    cfg = build_config(None, {"distributed.num_envs_total": 16}, [], parallel=False, world_size=2)
+    assert cfg.env.num_envs == 8
+    cfg = build_config(None, {"distributed.num_envs_total": 16, "parallel.num_workers": 2}, [], parallel=True,
+                       world_size=2)
+    assert (cfg.env.num_envs, cfg.parallel.num_envs_per_worker) == (8, 4)
+
+
+@pytest.mark.parametrize("flags, parallel, world, message", [
+    ({"distributed.num_envs_total": 15}, False, 2, "does not split evenly over 2 ranks"),
+    ({"distributed.num_envs_total": 16, "parallel.num_workers": 3}, True, 2, "over 3 workers"),
+    ({"distributed.num_envs_total": 16, "training.batch_size": 2}, False, 4, r"size 2 \(the minibatch of all"),
+    ({"distributed.num_envs_total": 16, "training.batch_size": 384}, False, 2, "does not divide the rollout"),
+    ({"distributed.num_envs_total": 16}, False, None, "without --distributed"),
+])
+def test_layouts_that_cannot_split_are_refused(flags, parallel, world, message):
+    with pytest.raises(ConfigError, match=message):
+        build_config(None, {"training.n_steps": 64, **flags}, [], parallel=parallel, world_size=world)
+
+
+# ----------------------------------------------------------------------------------------------- under torchrun
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory) -> Path:
+    """The reference: one sequential process stepping all 16 envs for one update."""
+    out = tmp_path_factory.mktemp("one") / "run"
+    proc = start([sys.executable, "train_timed.py", *ONE_STEP, "--num-envs", "16", "--output-dir", str(out)], cwd=ROOT)
+    code, _, err = finish(proc)
+    assert code == 0, err
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script, layout", [("train_timed.py", []),
+                                            ("train_parallel_timed.py", ["--num-workers", "1"])],
+                         ids=["sequential-ranks", "parallel-ranks"])
+def test_two_ranks_take_the_step_of_one_process(one_process, tmp_path, script, layout):
+    """2 ranks × 8 envs (each rank a sequential collector, or a coordinator with one worker) end one update with
+    the parameters of one process over the 16 envs, count the episodes of both ranks, agree on their parameters,
+    and only rank 0 writes: the files of the output contract, mode distributed."""
+    out = tmp_path / "run"
+    proc = start([*torchrun(script), *ONE_STEP, *layout, "--num-envs-total", "16", "--output-dir", str(out)],
+                 cwd=ROOT)
+    code, stdout, err = finish(proc)
+    assert code == 0, err
+    reference, mine = params(one_process), params(out)
+    for name, value in reference.items():
+        torch.testing.assert_close(mine[name], value, rtol=1e-5, atol=1e-6, msg=name)
+    assert any(not torch.equal(value, params_at_start) for value, params_at_start in
+               zip(reference.values(), load_initial(one_process).values(), strict=True)), "the step changed nothing"
+
+    one, two = json.loads((one_process / "summary.json").read_text()), json.loads((out / "summary.json").read_text())
+    assert two["mode"] == "distributed" and two["world_size"] == 2 and two["num_envs"] == 16
+    assert two["episodes"] == one["episodes"] > 0, "episodes of both ranks are counted"
+    assert two["episodic_return_mean"] == pytest.approx(one["episodic_return_mean"])
+    assert two["total_env_steps"] == 512 and two["updates"] == 1
+    ranks = two["distributed"]["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1] and len({r["checksum"] for r in ranks}) == 1
+    assert all(r["num_envs"] == 8 for r in ranks)
+    assert two["distributed"]["source"] == ("parallel" if layout else "sequential")
+    assert set(two) == {f.name for f in RunSummary.__dataclass_fields__.values()}
+    for name in ("config.yaml", "metrics.csv", "checkpoint.pt", "summary.json"):
+        assert (out / name).is_file(), name
+    assert list((out / "logs").glob("events.out.tfevents.*"))
+    with open(out / "metrics.csv", newline="") as f:
+        assert next(csv.reader(f)) == METRIC_COLUMNS
+    assert load_run("two", out).layout.startswith("2 ranks × ")
+    assert stdout.count("distributed run on CartPole-v1") == 1, "rank 0 alone speaks"
+
+
+def load_initial(out: Path) -> dict[str, torch.Tensor]:
+    """The reference run's initial parameters, rebuilt as the trainer builds them (same seed)."""
+    cfg = config_from_dict(yaml.safe_load((out / "config.yaml").read_text()))
+    obs_shape, _, num_actions = env_spaces(cfg.env)
+    torch.manual_seed(cfg.run.seed)
+    model, _ = build_learner(obs_shape, num_actions, cfg)
+    return model.state_dict()
+
+
+@pytest.mark.slow
+def test_sigint_stops_every_rank_at_one_update_and_resume_continues(tmp_path):
+    out = tmp_path / "run"
+    proc = start([*torchrun("train_timed.py"), *CARTPOLE, "--num-envs-total", "16", "--total-steps", "10000000",
+                  "--set", "run.checkpoint_interval=0.5", "--output-dir", str(out)], cwd=ROOT)
+    wait_rows(proc, out, 3)
+    shm_before, sids = shm_entries(), sessions_of(proc.pid)
+    assert len(sids) == 3
+    os.kill(proc.pid, signal.SIGINT)  # the launcher alone: torchrun passes it on to the ranks
+    code, _, err = finish(proc, timeout=60)
+    assert code != 0
+    first = json.loads((out / "summary.json").read_text())
+    assert first["stop_reason"] == "signal" and first["signal"] == "SIGINT", err
+    assert load_checkpoint(out / "checkpoint.pt")["update"] == first["updates"] == len(rows(out))
+    assert len({r["checksum"] for r in first["distributed"]["ranks"]}) == 1
+    assert_no_session_left(sids, shm_before)
+
+    target = first["total_env_steps"] + 2 * 512
+    proc = start([*torchrun("train_timed.py"), "--resume", str(out), "--total-steps", str(target)], cwd=ROOT)
+    code, _, err = finish(proc)
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["resumes"] == 1 and summary["stop_reason"] == "total_steps"
+    assert [int(r["update"]) for r in rows(out)] == list(range(1, summary["updates"] + 1))
+    assert [int(r["env_steps"]) for r in rows(out)] == [512 * u for u in range(1, summary["updates"] + 1)]
+    assert summary["total_env_steps"] == target
+    assert len({r["checksum"] for r in summary["distributed"]["ranks"]}) == 1
+
+    proc = start([*torchrun("train_timed.py", ranks=1), "--resume", str(out), "--total-steps", str(target + 512)],
+                 cwd=ROOT)
+    code, _, err = finish(proc)
+    assert code != 0 and "trained by 2 ranks, not 1" in err
+
+
+def coordinator(launcher: int, rank: int, timeout: float = 60) -> psutil.Process:
+    """The rank's process among the launcher's children, by its title (which hides its environment)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in psutil.Process(launcher).children():
+            try:
+                if " ".join(child.cmdline()).startswith(f"parallel_ppo coordinator rank {rank} "):
+                    return child
+            except psutil.Error:
+                continue
+        time.sleep(0.1)
+    raise AssertionError(f"rank {rank} not found")
+
+
+@pytest.mark.slow
+def test_a_killed_rank_stops_the_others_and_leaves_nothing(tmp_path):
+    """Each rank a coordinator with a worker (shared memory, forkserver): SIGKILL of rank 1 ends the whole run
+    within 60 s with rank 0's one-line reason, no process and no /dev/shm entry left."""
+    out = tmp_path / "run"
+    shm_before = shm_entries()
+    proc = start([*torchrun("train_parallel_timed.py"), *CARTPOLE, "--num-workers", "1", "--num-envs-total", "16",
+                  "--total-steps", "10000000", "--output-dir", str(out)], cwd=ROOT)
+    wait_rows(proc, out, 2)
+    sids = sessions_of(proc.pid)
+    assert sum(len(session_pids(sid)) for sid in sids) >= 5, "launcher, 2 ranks and their workers"
+    coordinator(proc.pid, 1).kill()
+    killed = time.monotonic()
+    code, _, err = finish(proc, timeout=90)
+    assert time.monotonic() - killed < 60
+    assert code != 0
+    assert "rank 0 lost the other ranks" in err, err
+    assert_no_session_left(sids, shm_before)
