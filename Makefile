@@ -14,12 +14,16 @@ ENVS_PER_WORKER ?= 8
 AUTOTUNE_SECONDS ?= 20
 MINUTES          ?= 10
 SEEDS            ?= 1,2,3
+NPROC            ?= 2
+ENVS_TOTAL       ?= 16
+PROCS            ?= 2
 CHECKPOINT       ?= benchmarks/parallel_$(TAG)
 TB_HOST          ?= 127.0.0.1
 # `make bench` sweeps WORKERS only when given on the command line; by default 1, 2, 4, ... physical cores.
 BENCH_WORKERS    = $(if $(filter command line,$(origin WORKERS)),--workers "$(WORKERS)",)
 
-.PHONY: install test test-fast lint train train-parallel eval demo compare roofline bench-speed bench-envs bench autotune bench-learning \
+.PHONY: install test test-fast lint train train-parallel train-distributed eval demo compare roofline bench-speed bench-envs \
+        bench bench-layouts autotune bench-learning \
         tensorboard \
         clean distclean
 
@@ -52,6 +56,14 @@ train-parallel: install
 		--num-workers $(WORKERS) --num-envs-per-worker $(ENVS) --seed $(SEED) \
 		--output-dir $(or $(OUT),benchmarks/parallel_$(TAG)) $(ARGS)
 
+## Distributed run on this host, NPROC ranks sharing ENVS_TOTAL envs (each rank a sequential collector and learner,
+## gradients all-reduced): make train-distributed NPROC=2 DURATION=0.5; across hosts see the README
+## (OMP_NUM_THREADS only quiets torchrun's notice: each rank sets its threads itself, cores / ranks on the host)
+train-distributed: install
+	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node $(NPROC) train_timed.py --distributed \
+		--config config/ppo_sequential.yaml --env $(ENV) --duration $(DURATION) --num-envs-total $(ENVS_TOTAL) \
+		--seed $(SEED) --output-dir $(or $(OUT),benchmarks/distributed_$(TAG)) $(ARGS)
+
 ## Compare benchmarks/sequential_$(TAG) with benchmarks/parallel_$(TAG), training whichever has no
 ## summary.json yet first (DURATION hours each): make compare TAG=30m DURATION=0.5
 compare: install
@@ -74,12 +86,19 @@ bench-envs: install
 	$(PY) bench.py envs --config config/ppo_parallel.yaml --env $(ENV) --num-workers $(WORKERS) \
 		--num-envs-per-worker $(ENVS) --seconds 10 $(ARGS)
 
-## Scaling sweep: make bench BENCH_SECONDS=20 WORKERS="1 2" → benchmarks/scaling/scaling.{json,md,png}
+## Scaling sweep (workers, and as many distributed ranks): make bench BENCH_SECONDS=20 WORKERS="1 2"
+## → benchmarks/scaling/scaling.{json,md,png}
 bench: install
 	$(PY) bench.py scaling --config config/ppo_parallel.yaml --env $(ENV) $(BENCH_WORKERS) \
 		--envs-per-worker $(ENVS_PER_WORKER) --seconds $(BENCH_SECONDS) --output-dir benchmarks/scaling $(ARGS)
 
-## The fastest workers × envs × threads layout for this machine → benchmarks/autotune/ppo_autotuned.yaml
+## Sequential, parallel and distributed uses of the same PROCS processes on ENVS_TOTAL envs, one run each:
+## make bench-layouts PROCS="2 4" BENCH_SECONDS=120 → benchmarks/layouts/layouts.{json,md,png}
+bench-layouts: install
+	$(PY) bench.py layouts --config config/ppo_parallel.yaml --env $(ENV) --processes "$(PROCS)" \
+		--envs $(ENVS_TOTAL) --seconds $(BENCH_SECONDS) --output-dir benchmarks/layouts $(ARGS)
+
+## The fastest layout (workers × envs × threads, or distributed ranks) for this machine → benchmarks/autotune/ppo_autotuned.yaml
 autotune: install
 	$(PY) bench.py autotune --config config/ppo_parallel.yaml --env $(ENV) \
 		--seconds $(AUTOTUNE_SECONDS) --output-dir benchmarks/autotune $(ARGS)

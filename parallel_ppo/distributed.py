@@ -65,6 +65,7 @@ class Solo:
     local_world_size = 1
     is_main = True
     distributed = False
+    host: str | None = None
 
     def local_training(self, t: TrainingConfig) -> TrainingConfig:
         return t

@@ -287,17 +287,17 @@ def layouts(out_dir: Path, processes: list[int], envs: int, seconds: float, conf
     threads) first, then P workers; P distributed ranks, each a sequential source with envs / P envs; and P ranks
     each with one worker of envs / P envs."""
     rows = []
-    points = [("seq", 0, envs, 0)]
+    points = [("seq", 0, envs, 0, f"sequential, {envs} envs")]
     for p in processes:
         if p < 2:
             continue
         if envs % p:
             raise ConfigError(f"{envs} envs do not split evenly over {p} processes")
         m = envs // p
-        points += [(f"w{p}_e{m}", p, m, 0), (f"r{p}_e{m}", 0, m, p), (f"r{p}_w1_e{m}", 1, m, p)]
-    for label, workers, m, ranks in points:
-        print(f"  {label}: {ranks or 1} rank(s) × {f'{workers} worker(s) × ' if workers else ''}{m} envs, "
-              f"{seconds:.0f} s ...", flush=True)
+        points += [(f"w{p}_e{m}", p, m, 0, f"{p} workers × {m} envs"), (f"r{p}_e{m}", 0, m, p, f"{p} ranks × {m} envs"),
+                   (f"r{p}_w1_e{m}", 1, m, p, f"{p} ranks × (1 worker × {m} envs)")]
+    for label, workers, m, ranks, what in points:
+        print(f"  {label}: {what}, {seconds:.0f} s ...", flush=True)
         rows.append(run_point(out_dir / label, workers, m, seconds, config, extra, ranks=ranks))
         print(f"    {rows[-1]['steps_per_second']:,.0f} steps/s", flush=True)
     add_speedups(rows)

@@ -293,15 +293,29 @@ def stop_reason(cfg: Config, state: TrainState, stop: StopRequest, elapsed: floa
     return ""
 
 
-def share_rollout(team: Solo, result: CollectResult, error: str | None,
-                  signum: int | None) -> tuple[CollectResult, str | None, int | None]:
-    """What every rank's rollout produced, as one: all ranks' episodes (in rank order), any rank's error (named
-    by its rank in a team) and the signal any rank received. Alone, the rollout as it is."""
-    reports = team.gather((error, signum, result.episode_returns, result.episode_lengths))
+@dataclass
+class Shared:
+    """What the ranks agree on after a rollout (alone: the rollout as it is)."""
+
+    result: CollectResult
+    """Every rank's episodes, in rank order."""
+    error: str | None
+    """Any rank's error (named by its rank in a team)."""
+    signum: int | None
+    """A signal any rank received."""
+    started: float
+    """Rank 0's elapsed seconds when the rollout began: the clock an annealed learning rate follows, so that
+    every rank steps with the same rate."""
+
+
+def share_rollout(team: Solo, result: CollectResult, error: str | None, signum: int | None,
+                  started: float) -> Shared:
+    """One exchange after every rollout: episodes, errors, signals and rank 0's clock."""
+    reports = team.gather((error, signum, started, result.episode_returns, result.episode_lengths))
     errors = [e if team.world_size == 1 else f"rank {rank}: {e}" for rank, (e, *_) in enumerate(reports) if e]
-    merged = CollectResult([r for report in reports for r in report[2]], [n for report in reports for n in report[3]],
+    merged = CollectResult([r for report in reports for r in report[3]], [n for report in reports for n in report[4]],
                            result.time_env, result.time_inference)
-    return merged, "; ".join(errors) or None, max((report[1] for report in reports if report[1]), default=None)
+    return Shared(merged, "; ".join(errors) or None, max((r[1] for r in reports if r[1]), default=None), reports[0][2])
 
 
 def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[Hook], stop: StopRequest,
@@ -317,22 +331,22 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
     steps = cfg.rollout_size * team.world_size
     last_row = time.monotonic()
     while not outcome.stop_reason:
-        lr = learning_rate(cfg, state.env_steps, clock())
-        for group in state.optimizer.param_groups:
-            group["lr"] = lr
-        error = None
+        started, error = clock(), None
         try:
             result = source.collect(state.model, timers)
         except RolloutError as e:
             result, error = CollectResult([], [], 0.0, 0.0), str(e)
         with timers.phase("sync"):
-            result, error, signum = share_rollout(team, result, error, stop.signum)
-        if error is not None:
-            outcome.stop_reason, outcome.error = "error", error
+            shared = share_rollout(team, result, error, stop.signum, started)
+        if shared.error is not None:
+            outcome.stop_reason, outcome.error = "error", shared.error
             break
-        if signum is not None:  # abandon this rollout rather than spend an update on it
-            outcome.stop_reason, outcome.signal = "signal", signal.Signals(signum).name
+        if shared.signum is not None:  # abandon this rollout rather than spend an update on it
+            outcome.stop_reason, outcome.signal = "signal", signal.Signals(shared.signum).name
             break
+        lr = learning_rate(cfg, state.env_steps, shared.started)
+        for group in state.optimizer.param_groups:
+            group["lr"] = lr
         with timers.phase("gae"):
             data = rollout_batch(source.buffer, cfg, state.reward_scaler, team).to(device)
         with timers.phase("update"):
@@ -340,7 +354,7 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
         allreduce = team.pop_seconds()
         timers.add("update", -allreduce)
         timers.add("allreduce", allreduce)
-        state.record(result, steps)
+        state.record(shared.result, steps)
         now = time.monotonic()
         phases = timers.pop()
         outcome.add_phases(phases)
@@ -398,6 +412,9 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, 
         with StopRequest(repeat_interrupts=not team.distributed) as stop:
             hooks = [hook for hook in (evals, metrics, checkpoints) if hook is not None]
             outcome = run_loop(cfg, source, state, hooks, stop, clock, team)
+            ranks = team.gather({"rank": team.rank, "host": team.host, **source.layout,
+                                 "source": source.mode, "threads": threads, "checksum": checksum(state.model),
+                                 "phase_seconds": outcome.phase_seconds}) if team.distributed else None
             if checkpoints is not None:
                 checkpoints.save(state)
             if evals is not None and outcome.stop_reason in ("duration", "total_steps"):
@@ -406,9 +423,6 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, 
         if metrics is not None:
             metrics.close()
         source.close()
-    ranks = team.gather({"rank": team.rank, "host": getattr(team, "host", None), **source.layout,
-                         "source": source.mode, "threads": threads, "checksum": checksum(state.model),
-                         "phase_seconds": outcome.phase_seconds}) if team.distributed else None
     if metrics is None:  # not rank 0: how the run ended is all it reports
         return {"stop_reason": outcome.stop_reason, "signal": outcome.signal, "error": outcome.error}
     summary = summarize(cfg, source, state, outcome, metrics, threads, compute_limit, run_dir, final_eval, learner,

@@ -44,7 +44,9 @@ def test_scaling_sweep_writes_consistent_results(tmp_path):
         assert (out / name).stat().st_size > 0
     assert (out / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     points = json.loads((out / "scaling.json").read_text())["points"]
-    assert [(p["workers"], p["envs"]) for p in points] == [(0, 8), (1, 8), (2, 16)]
+    assert [(p["workers"], p["envs"], p["ranks"]) for p in points] == [(0, 8, 0), (1, 8, 0), (2, 16, 0), (2, 16, 2)]
+    distributed = json.loads((Path(points[3]["run_dir"]) / "summary.json").read_text())
+    assert distributed["mode"] == "distributed" and distributed["world_size"] == 2
     base = load_run("base", Path(points[0]["run_dir"])).steady_sps
     for p in points:
         own = load_run("point", Path(p["run_dir"])).steady_sps
@@ -54,7 +56,8 @@ def test_scaling_sweep_writes_consistent_results(tmp_path):
         summary = json.loads((Path(p["run_dir"]) / "summary.json").read_text())
         assert p["peak_rss_mb"] == summary["peak_rss_mb"]
     table = (out / "scaling.md").read_text()
-    assert f"{points[2]['speedup']:.2f}×" in table and f"{100 * points[2]['efficiency']:.0f}%" in table
+    for p in points[2:]:
+        assert f"{p['speedup']:.2f}×" in table and f"{100 * p['efficiency']:.0f}%" in table
 
 
 @pytest.mark.slow
@@ -105,3 +108,12 @@ def test_the_package_runs_outside_a_checkout(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["updates"] == 2
+
+
+def test_layouts_refuse_envs_that_do_not_split_before_running(tmp_path):
+    proc = subprocess.run([sys.executable, "bench.py", "layouts", "--config", "config/cartpole.yaml", "--envs", "16",
+                           "--processes", "2 3", "--output-dir", str(tmp_path / "l")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "16 envs do not split evenly over 3 processes" in proc.stderr
+    assert not (tmp_path / "l").exists()
