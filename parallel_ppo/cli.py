@@ -254,7 +254,7 @@ def start(args: argparse.Namespace, parallel: bool) -> Start:
 
             source = SequentialCollector(cfg, plan.env, resumes, offset)
     except BaseException:
-        team.close()
+        team.close(wait=False)
         raise
     return Start(cfg, run_dir, source, plan.describe(), resume, limit, learner, roofline, team)
 
@@ -323,16 +323,21 @@ def run_one(args: argparse.Namespace, parallel: bool, prog: str) -> int:
     from parallel_ppo.trainer import train
 
     try:
-        if not s.team.is_main:
-            return exit_status(train(s.cfg, s.source, s.run_dir, s.threads, s.resume, s.limit, s.learner.to_dict(),
-                                     s.roofline, s.team))
-        return train_main(s, args, prog)
+        if s.team.is_main:
+            status = train_main(s, args, prog)
+        else:
+            status = exit_status(train(s.cfg, s.source, s.run_dir, s.threads, s.resume, s.limit,
+                                       s.learner.to_dict(), s.roofline, s.team))
     except PeerLost as e:
         print(f"{prog}: error: {e}; stopping (the last checkpoint in {s.run_dir} is intact)", file=sys.stderr,
               flush=True)
+        s.team.close(wait=False)
         return 1
-    finally:
-        s.team.close()
+    except BaseException:
+        s.team.close(wait=False)
+        raise
+    s.team.close()
+    return status
 
 
 def train_main(s: Start, args: argparse.Namespace, prog: str) -> int:

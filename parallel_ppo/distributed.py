@@ -32,6 +32,9 @@ LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MAS
 STOP_REASONS = ("signal", "total_steps", "duration")
 """Reasons a rank may want to stop after an update, in the order that wins when ranks differ."""
 
+FINISH_TIMEOUT = timedelta(hours=1)
+"""How long a rank that has finished waits for rank 0's last writes (a final evaluation included)."""
+
 T = TypeVar("T")
 
 
@@ -96,7 +99,7 @@ class Solo:
     def pop_seconds(self) -> float:
         return 0.0
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         pass
 
 
@@ -196,9 +199,17 @@ class Team(Solo):
         seconds, self._seconds = self._seconds, 0.0
         return seconds
 
-    def close(self) -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    def close(self, wait: bool = True) -> None:
+        """Leave the group; with `wait`, only once every rank is done (rank 0 writes its files last), so that no
+        rank tears its connections down under another one still at work."""
+        if not dist.is_initialized():
+            return
+        if wait:
+            try:
+                dist.monitored_barrier(timeout=FINISH_TIMEOUT)
+            except RuntimeError:  # a rank that already failed has said so; leaving is all that is left
+                pass
+        dist.destroy_process_group()
 
 
 def stop_with_launcher() -> None:

@@ -185,10 +185,11 @@ def test_sigint_stops_every_rank_at_one_update_and_resume_continues(tmp_path):
     assert summary["total_env_steps"] == target
     assert len({r["checksum"] for r in summary["distributed"]["ranks"]}) == 1
 
-    proc = start([*torchrun("train_timed.py", ranks=1), "--resume", str(out), "--total-steps", str(target + 512)],
-                 cwd=ROOT)
+    one_rank = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}  # as torchrun --nproc_per_node 1 would set them
+    proc = start([sys.executable, "train_timed.py", "--distributed", "--resume", str(out)], cwd=ROOT, env=one_rank)
     code, _, err = finish(proc)
-    assert code != 0 and "trained by 2 ranks, not 1" in err
+    assert code == 2 and err.strip().endswith("was trained by 2 ranks, not 1; resume it with the same number"), err
 
 
 def coordinator(launcher: int, rank: int, timeout: float = 60) -> psutil.Process:
