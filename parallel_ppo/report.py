@@ -163,7 +163,7 @@ def compare(items: Sequence[RunGroup | Run], baseline: str | None = None, thresh
             label=run.label, mode=run.summary.mode, layout=run.layout, workers=run.workers,
             num_envs=run.summary.num_envs, total_env_steps=run.summary.total_env_steps,
             wall_seconds=run.summary.wall_seconds, sps=run.steady_sps,
-            speedup=gain, efficiency=efficiency(gain, run.summary.num_workers, base.summary.num_workers),
+            speedup=gain, efficiency=efficiency(gain, run.workers, base.workers),
             final_return=run.final_return, episodes=run.summary.episodes,
             normalized_return=run.summary.normalized_return, test_return=run.summary.test_return_mean,
             return_at_equal_time=return_at(run, equal_time),
@@ -262,7 +262,9 @@ def _warnings(runs: Sequence[Run], declared_modes: Mapping[str, str], seeded: bo
         if run.final_return is None:
             out.append(f"{run.label!r}: {NO_EPISODES} (its returns are blank)")
         load = other_load(run)
-        if load is not None and load > OTHER_LOAD_CORES:
+        if run.summary.mode == "distributed":  # the other ranks are not rank 0's processes, yet no intruders
+            out.append(f"{run.label!r} is distributed: its CPU and memory figures are rank 0's processes alone")
+        elif load is not None and load > OTHER_LOAD_CORES:
             out.append(f"other processes kept {load:.2f} cores busy on average during {run.label!r}: "
                        "its timings understate what the machine can do alone")
     return out
@@ -407,7 +409,8 @@ def verdict(cmp: Comparison) -> list[str]:
             speed = f"{s.label} was {1 / s.speedup:.2f}× slower than {base.label}"
         speed += f" ({s.sps:,.0f} vs {base.sps:,.0f} steady-state env steps/s)"
         if s.workers != base.workers:
-            speed += f" at {s.efficiency:.0%} parallel efficiency with {s.workers} workers"
+            unit = "processes" if s.mode == "distributed" else "workers"
+            speed += f" at {s.efficiency:.0%} parallel efficiency with {s.workers} {unit}"
         mine, theirs = s.return_at_equal_time, base.return_at_equal_time
         if mine is None and theirs is None:
             sentence = f"{speed}; at equal wall time ({at}) neither had finished an episode"

@@ -277,12 +277,15 @@ class Run:
 
     @property
     def layout(self) -> str:
-        """`W×M` for a parallel run, `1×N` for a sequential one, `R ranks × ` either for a distributed one."""
+        """`W×M` for a parallel run, `1×N` for a sequential one; `R ranks × W×M` or `R ranks × N envs` for a
+        distributed one whose ranks run a parallel or a sequential source."""
         s = self.summary
         ranks = max(1, s.world_size)
-        per_rank = s.num_workers // ranks
-        one = f"{max(1, per_rank)}×{s.num_envs_per_worker if per_rank else s.num_envs // ranks}"
-        return one if ranks == 1 else f"{ranks} ranks × {one}"
+        if ranks > 1:
+            per_rank = s.num_workers // ranks
+            return f"{ranks} ranks × " + (f"{per_rank}×{s.num_envs_per_worker}" if per_rank else
+                                          f"{s.num_envs // ranks} envs")
+        return f"{self.workers}×{s.num_envs_per_worker if s.num_workers else s.num_envs}"
 
     @property
     def updates(self) -> int:

@@ -50,8 +50,9 @@ class RolloutSource(Protocol):
 
 class StopRequest:
     """SIGINT/SIGTERM handler: the first signal asks the loop to stop at the next boundary, a second interrupts
-    (unless `repeat_interrupts` is off: a rank of a distributed run gets Ctrl-C from the terminal and again from
-    torchrun, and must still stop with the others at an agreed update)."""
+    (unless `repeat_interrupts` is off: a rank of a distributed run that gets a second signal, e.g. SIGTERM when
+    torchrun dies after passing on a Ctrl-C, must still stop with the others at the agreed update; torchrun
+    kills ranks that take more than 30 s)."""
 
     def __init__(self, repeat_interrupts: bool = True) -> None:
         self.signum: int | None = None
