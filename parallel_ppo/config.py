@@ -194,9 +194,10 @@ class DistributedConfig:
     num_envs_total: int = 0
     """Envs over all ranks of a `--distributed` run, split evenly among them (0: each rank runs the env layout
     given for one process)."""
-    timeout_seconds: float = 60.0
-    """How long a rank waits on the others in one exchange before it gives up (a rank that hung); a rank that
-    died is noticed at once."""
+    timeout_seconds: float = 45.0
+    """How long a rank waits on the others in one exchange before it gives up (a rank that hung): with the update
+    in progress, under a minute. A rank that died is noticed at once. The others also wait while rank 0
+    evaluates (`eval`), so an evaluation longer than this needs a longer timeout."""
 
 
 @dataclass
