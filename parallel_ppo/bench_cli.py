@@ -231,6 +231,14 @@ def sweep(args: Any, prog: str) -> int:
             scaling.write_scaling(rows, out, f"Scaling: {rows[0]['label']} and {len(rows) - 1} more runs")
             print(scaling.scaling_table(rows))
             print(f"wrote {out / 'scaling.json'}, {out / 'scaling.md'}, {out / 'scaling.png'}")
+        elif args.command == "layouts":
+            processes = _int_list(args.processes, "--processes")
+            print(f"{prog}: layouts of {args.envs} envs over {processes} processes, {args.seconds:g} s each",
+                  flush=True)
+            rows = scaling.layouts(out, processes, args.envs, args.seconds, args.config, extra)
+            scaling.write_layouts(rows, out)
+            print(scaling.layouts_table(rows))
+            print(f"wrote {out / 'layouts.json'}, {out / 'layouts.md'}, {out / 'layouts.png'}")
         else:
             print(f"{prog}: autotune, {args.seconds:g} s per layout", flush=True)
             result = scaling.autotune(out, args.seconds, args.config, extra)
@@ -245,27 +253,6 @@ def sweep(args: Any, prog: str) -> int:
                 layout = f"sequential, {best['envs_per_worker']} envs"
             print(f"fastest here: {layout} at {best['steps_per_second']:,.0f} env steps/s")
             print(f"use it: {result['command']}")
-    except ConfigError as e:
-        return fail(prog, e, 2)
-    except BenchRunCrashed as e:
-        return fail(prog, e, 1)
-    return 0
-
-
-def layouts(args: Any, prog: str) -> int:
-    from parallel_ppo import scaling
-
-    out = Path(args.output_dir)
-    try:
-        extra = _run_args(args)
-        processes = _int_list(args.processes, "--processes")
-        if out.exists() and not out.is_dir():
-            raise ConfigError(f"--output-dir {out} exists and is not a directory")
-        print(f"{prog}: layouts of {args.envs} envs over {processes} processes, {args.seconds:g} s each", flush=True)
-        rows = scaling.layouts(out, processes, args.envs, args.seconds, args.config, extra)
-        scaling.write_layouts(rows, out)
-        print(scaling.layouts_table(rows))
-        print(f"wrote {out / 'layouts.json'}, {out / 'layouts.md'}, {out / 'layouts.png'}")
     except ConfigError as e:
         return fail(prog, e, 2)
     except BenchRunCrashed as e:
@@ -365,5 +352,5 @@ def main(argv: list[str] | None = None, prog: str = "bench.py") -> int:
     args = make_parser(prog).parse_args(argv)
     retain_freed_memory()  # as the trainer does, so rates measured here are the trainer's
     commands = {"roofline": roofline, "speed-check": speed_check, "envs": envs, "scaling": sweep,
-                "layouts": layouts, "autotune": sweep, "learning": learning}
+                "layouts": sweep, "autotune": sweep, "learning": learning}
     return commands[args.command](args, prog)

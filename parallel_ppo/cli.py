@@ -162,7 +162,7 @@ def measure_learner(cfg: Config, team: Solo = ALONE) -> tuple[LearnerChoice, dic
     now) and the machine's arithmetic roofline; each measurement is skipped when `run.limit_seconds` is 0.
 
     The ranks of a distributed run measure at once, each on its share of the minibatch and its threads, and all
-    take rank 0's choice; the compute limit is rank 0's times the ranks."""
+    take rank 0's choice; the compute limit and the matmul peaks are rank 0's times the ranks."""
     from parallel_ppo.envs import env_spaces
     from parallel_ppo.learner_settings import choose, matmul_peaks
     from parallel_ppo.roofline import measure_compute_limit, network_flops
@@ -176,9 +176,12 @@ def measure_learner(cfg: Config, team: Solo = ALONE) -> tuple[LearnerChoice, dic
         return choice, None, None
     local.training = team.local_training(cfg.training)
     limit = choice.limit or measure_compute_limit(local, obs_shape, num_actions, seconds, obs_dtype=obs_dtype)
-    if team.distributed:
+    peaks = matmul_peaks(local)
+    roofline = {**network_flops(local, obs_shape, num_actions), "peak_gflops": peaks}
+    if team.distributed:  # each rank measured with its own threads, while the others measured too
         limit = {**limit, "rank_limit_sps": limit["limit_sps"], "limit_sps": limit["limit_sps"] * team.world_size}
-    roofline = {**network_flops(local, obs_shape, num_actions), "peak_gflops": matmul_peaks(local)}
+        roofline |= {"rank_peak_gflops": peaks,
+                     "peak_gflops": {k: v * team.world_size for k, v in peaks.items()}}
     return choice, limit, roofline
 
 
@@ -392,6 +395,10 @@ def report_end(prog: str, cfg: Config, run_dir: Path, summary: dict[str, Any]) -
         print(f"{prog}: {summary['achieved_gflops']:.0f} GFLOP/s achieved ({summary['flops_per_env_step'] / 1e9:.2f} "
               f"GFLOP per env step), {100 * summary['peak_fraction']:.0f}% of the {summary['precision']} matmul peak "
               f"({summary['peak_gflops']:.0f} GFLOP/s)", flush=True)
+    checksums = {r["checksum"] for r in (summary["distributed"] or {}).get("ranks", [])}
+    if len(checksums) > 1:
+        print(f"{prog}: warning: the ranks ended with different parameters (checksums {', '.join(sorted(checksums))} "
+              "in summary.json); please report it with the ranks' hosts", file=sys.stderr)
     if summary["stop_reason"] == "error":
         print(f"{prog}: error: {summary['error']} (checkpoint and summary written to {run_dir})", file=sys.stderr)
     return exit_status(summary)

@@ -196,8 +196,8 @@ class DistributedConfig:
     given for one process)."""
     timeout_seconds: float = 45.0
     """How long a rank waits on the others in one exchange before it gives up (a rank that hung): with the update
-    in progress, under a minute. A rank that died is noticed at once. The others also wait while rank 0
-    evaluates (`eval`), so an evaluation longer than this needs a longer timeout."""
+    in progress, under a minute. A rank that died is noticed at once. (The wait for rank 0's logging, checkpoints
+    and evaluation after an update has a timeout of an hour.)"""
 
 
 @dataclass
@@ -512,6 +512,8 @@ def derive_distributed_envs(cfg: Config, world_size: int, parallel: bool, given:
     per_rank = total // world_size
     if parallel:
         workers = cfg.parallel.num_workers
+        if workers <= 0:
+            raise ConfigError(f"{field_name('parallel.num_workers')} must be positive, got {workers}")
         if per_rank % workers:
             raise ConfigError(f"{flag} = {total} gives {per_rank} envs per rank, which does not split evenly over "
                               f"{workers} workers ({field_name('parallel.num_workers')})")

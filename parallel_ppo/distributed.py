@@ -124,6 +124,7 @@ class Team(Solo):
         stop_with_launcher()
         try:
             dist.init_process_group("gloo", timeout=timedelta(seconds=timeout))
+            self._patient = dist.new_group(backend="gloo", timeout=FINISH_TIMEOUT)
         except (RuntimeError, ValueError) as e:
             raise PeerLost(f"could not join the other ranks at {os.environ['MASTER_ADDR']}:"
                            f"{os.environ['MASTER_PORT']}: {first_line(e)}") from None
@@ -169,10 +170,11 @@ class Team(Solo):
 
     def agree_stop(self, reason: str, signum: int | None) -> tuple[str, int | None]:
         """The stop reason every rank takes, with the signal behind it: any rank's signal, else the step budget,
-        else any rank's deadline ("" = all go on)."""
+        else any rank's deadline ("" = all go on). The other ranks wait here while rank 0 logs, checkpoints and
+        evaluates, so this exchange alone has a long timeout (a hung rank is caught at the next short one)."""
         flags = torch.tensor([float(signum or 0) if reason == "signal" else 0.0,
                               *(float(reason == r) for r in STOP_REASONS[1:])], dtype=torch.float64)
-        self._call("the stop agreement", dist.all_reduce, flags, dist.ReduceOp.MAX)
+        self._call("the stop agreement", dist.all_reduce, flags, dist.ReduceOp.MAX, self._patient)
         agreed = next((r for r, flag in zip(STOP_REASONS, flags.tolist(), strict=True) if flag), "")
         return agreed, int(flags[0]) if agreed == "signal" else None
 
@@ -182,15 +184,17 @@ class Team(Solo):
 
     def mean_(self, tensor: torch.Tensor) -> torch.Tensor:
         """Average `tensor` over the ranks in place (one all-reduce), counting the time it took."""
-        start = time.perf_counter()
-        self._call("the gradient all-reduce", dist.all_reduce, tensor, dist.ReduceOp.SUM)
+        self.sum_(tensor, "the gradient all-reduce")
         tensor /= self.world_size
-        self._seconds += time.perf_counter() - start
         return tensor
 
-    def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+    def sum_(self, tensor: torch.Tensor, what: str = "the advantage statistics") -> torch.Tensor:
+        """Sum `tensor` over the ranks in place (through the CPU for a tensor on an accelerator: gloo is CPU's)."""
         start = time.perf_counter()
-        self._call("the advantage statistics", dist.all_reduce, tensor, dist.ReduceOp.SUM)
+        host = tensor if tensor.device.type == "cpu" else tensor.cpu()
+        self._call(what, dist.all_reduce, host, dist.ReduceOp.SUM)
+        if host is not tensor:
+            tensor.copy_(host)
         self._seconds += time.perf_counter() - start
         return tensor
 

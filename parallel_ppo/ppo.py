@@ -74,7 +74,7 @@ def normalize_advantages(batch: TrainBatch, cfg: TrainingConfig,
 def advantage_moments(parts: list[torch.Tensor], reducer: Reducer) -> list[tuple[float, float] | None]:
     """Mean and unbiased std of each minibatch's advantages over every learner's share of it, for a whole epoch
     in one all-reduce (of count, sum and sum of squares per minibatch); None where fewer than 2 samples."""
-    local = torch.stack([torch.stack([torch.tensor(float(a.numel()), dtype=torch.float64), a.double().sum(),
+    local = torch.stack([torch.stack([a.new_tensor(a.numel(), dtype=torch.float64), a.double().sum(),
                                       a.double().square().sum()]) for a in parts])
     out: list[tuple[float, float] | None] = []
     for n, total, squares in reducer.sum_(local).tolist():
@@ -153,17 +153,22 @@ def minibatch_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Tr
         (loss * weight).backward()
         for key, value in stats.items():
             totals[key] = totals.get(key, 0.0) + weight * float(value)
-    if reducer is not None:
-        average_gradients(model, reducer)
-    nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+    if reducer is None:
+        nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+    else:
+        average_gradients(model, reducer, cfg.max_grad_norm)
     optimizer.step()
     return totals
 
 
-def average_gradients(model: nn.Module, reducer: Reducer) -> None:
-    """Replace every gradient by its mean over the learners: one flat buffer, one all-reduce."""
+def average_gradients(model: nn.Module, reducer: Reducer, max_norm: float) -> None:
+    """Replace every gradient by its mean over the learners (one flat buffer, one all-reduce), clipped to a global
+    norm of `max_norm` as `clip_grad_norm_` does. The norm is summed in float64, so that learners with other
+    thread counts or CPUs (other summation orders) take the same clip factor and keep identical parameters."""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     flat = reducer.mean_(torch.cat([g.reshape(-1) for g in grads]))
+    norm = float(torch.linalg.vector_norm(flat.double()))
+    flat.mul_(min(1.0, max_norm / (norm + 1e-6)))
     offset = 0
     for g in grads:
         g.copy_(flat[offset:offset + g.numel()].view_as(g))

@@ -341,6 +341,7 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
             shared = share_rollout(team, result, error, stop.signum, started)
         if shared.error is not None:
             outcome.stop_reason, outcome.error = "error", shared.error
+            outcome.signal = signal.Signals(shared.signum).name if shared.signum else None
             break
         if shared.signum is not None:  # abandon this rollout rather than spend an update on it
             outcome.stop_reason, outcome.signal = "signal", signal.Signals(shared.signum).name
@@ -413,11 +414,11 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, 
         with StopRequest(repeat_interrupts=not team.distributed) as stop:
             hooks = [hook for hook in (evals, metrics, checkpoints) if hook is not None]
             outcome = run_loop(cfg, source, state, hooks, stop, clock, team)
+            if checkpoints is not None:  # first: a rank lost now cannot cost the finished updates
+                checkpoints.save(state)
             ranks = team.gather({"rank": team.rank, "host": team.host, **source.layout,
                                  "source": source.mode, "threads": threads, "checksum": checksum(state.model),
                                  "phase_seconds": outcome.phase_seconds}) if team.distributed else None
-            if checkpoints is not None:
-                checkpoints.save(state)
             if evals is not None and outcome.stop_reason in ("duration", "total_steps"):
                 final_eval = evals.final(state)  # after the clock stopped: not in wall time or SPS
     finally:
