@@ -268,24 +268,35 @@ class Run:
     """metrics.csv column → float64 array, one entry per update (NaN where a cell is empty)."""
 
     @property
+    def ranks(self) -> int:
+        """Ranks of a distributed run, 1 otherwise."""
+        return max(1, self.summary.world_size)
+
+    @property
+    def rank_workers(self) -> int:
+        """Worker processes of each rank (of the one process when not distributed); 0 for a sequential source."""
+        return self.summary.num_workers // self.ranks
+
+    @property
+    def envs_per_process(self) -> int:
+        """Envs each worker steps, or each sequential source (the one process, or a rank) when there are none."""
+        s = self.summary
+        return s.num_envs_per_worker if self.rank_workers else s.num_envs // self.ranks
+
+    @property
     def workers(self) -> int:
         """Processes counted for parallel efficiency: a sequential run counts as 1, a distributed one each rank
         (or each rank's workers)."""
-        s = self.summary
-        ranks = max(1, s.world_size)
-        return ranks * max(1, s.num_workers // ranks)
+        return self.ranks * max(1, self.rank_workers)
 
     @property
     def layout(self) -> str:
         """`W×M` for a parallel run, `1×N` for a sequential one; `R ranks × W×M` or `R ranks × N envs` for a
         distributed one whose ranks run a parallel or a sequential source."""
-        s = self.summary
-        ranks = max(1, s.world_size)
-        if ranks > 1:
-            per_rank = s.num_workers // ranks
-            return f"{ranks} ranks × " + (f"{per_rank}×{s.num_envs_per_worker}" if per_rank else
-                                          f"{s.num_envs // ranks} envs")
-        return f"{self.workers}×{s.num_envs_per_worker if s.num_workers else s.num_envs}"
+        one = f"{max(1, self.rank_workers)}×{self.envs_per_process}"
+        if self.ranks == 1:
+            return one
+        return f"{self.ranks} ranks × " + (one if self.rank_workers else f"{self.envs_per_process} envs")
 
     @property
     def updates(self) -> int:

@@ -82,12 +82,10 @@ def point_row(run: Run, worker_threads: int = 1) -> dict[str, Any]:
     """A finished run as a row of the scaling table. `workers` counts processes that collect (a distributed run:
     its ranks, or its ranks' workers), 0 for a sequential run; `ranks` is 0 unless distributed."""
     s = run.summary
-    ranks = s.world_size if s.mode == "distributed" else 0
-    per_rank_workers = s.num_workers // max(1, ranks)
+    ranks = run.ranks if s.mode == "distributed" else 0
     return {
         "label": run.label, "workers": run.workers if ranks else s.num_workers, "ranks": ranks,
-        "rank_workers": per_rank_workers if ranks else None,
-        "envs_per_worker": s.num_envs_per_worker if per_rank_workers else s.num_envs // max(1, ranks),
+        "rank_workers": run.rank_workers if ranks else None, "envs_per_worker": run.envs_per_process,
         "worker_threads": worker_threads if s.num_workers else None,
         "envs": s.num_envs, "steps_per_second": run.steady_sps, "updates": s.updates,
         "peak_rss_mb": s.peak_rss_mb, "peak_pss_mb": s.peak_pss_mb,
