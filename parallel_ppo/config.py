@@ -497,15 +497,11 @@ def _check_rollout(cfg: Config, world_size: int = 1) -> None:
                           f"{world_size} ranks")
 
 
-def derive_distributed_envs(cfg: Config, world_size: int, parallel: bool, given: set[str]) -> None:
+def derive_distributed_envs(cfg: Config, world_size: int, parallel: bool) -> None:
     """A distributed rank's share of the envs: `distributed.num_envs_total` split evenly over the ranks (and,
-    in parallel mode, over the rank's workers) when it is set, in place of env.num_envs and the envs per worker
-    from the config; else the layout given for one process."""
+    in parallel mode, over the rank's workers), in place of env.num_envs and the envs per worker from the
+    config."""
     total = cfg.distributed.num_envs_total
-    if not total:
-        if parallel:
-            derive_parallel_envs(cfg, given)
-        return
     flag = field_name("distributed.num_envs_total")
     if total % world_size:
         raise ConfigError(f"{flag} = {total} does not split evenly over {world_size} ranks")
@@ -544,14 +540,13 @@ def build_config(
         key, value = parse_set(item)
         set_value(cfg, key, value)
         given.add(key)
-    if world_size is None:
-        if cfg.distributed.num_envs_total:
+    if cfg.distributed.num_envs_total:
+        if world_size is None:
             raise ConfigError(f"{field_name('distributed.num_envs_total')} splits envs over the ranks of a "
                               "--distributed run; without --distributed give the envs of this one process")
-        if parallel:
-            derive_parallel_envs(cfg, given)
-    else:
-        derive_distributed_envs(cfg, world_size, parallel, given)
+        derive_distributed_envs(cfg, world_size, parallel)
+    elif parallel:  # each rank of a distributed run without a total takes the layout given for one process
+        derive_parallel_envs(cfg, given)
     validate(cfg, world_size or 1)
     return cfg
 

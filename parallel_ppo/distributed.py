@@ -1,5 +1,6 @@
 """Data-parallel learning across processes and hosts (DD-PPO) over torch.distributed: the ranks under torchrun,
-how the envs and the minibatch split among them, and the collectives the training loop needs.
+each rank's share of the minibatch, and the collectives the training loop needs (the envs' split is the
+config's: `config.derive_distributed_envs`).
 
 Every rank runs the rollout source it would run alone over its share of the envs and computes gradients on its
 own rollout; before each optimizer step the gradients are averaged in one flat all-reduce, so the ranks keep
@@ -241,5 +242,5 @@ def first_line(error: BaseException) -> str:
 
 def join(cfg: Config, distributed: bool) -> Solo:
     """The team of this process: Solo unless `distributed`, else this rank joined to the others."""
-    return Team(cfg.distributed.timeout_seconds) if distributed else Solo()
+    return Team(cfg.distributed.timeout_seconds) if distributed else ALONE
 
