@@ -34,7 +34,7 @@ def make_parser(prog: str) -> OneLineParser:
     sub = p.add_subparsers(dest="command", required=True,
                            metavar="{roofline,speed-check,envs,scaling,layouts,autotune,learning}")
 
-    for add in (_add_roofline, _add_speed_check, _add_envs, _add_sweeps, _add_layouts, _add_learning):
+    for add in (_add_roofline, _add_speed_check, _add_envs, _add_sweeps, _add_learning):
         add(sub)
     return p
 
@@ -95,13 +95,16 @@ def _add_envs(sub: Any) -> None:
 
 def _add_sweeps(sub: Any) -> None:
     for name, text in (("scaling", "sweep worker counts with short timed training runs"),
-                       ("autotune", "find the fastest workers × envs × threads layout for this machine")):
+                       ("layouts", "compare the sequential, parallel and distributed ways to use P processes on "
+                                   "the same envs"),
+                       ("autotune", "find the fastest layout for this machine: workers × envs × threads, or "
+                                    "distributed ranks")):
         c = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
         c.add_argument("--config", default=str(ROOT / "config" / "ppo_parallel.yaml"), help="YAML config file")
         c.add_argument("--env", metavar="ID", help="Procgen game or gymnasium id")
         c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="config override passed to every run (repeatable)")
-        c.add_argument("--seconds", type=positive_number, default=60.0 if name == "scaling" else 20.0,
+        c.add_argument("--seconds", type=positive_number, default=20.0 if name == "autotune" else 60.0,
                        metavar="S", help="wall-clock budget of each run")
         c.add_argument("--output-dir", default=f"benchmarks/{name}", metavar="DIR",
                        help=f"where the runs and results go (default benchmarks/{name})")
@@ -112,20 +115,10 @@ def _add_sweeps(sub: Any) -> None:
             c.add_argument("--no-sequential", action="store_true", help="skip the sequential reference point")
             c.add_argument("--no-distributed", action="store_true",
                            help="skip the distributed points (as many ranks as workers, for 2 workers or more)")
-
-
-def _add_layouts(sub: Any) -> None:
-    text = "compare the sequential, parallel and distributed ways to use P processes on the same envs"
-    c = sub.add_parser("layouts", help=text, description=text[0].upper() + text[1:] + ".")
-    c.add_argument("--config", default=str(ROOT / "config" / "ppo_parallel.yaml"), help="YAML config file")
-    c.add_argument("--env", metavar="ID", help="Procgen game or gymnasium id")
-    c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="config override passed to every run (repeatable)")
-    c.add_argument("--processes", default="2", metavar="LIST", help='process counts, e.g. "2" or "1 2 4 8 16"')
-    c.add_argument("--envs", type=positive_int, default=16, metavar="N", help="envs in total, in every layout")
-    c.add_argument("--seconds", type=positive_number, default=60.0, metavar="S", help="wall-clock budget of each run")
-    c.add_argument("--output-dir", default="benchmarks/layouts", metavar="DIR",
-                   help="where the runs and results go (default benchmarks/layouts)")
+        elif name == "layouts":
+            c.add_argument("--processes", default="2", metavar="LIST",
+                           help='process counts, e.g. "2" or "1 2 4 8 16"')
+            c.add_argument("--envs", type=positive_int, default=16, metavar="N", help="envs in total, in every layout")
 
 
 def _add_learning(sub: Any) -> None:
