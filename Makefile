@@ -17,13 +17,16 @@ SEEDS            ?= 1,2,3
 NPROC            ?= 2
 ENVS_TOTAL       ?= 16
 PROCS            ?= 2
+STUDY_SECONDS    ?= 30
 CHECKPOINT       ?= benchmarks/parallel_$(TAG)
 TB_HOST          ?= 127.0.0.1
 # `make bench` sweeps WORKERS only when given on the command line; by default 1, 2, 4, ... physical cores.
 BENCH_WORKERS    = $(if $(filter command line,$(origin WORKERS)),--workers "$(WORKERS)",)
+ENVS_PER_RANK    ?= 16
+DIST_ENVS        = $(if $(filter command line environment,$(origin ENVS_TOTAL)),--num-envs-total $(ENVS_TOTAL),--num-envs $(ENVS_PER_RANK))
 
 .PHONY: install test test-fast lint train train-parallel train-distributed eval demo compare roofline bench-speed bench-envs \
-        bench bench-layouts autotune bench-learning \
+        bench bench-layouts autotune bench-learning study \
         tensorboard \
         clean distclean
 
@@ -56,12 +59,14 @@ train-parallel: install
 		--num-workers $(WORKERS) --num-envs-per-worker $(ENVS) --seed $(SEED) \
 		--output-dir $(or $(OUT),benchmarks/parallel_$(TAG)) $(ARGS)
 
-## Distributed run on this host, NPROC ranks sharing ENVS_TOTAL envs (each rank a sequential collector and learner,
-## gradients all-reduced): make train-distributed NPROC=2 DURATION=0.5; across hosts see the README
+## Distributed run on this host, NPROC ranks (each a sequential collector and learner, gradients all-reduced), by the
+## scaling rule: each rank runs ENVS_PER_RANK envs and the config's minibatch, the global figures NPROC × those;
+## ENVS_TOTAL=N on the command line splits N envs and the minibatch over the ranks instead:
+## make train-distributed NPROC=4 DURATION=0.5; across hosts see the README
 ## (OMP_NUM_THREADS only quiets torchrun's notice: each rank sets its threads itself, cores / ranks on the host)
 train-distributed: install
 	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node $(NPROC) train_timed.py --distributed \
-		--config config/ppo_sequential.yaml --env $(ENV) --duration $(DURATION) --num-envs-total $(ENVS_TOTAL) \
+		--config config/ppo_sequential.yaml --env $(ENV) --duration $(DURATION) $(DIST_ENVS) \
 		--seed $(SEED) --output-dir $(or $(OUT),benchmarks/distributed_$(TAG)) $(ARGS)
 
 ## Compare benchmarks/sequential_$(TAG) with benchmarks/parallel_$(TAG), training whichever has no
@@ -108,6 +113,12 @@ autotune: install
 bench-learning: install
 	$(PY) bench.py learning --config config/ppo_sequential.yaml --env $(ENV) --minutes $(MINUTES) --seeds $(SEEDS) \
 		--output-dir $(or $(OUT),benchmarks/learning_$(ENV)) $(ARGS)
+
+## The many-core study: threads, workers, distributed ranks and (with CUDA) a GPU learner at 1, 2, 4, ... logical
+## cores, STUDY_SECONDS per run, one at a time → docs/results/<cpu>-<cores>c[-<gpu>]/study.{md,json,png}
+## (~4 min on 2 cores; 19 runs, ~20 min, on 16 cores and a GPU). ARGS="--families workers --processes '8 16'" for a part.
+study: install
+	$(PY) bench.py study --env $(ENV) --seconds $(STUDY_SECONDS) $(ARGS)
 
 ## A trained policy on held-out test levels: make eval CHECKPOINT=benchmarks/parallel_1h ARGS="--episodes 50"
 eval: install

@@ -48,8 +48,9 @@ def make_parser(prog: str, parallel: bool) -> OneLineParser:
     p.add_argument("--distributed", action="store_true",
                    help="one rank of a data-parallel run under torchrun (gradients all-reduced; rank 0 writes)")
     p.add_argument("--num-envs-total", type=int, metavar="N",
-                   help="--distributed: envs over all ranks, split evenly (distributed.num_envs_total; it replaces "
-                        "the envs per rank or per worker of the config)")
+                   help="--distributed: envs over all ranks, split evenly, and --batch-size then the minibatch of all "
+                        "ranks (distributed.num_envs_total; it replaces the envs per rank or per worker of the "
+                        "config); without it each rank runs the config's envs and minibatch")
     p.add_argument("--device", choices=DEVICES,
                    help="the learner's device (training.device; default auto: cuda, else mps, else cpu)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -161,20 +162,21 @@ def measure_learner(cfg: Config, team: Solo = ALONE) -> tuple[LearnerChoice, dic
     `cfg`, then measure this config's compute limit (the candidates' measurement already holds it when it ran
     now) and the machine's arithmetic roofline; each measurement is skipped when `run.limit_seconds` is 0.
 
-    The ranks of a distributed run measure at once, each on its share of the minibatch and its threads, and all
-    take rank 0's choice; the compute limit and the matmul peaks are rank 0's times the ranks."""
+    The ranks of a distributed run measure at once, each on its own minibatch (its share of it when the envs are
+    split) and its threads, and all take rank 0's choice; the compute limit and the matmul peaks are rank 0's times
+    the ranks."""
     from parallel_ppo.envs import env_spaces
     from parallel_ppo.learner_settings import choose, matmul_peaks
     from parallel_ppo.roofline import measure_compute_limit, network_flops
 
     seconds = cfg.run.limit_seconds
     obs_shape, obs_dtype, num_actions = env_spaces(cfg.env)
-    local = dataclasses.replace(cfg, training=team.local_training(cfg.training))
+    local = dataclasses.replace(cfg, training=team.local_training(cfg))
     choice = team.broadcast(choose(local, obs_shape, obs_dtype, num_actions, seconds))
     choice.apply(cfg)
     if seconds <= 0:
         return choice, None, None
-    local.training = team.local_training(cfg.training)
+    local.training = team.local_training(cfg)
     limit = choice.limit or measure_compute_limit(local, obs_shape, num_actions, seconds, obs_dtype=obs_dtype)
     peaks = matmul_peaks(local)
     roofline = {**network_flops(local, obs_shape, num_actions), "peak_gflops": peaks}
@@ -356,10 +358,11 @@ def train_main(s: Start, args: argparse.Namespace, prog: str) -> int:
     threads = ", ".join(f"{k} {v}" for k, v in s.threads.items())
     if s.team.distributed:
         n = s.source.layout["num_envs"]
-        world, batch = s.team.world_size, s.cfg.training.batch_size
+        world, rank_batch = s.team.world_size, s.team.local_training(s.cfg).batch_size
+        rule = "split over the ranks" if s.cfg.distributed.num_envs_total else "per rank, as given"
         print(f"{prog}: distributed run on {s.cfg.env.id}: {world} ranks × {n} envs = {world * n} envs (rank r "
               f"steps envs {n}r to {n}r+{n - 1}), each rank a {s.source.mode} source with {threads} threads; "
-              f"minibatch {batch} = {world} × {batch // world} → {s.run_dir}", flush=True)
+              f"minibatch {world} × {rank_batch} = {world * rank_batch} ({rule}) → {s.run_dir}", flush=True)
     else:
         print(f"{prog}: {s.source.mode} run on {s.cfg.env.id} with {s.source.layout['num_envs']} envs "
               f"({threads} threads) → {s.run_dir}", flush=True)

@@ -192,8 +192,10 @@ class EvalConfig:
 @dataclass
 class DistributedConfig:
     num_envs_total: int = 0
-    """Envs over all ranks of a `--distributed` run, split evenly among them (0: each rank runs the env layout
-    given for one process)."""
+    """Envs over all ranks of a `--distributed` run, split evenly among them, and then `training.batch_size` is the
+    minibatch of all ranks, split too: one global problem shared out (strong scaling). 0, the default: each rank
+    runs the env layout and the minibatch given for one process, and the global figures are those × the ranks
+    (the scaling rule that keeps each rank's work the same at any rank count)."""
     timeout_seconds: float = 45.0
     """How long a rank waits on the others in one exchange before it gives up (a rank that hung): with the update
     in progress, under a minute. A rank that died is noticed at once. (The wait for rank 0's logging, checkpoints
@@ -457,7 +459,7 @@ def get_value(cfg: Config, key: str) -> Any:
 
 def validate(cfg: Config, world_size: int = 1) -> None:
     """Raise ConfigError for impossible or unknown settings, naming the first one found (`world_size`: the ranks
-    of a distributed run, which share the minibatch)."""
+    of a distributed run, which share the minibatch when the envs are split over them)."""
     for key in POSITIVE:
         if get_value(cfg, key) <= 0:
             raise ConfigError(f"{field_name(key)} must be positive, got {get_value(cfg, key)}")
@@ -480,11 +482,12 @@ def validate(cfg: Config, world_size: int = 1) -> None:
         widths = get_value(cfg, key)
         if not widths or any(w <= 0 or w > 4096 for w in widths):
             raise ConfigError(f"{key} must be a non-empty list of widths in 1..4096, got {widths}")
-    _check_rollout(cfg, world_size)
+    _check_rollout(cfg, world_size if cfg.distributed.num_envs_total else 1)
 
 
 def _check_rollout(cfg: Config, world_size: int = 1) -> None:
-    """The minibatch must fit in the rollout (of all ranks) and divide it, and split evenly over the ranks."""
+    """The minibatch must fit in the rollout and divide it; with the envs split over `world_size` ranks, the
+    minibatch is all ranks' and must also split evenly over them."""
     rollout, batch = cfg.rollout_size * world_size, cfg.training.batch_size
     ranks = f" × {world_size} ranks" if world_size > 1 else ""
     sizes = f"({cfg.training.n_steps} steps × {cfg.env.num_envs} envs{ranks} = {rollout})"

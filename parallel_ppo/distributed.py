@@ -1,6 +1,6 @@
 """Data-parallel learning across processes and hosts (DD-PPO) over torch.distributed: the ranks under torchrun,
-each rank's share of the minibatch, and the collectives the training loop needs (the envs' split is the
-config's: `config.derive_distributed_envs`).
+each rank's minibatch (its own, or its share when the envs are split), and the collectives the training loop
+needs (the envs' split is the config's: `config.derive_distributed_envs`).
 
 Every rank runs the rollout source it would run alone over its share of the envs and computes gradients on its
 own rollout; before each optimizer step the gradients are averaged in one flat all-reduce, so the ranks keep
@@ -71,8 +71,9 @@ class Solo:
     distributed = False
     host: str | None = None
 
-    def local_training(self, t: TrainingConfig) -> TrainingConfig:
-        return t
+    def local_training(self, cfg: Config) -> TrainingConfig:
+        """This process's training settings: the config's, alone."""
+        return cfg.training
 
     def broadcast_parameters(self, model: nn.Module) -> None:
         pass
@@ -130,8 +131,12 @@ class Team(Solo):
             raise PeerLost(f"could not join the other ranks at {os.environ['MASTER_ADDR']}:"
                            f"{os.environ['MASTER_PORT']}: {first_line(e)}") from None
 
-    def local_training(self, t: TrainingConfig) -> TrainingConfig:
-        """This rank's share of the global minibatch (`training.batch_size` / world size)."""
+    def local_training(self, cfg: Config) -> TrainingConfig:
+        """This rank's training settings: with envs split over the ranks (`distributed.num_envs_total`), its share of
+        the global minibatch (`training.batch_size` / world size); otherwise the minibatch is each rank's own."""
+        t = cfg.training
+        if not cfg.distributed.num_envs_total:
+            return t
         return dataclasses.replace(t, batch_size=t.batch_size // self.world_size)
 
     def _call(self, what: str, fn: Any, *args: Any) -> Any:

@@ -49,17 +49,53 @@ RANK_REFUSED = re.compile(r"exitcode\s*:\s*2\b")
 """How torchrun reports a rank that exited with status 2 (it exits 1 itself)."""
 
 
-def run_bench_trainer(cmd: list[str], name: str) -> None:
+def run_bench_trainer(cmd: list[str], name: str, timeout: float | None = None) -> None:
     """Run a benchmark's trainer command to its end: exit 2 (settings refused; for torchrun, a rank's exit 2) is
     a ConfigError, any other failure a BenchRunCrashed, each naming the run and the trainer's error line (its
-    last line when it printed none: torchrun ends with its own report)."""
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        lines = proc.stderr.strip().splitlines() or ["no output"]
+    last line when it printed none: torchrun ends with its own report). A run still going after `timeout`
+    seconds counts as crashed; it is stopped with every process under it (torchrun's ranks live in sessions of
+    their own, so a process group would miss them), as it is when this process is interrupted."""
+    with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as child:
+        try:
+            _, stderr = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop_tree(child)
+            raise BenchRunCrashed(f"benchmark run {name} hung: stopped after {timeout:.0f} s") from None
+        except BaseException:
+            stop_tree(child)
+            raise
+    if child.returncode != 0:
+        lines = stderr.strip().splitlines() or ["no output"]
         last = next((line for line in reversed(lines) if ": error: " in line), lines[-1])
-        if proc.returncode == 2 or RANK_REFUSED.search(proc.stderr):
+        if child.returncode == 2 or RANK_REFUSED.search(stderr):
             raise ConfigError(f"benchmark run {name} refused its settings: {last}")
-        raise BenchRunCrashed(f"benchmark run {name} crashed (exit status {proc.returncode}): {last}")
+        raise BenchRunCrashed(f"benchmark run {name} crashed (exit status {child.returncode}): {last}")
+
+
+def stop_tree(child: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM to `child` and every process under it (a trainer then writes its checkpoint and frees its shared
+    memory), SIGKILL to those left after `grace` seconds; then read what remains of its output."""
+    import psutil
+
+    try:
+        procs = [psutil.Process(child.pid), *psutil.Process(child.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        procs = []
+    for proc in procs:
+        try:
+            proc.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    try:
+        child.communicate(timeout=grace)
+    except subprocess.TimeoutExpired:  # a grandchild we could not see still holds the pipe
+        pass
 
 
 def run_point(out: Path, workers: int, envs_per_worker: int, seconds: float, config: str, extra: list[str],
@@ -255,9 +291,9 @@ def autotune(out_dir: Path, seconds: float, config: str, extra: list[str]) -> di
     best = best_layout(rows)
     cfg = load_yaml(config)
     path = out_dir / "ppo_autotuned.yaml"
-    if best["ranks"]:
+    if best["ranks"]:  # by the scaling rule: the envs and minibatch of one rank, × the ranks torchrun starts
         cfg.setdefault("env", {})["num_envs"] = best["envs_per_worker"]
-        cfg.setdefault("distributed", {})["num_envs_total"] = best["envs"]
+        cfg.get("distributed", {}).pop("num_envs_total", None)
         trainer = "train"
         command = torchrun_command(best["ranks"], trainer, path)
     elif best["workers"]:
@@ -296,7 +332,8 @@ def layouts(out_dir: Path, processes: list[int], envs: int, seconds: float, conf
                    (f"r{p}_w1_e{m}", 1, m, p, f"{p} ranks × (1 worker × {m} envs)")]
     for label, workers, m, ranks, what in points:
         print(f"  {label}: {what}, {seconds:.0f} s ...", flush=True)
-        rows.append(run_point(out_dir / label, workers, m, seconds, config, extra, ranks=ranks))
+        split = ["--num-envs-total", str(envs)] if ranks else []  # one problem split: the same envs and minibatch
+        rows.append(run_point(out_dir / label, workers, m, seconds, config, [*extra, *split], ranks=ranks))
         print(f"    {rows[-1]['steps_per_second']:,.0f} steps/s", flush=True)
     add_speedups(rows)
     return rows

@@ -328,7 +328,7 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
     ranks is `sync`, the update's all-reduces `allreduce` (not `update`)."""
     outcome, timers = Outcome(), PhaseTimer()
     device = module_device(state.model)
-    training = team.local_training(cfg.training)
+    training = team.local_training(cfg)
     steps = cfg.rollout_size * team.world_size
     last_row = time.monotonic()
     while not outcome.stop_reason:

@@ -1,0 +1,74 @@
+"""Sequential against parallel in interleaved pairs: the same shipped configs, run one after the other, N times, and
+the ratio of their steady-state SPS and of their update time per 1,000 env steps (issue 24's acceptance 1).
+
+    .venv/bin/python scripts/mode_pairs.py --pairs 3 --minutes 6 [--output-dir benchmarks/mode_pairs] [-- ARGS...]
+
+ARGS after `--` go to both trainers (e.g. `--set training.precision=fp32`). A measurement: exits 0 whatever the
+ratios; the table is rewritten to <output-dir>/pairs.md after every pair.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from parallel_ppo.runs import Run, load_run  # noqa: E402
+
+TRAINERS = {"sequential": ("train_timed.py", "config/ppo_sequential.yaml"),
+            "parallel": ("train_parallel_timed.py", "config/ppo_parallel.yaml")}
+HEADER = ["| pair | sequential SPS | parallel SPS | ratio | update s/1k steps seq | par | par/seq | eval s/1k seq "
+          "| par |",
+          "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+
+def per_thousand(run: Run, phase: str) -> float:
+    """Seconds of `phase` per 1,000 env steps over the steady updates (update 1 left out; all of a 1-update run)."""
+    steps, first = run.metrics["env_steps"], 1 if run.updates > 1 else 0
+    span = float(steps[-1] - (steps[0] if first else 0))
+    return 1000 * float(run.metrics[f"time_{phase}"][first:].sum()) / span
+
+
+def train(mode: str, run_dir: Path, minutes: float, extra: list[str]) -> Run:
+    script, config = TRAINERS[mode]
+    cmd = [sys.executable, str(ROOT / script), "--config", str(ROOT / config), "--duration", f"{minutes / 60:.6f}",
+           "--output-dir", str(run_dir), "--overwrite", "--set", "logging.progress=off", *extra]
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"mode_pairs.py: error: the {mode} run failed (exit {proc.returncode}): "
+                 f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}")
+    return load_run(mode, run_dir)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--pairs", type=int, default=3, choices=range(1, 101), metavar="N")
+    p.add_argument("--minutes", type=float, default=6.0)
+    p.add_argument("--output-dir", default="benchmarks/mode_pairs")
+    args, extra = p.parse_known_args()
+    extra = [a for a in extra if a != "--"]
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = list(HEADER)
+    for pair in range(1, args.pairs + 1):
+        runs = {}
+        for mode in TRAINERS:
+            print(f"pair {pair}: {mode} for {args.minutes:g} min ...", flush=True)
+            runs[mode] = train(mode, out / f"{mode}_{pair}", args.minutes, extra)
+        s, q = runs["sequential"], runs["parallel"]
+        us, uq = per_thousand(s, "update"), per_thousand(q, "update")
+        lines.append(f"| {pair} | {s.steady_sps:.1f} | {q.steady_sps:.1f} | {q.steady_sps / s.steady_sps:.3f} | "
+                     f"{us:.3f} | {uq:.3f} | {uq / us:.3f} | {per_thousand(s, 'eval'):.3f} | "
+                     f"{per_thousand(q, 'eval'):.3f} |")
+        print(lines[-1], flush=True)
+        (out / "pairs.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

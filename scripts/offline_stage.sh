@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Stage what an offline machine needs to run the study (scripts/offline_study.sh) when it already has Python with
+# torch (a GPU box's image, say) but no route to a package index: the project's other Python dependencies as
+# wheels in .whl/ and the shared libraries Procgen's libenv.so links (libGL and its X11 companions) as Debian
+# packages in .gl/. Both folders are kept out of git (.git/info/exclude). Run it here, with network:
+#   bash scripts/offline_stage.sh [PYTHON_VERSION]      (default 3.12, the version the offline machine runs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py="${1:-3.12}"
+mkdir -p .git/info .whl .gl
+for d in /.whl/ /.gl/; do grep -qxF "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude; done
+
+platforms=()
+for p in manylinux_2_34 manylinux_2_28 manylinux_2_27 manylinux_2_24 manylinux_2_17 manylinux2014 manylinux_2_5 \
+         manylinux1; do platforms+=(--platform "${p}_x86_64"); done
+# procgen and its gym3 front end; gymnasium; setproctitle. torch, numpy, pyyaml, matplotlib, psutil, tensorboard and
+# imageio are expected on the machine already (they are in the usual GPU images).
+for pkg in procgen-mirror==0.10.7 gym3==0.3.3 gym-notices gymnasium==1.4.0 farama-notifications cffi pycparser \
+           glfw moderngl glcontext setproctitle; do
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$py" --implementation cp \
+        "${platforms[@]}" -d .whl "$pkg"
+done
+python3 -m pip wheel -q --no-deps -w .whl gym==0.26.2  # gym has no wheel on PyPI; it is pure Python
+(cd .gl && apt-get download libgl1 libglx0 libglvnd0 libx11-6 libxcb1 libxau6 libxdmcp6 libbsd0 libmd0 libpcre2-8-0 \
+    && { apt-get download libglib2.0-0t64 2>/dev/null || apt-get download libglib2.0-0; })  # t64: Debian 13, Ubuntu 24.04
+du -sh .whl .gl

@@ -1,0 +1,158 @@
+"""The many-core study (`bench.py study`): its points and scaling rule, its arithmetic against the runs' own
+figures, its files, and a results folder built over several calls. No test asserts a speed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from parallel_ppo.config import ConfigError, build_config
+from parallel_ppo.distributed import Team
+from parallel_ppo.runs import load_run
+from parallel_ppo.study import (
+    StudySettings,
+    add_ratios,
+    earlier_points,
+    family_points,
+    merge_rows,
+    point_command,
+    process_counts,
+    results_slug,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+SETTINGS = StudySettings("config/ppo_parallel.yaml", "starpilot", 30.0)
+
+
+def flag(cmd: list[str], name: str) -> str:
+    return cmd[cmd.index(name) + 1]
+
+
+def sets(cmd: list[str]) -> dict[str, str]:
+    return dict(cmd[i + 1].split("=", 1) for i, a in enumerate(cmd) if a == "--set")
+
+
+def test_points_cover_powers_of_two_up_to_the_cores_and_ranks_start_at_two():
+    assert process_counts(16) == [1, 2, 4, 8, 16] and process_counts(6) == [1, 2, 4, 6] and process_counts(1) == [1]
+    assert family_points(["threads", "ranks"], [1, 2, 4]) == [
+        ("threads", 1), ("threads", 2), ("threads", 4), ("ranks", 2), ("ranks", 4)]
+
+
+@pytest.mark.parametrize("family", ["threads", "workers", "ranks", "cuda"])
+def test_a_point_of_p_processes_uses_p_cores_and_the_same_work_per_process(family, tmp_path):
+    cmd = point_command(family, 4, SETTINGS, tmp_path / "run")
+    given = sets(cmd)
+    assert given["training.n_steps"] == "64" and flag(cmd, "--env") == "starpilot"
+    assert given["eval.interval_seconds"] == "0" and given["run.limit_seconds"] == "0"
+    assert given["training.precision"] == "fp32", "the same arithmetic at every point, not a choice per thread count"
+    if family == "ranks":  # the scaling rule: each rank its own 8 envs and minibatch of 128, one thread
+        assert flag(cmd, "--nproc_per_node") == "4" and "--distributed" in cmd and "--num-envs-total" not in cmd
+        assert flag(cmd, "--num-envs") == "8" and flag(cmd, "--batch-size") == "128"
+        assert given["parallel.learner_threads"] == "1"
+    else:  # one process's 8 envs and 128 samples, × 4
+        assert flag(cmd, "--batch-size") == "512" and given["parallel.learner_threads"] == "4"
+        if family == "threads":
+            assert flag(cmd, "--num-envs") == "32" and given["env.env_threads"] == "4"
+        else:
+            assert flag(cmd, "--num-workers") == "4" and flag(cmd, "--num-envs-per-worker") == "8"
+    assert flag(cmd, "--device") == ("cuda" if family == "cuda" else "cpu")
+
+
+def test_results_folder_names_the_cpu_cores_and_gpu():
+    xeon = "Intel(R) Xeon(R) Platinum 8480+ CPU @ 2.00GHz"
+    assert results_slug(xeon, 16, None) == "intel-xeon-platinum-8480-16c"
+    assert results_slug(xeon, 16, "NVIDIA H100 80GB HBM3") == "intel-xeon-platinum-8480-16c-h100-80gb-hbm3"
+    assert results_slug("AMD EPYC 9R14 96-Core Processor", 2, None) == "amd-epyc-9r14-2c"
+    assert results_slug(xeon, 8, "NVIDIA GeForce RTX 3090") != results_slug(xeon, 8, "NVIDIA GeForce RTX 4090")
+    assert results_slug("", 4, None) == "cpu-4c"
+
+
+def row(family: str, n: int, sps: float, when: str = "2026-11-23 10:00:00") -> dict:
+    return {"family": family, "processes": n, "label": f"{family}_{n}", "steps_per_second": sps, "measured_at": when}
+
+
+def test_speedups_are_against_one_core_and_cuda_against_its_own_first_point():
+    rows = [row("threads", 1, 100.0), row("workers", 4, 300.0), row("cuda", 2, 500.0), row("cuda", 8, 1500.0),
+            {**row("ranks", 2, 0.0), "error": "crashed"}]
+    add_ratios(rows)
+    assert rows[1]["speedup"] == pytest.approx(3.0) and rows[1]["efficiency"] == pytest.approx(0.75)
+    assert rows[3]["speedup"] == pytest.approx(3.0) and rows[3]["efficiency"] == pytest.approx(0.75)
+    assert rows[2]["base"] == "cuda_2" and rows[1]["base"] == "threads_1" and "speedup" not in rows[4]
+
+
+def test_a_later_call_replaces_its_points_and_keeps_the_others():
+    old = [row("threads", 1, 100.0), row("workers", 2, 150.0), row("workers", 4, 250.0)]
+    new = [row("workers", 4, 260.0, "2026-11-24 09:00:00"), row("threads", 2, 180.0, "2026-11-24 09:00:00")]
+    merged = merge_rows(old, new)
+    assert [(r["label"], r["steps_per_second"]) for r in merged] == [
+        ("threads_1", 100.0), ("threads_2", 180.0), ("workers_2", 150.0), ("workers_4", 260.0)]
+
+
+def test_bad_families_are_refused_before_anything_runs(tmp_path):
+    proc = subprocess.run([sys.executable, "bench.py", "study", "--families", "threads,gpu", "--runs-dir",
+                           str(tmp_path / "runs"), "--results-dir", str(tmp_path / "res")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "--families" in proc.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "res").exists()
+
+
+def test_an_earlier_study_is_kept_only_for_the_same_machine_and_settings(tmp_path, capsys):
+    path = tmp_path / "study.json"
+    identity = {"settings": {"env": "starpilot", "seconds": 30.0}, "cores": 16, "gpu": None, "cpu_model": "X"}
+    path.write_text(json.dumps({**identity, "points": [row("threads", 1, 100.0)]}))
+    assert [p["label"] for p in earlier_points(path, identity)] == ["threads_1"]
+    assert earlier_points(path, {**identity, "settings": {"env": "starpilot", "seconds": 20.0}}) == []
+    assert "replacing it" in capsys.readouterr().out
+    path.write_text("{not json")
+    with pytest.raises(ConfigError, match="is not the results of a study"):
+        earlier_points(path, identity)
+
+
+def test_the_rank_minibatch_is_its_own_unless_the_envs_are_split():
+    """The distributed scaling rule: a rank learns on `training.batch_size` samples of its own rollout; with
+    `distributed.num_envs_total` the minibatch is all ranks' and each takes its share."""
+    rank = SimpleNamespace(world_size=4)
+    own = build_config(None, {"env.num_envs": 8, "training.n_steps": 16, "training.batch_size": 128}, [], False, 4)
+    split = build_config(None, {"distributed.num_envs_total": 32, "training.n_steps": 16, "training.batch_size": 128},
+                         [], False, 4)
+    assert Team.local_training(rank, own).batch_size == 128 and Team.local_training(rank, split).batch_size == 32
+    # a minibatch of a rank's whole rollout that 2 ranks could not share is valid per rank, refused when split
+    build_config(None, {"env.num_envs": 1, "training.n_steps": 3, "training.batch_size": 3}, [], False, 2)
+    with pytest.raises(ConfigError, match="does not split evenly over 2 ranks"):
+        build_config(None, {"distributed.num_envs_total": 2, "training.n_steps": 3, "training.batch_size": 3}, [],
+                     False, 2)
+
+
+@pytest.mark.slow
+def test_study_on_this_machine_writes_its_table_and_plots(tmp_path):
+    """The 1–2-process subset with tiny budgets: the table holds SPS, speed-up, efficiency and the phase split of
+    every point, each figure the run's own, and the distributed point follows the per-rank scaling rule."""
+    res = tmp_path / "results"
+    proc = subprocess.run([sys.executable, "bench.py", "study", "--config", "config/cartpole.yaml", "--env",
+                           "CartPole-v1", "--processes", "1 2", "--families", "threads,ranks", "--seconds", "2",
+                           "--n-steps", "16", "--runs-dir", str(tmp_path / "runs"), "--results-dir", str(res)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    [folder] = list(res.iterdir())
+    study = json.loads((folder / "study.json").read_text())
+    assert folder.name == results_slug(study["cpu_model"], study["cores"], study["gpu"])
+    assert (folder / "study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    points = {p["label"]: p for p in study["points"]}
+    assert list(points) == ["threads_1", "threads_2", "ranks_2"], study["points"]
+    table = (folder / "study.md").read_text()
+    for p in points.values():
+        run = load_run(p["label"], Path(p["run_dir"]))
+        base = load_run("base", Path(points["threads_1"]["run_dir"])).steady_sps
+        assert p["base"] == "threads_1" and p["steps_per_second"] == pytest.approx(run.steady_sps)
+        assert p["speedup"] == pytest.approx(run.steady_sps / base)
+        assert p["efficiency"] == pytest.approx(p["speedup"] / p["processes"])
+        assert f"| {p['family']} | {p['processes']} |" in table and f"{p['speedup']:.2f}×" in table
+        assert p["phase_fractions"] and p["phase_fractions"] == run.summary.phase_fractions
+    ranks = load_run("ranks", Path(points["ranks_2"]["run_dir"]))
+    assert ranks.summary.world_size == 2 and ranks.summary.num_envs == 16
+    assert points["ranks_2"]["batch_size"] == 256, "2 ranks × a minibatch of 128 each"
