@@ -30,6 +30,8 @@ from parallel_ppo.runs import load_run
 from parallel_ppo.scaling import BENCH_RUN_SETS, BenchRunCrashed, point_row, run_bench_trainer, trainer_command
 from parallel_ppo.timing import PHASES
 
+ROOT = Path(__file__).resolve().parent.parent
+
 FAMILIES = ("threads", "workers", "ranks", "cuda")
 """The study's families of runs, in the order they run and are shown."""
 
@@ -310,8 +312,9 @@ def run_study(families: list[str], counts: list[int], settings: StudySettings, r
     if not points:
         raise ConfigError("the study has no points to run here")
     hw, cores = fingerprint.hardware(), available_cores()
-    identity = {"settings": json.loads(json.dumps(asdict(settings))), "cores": cores, "gpu": gpu,
-                "cpu_model": hw["cpu_model"]}
+    config = Path(settings.config).resolve()  # named from the checkout when in it, so results compare across hosts
+    shown = {**asdict(settings), "config": str(config.relative_to(ROOT) if config.is_relative_to(ROOT) else config)}
+    identity = {"settings": json.loads(json.dumps(shown)), "cores": cores, "gpu": gpu, "cpu_model": hw["cpu_model"]}
     out_dir = results_root / results_slug(hw["cpu_model"], cores, gpu)
     kept = earlier_points(out_dir / "study.json", identity)
     meta = {**identity, "hardware": hw, "versions": fingerprint.versions()}
