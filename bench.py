@@ -3,7 +3,7 @@
 
 import sys
 
-from parallel_ppo.bench_cli import main
+from parallel_ppo.cli.bench import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:], prog="bench.py"))

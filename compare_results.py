@@ -3,7 +3,7 @@
 
 import sys
 
-from parallel_ppo.compare_cli import main
+from parallel_ppo.cli.compare import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:], prog="compare_results.py"))

@@ -3,7 +3,7 @@
 
 import sys
 
-from parallel_ppo.cli import run
+from parallel_ppo.cli.train import run
 
 if __name__ == "__main__":
     sys.exit(run(sys.argv[1:], parallel=True, prog="train_parallel_timed.py"))

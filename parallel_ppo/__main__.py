@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 def _train(parallel: bool) -> Callable[[list[str], str], int]:
     def run(argv: list[str], prog: str) -> int:
-        from parallel_ppo.cli import run as run_trainer
+        from parallel_ppo.cli.train import run as run_trainer
 
         return run_trainer(argv, parallel=parallel, prog=prog)
 
@@ -20,25 +20,25 @@ def _train(parallel: bool) -> Callable[[list[str], str], int]:
 
 
 def _compare(argv: list[str], prog: str) -> int:
-    from parallel_ppo.compare_cli import main
+    from parallel_ppo.cli.compare import main
 
     return main(argv, prog=prog)
 
 
 def _eval(argv: list[str], prog: str) -> int:
-    from parallel_ppo.eval_cli import eval_main
+    from parallel_ppo.cli.evaluation import eval_main
 
     return eval_main(argv, prog=prog)
 
 
 def _demo(argv: list[str], prog: str) -> int:
-    from parallel_ppo.eval_cli import demo_main
+    from parallel_ppo.cli.evaluation import demo_main
 
     return demo_main(argv, prog=prog)
 
 
 def _bench(argv: list[str], prog: str) -> int:
-    from parallel_ppo.bench_cli import main
+    from parallel_ppo.cli.bench import main
 
     return main(argv, prog=prog)
 

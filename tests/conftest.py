@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import sessions
 
-from parallel_ppo.learner_settings import CACHE_DIR_VARIABLE
+from parallel_ppo.bench.learner_settings import CACHE_DIR_VARIABLE
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN_TIMED = ROOT / "train_timed.py"

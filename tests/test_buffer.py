@@ -9,11 +9,11 @@ import pytest
 import torch
 from torch import nn
 
-from parallel_ppo.buffer import RolloutBuffer, minibatch_indices
-from parallel_ppo.collect import EnvRunner
-from parallel_ppo.config import EnvConfig, ModelConfig
-from parallel_ppo.envs import ProcgenBatchEnv, make_batch_env
-from parallel_ppo.model import build_model
+from parallel_ppo.core.buffer import RolloutBuffer, minibatch_indices
+from parallel_ppo.core.collect import EnvRunner
+from parallel_ppo.core.config import EnvConfig, ModelConfig
+from parallel_ppo.core.envs import ProcgenBatchEnv, make_batch_env
+from parallel_ppo.core.model import build_model
 
 FIELDS = ("obs", "actions", "logprobs", "values", "rewards", "dones", "last_values")
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from parallel_ppo.config import config_from_dict
-from parallel_ppo.runs import load_runs
+from parallel_ppo.core.config import config_from_dict
+from parallel_ppo.runs.reading import load_runs
 
 pytestmark = pytest.mark.slow  # every test here trains or starts trainers
 
@@ -143,7 +143,7 @@ def ok(cli: dict[str, tuple[subprocess.CompletedProcess[str], Path]], name: str
 
 
 def read_metrics(run: Path) -> list[dict[str, float]]:
-    """metrics.csv read independently of parallel_ppo.runs (empty cells → NaN)."""
+    """metrics.csv read independently of parallel_ppo.runs.reading (empty cells → NaN)."""
     with open(run / "metrics.csv", newline="") as f:
         return [{k: float(v) if v else float("nan") for k, v in row.items()} for row in csv.DictReader(f)]
 
@@ -246,7 +246,7 @@ def test_run_labels_baseline_threshold_and_zero_episodes(runs: dict[str, Path], 
 
 def test_efficiency_divides_by_workers(runs: dict[str, Path]) -> None:
     """The layout is relabelled in memory (W=2) to check the formula on a real run's numbers."""
-    from parallel_ppo.report import compare, verdict
+    from parallel_ppo.runs.report import compare, verdict
 
     seq, other = load_runs([("sequential", runs["four"]), ("parallel", runs["eight"])])
     par = dataclasses.replace(other, summary=dataclasses.replace(other.summary, mode="parallel", num_workers=2,
@@ -259,7 +259,7 @@ def test_efficiency_divides_by_workers(runs: dict[str, Path]) -> None:
 
 
 def test_warnings_name_what_differs(runs: dict[str, Path]) -> None:
-    from parallel_ppo.report import compare
+    from parallel_ppo.runs.report import compare
 
     seq, other = load_runs([("a", runs["four"]), ("b", runs["eight"])])
     config = config_from_dict(other.config.to_dict())
@@ -278,12 +278,12 @@ def test_warnings_name_what_differs(runs: dict[str, Path]) -> None:
 
 def test_a_failure_while_rendering_writes_nothing(runs: dict[str, Path], tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from parallel_ppo import report
+    from parallel_ppo.runs import report
 
     def broken(cmp: report.Comparison) -> bytes:
         raise RuntimeError("plotting failed")
 
-    from parallel_ppo import compare_cli as entry
+    from parallel_ppo.cli import compare as entry
 
     monkeypatch.setattr(report, "plot_phases", broken)  # the second figure: the first is already rendered
     out = tmp_path / "out"

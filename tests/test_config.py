@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from parallel_ppo.config import Config, ConfigError, build_config, config_from_dict
+from parallel_ppo.core.config import Config, ConfigError, build_config, config_from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -27,7 +27,7 @@ def test_documents_cited_in_the_code_are_in_the_repository():
 
 def test_speed_check_directory_in_the_docs_is_the_one_written():
     """Both READMEs name the directory `make bench-speed` writes by default."""
-    from parallel_ppo.bench_cli import SPEED_CHECK_DIR
+    from parallel_ppo.cli.bench import SPEED_CHECK_DIR
 
     assert "<time>" in SPEED_CHECK_DIR
     readme = (ROOT / "README.md").read_text()

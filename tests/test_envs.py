@@ -7,10 +7,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from parallel_ppo.buffer import RolloutBuffer
-from parallel_ppo.collect import EnvRunner
-from parallel_ppo.config import PROCGEN_EXPLORATION_GAMES, PROCGEN_GAMES, EnvConfig
-from parallel_ppo.envs import make_batch_env
+from parallel_ppo.core.buffer import RolloutBuffer
+from parallel_ppo.core.collect import EnvRunner
+from parallel_ppo.core.config import PROCGEN_EXPLORATION_GAMES, PROCGEN_GAMES, EnvConfig
+from parallel_ppo.core.envs import make_batch_env
 
 
 def test_procgen_game_lists_match_procgen():

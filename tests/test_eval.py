@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from parallel_ppo.config import build_config, eval_levels
-from parallel_ppo.evaluate import PROCGEN_EASY_RANGES, evaluate, normalized_return
-from parallel_ppo.model import build_model
+from parallel_ppo.core.config import build_config, eval_levels
+from parallel_ppo.core.evaluate import PROCGEN_EASY_RANGES, evaluate, normalized_return
+from parallel_ppo.core.model import build_model
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--config", "config/ppo_sequential.yaml", "--num-envs", "4", "--batch-size", "32",

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from fake_runs import STEADY, write_run
 
-from parallel_ppo.report import compare
-from parallel_ppo.runs import (
+from parallel_ppo.runs.report import compare
+from parallel_ppo.runs.reading import (
     efficiency,
     first_reaching,
     load_run,
@@ -21,8 +21,8 @@ from parallel_ppo.runs import (
     speedup,
     steady_sps,
 )
-from parallel_ppo.scaling import point_row
-from parallel_ppo.speedcheck import trainer_figures
+from parallel_ppo.bench.scaling import point_row
+from parallel_ppo.bench.speedcheck import trainer_figures
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from parallel_ppo.cli import run
-from parallel_ppo.config import Config, ConfigError, build_config
+from parallel_ppo.cli.train import run
+from parallel_ppo.core.config import Config, ConfigError, build_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

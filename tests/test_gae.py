@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from parallel_ppo.buffer import compute_gae
+from parallel_ppo.core.buffer import compute_gae
 
 
 def reference_gae(rewards, values, dones, last_values, gamma, lam):

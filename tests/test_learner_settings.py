@@ -13,14 +13,14 @@ import pytest
 import torch
 from fake_runs import STEADY, write_run
 
-from parallel_ppo import compare_cli
-from parallel_ppo import model as model_module
-from parallel_ppo.collect import sample_actions
-from parallel_ppo.config import Config, ConfigError, build_config
-from parallel_ppo.learner_settings import LearnerChoice, candidates, choose
-from parallel_ppo.model import resolve_device
-from parallel_ppo.ppo import TrainBatch, build_learner, minibatch_step, ppo_loss
-from parallel_ppo.roofline import Candidate
+from parallel_ppo.cli import compare as compare_cli
+from parallel_ppo.core import model as model_module
+from parallel_ppo.core.collect import sample_actions
+from parallel_ppo.core.config import Config, ConfigError, build_config
+from parallel_ppo.bench.learner_settings import LearnerChoice, candidates, choose
+from parallel_ppo.core.model import resolve_device
+from parallel_ppo.core.ppo import TrainBatch, build_learner, minibatch_step, ppo_loss
+from parallel_ppo.bench.roofline import Candidate
 
 ROOT = Path(__file__).resolve().parent.parent
 OBS, ACTIONS = (64, 64, 3), 15
@@ -114,7 +114,7 @@ def test_a_cached_choice_depends_on_the_machine(tmp_path, monkeypatch):
     cache = tmp_path / "cache.json"
     measure = FakeMeasure(LIMITS)
     choose(auto_config(), OBS, np.dtype(np.uint8), ACTIONS, 10.0, measure=measure, path=cache)
-    monkeypatch.setattr("parallel_ppo.fingerprint.hardware", lambda: {"cpu_model": "Other CPU", "logical_cores": 64})
+    monkeypatch.setattr("parallel_ppo.runs.fingerprint.hardware", lambda: {"cpu_model": "Other CPU", "logical_cores": 64})
     choice = choose(auto_config(), OBS, np.dtype(np.uint8), ACTIONS, 10.0, measure=FakeMeasure(
         {**LIMITS, "fp32/64": 400.0}), path=cache)
     assert (choice.source, choice.precision, choice.microbatch_size) == ("measured", "fp32", 64)

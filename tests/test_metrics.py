@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from parallel_ppo.metrics import time_left
+from parallel_ppo.runs.metrics import time_left
 
 
 def test_time_left_follows_the_duration_without_a_step_budget():

@@ -16,12 +16,12 @@ import pytest
 import torch
 import yaml
 
-from parallel_ppo.checkpoint import load_checkpoint
-from parallel_ppo.cli import flag_values, make_parser
-from parallel_ppo.config import Config, build_config, config_from_dict
-from parallel_ppo.envs import make_batch_env
-from parallel_ppo.model import build_model
-from parallel_ppo.runs import METRIC_COLUMNS, RunSummary, load_run
+from parallel_ppo.core.checkpoint import load_checkpoint
+from parallel_ppo.cli.train import flag_values, make_parser
+from parallel_ppo.core.config import Config, build_config, config_from_dict
+from parallel_ppo.core.envs import make_batch_env
+from parallel_ppo.core.model import build_model
+from parallel_ppo.runs.reading import METRIC_COLUMNS, RunSummary, load_run
 
 pytestmark = pytest.mark.slow  # every test here trains or starts trainers
 

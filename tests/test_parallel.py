@@ -13,12 +13,12 @@ import pytest
 import torch
 from sessions import assert_nothing_left, shm_entries, start
 
-from parallel_ppo.checkpoint import load_checkpoint
-from parallel_ppo.collect import SequentialCollector
-from parallel_ppo.config import build_config
-from parallel_ppo.parallel.coordinator import ParallelCoordinator
-from parallel_ppo.threads import thread_plan
-from parallel_ppo.trainer import train
+from parallel_ppo.core.checkpoint import load_checkpoint
+from parallel_ppo.core.collect import SequentialCollector
+from parallel_ppo.core.config import build_config
+from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
+from parallel_ppo.core.threads import thread_plan
+from parallel_ppo.core.loop import train
 
 pytestmark = pytest.mark.slow  # every test here trains or starts trainers
 

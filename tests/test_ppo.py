@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from parallel_ppo.collect import sample_actions
-from parallel_ppo.config import ModelConfig, TrainingConfig
-from parallel_ppo.model import build_model
-from parallel_ppo.ppo import TrainBatch, explained_variance, minibatch_step, normalize_advantages, ppo_loss, ppo_update
+from parallel_ppo.core.collect import sample_actions
+from parallel_ppo.core.config import ModelConfig, TrainingConfig
+from parallel_ppo.core.model import build_model
+from parallel_ppo.core.ppo import TrainBatch, explained_variance, minibatch_step, normalize_advantages, ppo_loss, ppo_update
 
 OBS_SIZE, NUM_ACTIONS, BATCH = 6, 4, 64
 

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from parallel_ppo.metrics import ResourceSampler
+from parallel_ppo.runs.metrics import ResourceSampler
 
 linux_only = pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
 
@@ -65,10 +65,10 @@ def test_retained_memory_is_reused_without_page_faults():
     so only the direction is checked, with a margin that holds on any of them."""
     script = textwrap.dedent("""
         import math, resource, sys, torch
-        from parallel_ppo.allocator import retain_freed_memory
-        from parallel_ppo.config import Config
-        from parallel_ppo.model import build_model
-        from parallel_ppo.ppo import TrainBatch, minibatch_step
+        from parallel_ppo.core.allocator import retain_freed_memory
+        from parallel_ppo.core.config import Config
+        from parallel_ppo.core.model import build_model
+        from parallel_ppo.core.ppo import TrainBatch, minibatch_step
         if sys.argv[1] == "retain":
             assert retain_freed_memory()
         torch.manual_seed(0)

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from parallel_ppo.checkpoint import load_checkpoint
-from parallel_ppo.collect import SequentialCollector
-from parallel_ppo.config import build_config
-from parallel_ppo.reward_scale import RewardScaler
-from parallel_ppo.trainer import train
+from parallel_ppo.core.checkpoint import load_checkpoint
+from parallel_ppo.core.collect import SequentialCollector
+from parallel_ppo.core.config import build_config
+from parallel_ppo.core.reward_scale import RewardScaler
+from parallel_ppo.core.loop import train
 
 ROOT = Path(__file__).resolve().parents[1]
 

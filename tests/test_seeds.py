@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from fake_runs import write_run
 
-from parallel_ppo import compare_cli
-from parallel_ppo.runs import load_groups
-from parallel_ppo.seeds import Estimate, bootstrap_ci, differences, group_stats, iqm
+from parallel_ppo.cli import compare as compare_cli
+from parallel_ppo.runs.reading import load_groups
+from parallel_ppo.runs.seeds import Estimate, bootstrap_ci, differences, group_stats, iqm
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,7 +94,7 @@ def test_a_seed_missing_its_summary_is_one_line_and_exit_2(tmp_path):
 
 
 def test_trainer_seeds_flag_refuses_bad_lists(capsys):
-    from parallel_ppo.cli import run
+    from parallel_ppo.cli.train import run
 
     for argv in (["--seeds", "1,x"], ["--seeds", "1,1"], ["--seeds", "1,2", "--seed", "3"]):
         assert run(argv, parallel=False, prog="train_timed.py") == 2

@@ -93,7 +93,7 @@ def test_entry_scripts_stay_thin():
 
 def test_reading_and_reporting_runs_needs_no_torch():
     """compare_results.py's modules and the atomic file helpers load without torch (fast errors, light imports)."""
-    code = ("import sys, parallel_ppo.report, parallel_ppo.runs, parallel_ppo.files, parallel_ppo.compare_cli; "
+    code = ("import sys, parallel_ppo.runs.report, parallel_ppo.runs.reading, parallel_ppo.core.files, parallel_ppo.cli.compare; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "False"

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from parallel_ppo.config import ConfigError, build_config
-from parallel_ppo.distributed import Team
-from parallel_ppo.runs import load_run
-from parallel_ppo.study import (
+from parallel_ppo.core.config import ConfigError, build_config
+from parallel_ppo.engines.distributed import Team
+from parallel_ppo.runs.reading import load_run
+from parallel_ppo.bench.study import (
     StudySettings,
     add_ratios,
     earlier_points,

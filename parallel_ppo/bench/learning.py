@@ -1,0 +1,91 @@
+"""The learning benchmark: one game, a few config variants × seeds, each a timed training run, then a
+multi-seed comparison (curves with bands, IQM and bootstrap intervals) of the variants.
+
+Runs go one after another, never at once, seed by seed (every variant's seed 1, then every variant's seed 2,
+...), so an interrupted benchmark leaves comparable data. A run whose summary.json exists is not run
+again: rerunning the same command finishes an interrupted benchmark.
+
+    OUT/<variant>/seed_<n>/   one run directory per variant and seed
+    OUT/comparison/           compare_results.py's report over the variants
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from parallel_ppo.core.config import ConfigError, parse_set
+from parallel_ppo.runs.reading import seed_dir
+from parallel_ppo.bench.scaling import BENCH_RUN_SETS, run_bench_trainer, trainer_command
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A label and the `--set` overrides that make it."""
+
+    label: str
+    sets: tuple[str, ...]
+
+
+DEFAULT_VARIANTS = (
+    Variant("rnorm+vclip", ("training.normalize_reward=true", "training.clip_vloss=true")),
+    Variant("rnorm", ("training.normalize_reward=true", "training.clip_vloss=false")),
+    Variant("vclip", ("training.normalize_reward=false", "training.clip_vloss=true")),
+)
+"""The references' setting (reward normalization and value clipping, as in CleanRL's ppo_procgen and
+openai/train-procgen) and each of the two switched off alone."""
+
+
+def parse_variant(spec: str) -> Variant:
+    """`LABEL:key=value,key=value` (`LABEL:` alone: the config as it is)."""
+    label, colon, rest = spec.partition(":")
+    if not colon or not label.strip() or "/" in label or label.strip() in (".", ".."):
+        raise ConfigError(f"--variant expects LABEL:section.key=value,..., got {spec!r}")
+    sets = tuple(item.strip() for item in rest.split(",") if item.strip())
+    for item in sets:
+        parse_set(item)
+    return Variant(label.strip(), sets)
+
+
+def plan(variants: list[Variant], seeds: list[int]) -> list[tuple[Variant, int]]:
+    """The runs in the order they go: seed-major, so a partial benchmark still has every variant per seed."""
+    return [(variant, seed) for seed in seeds for variant in variants]
+
+
+def run_command(variant: Variant, seed: int, out: Path, config: str, minutes: float, extra: list[str]) -> list[str]:
+    """The command of one run: the sequential trainer (learning per step does not depend on the mode: a parallel
+    update equals a sequential one), with the variant's overrides last."""
+    cmd = [*trainer_command(0), "--config", config, "--seed", str(seed), "--duration", f"{minutes / 60:.8f}",
+           "--output-dir", str(seed_dir(out / variant.label, seed)), "--overwrite", *BENCH_RUN_SETS, *extra]
+    for item in variant.sets:
+        cmd += ["--set", item]
+    return cmd
+
+
+def run_all(out: Path, variants: list[Variant], seeds: list[int], config: str, minutes: float,
+            extra: list[str]) -> None:
+    """Train every (variant, seed) that has no summary.json yet, one at a time, printing each as it ends."""
+    runs = plan(variants, seeds)
+    for i, (variant, seed) in enumerate(runs, 1):
+        run_dir = seed_dir(out / variant.label, seed)
+        if (run_dir / "summary.json").is_file():
+            print(f"[{i}/{len(runs)}] {variant.label} seed {seed}: done before, kept ({run_dir})", flush=True)
+            continue
+        print(f"[{i}/{len(runs)}] {variant.label} seed {seed}: training {minutes:g} min → {run_dir}", flush=True)
+        run_bench_trainer(run_command(variant, seed, out, config, minutes, extra), f"{variant.label} seed {seed}")
+
+
+def compare_args(out: Path, variants: list[Variant]) -> list[str]:
+    """compare_results.py's arguments: one multi-seed label per variant."""
+    args = [arg for v in variants for arg in ("--run", f"{v.label}={out / v.label}")]
+    return [*args, "--output-dir", str(out / "comparison")]
+
+
+def main_learning(out: Path, variants: list[Variant], seeds: list[int], config: str, minutes: float,
+                  extra: list[str], prog: str) -> int:
+    """Run the benchmark and its comparison; returns the exit status."""
+    from parallel_ppo.cli.compare import main as compare
+
+    run_all(out, variants, seeds, config, minutes, extra)
+    print(f"{prog}: comparing {len(variants)} variants over seeds {', '.join(map(str, seeds))}", flush=True)
+    return compare(compare_args(out, variants), prog=f"{prog} (compare)")

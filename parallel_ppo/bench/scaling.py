@@ -1,0 +1,375 @@
+"""Scaling sweep, layouts and autotune: short timed runs over worker and rank layouts, read back from their
+run directories.
+
+Each point is a real training run (`python -m parallel_ppo train-parallel`, or `train` for the sequential
+point; under torchrun with `--distributed` for a distributed one), so the figures include everything a training
+run pays: collection, sync, GAE, update and logging; its SPS is the run's steady-state SPS (`runs.steady_sps`),
+the figure its summary.json and compare show.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from parallel_ppo.core.config import ConfigError
+from parallel_ppo.core.files import atomic_write, write_json, write_text
+from parallel_ppo.runs.reading import Run, efficiency, load_run, speedup
+from parallel_ppo.core.timing import PHASES
+
+
+class BenchRunCrashed(RuntimeError):
+    """A benchmark run failed for a reason other than its settings (which the trainer refuses with exit 2)."""
+
+
+def trainer_command(workers: int, ranks: int = 0) -> list[str]:
+    """The trainer, run as a module of the installed package, so the sweep works outside a checkout too; with
+    `ranks`, as that many ranks of a distributed run under torchrun on this host."""
+    command = "train-parallel" if workers else "train"
+    if ranks:
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks),
+                "-m", "parallel_ppo", command, "--distributed"]
+    return [sys.executable, "-m", "parallel_ppo", command]
+
+
+def torchrun_command(ranks: int, command: str, config: Path) -> str:
+    """How a user launches a distributed layout with a config (what autotune prints)."""
+    return f"torchrun --standalone --nproc_per_node {ranks} -m parallel_ppo {command} --distributed --config {config}"
+
+
+BENCH_RUN_SETS = ("--set", "logging.progress=off", "--set", "run.limit_seconds=0", "--set", "eval.interval_seconds=0")
+"""What every benchmark run adds to its trainer command: no progress line, no compute-limit measurement and no
+periodic evaluation, so the run's time is training alone."""
+
+
+RANK_REFUSED = re.compile(r"exitcode\s*:\s*2\b")
+"""How torchrun reports a rank that exited with status 2 (it exits 1 itself)."""
+
+
+def run_bench_trainer(cmd: list[str], name: str, timeout: float | None = None) -> None:
+    """Run a benchmark's trainer command to its end: exit 2 (settings refused; for torchrun, a rank's exit 2) is
+    a ConfigError, any other failure a BenchRunCrashed, each naming the run and the trainer's error line (its
+    last line when it printed none: torchrun ends with its own report). A run still going after `timeout`
+    seconds counts as crashed; it is stopped with every process under it (torchrun's ranks live in sessions of
+    their own, so a process group would miss them), as it is when this process is interrupted."""
+    with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as child:
+        try:
+            _, stderr = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop_tree(child)
+            raise BenchRunCrashed(f"benchmark run {name} hung: stopped after {timeout:.0f} s") from None
+        except BaseException:
+            stop_tree(child)
+            raise
+    if child.returncode != 0:
+        lines = stderr.strip().splitlines() or ["no output"]
+        last = next((line for line in reversed(lines) if ": error: " in line), lines[-1])
+        if child.returncode == 2 or RANK_REFUSED.search(stderr):
+            raise ConfigError(f"benchmark run {name} refused its settings: {last}")
+        raise BenchRunCrashed(f"benchmark run {name} crashed (exit status {child.returncode}): {last}")
+
+
+def stop_tree(child: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM to `child` and every process under it (a trainer then writes its checkpoint and frees its shared
+    memory), SIGKILL to those left after `grace` seconds; then read what remains of its output."""
+    import psutil
+
+    try:
+        procs = [psutil.Process(child.pid), *psutil.Process(child.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        procs = []
+    for proc in procs:
+        try:
+            proc.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    try:
+        child.communicate(timeout=grace)
+    except subprocess.TimeoutExpired:  # a grandchild we could not see still holds the pipe
+        pass
+
+
+def run_point(out: Path, workers: int, envs_per_worker: int, seconds: float, config: str, extra: list[str],
+              worker_threads: int = 1, ranks: int = 0) -> dict[str, Any]:
+    """One timed run (workers == 0: sequential with `envs_per_worker` envs), or `ranks` ranks of that layout each;
+    returns its table row."""
+    if workers:
+        cmd = [*trainer_command(workers, ranks), "--num-workers", str(workers), "--num-envs-per-worker",
+               str(envs_per_worker), "--set", f"parallel.worker_threads={worker_threads}",
+               "--set", f"env.num_envs={workers * envs_per_worker}"]  # the layout's total, over a config's
+    else:
+        cmd = [*trainer_command(0, ranks), "--num-envs", str(envs_per_worker)]
+    cmd += ["--config", config, "--duration", f"{seconds / 3600:.8f}", "--output-dir", str(out), "--overwrite",
+            *BENCH_RUN_SETS, *extra]
+    run_bench_trainer(cmd, out.name)
+    return point_row(load_run(out.name, out), worker_threads)
+
+
+def point_row(run: Run, worker_threads: int = 1) -> dict[str, Any]:
+    """A finished run as a row of the scaling table. `workers` counts processes that collect (a distributed run:
+    its ranks, or its ranks' workers), 0 for a sequential run; `ranks` is 0 unless distributed."""
+    s = run.summary
+    ranks = run.ranks if s.mode == "distributed" else 0
+    return {
+        "label": run.label, "workers": run.workers if ranks else s.num_workers, "ranks": ranks,
+        "rank_workers": run.rank_workers if ranks else None, "envs_per_worker": run.envs_per_process,
+        "worker_threads": worker_threads if s.num_workers else None,
+        "envs": s.num_envs, "steps_per_second": run.steady_sps, "updates": s.updates,
+        "peak_rss_mb": s.peak_rss_mb, "peak_pss_mb": s.peak_pss_mb,
+        "phase_fractions": s.phase_fractions, "phase_means": run.phase_means(), "run_dir": str(run.path),
+        "hardware": s.hardware, "threads": s.threads,
+    }
+
+
+def add_speedups(rows: list[dict[str, Any]]) -> None:
+    """Speed-up and efficiency of every row against the first (`runs.speedup`, `runs.efficiency`)."""
+    base = rows[0]
+    for r in rows:
+        r["speedup"] = speedup(r["steps_per_second"], base["steps_per_second"])
+        r["efficiency"] = efficiency(r["speedup"], r["workers"], base["workers"])
+
+
+def scaling_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| envs | ranks | workers | envs/worker | threads/worker | steps/s | speed-up | efficiency | "
+             "peak RSS (MB) | peak PSS (MB) |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        pss = f"{r['peak_pss_mb']:,.0f}" if r.get("peak_pss_mb") else "-"
+        threads = r["worker_threads"] or "-"
+        lines.append(f"| {r['envs']} | {r.get('ranks') or '-'} | {r['workers'] or 'seq'} | {r['envs_per_worker']} | "
+                     f"{threads} | "
+                     f"{r['steps_per_second']:,.0f} | {r['speedup']:.2f}× | {100 * r['efficiency']:.0f}% | "
+                     f"{r['peak_rss_mb']:,.0f} | {pss} |")
+    return "\n".join(lines)
+
+
+def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
+    """Speed-up vs processes (workers, or ranks) with the ideal line, efficiency, and stacked phase fractions per
+    point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("ranks"):
+            source = "1 worker × " if r["rank_workers"] else ""
+            lines.setdefault(f"distributed, {source}{r['envs_per_worker']} envs/rank", []).append(r)
+        elif r["workers"]:
+            lines.setdefault(f"{r['envs_per_worker']} envs/worker", []).append(r)
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5.2))
+    ax = axes[0]
+    for name, pts in lines.items():
+        ax.plot([r["workers"] for r in pts], [r["speedup"] for r in pts], "o-", label=name)
+    top = max([r["workers"] for r in rows] + [1])
+    base_workers = max(rows[0]["workers"], 1)
+    ax.plot([1, top], [1 / base_workers, top / base_workers], "k--", lw=1, label="ideal (linear)")
+    ax.set(xlabel="processes (workers or ranks)", ylabel=f"speed-up over {rows[0]['label']}",
+           title="Speed-up (env steps/s ratio)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+
+    ax = axes[1]
+    for name, pts in lines.items():
+        ax.plot([r["workers"] for r in pts], [100 * r["efficiency"] for r in pts], "o-", label=name)
+    ax.axhline(100, color="k", ls="--", lw=1)
+    ax.set(xlabel="processes (workers or ranks)", ylabel="parallel efficiency (%)",
+           title="Efficiency = speed-up / processes",
+           ylim=(0, max(110, max(100 * r["efficiency"] for r in rows) + 10)))
+    ax.legend()
+    ax.grid(alpha=0.3)
+
+    ax = axes[2]
+    labels = [r["label"] for r in rows]
+    bottom = [0.0] * len(rows)
+    for phase in PHASES:
+        values = [100 * r["phase_fractions"].get(phase, 0.0) for r in rows]
+        ax.bar(labels, values, bottom=bottom, label=phase)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    ax.set(ylabel="share of wall time (%)", title="Where the time goes", ylim=(0, 105))
+    ax.tick_params(axis="x", rotation=30)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    hw = rows[0]["hardware"]
+    fig.suptitle(f"Scaling on {hw['cpu_model']} ({hw['physical_cores']} physical / {hw['logical_cores']} "
+                 f"logical cores, {hw['memory_gb']} GB)")
+    fig.tight_layout()
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))
+    plt.close(fig)
+
+
+def write_scaling(rows: list[dict[str, Any]], out_dir: Path, title: str) -> None:
+    """scaling.json, scaling.md and scaling.png in `out_dir`."""
+    add_speedups(rows)
+    write_json(out_dir / "scaling.json", {"title": title, "points": rows})
+    hw = rows[0]["hardware"]
+    text = (f"# {title}\n\n{scaling_table(rows)}\n\nSteps/s are steady-state (after the first update) of real "
+            f"training runs; speed-up is relative to `{rows[0]['label']}`; efficiency = speed-up / "
+            f"(processes / its processes), the processes being workers, or ranks of a distributed run (each a "
+            f"sequential collector and learner, its gradients all-reduced). Peak PSS counts memory shared between "
+            f"processes once; a distributed run's memory figures are rank 0's processes alone.\n\n"
+            f"Machine: {hw['cpu_model']}, {hw['physical_cores']} physical / {hw['logical_cores']} logical cores, "
+            f"{hw['memory_gb']} GB.\n")
+    write_text(out_dir / "scaling.md", text)
+    plot_scaling(rows, out_dir / "scaling.png")
+
+
+def best_layout(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return max(rows, key=lambda r: r["steps_per_second"])
+
+
+def default_worker_counts() -> list[int]:
+    """1, 2, 4, ... up to the physical core count (which is included even when not a power of two)."""
+    import psutil
+
+    cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+    counts = [1]
+    while counts[-1] * 2 <= cores:
+        counts.append(counts[-1] * 2)
+    if counts[-1] != cores:
+        counts.append(cores)
+    return counts
+
+
+def sweep(out_dir: Path, workers: list[int], envs_per_worker: list[int], seconds: float, config: str,
+          extra: list[str], sequential: bool = True, distributed: bool = True) -> list[dict[str, Any]]:
+    """A sequential point (same envs as one worker, when asked) then every workers × envs-per-worker point, and
+    (`distributed`) for 2 or more workers the same count of distributed ranks, each a sequential source with
+    envs-per-worker envs."""
+    rows = []
+    points = [(0, m, 0) for m in envs_per_worker[:1]] if sequential else []
+    points += [(w, m, 0) for m in envs_per_worker for w in workers]
+    if distributed:
+        points += [(0, m, w) for m in envs_per_worker for w in workers if w >= 2]
+    for w, m, ranks in points:
+        label = f"r{ranks}_e{m}" if ranks else f"seq_e{m}" if w == 0 else f"w{w}_e{m}"
+        what = f"{ranks} ranks" if ranks else "sequential" if w == 0 else f"{w} workers"
+        print(f"  {label}: {what} × {m} envs, {seconds:.0f} s ...", flush=True)
+        rows.append(run_point(out_dir / label, w, m, seconds, config, extra, ranks=ranks))
+        print(f"    {rows[-1]['steps_per_second']:,.0f} steps/s, peak PSS {rows[-1]['peak_pss_mb'] or 0:,.0f} MB",
+              flush=True)
+    return rows
+
+
+def autotune(out_dir: Path, seconds: float, config: str, extra: list[str]) -> dict[str, Any]:
+    """Short runs over layouts that fit this machine; writes autotune.json and a ready config for the fastest."""
+    import yaml
+
+    from parallel_ppo.core.config import load_yaml
+
+    counts = default_worker_counts()
+    rows = [run_point(out_dir / "seq_e16", 0, 16, seconds, config, extra)]
+    print(f"  sequential × 16 envs: {rows[-1]['steps_per_second']:,.0f} steps/s", flush=True)
+    for w in counts:
+        for m in (4, 8, 16):
+            for threads in (1, 2) if w == 1 else (1,):
+                label = f"w{w}_e{m}_t{threads}"
+                try:
+                    rows.append(run_point(out_dir / label, w, m, seconds, config, extra, worker_threads=threads))
+                except ConfigError as e:  # refused settings, e.g. a minibatch that does not divide the rollout
+                    print(f"  {w} workers × {m} envs: skipped ({e})", flush=True)
+                    continue
+                print(f"  {w} workers × {m} envs, {threads} thread(s): {rows[-1]['steps_per_second']:,.0f} steps/s",
+                      flush=True)
+    for n in (n for n in counts if n >= 2):  # distributed ranks, each a sequential collector and learner
+        for m in (8, 16):
+            try:
+                rows.append(run_point(out_dir / f"r{n}_e{m}", 0, m, seconds, config, extra, ranks=n))
+            except ConfigError as e:
+                print(f"  {n} ranks × {m} envs: skipped ({e})", flush=True)
+                continue
+            print(f"  {n} ranks × {m} envs: {rows[-1]['steps_per_second']:,.0f} steps/s", flush=True)
+    add_speedups(rows)
+    best = best_layout(rows)
+    cfg = load_yaml(config)
+    path = out_dir / "ppo_autotuned.yaml"
+    if best["ranks"]:  # by the scaling rule: the envs and minibatch of one rank, × the ranks torchrun starts
+        cfg.setdefault("env", {})["num_envs"] = best["envs_per_worker"]
+        cfg.get("distributed", {}).pop("num_envs_total", None)
+        trainer = "train"
+        command = torchrun_command(best["ranks"], trainer, path)
+    elif best["workers"]:
+        cfg.setdefault("parallel", {}).update({"num_workers": best["workers"],
+                                               "num_envs_per_worker": best["envs_per_worker"],
+                                               "worker_threads": best["worker_threads"]})
+        cfg.get("env", {}).pop("num_envs", None)  # derived from the layout in parallel mode
+    else:
+        cfg.setdefault("env", {})["num_envs"] = best["envs_per_worker"]
+    if not best["ranks"]:
+        trainer = "train-parallel" if best["workers"] else "train"
+        command = f"python -m parallel_ppo {trainer} --config {path}"
+    header = (f"# Written by `make autotune`: the fastest layout measured on this machine "
+              f"({best['steps_per_second']:,.0f} env steps/s).\n# Use: {command}\n")
+    text = header + yaml.safe_dump(cfg, sort_keys=False)
+    write_text(path, text)
+    result = {"best": best, "trainer": trainer, "command": command, "config": str(path), "points": rows}
+    write_json(out_dir / "autotune.json", result)
+    return result
+
+
+def layouts(out_dir: Path, processes: list[int], envs: int, seconds: float, config: str,
+            extra: list[str]) -> list[dict[str, Any]]:
+    """The ways to spend P processes on the same `envs` envs, for each P: the sequential trainer (every core's
+    threads) first, then P workers; P distributed ranks, each a sequential source with envs / P envs; and P ranks
+    each with one worker of envs / P envs."""
+    rows = []
+    points = [("seq", 0, envs, 0, f"sequential, {envs} envs")]
+    for p in processes:
+        if p < 2:
+            continue
+        if envs % p:
+            raise ConfigError(f"{envs} envs do not split evenly over {p} processes")
+        m = envs // p
+        points += [(f"w{p}_e{m}", p, m, 0, f"{p} workers × {m} envs"), (f"r{p}_e{m}", 0, m, p, f"{p} ranks × {m} envs"),
+                   (f"r{p}_w1_e{m}", 1, m, p, f"{p} ranks × (1 worker × {m} envs)")]
+    for label, workers, m, ranks, what in points:
+        print(f"  {label}: {what}, {seconds:.0f} s ...", flush=True)
+        split = ["--num-envs-total", str(envs)] if ranks else []  # one problem split: the same envs and minibatch
+        rows.append(run_point(out_dir / label, workers, m, seconds, config, [*extra, *split], ranks=ranks))
+        print(f"    {rows[-1]['steps_per_second']:,.0f} steps/s", flush=True)
+    add_speedups(rows)
+    return rows
+
+
+def layout_name(row: dict[str, Any]) -> str:
+    if row["ranks"]:
+        m = row["envs_per_worker"]
+        source = f"({row['rank_workers']} worker × {m})" if row["rank_workers"] else f"{m} envs"
+        return f"distributed {row['ranks']} ranks × {source}"
+    if row["workers"]:
+        return f"parallel {row['workers']} × {row['envs_per_worker']}"
+    return f"sequential {row['envs']} envs"
+
+
+def layouts_table(rows: list[dict[str, Any]]) -> str:
+    """SPS, speed-up and efficiency against the sequential trainer, and seconds per update by phase (rank 0's for
+    a distributed run): collection = env + inference (a parallel source's: its workers' mean), sync = waiting
+    on workers or other ranks."""
+    lines = ["| layout | threads | steps/s | speed-up | efficiency | collect (s) | sync (s) | update (s) | "
+             "all-reduce (s) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        t = r["phase_means"]
+        threads = ", ".join(f"{k} {v}" for k, v in r["threads"].items())
+        lines.append(f"| {layout_name(r)} | {threads} | {r['steps_per_second']:,.0f} | {r['speedup']:.2f}× | "
+                     f"{100 * r['efficiency']:.0f}% | {t['env'] + t['inference']:.2f} | {t['sync']:.2f} | "
+                     f"{t['update']:.2f} | {t.get('allreduce', 0.0):.2f} |")
+    return "\n".join(lines)
+
+
+def write_layouts(rows: list[dict[str, Any]], out_dir: Path) -> None:
+    """layouts.json, layouts.md and layouts.png (the scaling chart of these points) in `out_dir`."""
+    write_json(out_dir / "layouts.json", {"points": rows})
+    hw = rows[0]["hardware"]
+    write_text(out_dir / "layouts.md", f"# Layouts of {rows[0]['envs']} envs\n\n{layouts_table(rows)}\n\n"
+               f"Steady-state steps/s of real training runs; seconds are means per update after the first. "
+               f"Efficiency = speed-up / processes.\n\nMachine: {hw['cpu_model']}, {hw['physical_cores']} physical / "
+               f"{hw['logical_cores']} logical cores, {hw['memory_gb']} GB.\n")
+    plot_scaling(rows, out_dir / "layouts.png")

@@ -1,0 +1,329 @@
+"""The many-core study (`bench.py study`, `make study`): one command that measures what parallelism buys on this
+machine, and writes a small table and plots under docs/results/<cpu>-<cores>c[-<gpu>]/.
+
+Four families of short timed training runs on the same task, at 1, 2, 4, ... processes (up to the logical cores):
+- `threads`: one sequential learner with that many intra-op threads (the contrast);
+- `workers`: the parallel trainer with that many worker processes, the learner on the CPU;
+- `ranks`: that many distributed ranks (torchrun, gloo), each a sequential collector and learner;
+- `cuda`: the parallel trainer with that many CPU workers feeding a CUDA learner (only where CUDA is available).
+
+Every point of P processes uses P cores (a learner's threads are P, a rank's 1), and every family keeps each
+process's work the same as it grows (the scaling rule of `per_process_layout`): 8 envs and a minibatch of
+`batch_per_process` samples per process, the global figures derived. A point that crashes or hangs
+is recorded with its error and the study goes on, so one failure never loses the rest of a scarce machine's time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from parallel_ppo.runs import fingerprint
+from parallel_ppo.core.config import ConfigError, build_config
+from parallel_ppo.core.files import atomic_write, write_json, write_text
+from parallel_ppo.runs.reading import load_run
+from parallel_ppo.bench.scaling import BENCH_RUN_SETS, BenchRunCrashed, point_row, run_bench_trainer, trainer_command
+from parallel_ppo.core.timing import PHASES
+
+ROOT = Path(__file__).resolve().parents[2]
+
+FAMILIES = ("threads", "workers", "ranks", "cuda")
+"""The study's families of runs, in the order they run and are shown."""
+
+FAMILY_TEXT = {
+    "threads": "1 process, N intra-op threads (sequential trainer, CPU)",
+    "workers": "N worker processes, learner on the CPU (parallel trainer)",
+    "ranks": "N distributed ranks, each a sequential collector and learner (torchrun, gloo)",
+    "cuda": "N CPU worker processes, learner on CUDA (parallel trainer, --device cuda)",
+}
+
+
+SAME_ARITHMETIC = ("--set", "training.precision=fp32", "--set", "training.microbatch_size=64")
+"""Every point does the same arithmetic: `auto` would measure (or find cached) a choice per thread count and
+device, and a point that got bf16 would not compare with one that got fp32. A `--set` of the study's own wins."""
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """What every run of the study shares."""
+
+    config: str
+    env: str
+    seconds: float
+    """Wall-clock budget of each run."""
+    envs_per_process: int = 8
+    n_steps: int = 64
+    batch_per_process: int = 128
+    """Minibatch samples per process: the global minibatch is this × processes (a distributed rank's share is
+    then this figure at every rank count)."""
+    extra: tuple[str, ...] = ()
+    """Further flags for every run (`--set` overrides)."""
+
+
+def per_process_layout(settings: StudySettings, processes: int) -> dict[str, int]:
+    """The scaling rule: envs and minibatch grow with the processes, so each process steps the same envs and
+    learns on the same number of samples at every count."""
+    return {"envs": settings.envs_per_process * processes, "batch_size": settings.batch_per_process * processes}
+
+
+def point_command(family: str, processes: int, settings: StudySettings, out: Path) -> list[str]:
+    """The trainer command of one study point."""
+    layout = per_process_layout(settings, processes)
+    m = settings.envs_per_process
+    if family == "threads":
+        cmd = [*trainer_command(0), "--num-envs", str(layout["envs"]), "--device", "cpu",
+               "--set", f"parallel.learner_threads={processes}", "--set", f"env.env_threads={processes}"]
+    elif family == "ranks":  # the distributed scaling rule: envs and minibatch per rank; one thread each
+        cmd = [*trainer_command(0, processes), "--num-envs", str(m), "--device", "cpu",
+               "--set", "parallel.learner_threads=1", "--set", "env.env_threads=1"]
+    else:  # the learner gets as many threads as there are workers: the run uses `processes` cores
+        cmd = [*trainer_command(processes), "--num-workers", str(processes), "--num-envs-per-worker", str(m),
+               "--set", "parallel.worker_threads=1", "--set", f"parallel.learner_threads={processes}",
+               "--set", f"env.num_envs={layout['envs']}", "--device", "cuda" if family == "cuda" else "cpu"]
+    batch = settings.batch_per_process if family == "ranks" else layout["batch_size"]
+    return [*cmd, "--config", settings.config, "--env", settings.env, "--batch-size", str(batch),
+            "--set", f"training.n_steps={settings.n_steps}", "--duration", f"{settings.seconds / 3600:.8f}",
+            "--output-dir", str(out), "--overwrite", *BENCH_RUN_SETS, *SAME_ARITHMETIC, *settings.extra]
+
+
+def run_study_point(family: str, processes: int, settings: StudySettings, runs_dir: Path) -> dict[str, Any]:
+    """One timed run, as a row of the study; a run that fails or hangs becomes a row with its error."""
+    label = f"{family}_{processes}"
+    out = runs_dir / label
+    row: dict[str, Any] = {"family": family, "processes": processes, "label": label,
+                           "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+    try:
+        run_bench_trainer(point_command(family, processes, settings, out), label,
+                          timeout=3 * settings.seconds + 120)
+        run = load_run(label, out)
+    except (BenchRunCrashed, ConfigError) as e:
+        return {**row, "error": str(e)}
+    ranks = run.summary.world_size
+    return {**row, **point_row(run), "batch_size": run.config.training.batch_size * ranks,
+            "precision": run.summary.precision,
+            "device": (run.summary.learner or {}).get("device", "cpu")}
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its affinity mask: a container's or a job's share, not the host's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def process_counts(cores: int) -> list[int]:
+    """1, 2, 4, ... up to `cores`, `cores` included."""
+    counts = [1]
+    while counts[-1] * 2 <= cores:
+        counts.append(counts[-1] * 2)
+    return counts if counts[-1] == cores else [*counts, cores]
+
+
+def family_points(families: list[str], counts: list[int]) -> list[tuple[str, int]]:
+    """The (family, processes) points to run: a distributed run of one rank is the sequential trainer, so ranks
+    start at 2."""
+    return [(f, n) for f in families for n in counts if not (f == "ranks" and n == 1)]
+
+
+def gpu_name() -> str | None:
+    """The CUDA device's name, None without one."""
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+
+
+def results_slug(cpu_model: str, cores: int, gpu: str | None) -> str:
+    """`<cpu>-<cores>c[-<gpu>]`, in lower-case letters, digits and dashes, e.g.
+    `intel-xeon-platinum-8480-16c-h100-80gb-hbm3`."""
+    def clean(text: str) -> str:
+        text = re.sub(r"\((r|tm)\)|\bcpu\b|@.*$|\bprocessor\b|\bnvidia\b|\d+-core", " ", text.lower())
+        return re.sub(r"[^a-z0-9]+", "-", text).strip("-")
+
+    return f"{clean(cpu_model) or 'cpu'}-{cores}c" + (f"-{clean(gpu)}" if gpu else "")
+
+
+def check_settings(settings: StudySettings) -> None:
+    """Refuse settings that no point could run (ConfigError), before the first run: the layout of one process
+    alone and as one worker, as every point of the study builds it."""
+    m, b = settings.envs_per_process, settings.batch_per_process
+    flags = {"env.id": settings.env, "training.n_steps": settings.n_steps, "env.num_envs": m, "training.batch_size": b}
+    sets = [settings.extra[i + 1] for i in range(0, len(settings.extra), 2)]
+    build_config(settings.config, flags, sets, parallel=False)
+    build_config(settings.config, {**flags, "parallel.num_workers": 1, "parallel.num_envs_per_worker": m}, sets,
+                 parallel=True)
+
+
+def add_ratios(rows: list[dict[str, Any]]) -> None:
+    """Speed-up and efficiency of every measured row. The base of the CPU families is one process with one
+    thread (`threads_1`), so efficiency = speed-up / processes; the CUDA family's base is its own first point
+    (a GPU is not a core). Without `threads_1`, each family's first point is its base."""
+    ok = [r for r in rows if "error" not in r]
+    one_core = next((r for r in ok if r["label"] == "threads_1"), None)
+    for family in FAMILIES:
+        members = [r for r in ok if r["family"] == family]
+        if not members:
+            continue
+        base = one_core if one_core is not None and family != "cuda" else members[0]
+        for r in members:
+            r["base"] = base["label"]
+            r["speedup"] = r["steps_per_second"] / base["steps_per_second"]
+            r["efficiency"] = r["speedup"] / (r["processes"] / base["processes"])
+
+
+SHOWN_PHASES = ("env", "inference", "sync", "update", "allreduce")
+
+
+def study_table(rows: list[dict[str, Any]]) -> str:
+    """The markdown table: SPS, speed-up, efficiency and the phase split of every point."""
+    head = ["family", "processes", "envs", "minibatch", "learner", "updates", "steps/s", "vs", "speed-up",
+            "efficiency", *(f"{p} %" for p in SHOWN_PHASES), "other %"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['family']} | {r['processes']} | failed: {r['error']} |" + " |" * (len(head) - 3))
+            continue
+        fractions = r["phase_fractions"]
+        shown = [100 * fractions.get(p, 0.0) for p in SHOWN_PHASES]
+        other = max(0.0, 100 * sum(fractions.get(p, 0.0) for p in PHASES) - sum(shown))
+        learner = f"{r['device']}, {r['threads'].get('learner', '?')} thr, {r.get('precision', '?')}"
+        lines.append("| " + " | ".join([
+            r["family"], str(r["processes"]), str(r["envs"]), str(r.get("batch_size", "-")), learner,
+            str(r["updates"]), f"{r['steps_per_second']:,.0f}", r["base"], f"{r['speedup']:.2f}×",
+            f"{100 * r['efficiency']:.0f}%", *(f"{v:.0f}" for v in shown), f"{other:.0f}"]) + " |")
+    return "\n".join(lines)
+
+
+def plot_study(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+    """Steps/s and efficiency against processes per family, and the phase split of every point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if "error" not in r]
+    fig, axes = plt.subplots(1, 3, figsize=(18, 5.4))
+    for family in FAMILIES:
+        pts = [r for r in ok if r["family"] == family]
+        if pts:
+            n = [r["processes"] for r in pts]
+            axes[0].plot(n, [r["steps_per_second"] for r in pts], "o-", label=family)
+            axes[1].plot(n, [100 * r["efficiency"] for r in pts], "o-", label=family)
+    base = next((r for r in ok if r["label"] == "threads_1"), None)
+    top = max([r["processes"] for r in ok] + [1])
+    if base is not None:
+        axes[0].plot([1, top], [base["steps_per_second"], top * base["steps_per_second"]], "k--", lw=1,
+                     label="ideal (1 core × N)")
+    counts = sorted({r["processes"] for r in ok})
+    for ax in axes[:2]:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(counts, [str(n) for n in counts])
+        ax.set_xlabel("processes (threads, workers or ranks)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set(ylabel="env steps/s (steady state)", title="Throughput")
+    axes[1].axhline(100, color="k", ls="--", lw=1)
+    axes[1].set(ylabel="efficiency (%)", title="Efficiency = speed-up / processes (each against its 'vs' point)")
+    ax = axes[2]
+    labels = [r["label"] for r in ok]
+    bottom = [0.0] * len(ok)
+    for phase in PHASES:
+        values = [100 * r["phase_fractions"].get(phase, 0.0) for r in ok]
+        if any(values):
+            ax.bar(labels, values, bottom=bottom, label=phase)
+            bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    ax.set(ylabel="share of wall time (%)", title="Where the time goes", ylim=(0, 105))
+    ax.tick_params(axis="x", rotation=60, labelsize=7)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.suptitle(title)
+    fig.tight_layout()
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
+    plt.close(fig)
+
+
+def merge_rows(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The points of an earlier study in the same results folder with every point measured now replaced (so a
+    study can be measured in several calls of a short-lived machine), in family then process order."""
+    measured = {r["label"] for r in new}
+    rows = [r for r in old if r["label"] not in measured] + new
+    return sorted(rows, key=lambda r: (FAMILIES.index(r["family"]), r["processes"]))
+
+
+def earlier_points(path: Path, identity: dict[str, Any]) -> list[dict[str, Any]]:
+    """The points of the study in `path` when it was measured on this machine with these settings (`identity`),
+    else none (the new study replaces it, and says so); a file that is not a study's results is refused."""
+    if not path.is_file():
+        return []
+    try:
+        data = json.loads(path.read_text())
+        points = [p for p in data["points"] if p["family"] in FAMILIES and p["label"] and p["measured_at"]]
+        same = {k: data.get(k) for k in identity} == identity
+    except (ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"{path} is not the results of a study ({type(e).__name__}: {e}); move it away") from None
+    if not same:
+        print(f"  {path} holds a study of other settings or another machine: replacing it", flush=True)
+        return []
+    return points
+
+
+def write_results(rows: list[dict[str, Any]], out_dir: Path, meta: dict[str, Any]) -> None:
+    """study.json, study.md and study.png in `out_dir` for `rows` (measured now, and kept from before)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for r in rows:
+        r.pop("speedup", None), r.pop("efficiency", None), r.pop("base", None)
+    add_ratios(rows)
+    hw, settings = meta["hardware"], meta["settings"]
+    machine = (f"{hw['cpu_model']}, {meta['cores']} cores ({hw['logical_cores']} logical / {hw['physical_cores']} "
+               f"physical on the host), {hw['memory_gb']} GB" + (f", {meta['gpu']}" if meta.get("gpu") else ""))
+    sittings = sorted({r["measured_at"][:16] for r in rows})
+    write_json(out_dir / "study.json", {"machine": machine, **meta, "points": rows})
+    text = (f"# Many-core study: {machine}\n\n"
+            f"{settings['env']} ({settings['config']}), {settings['envs_per_process']} envs × {settings['n_steps']} "
+            f"steps and a minibatch of {settings['batch_per_process']} samples per process (global figures × "
+            f"processes), fp32 in chunks of 64 at every point (unless set otherwise: {settings['extra'] or 'not'}), "
+            f"{settings['seconds']:g} s per run; versions {meta['versions']}.\n\n"
+            + "\n".join(f"- `{f}`: {FAMILY_TEXT[f]}" for f in FAMILIES if any(r["family"] == f for r in rows))
+            + f"\n\n{study_table(rows)}\n\n"
+            "Steps/s are steady state (from the end of update 1 to the end of the last update) of real training "
+            "runs with evaluation and the compute-limit measurement off; every point of N processes uses N cores. "
+            "Speed-up is against the point named under *vs* (one process with one thread on the CPU, `threads_1`, "
+            "where it was measured; the CUDA family against its own first point, a GPU not being a core), "
+            "efficiency = speed-up / (processes / that point's processes). Phases are shares of each run's wall "
+            "time.\n\n"
+            f"Measured {', '.join(sittings)} with `bench.py study`.\n")
+    write_text(out_dir / "study.md", text)
+    plot_study(rows, out_dir / "study.png", f"Many-core study: {machine}")
+
+
+def run_study(families: list[str], counts: list[int], settings: StudySettings, runs_dir: Path,
+              results_root: Path) -> tuple[Path, list[dict[str, Any]]]:
+    """Run every point, one at a time, rewriting the results folder after each (a machine taken back mid-study
+    leaves the points it finished); returns the folder and the rows measured now."""
+    gpu = gpu_name()
+    if "cuda" in families and gpu is None:
+        print("  cuda: skipped (no CUDA device here)", flush=True)
+        families = [f for f in families if f != "cuda"]
+    points = family_points(families, counts)
+    if not points:
+        raise ConfigError("the study has no points to run here")
+    hw, cores = fingerprint.hardware(), available_cores()
+    config = Path(settings.config).resolve()  # named from the checkout when in it, so results compare across hosts
+    shown = {**asdict(settings), "config": str(config.relative_to(ROOT) if config.is_relative_to(ROOT) else config)}
+    identity = {"settings": json.loads(json.dumps(shown)), "cores": cores, "gpu": gpu, "cpu_model": hw["cpu_model"]}
+    out_dir = results_root / results_slug(hw["cpu_model"], cores, gpu)
+    kept = earlier_points(out_dir / "study.json", identity)
+    meta = {**identity, "hardware": hw, "versions": fingerprint.versions()}
+    rows: list[dict[str, Any]] = []
+    for family, n in points:
+        print(f"  {family} × {n}: {settings.seconds:g} s ...", flush=True)
+        rows.append(run_study_point(family, n, settings, runs_dir))
+        r = rows[-1]
+        print(f"    failed: {r['error']}" if "error" in r else
+              f"    {r['steps_per_second']:,.0f} steps/s over {r['updates']} updates", flush=True)
+        write_results(merge_rows(kept, rows), out_dir, meta)
+    return out_dir, rows

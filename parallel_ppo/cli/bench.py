@@ -1,0 +1,414 @@
+"""bench.py's command line: `roofline` (the network's compute limit), `speed-check` (trainer vs limit),
+`envs` (raw env throughput), `scaling` (the worker sweep, with distributed ranks), `layouts` (sequential,
+parallel and distributed uses of the same processes), `autotune` (the fastest layout here), `learning`
+(return per step and per hour over config variants × seeds) and `study` (the many-core study: every scaling
+family on this machine, a CUDA learner included, into docs/results/)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from parallel_ppo.runs import fingerprint
+from parallel_ppo.core.allocator import retain_freed_memory
+from parallel_ppo.core.config import Config, ConfigError, OneLineParser, build_config, fail, positive_int, positive_number
+from parallel_ppo.core.envs import env_spaces
+from parallel_ppo.core.files import write_json
+from parallel_ppo.bench.roofline import format_table, network_flops, run_roofline_line
+from parallel_ppo.bench.scaling import BenchRunCrashed
+from parallel_ppo.bench.speedcheck import SPEED_TARGET
+from parallel_ppo.core.threads import thread_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+SPEED_CHECK_DIR = "benchmarks/speed_check_<time>"
+"""Where `make bench-speed` writes by default: a new directory per check, so no earlier result is lost."""
+
+
+def make_parser(prog: str) -> OneLineParser:
+    """bench.py's parser: one subcommand per benchmark."""
+    p = OneLineParser(prog=prog, description="Benchmarks of the PPO network and trainers on this machine.")
+    sub = p.add_subparsers(dest="command", required=True,
+                           metavar="{roofline,speed-check,envs,scaling,layouts,autotune,learning,study}")
+
+    for add in (_add_roofline, _add_speed_check, _add_envs, _add_sweeps, _add_learning, _add_study):
+        add(sub)
+    return p
+
+
+def _add_roofline(sub: Any) -> None:
+    r = sub.add_parser("roofline", help="measure the bare network's compute limit (no envs)",
+                       description="Forward and PPO-train rates of the bare network on random observations, "
+                                   "and the compute limit 1 / (1/forward + n_epochs/train) in env steps/s.")
+    r.add_argument("--config", help="YAML config file (as for train_timed.py)")
+    r.add_argument("--env", metavar="ID", help="Procgen game or gymnasium id (decides the observation shape)")
+    r.add_argument("--num-envs", type=int, metavar="N", help="forward batch (env.num_envs)")
+    r.add_argument("--batch-size", type=int, metavar="N", help="PPO minibatch (training.batch_size)")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override any config field, e.g. --set training.precision=bf16 (repeatable)")
+    r.add_argument("--seconds", type=positive_number, default=20.0, metavar="S",
+                   help="timed measuring budget, split between forward and train (default 20)")
+    r.add_argument("--threads", type=int, metavar="N",
+                   help="torch threads (default: the trainer's learner threads, all logical cores)")
+    r.add_argument("--output", metavar="FILE.json", help="also write the result as JSON")
+    r.add_argument("--run", metavar="DIR", help="also show a finished run's achieved FLOP/s against the peak")
+
+
+def _add_speed_check(sub: Any) -> None:
+    s = sub.add_parser("speed-check", help="sequential trainer SPS as a fraction of the compute limit",
+                       description="Measure the compute limit, run train_timed.py briefly with the same "
+                                   f"settings, and report steady-state SPS / limit against {SPEED_TARGET}. "
+                                   "A measurement: exits 0 whatever the ratio.")
+    s.add_argument("--config", default=str(ROOT / "config" / "ppo_sequential.yaml"), help="YAML config file")
+    s.add_argument("--env", default="starpilot", metavar="ID", help="Procgen game (default starpilot)")
+    s.add_argument("--num-envs", type=int, default=16, metavar="N", help="envs (default 16)")
+    s.add_argument("--n-steps", type=int, default=64, metavar="N", help="steps per env (default 64)")
+    s.add_argument("--batch-size", type=int, default=256, metavar="N", help="minibatch (default 256)")
+    s.add_argument("--n-epochs", type=int, default=3, metavar="N", help="epochs (default 3)")
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra config override for both the limit and the trainer (repeatable)")
+    s.add_argument("--seconds", type=positive_number, default=20.0, metavar="S",
+                   help="timed budget of the limit measurement (default 20)")
+    s.add_argument("--train-seconds", type=positive_number, default=120.0, metavar="S",
+                   help="wall-clock budget of the trainer run in seconds (default 120)")
+    s.add_argument("--output-dir", metavar="DIR",
+                   help=f"trainer run and JSON go here (default {SPEED_CHECK_DIR}, a new one each time)")
+    s.add_argument("--output", metavar="FILE.json",
+                   help="JSON result path (default <output-dir>/speed_check.json)")
+
+
+def _add_envs(sub: Any) -> None:
+    e = sub.add_parser("envs", help="raw env steps/s: bare envs, sequential and parallel paths",
+                       description="Env steps/s with no learning, through the bare envs, the sequential "
+                                   "collector and the parallel workers, with random actions and with the network.")
+    e.add_argument("--config", default=str(ROOT / "config" / "ppo_parallel.yaml"), help="YAML config file")
+    e.add_argument("--env", metavar="ID", help="Procgen game or gymnasium id")
+    e.add_argument("--num-workers", type=int, metavar="W", help="workers of the parallel path")
+    e.add_argument("--num-envs-per-worker", type=int, metavar="M", help="envs per worker (total W × M)")
+    e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
+    e.add_argument("--seconds", type=positive_number, default=10.0, metavar="S", help="per measurement (10)")
+    e.add_argument("--output", metavar="FILE.json", help="also write the rows as JSON")
+
+
+def _add_sweeps(sub: Any) -> None:
+    for name, text in (("scaling", "sweep worker counts with short timed training runs"),
+                       ("layouts", "compare the sequential, parallel and distributed ways to use P processes on "
+                                   "the same envs"),
+                       ("autotune", "find the fastest layout for this machine: workers × envs × threads, or "
+                                    "distributed ranks")):
+        c = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        c.add_argument("--config", default=str(ROOT / "config" / "ppo_parallel.yaml"), help="YAML config file")
+        c.add_argument("--env", metavar="ID", help="Procgen game or gymnasium id")
+        c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="config override passed to every run (repeatable)")
+        c.add_argument("--seconds", type=positive_number, default=20.0 if name == "autotune" else 60.0,
+                       metavar="S", help="wall-clock budget of each run")
+        c.add_argument("--output-dir", default=f"benchmarks/{name}", metavar="DIR",
+                       help=f"where the runs and results go (default benchmarks/{name})")
+        if name == "scaling":
+            c.add_argument("--workers", metavar="LIST",
+                           help='worker counts, e.g. "1 2 4" (default 1, 2, 4, ... physical cores)')
+            c.add_argument("--envs-per-worker", default="8", metavar="LIST", help='e.g. "8" or "4 8 16"')
+            c.add_argument("--no-sequential", action="store_true", help="skip the sequential reference point")
+            c.add_argument("--no-distributed", action="store_true",
+                           help="skip the distributed points (as many ranks as workers, for 2 workers or more)")
+        elif name == "layouts":
+            c.add_argument("--processes", default="2", metavar="LIST",
+                           help='process counts, e.g. "2" or "1 2 4 8 16"')
+            c.add_argument("--envs", type=positive_int, default=16, metavar="N", help="envs in total, in every layout")
+
+
+def _add_learning(sub: Any) -> None:
+    from parallel_ppo.bench.learning import DEFAULT_VARIANTS
+
+    text = "train config variants × seeds, one run at a time, and compare their learning across seeds"
+    c = sub.add_parser("learning", help=text, description=text[0].upper() + text[1:] + ". Runs that finished "
+                       "before (summary.json present) are kept, so the same command finishes an interrupted one.")
+    c.add_argument("--config", default=str(ROOT / "config" / "ppo_sequential.yaml"), help="YAML config file")
+    c.add_argument("--env", default="starpilot", metavar="ID", help="Procgen game or gymnasium id (starpilot)")
+    c.add_argument("--minutes", type=positive_number, default=10.0, metavar="M", help="per run (default 10)")
+    c.add_argument("--seeds", default="1,2,3", metavar="LIST", help="seeds, e.g. 1,2,3 (the default)")
+    c.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
+                   help="a variant (repeatable; keys as for --set, e.g. fp32:training.precision=fp32); "
+                        "default: " + ", ".join(f"{v.label}:{','.join(v.sets)}" for v in DEFAULT_VARIANTS))
+    c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override passed to every run (repeatable)")
+    c.add_argument("--output-dir", metavar="DIR", help="default benchmarks/learning_<env>")
+
+
+def _add_study(sub: Any) -> None:
+    from parallel_ppo.bench.study import FAMILIES
+
+    text = ("the many-core study: threads, workers, distributed ranks and a CUDA learner at 1, 2, 4, ... processes, "
+            "written to docs/results/<cpu>-<cores>c[-<gpu>]/")
+    c = sub.add_parser("study", help=text, description=text[0].upper() + text[1:] + ". Runs one at a time; a "
+                       "point that fails is recorded and the rest go on. Points measured before in the same "
+                       "results folder and not measured now are kept.")
+    c.add_argument("--config", default=str(ROOT / "config" / "ppo_parallel.yaml"), help="YAML config file")
+    c.add_argument("--env", default="starpilot", metavar="ID", help="Procgen game or gymnasium id (starpilot)")
+    c.add_argument("--processes", metavar="LIST", help='process counts (default 1, 2, 4, ... logical cores)')
+    c.add_argument("--families", default=",".join(FAMILIES), metavar="LIST",
+                   help=f"which families to run (default {','.join(FAMILIES)}; cuda only where CUDA is available)")
+    c.add_argument("--seconds", type=positive_number, default=30.0, metavar="S",
+                   help="wall-clock budget of each run (default 30)")
+    c.add_argument("--n-steps", type=positive_int, default=64, metavar="N", help="steps per env per rollout (64)")
+    c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override passed to every run (repeatable)")
+    c.add_argument("--runs-dir", default="benchmarks/study", metavar="DIR",
+                   help="where the run directories go (default benchmarks/study; not for git)")
+    c.add_argument("--results-dir", default=str(ROOT / "docs" / "results"), metavar="DIR",
+                   help="parent of the results folder (default docs/results)")
+
+
+def study(args: Any, prog: str) -> int:
+    from parallel_ppo.bench.study import (
+        FAMILIES,
+        StudySettings,
+        available_cores,
+        check_settings,
+        process_counts,
+        run_study,
+        study_table,
+    )
+
+    try:
+        families = args.families.replace(",", " ").split()
+        if not families or set(families) - set(FAMILIES):
+            raise ConfigError(f"--families takes {', '.join(FAMILIES)}; got {args.families!r}")
+        counts = sorted(set(_int_list(args.processes, "--processes"))) if args.processes else process_counts(
+            available_cores())
+        settings = StudySettings(args.config, args.env, args.seconds, n_steps=args.n_steps,
+                                 extra=tuple(a for item in args.set for a in ("--set", item)))
+        check_settings(settings)
+        for path in (Path(args.runs_dir), Path(args.results_dir)):
+            if path.exists() and not path.is_dir():
+                raise ConfigError(f"{path} exists and is not a directory")
+        print(f"{prog}: study of {', '.join(families)} at {counts} processes, {args.seconds:g} s per run, "
+              f"one at a time", flush=True)
+        out_dir, rows = run_study([f for f in FAMILIES if f in families], counts, settings, Path(args.runs_dir),
+                                  Path(args.results_dir))
+    except ConfigError as e:
+        return fail(prog, e, 2)
+    except OSError as e:  # the results folder could not be written
+        return fail(prog, e, 1)
+    print(study_table(rows))
+    print(f"wrote {out_dir / 'study.md'}, {out_dir / 'study.json'}, {out_dir / 'study.png'}")
+    failed = [r["label"] for r in rows if "error" in r]
+    if failed:
+        return fail(prog, BenchRunCrashed(f"{len(failed)} of {len(rows)} points failed ({', '.join(failed)}); their "
+                                          f"errors are in {out_dir / 'study.md'}"), 1)
+    return 0
+
+
+def learning(args: Any, prog: str) -> int:
+    from parallel_ppo.bench.learning import DEFAULT_VARIANTS, main_learning, parse_variant
+
+    out = Path(args.output_dir or f"benchmarks/learning_{args.env}")
+    try:
+        seeds = _int_list(args.seeds, "--seeds")
+        if len(set(seeds)) != len(seeds):
+            raise ConfigError(f"--seeds lists a seed twice: {args.seeds!r}")
+        variants = [parse_variant(v) for v in args.variant] or list(DEFAULT_VARIANTS)
+        labels = [v.label for v in variants]
+        if len(set(labels)) != len(labels):
+            raise ConfigError(f"two variants have the same label ({', '.join(labels)})")
+        extra = ["--env", args.env, *(a for item in args.set for a in ("--set", item))]
+        for v in variants:  # every run's config is checked before the first one starts
+            build_config(args.config, {"env.id": args.env}, [*args.set, *v.sets], parallel=False)
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"--output-dir {out} exists and is not a directory")
+        print(f"{prog}: {args.env}, {len(variants)} variants × {len(seeds)} seeds × {args.minutes:g} min, one at a "
+              f"time → {out}", flush=True)
+        return main_learning(out, variants, seeds, args.config, args.minutes, extra, prog)
+    except ConfigError as e:
+        return fail(prog, e, 2)
+    except BenchRunCrashed as e:
+        return fail(prog, e, 1)
+
+
+def _int_list(text: str, name: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.replace(",", " ").split()]
+    except ValueError:
+        raise ConfigError(f"{name} must be whole numbers, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise ConfigError(f"{name} must be positive whole numbers, got {text!r}")
+    return values
+
+
+def _run_args(args: Any) -> list[str]:
+    """Flags passed on to every run of a sweep (validated first, so a typo fails before any run)."""
+    extra = ["--env", args.env] if args.env else []
+    for item in args.set:
+        extra += ["--set", item]
+    build_config(args.config, {"env.id": args.env}, args.set, parallel=True)
+    return extra
+
+
+def envs(args: Any, prog: str) -> int:
+    from parallel_ppo.bench.envbench import bench_envs, format_env_table
+    from parallel_ppo.bench.learner_settings import resolve
+
+    flags = {"env.id": args.env, "parallel.num_workers": args.num_workers,
+             "parallel.num_envs_per_worker": args.num_envs_per_worker}
+    try:
+        cfg = build_config(args.config, flags, args.set, parallel=True)
+        _check_output(args.output)
+        torch.set_num_threads(thread_plan(cfg, parallel=True).learner)
+        print(f"{prog}: network {resolve(cfg, cfg.run.limit_seconds).describe()}", flush=True)
+        print(f"{prog}: {cfg.env.id}, {cfg.env.num_envs} envs, {args.seconds:g} s per measurement ...", flush=True)
+        rows = bench_envs(cfg, args.seconds)
+    except ConfigError as e:
+        return fail(prog, e, 2)
+    print(format_env_table(rows))
+    if args.output:
+        _write_json(args.output, {"rows": rows, "hardware": fingerprint.hardware()})
+        print(f"wrote {args.output}")
+    return 0
+
+
+def sweep(args: Any, prog: str) -> int:
+    from parallel_ppo.bench import scaling
+
+    out = Path(args.output_dir)
+    try:
+        extra = _run_args(args)
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"--output-dir {out} exists and is not a directory")
+        if args.command == "scaling":
+            workers = _int_list(args.workers, "--workers") if args.workers else scaling.default_worker_counts()
+            per_worker = _int_list(args.envs_per_worker, "--envs-per-worker")
+            print(f"{prog}: scaling sweep, workers {workers} × envs/worker {per_worker}, {args.seconds:g} s each",
+                  flush=True)
+            rows = scaling.sweep(out, workers, per_worker, args.seconds, args.config, extra,
+                                 sequential=not args.no_sequential, distributed=not args.no_distributed)
+            scaling.write_scaling(rows, out, f"Scaling: {rows[0]['label']} and {len(rows) - 1} more runs")
+            print(scaling.scaling_table(rows))
+            print(f"wrote {out / 'scaling.json'}, {out / 'scaling.md'}, {out / 'scaling.png'}")
+        elif args.command == "layouts":
+            processes = _int_list(args.processes, "--processes")
+            print(f"{prog}: layouts of {args.envs} envs over {processes} processes, {args.seconds:g} s each",
+                  flush=True)
+            rows = scaling.layouts(out, processes, args.envs, args.seconds, args.config, extra)
+            scaling.write_layouts(rows, out)
+            print(scaling.layouts_table(rows))
+            print(f"wrote {out / 'layouts.json'}, {out / 'layouts.md'}, {out / 'layouts.png'}")
+        else:
+            print(f"{prog}: autotune, {args.seconds:g} s per layout", flush=True)
+            result = scaling.autotune(out, args.seconds, args.config, extra)
+            print(scaling.scaling_table(result["points"]))
+            best = result["best"]
+            if best["ranks"]:
+                layout = f"distributed, {best['ranks']} ranks × {best['envs_per_worker']} envs"
+            elif best["workers"]:
+                layout = (f"{best['workers']} workers × {best['envs_per_worker']} envs, {best['worker_threads']} "
+                          "thread(s) per worker")
+            else:
+                layout = f"sequential, {best['envs_per_worker']} envs"
+            print(f"fastest here: {layout} at {best['steps_per_second']:,.0f} env steps/s")
+            print(f"use it: {result['command']}")
+    except ConfigError as e:
+        return fail(prog, e, 2)
+    except BenchRunCrashed as e:
+        return fail(prog, e, 1)
+    return 0
+
+
+def _write_json(path: str | Path, data: dict[str, Any]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, data)
+
+
+def _check_output(path: str | None) -> None:
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"--output {p} is a directory; give a file name such as result.json")
+    if p.parent.exists() and not p.parent.is_dir():
+        raise ConfigError(f"--output {p}: {p.parent} is not a directory")
+
+
+def _set_threads(cfg: Config, threads: int | None) -> None:
+    if threads is not None and threads <= 0:
+        raise ConfigError(f"--threads must be positive, got {threads}")
+    torch.set_num_threads(threads or thread_plan(cfg, parallel=False).learner)
+
+
+def _measure(cfg: Config, seconds: float) -> dict[str, Any]:
+    """The compute limit of every setting the config leaves `auto`; the one a trainer would keep (`pick`) is written
+    into `cfg`, and the result carries the physical roofline (network FLOPs, matmul peaks) beside it."""
+    from parallel_ppo.bench.learner_settings import matmul_peaks, measure_candidates
+
+    obs_shape, obs_dtype, num_actions = env_spaces(cfg.env)
+    result = measure_candidates(cfg, obs_shape, obs_dtype, num_actions, seconds)
+    cfg.training.precision, cfg.training.microbatch_size = result["precision"], result["microbatch_size"]
+    return {**result, **network_flops(cfg, obs_shape, num_actions), "peak_gflops": matmul_peaks(cfg)}
+
+
+def roofline(args: Any, prog: str) -> int:
+    flags = {"env.id": args.env, "env.num_envs": args.num_envs, "training.batch_size": args.batch_size}
+    try:
+        cfg = build_config(args.config, flags, args.set, parallel=False)
+        _set_threads(cfg, args.threads)
+        _check_output(args.output)
+        if args.run:
+            run_roofline_line(args.run)  # a bad run directory is refused before the measurement
+        result = _measure(cfg, args.seconds)
+    except ConfigError as e:
+        return fail(prog, e, 2)
+    result["hardware"] = fingerprint.hardware()
+    print(format_table(result))
+    if args.run:
+        print(run_roofline_line(args.run))
+    if args.output:
+        _write_json(args.output, result)
+        print(f"wrote {args.output}")
+    return 0
+
+
+def speed_check(args: Any, prog: str) -> int:
+    from parallel_ppo.bench.speedcheck import format_speed_check, run_trainer, speed_result, trainer_args, trainer_figures
+
+    sets = [f"training.n_steps={args.n_steps}", f"training.n_epochs={args.n_epochs}", *args.set]
+    flags = {"env.id": args.env, "env.num_envs": args.num_envs, "training.batch_size": args.batch_size}
+    out_dir = Path(args.output_dir or SPEED_CHECK_DIR.replace("<time>", time.strftime("%Y%m%d-%H%M%S")))
+    json_path = Path(args.output) if args.output else out_dir / "speed_check.json"
+    try:
+        cfg = build_config(args.config, flags, sets, parallel=False)
+        _set_threads(cfg, None)
+        _check_output(str(json_path))
+        if out_dir.exists() and not out_dir.is_dir():
+            raise ConfigError(f"output directory {out_dir} exists and is not a directory")
+        print(f"{prog}: measuring the compute limit for {args.seconds:g} s ...", flush=True)
+        limit = _measure(cfg, args.seconds)
+    except ConfigError as e:
+        return fail(prog, e, 2)
+    print(format_table(limit), flush=True)
+    sets += [f"training.precision={limit['precision']}", f"training.microbatch_size={limit['microbatch_size']}"]
+    run_dir = out_dir / "train"
+    print(f"{prog}: running the sequential trainer for {args.train_seconds:g} s → {run_dir}", flush=True)
+    try:
+        load = run_trainer(trainer_args(cfg, args.config, sets, args.train_seconds, run_dir))
+        trainer = trainer_figures(run_dir)
+    except (BenchRunCrashed, ConfigError) as e:
+        return fail(prog, e, 1)
+    result = speed_result(cfg, limit, trainer, load, run_dir, {"limit": args.seconds, "train": args.train_seconds})
+    _write_json(json_path, result)
+    print(f"\n{prog}: {format_speed_check(result)}")
+    print(f"wrote {json_path}")
+    print(result["verdict"])
+    return 0
+
+
+def main(argv: list[str] | None = None, prog: str = "bench.py") -> int:
+    args = make_parser(prog).parse_args(argv)
+    retain_freed_memory()  # as the trainer does, so rates measured here are the trainer's
+    commands = {"roofline": roofline, "speed-check": speed_check, "envs": envs, "scaling": sweep,
+                "layouts": sweep, "autotune": sweep, "learning": learning, "study": study}
+    return commands[args.command](args, prog)

@@ -1,0 +1,168 @@
+"""`python -m parallel_ppo eval` (a checkpoint's return on training or test levels, eval.json, an optional
+video) and `python -m parallel_ppo demo` (a video of the agent playing)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
+
+from parallel_ppo.core.config import (
+    Config,
+    ConfigError,
+    OneLineParser,
+    config_from_dict,
+    fail,
+    positive_int,
+    positive_number,
+)
+
+if TYPE_CHECKING:
+    from parallel_ppo.core.evaluate import FrameSink
+
+DEFAULT_FPS = 15
+
+
+def _common(p: OneLineParser) -> None:
+    p.add_argument("--checkpoint", required=True, metavar="RUN_DIR_OR_FILE",
+                   help="a run directory (its checkpoint.pt) or a checkpoint file")
+    p.add_argument("--levels", choices=("train", "test"), default="test",
+                   help="the run's own levels, or levels it never saw (default test)")
+    p.add_argument("--deterministic", action="store_true", help="take the most likely action instead of sampling")
+    p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the eval envs and actions (0)")
+
+
+def eval_parser(prog: str) -> OneLineParser:
+    p = OneLineParser(prog=prog, description="Play a trained policy for complete episodes on its training or test "
+                      "levels; print the returns and record them in RUN_DIR/eval.json.")
+    _common(p)
+    p.add_argument("--episodes", type=positive_int, default=20, metavar="N", help="complete episodes (20)")
+    p.add_argument("--num-envs", type=positive_int, default=8, metavar="N", help="envs played at once (8)")
+    p.add_argument("--video", metavar="FILE.mp4|FILE.gif", help="also write env 0's episodes as a video")
+    return p
+
+
+def demo_parser(prog: str) -> OneLineParser:
+    p = OneLineParser(prog=prog, description="Write a video of a trained policy playing (no screen needed), its "
+                      "episode return drawn on the frames.")
+    _common(p)
+    p.add_argument("--seconds", type=positive_number, default=20.0, metavar="S", help="video length (20)")
+    p.add_argument("--output", metavar="FILE.mp4|FILE.gif", help="default RUN_DIR/demo.mp4")
+    p.add_argument("--fps", type=positive_int, default=DEFAULT_FPS, metavar="N", help=f"frames/s ({DEFAULT_FPS})")
+    return p
+
+
+def load_policy(where: str) -> tuple[Config, nn.Module, Path, dict[str, Any]]:
+    """(config, model with the checkpoint's weights, run directory, checkpoint) from a run dir or a file."""
+    from parallel_ppo.core.checkpoint import load_checkpoint
+    from parallel_ppo.core.envs import env_spaces
+    from parallel_ppo.core.model import build_model
+
+    path = Path(where)
+    file = path / "checkpoint.pt" if path.is_dir() else path
+    checkpoint = load_checkpoint(file)
+    try:
+        cfg = config_from_dict(checkpoint["config"])
+    except (ConfigError, AttributeError, TypeError) as e:
+        raise ConfigError(f"checkpoint {file} holds an unusable config ({e})") from None
+    obs_shape, _, num_actions = env_spaces(cfg.env)
+    model = build_model(obs_shape, num_actions, cfg.model)
+    try:
+        model.load_state_dict(checkpoint["model"])
+    except (RuntimeError, KeyError, TypeError, AttributeError):
+        raise ConfigError(f"checkpoint {file} does not match the network its config describes ({cfg.model.kind} "
+                          f"for {cfg.env.id}); was it edited or made by another version?") from None
+    model.eval()
+    return cfg, model, file.parent, checkpoint
+
+
+def record_eval(run_dir: Path, key: str, entry: dict[str, Any]) -> Path:
+    """Merge `entry` under `key` into RUN_DIR/eval.json (earlier evaluations of other kinds are kept)."""
+    from parallel_ppo.core.files import write_json
+
+    path = run_dir / "eval.json"
+    data: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = {}
+    if not isinstance(data, dict):
+        data = {}
+    data[key] = entry
+    write_json(path, data)
+    return path
+
+
+def captioned(frames: list) -> FrameSink:
+    """A frame sink that keeps each frame with its episode return so far drawn on it."""
+    from parallel_ppo.runs.video import stamp
+
+    return lambda frame, ret: frames.append(stamp(frame, f"R {ret:g}"))
+
+
+def eval_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo eval") -> int:
+    from parallel_ppo.core.evaluate import evaluate
+    from parallel_ppo.runs.video import check_video_path, write_video
+
+    args = eval_parser(prog).parse_args(argv)
+    frames: list = []
+    try:
+        if args.video:
+            check_video_path(Path(args.video))
+        cfg, model, run_dir, checkpoint = load_policy(args.checkpoint)
+        result = evaluate(model, cfg, args.levels, args.episodes, args.num_envs, args.deterministic, args.seed,
+                          frames=captioned(frames) if args.video else None)
+        if args.video:
+            write_video(Path(args.video), frames, DEFAULT_FPS)
+    except ConfigError as e:
+        return fail(prog, e, 2)
+    command = " ".join([prog, shlex.join(argv if argv is not None else sys.argv[1:])])
+    entry = {**result.stats(), "checkpoint_update": checkpoint["update"],
+             "checkpoint_env_steps": checkpoint["env_steps"], "seed": args.seed, "command": command}
+    key = f"{args.levels}_{'deterministic' if args.deterministic else 'sampled'}"
+    path = record_eval(run_dir, key, entry)
+    print(format_eval(cfg, entry))
+    print(f"wrote {path}" + (f" and {args.video} ({len(frames)} frames)" if args.video else ""))
+    return 0
+
+
+def format_eval(cfg: Config, e: dict[str, Any]) -> str:
+    from parallel_ppo.core.config import PROCGEN_GAMES
+
+    last = e["start_level"] + e["num_levels"] - 1
+    where = f"levels {e['start_level']}..{last}" if cfg.env.id in PROCGEN_GAMES else ""
+    norm = "" if e["normalized_mean"] is None else f", normalized {e['normalized_mean']:.3f}"
+    return (f"{cfg.env.id}, {e['levels']} {where}, {e['episodes']} episodes, "
+            f"{'deterministic' if e['deterministic'] else 'sampled'} actions, checkpoint at "
+            f"{e['checkpoint_env_steps']:,} steps\n"
+            f"  return mean {e['mean']:.2f} ± {e['std']:.2f} (median {e['median']:.2f}, min {e['min']:.2f}, max "
+            f"{e['max']:.2f}){norm}; mean length {e['mean_length']:.0f} steps; {e['seconds']:.1f} s")
+
+
+def demo_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo demo") -> int:
+    from parallel_ppo.core.evaluate import evaluate
+    from parallel_ppo.runs.video import check_video_path, write_video
+
+    args = demo_parser(prog).parse_args(argv)
+    frames: list = []
+    wanted = math.ceil(args.seconds * args.fps)
+    try:
+        cfg, model, run_dir, _ = load_policy(args.checkpoint)
+        output = Path(args.output) if args.output else run_dir / "demo.mp4"
+        check_video_path(output)
+        result = evaluate(model, cfg, args.levels, 10**6, 1, args.deterministic, args.seed,
+                          frames=captioned(frames),
+                          until=lambda: len(frames) >= wanted)
+        write_video(output, frames, args.fps)
+    except ConfigError as e:
+        return fail(prog, e, 2)
+    done = ", ".join(f"{r:g}" for r in result.returns) or "none finished"
+    print(f"wrote {output}: {len(frames)} frames at {args.fps} fps of {cfg.env.id} ({args.levels} levels); "
+          f"returns of the episodes it shows: {done}")
+    return 0

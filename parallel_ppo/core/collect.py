@@ -1,0 +1,147 @@
+"""Step a BatchEnv with a policy into a rollout buffer (slice): used by the sequential trainer and by workers."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from parallel_ppo.core.buffer import RolloutBuffer
+from parallel_ppo.core.config import Config
+from parallel_ppo.core.envs import BatchEnv, env_seed, make_batch_env
+from parallel_ppo.core.model import autocast, module_device
+from parallel_ppo.core.timing import PhaseTimer
+
+
+class RolloutError(RuntimeError):
+    """A rollout source failed in a way the trainer cannot work around (e.g. a worker slot out of restarts)."""
+
+
+@dataclass
+class CollectResult:
+    """What one rollout produced besides the buffer contents."""
+
+    episode_returns: list[float]
+    episode_lengths: list[int]
+    time_env: float
+    time_inference: float
+
+
+def sample_actions(logits: torch.Tensor, uniforms: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inverse-CDF sampling from categorical logits with one uniform number per row; returns (actions, log-probs).
+
+    Drawing the uniforms from per-env generators makes an env's actions independent of how the envs
+    are batched, which is what lets a parallel run reproduce a sequential one exactly.
+    """
+    log_probs = torch.log_softmax(logits.float(), dim=-1)
+    cdf = log_probs.exp().cumsum(-1)
+    u = torch.from_numpy(uniforms).to(cdf.dtype).unsqueeze(1)
+    actions = (cdf < u).sum(-1).clamp_(max=logits.shape[-1] - 1)
+    return actions, log_probs.gather(1, actions.unsqueeze(1)).squeeze(1)
+
+
+class EnvRunner:
+    """A BatchEnv with its current observations, per-env action generators and running episode totals."""
+
+    def __init__(self, env: BatchEnv, seed: int, first_env: int, precision: str = "fp32",
+                 stream: tuple[int, ...] = (0, 0), gamma: float = 0.0) -> None:
+        """`gamma` discounts the value bootstrapped where a time limit cut an episode (0: no bootstrap)."""
+        self.env = env
+        self.precision = precision
+        self.gamma = gamma
+        self.rngs = [np.random.default_rng(env_seed(seed, first_env + i, stream) ^ 0x5EED)
+                     for i in range(env.num_envs)]
+        self.obs = env.reset()
+        self.ep_return = np.zeros(env.num_envs, dtype=np.float64)
+        self.ep_length = np.zeros(env.num_envs, dtype=np.int64)
+
+    def collect(self, model: nn.Module, buf: RolloutBuffer, progress: torch.Tensor | None = None) -> CollectResult:
+        """Fill `buf` (n_steps × this runner's envs) with one rollout of `model`; `progress` counts steps done."""
+        returns: list[float] = []
+        lengths: list[int] = []
+        t_env = t_inf = 0.0
+        device = module_device(model)
+        with torch.no_grad():
+            for t in range(buf.n_steps):
+                start = time.perf_counter()
+                obs_t = buf.obs[t]
+                obs_t.copy_(torch.from_numpy(self.obs))
+                with autocast(self.precision, device.type):
+                    logits, values = model(obs_t.to(device))
+                logits, values = logits.cpu(), values.cpu()
+                actions, logprobs = sample_actions(logits, np.array([g.random() for g in self.rngs]))
+                buf.actions[t] = actions
+                buf.logprobs[t] = logprobs
+                buf.values[t] = values.float()
+                mid = time.perf_counter()
+                self.obs, rewards, dones, cut = self.env.step(actions.numpy())
+                self.ep_return += rewards  # episode returns stay raw
+                self.ep_length += 1
+                for i in np.flatnonzero(dones):
+                    returns.append(float(self.ep_return[i]))
+                    lengths.append(int(self.ep_length[i]))
+                    self.ep_return[i] = 0.0
+                    self.ep_length[i] = 0
+                end = time.perf_counter()
+                buf.rewards[t] = torch.from_numpy(rewards)
+                if cut and self.gamma:
+                    buf.bootstrap[t] = torch.from_numpy(self.gamma * self._values(model, cut))
+                else:
+                    buf.bootstrap[t] = 0.0
+                buf.dones[t] = torch.from_numpy(dones.astype(np.float32))
+                t_inf += mid - start + time.perf_counter() - end
+                t_env += end - mid
+                if progress is not None:
+                    progress += 1
+            start = time.perf_counter()
+            with autocast(self.precision, device.type):
+                _, last_values = model(torch.from_numpy(self.obs).to(device))
+            buf.last_values.copy_(last_values.float())
+            t_inf += time.perf_counter() - start
+        return CollectResult(returns, lengths, t_env, t_inf)
+
+    def _values(self, model: nn.Module, cut: dict[int, np.ndarray]) -> np.ndarray:
+        """Per env: the value of the last state of an episode a time limit cut short, 0 for the others.
+
+        The done flag stops GAE at that step, so adding gamma times this value to its reward (through
+        `buf.bootstrap`, kept apart from the raw reward so that reward normalization scales only the reward)
+        is the bootstrap the episode would have had if the task had not been cut (a time limit is not a
+        terminal state).
+        """
+        bootstrap = np.zeros(self.env.num_envs, dtype=np.float32)
+        device = module_device(model)
+        with autocast(self.precision, device.type):
+            _, values = model(torch.from_numpy(np.stack(list(cut.values()))).to(device))
+        bootstrap[list(cut)] = values.float().cpu().numpy()
+        return bootstrap
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class SequentialCollector:
+    """The rollout source of the sequential trainer: one process steps all envs with the learner's model."""
+
+    mode = "sequential"
+    restarts = 0  # no workers to restart
+
+    def __init__(self, cfg: Config, env_threads: int, resumes: int = 0, env_offset: int = 0) -> None:
+        """`env_offset`: the global index of the first env (a distributed rank's share starts there)."""
+        stream = (resumes, 0)
+        env = make_batch_env(cfg.env, cfg.run.seed, env_offset, cfg.env.num_envs, env_threads, stream)
+        self.obs_shape, self.obs_dtype, self.num_actions = env.obs_shape, env.obs_dtype, env.num_actions
+        self.runner = EnvRunner(env, cfg.run.seed, env_offset, cfg.training.precision, stream, cfg.training.gamma)
+        self.buffer = RolloutBuffer.allocate(cfg.training.n_steps, cfg.env.num_envs, env.obs_shape, env.obs_dtype)
+        self.layout = {"num_workers": 0, "num_envs_per_worker": cfg.env.num_envs, "num_envs": cfg.env.num_envs}
+
+    def collect(self, model: nn.Module, timers: PhaseTimer) -> CollectResult:
+        result = self.runner.collect(model, self.buffer)
+        timers.add("env", result.time_env)
+        timers.add("inference", result.time_inference)
+        return result
+
+    def close(self) -> None:
+        self.runner.close()

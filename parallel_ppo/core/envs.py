@@ -1,0 +1,170 @@
+"""Batched environments behind one small protocol: Procgen's native gym3 API and gymnasium vector envs."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import warnings
+from typing import Protocol
+
+import numpy as np
+
+from parallel_ppo.core.config import PROCGEN_GAMES, ConfigError, EnvConfig
+
+
+class BatchEnv(Protocol):
+    """`num_envs` envs stepped together. `step` auto-resets finished envs and returns the new first obs."""
+
+    num_envs: int
+    obs_shape: tuple[int, ...]
+    obs_dtype: np.dtype
+    num_actions: int
+
+    def reset(self) -> np.ndarray:
+        """Start every env; returns observations shaped (num_envs, *obs_shape)."""
+        ...
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, np.ndarray]]:
+        """Apply one action per env; returns (next_obs, rewards float32, dones bool: this step ended it, cut).
+
+        `cut` maps the envs whose episode a time limit cut short (truncated, not terminated) to their last
+        observation: the learner bootstraps the value of that state, since the task itself went on.
+        """
+        ...
+
+    def close(self) -> None: ...
+
+
+def import_procgen() -> None:
+    """Import procgen quietly (it imports the old `gym`, which prints deprecation notices)."""
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        import procgen  # noqa: F401
+
+
+def env_seed(seed: int, env_index: int, stream: tuple[int, ...] = (0, 0)) -> int:
+    """A 31-bit seed from the run seed, an env's global index and a stream (resume count, restart count)."""
+    return int(np.random.SeedSequence([seed, env_index, *stream]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+class ProcgenBatchEnv:
+    """Procgen through `ProcgenGym3Env`: uint8 HWC frames, stepped by procgen's own C++ threads.
+
+    Procgen seeds the envs of a batch from one number, env n from the n-th draw of one generator, so a
+    batch split differently would play other levels. Each env here is instead seeded on its own: it starts
+    from the state of a one-env game seeded with its own seed (about 2 ms each), so any split of the same
+    envs across processes plays the same levels.
+    """
+
+    def __init__(self, cfg: EnvConfig, seeds: list[int], threads: int, render: bool = False) -> None:
+        """`render`: also draw Procgen's 512×512 frames (`frame`), which costs most of its speed: eval envs only."""
+        import_procgen()
+        from procgen import ProcgenGym3Env
+
+        levels = {} if cfg.distribution_mode == "exploration" else {  # exploration fixes its own level
+            "num_levels": cfg.num_levels, "start_level": cfg.start_level}
+
+        def make(num: int, seed: int, num_threads: int) -> ProcgenGym3Env:
+            return ProcgenGym3Env(num=num, env_name=cfg.id, distribution_mode=cfg.distribution_mode,
+                                  rand_seed=seed, num_threads=num_threads,
+                                  render_mode="rgb_array" if render else None, **levels)
+
+        states = []
+        for seed in seeds:
+            single = make(1, seed, 0)
+            states.extend(single.callmethod("get_state"))
+            single.close()
+        self._env = make(len(seeds), seeds[0], threads)
+        self._env.callmethod("set_state", states)
+        self.num_envs = len(seeds)
+        self.obs_shape = tuple(self._env.ob_space["rgb"].shape)
+        self.obs_dtype = np.dtype(np.uint8)
+        self.num_actions = int(self._env.ac_space.eltype.n)
+
+    def reset(self) -> np.ndarray:
+        _, ob, _ = self._env.observe()
+        return ob["rgb"]
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, np.ndarray]]:
+        self._env.act(actions.astype(np.int32, copy=False))
+        rew, ob, first = self._env.observe()
+        return ob["rgb"], rew.astype(np.float32, copy=False), first.astype(bool, copy=False), {}
+
+    def frame(self, index: int) -> np.ndarray:
+        """The high-resolution RGB frame of env `index` now (needs `render`)."""
+        return self._env.get_info()[index]["rgb"]
+
+    def level_seeds(self) -> list[int]:
+        """The level each env is playing now."""
+        return [int(info["level_seed"]) for info in self._env.get_info()]
+
+    def close(self) -> None:
+        self._env.close()
+
+
+class GymnasiumBatchEnv:
+    """Gymnasium envs with discrete actions in a `SyncVectorEnv` that resets finished envs in the same step."""
+
+    def __init__(self, cfg: EnvConfig, num_envs: int, seeds: list[int], render: bool = False) -> None:
+        import gymnasium
+
+        self._seeds = seeds
+        make = functools.partial(gymnasium.make, cfg.id, **({"render_mode": "rgb_array"} if render else {}))
+        try:
+            self._env = gymnasium.vector.SyncVectorEnv(
+                [make for _ in range(num_envs)],
+                autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP,
+            )
+        except Exception as e:  # a registered id whose dependencies are missing, for example
+            raise ConfigError(f"cannot create gymnasium env {cfg.id!r}: {e}") from None
+        space = self._env.single_action_space
+        if not isinstance(space, gymnasium.spaces.Discrete):
+            self._env.close()
+            raise ConfigError(f"{cfg.id} has a {type(space).__name__} action space; only Discrete is supported")
+        obs_space = self._env.single_observation_space
+        self.num_envs = num_envs
+        self.obs_shape = tuple(obs_space.shape)
+        self.obs_dtype = np.dtype(np.uint8) if obs_space.dtype == np.uint8 else np.dtype(np.float32)
+        self.num_actions = int(space.n)
+
+    def reset(self) -> np.ndarray:
+        obs, _ = self._env.reset(seed=self._seeds)
+        return obs.astype(self.obs_dtype, copy=False)
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, np.ndarray]]:
+        obs, rew, term, trunc, info = self._env.step(actions)
+        cut = {int(i): np.asarray(info["final_obs"][i], dtype=self.obs_dtype)
+               for i in np.flatnonzero(np.logical_and(trunc, np.logical_not(term)))}
+        return obs.astype(self.obs_dtype, copy=False), rew.astype(np.float32), np.logical_or(term, trunc), cut
+
+    def frame(self, index: int) -> np.ndarray:
+        """The RGB frame of env `index` now (needs `render`)."""
+        return self._env.envs[index].render()
+
+    def close(self) -> None:
+        self._env.close()
+
+
+PROCGEN_OBS_SHAPE = (64, 64, 3)
+PROCGEN_ACTIONS = 15
+"""Every Procgen game shares these (RGB frames, the combined 15-button action set)."""
+
+
+def env_spaces(cfg: EnvConfig) -> tuple[tuple[int, ...], np.dtype, int]:
+    """(obs_shape, obs_dtype, num_actions) without loading Procgen (its assets take ~350 MB per process)."""
+    if cfg.id in PROCGEN_GAMES:
+        return PROCGEN_OBS_SHAPE, np.dtype(np.uint8), PROCGEN_ACTIONS
+    env = GymnasiumBatchEnv(cfg, 1, [0])
+    env.close()
+    return env.obs_shape, env.obs_dtype, env.num_actions
+
+
+def make_batch_env(cfg: EnvConfig, seed: int, first_env: int, num_envs: int, threads: int,
+                   stream: tuple[int, ...] = (0, 0), render: bool = False) -> BatchEnv:
+    """Build envs with global indices [first_env, first_env + num_envs), each seeded from (seed, index, stream),
+    so any split of the same envs across workers steps identically. `render` makes `frame(i)` available."""
+    seeds = [env_seed(seed, first_env + i, stream) for i in range(num_envs)]
+    if cfg.id in PROCGEN_GAMES:
+        return ProcgenBatchEnv(cfg, seeds, threads, render)
+    return GymnasiumBatchEnv(cfg, num_envs, seeds, render)

@@ -1,0 +1,126 @@
+"""Evaluation: a policy played on its training levels or on held-out test levels, counting complete episodes
+only, with Procgen's normalized score and, on request, video frames. Used by `eval`, `demo` and the trainer's
+periodic evaluation; it always builds envs of its own, never touching the training envs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from parallel_ppo.core.collect import sample_actions
+from parallel_ppo.core.config import Config, EnvConfig, eval_levels
+from parallel_ppo.core.envs import make_batch_env
+from parallel_ppo.core.model import autocast, module_device
+
+PROCGEN_EASY_RANGES = {
+    "bigfish": (1.0, 40.0), "bossfight": (0.5, 13.0), "caveflyer": (3.5, 12.0), "chaser": (0.5, 13.0),
+    "climber": (2.0, 12.6), "coinrun": (5.0, 10.0), "dodgeball": (1.5, 19.0), "fruitbot": (-1.5, 32.4),
+    "heist": (3.5, 10.0), "jumper": (3.0, 10.0), "leaper": (3.0, 10.0), "maze": (5.0, 10.0),
+    "miner": (1.5, 13.0), "ninja": (3.5, 10.0), "plunder": (4.5, 30.0), "starpilot": (2.5, 64.0),
+}
+"""(R_min, R_max) of each game in easy mode, as in the Procgen paper (Cobbe et al. 2020, appendix) and
+openai/train-procgen. Jumper and leaper use R_min = 3, the easy-mode value; some copies carry the hard-mode
+minimums (1 and 1.5) instead."""
+
+EVAL_STREAM = 0xE7A1
+"""Seeds eval envs apart from the training envs (which use the streams (resumes, restarts))."""
+
+
+def normalized_return(env: EnvConfig, value: float | None) -> float | None:
+    """(R − R_min) / (R_max − R_min) for a Procgen game in easy mode; None where no constants apply."""
+    if value is None or env.id not in PROCGEN_EASY_RANGES or env.distribution_mode != "easy":
+        return None
+    low, high = PROCGEN_EASY_RANGES[env.id]
+    return (value - low) / (high - low)
+
+
+@dataclass
+class EvalResult:
+    """Complete episodes played by one evaluation."""
+
+    returns: list[float]
+    lengths: list[int]
+    levels: str
+    env: EnvConfig
+    """The env config the episodes were played with (its level range)."""
+    deterministic: bool
+    seconds: float
+    level_seeds: list[int] = dataclasses.field(default_factory=list)
+    """Procgen level seeds the counted episodes started on."""
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.returns))
+
+    def stats(self) -> dict[str, object]:
+        """eval.json's entry: return statistics, the normalized mean and where the episodes were played."""
+        r = np.asarray(self.returns)
+        return {
+            "mean": float(r.mean()), "std": float(r.std()), "median": float(np.median(r)), "min": float(r.min()),
+            "max": float(r.max()), "episodes": len(r), "mean_length": float(np.mean(self.lengths)),
+            "normalized_mean": normalized_return(self.env, float(r.mean())), "levels": self.levels,
+            "start_level": self.env.start_level, "num_levels": self.env.num_levels,
+            "deterministic": self.deterministic, "seconds": self.seconds,
+        }
+
+
+FrameSink = Callable[[np.ndarray, float], None]
+"""Receives env 0's rendered frame after each of its counted steps, with its episode return so far."""
+
+
+def evaluate(model: nn.Module, cfg: Config, levels: str, episodes: int, num_envs: int, deterministic: bool,
+             seed: int, stream: int = 0, frames: FrameSink | None = None, threads: int = 1,
+             until: Callable[[], bool] | None = None) -> EvalResult:
+    """Play `episodes` complete episodes on fresh envs and return them.
+
+    Each of the `num_envs` envs plays its fixed share of the episodes and no more, so short episodes are not
+    over-counted (stopping all envs at the first N finished episodes would favour them); episodes in progress
+    when the last share is done are not counted. `until` may end it early (a demo of S seconds).
+    """
+    env_cfg = eval_levels(cfg.env, levels)
+    num_envs = max(1, min(num_envs, episodes))
+    shares = np.array([episodes // num_envs + (i < episodes % num_envs) for i in range(num_envs)])
+    env = make_batch_env(env_cfg, seed, 0, num_envs, threads, (EVAL_STREAM, stream), render=frames is not None)
+    rng = np.random.default_rng([seed, EVAL_STREAM, stream])
+    start = time.perf_counter()
+    returns: list[float] = []
+    lengths: list[int] = []
+    starts = list(getattr(env, "level_seeds", lambda: [])())
+    level_seeds: list[int] = []
+    ret, length, done_count = np.zeros(num_envs), np.zeros(num_envs, dtype=np.int64), np.zeros(num_envs, dtype=int)
+    obs = env.reset()
+    device = module_device(model)
+    try:
+        with torch.no_grad():
+            while (done_count < shares).any() and not (until and until()):
+                with autocast(cfg.training.precision, device.type):
+                    logits, _ = model(torch.from_numpy(obs).to(device))
+                logits = logits.float().cpu()
+                actions = logits.argmax(-1) if deterministic else sample_actions(logits, rng.random(num_envs))[0]
+                obs, rewards, dones, _ = env.step(actions.numpy())
+                ret += rewards
+                length += 1
+                if frames is not None and done_count[0] < shares[0]:
+                    frames(env.frame(0), float(ret[0]))
+                if dones.any():
+                    now = list(getattr(env, "level_seeds", lambda: [])())
+                    for i in np.flatnonzero(dones):
+                        if done_count[i] < shares[i]:
+                            returns.append(float(ret[i]))
+                            lengths.append(int(length[i]))
+                            if starts:
+                                level_seeds.append(starts[i])
+                            done_count[i] += 1
+                        ret[i], length[i] = 0.0, 0
+                        if now:
+                            starts[i] = now[i]
+    finally:
+        env.close()
+    return EvalResult(returns, lengths, levels, env_cfg, deterministic, time.perf_counter() - start, level_seeds)

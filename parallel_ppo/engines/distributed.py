@@ -1,0 +1,251 @@
+"""Data-parallel learning across processes and hosts (DD-PPO) over torch.distributed: the ranks under torchrun,
+each rank's minibatch (its own, or its share when the envs are split), and the collectives the training loop
+needs (the envs' split is the config's: `config.derive_distributed_envs`).
+
+Every rank runs the rollout source it would run alone over its share of the envs and computes gradients on its
+own rollout; before each optimizer step the gradients are averaged in one flat all-reduce, so the ranks keep
+identical parameters. `Solo` is the same interface for a single process, with nothing to exchange, so that
+the trainer has one loop for every mode.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import hashlib
+import os
+import signal
+import socket
+import sys
+import time
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from parallel_ppo.core.config import Config, TrainingConfig
+
+LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+"""What torchrun sets for each rank; `--distributed` without them is a user error."""
+STOP_REASONS = ("signal", "total_steps", "duration")
+"""Reasons a rank may want to stop after an update, in the order that wins when ranks differ."""
+
+FINISH_TIMEOUT = timedelta(hours=1)
+"""How long a rank that has finished waits for rank 0's last writes (a final evaluation included)."""
+
+T = TypeVar("T")
+
+
+class PeerLost(RuntimeError):
+    """Another rank died, hung past the collective timeout, or closed its connection: this rank cannot go on."""
+
+
+def checksum(model: nn.Module) -> str:
+    """sha256 (first 16 hex digits) of the model's parameters as float32 bytes: equal on every rank, or a bug."""
+    vector = parameters_to_vector(model.parameters()).detach().float().cpu().contiguous()
+    return hashlib.sha256(vector.numpy().tobytes()).hexdigest()[:16]
+
+
+def launched_by_torchrun() -> bool:
+    return all(name in os.environ for name in LAUNCH_VARIABLES)
+
+
+def launch_rank() -> int:
+    """This process's rank as torchrun set it (0 outside torchrun): only rank 0 prints a refused setting."""
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+class Solo:
+    """One process alone: the team of the sequential and parallel trainers. Every exchange returns its input."""
+
+    rank = 0
+    world_size = 1
+    local_world_size = 1
+    is_main = True
+    distributed = False
+    host: str | None = None
+
+    def local_training(self, cfg: Config) -> TrainingConfig:
+        """This process's training settings: the config's, alone."""
+        return cfg.training
+
+    def broadcast_parameters(self, model: nn.Module) -> None:
+        pass
+
+    def broadcast(self, obj: T) -> T:
+        return obj
+
+    def gather(self, obj: T) -> list[T]:
+        return [obj]
+
+    def gather_columns(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def own_columns(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def agree_stop(self, reason: str, signum: int | None) -> tuple[str, int | None]:
+        return reason, (signum if reason == "signal" else None)
+
+    @property
+    def gradients(self) -> None:
+        """What the update averages its gradients, statistics and KL with: nothing, alone."""
+        return None
+
+    def pop_seconds(self) -> float:
+        return 0.0
+
+    def close(self, wait: bool = True) -> None:
+        pass
+
+
+class Team(Solo):
+    """This rank's place among the others, and the collectives of a DD-PPO loop (gloo on CPU).
+
+    A collective that fails (a rank died, or hung past `timeout` seconds) raises PeerLost. The seconds spent in
+    the update's all-reduces are counted (`pop_seconds`), so that the loop can report them apart.
+    """
+
+    distributed = True
+
+    def __init__(self, timeout: float) -> None:
+        """Join the ranks torchrun started (its variables must be set: see `launched_by_torchrun`)."""
+        self.rank = int(os.environ["RANK"])
+        self.world_size = int(os.environ["WORLD_SIZE"])
+        self.local_rank = int(os.environ["LOCAL_RANK"])
+        self.local_world_size = int(os.environ["LOCAL_WORLD_SIZE"])
+        self.is_main = self.rank == 0
+        self.host = socket.gethostname()
+        self._seconds = 0.0
+        stop_with_launcher()
+        try:
+            dist.init_process_group("gloo", timeout=timedelta(seconds=timeout))
+            self._patient = dist.new_group(backend="gloo", timeout=FINISH_TIMEOUT)
+        except (RuntimeError, ValueError) as e:
+            raise PeerLost(f"could not join the other ranks at {os.environ['MASTER_ADDR']}:"
+                           f"{os.environ['MASTER_PORT']}: {first_line(e)}") from None
+
+    def local_training(self, cfg: Config) -> TrainingConfig:
+        """This rank's training settings: with envs split over the ranks (`distributed.num_envs_total`), its share of
+        the global minibatch (`training.batch_size` / world size); otherwise the minibatch is each rank's own."""
+        t = cfg.training
+        if not cfg.distributed.num_envs_total:
+            return t
+        return dataclasses.replace(t, batch_size=t.batch_size // self.world_size)
+
+    def _call(self, what: str, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except (RuntimeError, ValueError) as e:  # gloo raises RuntimeError (DistBackendError) on a lost peer
+            raise PeerLost(f"rank {self.rank} lost the other ranks during {what}: {first_line(e)}") from None
+
+    def broadcast_parameters(self, model: nn.Module) -> None:
+        """Every rank takes rank 0's parameters (seeding alone does not make them equal across hosts)."""
+        vector = parameters_to_vector(model.parameters()).detach().cpu()
+        self._call("the parameter broadcast", dist.broadcast, vector, 0)
+        vector_to_parameters(vector.to(next(model.parameters()).device), model.parameters())
+
+    def broadcast(self, obj: T) -> T:
+        """Rank 0's `obj` on every rank."""
+        box = [obj]
+        self._call("a broadcast", dist.broadcast_object_list, box, 0)
+        return box[0]
+
+    def gather(self, obj: T) -> list[T]:
+        """Every rank's `obj`, in rank order, on every rank."""
+        out: list[Any] = [None] * self.world_size
+        self._call("a gather", dist.all_gather_object, out, obj)
+        return out
+
+    def gather_columns(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The ranks' (T, N) tensors side by side: (T, world × N), rank 0's envs first."""
+        parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        self._call("a gather", dist.all_gather, parts, tensor.contiguous())
+        return torch.cat(parts, dim=1)
+
+    def own_columns(self, tensor: torch.Tensor) -> torch.Tensor:
+        """This rank's columns of a `gather_columns` result."""
+        n = tensor.shape[1] // self.world_size
+        return tensor[:, self.rank * n:(self.rank + 1) * n]
+
+    def agree_stop(self, reason: str, signum: int | None) -> tuple[str, int | None]:
+        """The stop reason every rank takes, with the signal behind it: any rank's signal, else the step budget,
+        else any rank's deadline ("" = all go on). The other ranks wait here while rank 0 logs, checkpoints and
+        evaluates, so this exchange alone has a long timeout (a hung rank is caught at the next short one)."""
+        flags = torch.tensor([float(signum or 0) if reason == "signal" else 0.0,
+                              *(float(reason == r) for r in STOP_REASONS[1:])], dtype=torch.float64)
+        self._call("the stop agreement", dist.all_reduce, flags, dist.ReduceOp.MAX, self._patient)
+        agreed = next((r for r, flag in zip(STOP_REASONS, flags.tolist(), strict=True) if flag), "")
+        return agreed, int(flags[0]) if agreed == "signal" else None
+
+    @property
+    def gradients(self) -> Team:
+        return self
+
+    def mean_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Average `tensor` over the ranks in place (one all-reduce), counting the time it took."""
+        self.sum_(tensor, "the gradient all-reduce")
+        tensor /= self.world_size
+        return tensor
+
+    def sum_(self, tensor: torch.Tensor, what: str = "the advantage statistics") -> torch.Tensor:
+        """Sum `tensor` over the ranks in place (through the CPU for a tensor on an accelerator: gloo is CPU's)."""
+        start = time.perf_counter()
+        host = tensor if tensor.device.type == "cpu" else tensor.cpu()
+        self._call(what, dist.all_reduce, host, dist.ReduceOp.SUM)
+        if host is not tensor:
+            tensor.copy_(host)
+        self._seconds += time.perf_counter() - start
+        return tensor
+
+    def pop_seconds(self) -> float:
+        """Seconds spent in the update's all-reduces since the last call."""
+        seconds, self._seconds = self._seconds, 0.0
+        return seconds
+
+    def close(self, wait: bool = True) -> None:
+        """Leave the group; with `wait`, only once every rank is done (rank 0 writes its files last), so that no
+        rank tears its connections down under another one still at work."""
+        if not dist.is_initialized():
+            return
+        if wait:
+            try:
+                dist.monitored_barrier(timeout=FINISH_TIMEOUT)
+            except RuntimeError:  # a rank that already failed has said so; leaving is all that is left
+                pass
+        dist.destroy_process_group()
+
+
+def stop_with_launcher() -> None:
+    """Ask Linux to send this rank SIGTERM when its launcher dies (a SIGKILLed torchrun would otherwise leave the
+    ranks training on their own): the ranks then stop together as on any signal."""
+    if not sys.platform.startswith("linux"):
+        return
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+    except (OSError, AttributeError):  # pragma: no cover - no prctl: the launcher's own clean-up still applies
+        return
+    if os.getppid() == 1:  # the launcher died before the request was made
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+ALONE = Solo()
+"""The team of a process that learns alone (the default wherever a team is taken)."""
+
+
+def first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def join(cfg: Config, distributed: bool) -> Solo:
+    """The team of this process: Solo unless `distributed`, else this rank joined to the others."""
+    return Team(cfg.distributed.timeout_seconds) if distributed else ALONE
+

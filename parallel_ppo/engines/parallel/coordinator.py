@@ -1,0 +1,295 @@
+"""The coordinator: shared policy parameters and rollout buffer, W synchronous workers, faults and shutdown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import torch
+from torch import nn
+
+from parallel_ppo.core.buffer import RolloutBuffer
+from parallel_ppo.core.collect import CollectResult, RolloutError
+from parallel_ppo.core.config import PROCGEN_GAMES, Config
+from parallel_ppo.core.envs import env_spaces
+from parallel_ppo.core.model import build_model
+from parallel_ppo.engines.parallel.worker import (
+    PRELOAD_PROCGEN_VAR,
+    Collect,
+    Done,
+    Failed,
+    Ready,
+    Stop,
+    WorkerSpec,
+    worker_main,
+)
+from parallel_ppo.core.threads import ThreadPlan
+from parallel_ppo.core.timing import PhaseTimer
+
+STARTUP_TIMEOUT = 180.0
+"""Seconds a new worker may take to import, build its envs and report ready."""
+
+THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+class WorkerError(RolloutError):
+    """A worker failed in a way a restart cannot fix, or a slot used up its restarts."""
+
+
+class _Died(Exception):
+    """A worker process ended before saying it was ready (a restart may help)."""
+
+
+@dataclass
+class _Worker:
+    process: Any  # multiprocessing Process
+    conn: Connection
+    spec: WorkerSpec
+
+
+def describe_exit(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "stopped responding"
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exited with status {exitcode}"
+
+
+@contextmanager
+def _thread_env(threads: int):
+    """Children inherit these at spawn: one OpenMP/MKL thread pool of `threads` per worker."""
+    saved = {k: os.environ.get(k) for k in THREAD_ENV_VARS}
+    os.environ.update({k: str(threads) for k in THREAD_ENV_VARS})
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+class ParallelCoordinator:
+    """Rollout source backed by worker processes that write straight into a shared-memory buffer.
+
+    Synchronous: `collect` publishes the current parameters, wakes every worker, and returns when all
+    have filled their env slice, so the update always sees on-policy data (no policy lag).
+    """
+
+    mode = "parallel"
+
+    def __init__(self, cfg: Config, threads: ThreadPlan, resumes: int = 0, env_offset: int = 0,
+                 rank: int | None = None) -> None:
+        """`env_offset`: the global index of the first env (a distributed rank's share starts there); `rank`: the
+        distributed rank, shown in the process title."""
+        p = cfg.parallel
+        self.cfg = cfg
+        self.env_threads = threads.env
+        self.worker_threads = threads.worker or 1  # a parallel plan always has one; the field is optional
+        self.obs_shape, self.obs_dtype, self.num_actions = env_spaces(cfg.env)
+        numel = sum(t.numel() for t in build_model(self.obs_shape, self.num_actions, cfg.model).parameters())
+        self.params = torch.zeros(numel).share_memory_()
+        self.progress = torch.zeros(p.num_workers, dtype=torch.int64).share_memory_()
+        self.buffer = RolloutBuffer.allocate(cfg.training.n_steps, cfg.env.num_envs, self.obs_shape,
+                                             self.obs_dtype, shared=True)
+        self.layout = {"num_workers": p.num_workers, "num_envs_per_worker": p.num_envs_per_worker,
+                       "num_envs": cfg.env.num_envs}
+        self.restarts = 0
+        self._resumes = resumes
+        self._env_offset = env_offset
+        self._slot_restarts = [0] * p.num_workers
+        self._ctx = torch.multiprocessing.get_context(p.start_method)
+        if p.start_method == "forkserver":
+            if cfg.env.id in PROCGEN_GAMES:
+                os.environ.setdefault(PRELOAD_PROCGEN_VAR, cfg.env.id)  # read by the forkserver when it starts
+            self._ctx.set_forkserver_preload(["parallel_ppo.engines.parallel.preload"])
+        self._workers: list[_Worker | None] = [None] * p.num_workers
+        who = "coordinator" if rank is None else f"coordinator rank {rank}"
+        _set_title(f"parallel_ppo {who} ({p.num_workers} workers × {p.num_envs_per_worker} envs, "
+                   f"{cfg.env.id})")
+        try:
+            for i in range(p.num_workers):
+                self._workers[i] = self._spawn(i, restart=0)
+            for i in range(p.num_workers):
+                self._await_ready(i)
+        except _Died as e:
+            self.close()
+            raise WorkerError(f"a worker {e}") from None
+        except BaseException:
+            self.close()
+            raise
+
+    # -- worker lifecycle -------------------------------------------------------------------------------
+    def _spawn(self, index: int, restart: int) -> _Worker:
+        m = self.cfg.parallel.num_envs_per_worker
+        spec = WorkerSpec(index=index, first_env=index * m, num_envs=m, stream=(self._resumes, restart),
+                          cfg=self.cfg, obs_shape=self.obs_shape, num_actions=self.num_actions, buffer=self.buffer,
+                          params=self.params, progress=self.progress, env_threads=self.env_threads,
+                          torch_threads=self.worker_threads, env_offset=self._env_offset)
+        parent, child = self._ctx.Pipe(duplex=True)
+        process = self._ctx.Process(target=worker_main, args=(spec, child), name=f"ppo-worker-{index}",
+                                    daemon=True)
+        with _thread_env(self.worker_threads):
+            process.start()
+        child.close()
+        return _Worker(process, parent, spec)
+
+    def _await_ready(self, index: int) -> None:
+        """Wait for a new worker's hello; raise _Died if it dies first, WorkerError if it reports an error."""
+        worker = self._workers[index]
+        assert worker is not None
+        ready = wait([worker.conn, worker.process.sentinel], timeout=STARTUP_TIMEOUT)
+        if not ready:
+            raise WorkerError(f"worker {index} was not ready after {STARTUP_TIMEOUT:.0f} s")
+        message = _try_recv(worker.conn)
+        if isinstance(message, Ready):
+            return
+        if isinstance(message, Failed):
+            raise WorkerError(f"worker {index} failed to start: {message.summary}")
+        worker.process.join(1.0)
+        raise _Died(f"died while starting ({describe_exit(worker.process.exitcode)})")
+
+    def _replace(self, index: int, why: str) -> None:
+        """Restart a dead or stuck worker with fresh envs, or give up after `max_worker_restarts`."""
+        limit = self.cfg.parallel.max_worker_restarts
+        while True:
+            _stop_process(self._workers[index], kill=True)
+            if self._slot_restarts[index] >= limit:
+                raise WorkerError(f"worker {index} {why}; it was restarted {limit} times already "
+                                  f"(parallel.max_worker_restarts), stopping")
+            self._slot_restarts[index] += 1
+            self.restarts += 1
+            print(f"parallel_ppo: worker {index} {why}; restarting it with fresh envs "
+                  f"({self._slot_restarts[index]}/{limit})", file=sys.stderr, flush=True)
+            self._workers[index] = self._spawn(index, restart=self._slot_restarts[index])
+            try:
+                self._await_ready(index)
+                return
+            except _Died as e:
+                why = str(e)
+
+    # -- the rollout ------------------------------------------------------------------------------------
+    def collect(self, model: nn.Module, timers: PhaseTimer) -> CollectResult:
+        start = time.perf_counter()
+        with timers.phase("publish"):
+            self.params.copy_(torch.nn.utils.parameters_to_vector(model.parameters()).detach())
+        publish = time.perf_counter() - start
+        results = self._run_rollout()
+        wall = time.perf_counter() - start - publish
+        n = len(results)
+        t_env = sum(r.time_env for r in results) / n
+        t_inf = sum(r.time_inference for r in results) / n
+        timers.add("env", t_env)
+        timers.add("inference", t_inf)
+        timers.add("sync", max(0.0, wall - t_env - t_inf))
+        return CollectResult(
+            episode_returns=[x for r in results for x in r.episode_returns],
+            episode_lengths=[x for r in results for x in r.episode_lengths],
+            time_env=t_env, time_inference=t_inf,
+        )
+
+    def _run_rollout(self) -> list[CollectResult]:
+        """Wake every worker and wait for all; dead or stuck workers are replaced and re-collect their slice."""
+        timeout = self.cfg.parallel.worker_timeout
+        pending = set(range(len(self._workers)))
+        results: dict[int, CollectResult] = {}
+        heard: dict[int, tuple[int, float]] = {}
+        for i in pending:
+            self._request(i)
+        while pending:
+            handles = {}
+            for i in pending:
+                w = self._workers[i]
+                handles[w.conn] = i
+                handles[w.process.sentinel] = i
+            ready = wait(list(handles), timeout=min(0.5, timeout))
+            now = time.monotonic()
+            for i in sorted({handles[h] for h in ready}):
+                w = self._workers[i]
+                message = _try_recv(w.conn)
+                if message is None:  # the pipe closed or the process ended without an answer
+                    w.process.join(1.0)
+                    self._replace(i, f"died ({describe_exit(w.process.exitcode)})")
+                    self._request(i)
+                    heard.pop(i, None)
+                elif isinstance(message, Done):
+                    results[i] = message.result
+                    pending.discard(i)
+                elif isinstance(message, Failed):
+                    raise WorkerError(f"worker {i} failed: {message.summary}")
+            for i in list(pending):
+                steps = int(self.progress[i])
+                last_steps, since = heard.get(i, (-1, now))
+                if steps != last_steps:
+                    heard[i] = (steps, now)
+                elif now - since > timeout:
+                    self._replace(i, f"made no progress for {timeout:.0f} s")
+                    self._request(i)
+                    heard.pop(i, None)
+        return [results[i] for i in range(len(self._workers))]
+
+    def _request(self, index: int) -> None:
+        w = self._workers[index]
+        try:
+            w.conn.send(Collect())
+        except (BrokenPipeError, OSError):
+            pass  # it died; the wait loop sees its sentinel
+
+    # -- shutdown ---------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop every worker (politely, then by force); safe to call more than once."""
+        for w in self._workers:
+            if w is not None:
+                try:
+                    w.conn.send(Stop())
+                except (BrokenPipeError, OSError):
+                    pass
+        deadline = time.monotonic() + 5.0
+        for i, w in enumerate(self._workers):
+            if w is not None:
+                w.process.join(max(0.0, deadline - time.monotonic()))
+                _stop_process(w, kill=False)
+                self._workers[i] = None
+
+
+def _try_recv(conn: Connection) -> Ready | Done | Failed | None:
+    try:
+        if conn.poll():
+            return conn.recv()
+    except (EOFError, OSError):
+        pass
+    return None
+
+
+def _stop_process(worker: _Worker, kill: bool) -> None:
+    """Make sure the worker process is gone and its pipe closed."""
+    process = worker.process
+    if process.is_alive():
+        (process.kill if kill else process.terminate)()
+        process.join(2.0)
+        if process.is_alive():
+            process.kill()
+            process.join(2.0)
+    try:
+        worker.conn.close()
+    except OSError:
+        pass
+
+
+def _set_title(title: str) -> None:
+    try:
+        import setproctitle
+
+        setproctitle.setproctitle(title)
+    except ImportError:  # pragma: no cover - optional nicety
+        pass

@@ -1,0 +1,139 @@
+"""A worker process: owns a batch of envs and a policy copy; collects one rollout per request."""
+
+from __future__ import annotations
+
+import os
+import signal
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+import torch
+
+from parallel_ppo.core.allocator import retain_freed_memory
+from parallel_ppo.core.buffer import RolloutBuffer
+from parallel_ppo.core.collect import CollectResult
+from parallel_ppo.core.config import Config
+
+
+@dataclass
+class WorkerSpec:
+    """Everything a worker needs, sent once at start (the tensors travel as shared-memory handles)."""
+
+    index: int
+    first_env: int
+    num_envs: int
+    stream: tuple[int, int]  # (resume count, restart count of this slot): seeds fresh envs on each start
+    cfg: Config
+    obs_shape: tuple[int, ...]
+    num_actions: int
+    buffer: RolloutBuffer  # the whole shared buffer; the worker writes only its env slice
+    params: torch.Tensor  # flat policy parameters, written by the coordinator after each update
+    progress: torch.Tensor  # int64 per worker: env steps taken, a heartbeat the coordinator watches
+    env_threads: int  # Procgen stepping threads
+    torch_threads: int  # torch/OpenMP threads
+    env_offset: int = 0  # global index of this rank's first env (distributed runs): seeds follow global indices
+
+
+# Messages on a worker's pipe. In: Collect or Stop. Out: Ready once started, then Done per rollout, or Failed.
+@dataclass(frozen=True)
+class Collect:
+    """Coordinator → worker: read the published parameters and fill your slice with one rollout."""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Coordinator → worker: close your envs and exit."""
+
+
+@dataclass(frozen=True)
+class Ready:
+    """Worker → coordinator: envs and policy built; waiting for Collect."""
+
+    pid: int
+
+
+@dataclass(frozen=True)
+class Done:
+    """Worker → coordinator: the slice is filled."""
+
+    result: CollectResult
+
+
+@dataclass(frozen=True)
+class Failed:
+    """Worker → coordinator: an error no restart can fix (a bad config, a bug), with its traceback."""
+
+    summary: str
+    traceback: str
+
+
+PRELOAD_PROCGEN_VAR = "PARALLEL_PPO_PRELOAD_PROCGEN"
+"""Set to a Procgen game before the forkserver starts, it loads the game assets there once for all workers."""
+
+FAULT_ENV_VAR = "PARALLEL_PPO_INJECT_FAULT"
+"""Testing hook: `W:N` makes worker W raise in its N-th rollout, to exercise failure paths."""
+
+
+def _injected_fault(index: int) -> int:
+    worker, _, rollout = os.environ.get(FAULT_ENV_VAR, "").partition(":")
+    return int(rollout) if worker.isdigit() and rollout.isdigit() and int(worker) == index else 0
+
+
+def process_title(spec: WorkerSpec) -> str:
+    first = spec.env_offset + spec.first_env
+    return f"parallel_ppo worker {spec.index} envs {first}-{first + spec.num_envs - 1} ({spec.cfg.env.id})"
+
+
+def worker_main(spec: WorkerSpec, conn: Connection) -> None:
+    """Serve rollout requests (Collect) until told to Stop or the coordinator goes away."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the coordinator decides
+    try:
+        import setproctitle
+
+        setproctitle.setproctitle(process_title(spec))
+    except ImportError:  # pragma: no cover - optional nicety
+        pass
+    torch.set_num_threads(spec.torch_threads)
+    retain_freed_memory()
+    runner = None
+    try:
+        from parallel_ppo.core.collect import EnvRunner
+        from parallel_ppo.core.envs import make_batch_env
+        from parallel_ppo.core.model import build_model
+
+        cfg = spec.cfg
+        first = spec.env_offset + spec.first_env
+        env = make_batch_env(cfg.env, cfg.run.seed, first, spec.num_envs, spec.env_threads, spec.stream)
+        if (env.obs_shape, env.num_actions) != (tuple(spec.obs_shape), spec.num_actions):
+            raise RuntimeError(f"env spaces {env.obs_shape}/{env.num_actions} differ from the coordinator's "
+                               f"{spec.obs_shape}/{spec.num_actions}")
+        runner = EnvRunner(env, cfg.run.seed, first, cfg.training.precision, spec.stream,
+                           cfg.training.gamma)
+        model = build_model(spec.obs_shape, spec.num_actions, cfg.model)
+        params = list(model.parameters())
+        buf = spec.buffer.env_slice(spec.first_env, spec.first_env + spec.num_envs)
+        progress = spec.progress[spec.index]
+        fail_at = _injected_fault(spec.index)
+        conn.send(Ready(os.getpid()))
+        rollouts = 0
+        while True:
+            message = conn.recv()  # blocks in the kernel between rollouts: no busy-waiting
+            if not isinstance(message, Collect):
+                break
+            rollouts += 1
+            if rollouts == fail_at:
+                raise RuntimeError(f"fault injected by {FAULT_ENV_VAR} in rollout {rollouts}")
+            torch.nn.utils.vector_to_parameters(spec.params, params)
+            conn.send(Done(runner.collect(model, buf, progress)))
+    except (EOFError, BrokenPipeError, KeyboardInterrupt):
+        pass  # the coordinator is gone or stopping
+    except BaseException as e:
+        try:
+            conn.send(Failed(f"{type(e).__name__}: {e}", traceback.format_exc()))
+        except OSError:
+            pass
+    finally:
+        if runner is not None:
+            runner.close()
+        conn.close()

@@ -1,0 +1,67 @@
+"""Video files from RGB frames (MP4 through PyAV's bundled ffmpeg, GIF through Pillow), and a caption drawn
+onto a frame with a tiny built-in font, so no screen, system ffmpeg or font file is needed."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from parallel_ppo.core.config import ConfigError
+
+VIDEO_SUFFIXES = (".mp4", ".gif")
+
+_GLYPHS = {  # 3 × 5 pixels, rows top to bottom
+    "0": "111101101101111", "1": "010110010010111", "2": "111001111100111", "3": "111001111001111",
+    "4": "101101111001001", "5": "111100111001111", "6": "111100111101111", "7": "111001010010010",
+    "8": "111101111101111", "9": "111101111001111", ".": "000000000000010", "-": "000000111000000",
+    " ": "000000000000000", "=": "000111000111000", "R": "110101110101101", "E": "111100111100111",
+    "T": "111010010010010", "P": "111101111100100", "S": "111100111001111", ":": "000010000010000",
+}
+
+
+def stamp(frame: np.ndarray, text: str, scale: int = 4) -> np.ndarray:
+    """`frame` with `text` (digits, `.-=: ` and `REPST`) in white on a black band at its top left."""
+    out = frame.copy()
+    glyphs = [_GLYPHS.get(ch.upper(), _GLYPHS[" "]) for ch in text]
+    height, width = 7 * scale, (4 * len(glyphs) + 1) * scale
+    out[:min(height, out.shape[0]), :min(width, out.shape[1])] = 0
+    for k, bits in enumerate(glyphs):
+        pixels = np.array([int(b) for b in bits], dtype=bool).reshape(5, 3)
+        block = np.kron(pixels, np.ones((scale, scale), dtype=bool))
+        top, left = scale, (4 * k + 1) * scale
+        region = out[top:top + block.shape[0], left:left + block.shape[1]]
+        region[block[:region.shape[0], :region.shape[1]]] = 255
+    return out
+
+
+def check_video_path(path: Path) -> None:
+    """Refuse an unsupported suffix or an unwritable place before anything runs."""
+    if path.suffix.lower() not in VIDEO_SUFFIXES:
+        raise ConfigError(f"video file {path} must end in .mp4 or .gif")
+    if path.is_dir():
+        raise ConfigError(f"video file {path} is a directory")
+    parent = path.parent if str(path.parent) else Path(".")
+    if parent.exists() and not parent.is_dir():
+        raise ConfigError(f"cannot write {path}: {parent} is not a directory")
+
+
+def write_video(path: Path, frames: Sequence[np.ndarray], fps: int) -> None:
+    """Write `frames` (H, W, 3 uint8) to `path` (.mp4 or .gif), through a temporary file and a rename."""
+    import imageio.v3 as iio
+
+    if not frames:
+        raise ConfigError(f"no frames to write to {path}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.partial{path.suffix}")
+    stack = np.stack(frames)
+    try:
+        if path.suffix.lower() == ".mp4":
+            iio.imwrite(tmp, stack, plugin="pyav", codec="libx264", fps=fps)
+        else:
+            iio.imwrite(tmp, stack, duration=1000 / fps, loop=0)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
