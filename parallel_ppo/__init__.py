@@ -1,3 +1,45 @@
-"""parallel_ppo: PPO on CPUs, sequential or across worker processes, with an honest benchmarking suite."""
+"""parallel_ppo: PPO on CPUs, sequential, across worker processes or as data-parallel ranks, with an honest
+benchmarking suite.
+
+The public API, loaded on first use (so that reading runs needs no torch):
+
+- `train(config, mode=..., output_dir=..., overrides=...) -> Run`: train and return the finished run;
+- `load_policy(run_or_dir) -> Policy`, whose `predict(obs, deterministic=False)` takes one observation or a batch;
+- `evaluate(policy_or_run, episodes=..., levels=...) -> EvalResult`;
+- `compare({label: run_dir, ...}, output_dir=...)`: the comparison compare_results.py prints and writes;
+- `Config` and its sections, buildable in code; `load_run`, `Run`; the errors `ParallelPPOError` (`ConfigError`,
+  `RunDataError`: bad input, exit status 2 on the command line) and `RunFailed`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "train": "parallel_ppo.api", "load_policy": "parallel_ppo.api", "evaluate": "parallel_ppo.api",
+    "compare": "parallel_ppo.api", "Policy": "parallel_ppo.core.policy", "EvalResult": "parallel_ppo.core.evaluate",
+    "Run": "parallel_ppo.runs.reading", "load_run": "parallel_ppo.runs.reading",
+    "Config": "parallel_ppo.core.config", "EnvConfig": "parallel_ppo.core.config",
+    "ParallelConfig": "parallel_ppo.core.config", "ModelConfig": "parallel_ppo.core.config",
+    "TrainingConfig": "parallel_ppo.core.config", "RunConfig": "parallel_ppo.core.config",
+    "EvalConfig": "parallel_ppo.core.config", "DistributedConfig": "parallel_ppo.core.config",
+    "LoggingConfig": "parallel_ppo.core.config", "build_config": "parallel_ppo.core.configure",
+    "ParallelPPOError": "parallel_ppo.errors", "ConfigError": "parallel_ppo.errors",
+    "RunDataError": "parallel_ppo.errors", "RunFailed": "parallel_ppo.errors",
+}
+__all__ = [*_EXPORTS, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'parallel_ppo' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

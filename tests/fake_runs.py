@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from parallel_ppo.core.config import build_config
-from parallel_ppo.runs.reading import METRIC_COLUMNS
+from parallel_ppo.core.configure import build_config
+from parallel_ppo.runs.summary import METRIC_COLUMNS
 
 # Three updates of 1,024 env steps: the first takes 9 s (start-up, first touch), the next two 4 s each.
 ROWS = [(1, 1024, 9.0, float("nan")), (2, 2048, 13.0, 20.0), (3, 3072, 17.0, 35.0)]

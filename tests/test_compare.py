@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from parallel_ppo.core.config import config_from_dict
+from parallel_ppo.core.configure import config_from_dict
 from parallel_ppo.runs.reading import load_runs
 
 pytestmark = pytest.mark.slow  # every test here trains or starts trainers
@@ -214,7 +214,8 @@ def test_console_table_and_reports_show_the_numbers(cli) -> None:
     for line in result["verdict"]:
         assert line in res.stdout and line in text and line in markdown
     verdict = result["verdict"][0]
-    assert verdict.startswith("parallel was") and "at equal wall time" in verdict
+    # the two real runs may be of any speed: "was N× faster/slower than", or "ran at the speed of" within noise
+    assert verdict.startswith(("parallel was", "parallel ran at the speed of")) and "at equal wall time" in verdict
     for report in (text, markdown):
         assert "speed-up = a run's SPS / the baseline's SPS" in report
         assert par["hardware"]["cpu_model"] in report and f"torch {par['versions']['torch']}" in report
@@ -246,7 +247,8 @@ def test_run_labels_baseline_threshold_and_zero_episodes(runs: dict[str, Path], 
 
 def test_efficiency_divides_by_workers(runs: dict[str, Path]) -> None:
     """The layout is relabelled in memory (W=2) to check the formula on a real run's numbers."""
-    from parallel_ppo.runs.report import compare, verdict
+    from parallel_ppo.runs.report.numbers import compare
+    from parallel_ppo.runs.report.text import verdict
 
     seq, other = load_runs([("sequential", runs["four"]), ("parallel", runs["eight"])])
     par = dataclasses.replace(other, summary=dataclasses.replace(other.summary, mode="parallel", num_workers=2,
@@ -259,7 +261,7 @@ def test_efficiency_divides_by_workers(runs: dict[str, Path]) -> None:
 
 
 def test_warnings_name_what_differs(runs: dict[str, Path]) -> None:
-    from parallel_ppo.runs.report import compare
+    from parallel_ppo.runs.report.numbers import compare
 
     seq, other = load_runs([("a", runs["four"]), ("b", runs["eight"])])
     config = config_from_dict(other.config.to_dict())
@@ -278,14 +280,15 @@ def test_warnings_name_what_differs(runs: dict[str, Path]) -> None:
 
 def test_a_failure_while_rendering_writes_nothing(runs: dict[str, Path], tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from parallel_ppo.runs import report
+    from parallel_ppo.runs.report import plots
+    from parallel_ppo.runs.report.numbers import Comparison
 
-    def broken(cmp: report.Comparison) -> bytes:
+    def broken(cmp: Comparison) -> bytes:
         raise RuntimeError("plotting failed")
 
     from parallel_ppo.cli import compare as entry
 
-    monkeypatch.setattr(report, "plot_phases", broken)  # the second figure: the first is already rendered
+    monkeypatch.setattr(plots, "plot_phases", broken)  # the second figure: the first is already rendered
     out = tmp_path / "out"
     with pytest.raises(RuntimeError, match="plotting failed"):
         entry.main(["--sequential", str(runs["four"]), "--parallel", str(runs["eight"]),

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from parallel_ppo.core.config import Config, ConfigError, build_config, config_from_dict
+from parallel_ppo.core.config import Config
+from parallel_ppo.core.configure import build_config, config_from_dict
+from parallel_ppo.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 

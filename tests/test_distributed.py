@@ -18,10 +18,12 @@ import yaml
 from sessions import assert_nothing_left, session_pids, shm_entries, start
 
 from parallel_ppo.core.checkpoint import load_checkpoint
-from parallel_ppo.core.config import ConfigError, build_config, config_from_dict
+from parallel_ppo.core.configure import build_config, config_from_dict
 from parallel_ppo.core.envs import env_spaces
 from parallel_ppo.core.ppo import build_learner
-from parallel_ppo.runs.reading import METRIC_COLUMNS, RunSummary, load_run
+from parallel_ppo.errors import ConfigError
+from parallel_ppo.runs.reading import load_run
+from parallel_ppo.runs.summary import METRIC_COLUMNS, RunSummary
 
 ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = ["--config", "config/cartpole.yaml", "--set", "logging.progress=off", "--set", "run.limit_seconds=0"]

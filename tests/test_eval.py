@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from parallel_ppo.core.config import build_config, eval_levels
-from parallel_ppo.core.evaluate import PROCGEN_EASY_RANGES, evaluate, normalized_return
+from parallel_ppo.core.configure import build_config
+from parallel_ppo.core.envs import PROCGEN_EASY_RANGES, eval_levels, normalized_return
+from parallel_ppo.core.evaluate import evaluate
 from parallel_ppo.core.model import build_model
 
 ROOT = Path(__file__).resolve().parents[1]

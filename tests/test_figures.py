@@ -12,17 +12,11 @@ from pathlib import Path
 import pytest
 from fake_runs import STEADY, write_run
 
-from parallel_ppo.runs.report import compare
-from parallel_ppo.runs.reading import (
-    efficiency,
-    first_reaching,
-    load_run,
-    return_at,
-    speedup,
-    steady_sps,
-)
 from parallel_ppo.bench.scaling import point_row
 from parallel_ppo.bench.speedcheck import trainer_figures
+from parallel_ppo.runs.figures import efficiency, first_reaching, return_at, speedup, steady_sps
+from parallel_ppo.runs.reading import load_run
+from parallel_ppo.runs.report.numbers import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from parallel_ppo.cli.train import run
-from parallel_ppo.core.config import Config, ConfigError, build_config
+from parallel_ppo.core.config import Config
+from parallel_ppo.core.configure import build_config
+from parallel_ppo.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,14 +13,16 @@ import pytest
 import torch
 from fake_runs import STEADY, write_run
 
+from parallel_ppo.bench.learner_settings import LearnerChoice, candidates, choose
+from parallel_ppo.bench.roofline import Candidate
 from parallel_ppo.cli import compare as compare_cli
 from parallel_ppo.core import model as model_module
 from parallel_ppo.core.collect import sample_actions
-from parallel_ppo.core.config import Config, ConfigError, build_config
-from parallel_ppo.bench.learner_settings import LearnerChoice, candidates, choose
+from parallel_ppo.core.config import Config
+from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.model import resolve_device
 from parallel_ppo.core.ppo import TrainBatch, build_learner, minibatch_step, ppo_loss
-from parallel_ppo.bench.roofline import Candidate
+from parallel_ppo.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 OBS, ACTIONS = (64, 64, 3), 15
@@ -70,9 +72,9 @@ def test_the_fastest_candidate_is_chosen_then_cached(tmp_path):
     assert (choice.precision, choice.microbatch_size, choice.source) == ("bf16", 128, "measured")
     assert choice.rates == LIMITS and choice.limit["limit_sps"] == 200.0
     assert measure.calls == [list(LIMITS)]
-    assert cfg.training.precision == "auto"  # choose does not change the config; apply does
-    choice.apply(cfg)
-    assert (cfg.training.precision, cfg.training.microbatch_size, cfg.training.device) == ("bf16", 128, "cpu")
+    assert cfg.training.precision == "auto"  # choose does not change the config; resolve makes a new one
+    t = choice.resolve(cfg).training
+    assert (t.precision, t.microbatch_size, t.device) == ("bf16", 128, "cpu") and cfg.training.precision == "auto"
 
     again = choose(auto_config(), OBS, np.dtype(np.uint8), ACTIONS, 10.0, measure=measure, path=cache)
     assert (again.precision, again.microbatch_size, again.source) == ("bf16", 128, "cached")
@@ -114,7 +116,8 @@ def test_a_cached_choice_depends_on_the_machine(tmp_path, monkeypatch):
     cache = tmp_path / "cache.json"
     measure = FakeMeasure(LIMITS)
     choose(auto_config(), OBS, np.dtype(np.uint8), ACTIONS, 10.0, measure=measure, path=cache)
-    monkeypatch.setattr("parallel_ppo.runs.fingerprint.hardware", lambda: {"cpu_model": "Other CPU", "logical_cores": 64})
+    monkeypatch.setattr("parallel_ppo.runs.fingerprint.hardware",
+                        lambda: {"cpu_model": "Other CPU", "logical_cores": 64})
     choice = choose(auto_config(), OBS, np.dtype(np.uint8), ACTIONS, 10.0, measure=FakeMeasure(
         {**LIMITS, "fp32/64": 400.0}), path=cache)
     assert (choice.source, choice.precision, choice.microbatch_size) == ("measured", "fp32", 64)

@@ -16,12 +16,14 @@ import pytest
 import torch
 import yaml
 
+from parallel_ppo.cli.train import make_parser, request_of
 from parallel_ppo.core.checkpoint import load_checkpoint
-from parallel_ppo.cli.train import flag_values, make_parser
-from parallel_ppo.core.config import Config, build_config, config_from_dict
+from parallel_ppo.core.config import Config
+from parallel_ppo.core.configure import build_config, config_from_dict
 from parallel_ppo.core.envs import make_batch_env
 from parallel_ppo.core.model import build_model
-from parallel_ppo.runs.reading import METRIC_COLUMNS, RunSummary, load_run
+from parallel_ppo.runs.reading import load_run
+from parallel_ppo.runs.summary import METRIC_COLUMNS, RunSummary
 
 pytestmark = pytest.mark.slow  # every test here trains or starts trainers
 
@@ -58,10 +60,9 @@ class Run:
 
     def expected_config(self) -> Config:
         """The config the same command line resolves to, built in-process."""
-        ns = make_parser("train_timed.py", parallel=False).parse_args(self.args)
-        cfg = build_config(ns.config and str(Path(__file__).resolve().parent.parent / ns.config), flag_values(ns),
-                           ns.set, parallel=False)
-        return cfg
+        request = request_of(make_parser("train_timed.py", parallel=False).parse_args(self.args), parallel=False)
+        config = request.config and str(Path(__file__).resolve().parent.parent / request.config)
+        return build_config(config, request.flags, list(request.sets), parallel=False)
 
     @property
     def summary(self) -> dict:

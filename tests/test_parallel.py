@@ -15,10 +15,10 @@ from sessions import assert_nothing_left, shm_entries, start
 
 from parallel_ppo.core.checkpoint import load_checkpoint
 from parallel_ppo.core.collect import SequentialCollector
-from parallel_ppo.core.config import build_config
-from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
+from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.threads import thread_plan
-from parallel_ppo.core.loop import train
+from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
+from parallel_ppo.runs.training import RunSetup, train
 
 pytestmark = pytest.mark.slow  # every test here trains or starts trainers
 
@@ -52,7 +52,7 @@ def _one_update(tmp_path: Path, env_id: str, workers: int,
     out.mkdir()
     cfg = _config(env_id, workers > 0, max(workers, 1), out, extra)
     source = ParallelCoordinator(cfg, thread_plan(cfg, parallel=True)) if workers else SequentialCollector(cfg, 1)
-    summary = train(cfg, source, out, threads={})
+    summary = train(cfg, source, out, RunSetup({}))
     assert summary["updates"] == 1
     buffer = {name: getattr(source.buffer, name).clone() for name in BUFFER_FIELDS}
     params = load_checkpoint(out / "checkpoint.pt")["model"]

@@ -13,7 +13,14 @@ from torch import nn
 from parallel_ppo.core.collect import sample_actions
 from parallel_ppo.core.config import ModelConfig, TrainingConfig
 from parallel_ppo.core.model import build_model
-from parallel_ppo.core.ppo import TrainBatch, explained_variance, minibatch_step, normalize_advantages, ppo_loss, ppo_update
+from parallel_ppo.core.ppo import (
+    TrainBatch,
+    explained_variance,
+    minibatch_step,
+    normalize_advantages,
+    ppo_loss,
+    ppo_update,
+)
 
 OBS_SIZE, NUM_ACTIONS, BATCH = 6, 4, 64
 

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from parallel_ppo.cli.bench import main
-from parallel_ppo.core.config import Config, ConfigError
-from parallel_ppo.core.envs import PROCGEN_ACTIONS, PROCGEN_OBS_SHAPE
 from parallel_ppo.bench.learner_settings import pick
 from parallel_ppo.bench.roofline import Candidate, limit_sps, measure_compute_limit, network_flops
+from parallel_ppo.cli.bench import main
+from parallel_ppo.core.config import Config
+from parallel_ppo.core.envs import PROCGEN_ACTIONS, PROCGEN_OBS_SHAPE
+from parallel_ppo.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,9 +11,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from parallel_ppo.core.config import ConfigError, build_config
-from parallel_ppo.engines.distributed import Team
-from parallel_ppo.runs.reading import load_run
 from parallel_ppo.bench.study import (
     StudySettings,
     add_ratios,
@@ -24,6 +21,10 @@ from parallel_ppo.bench.study import (
     process_counts,
     results_slug,
 )
+from parallel_ppo.core.configure import build_config
+from parallel_ppo.engines.distributed import Ranks
+from parallel_ppo.errors import ConfigError, RunDataError
+from parallel_ppo.runs.reading import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = StudySettings("config/ppo_parallel.yaml", "starpilot", 30.0)
@@ -109,7 +110,7 @@ def test_an_earlier_study_is_kept_only_for_the_same_machine_and_settings(tmp_pat
     assert earlier_points(path, {**identity, "settings": {"env": "starpilot", "seconds": 20.0}}) == []
     assert "replacing it" in capsys.readouterr().out
     path.write_text("{not json")
-    with pytest.raises(ConfigError, match="is not the results of a study"):
+    with pytest.raises(RunDataError, match="is not the results of a study"):
         earlier_points(path, identity)
 
 
@@ -120,7 +121,7 @@ def test_the_rank_minibatch_is_its_own_unless_the_envs_are_split():
     own = build_config(None, {"env.num_envs": 8, "training.n_steps": 16, "training.batch_size": 128}, [], False, 4)
     split = build_config(None, {"distributed.num_envs_total": 32, "training.n_steps": 16, "training.batch_size": 128},
                          [], False, 4)
-    assert Team.local_training(rank, own).batch_size == 128 and Team.local_training(rank, split).batch_size == 32
+    assert Ranks.local_training(rank, own).batch_size == 128 and Ranks.local_training(rank, split).batch_size == 32
     # a minibatch of a rank's whole rollout that 2 ranks could not share is valid per rank, refused when split
     build_config(None, {"env.num_envs": 1, "training.n_steps": 3, "training.batch_size": 3}, [], False, 2)
     with pytest.raises(ConfigError, match="does not split evenly over 2 ranks"):

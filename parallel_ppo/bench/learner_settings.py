@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from parallel_ppo.runs import fingerprint
+from parallel_ppo.bench.roofline import Candidate, for_candidate, matmul_peak, measure_compute_limit
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.files import write_json
 from parallel_ppo.core.model import learner_device
-from parallel_ppo.bench.roofline import Candidate, for_candidate, matmul_peak, measure_compute_limit
+from parallel_ppo.runs import fingerprint
 
 PRECISIONS = ("fp32", "bf16")
 MICROBATCHES = (64, 128, 0)
@@ -132,10 +132,11 @@ class LearnerChoice:
     limit: dict[str, Any] | None = None
     """The chosen candidate's full compute-limit measurement, when measured now."""
 
-    def apply(self, cfg: Config) -> None:
-        """Write the resolved settings into `cfg` (so workers, config.yaml and checkpoints carry them)."""
-        cfg.training.precision, cfg.training.microbatch_size = self.precision, self.microbatch_size
-        cfg.training.device = self.device
+    def resolve(self, cfg: Config) -> Config:
+        """`cfg` with these settings in place of `auto` (a new config: workers, config.yaml and checkpoints carry
+        them)."""
+        return dataclasses.replace(cfg, training=dataclasses.replace(
+            cfg.training, precision=self.precision, microbatch_size=self.microbatch_size, device=self.device))
 
     def to_dict(self) -> dict[str, Any]:
         """summary.json's `learner` entry."""
@@ -235,11 +236,10 @@ def matmul_peaks(cfg: Config, seconds: float = 1.0, path: Path | None = None) ->
     return peaks
 
 
-def resolve(cfg: Config, seconds: float) -> LearnerChoice:
-    """Choose (`choose`) for the config's own env and write the choice into `cfg`."""
+def resolve(cfg: Config, seconds: float) -> tuple[Config, LearnerChoice]:
+    """Choose (`choose`) for the config's own env: the config with the choice in place of `auto`, and the choice."""
     from parallel_ppo.core.envs import env_spaces
 
     obs_shape, obs_dtype, num_actions = env_spaces(cfg.env)
     choice = choose(cfg, obs_shape, obs_dtype, num_actions, seconds)
-    choice.apply(cfg)
-    return choice
+    return choice.resolve(cfg), choice

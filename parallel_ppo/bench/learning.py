@@ -14,9 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from parallel_ppo.core.config import ConfigError, parse_set
-from parallel_ppo.runs.reading import seed_dir
 from parallel_ppo.bench.scaling import BENCH_RUN_SETS, run_bench_trainer, trainer_command
+from parallel_ppo.core.configure import parse_set
+from parallel_ppo.errors import ConfigError
+from parallel_ppo.runs.reading import seed_dir
+from parallel_ppo.runs.report.make import make_report
 
 
 @dataclass(frozen=True)
@@ -75,17 +77,14 @@ def run_all(out: Path, variants: list[Variant], seeds: list[int], config: str, m
         run_bench_trainer(run_command(variant, seed, out, config, minutes, extra), f"{variant.label} seed {seed}")
 
 
-def compare_args(out: Path, variants: list[Variant]) -> list[str]:
-    """compare_results.py's arguments: one multi-seed label per variant."""
-    args = [arg for v in variants for arg in ("--run", f"{v.label}={out / v.label}")]
-    return [*args, "--output-dir", str(out / "comparison")]
+def comparison_specs(out: Path, variants: list[Variant]) -> list[tuple[str, list[Path]]]:
+    """What the comparison reads: one multi-seed label per variant, its directory the parent of its seeds."""
+    return [(v.label, [out / v.label]) for v in variants]
 
 
 def main_learning(out: Path, variants: list[Variant], seeds: list[int], config: str, minutes: float,
                   extra: list[str], prog: str) -> int:
     """Run the benchmark and its comparison; returns the exit status."""
-    from parallel_ppo.cli.compare import main as compare
-
     run_all(out, variants, seeds, config, minutes, extra)
     print(f"{prog}: comparing {len(variants)} variants over seeds {', '.join(map(str, seeds))}", flush=True)
-    return compare(compare_args(out, variants), prog=f"{prog} (compare)")
+    return make_report(comparison_specs(out, variants), out / "comparison", f"{prog} (compare)")

@@ -25,9 +25,10 @@ import numpy as np
 import psutil
 import torch
 
-from parallel_ppo.core.config import Config, ConfigError
+from parallel_ppo.core.config import Config
 from parallel_ppo.core.model import autocast, learner_device
 from parallel_ppo.core.ppo import TrainBatch, build_learner, minibatch_step, ppo_loss
+from parallel_ppo.errors import ConfigError, RunDataError
 
 BUSY_CORES = 0.1
 """Other processes' load (in cores) above which a measurement is flagged as taken on a busy machine."""
@@ -108,7 +109,7 @@ def fixed_candidate(cfg: Config) -> Candidate:
     return Candidate(t.precision, t.microbatch_size)
 
 
-class _Steps:
+class NetworkSteps:
     """One timed iteration of the learner's network for `measure_compute_limit`, on a model and inputs built
     as the trainer builds them: `forward(precision)` and `train(candidate)` give the step functions."""
 
@@ -171,20 +172,8 @@ def measure_compute_limit(cfg: Config, obs_shape: tuple[int, ...], num_actions: 
     obs_shape = tuple(int(d) for d in obs_shape)
     if obs_dtype is None:
         obs_dtype = np.dtype(np.uint8) if len(obs_shape) == 3 else np.dtype(np.float32)
-    steps = _Steps(cfg, obs_shape, obs_dtype, num_actions, forward_batch)
-    precisions = list(dict.fromkeys(c.precision for c in candidates))
-    forward: dict[str, list[float]] = {p: [] for p in precisions}
-    train: dict[Candidate, list[float]] = {c: [] for c in candidates}
-    forward_share = seconds / 5 / (len(precisions) * rounds)
-    train_share = seconds * 4 / 5 / (len(candidates) * rounds)
-    with OtherLoad() as load:
-        for r in range(rounds):
-            warm = warmup_iters if r == 0 else 0
-            for p in precisions:
-                forward[p] += _timed_loop(steps.forward(p), forward_share, warm, min_iters)
-            for c in candidates:
-                train[c] += _timed_loop(steps.train(c), train_share, warm, min_iters)
-
+    steps = NetworkSteps(cfg, obs_shape, obs_dtype, num_actions, forward_batch)
+    forward, train, load = _time_candidates(steps, candidates, seconds, rounds, warmup_iters, min_iters)
     rates = {c: _figures(forward[c.precision], train[c], forward_batch, minibatch, cfg.training.n_epochs)
              for c in candidates}
     best = max(candidates, key=lambda c: rates[c]["limit_sps"])
@@ -198,6 +187,26 @@ def measure_compute_limit(cfg: Config, obs_shape: tuple[int, ...], num_actions: 
         "obs_shape": list(obs_shape), "num_actions": int(num_actions), "env_id": cfg.env.id,
         "torch": torch.__version__,
     }
+
+
+def _time_candidates(steps: NetworkSteps, candidates: list[Candidate], seconds: float, rounds: int, warmup_iters: int,
+                     min_iters: int) -> tuple[dict[str, list[float]], dict[Candidate, list[float]], OtherLoad]:
+    """Each precision's forward and each candidate's training iteration times (s), over `rounds` interleaved
+    rounds sharing `seconds` (a fifth for the forwards), warm-up in the first round only; with the load of other
+    processes meanwhile."""
+    precisions = list(dict.fromkeys(c.precision for c in candidates))
+    forward: dict[str, list[float]] = {p: [] for p in precisions}
+    train: dict[Candidate, list[float]] = {c: [] for c in candidates}
+    forward_share = seconds / 5 / (len(precisions) * rounds)
+    train_share = seconds * 4 / 5 / (len(candidates) * rounds)
+    with OtherLoad() as load:
+        for r in range(rounds):
+            warm = warmup_iters if r == 0 else 0
+            for p in precisions:
+                forward[p] += _timed_loop(steps.forward(p), forward_share, warm, min_iters)
+            for c in candidates:
+                train[c] += _timed_loop(steps.train(c), train_share, warm, min_iters)
+    return forward, train, load
 
 
 def for_candidate(result: dict[str, Any], candidate: Candidate) -> dict[str, Any]:
@@ -314,14 +323,14 @@ def network_flops(cfg: Config, obs_shape: tuple[int, ...], num_actions: int) -> 
 
 def run_roofline_line(run_dir: str) -> str:
     """A finished run's achieved FLOP/s against its peak, as one line (ConfigError for a directory without one)."""
-    from parallel_ppo.runs.reading import RunSummary
+    from parallel_ppo.runs.summary import RunSummary
 
     path = Path(run_dir) / "summary.json"
     if not path.is_file():
-        raise ConfigError(f"--run {run_dir}: no summary.json there (not a finished run)")
+        raise RunDataError(f"--run {run_dir}: no summary.json there (not a finished run)")
     s = RunSummary.read(path)
     if s.achieved_gflops is None or s.peak_gflops is None:
-        raise ConfigError(f"--run {run_dir}: its summary has no FLOP figures (run.limit_seconds was 0, "
+        raise RunDataError(f"--run {run_dir}: its summary has no FLOP figures (run.limit_seconds was 0, "
                           "or an older run)")
     return (f"run {run_dir}: {s.sps:,.0f} SPS × {s.flops_per_env_step / 1e9:.3f} GFLOP = "
             f"{s.achieved_gflops:,.0f} GFLOP/s, {s.peak_fraction:.0%} of its {s.precision} matmul peak "

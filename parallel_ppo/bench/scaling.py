@@ -15,10 +15,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from parallel_ppo.core.config import ConfigError
 from parallel_ppo.core.files import atomic_write, write_json, write_text
-from parallel_ppo.runs.reading import Run, efficiency, load_run, speedup
 from parallel_ppo.core.timing import PHASES
+from parallel_ppo.errors import ConfigError
+from parallel_ppo.runs.figures import efficiency, speedup
+from parallel_ppo.runs.reading import Run, load_run
 
 
 class BenchRunCrashed(RuntimeError):
@@ -159,13 +160,7 @@ def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    lines: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
-        if r.get("ranks"):
-            source = "1 worker × " if r["rank_workers"] else ""
-            lines.setdefault(f"distributed, {source}{r['envs_per_worker']} envs/rank", []).append(r)
-        elif r["workers"]:
-            lines.setdefault(f"{r['envs_per_worker']} envs/worker", []).append(r)
+    lines = _scaling_lines(rows)
     fig, axes = plt.subplots(1, 3, figsize=(17, 5.2))
     ax = axes[0]
     for name, pts in lines.items():
@@ -188,7 +183,30 @@ def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
     ax.legend()
     ax.grid(alpha=0.3)
 
-    ax = axes[2]
+    _plot_phase_shares(axes[2], rows)
+    hw = rows[0]["hardware"]
+    fig.suptitle(f"Scaling on {hw['cpu_model']} ({hw['physical_cores']} physical / {hw['logical_cores']} "
+                 f"logical cores, {hw['memory_gb']} GB)")
+    fig.tight_layout()
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))
+    plt.close(fig)
+
+
+def _scaling_lines(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The scaling chart's lines: the worker points by envs per worker, the distributed ones by envs per rank (the
+    sequential point is on none)."""
+    lines: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("ranks"):
+            source = "1 worker × " if r["rank_workers"] else ""
+            lines.setdefault(f"distributed, {source}{r['envs_per_worker']} envs/rank", []).append(r)
+        elif r["workers"]:
+            lines.setdefault(f"{r['envs_per_worker']} envs/worker", []).append(r)
+    return lines
+
+
+def _plot_phase_shares(ax: Any, rows: list[dict[str, Any]]) -> None:
+    """Stacked bars: each point's share of wall time per phase."""
     labels = [r["label"] for r in rows]
     bottom = [0.0] * len(rows)
     for phase in PHASES:
@@ -198,12 +216,6 @@ def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
     ax.set(ylabel="share of wall time (%)", title="Where the time goes", ylim=(0, 105))
     ax.tick_params(axis="x", rotation=30)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    hw = rows[0]["hardware"]
-    fig.suptitle(f"Scaling on {hw['cpu_model']} ({hw['physical_cores']} physical / {hw['logical_cores']} "
-                 f"logical cores, {hw['memory_gb']} GB)")
-    fig.tight_layout()
-    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))
-    plt.close(fig)
 
 
 def write_scaling(rows: list[dict[str, Any]], out_dir: Path, title: str) -> None:
@@ -263,8 +275,23 @@ def autotune(out_dir: Path, seconds: float, config: str, extra: list[str]) -> di
     """Short runs over layouts that fit this machine; writes autotune.json and a ready config for the fastest."""
     import yaml
 
-    from parallel_ppo.core.config import load_yaml
+    rows = _autotune_points(out_dir, seconds, config, extra)
+    add_speedups(rows)
+    best = best_layout(rows)
+    path = out_dir / "ppo_autotuned.yaml"
+    cfg, trainer, command = _autotuned_config(best, config, path)
+    header = (f"# Written by `make autotune`: the fastest layout measured on this machine "
+              f"({best['steps_per_second']:,.0f} env steps/s).\n# Use: {command}\n")
+    text = header + yaml.safe_dump(cfg, sort_keys=False)
+    write_text(path, text)
+    result = {"best": best, "trainer": trainer, "command": command, "config": str(path), "points": rows}
+    write_json(out_dir / "autotune.json", result)
+    return result
 
+
+def _autotune_points(out_dir: Path, seconds: float, config: str, extra: list[str]) -> list[dict[str, Any]]:
+    """Autotune's runs: sequential × 16 envs, workers (1 or 2 threads for one) × 4, 8 or 16 envs, then 2 or more
+    distributed ranks × 8 or 16 envs; a layout the trainer refuses is skipped."""
     counts = default_worker_counts()
     rows = [run_point(out_dir / "seq_e16", 0, 16, seconds, config, extra)]
     print(f"  sequential × 16 envs: {rows[-1]['steps_per_second']:,.0f} steps/s", flush=True)
@@ -287,32 +314,27 @@ def autotune(out_dir: Path, seconds: float, config: str, extra: list[str]) -> di
                 print(f"  {n} ranks × {m} envs: skipped ({e})", flush=True)
                 continue
             print(f"  {n} ranks × {m} envs: {rows[-1]['steps_per_second']:,.0f} steps/s", flush=True)
-    add_speedups(rows)
-    best = best_layout(rows)
+    return rows
+
+
+def _autotuned_config(best: dict[str, Any], config: str, path: Path) -> tuple[dict[str, Any], str, str]:
+    """`config` set to the `best` layout, its trainer, and the command that runs it once written to `path`."""
+    from parallel_ppo.core.configure import load_yaml
+
     cfg = load_yaml(config)
-    path = out_dir / "ppo_autotuned.yaml"
     if best["ranks"]:  # by the scaling rule: the envs and minibatch of one rank, × the ranks torchrun starts
         cfg.setdefault("env", {})["num_envs"] = best["envs_per_worker"]
         cfg.get("distributed", {}).pop("num_envs_total", None)
-        trainer = "train"
-        command = torchrun_command(best["ranks"], trainer, path)
-    elif best["workers"]:
+        return cfg, "train", torchrun_command(best["ranks"], "train", path)
+    if best["workers"]:
         cfg.setdefault("parallel", {}).update({"num_workers": best["workers"],
                                                "num_envs_per_worker": best["envs_per_worker"],
                                                "worker_threads": best["worker_threads"]})
         cfg.get("env", {}).pop("num_envs", None)  # derived from the layout in parallel mode
     else:
         cfg.setdefault("env", {})["num_envs"] = best["envs_per_worker"]
-    if not best["ranks"]:
-        trainer = "train-parallel" if best["workers"] else "train"
-        command = f"python -m parallel_ppo {trainer} --config {path}"
-    header = (f"# Written by `make autotune`: the fastest layout measured on this machine "
-              f"({best['steps_per_second']:,.0f} env steps/s).\n# Use: {command}\n")
-    text = header + yaml.safe_dump(cfg, sort_keys=False)
-    write_text(path, text)
-    result = {"best": best, "trainer": trainer, "command": command, "config": str(path), "points": rows}
-    write_json(out_dir / "autotune.json", result)
-    return result
+    trainer = "train-parallel" if best["workers"] else "train"
+    return cfg, trainer, f"python -m parallel_ppo {trainer} --config {path}"
 
 
 def layouts(out_dir: Path, processes: list[int], envs: int, seconds: float, config: str,

@@ -23,12 +23,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from parallel_ppo.runs import fingerprint
-from parallel_ppo.core.config import ConfigError, build_config
-from parallel_ppo.core.files import atomic_write, write_json, write_text
-from parallel_ppo.runs.reading import load_run
 from parallel_ppo.bench.scaling import BENCH_RUN_SETS, BenchRunCrashed, point_row, run_bench_trainer, trainer_command
+from parallel_ppo.core.configure import build_config
+from parallel_ppo.core.files import atomic_write, write_json, write_text
 from parallel_ppo.core.timing import PHASES
+from parallel_ppo.errors import ConfigError, ParallelPPOError, RunDataError
+from parallel_ppo.runs import fingerprint
+from parallel_ppo.runs.reading import load_run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -101,7 +102,7 @@ def run_study_point(family: str, processes: int, settings: StudySettings, runs_d
         run_bench_trainer(point_command(family, processes, settings, out), label,
                           timeout=3 * settings.seconds + 120)
         run = load_run(label, out)
-    except (BenchRunCrashed, ConfigError) as e:
+    except (BenchRunCrashed, ParallelPPOError) as e:
         return {**row, "error": str(e)}
     ranks = run.summary.world_size
     return {**row, **point_row(run), "batch_size": run.config.training.batch_size * ranks,
@@ -264,7 +265,7 @@ def earlier_points(path: Path, identity: dict[str, Any]) -> list[dict[str, Any]]
         points = [p for p in data["points"] if p["family"] in FAMILIES and p["label"] and p["measured_at"]]
         same = {k: data.get(k) for k in identity} == identity
     except (ValueError, KeyError, TypeError) as e:
-        raise ConfigError(f"{path} is not the results of a study ({type(e).__name__}: {e}); move it away") from None
+        raise RunDataError(f"{path} is not the results of a study ({type(e).__name__}: {e}); move it away") from None
     if not same:
         print(f"  {path} holds a study of other settings or another machine: replacing it", flush=True)
         return []

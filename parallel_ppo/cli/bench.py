@@ -6,21 +6,26 @@ family on this machine, a CUDA learner included, into docs/results/)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from parallel_ppo.runs import fingerprint
-from parallel_ppo.core.allocator import retain_freed_memory
-from parallel_ppo.core.config import Config, ConfigError, OneLineParser, build_config, fail, positive_int, positive_number
-from parallel_ppo.core.envs import env_spaces
-from parallel_ppo.core.files import write_json
 from parallel_ppo.bench.roofline import format_table, network_flops, run_roofline_line
 from parallel_ppo.bench.scaling import BenchRunCrashed
 from parallel_ppo.bench.speedcheck import SPEED_TARGET
+from parallel_ppo.cli.common import OneLineParser, fail, int_list, positive_int, positive_number
+from parallel_ppo.cli.study import add_study, study
+from parallel_ppo.core.allocator import retain_freed_memory
+from parallel_ppo.core.config import Config
+from parallel_ppo.core.configure import build_config
+from parallel_ppo.core.envs import env_spaces
+from parallel_ppo.core.files import write_json
 from parallel_ppo.core.threads import thread_plan
+from parallel_ppo.errors import ConfigError, ParallelPPOError
+from parallel_ppo.runs import fingerprint
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,7 +40,7 @@ def make_parser(prog: str) -> OneLineParser:
     sub = p.add_subparsers(dest="command", required=True,
                            metavar="{roofline,speed-check,envs,scaling,layouts,autotune,learning,study}")
 
-    for add in (_add_roofline, _add_speed_check, _add_envs, _add_sweeps, _add_learning, _add_study):
+    for add in (_add_roofline, _add_speed_check, _add_envs, _add_sweeps, _add_learning, add_study):
         add(sub)
     return p
 
@@ -140,76 +145,12 @@ def _add_learning(sub: Any) -> None:
     c.add_argument("--output-dir", metavar="DIR", help="default benchmarks/learning_<env>")
 
 
-def _add_study(sub: Any) -> None:
-    from parallel_ppo.bench.study import FAMILIES
-
-    text = ("the many-core study: threads, workers, distributed ranks and a CUDA learner at 1, 2, 4, ... processes, "
-            "written to docs/results/<cpu>-<cores>c[-<gpu>]/")
-    c = sub.add_parser("study", help=text, description=text[0].upper() + text[1:] + ". Runs one at a time; a "
-                       "point that fails is recorded and the rest go on. Points measured before in the same "
-                       "results folder and not measured now are kept.")
-    c.add_argument("--config", default=str(ROOT / "config" / "ppo_parallel.yaml"), help="YAML config file")
-    c.add_argument("--env", default="starpilot", metavar="ID", help="Procgen game or gymnasium id (starpilot)")
-    c.add_argument("--processes", metavar="LIST", help='process counts (default 1, 2, 4, ... logical cores)')
-    c.add_argument("--families", default=",".join(FAMILIES), metavar="LIST",
-                   help=f"which families to run (default {','.join(FAMILIES)}; cuda only where CUDA is available)")
-    c.add_argument("--seconds", type=positive_number, default=30.0, metavar="S",
-                   help="wall-clock budget of each run (default 30)")
-    c.add_argument("--n-steps", type=positive_int, default=64, metavar="N", help="steps per env per rollout (64)")
-    c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="config override passed to every run (repeatable)")
-    c.add_argument("--runs-dir", default="benchmarks/study", metavar="DIR",
-                   help="where the run directories go (default benchmarks/study; not for git)")
-    c.add_argument("--results-dir", default=str(ROOT / "docs" / "results"), metavar="DIR",
-                   help="parent of the results folder (default docs/results)")
-
-
-def study(args: Any, prog: str) -> int:
-    from parallel_ppo.bench.study import (
-        FAMILIES,
-        StudySettings,
-        available_cores,
-        check_settings,
-        process_counts,
-        run_study,
-        study_table,
-    )
-
-    try:
-        families = args.families.replace(",", " ").split()
-        if not families or set(families) - set(FAMILIES):
-            raise ConfigError(f"--families takes {', '.join(FAMILIES)}; got {args.families!r}")
-        counts = sorted(set(_int_list(args.processes, "--processes"))) if args.processes else process_counts(
-            available_cores())
-        settings = StudySettings(args.config, args.env, args.seconds, n_steps=args.n_steps,
-                                 extra=tuple(a for item in args.set for a in ("--set", item)))
-        check_settings(settings)
-        for path in (Path(args.runs_dir), Path(args.results_dir)):
-            if path.exists() and not path.is_dir():
-                raise ConfigError(f"{path} exists and is not a directory")
-        print(f"{prog}: study of {', '.join(families)} at {counts} processes, {args.seconds:g} s per run, "
-              f"one at a time", flush=True)
-        out_dir, rows = run_study([f for f in FAMILIES if f in families], counts, settings, Path(args.runs_dir),
-                                  Path(args.results_dir))
-    except ConfigError as e:
-        return fail(prog, e, 2)
-    except OSError as e:  # the results folder could not be written
-        return fail(prog, e, 1)
-    print(study_table(rows))
-    print(f"wrote {out_dir / 'study.md'}, {out_dir / 'study.json'}, {out_dir / 'study.png'}")
-    failed = [r["label"] for r in rows if "error" in r]
-    if failed:
-        return fail(prog, BenchRunCrashed(f"{len(failed)} of {len(rows)} points failed ({', '.join(failed)}); their "
-                                          f"errors are in {out_dir / 'study.md'}"), 1)
-    return 0
-
-
 def learning(args: Any, prog: str) -> int:
     from parallel_ppo.bench.learning import DEFAULT_VARIANTS, main_learning, parse_variant
 
     out = Path(args.output_dir or f"benchmarks/learning_{args.env}")
     try:
-        seeds = _int_list(args.seeds, "--seeds")
+        seeds = int_list(args.seeds, "--seeds")
         if len(set(seeds)) != len(seeds):
             raise ConfigError(f"--seeds lists a seed twice: {args.seeds!r}")
         variants = [parse_variant(v) for v in args.variant] or list(DEFAULT_VARIANTS)
@@ -224,20 +165,10 @@ def learning(args: Any, prog: str) -> int:
         print(f"{prog}: {args.env}, {len(variants)} variants × {len(seeds)} seeds × {args.minutes:g} min, one at a "
               f"time → {out}", flush=True)
         return main_learning(out, variants, seeds, args.config, args.minutes, extra, prog)
-    except ConfigError as e:
+    except ParallelPPOError as e:
         return fail(prog, e, 2)
     except BenchRunCrashed as e:
         return fail(prog, e, 1)
-
-
-def _int_list(text: str, name: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.replace(",", " ").split()]
-    except ValueError:
-        raise ConfigError(f"{name} must be whole numbers, got {text!r}") from None
-    if not values or any(v <= 0 for v in values):
-        raise ConfigError(f"{name} must be positive whole numbers, got {text!r}")
-    return values
 
 
 def _run_args(args: Any) -> list[str]:
@@ -259,10 +190,11 @@ def envs(args: Any, prog: str) -> int:
         cfg = build_config(args.config, flags, args.set, parallel=True)
         _check_output(args.output)
         torch.set_num_threads(thread_plan(cfg, parallel=True).learner)
-        print(f"{prog}: network {resolve(cfg, cfg.run.limit_seconds).describe()}", flush=True)
+        cfg, choice = resolve(cfg, cfg.run.limit_seconds)
+        print(f"{prog}: network {choice.describe()}", flush=True)
         print(f"{prog}: {cfg.env.id}, {cfg.env.num_envs} envs, {args.seconds:g} s per measurement ...", flush=True)
         rows = bench_envs(cfg, args.seconds)
-    except ConfigError as e:
+    except ParallelPPOError as e:
         return fail(prog, e, 2)
     print(format_env_table(rows))
     if args.output:
@@ -280,8 +212,8 @@ def sweep(args: Any, prog: str) -> int:
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--output-dir {out} exists and is not a directory")
         if args.command == "scaling":
-            workers = _int_list(args.workers, "--workers") if args.workers else scaling.default_worker_counts()
-            per_worker = _int_list(args.envs_per_worker, "--envs-per-worker")
+            workers = int_list(args.workers, "--workers") if args.workers else scaling.default_worker_counts()
+            per_worker = int_list(args.envs_per_worker, "--envs-per-worker")
             print(f"{prog}: scaling sweep, workers {workers} × envs/worker {per_worker}, {args.seconds:g} s each",
                   flush=True)
             rows = scaling.sweep(out, workers, per_worker, args.seconds, args.config, extra,
@@ -290,7 +222,7 @@ def sweep(args: Any, prog: str) -> int:
             print(scaling.scaling_table(rows))
             print(f"wrote {out / 'scaling.json'}, {out / 'scaling.md'}, {out / 'scaling.png'}")
         elif args.command == "layouts":
-            processes = _int_list(args.processes, "--processes")
+            processes = int_list(args.processes, "--processes")
             print(f"{prog}: layouts of {args.envs} envs over {processes} processes, {args.seconds:g} s each",
                   flush=True)
             rows = scaling.layouts(out, processes, args.envs, args.seconds, args.config, extra)
@@ -311,7 +243,7 @@ def sweep(args: Any, prog: str) -> int:
                 layout = f"sequential, {best['envs_per_worker']} envs"
             print(f"fastest here: {layout} at {best['steps_per_second']:,.0f} env steps/s")
             print(f"use it: {result['command']}")
-    except ConfigError as e:
+    except ParallelPPOError as e:
         return fail(prog, e, 2)
     except BenchRunCrashed as e:
         return fail(prog, e, 1)
@@ -340,15 +272,16 @@ def _set_threads(cfg: Config, threads: int | None) -> None:
     torch.set_num_threads(threads or thread_plan(cfg, parallel=False).learner)
 
 
-def _measure(cfg: Config, seconds: float) -> dict[str, Any]:
-    """The compute limit of every setting the config leaves `auto`; the one a trainer would keep (`pick`) is written
-    into `cfg`, and the result carries the physical roofline (network FLOPs, matmul peaks) beside it."""
+def _measure(cfg: Config, seconds: float) -> tuple[Config, dict[str, Any]]:
+    """The compute limit of every setting the config leaves `auto`: the config with the one a trainer would keep
+    (`pick`), and the result, which carries the physical roofline (network FLOPs, matmul peaks) beside it."""
     from parallel_ppo.bench.learner_settings import matmul_peaks, measure_candidates
 
     obs_shape, obs_dtype, num_actions = env_spaces(cfg.env)
     result = measure_candidates(cfg, obs_shape, obs_dtype, num_actions, seconds)
-    cfg.training.precision, cfg.training.microbatch_size = result["precision"], result["microbatch_size"]
-    return {**result, **network_flops(cfg, obs_shape, num_actions), "peak_gflops": matmul_peaks(cfg)}
+    cfg = dataclasses.replace(cfg, training=dataclasses.replace(
+        cfg.training, precision=result["precision"], microbatch_size=result["microbatch_size"]))
+    return cfg, {**result, **network_flops(cfg, obs_shape, num_actions), "peak_gflops": matmul_peaks(cfg)}
 
 
 def roofline(args: Any, prog: str) -> int:
@@ -359,8 +292,8 @@ def roofline(args: Any, prog: str) -> int:
         _check_output(args.output)
         if args.run:
             run_roofline_line(args.run)  # a bad run directory is refused before the measurement
-        result = _measure(cfg, args.seconds)
-    except ConfigError as e:
+        cfg, result = _measure(cfg, args.seconds)
+    except ParallelPPOError as e:
         return fail(prog, e, 2)
     result["hardware"] = fingerprint.hardware()
     print(format_table(result))
@@ -373,7 +306,13 @@ def roofline(args: Any, prog: str) -> int:
 
 
 def speed_check(args: Any, prog: str) -> int:
-    from parallel_ppo.bench.speedcheck import format_speed_check, run_trainer, speed_result, trainer_args, trainer_figures
+    from parallel_ppo.bench.speedcheck import (
+        format_speed_check,
+        run_trainer,
+        speed_result,
+        trainer_args,
+        trainer_figures,
+    )
 
     sets = [f"training.n_steps={args.n_steps}", f"training.n_epochs={args.n_epochs}", *args.set]
     flags = {"env.id": args.env, "env.num_envs": args.num_envs, "training.batch_size": args.batch_size}
@@ -386,8 +325,8 @@ def speed_check(args: Any, prog: str) -> int:
         if out_dir.exists() and not out_dir.is_dir():
             raise ConfigError(f"output directory {out_dir} exists and is not a directory")
         print(f"{prog}: measuring the compute limit for {args.seconds:g} s ...", flush=True)
-        limit = _measure(cfg, args.seconds)
-    except ConfigError as e:
+        cfg, limit = _measure(cfg, args.seconds)
+    except ParallelPPOError as e:
         return fail(prog, e, 2)
     print(format_table(limit), flush=True)
     sets += [f"training.precision={limit['precision']}", f"training.microbatch_size={limit['microbatch_size']}"]
@@ -396,7 +335,7 @@ def speed_check(args: Any, prog: str) -> int:
     try:
         load = run_trainer(trainer_args(cfg, args.config, sets, args.train_seconds, run_dir))
         trainer = trainer_figures(run_dir)
-    except (BenchRunCrashed, ConfigError) as e:
+    except (BenchRunCrashed, ParallelPPOError) as e:
         return fail(prog, e, 1)
     result = speed_result(cfg, limit, trainer, load, run_dir, {"limit": args.seconds, "train": args.train_seconds})
     _write_json(json_path, result)

@@ -12,15 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from parallel_ppo.core.config import (
-    Config,
-    ConfigError,
-    OneLineParser,
-    config_from_dict,
-    fail,
-    positive_int,
-    positive_number,
-)
+from parallel_ppo.cli.common import OneLineParser, fail, positive_int, positive_number
+from parallel_ppo.core.config import Config
+from parallel_ppo.errors import ParallelPPOError
 
 if TYPE_CHECKING:
     from parallel_ppo.core.evaluate import FrameSink
@@ -59,26 +53,10 @@ def demo_parser(prog: str) -> OneLineParser:
 
 def load_policy(where: str) -> tuple[Config, nn.Module, Path, dict[str, Any]]:
     """(config, model with the checkpoint's weights, run directory, checkpoint) from a run dir or a file."""
-    from parallel_ppo.core.checkpoint import load_checkpoint
-    from parallel_ppo.core.envs import env_spaces
-    from parallel_ppo.core.model import build_model
+    from parallel_ppo.core.policy import Policy
 
-    path = Path(where)
-    file = path / "checkpoint.pt" if path.is_dir() else path
-    checkpoint = load_checkpoint(file)
-    try:
-        cfg = config_from_dict(checkpoint["config"])
-    except (ConfigError, AttributeError, TypeError) as e:
-        raise ConfigError(f"checkpoint {file} holds an unusable config ({e})") from None
-    obs_shape, _, num_actions = env_spaces(cfg.env)
-    model = build_model(obs_shape, num_actions, cfg.model)
-    try:
-        model.load_state_dict(checkpoint["model"])
-    except (RuntimeError, KeyError, TypeError, AttributeError):
-        raise ConfigError(f"checkpoint {file} does not match the network its config describes ({cfg.model.kind} "
-                          f"for {cfg.env.id}); was it edited or made by another version?") from None
-    model.eval()
-    return cfg, model, file.parent, checkpoint
+    policy = Policy.load(where)
+    return policy.cfg, policy.model, policy.run_dir, policy.state
 
 
 def record_eval(run_dir: Path, key: str, entry: dict[str, Any]) -> Path:
@@ -120,7 +98,7 @@ def eval_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
                           frames=captioned(frames) if args.video else None)
         if args.video:
             write_video(Path(args.video), frames, DEFAULT_FPS)
-    except ConfigError as e:
+    except ParallelPPOError as e:
         return fail(prog, e, 2)
     command = " ".join([prog, shlex.join(argv if argv is not None else sys.argv[1:])])
     entry = {**result.stats(), "checkpoint_update": checkpoint["update"],
@@ -133,7 +111,7 @@ def eval_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
 
 
 def format_eval(cfg: Config, e: dict[str, Any]) -> str:
-    from parallel_ppo.core.config import PROCGEN_GAMES
+    from parallel_ppo.core.envs import PROCGEN_GAMES
 
     last = e["start_level"] + e["num_levels"] - 1
     where = f"levels {e['start_level']}..{last}" if cfg.env.id in PROCGEN_GAMES else ""
@@ -160,7 +138,7 @@ def demo_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
                           frames=captioned(frames),
                           until=lambda: len(frames) >= wanted)
         write_video(output, frames, args.fps)
-    except ConfigError as e:
+    except ParallelPPOError as e:
         return fail(prog, e, 2)
     done = ", ".join(f"{r:g}" for r in result.returns) or "none finished"
     print(f"wrote {output}: {len(frames)} frames at {args.fps} fps of {cfg.env.id} ({args.levels} levels); "

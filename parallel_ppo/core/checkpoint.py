@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from parallel_ppo.core.config import ConfigError
 from parallel_ppo.core.files import atomic_write
+from parallel_ppo.errors import RunDataError
 
 FORMAT_VERSION = 1
 
@@ -25,20 +25,20 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     """Load and check a checkpoint; any problem is a ConfigError naming the file."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"checkpoint not found: {path}")
+        raise RunDataError(f"checkpoint not found: {path}")
     try:  # tensors and plain data only: a checkpoint from elsewhere must not be able to run code
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         if "weights_only" in str(e) or "Unsupported global" in str(e):
-            raise ConfigError(f"checkpoint {path} holds objects other than tensors and plain data; "
+            raise RunDataError(f"checkpoint {path} holds objects other than tensors and plain data; "
                               "refusing to load it (unpickling them could run code)") from None
-        raise ConfigError(f"checkpoint {path} is corrupt or unreadable (UnpicklingError)") from None
+        raise RunDataError(f"checkpoint {path} is corrupt or unreadable (UnpicklingError)") from None
     except Exception as e:  # truncated zip, garbage, ...
-        raise ConfigError(f"checkpoint {path} is corrupt or unreadable ({type(e).__name__})") from None
+        raise RunDataError(f"checkpoint {path} is corrupt or unreadable ({type(e).__name__})") from None
     if not isinstance(state, dict) or any(k not in state for k in REQUIRED_KEYS):
-        raise ConfigError(f"checkpoint {path} is not a parallel_ppo checkpoint")
+        raise RunDataError(f"checkpoint {path} is not a parallel_ppo checkpoint")
     if state["format_version"] != FORMAT_VERSION:
-        raise ConfigError(f"checkpoint {path} has format version {state['format_version']}, expected {FORMAT_VERSION}")
+        raise RunDataError(f"checkpoint {path} has format version {state['format_version']}, expected {FORMAT_VERSION}")
     return state
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import io
 import warnings
@@ -10,7 +11,68 @@ from typing import Protocol
 
 import numpy as np
 
-from parallel_ppo.core.config import PROCGEN_GAMES, ConfigError, EnvConfig
+from parallel_ppo.core.config import EnvConfig
+from parallel_ppo.errors import ConfigError
+
+PROCGEN_MODES = ("easy", "hard", "extreme", "memory", "exploration")
+
+PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball", "fruitbot",
+                 "heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot")
+"""Procgen's games (procgen.env.ENV_NAMES; a test keeps them equal), known without loading Procgen."""
+
+PROCGEN_EXPLORATION_GAMES = ("caveflyer", "climber", "coinrun", "heist", "jumper", "leaper", "maze", "ninja")
+"""The games Procgen has an exploration level for (procgen.env.EXPLORATION_LEVEL_SEEDS)."""
+
+
+def check_env(cfg: EnvConfig) -> None:
+    """Raise ConfigError unless `cfg.id` is a Procgen game (in a mode it has) or a registered gymnasium id."""
+    if cfg.id in PROCGEN_GAMES:
+        if cfg.distribution_mode == "exploration" and cfg.id not in PROCGEN_EXPLORATION_GAMES:
+            raise ConfigError(f"{cfg.id} has no exploration mode (games that do: "
+                              f"{', '.join(PROCGEN_EXPLORATION_GAMES)})")
+        return
+    import gymnasium
+
+    if cfg.id not in gymnasium.envs.registry:
+        raise ConfigError(f"unknown game or env id {cfg.id!r}: use a Procgen game ({', '.join(PROCGEN_GAMES)}) "
+                          "or a gymnasium id such as CartPole-v1")
+
+
+PROCGEN_EASY_RANGES = {
+    "bigfish": (1.0, 40.0), "bossfight": (0.5, 13.0), "caveflyer": (3.5, 12.0), "chaser": (0.5, 13.0),
+    "climber": (2.0, 12.6), "coinrun": (5.0, 10.0), "dodgeball": (1.5, 19.0), "fruitbot": (-1.5, 32.4),
+    "heist": (3.5, 10.0), "jumper": (3.0, 10.0), "leaper": (3.0, 10.0), "maze": (5.0, 10.0),
+    "miner": (1.5, 13.0), "ninja": (3.5, 10.0), "plunder": (4.5, 30.0), "starpilot": (2.5, 64.0),
+}
+"""(R_min, R_max) of each game in easy mode, as in the Procgen paper (Cobbe et al. 2020, appendix) and
+openai/train-procgen. Jumper and leaper use R_min = 3, the easy-mode value; some copies carry the hard-mode
+minimums (1 and 1.5) instead."""
+
+def normalized_return(env: EnvConfig, value: float | None) -> float | None:
+    """(R − R_min) / (R_max − R_min) for a Procgen game in easy mode; None where no constants apply."""
+    if value is None or env.id not in PROCGEN_EASY_RANGES or env.distribution_mode != "easy":
+        return None
+    low, high = PROCGEN_EASY_RANGES[env.id]
+    return (value - low) / (high - low)
+
+
+TEST_LEVELS = 1_000_000
+"""Test levels are the next TEST_LEVELS level seeds after the training range: disjoint from it by construction."""
+
+
+def eval_levels(env: EnvConfig, levels: str) -> EnvConfig:
+    """The env config to evaluate on: `train` (the run's own levels) or `test` (levels it never saw)."""
+    if levels == "train":
+        return dataclasses.replace(env)
+    if env.id not in PROCGEN_GAMES:
+        raise ConfigError(f"{env.id} has no levels to hold out: evaluate it on its own distribution (levels train, "
+                          "or eval.levels=train)")
+    if env.distribution_mode == "exploration":
+        raise ConfigError("exploration mode plays one fixed level: there are no test levels (use levels train)")
+    if env.num_levels == 0:
+        raise ConfigError("the run trained on every level (num_levels 0): no level is held out (use levels train)")
+    start = env.start_level + env.num_levels
+    return dataclasses.replace(env, start_level=start, num_levels=min(TEST_LEVELS, 2**31 - 1 - start))
 
 
 class BatchEnv(Protocol):

@@ -11,34 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 from torch import nn
 
-from parallel_ppo.core.collect import sample_actions
-from parallel_ppo.core.config import Config, EnvConfig, eval_levels
-from parallel_ppo.core.envs import make_batch_env
-from parallel_ppo.core.model import autocast, module_device
-
-PROCGEN_EASY_RANGES = {
-    "bigfish": (1.0, 40.0), "bossfight": (0.5, 13.0), "caveflyer": (3.5, 12.0), "chaser": (0.5, 13.0),
-    "climber": (2.0, 12.6), "coinrun": (5.0, 10.0), "dodgeball": (1.5, 19.0), "fruitbot": (-1.5, 32.4),
-    "heist": (3.5, 10.0), "jumper": (3.0, 10.0), "leaper": (3.0, 10.0), "maze": (5.0, 10.0),
-    "miner": (1.5, 13.0), "ninja": (3.5, 10.0), "plunder": (4.5, 30.0), "starpilot": (2.5, 64.0),
-}
-"""(R_min, R_max) of each game in easy mode, as in the Procgen paper (Cobbe et al. 2020, appendix) and
-openai/train-procgen. Jumper and leaper use R_min = 3, the easy-mode value; some copies carry the hard-mode
-minimums (1 and 1.5) instead."""
+from parallel_ppo.core.config import Config, EnvConfig
+from parallel_ppo.core.envs import eval_levels, make_batch_env, normalized_return
+from parallel_ppo.core.policy import act
 
 EVAL_STREAM = 0xE7A1
 """Seeds eval envs apart from the training envs (which use the streams (resumes, restarts))."""
-
-
-def normalized_return(env: EnvConfig, value: float | None) -> float | None:
-    """(R − R_min) / (R_max − R_min) for a Procgen game in easy mode; None where no constants apply."""
-    if value is None or env.id not in PROCGEN_EASY_RANGES or env.distribution_mode != "easy":
-        return None
-    low, high = PROCGEN_EASY_RANGES[env.id]
-    return (value - low) / (high - low)
 
 
 @dataclass
@@ -96,31 +76,26 @@ def evaluate(model: nn.Module, cfg: Config, levels: str, episodes: int, num_envs
     level_seeds: list[int] = []
     ret, length, done_count = np.zeros(num_envs), np.zeros(num_envs, dtype=np.int64), np.zeros(num_envs, dtype=int)
     obs = env.reset()
-    device = module_device(model)
     try:
-        with torch.no_grad():
-            while (done_count < shares).any() and not (until and until()):
-                with autocast(cfg.training.precision, device.type):
-                    logits, _ = model(torch.from_numpy(obs).to(device))
-                logits = logits.float().cpu()
-                actions = logits.argmax(-1) if deterministic else sample_actions(logits, rng.random(num_envs))[0]
-                obs, rewards, dones, _ = env.step(actions.numpy())
-                ret += rewards
-                length += 1
-                if frames is not None and done_count[0] < shares[0]:
-                    frames(env.frame(0), float(ret[0]))
-                if dones.any():
-                    now = list(getattr(env, "level_seeds", lambda: [])())
-                    for i in np.flatnonzero(dones):
-                        if done_count[i] < shares[i]:
-                            returns.append(float(ret[i]))
-                            lengths.append(int(length[i]))
-                            if starts:
-                                level_seeds.append(starts[i])
-                            done_count[i] += 1
-                        ret[i], length[i] = 0.0, 0
-                        if now:
-                            starts[i] = now[i]
+        while (done_count < shares).any() and not (until and until()):
+            actions = act(model, obs, cfg.training.precision, deterministic, rng.random(num_envs))
+            obs, rewards, dones, _ = env.step(actions.numpy())
+            ret += rewards
+            length += 1
+            if frames is not None and done_count[0] < shares[0]:
+                frames(env.frame(0), float(ret[0]))
+            if dones.any():
+                now = list(getattr(env, "level_seeds", lambda: [])())
+                for i in np.flatnonzero(dones):
+                    if done_count[i] < shares[i]:
+                        returns.append(float(ret[i]))
+                        lengths.append(int(length[i]))
+                        if starts:
+                            level_seeds.append(starts[i])
+                        done_count[i] += 1
+                    ret[i], length[i] = 0.0, 0
+                    if now:
+                        starts[i] = now[i]
     finally:
         env.close()
     return EvalResult(returns, lengths, levels, env_cfg, deterministic, time.perf_counter() - start, level_seeds)

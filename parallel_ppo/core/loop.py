@@ -6,26 +6,20 @@ import signal
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch import nn
 
-from parallel_ppo.runs import fingerprint
 from parallel_ppo.core.buffer import RolloutBuffer, compute_gae
-from parallel_ppo.core.checkpoint import next_resume_count, save_checkpoint
+from parallel_ppo.core.checkpoint import next_resume_count
 from parallel_ppo.core.collect import CollectResult, RolloutError
-from parallel_ppo.core.config import Config, ConfigError
-from parallel_ppo.engines.distributed import ALONE, Solo, checksum
-from parallel_ppo.core.evaluate import EvalResult, evaluate, normalized_return
-from parallel_ppo.core.files import write_json
-from parallel_ppo.runs.metrics import MetricsLogger, ResourceSampler
+from parallel_ppo.core.config import Config
+from parallel_ppo.core.group import ALONE, AgreedRollout, Group, agree_rollout
 from parallel_ppo.core.model import learner_device, module_device
 from parallel_ppo.core.ppo import TrainBatch, build_learner, ppo_update
 from parallel_ppo.core.reward_scale import RewardScaler
-from parallel_ppo.runs.reading import RunSummary, read_metrics, steady_sps
 from parallel_ppo.core.timing import PHASES, PhaseTimer
 
 
@@ -91,7 +85,7 @@ def learning_rate(cfg: Config, env_steps: int, elapsed: float) -> float:
     return lr * max(0.0, 1.0 - progress)
 
 
-def _mean(values: deque) -> float:
+def mean_or_nan(values: deque) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
@@ -186,74 +180,6 @@ class Hook(Protocol):
     def after_update(self, state: TrainState, row: dict[str, Any]) -> None: ...
 
 
-class EvalHook:
-    """Every `eval.interval_seconds`, plays the learner's policy on fresh envs of its own (held-out test levels by
-    default) and adds `test_return_mean` to that update's row; `final` evaluates once more at the end."""
-
-    phase = "eval"
-
-    def __init__(self, cfg: Config) -> None:
-        self.cfg = cfg
-        self.last = time.monotonic()
-        self.result: EvalResult | None = None
-        self.at_update = -1
-
-    def after_update(self, state: TrainState, row: dict[str, Any]) -> None:
-        if time.monotonic() - self.last >= self.cfg.eval.interval_seconds:
-            row["test_return_mean"] = self.run(state).mean
-
-    def run(self, state: TrainState) -> EvalResult:
-        e = self.cfg.eval
-        self.result = evaluate(state.model, self.cfg, e.levels, e.episodes, e.num_envs, e.deterministic,
-                               self.cfg.run.seed, stream=state.update)  # a new set of levels each time
-        self.at_update, self.last = state.update, time.monotonic()
-        return self.result
-
-    def final(self, state: TrainState) -> EvalResult | None:
-        """The evaluation of the final policy (run now unless the last update already had one)."""
-        return self.result if self.at_update == state.update else self.run(state)
-
-
-class MetricsHook:
-    """Samples CPU and memory into each update's row, then writes it to metrics.csv, TensorBoard and the
-    progress line."""
-
-    phase = "log"
-
-    def __init__(self, cfg: Config, run_dir: Path, mode: str, resume_after: tuple[int, int] | None) -> None:
-        self.sampler = ResourceSampler()
-        self.logger = MetricsLogger(run_dir, cfg.logging.tensorboard, cfg.logging.progress,
-                                    cfg.run.duration * 3600, cfg.run.total_steps, mode, resume_after)
-        self.cpu_samples: list[float] = []
-
-    def after_update(self, state: TrainState, row: dict[str, Any]) -> None:
-        resources = self.sampler.sample()
-        self.cpu_samples.append(resources["cpu_percent"])
-        self.logger.log({**row, **resources})
-
-    def close(self) -> None:
-        self.sampler.close()
-        self.logger.close()
-
-
-class CheckpointHook:
-    """Writes checkpoint.pt (atomically) every `run.checkpoint_interval` seconds; `save` writes one now."""
-
-    phase = "log"
-
-    def __init__(self, cfg: Config, path: Path, mode: str, clock: Clock, world_size: int = 1) -> None:
-        self.cfg, self.path, self.mode, self.clock, self.world_size = cfg, path, mode, clock, world_size
-        self.last = time.monotonic()
-
-    def after_update(self, state: TrainState, row: dict[str, Any]) -> None:
-        if time.monotonic() - self.last >= self.cfg.run.checkpoint_interval:
-            self.save(state)
-
-    def save(self, state: TrainState) -> None:
-        save_checkpoint(self.path, state.to_checkpoint(self.cfg, self.mode, self.clock(), self.world_size))
-        self.last = time.monotonic()
-
-
 @dataclass
 class Outcome:
     """How the loop ended, and where this session's time went."""
@@ -270,13 +196,13 @@ class Outcome:
 
 
 def rollout_batch(buf: RolloutBuffer, cfg: Config, scaler: RewardScaler | None = None,
-                  team: Solo = ALONE) -> TrainBatch:
+                  group: Group = ALONE) -> TrainBatch:
     """GAE over the filled buffer (rewards normalized by `scaler` if given, plus any time-limit bootstrap),
     flattened to one row per env step. The scaler sees every rank's rewards, so it normalizes as one process
     stepping all the envs would."""
     rewards = buf.rewards
     if scaler is not None:
-        rewards = team.own_columns(scaler(team.gather_columns(buf.rewards), team.gather_columns(buf.dones)))
+        rewards = group.own_columns(scaler(group.gather_columns(buf.rewards), group.gather_columns(buf.dones)))
     advantages, returns = compute_gae(rewards + buf.bootstrap, buf.values, buf.dones, buf.last_values,
                                       cfg.training.gamma, cfg.training.gae_lambda)
     return TrainBatch(buf.obs.flatten(0, 1), buf.actions.flatten(), buf.logprobs.flatten(), buf.values.flatten(),
@@ -294,42 +220,14 @@ def stop_reason(cfg: Config, state: TrainState, stop: StopRequest, elapsed: floa
     return ""
 
 
-@dataclass
-class Shared:
-    """What the ranks agree on after a rollout (alone: the rollout as it is)."""
-
-    result: CollectResult
-    """Every rank's episodes, in rank order."""
-    error: str | None
-    """Any rank's error (named by its rank in a team)."""
-    signum: int | None
-    """A signal any rank received."""
-    started: float
-    """Rank 0's elapsed seconds when the rollout began: the clock an annealed learning rate follows, so that
-    every rank steps with the same rate."""
-
-
-def share_rollout(team: Solo, result: CollectResult, error: str | None, signum: int | None,
-                  started: float) -> Shared:
-    """One exchange after every rollout: episodes, errors, signals and rank 0's clock."""
-    reports = team.gather((error, signum, started, result.episode_returns, result.episode_lengths))
-    errors = [e if team.world_size == 1 else f"rank {rank}: {e}" for rank, (e, *_) in enumerate(reports) if e]
-    merged = CollectResult([r for report in reports for r in report[3]], [n for report in reports for n in report[4]],
-                           result.time_env, result.time_inference)
-    return Shared(merged, "; ".join(errors) or None, max((r[1] for r in reports if r[1]), default=None), reports[0][2])
-
-
 def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[Hook], stop: StopRequest,
-             clock: Clock, team: Solo = ALONE) -> Outcome:
+             clock: Clock, group: Group = ALONE) -> Outcome:
     """Update until a stop reason holds: collect, GAE, PPO update, then each hook with the update's row.
 
-    In a distributed run every decision is the team's: an error or signal after any rank's rollout, and the
+    In a distributed run every decision is the group's: an error or signal after any rank's rollout, and the
     stop reason after each update, so all ranks stop at the same update. The time spent waiting on the other
     ranks is `sync`, the update's all-reduces `allreduce` (not `update`)."""
     outcome, timers = Outcome(), PhaseTimer()
-    device = module_device(state.model)
-    training = team.local_training(cfg)
-    steps = cfg.rollout_size * team.world_size
     last_row = time.monotonic()
     while not outcome.stop_reason:
         started, error = clock(), None
@@ -338,40 +236,23 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
         except RolloutError as e:
             result, error = CollectResult([], [], 0.0, 0.0), str(e)
         with timers.phase("sync"):
-            shared = share_rollout(team, result, error, stop.signum, started)
-        if shared.error is not None:
-            outcome.stop_reason, outcome.error = "error", shared.error
-            outcome.signal = signal.Signals(shared.signum).name if shared.signum else None
+            agreed = agree_rollout(group, result, error, stop.signum, started)
+        if agreed.error is not None or agreed.signum is not None:  # a signal abandons the rollout, not its update
+            outcome.stop_reason, outcome.error = "error" if agreed.error is not None else "signal", agreed.error
+            outcome.signal = signal.Signals(agreed.signum).name if agreed.signum else None
             break
-        if shared.signum is not None:  # abandon this rollout rather than spend an update on it
-            outcome.stop_reason, outcome.signal = "signal", signal.Signals(shared.signum).name
-            break
-        lr = learning_rate(cfg, state.env_steps, shared.started)
-        for group in state.optimizer.param_groups:
-            group["lr"] = lr
-        with timers.phase("gae"):
-            data = rollout_batch(source.buffer, cfg, state.reward_scaler, team).to(device)
-        with timers.phase("update"):
-            stats = ppo_update(state.model, state.optimizer, data, training, state.generator, team.gradients)
-        allreduce = team.pop_seconds()
-        timers.add("update", -allreduce)
-        timers.add("allreduce", allreduce)
-        state.record(shared.result, steps)
+        row = update(cfg, source, state, agreed, timers, group)
         now = time.monotonic()
         phases = timers.pop()
         outcome.add_phases(phases)
-        row = {"update": state.update, "env_steps": state.env_steps, "wall_time": clock(now),
-               "sps": steps / max(now - last_row, 1e-9),  # logging and checkpoints included
-               "episodic_return_mean": _mean(state.episode_returns),
-               "episodic_length_mean": _mean(state.episode_lengths), "episodes": state.episodes,
-               "learning_rate": lr, **stats, **{f"time_{name}": seconds for name, seconds in phases.items()},
-               "worker_restarts": source.restarts}
+        row |= {"wall_time": clock(now), "sps": row.pop("env_steps_added") / max(now - last_row, 1e-9),  # logs too
+                **{f"time_{name}": seconds for name, seconds in phases.items()}}
         for hook in hooks:  # counted in the next row: this row's clock stopped at `now`
             with timers.phase(hook.phase):
                 hook.after_update(state, row)
         last_row = now
         with timers.phase("sync"):
-            outcome.stop_reason, signum = team.agree_stop(stop_reason(cfg, state, stop, clock(now)), stop.signum)
+            outcome.stop_reason, signum = group.agree_stop(stop_reason(cfg, state, stop, clock(now)), stop.signum)
         if signum is not None:
             outcome.signal = signal.Signals(signum).name
     outcome.session_seconds = clock() - clock.elapsed_before
@@ -379,107 +260,24 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
     return outcome
 
 
-def train(cfg: Config, source: RolloutSource, run_dir: Path, threads: dict[str, int],
-          resume: dict | None = None, compute_limit: dict | None = None, learner: dict | None = None,
-          roofline: dict | None = None, team: Solo = ALONE) -> dict:
-    """Train until the duration or step budget is spent (or a signal arrives); returns summary.json's content.
-
-    `resume` is a loaded checkpoint: model, optimizer, counters, RNG states, episode window and elapsed
-    time carry on from it, and metrics rows logged after it are dropped so the CSV stays continuous.
-    `compute_limit` (from `roofline.measure_compute_limit`) is recorded with the run's efficiency against it,
-    `learner` (how precision, microbatch and device were chosen) as is, and `roofline` (the network's FLOPs
-    and the matmul peaks) with the FLOP/s the run achieved.
-
-    In a distributed run (`team`), every rank starts from rank 0's parameters and trains in step with the
-    others; only rank 0 writes (metrics, TensorBoard, checkpoints, evaluation, summary.json with every rank's
-    layout and parameter checksum), and the other ranks return only how the run ended. A lost rank raises
-    `distributed.PeerLost` (the last checkpoint stays as it was).
-    """
-    run_dir = Path(run_dir)
-    world = team.world_size
-    if resume is None:
-        state = TrainState.new(cfg, source.obs_shape, source.num_actions, world)
-    else:
-        state = TrainState.from_checkpoint(cfg, source.obs_shape, source.num_actions, resume, world)
-    team.broadcast_parameters(state.model)
-    clock = Clock(state.elapsed_before)
-    mode = "distributed" if team.distributed else source.mode
-    metrics = checkpoints = evals = None
-    if team.is_main:
-        metrics = MetricsHook(cfg, run_dir, mode, (state.update, state.env_steps) if resume is not None else None)
-        checkpoints = CheckpointHook(cfg, run_dir / "checkpoint.pt", mode, clock, world)
-        evals = EvalHook(cfg) if cfg.eval.interval_seconds > 0 else None
-    final_eval = None
-    try:
-        with StopRequest(repeat_interrupts=not team.distributed) as stop:
-            hooks = [hook for hook in (evals, metrics, checkpoints) if hook is not None]
-            outcome = run_loop(cfg, source, state, hooks, stop, clock, team)
-            if checkpoints is not None:  # first: a rank lost now cannot cost the finished updates
-                checkpoints.save(state)
-            ranks = team.gather({"rank": team.rank, "host": team.host, **source.layout,
-                                 "source": source.mode, "threads": threads, "checksum": checksum(state.model),
-                                 "phase_seconds": outcome.phase_seconds}) if team.distributed else None
-            if evals is not None and outcome.stop_reason in ("duration", "total_steps"):
-                final_eval = evals.final(state)  # after the clock stopped: not in wall time or SPS
-    finally:
-        if metrics is not None:
-            metrics.close()
-        source.close()
-    if metrics is None:  # not rank 0: how the run ended is all it reports
-        return {"stop_reason": outcome.stop_reason, "signal": outcome.signal, "error": outcome.error}
-    summary = summarize(cfg, source, state, outcome, metrics, threads, compute_limit, run_dir, final_eval, learner,
-                        roofline, ranks).to_dict()
-    write_json(run_dir / "summary.json", summary)
-    return summary
-
-
-def summarize(cfg: Config, source: RolloutSource, state: TrainState, outcome: Outcome, metrics: MetricsHook,
-              threads: dict[str, int], compute_limit: dict | None, run_dir: Path,
-              final_eval: EvalResult | None = None, learner: dict | None = None,
-              roofline: dict | None = None, ranks: list[dict] | None = None) -> RunSummary:
-    """summary.json's content, its throughput read back from metrics.csv as every reader computes it.
-
-    A distributed run (`ranks`: each rank's layout, threads, checksum and phase seconds) counts the envs and
-    workers of all ranks, and its phases are rank 0's."""
-    wall = outcome.session_seconds
-    try:
-        rows = read_metrics(run_dir / "metrics.csv")
-        sps = steady_sps(rows["env_steps"], rows["wall_time"])
-    except ConfigError:  # no update finished
-        sps = None
-    peaks = metrics.sampler.peaks
-    train_return = _mean(state.episode_returns) if state.episode_returns else None
-    test_return = final_eval.mean if final_eval is not None else None
-    flops = roofline["flops_per_env_step"] if roofline else None
-    peak = roofline["peak_gflops"][cfg.training.precision] if roofline else None
-    achieved = sps * flops / 1e9 if flops and sps else None
-    layout = dict(source.layout)
-    if ranks is not None:
-        layout["num_workers"] *= len(ranks)
-        layout["num_envs"] *= len(ranks)
-    return RunSummary(
-        mode="distributed" if ranks else source.mode, env_id=cfg.env.id, **layout, total_env_steps=state.env_steps,
-        wall_seconds=wall + state.elapsed_before, episodes=state.episodes, updates=state.update,
-        stop_reason=outcome.stop_reason, precision=cfg.training.precision, peak_rss_mb=peaks["rss_mb"],
-        hardware=fingerprint.hardware(), versions=fingerprint.versions(), sps=sps,
-        overall_sps=state.env_steps / (wall + state.elapsed_before) if wall > 0 else None,
-        episodic_return_mean=_mean(state.episode_returns) if state.episode_returns else None,
-        episodic_length_mean=_mean(state.episode_lengths) if state.episode_lengths else None,
-        error=outcome.error, signal=outcome.signal, threads=threads, peak_pss_mb=peaks["pss_mb"],
-        peak_main_rss_mb=peaks["main_rss_mb"], peak_worker_rss_mb=peaks["worker_rss_mb"],
-        mean_cpu_percent=float(np.mean(metrics.cpu_samples)) if metrics.cpu_samples else None,
-        compute_limit=compute_limit,
-        limit_efficiency=sps / compute_limit["limit_sps"] if compute_limit and sps else None,
-        phase_seconds=outcome.phase_seconds,
-        phase_fractions={k: v / wall for k, v in outcome.phase_seconds.items()} if wall > 0 else {},
-        worker_restarts=source.restarts, resumes=state.resumes, seed=cfg.run.seed,
-        normalized_return=normalized_return(cfg.env, train_return), test_return_mean=test_return,
-        test_normalized_return=normalized_return(cfg.env, test_return),
-        generalization_gap=train_return - test_return if train_return is not None and test_return is not None else None,
-        eval_levels=cfg.eval.levels if final_eval is not None else None, learner=learner, roofline=roofline,
-        flops_per_env_step=flops, achieved_gflops=achieved, peak_gflops=peak,
-        peak_fraction=achieved / peak if achieved and peak else None,
-        world_size=len(ranks) if ranks else 1,
-        distributed={"source": source.mode, "num_envs_per_rank": source.layout["num_envs"],
-                     "timeout_seconds": cfg.distributed.timeout_seconds, "ranks": ranks} if ranks else None,
-    )
+def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: AgreedRollout, timers: PhaseTimer,
+           group: Group) -> dict[str, Any]:
+    """GAE and the PPO update on the rollout in `source.buffer`, counted into `state`; returns the update's row
+    (its learning statistics and counters; the loop adds its clock and phases)."""
+    lr = learning_rate(cfg, state.env_steps, agreed.started)
+    for param_group in state.optimizer.param_groups:
+        param_group["lr"] = lr
+    with timers.phase("gae"):
+        data = rollout_batch(source.buffer, cfg, state.reward_scaler, group).to(module_device(state.model))
+    with timers.phase("update"):
+        stats = ppo_update(state.model, state.optimizer, data, group.local_training(cfg), state.generator,
+                           group.gradients)
+    allreduce = group.pop_seconds()
+    timers.add("update", -allreduce)
+    timers.add("allreduce", allreduce)
+    steps = cfg.rollout_size * group.world_size
+    state.record(agreed.result, steps)
+    return {"update": state.update, "env_steps": state.env_steps, "env_steps_added": steps,
+            "episodic_return_mean": mean_or_nan(state.episode_returns),
+            "episodic_length_mean": mean_or_nan(state.episode_lengths), "episodes": state.episodes,
+            "learning_rate": lr, **stats, "worker_restarts": source.restarts}

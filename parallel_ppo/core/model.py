@@ -9,7 +9,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from parallel_ppo.core.config import Config, ConfigError, ModelConfig
+from parallel_ppo.core.config import Config, ModelConfig
+from parallel_ppo.errors import ConfigError
 
 
 def autocast(precision: str, device_type: str = "cpu") -> contextlib.AbstractContextManager:

@@ -39,7 +39,7 @@ class TrainBatch:
 
 
 class Reducer(Protocol):
-    """Sums or averages a tensor in place over data-parallel learners (`distributed.Team`); None where one
+    """Sums or averages a tensor in place over data-parallel learners (`distributed.Ranks`); None where one
     process learns alone. The update needs nothing else from the processes it runs in."""
 
     def sum_(self, tensor: torch.Tensor) -> torch.Tensor: ...

@@ -57,11 +57,6 @@ class RewardScaler:
             self.returns[ended[t]] = 0.0
         return torch.from_numpy(scaled.astype(np.float32))
 
-    @property
-    def scale(self) -> float:
-        """The current divisor (the running std of discounted returns)."""
-        return float(np.sqrt(self.stats.var + self.EPS))
-
     def state_dict(self) -> dict[str, Any]:
         """Plain data for the checkpoint."""
         s = self.stats

@@ -4,8 +4,8 @@ needs (the envs' split is the config's: `config.derive_distributed_envs`).
 
 Every rank runs the rollout source it would run alone over its share of the envs and computes gradients on its
 own rollout; before each optimizer step the gradients are averaged in one flat all-reduce, so the ranks keep
-identical parameters. `Solo` is the same interface for a single process, with nothing to exchange, so that
-the trainer has one loop for every mode.
+identical parameters. `Ranks` implements the group protocol of `core.group` (whose `ALONE` is a single process,
+with nothing to exchange), so the trainer has one loop for every mode.
 """
 
 from __future__ import annotations
@@ -27,11 +27,10 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from parallel_ppo.core.config import Config, TrainingConfig
+from parallel_ppo.core.group import ALONE, STOP_REASONS, Group
 
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 """What torchrun sets for each rank; `--distributed` without them is a user error."""
-STOP_REASONS = ("signal", "total_steps", "duration")
-"""Reasons a rank may want to stop after an update, in the order that wins when ranks differ."""
 
 FINISH_TIMEOUT = timedelta(hours=1)
 """How long a rank that has finished waits for rank 0's last writes (a final evaluation included)."""
@@ -61,51 +60,7 @@ def launch_rank() -> int:
         return 0
 
 
-class Solo:
-    """One process alone: the team of the sequential and parallel trainers. Every exchange returns its input."""
-
-    rank = 0
-    world_size = 1
-    local_world_size = 1
-    is_main = True
-    distributed = False
-    host: str | None = None
-
-    def local_training(self, cfg: Config) -> TrainingConfig:
-        """This process's training settings: the config's, alone."""
-        return cfg.training
-
-    def broadcast_parameters(self, model: nn.Module) -> None:
-        pass
-
-    def broadcast(self, obj: T) -> T:
-        return obj
-
-    def gather(self, obj: T) -> list[T]:
-        return [obj]
-
-    def gather_columns(self, tensor: torch.Tensor) -> torch.Tensor:
-        return tensor
-
-    def own_columns(self, tensor: torch.Tensor) -> torch.Tensor:
-        return tensor
-
-    def agree_stop(self, reason: str, signum: int | None) -> tuple[str, int | None]:
-        return reason, (signum if reason == "signal" else None)
-
-    @property
-    def gradients(self) -> None:
-        """What the update averages its gradients, statistics and KL with: nothing, alone."""
-        return None
-
-    def pop_seconds(self) -> float:
-        return 0.0
-
-    def close(self, wait: bool = True) -> None:
-        pass
-
-
-class Team(Solo):
+class Ranks(Group):
     """This rank's place among the others, and the collectives of a DD-PPO loop (gloo on CPU).
 
     A collective that fails (a rank died, or hung past `timeout` seconds) raises PeerLost. The seconds spent in
@@ -185,7 +140,7 @@ class Team(Solo):
         return agreed, int(flags[0]) if agreed == "signal" else None
 
     @property
-    def gradients(self) -> Team:
+    def gradients(self) -> Ranks:
         return self
 
     def mean_(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -236,16 +191,12 @@ def stop_with_launcher() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-ALONE = Solo()
-"""The team of a process that learns alone (the default wherever a team is taken)."""
-
-
 def first_line(error: BaseException) -> str:
     lines = str(error).strip().splitlines()
     return lines[0] if lines else type(error).__name__
 
 
-def join(cfg: Config, distributed: bool) -> Solo:
-    """The team of this process: Solo unless `distributed`, else this rank joined to the others."""
-    return Team(cfg.distributed.timeout_seconds) if distributed else ALONE
+def join(cfg: Config, distributed: bool) -> Group:
+    """The group of this process: ALONE unless `distributed`, else this rank joined to the others."""
+    return Ranks(cfg.distributed.timeout_seconds) if distributed else ALONE
 

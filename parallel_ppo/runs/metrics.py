@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 import sys
@@ -11,8 +12,9 @@ from typing import Any
 
 import psutil
 
-from parallel_ppo.runs.reading import METRIC_COLUMNS, truncate_metrics
+from parallel_ppo.core.files import write_text
 from parallel_ppo.core.timing import PHASES
+from parallel_ppo.runs.summary import METRIC_COLUMNS
 
 TB_TAGS = {
     "episodic_return_mean": "charts/episodic_return",
@@ -32,6 +34,20 @@ TB_TAGS = {
 }
 """metrics.csv column → TensorBoard tag (CleanRL's names where it has them). Per-worker `worker<i>_cpu_percent`
 and `worker<i>_rss_mb` go to TensorBoard only, as `system/worker<i>_...`."""
+
+
+def truncate_metrics(path: Path, update: int) -> None:
+    """Keep metrics.csv's rows up to `update` (a resumed run repeats the rows after its checkpoint), under the
+    current METRIC_COLUMNS header (a run resumed by a newer version gains its columns, empty in the old rows);
+    rewritten atomically."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    kept = [r for r in rows if (r.get("update") or "").isdigit() and int(r["update"]) <= update]
+    out = io.StringIO(newline="")
+    writer = csv.DictWriter(out, fieldnames=METRIC_COLUMNS, extrasaction="ignore", restval="")
+    writer.writeheader()
+    writer.writerows(kept)
+    write_text(path, out.getvalue())
 
 
 class ResourceSampler:

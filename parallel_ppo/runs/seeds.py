@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from parallel_ppo.runs.reading import Run, RunGroup, return_at, return_at_step
+from parallel_ppo.runs.figures import return_at, return_at_step
+from parallel_ppo.runs.reading import Run, RunGroup
 
 LEVEL = 0.95
 RESAMPLES = 10_000

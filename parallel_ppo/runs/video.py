@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from parallel_ppo.core.config import ConfigError
+from parallel_ppo.errors import ConfigError
 
 VIDEO_SUFFIXES = (".mp4", ".gif")
 

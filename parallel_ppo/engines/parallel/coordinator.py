@@ -11,14 +11,17 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+import setproctitle
 import torch
 from torch import nn
 
 from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.collect import CollectResult, RolloutError
-from parallel_ppo.core.config import PROCGEN_GAMES, Config
-from parallel_ppo.core.envs import env_spaces
+from parallel_ppo.core.config import Config
+from parallel_ppo.core.envs import PROCGEN_GAMES, env_spaces
 from parallel_ppo.core.model import build_model
+from parallel_ppo.core.threads import ThreadPlan
+from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.engines.parallel.worker import (
     PRELOAD_PROCGEN_VAR,
     Collect,
@@ -29,8 +32,6 @@ from parallel_ppo.engines.parallel.worker import (
     WorkerSpec,
     worker_main,
 )
-from parallel_ppo.core.threads import ThreadPlan
-from parallel_ppo.core.timing import PhaseTimer
 
 STARTUP_TIMEOUT = 180.0
 """Seconds a new worker may take to import, build its envs and report ready."""
@@ -115,8 +116,8 @@ class ParallelCoordinator:
             self._ctx.set_forkserver_preload(["parallel_ppo.engines.parallel.preload"])
         self._workers: list[_Worker | None] = [None] * p.num_workers
         who = "coordinator" if rank is None else f"coordinator rank {rank}"
-        _set_title(f"parallel_ppo {who} ({p.num_workers} workers × {p.num_envs_per_worker} envs, "
-                   f"{cfg.env.id})")
+        setproctitle.setproctitle(f"parallel_ppo {who} ({p.num_workers} workers × {p.num_envs_per_worker} envs, "
+                                  f"{cfg.env.id})")
         try:
             for i in range(p.num_workers):
                 self._workers[i] = self._spawn(i, restart=0)
@@ -283,13 +284,4 @@ def _stop_process(worker: _Worker, kill: bool) -> None:
     try:
         worker.conn.close()
     except OSError:
-        pass
-
-
-def _set_title(title: str) -> None:
-    try:
-        import setproctitle
-
-        setproctitle.setproctitle(title)
-    except ImportError:  # pragma: no cover - optional nicety
         pass

@@ -8,6 +8,7 @@ import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
+import setproctitle
 import torch
 
 from parallel_ppo.core.allocator import retain_freed_memory
@@ -88,12 +89,7 @@ def process_title(spec: WorkerSpec) -> str:
 def worker_main(spec: WorkerSpec, conn: Connection) -> None:
     """Serve rollout requests (Collect) until told to Stop or the coordinator goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the coordinator decides
-    try:
-        import setproctitle
-
-        setproctitle.setproctitle(process_title(spec))
-    except ImportError:  # pragma: no cover - optional nicety
-        pass
+    setproctitle.setproctitle(process_title(spec))
     torch.set_num_threads(spec.torch_threads)
     retain_freed_memory()
     runner = None

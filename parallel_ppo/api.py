@@ -1,0 +1,97 @@
+"""The public Python API (re-exported by `parallel_ppo`): train a policy, load it and predict with it, evaluate it,
+compare runs. The command lines are layers over the same code (`launch`, `core.policy`, `runs.report`).
+
+    import parallel_ppo as ppo
+
+    run = ppo.train("config/cartpole.yaml", mode="parallel", output_dir="runs/cartpole")
+    policy = ppo.load_policy(run)
+    action = policy.predict(observation, deterministic=True)
+    ppo.evaluate(policy, episodes=20)
+    ppo.compare({"sequential": "runs/a", "parallel": "runs/b"}, output_dir="runs/comparison")
+
+The parallel mode starts worker processes: in a script, call it under `if __name__ == "__main__":`, as for any
+multiprocessing code (a notebook needs nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from parallel_ppo.core.config import Config
+from parallel_ppo.core.envs import PROCGEN_GAMES
+from parallel_ppo.core.evaluate import EvalResult
+from parallel_ppo.core.policy import Policy
+from parallel_ppo.errors import ConfigError, RunFailed
+from parallel_ppo.launch import Request, execute, prepare
+from parallel_ppo.runs.reading import Run, load_groups, load_run
+
+MODES = ("sequential", "parallel")
+
+
+def train(config: str | Path | Config | None = None, *, mode: str = "sequential",
+          output_dir: str | Path | None = None, overrides: Mapping[str, Any] | None = None, overwrite: bool = False,
+          resume: str | Path | None = None, verbose: bool = True) -> Run:
+    """Train until the config's duration or step budget is spent; returns the finished run.
+
+    `config`: a YAML file, a `Config` built in code, or None for the defaults. `overrides`: `{"section.key":
+    value}` set on top of it, e.g. `{"env.id": "CartPole-v1", "run.total_steps": 50_000}`. `mode`: "sequential"
+    (one process) or "parallel" (worker processes; its layout in `parallel.*`). `resume`: a run directory to
+    continue from its checkpoint. `verbose`: print the run's start and end lines.
+
+    Settings that cannot run raise ConfigError before anything starts; a run that stops on an error (a worker
+    that keeps failing, say) raises RunFailed once its checkpoint and summary are written; one stopped by a
+    signal returns, its `summary.stop_reason` saying so.
+    """
+    if mode not in MODES:
+        raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    flags = dict(overrides or {})
+    if output_dir is not None:
+        flags["run.output_dir"] = str(output_dir)
+    request = Request(config, flags, (), mode == "parallel", False, overwrite, None if resume is None else str(resume))
+    prepared = prepare(request)
+    summary, _ = execute(prepared, "parallel_ppo" if verbose else None, overwrite)
+    if summary["stop_reason"] == "error":
+        raise RunFailed(f"the run in {prepared.run_dir} stopped on an error: {summary['error']}", prepared.run_dir)
+    return load_run(prepared.run_dir.name, prepared.run_dir)
+
+
+def load_policy(where: str | Path | Run, seed: int = 0) -> Policy:
+    """The policy of a run (a `Run`, a run directory or a checkpoint file); `seed` seeds its sampled actions."""
+    return Policy.load(where.path if isinstance(where, Run) else where, seed)
+
+
+def evaluate(policy: Policy | Run | str | Path, episodes: int = 20, levels: str | None = None, num_envs: int = 8,
+             deterministic: bool = False, seed: int = 0) -> EvalResult:
+    """Play `episodes` complete episodes with a policy (or a run's) on fresh envs. `levels`: "test" (Procgen
+    levels the run never trained on; the default for Procgen) or "train" (its own levels; the default, and the
+    only choice, for other envs)."""
+    from parallel_ppo.core.evaluate import evaluate as play
+
+    if not isinstance(policy, Policy):
+        policy = load_policy(policy, seed)
+    if episodes <= 0 or num_envs <= 0:
+        raise ConfigError(f"episodes and num_envs must be positive, got {episodes} and {num_envs}")
+    levels = levels or ("test" if policy.cfg.env.id in PROCGEN_GAMES else "train")
+    if levels not in ("train", "test"):
+        raise ConfigError(f"levels must be train or test, got {levels!r}")
+    return play(policy.model, policy.cfg, levels, episodes, num_envs, deterministic, seed)
+
+
+def compare(runs: Mapping[str, str | Path | Run | Sequence[str | Path]], output_dir: str | Path | None = None,
+            baseline: str | None = None, threshold: float | None = None) -> Any:
+    """Compare runs by label (a label with several run directories, or a parent of seed runs, is compared across
+    seeds); returns the comparison (`runs.report.numbers.Comparison`) and, with `output_dir`, writes its table,
+    plots and reports there as compare_results.py does."""
+    from parallel_ppo.runs.report.numbers import compare as compare_groups
+    from parallel_ppo.runs.report.plots import render_outputs, write_outputs
+
+    specs = []
+    for label, where in runs.items():
+        dirs = [where] if isinstance(where, (str, Path, Run)) else list(where)
+        specs.append((label, [d.path if isinstance(d, Run) else Path(d) for d in dirs]))
+    comparison = compare_groups(load_groups(specs), baseline, threshold)
+    if output_dir is not None:
+        write_outputs(render_outputs(comparison), Path(output_dir))
+    return comparison

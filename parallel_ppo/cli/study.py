@@ -1,0 +1,75 @@
+"""bench.py's `study` subcommand: the many-core study (threads, workers, distributed ranks and a CUDA learner at
+1, 2, 4, ... processes) into docs/results/. Also the whole-number list flags bench.py's other subcommands share."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from parallel_ppo.bench.scaling import BenchRunCrashed
+from parallel_ppo.bench.study import (
+    FAMILIES,
+    ROOT,
+    StudySettings,
+    available_cores,
+    check_settings,
+    process_counts,
+    run_study,
+    study_table,
+)
+from parallel_ppo.cli.common import fail, int_list, positive_int, positive_number
+from parallel_ppo.errors import ConfigError, ParallelPPOError
+
+
+def add_study(sub: Any) -> None:
+    """Register `study` on bench.py's subcommands."""
+    text = ("the many-core study: threads, workers, distributed ranks and a CUDA learner at 1, 2, 4, ... processes, "
+            "written to docs/results/<cpu>-<cores>c[-<gpu>]/")
+    c = sub.add_parser("study", help=text, description=text[0].upper() + text[1:] + ". Runs one at a time; a "
+                       "point that fails is recorded and the rest go on. Points measured before in the same "
+                       "results folder and not measured now are kept.")
+    c.add_argument("--config", default=str(ROOT / "config" / "ppo_parallel.yaml"), help="YAML config file")
+    c.add_argument("--env", default="starpilot", metavar="ID", help="Procgen game or gymnasium id (starpilot)")
+    c.add_argument("--processes", metavar="LIST", help='process counts (default 1, 2, 4, ... logical cores)')
+    c.add_argument("--families", default=",".join(FAMILIES), metavar="LIST",
+                   help=f"which families to run (default {','.join(FAMILIES)}; cuda only where CUDA is available)")
+    c.add_argument("--seconds", type=positive_number, default=30.0, metavar="S",
+                   help="wall-clock budget of each run (default 30)")
+    c.add_argument("--n-steps", type=positive_int, default=64, metavar="N", help="steps per env per rollout (64)")
+    c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override passed to every run (repeatable)")
+    c.add_argument("--runs-dir", default="benchmarks/study", metavar="DIR",
+                   help="where the run directories go (default benchmarks/study; not for git)")
+    c.add_argument("--results-dir", default=str(ROOT / "docs" / "results"), metavar="DIR",
+                   help="parent of the results folder (default docs/results)")
+
+
+def study(args: Any, prog: str) -> int:
+    """Run the study as `args` say; returns the exit status (1 when a point failed)."""
+    try:
+        families = args.families.replace(",", " ").split()
+        if not families or set(families) - set(FAMILIES):
+            raise ConfigError(f"--families takes {', '.join(FAMILIES)}; got {args.families!r}")
+        counts = sorted(set(int_list(args.processes, "--processes"))) if args.processes else process_counts(
+            available_cores())
+        settings = StudySettings(args.config, args.env, args.seconds, n_steps=args.n_steps,
+                                 extra=tuple(a for item in args.set for a in ("--set", item)))
+        check_settings(settings)
+        for path in (Path(args.runs_dir), Path(args.results_dir)):
+            if path.exists() and not path.is_dir():
+                raise ConfigError(f"{path} exists and is not a directory")
+        print(f"{prog}: study of {', '.join(families)} at {counts} processes, {args.seconds:g} s per run, "
+              f"one at a time", flush=True)
+        out_dir, rows = run_study([f for f in FAMILIES if f in families], counts, settings, Path(args.runs_dir),
+                                  Path(args.results_dir))
+    except ParallelPPOError as e:
+        return fail(prog, e, 2)
+    except OSError as e:  # the results folder could not be written
+        return fail(prog, e, 1)
+    print(study_table(rows))
+    print(f"wrote {out_dir / 'study.md'}, {out_dir / 'study.json'}, {out_dir / 'study.png'}")
+    failed = [r["label"] for r in rows if "error" in r]
+    if failed:
+        return fail(prog, BenchRunCrashed(f"{len(failed)} of {len(rows)} points failed ({', '.join(failed)}); their "
+                                          f"errors are in {out_dir / 'study.md'}"), 1)
+    return 0

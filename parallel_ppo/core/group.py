@@ -1,0 +1,95 @@
+"""The group protocol: a learner's place among the learners it trains with, and the exchanges between them. The
+loop takes a `Group` and never asks which kind it has: `ALONE` for one process, `engines.distributed.Ranks` for a
+rank of a data-parallel run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeVar
+
+import torch
+from torch import nn
+
+from parallel_ppo.core.collect import CollectResult
+from parallel_ppo.core.config import Config, TrainingConfig
+
+T = TypeVar("T")
+
+STOP_REASONS = ("signal", "total_steps", "duration")
+"""Reasons a learner may want to stop after an update, in the order that wins when the ranks differ."""
+
+
+class Group:
+    """A process's place among the learners it trains with, and every exchange between them. This base is one
+    process alone (the sequential and parallel trainers), where every exchange returns its input;
+    `engines.distributed.Ranks` is a rank among the others of a torch.distributed run."""
+
+    rank = 0
+    world_size = 1
+    local_world_size = 1
+    is_main = True
+    distributed = False
+    host: str | None = None
+
+    def local_training(self, cfg: Config) -> TrainingConfig:
+        """This process's training settings: the config's, alone."""
+        return cfg.training
+
+    def broadcast_parameters(self, model: nn.Module) -> None:
+        pass
+
+    def broadcast(self, obj: T) -> T:
+        return obj
+
+    def gather(self, obj: T) -> list[T]:
+        return [obj]
+
+    def gather_columns(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def own_columns(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def agree_stop(self, reason: str, signum: int | None) -> tuple[str, int | None]:
+        return reason, (signum if reason == "signal" else None)
+
+    @property
+    def gradients(self) -> None:
+        """What the update averages its gradients, statistics and KL with: nothing, alone."""
+        return None
+
+    def pop_seconds(self) -> float:
+        return 0.0
+
+    def close(self, wait: bool = True) -> None:
+        pass
+
+
+ALONE = Group()
+"""The group of a process that learns alone (the default wherever a group is taken)."""
+
+
+@dataclass
+class AgreedRollout:
+    """What the ranks agree on after a rollout (alone: the rollout as it is)."""
+
+    result: CollectResult
+    """Every rank's episodes, in rank order."""
+    error: str | None
+    """Any rank's error (named by its rank in a group)."""
+    signum: int | None
+    """A signal any rank received."""
+    started: float
+    """Rank 0's elapsed seconds when the rollout began: the clock an annealed learning rate follows, so that
+    every rank steps with the same rate."""
+
+
+def agree_rollout(group: Group, result: CollectResult, error: str | None, signum: int | None,
+                  started: float) -> AgreedRollout:
+    """One exchange after every rollout: episodes, errors, signals and rank 0's clock."""
+    reports = group.gather((error, signum, started, result.episode_returns, result.episode_lengths))
+    errors = [e if group.world_size == 1 else f"rank {rank}: {e}" for rank, (e, *_) in enumerate(reports) if e]
+    merged = CollectResult([r for report in reports for r in report[3]], [n for report in reports for n in report[4]],
+                           result.time_env, result.time_inference)
+    signum = max((r[1] for r in reports if r[1]), default=None)
+    return AgreedRollout(merged, "; ".join(errors) or None, signum, reports[0][2])

@@ -1,0 +1,91 @@
+"""A trained policy outside its run: the network with a checkpoint's weights and the config it was trained with,
+acting the way the trainer's own policy acts (`act`), on one observation or a batch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from parallel_ppo.core.checkpoint import load_checkpoint
+from parallel_ppo.core.collect import sample_actions
+from parallel_ppo.core.config import Config
+from parallel_ppo.core.configure import config_from_dict
+from parallel_ppo.core.envs import env_spaces
+from parallel_ppo.core.model import autocast, build_model, module_device
+from parallel_ppo.errors import ConfigError, RunDataError
+
+
+def act(model: nn.Module, obs: np.ndarray, precision: str, deterministic: bool,
+        uniforms: np.ndarray | None = None) -> torch.Tensor:
+    """The actions of `model` for a batch of observations, as the trainer takes them: the most likely one
+    (`deterministic`), or sampled by inverse CDF with one uniform number per row."""
+    device = module_device(model)
+    with torch.no_grad(), autocast(precision, device.type):
+        logits, _ = model(torch.from_numpy(np.ascontiguousarray(obs)).to(device))
+    logits = logits.float().cpu()
+    if deterministic:
+        return logits.argmax(-1)
+    assert uniforms is not None, "sampling needs one uniform number per observation"
+    return sample_actions(logits, uniforms)[0]
+
+
+@dataclass
+class Policy:
+    """A trained policy: `predict` maps observations to actions (numpy in, numpy out)."""
+
+    cfg: Config
+    """The config the policy was trained with (its env, network and precision)."""
+    model: nn.Module
+    checkpoint: Path
+    state: dict[str, Any]
+    """The checkpoint's counters (update, env_steps, ...) and the rest of what it holds."""
+    seed: int = 0
+    """Seeds the sampled actions of `predict`."""
+
+    def __post_init__(self) -> None:
+        self.obs_shape, self.obs_dtype, self.num_actions = env_spaces(self.cfg.env)
+        self._rng = np.random.default_rng(self.seed)
+
+    @classmethod
+    def load(cls, where: str | Path, seed: int = 0) -> Policy:
+        """The policy in a run directory (its checkpoint.pt) or a checkpoint file."""
+        path = Path(where)
+        file = path / "checkpoint.pt" if path.is_dir() else path
+        state = load_checkpoint(file)
+        try:
+            cfg = config_from_dict(state["config"])
+        except (ConfigError, AttributeError, TypeError) as e:
+            raise RunDataError(f"checkpoint {file} holds an unusable config ({e})") from None
+        obs_shape, _, num_actions = env_spaces(cfg.env)
+        model = build_model(obs_shape, num_actions, cfg.model)
+        try:
+            model.load_state_dict(state["model"])
+        except (RuntimeError, KeyError, TypeError, AttributeError):
+            raise RunDataError(f"checkpoint {file} does not match the network its config describes "
+                               f"({cfg.model.kind} for {cfg.env.id}); was it edited or made by another version?"
+                               ) from None
+        model.eval()
+        return cls(cfg, model, file, state, seed)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.checkpoint.parent
+
+    def predict(self, obs: Any, deterministic: bool = False) -> np.ndarray:
+        """The action for one observation (a 0-d array), or the actions for a batch (shape (N,)); observations
+        as the env gives them (Procgen: uint8 frames H×W×C). Sampled actions come from this policy's seeded
+        generator; `deterministic` takes the most likely action."""
+        obs = np.asarray(obs, dtype=self.obs_dtype)
+        single = obs.shape == tuple(self.obs_shape)
+        if not single and obs.shape[1:] != tuple(self.obs_shape):
+            raise ConfigError(f"predict expects an observation of shape {tuple(self.obs_shape)} or a batch of them, "
+                              f"got shape {obs.shape}")
+        batch = obs[None] if single else obs
+        uniforms = None if deterministic else self._rng.random(len(batch))
+        actions = act(self.model, batch, self.cfg.training.precision, deterministic, uniforms).numpy()
+        return actions[0] if single else actions

@@ -1,0 +1,29 @@
+"""The errors a user can cause, one type per kind. Every entry point prints one as a single line
+(`PROG: error: ...`) and exits with status 2, leaving nothing half-written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class ParallelPPOError(Exception):
+    """Base of the errors a user can cause: bad settings or bad input files (not a crash, not a lost peer)."""
+
+
+class ConfigError(ParallelPPOError, ValueError):
+    """Impossible, unknown or conflicting settings: a config file, a flag, a `--set`, a layout, an output
+    directory that holds another run."""
+
+
+class RunDataError(ParallelPPOError):
+    """A run's files (config.yaml, metrics.csv, summary.json, checkpoint.pt, eval.json, a study's results) are
+    missing, corrupt, or written by another version."""
+
+
+class RunFailed(RuntimeError):
+    """A run that started stopped on an error (a worker that kept failing, a lost rank): not the user's input, so
+    not a ParallelPPOError. Its checkpoint and summary.json are in `run_dir`."""
+
+    def __init__(self, message: str, run_dir: Path) -> None:
+        super().__init__(message)
+        self.run_dir = run_dir

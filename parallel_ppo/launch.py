@@ -1,0 +1,364 @@
+"""Starting a training run, for the command lines and the Python API alike: a `Request` (what to train, before
+any check) becomes a `PreparedRun` (config validated, output directory claimed, learner settings measured, rollout
+source up) in the order that lets a user error stop it before any env, worker or file exists; `execute` trains it
+with the console lines of a run and returns its summary and exit status."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+import yaml
+
+from parallel_ppo.bench.learner_settings import LearnerChoice
+from parallel_ppo.core.allocator import retain_freed_memory
+from parallel_ppo.core.checkpoint import load_checkpoint, next_resume_count
+from parallel_ppo.core.config import Config
+from parallel_ppo.core.configure import build_config
+from parallel_ppo.core.group import ALONE, Group
+from parallel_ppo.core.loop import RolloutSource
+from parallel_ppo.core.model import learner_device
+from parallel_ppo.core.threads import thread_plan
+from parallel_ppo.engines.distributed import PeerLost, join, launched_by_torchrun
+from parallel_ppo.errors import ConfigError
+from parallel_ppo.runs.summary import RUN_FILES
+from parallel_ppo.runs.training import RunSetup, train
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to train, as a command line or `parallel_ppo.train` asks for it, before any check."""
+
+    config: str | Path | Config | None = None
+    """A YAML file, a Config built in code, or None for the defaults."""
+    flags: dict[str, Any] = field(default_factory=dict)
+    """`{section.key: value}` set on top of it (None: not given), as the trainers' flags set them."""
+    sets: tuple[str, ...] = ()
+    """`section.key=value` items, applied last."""
+    parallel: bool = False
+    distributed: bool = False
+    """One rank of a run under torchrun."""
+    overwrite: bool = False
+    resume: str | None = None
+    """A run directory to continue from its checkpoint (its own config.yaml, then the flags)."""
+
+    @property
+    def mode(self) -> str:
+        return "distributed" if self.distributed else "parallel" if self.parallel else "sequential"
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """A run ready to train: its validated config (learner settings resolved), its directory, the rollout source
+    with its workers up, what was measured before it (`setup`), the checkpoint it resumes, and its group."""
+
+    cfg: Config
+    run_dir: Path
+    source: RolloutSource
+    setup: RunSetup
+    learner: LearnerChoice
+    resume: dict | None
+    group: Group
+
+
+def check_writable(path: Path) -> None:
+    """Refuse a run directory that cannot be created or written, before anything starts: probe its nearest
+    existing ancestor with a temporary file (permission bits alone say nothing for root or a read-only mount)."""
+    ancestor = path.absolute()
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(f"cannot create output directory {path}: {ancestor} is not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=ancestor):
+            pass
+    except OSError as e:
+        raise ConfigError(f"cannot write output directory {path}: {ancestor}: {e.strerror}") from None
+
+
+def default_run_dir(mode: str) -> str:
+    return f"benchmarks/{mode}_{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def resolve_run_dir(cfg: Config, mode: str, overwrite: bool) -> Path:
+    """The run directory (not yet created); refuses to mix with an earlier run's results unless told to."""
+    path = Path(cfg.run.output_dir or default_run_dir(mode))
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"output directory {path} exists and is not a directory")
+    if not overwrite and path.is_dir() and any((path / name).exists() for name in RUN_FILES):
+        raise ConfigError(f"{path} already holds a run; pass --overwrite to replace it or choose another --output-dir")
+    check_writable(path)
+    return path
+
+
+def check_memory(cfg: Config) -> None:
+    """Refuse a rollout that cannot fit in the memory available now, naming its sizes."""
+    from parallel_ppo.core.buffer import RolloutBuffer
+    from parallel_ppo.core.envs import env_spaces
+
+    obs_shape, obs_dtype, _ = env_spaces(cfg.env)
+    per_step = RolloutBuffer.bytes_per_step(obs_shape, obs_dtype) + 8  # + the advantages and returns
+    need = cfg.rollout_size * per_step
+    available = psutil.virtual_memory().available
+    if need > available:
+        raise ConfigError(
+            f"the rollout needs {need / 2**30:,.1f} GiB ({cfg.training.n_steps:,} steps × {cfg.env.num_envs:,} "
+            f"envs × {per_step:,} bytes) but {available / 2**30:,.1f} GiB of memory is available; "
+            f"use fewer steps (training.n_steps) or envs")
+
+
+def prepare_run_dir(path: Path, cfg: Config, overwrite: bool) -> None:
+    """Create the run directory, clear an earlier run's files if overwriting, and write config.yaml."""
+    path.mkdir(parents=True, exist_ok=True)
+    if overwrite:
+        for name in RUN_FILES:
+            target = path / name
+            if target.is_dir():
+                shutil.rmtree(target)
+            else:
+                target.unlink(missing_ok=True)
+    (path / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+MUST_MATCH_ON_RESUME = ("env", "model")
+
+
+def load_resume(request: Request) -> tuple[str, dict]:
+    """Check a resume request against the rest of it; return the run's config file and its validated checkpoint."""
+    path = Path(request.resume or "")
+    if not path.is_dir():
+        raise ConfigError(f"cannot resume: {path} is not a directory")
+    if request.config is not None or request.overwrite:
+        raise ConfigError("--resume takes the config from the run directory; drop --config/--overwrite")
+    output_dir = request.flags.get("run.output_dir")
+    if output_dir and Path(output_dir).resolve() != path.resolve():
+        raise ConfigError("--resume continues in its own directory; drop --output-dir")
+    state = load_checkpoint(path / "checkpoint.pt")
+    if state.get("mode", request.mode) != request.mode:
+        raise ConfigError(f"cannot resume: {path} holds a {state['mode']} run; use the {state['mode']} trainer")
+    return str(path / "config.yaml"), state
+
+
+def check_resume_config(cfg: Config, state: dict, run_dir: Path) -> None:
+    """The checkpoint must come from a run with the same envs and network as the config resumed with."""
+    stored = state["config"]
+    current = cfg.to_dict()
+    for section in MUST_MATCH_ON_RESUME:
+        for key, value in current[section].items():
+            if stored.get(section, {}).get(key) != value:
+                raise ConfigError(f"checkpoint in {run_dir} was made with {section}.{key}="
+                                  f"{stored.get(section, {}).get(key)!r}, not {value!r}; it cannot be resumed so")
+
+
+def measure_learner(cfg: Config, group: Group = ALONE) -> tuple[Config, LearnerChoice, dict | None, dict | None]:
+    """Before any env or worker exists: resolve the learner's `auto` settings (precision, microbatch, device) into
+    a new config, then measure its compute limit (the candidates' measurement already holds it when it ran now)
+    and the machine's arithmetic roofline; each measurement is skipped when `run.limit_seconds` is 0.
+
+    The ranks of a distributed run measure at once, each on its own minibatch (its share of it when the envs are
+    split) and its threads, and all take rank 0's choice; the compute limit and the matmul peaks are rank 0's times
+    the ranks."""
+    from parallel_ppo.bench.learner_settings import choose, matmul_peaks
+    from parallel_ppo.bench.roofline import measure_compute_limit, network_flops
+    from parallel_ppo.core.envs import env_spaces
+
+    seconds = cfg.run.limit_seconds
+    obs_shape, obs_dtype, num_actions = env_spaces(cfg.env)
+    local = dataclasses.replace(cfg, training=group.local_training(cfg))
+    choice = group.broadcast(choose(local, obs_shape, obs_dtype, num_actions, seconds))
+    cfg = choice.resolve(cfg)
+    if seconds <= 0:
+        return cfg, choice, None, None
+    local = dataclasses.replace(cfg, training=group.local_training(cfg))
+    limit = choice.limit or measure_compute_limit(local, obs_shape, num_actions, seconds, obs_dtype=obs_dtype)
+    peaks = matmul_peaks(local)
+    roofline = {**network_flops(local, obs_shape, num_actions), "peak_gflops": peaks}
+    if group.distributed:  # each rank measured with its own threads, while the others measured too
+        limit = {**limit, "rank_limit_sps": limit["limit_sps"], "limit_sps": limit["limit_sps"] * group.world_size}
+        roofline |= {"rank_peak_gflops": peaks,
+                     "peak_gflops": {k: v * group.world_size for k, v in peaks.items()}}
+    return cfg, choice, limit, roofline
+
+
+def world_size(request: Request) -> int | None:
+    """The ranks of a distributed run as torchrun announced them (None when not distributed)."""
+    if not request.distributed:
+        return None
+    if not launched_by_torchrun():
+        raise ConfigError("--distributed runs under torchrun, e.g. torchrun --standalone --nproc_per_node 2 "
+                          "train_timed.py --distributed ... (see the README's distributed section)")
+    return int(os.environ["WORLD_SIZE"])
+
+
+def validated_config(request: Request) -> tuple[Config, dict | None, int | None]:
+    """The request's config, validated (and checked against the checkpoint it resumes), that checkpoint, and the
+    ranks of a distributed run."""
+    world, flags, config, resume = world_size(request), dict(request.flags), request.config, None
+    if request.resume:
+        config, resume = load_resume(request)
+        flags["run.output_dir"] = request.resume
+        if resume.get("world_size", 1) != (world or 1):
+            raise ConfigError(f"cannot resume: {request.resume} was trained by {resume.get('world_size', 1)} ranks, "
+                              f"not {world or 1}; resume it with the same number")
+    cfg = build_config(config, flags, list(request.sets), request.parallel, world)
+    learner_device(cfg)  # a device asked for by name must exist
+    check_memory(cfg)
+    if resume is not None:
+        check_resume_config(cfg, resume, Path(request.resume or ""))
+    return cfg, resume, world
+
+
+def claim_run_dir(cfg: Config, request: Request, group: Group) -> Path:
+    """The run directory: rank 0 alone checks it, and a refusal there stops every rank."""
+    refusal, run_dir = None, Path(request.resume or ".")
+    if request.resume is None and group.is_main:
+        try:
+            run_dir = resolve_run_dir(cfg, request.mode, request.overwrite)
+        except ConfigError as e:
+            refusal = str(e)
+    refusal, run_dir = group.broadcast((refusal, run_dir))
+    if refusal is not None:
+        raise ConfigError(refusal)
+    return run_dir
+
+
+def prepare(request: Request) -> PreparedRun:
+    """Everything before the first update, checked in the order that lets a user error stop it before any env,
+    worker or file exists: config, memory, output directory, then threads, the limit measurement and the source.
+    A distributed rank joins the others once its config holds."""
+    cfg, resume, _ = validated_config(request)
+    group = join(cfg, request.distributed)
+    try:
+        run_dir = claim_run_dir(cfg, request, group)
+        cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, output_dir=str(run_dir)))
+        plan = thread_plan(cfg, request.parallel, group.local_world_size)
+        torch.set_num_threads(plan.learner)
+        retain_freed_memory()
+        cfg, learner, limit, roofline = measure_learner(cfg, group)
+        resumes, offset = next_resume_count(resume), group.rank * cfg.env.num_envs  # ranks continue env indices
+        if request.parallel:
+            from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
+
+            source = ParallelCoordinator(cfg, plan, resumes, offset, group.rank if group.distributed else None)
+        else:
+            from parallel_ppo.core.collect import SequentialCollector
+
+            source = SequentialCollector(cfg, plan.env, resumes, offset)
+    except BaseException:
+        group.close(wait=False)
+        raise
+    setup = RunSetup(plan.describe(), learner.to_dict(), limit, roofline)
+    return PreparedRun(cfg, run_dir, source, setup, learner, resume, group)
+
+
+def execute(run: PreparedRun, prog: str | None, overwrite: bool = False) -> tuple[dict, int]:
+    """Train a prepared run to its end and leave its group; returns its summary (a distributed rank other than 0:
+    how the run ended) and exit status. `prog` names the console lines (None: silent but for errors)."""
+    try:
+        if run.group.is_main:
+            summary = train_main(run, prog, overwrite)
+        else:
+            summary = train(run.cfg, run.source, run.run_dir, run.setup, run.resume, run.group)
+    except PeerLost as e:
+        print(f"{prog or 'parallel_ppo'}: error: {e}; stopping (the last checkpoint in {run.run_dir} is intact)",
+              file=sys.stderr, flush=True)
+        run.group.close(wait=False)
+        return {"stop_reason": "error", "error": str(e)}, 1
+    except BaseException:
+        run.group.close(wait=False)
+        raise
+    run.group.close()
+    return summary, exit_status(summary)
+
+
+def say(prog: str | None, text: str) -> None:
+    """A console line of the run (nothing when `prog` is None)."""
+    if prog is not None:
+        print(f"{prog}: {text}", flush=True)
+
+
+def train_main(run: PreparedRun, prog: str | None, overwrite: bool) -> dict:
+    """Train with the console lines and output files of a run (a distributed run's rank 0)."""
+    if run.resume is None:
+        prepare_run_dir(run.run_dir, run.cfg, overwrite)
+    else:
+        (run.run_dir / "config.yaml").write_text(yaml.safe_dump(run.cfg.to_dict(), sort_keys=False))
+        say(prog, f"resuming {run.run_dir} at update {run.resume['update']}, {run.resume['env_steps']:,} steps, "
+                  f"{run.resume['elapsed']:.0f} s elapsed")
+    say(prog, start_line(run))
+    say(prog, f"learner {run.learner.describe()}")
+    try:
+        summary = train(run.cfg, run.source, run.run_dir, run.setup, run.resume, run.group)
+    except KeyboardInterrupt:  # a second Ctrl-C: stop now; the last checkpoint was written atomically
+        print(f"\n{prog or 'parallel_ppo'}: interrupted; the last checkpoint in {run.run_dir} is intact",
+              file=sys.stderr)
+        return {"stop_reason": "signal", "signal": "SIGINT"}
+    for line in end_lines(run.cfg, run.run_dir, summary):
+        if line.startswith(("warning:", "error:")):
+            print(f"{prog or 'parallel_ppo'}: {line}", file=sys.stderr, flush=True)
+        else:
+            say(prog, line)
+    return summary
+
+
+def start_line(run: PreparedRun) -> str:
+    """What runs where: the layout, threads and run directory (for a distributed run, every rank's share)."""
+    cfg, source, group = run.cfg, run.source, run.group
+    threads = ", ".join(f"{k} {v}" for k, v in run.setup.threads.items())
+    if not group.distributed:
+        return f"{source.mode} run on {cfg.env.id} with {source.layout['num_envs']} envs ({threads} threads) → " \
+               f"{run.run_dir}"
+    n, world, rank_batch = source.layout["num_envs"], group.world_size, group.local_training(cfg).batch_size
+    rule = "split over the ranks" if cfg.distributed.num_envs_total else "per rank, as given"
+    return (f"distributed run on {cfg.env.id}: {world} ranks × {n} envs = {world * n} envs (rank r steps envs {n}r "
+            f"to {n}r+{n - 1}), each rank a {source.mode} source with {threads} threads; minibatch {world} × "
+            f"{rank_batch} = {world * rank_batch} ({rule}) → {run.run_dir}")
+
+
+def end_lines(cfg: Config, run_dir: Path, summary: dict[str, Any]) -> list[str]:
+    """The closing lines of a run (those starting `warning:` or `error:` go to stderr)."""
+    ret, sps = summary["episodic_return_mean"], summary["sps"]
+    window = min(summary["episodes"], cfg.logging.return_window)
+    lines = [f"{summary['stop_reason']} after {summary['total_env_steps']:,} steps in {summary['wall_seconds']:.0f} s "
+             f"({'n/a' if sps is None else f'{sps:.0f}'} SPS); mean return {'n/a' if ret is None else f'{ret:.2f}'} "
+             f"over the last {window} episodes"]
+    if summary["normalized_return"] is not None:
+        lines.append(f"normalized return {summary['normalized_return']:.3f} (Procgen easy-mode constants)")
+    if summary["test_return_mean"] is not None:
+        norm, gap = summary["test_normalized_return"], summary["generalization_gap"]
+        lines.append(f"evaluation on {summary['eval_levels']} levels: mean return {summary['test_return_mean']:.2f}"
+                     + ("" if norm is None else f" (normalized {norm:.3f})")
+                     + ("" if gap is None else f"; generalization gap {gap:.2f}"))
+    if summary["limit_efficiency"] is not None:
+        lines.append(f"{100 * summary['limit_efficiency']:.0f}% of this machine's compute limit "
+                     f"({summary['compute_limit']['limit_sps']:.0f} SPS, measured before the run)")
+    if summary["achieved_gflops"] is not None:
+        lines.append(f"{summary['achieved_gflops']:.0f} GFLOP/s achieved ({summary['flops_per_env_step'] / 1e9:.2f} "
+                     f"GFLOP per env step), {100 * summary['peak_fraction']:.0f}% of the {summary['precision']} "
+                     f"matmul peak ({summary['peak_gflops']:.0f} GFLOP/s)")
+    checksums = {r["checksum"] for r in (summary["distributed"] or {}).get("ranks", [])}
+    if len(checksums) > 1:
+        lines.append(f"warning: the ranks ended with different parameters (checksums {', '.join(sorted(checksums))} "
+                     "in summary.json); please report it with the ranks' hosts")
+    if summary["stop_reason"] == "error":
+        lines.append(f"error: {summary['error']} (checkpoint and summary written to {run_dir})")
+    return lines
+
+
+def exit_status(summary: dict[str, Any]) -> int:
+    """1 after an error, 128 + N after signal N, else 0."""
+    if summary["stop_reason"] == "error":
+        return 1
+    if summary["stop_reason"] == "signal":
+        return 128 + signal.Signals[summary["signal"]].value
+    return 0

@@ -1,0 +1,64 @@
+"""The whole comparison of run directories, below compare_results.py's flags: check the arguments, read the runs,
+compare them, write the report files and print the console summary. The learning benchmark calls it too.
+
+Plotting loads matplotlib, so it is imported only once the input is known to be good: a simple input error
+is reported fast.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from parallel_ppo.errors import ConfigError, ParallelPPOError
+from parallel_ppo.runs.reading import is_run_dir, load_groups
+
+
+def check_arguments(specs: list[tuple[str, list[Path]]], baseline: str | None, out_dir: Path) -> None:
+    """What can be refused before any run is read: too few runs, an unknown baseline, an output path
+    that cannot be a directory."""
+    labels = [label for label, _ in specs]
+    if len(specs) < 2 and not any(len(dirs) > 1 or (dirs[0].is_dir() and not is_run_dir(dirs[0]))
+                                  for _, dirs in specs):
+        raise ConfigError("nothing to compare: give at least two runs (--sequential/--parallel or --run)")
+    if baseline is not None and baseline not in labels:
+        raise ConfigError(f"--baseline {baseline!r} is not one of the runs ({', '.join(labels)})")
+    existing = next((p for p in (out_dir, *out_dir.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise ConfigError(f"output directory {out_dir}: {existing} exists and is not a directory")
+
+
+def make_report(specs: list[tuple[str, list[Path]]], out_dir: Path, prog: str, baseline: str | None = None,
+                threshold: float | None = None, declared_modes: Mapping[str, str] | None = None,
+                at_steps: float | None = None) -> int:
+    """Compare the runs of `specs` (label, directories), write every report file to `out_dir` (all or none) and
+    print the console summary; returns the exit status: 0, or 2 after a one-line `PROG: error: ...` on stderr.
+    The arguments are as `numbers.compare`'s."""
+    try:
+        check_arguments(specs, baseline, out_dir)
+        if at_steps is not None and not (math.isfinite(at_steps) and at_steps > 0):
+            raise ConfigError(f"--at-steps must be a positive number of env steps, got {at_steps}")
+        groups = load_groups(specs)
+        from parallel_ppo.runs.report.numbers import compare
+        from parallel_ppo.runs.report.plots import render_outputs, write_outputs
+        from parallel_ppo.runs.report.text import console_summary
+
+        comparison = compare(groups, baseline, threshold, declared_modes, at_steps)
+        outputs = render_outputs(comparison)
+    except ParallelPPOError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    try:
+        written = write_outputs(outputs, out_dir)
+    except OSError as e:
+        print(f"{prog}: error: cannot write the comparison to {out_dir}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    try:
+        sys.stdout.write(console_summary(comparison, written))
+        sys.stdout.flush()
+    except BrokenPipeError:  # piped into `head`, say: the files are written, the rest is not wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0

@@ -1,0 +1,169 @@
+"""The run directory's contract: the files it holds, metrics.csv's columns, and summary.json as a typed record
+(built once by the trainer, read back by `runs.reading.load_run`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from parallel_ppo.core.timing import PHASES
+from parallel_ppo.errors import RunDataError
+
+RUN_FILES = ("metrics.csv", "summary.json", "checkpoint.pt", "config.yaml", "logs")
+"""What a run directory holds (`--overwrite` replaces exactly these)."""
+
+METRIC_COLUMNS = [
+    "update", "env_steps", "wall_time", "sps",
+    "episodic_return_mean", "episodic_length_mean", "episodes", "test_return_mean",
+    "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance", "learning_rate",
+    *(f"time_{p}" for p in PHASES),
+    "cpu_percent", "main_cpu_percent", "workers_cpu_percent", "system_cpu_percent",
+    "rss_mb", "pss_mb", "main_rss_mb", "workers_rss_mb", "worker_restarts",
+]
+"""metrics.csv columns, in order (one row per update). `wall_time` is the run's elapsed seconds at the end
+of the update; `sps` is that update's own rate, logging and checkpoints included; `test_return_mean` is the
+mean return of the evaluation run after that update (empty where none ran)."""
+
+MAIN_PHASES = ("env", "inference", "sync", "gae", "update")
+"""Phases the comparison breaks wall time into; the rest (publish, log, checkpoint, untimed) is 'other'."""
+
+FINITE_COLUMNS = ("update", "env_steps", "wall_time", "sps", *(f"time_{p}" for p in MAIN_PHASES),
+                  "cpu_percent", "rss_mb")
+"""metrics.csv columns that must be present and hold a finite number in every row."""
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """summary.json: built once by the trainer at the end of a run, read back by `load_run`.
+
+    Fields without a default must be present; those with one may be missing in runs that predate them.
+    """
+
+    mode: str
+    """`sequential`, `parallel` or `distributed`."""
+    env_id: str
+    num_workers: int
+    """Worker processes; 0 for a sequential run."""
+    num_envs_per_worker: int
+    num_envs: int
+    total_env_steps: int
+    wall_seconds: float
+    """Elapsed seconds of the run (over all sessions, when resumed), start-up included."""
+    episodes: int
+    """Episodes finished during the run (0 = none: the returns are None)."""
+    updates: int
+    stop_reason: str
+    """duration, total_steps, signal or error."""
+    precision: str
+    peak_rss_mb: float
+    """Peak of the summed resident sets of the run's processes (shared memory counted once per process)."""
+    hardware: dict
+    versions: dict
+    sps: float | None = None
+    """Steady-state env steps per second (`steady_sps`): the run's throughput, as every report shows it."""
+    overall_sps: float | None = None
+    """total_env_steps / wall_seconds: start-up, the compute-limit measurement and update 1 included."""
+    episodic_return_mean: float | None = None
+    """Mean return of the last `logging.return_window` (default 100) episodes."""
+    episodic_length_mean: float | None = None
+    error: str | None = None
+    signal: str | None = None
+    threads: dict = dataclasses.field(default_factory=dict)
+    peak_pss_mb: float | None = None
+    """Peak proportional set size (shared pages split among processes): an upper bound, see metrics.py."""
+    peak_main_rss_mb: float | None = None
+    peak_worker_rss_mb: float | None = None
+    mean_cpu_percent: float | None = None
+    """Mean CPU use of the run's processes, 100 = one core busy."""
+    compute_limit: dict | None = None
+    limit_efficiency: float | None = None
+    """sps / compute_limit.limit_sps."""
+    phase_seconds: dict = dataclasses.field(default_factory=dict)
+    phase_fractions: dict = dataclasses.field(default_factory=dict)
+    worker_restarts: int = 0
+    resumes: int = 0
+    seed: int | None = None
+    normalized_return: float | None = None
+    """episodic_return_mean as Procgen's normalized score (easy mode constants; None for other envs)."""
+    test_return_mean: float | None = None
+    """Mean return of the last evaluation (`eval` config): on held-out test levels unless eval.levels is train."""
+    test_normalized_return: float | None = None
+    generalization_gap: float | None = None
+    """episodic_return_mean − test_return_mean."""
+    eval_levels: str | None = None
+    learner: dict | None = None
+    """How precision, microbatch and device were decided (`learner_settings.LearnerChoice.to_dict`)."""
+    roofline: dict | None = None
+    """The network's FLOPs per sample and env step, and this machine's fp32 and bf16 matmul peaks (GFLOP/s)."""
+    flops_per_env_step: float | None = None
+    """FLOPs one collected env step costs: one forward to act, n_epochs × forward+backward to learn."""
+    achieved_gflops: float | None = None
+    """sps × flops_per_env_step / 1e9."""
+    peak_gflops: float | None = None
+    """The matmul peak of the run's precision on the learner's threads: the physical limit."""
+    peak_fraction: float | None = None
+    """achieved_gflops / peak_gflops."""
+    world_size: int = 1
+    """Ranks of a distributed run (1 otherwise)."""
+    distributed: dict | None = None
+    """A distributed run's ranks: the rollout source each runs, its envs, and per rank its host, layout, threads,
+    parameter checksum and phase seconds (mode distributed only)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, with non-finite floats as None."""
+        return {k: None if isinstance(v, float) and not math.isfinite(v) else v
+                for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def read(cls, path: Path) -> RunSummary:
+        """Parse and type-check summary.json; unknown fields are ignored."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            raise RunDataError(f"{path} is not valid JSON (corrupt or truncated)") from None
+        if not isinstance(data, dict):
+            raise RunDataError(f"{path} is not a run summary (expected a JSON object)")
+        hints = typing.get_type_hints(cls)
+        values = {}
+        for f in dataclasses.fields(cls):
+            required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            if f.name not in data:
+                if required:
+                    raise RunDataError(f"{path} lacks the field {f.name!r}; is it a parallel_ppo run summary?")
+                continue
+            if not _has_type(data[f.name], hints[f.name]):
+                raise RunDataError(f"{path}: field {f.name!r} has an unexpected value {short_repr(data[f.name])}")
+            values[f.name] = data[f.name]
+        summary = cls(**values)
+        if summary.mode not in ("sequential", "parallel", "distributed"):
+            raise RunDataError(f"{path}: mode must be sequential, parallel or distributed, got {summary.mode!r}")
+        if summary.wall_seconds <= 0 or summary.updates <= 0:
+            raise RunDataError(f"{path} describes a run that never finished an update")
+        return summary
+
+
+def _has_type(value: Any, hint: Any) -> bool:
+    """`value` fits a field hint (int, float, str, dict, or one of them or None); floats must be finite."""
+    if isinstance(hint, types.UnionType):
+        return any(_has_type(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if isinstance(value, bool):
+        return hint is bool
+    if hint is float:
+        return isinstance(value, (int, float)) and math.isfinite(value)
+    return isinstance(value, hint)
+
+
+# ------------------------------------------------------------------------------------------------ figures
+
+
+def short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"

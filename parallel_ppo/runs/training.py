@@ -1,0 +1,204 @@
+"""A training run's outputs while and after it trains: the hooks that evaluate, log (metrics.csv, TensorBoard,
+the progress line) and checkpoint after each update, and `train`, which runs the core loop with them and builds
+summary.json from what the run measured (every figure by `runs.figures`)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from parallel_ppo.core.checkpoint import save_checkpoint
+from parallel_ppo.core.config import Config
+from parallel_ppo.core.evaluate import EvalResult, evaluate
+from parallel_ppo.core.files import write_json
+from parallel_ppo.core.group import ALONE, Group
+from parallel_ppo.core.loop import Clock, Hook, Outcome, RolloutSource, StopRequest, TrainState, mean_or_nan, run_loop
+from parallel_ppo.engines.distributed import checksum
+from parallel_ppo.errors import RunDataError
+from parallel_ppo.runs import fingerprint
+from parallel_ppo.runs.figures import compute_figures, return_figures, steady_sps
+from parallel_ppo.runs.metrics import MetricsLogger, ResourceSampler
+from parallel_ppo.runs.reading import read_metrics
+from parallel_ppo.runs.summary import RunSummary
+
+
+class EvalHook:
+    """Every `eval.interval_seconds`, plays the learner's policy on fresh envs of its own (held-out test levels by
+    default) and adds `test_return_mean` to that update's row; `final` evaluates once more at the end."""
+
+    phase = "eval"
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.last = time.monotonic()
+        self.result: EvalResult | None = None
+        self.at_update = -1
+
+    def after_update(self, state: TrainState, row: dict[str, Any]) -> None:
+        if time.monotonic() - self.last >= self.cfg.eval.interval_seconds:
+            row["test_return_mean"] = self.run(state).mean
+
+    def run(self, state: TrainState) -> EvalResult:
+        e = self.cfg.eval
+        self.result = evaluate(state.model, self.cfg, e.levels, e.episodes, e.num_envs, e.deterministic,
+                               self.cfg.run.seed, stream=state.update)  # a new set of levels each time
+        self.at_update, self.last = state.update, time.monotonic()
+        return self.result
+
+    def final(self, state: TrainState) -> EvalResult | None:
+        """The evaluation of the final policy (run now unless the last update already had one)."""
+        return self.result if self.at_update == state.update else self.run(state)
+
+
+class MetricsHook:
+    """Samples CPU and memory into each update's row, then writes it to metrics.csv, TensorBoard and the
+    progress line."""
+
+    phase = "log"
+
+    def __init__(self, cfg: Config, run_dir: Path, mode: str, resume_after: tuple[int, int] | None) -> None:
+        self.sampler = ResourceSampler()
+        self.logger = MetricsLogger(run_dir, cfg.logging.tensorboard, cfg.logging.progress,
+                                    cfg.run.duration * 3600, cfg.run.total_steps, mode, resume_after)
+        self.cpu_samples: list[float] = []
+
+    def after_update(self, state: TrainState, row: dict[str, Any]) -> None:
+        resources = self.sampler.sample()
+        self.cpu_samples.append(resources["cpu_percent"])
+        self.logger.log({**row, **resources})
+
+    def close(self) -> None:
+        self.sampler.close()
+        self.logger.close()
+
+
+class CheckpointHook:
+    """Writes checkpoint.pt (atomically) every `run.checkpoint_interval` seconds; `save` writes one now."""
+
+    phase = "log"
+
+    def __init__(self, cfg: Config, path: Path, mode: str, clock: Clock, world_size: int = 1) -> None:
+        self.cfg, self.path, self.mode, self.clock, self.world_size = cfg, path, mode, clock, world_size
+        self.last = time.monotonic()
+
+    def after_update(self, state: TrainState, row: dict[str, Any]) -> None:
+        if time.monotonic() - self.last >= self.cfg.run.checkpoint_interval:
+            self.save(state)
+
+    def save(self, state: TrainState) -> None:
+        save_checkpoint(self.path, state.to_checkpoint(self.cfg, self.mode, self.clock(), self.world_size))
+        self.last = time.monotonic()
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """What a run settled before its first update, measured once and passed on unchanged (recorded in
+    summary.json): its threads, how the learner's precision, microbatch and device were chosen, the compute
+    limit (`bench.roofline.measure_compute_limit`) and the roofline (the network's FLOPs, the matmul peaks)."""
+
+    threads: dict[str, int]
+    learner: dict | None = None
+    compute_limit: dict | None = None
+    roofline: dict | None = None
+
+
+@dataclass
+class _Writers:
+    """Rank 0's hooks (None on the other ranks of a distributed run)."""
+
+    metrics: MetricsHook | None = None
+    checkpoints: CheckpointHook | None = None
+    evals: EvalHook | None = None
+
+    def hooks(self) -> list[Hook]:
+        return [h for h in (self.evals, self.metrics, self.checkpoints) if h is not None]
+
+
+def train(cfg: Config, source: RolloutSource, run_dir: Path, setup: RunSetup, resume: dict | None = None,
+          group: Group = ALONE) -> dict:
+    """Train until the duration or step budget is spent (or a signal arrives); returns summary.json's content.
+
+    `resume` is a loaded checkpoint: model, optimizer, counters, RNG states, episode window and elapsed
+    time carry on from it, and metrics rows logged after it are dropped so the CSV stays continuous.
+
+    In a distributed run (`group`), every rank starts from rank 0's parameters and trains in step with the
+    others; only rank 0 writes (metrics, TensorBoard, checkpoints, evaluation, summary.json with every rank's
+    layout and parameter checksum), and the other ranks return only how the run ended. A lost rank raises
+    `distributed.PeerLost` (the last checkpoint stays as it was).
+    """
+    run_dir, world = Path(run_dir), group.world_size
+    state = (TrainState.new(cfg, source.obs_shape, source.num_actions, world) if resume is None else
+             TrainState.from_checkpoint(cfg, source.obs_shape, source.num_actions, resume, world))
+    group.broadcast_parameters(state.model)
+    clock = Clock(state.elapsed_before)
+    mode = "distributed" if group.distributed else source.mode
+    writers = _Writers()
+    if group.is_main:
+        writers = _Writers(MetricsHook(cfg, run_dir, mode, (state.update, state.env_steps) if resume else None),
+                           CheckpointHook(cfg, run_dir / "checkpoint.pt", mode, clock, world),
+                           EvalHook(cfg) if cfg.eval.interval_seconds > 0 else None)
+    final_eval = None
+    try:
+        with StopRequest(repeat_interrupts=not group.distributed) as stop:
+            outcome = run_loop(cfg, source, state, writers.hooks(), stop, clock, group)
+            if writers.checkpoints is not None:  # first: a rank lost now cannot cost the finished updates
+                writers.checkpoints.save(state)
+            ranks = group.gather({"rank": group.rank, "host": group.host, **source.layout, "source": source.mode,
+                                  "threads": setup.threads, "checksum": checksum(state.model),
+                                  "phase_seconds": outcome.phase_seconds}) if group.distributed else None
+            if writers.evals is not None and outcome.stop_reason in ("duration", "total_steps"):
+                final_eval = writers.evals.final(state)  # after the clock stopped: not in wall time or SPS
+    finally:
+        if writers.metrics is not None:
+            writers.metrics.close()
+        source.close()
+    if writers.metrics is None:  # not rank 0: how the run ended is all it reports
+        return {"stop_reason": outcome.stop_reason, "signal": outcome.signal, "error": outcome.error}
+    summary = summarize(cfg, source, state, outcome, writers.metrics, setup, run_dir, final_eval, ranks).to_dict()
+    write_json(run_dir / "summary.json", summary)
+    return summary
+
+
+def summarize(cfg: Config, source: RolloutSource, state: TrainState, outcome: Outcome, metrics: MetricsHook,
+              setup: RunSetup, run_dir: Path, final_eval: EvalResult | None = None,
+              ranks: list[dict] | None = None) -> RunSummary:
+    """summary.json's content, its throughput read back from metrics.csv as every reader computes it.
+
+    A distributed run (`ranks`: each rank's layout, threads, checksum and phase seconds) counts the envs and
+    workers of all ranks, and its phases are rank 0's."""
+    wall, total = outcome.session_seconds, outcome.session_seconds + state.elapsed_before
+    try:
+        rows = read_metrics(run_dir / "metrics.csv")
+        sps = steady_sps(rows["env_steps"], rows["wall_time"])
+    except RunDataError:  # no update finished
+        sps = None
+    peaks = metrics.sampler.peaks
+    train_return = mean_or_nan(state.episode_returns) if state.episode_returns else None
+    layout = dict(source.layout)
+    if ranks is not None:
+        layout["num_workers"] *= len(ranks)
+        layout["num_envs"] *= len(ranks)
+    return RunSummary(
+        mode="distributed" if ranks else source.mode, env_id=cfg.env.id, **layout, total_env_steps=state.env_steps,
+        wall_seconds=total, episodes=state.episodes, updates=state.update, stop_reason=outcome.stop_reason,
+        precision=cfg.training.precision, peak_rss_mb=peaks["rss_mb"], hardware=fingerprint.hardware(),
+        versions=fingerprint.versions(), sps=sps, overall_sps=state.env_steps / total if wall > 0 else None,
+        episodic_return_mean=train_return,
+        episodic_length_mean=mean_or_nan(state.episode_lengths) if state.episode_lengths else None,
+        error=outcome.error, signal=outcome.signal, threads=setup.threads, peak_pss_mb=peaks["pss_mb"],
+        peak_main_rss_mb=peaks["main_rss_mb"], peak_worker_rss_mb=peaks["worker_rss_mb"],
+        mean_cpu_percent=float(np.mean(metrics.cpu_samples)) if metrics.cpu_samples else None,
+        compute_limit=setup.compute_limit, phase_seconds=outcome.phase_seconds,
+        phase_fractions={k: v / wall for k, v in outcome.phase_seconds.items()} if wall > 0 else {},
+        worker_restarts=source.restarts, resumes=state.resumes, seed=cfg.run.seed, learner=setup.learner,
+        roofline=setup.roofline, world_size=len(ranks) if ranks else 1,
+        **return_figures(cfg.env, train_return, final_eval.mean if final_eval is not None else None),
+        eval_levels=cfg.eval.levels if final_eval is not None else None,
+        **compute_figures(sps, setup.compute_limit, setup.roofline, cfg.training.precision),
+        distributed={"source": source.mode, "num_envs_per_rank": source.layout["num_envs"],
+                     "timeout_seconds": cfg.distributed.timeout_seconds, "ranks": ranks} if ranks else None,
+    )

@@ -1,0 +1,95 @@
+"""The public API: README's "From Python" example run as written (CartPole to 475 in both modes, a policy that
+acts as the trainer's, evaluate and compare from Python), and its refusals before anything starts."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import parallel_ppo as ppo
+from parallel_ppo.core.model import build_model
+
+ROOT = Path(__file__).resolve().parents[1]
+THRESHOLD = 475  # README and config/cartpole.yaml claim it within 100k steps (scripts/learning_matrix.py: seeds 1-5)
+
+
+def readme_example() -> str:
+    section = (ROOT / "README.md").read_text().split("## From Python", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_readme_example_trains_both_modes_and_acts_as_the_trainer(tmp_path):
+    (tmp_path / "config").symlink_to(ROOT / "config")
+    (tmp_path / "example.py").write_text(readme_example())
+    proc = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=580)
+    assert proc.returncode == 0, proc.stderr
+    for mode in ("sequential", "parallel"):
+        summary = json.loads((tmp_path / "runs" / f"cartpole_{mode}" / "summary.json").read_text())
+        assert summary["mode"] == mode and summary["stop_reason"] == "total_steps"
+        assert summary["episodic_return_mean"] >= THRESHOLD, (mode, summary["episodic_return_mean"])
+    assert re.search(r"evaluation: \d+ over 10 episodes", proc.stdout), proc.stdout
+    assert (tmp_path / "runs" / "cartpole_comparison" / "comparison.json").is_file()
+
+    # predict acts as the trainer's own network does, on a batch and on one observation
+    run_dir = tmp_path / "runs" / "cartpole_parallel"
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    network = build_model((4,), 2, ppo.load_run("p", run_dir).config.model)
+    network.load_state_dict(state["model"])
+    env = gym.make("CartPole-v1")
+    obs = np.stack([env.reset(seed=s)[0] for s in range(64)]).astype(np.float32)
+    with torch.no_grad():
+        expected = network(torch.from_numpy(obs))[0].argmax(-1).numpy()
+    policy = ppo.load_policy(run_dir)
+    assert np.array_equal(policy.predict(obs, deterministic=True), expected)
+    assert policy.predict(obs[3], deterministic=True).shape == () and policy.predict(obs[3], True) == expected[3]
+    assert set(np.unique(policy.predict(obs))) <= {0, 1}, "sampled actions are actions"
+    assert ppo.evaluate(run_dir, episodes=2, num_envs=2).levels == "train", "a gymnasium env has no test levels"
+
+
+def test_the_package_exports_its_api_without_loading_torch():
+    code = ("import sys, parallel_ppo as p; names = dir(p); "
+            "print('torch' in sys.modules, all(n in names for n in ('train', 'load_policy', 'evaluate', 'compare', "
+            "'Config', 'ConfigError')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.split() == ["False", "True"]
+    with pytest.raises(AttributeError):
+        ppo.no_such_thing  # noqa: B018
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"mode": "distributed"}, "mode must be one of"),
+    ({"overrides": {"training.batch_size": 7}}, "does not divide the rollout"),
+    ({"overrides": {"env.nope": 1}}, "unknown config key"),
+])
+def test_bad_settings_raise_config_error_before_anything_starts(tmp_path, kwargs, message):
+    with pytest.raises(ppo.ConfigError, match=message):
+        ppo.train("config/cartpole.yaml" if "overrides" in kwargs else None, output_dir=tmp_path / "run", **kwargs)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_config_built_in_code_is_validated_like_a_file():
+    cfg = ppo.Config(env=ppo.EnvConfig(id="CartPole-v1", num_envs=4), training=ppo.TrainingConfig(batch_size=3))
+    with pytest.raises(ppo.ConfigError, match="batch size 3 does not divide"):
+        ppo.build_config(cfg, {}, [], parallel=False)
+    good = ppo.build_config(ppo.Config(env=ppo.EnvConfig(id="CartPole-v1", num_envs=4)), {}, [], parallel=False)
+    assert good.env.num_envs == 4 and good.training.batch_size == 256 and good is not cfg
+
+
+def test_predict_takes_one_observation_or_a_batch_and_refuses_other_shapes(tmp_path):
+    cfg = ppo.build_config(None, {"env.id": "CartPole-v1"}, ["training.precision=fp32"], parallel=False)
+    policy = ppo.Policy(cfg, build_model((4,), 2, cfg.model), tmp_path / "checkpoint.pt", {})
+    assert policy.predict(np.zeros(4)).shape == () and policy.predict(np.zeros((5, 4))).shape == (5,)
+    with pytest.raises(ppo.ConfigError, match=r"shape \(4,\) or a batch of them, got shape \(5,\)"):
+        policy.predict(np.zeros(5))
+    with pytest.raises(ppo.RunDataError, match="checkpoint not found"):
+        ppo.load_policy(tmp_path / "nothing")
