@@ -1,4 +1,4 @@
-"""Each figure is defined once (parallel_ppo/runs.py), and every consumer of a run reports the same number:
+"""Each figure is defined once (parallel_ppo/runs/figures.py), and every consumer of a run reports the same number:
 summary.json, compare_results.py, the scaling sweep / autotune rows and the speed check."""
 
 from __future__ import annotations
