@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.envs import PROCGEN_GAMES
 from parallel_ppo.core.evaluate import EvalResult
@@ -40,20 +42,30 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
     (one process) or "parallel" (worker processes; its layout in `parallel.*`). `resume`: a run directory to
     continue from its checkpoint. `verbose`: print the run's start and end lines.
 
-    Settings that cannot run raise ConfigError before anything starts; a run that stops on an error (a worker
-    that keeps failing, say) raises RunFailed once its checkpoint and summary are written; one stopped by a
-    signal returns, its `summary.stop_reason` saying so.
+    Settings that cannot run raise ConfigError before anything starts (its wording names the command-line flag
+    where a setting has one); a run that stops on an error (a worker that keeps failing, say) raises RunFailed
+    once its checkpoint and summary are written; Ctrl-C (SIGINT) or SIGTERM stops it at the next update and it
+    returns, its `summary.stop_reason` saying so (KeyboardInterrupt when no update had finished, or on a second
+    Ctrl-C). The torch thread count it sets for the learner is restored when it returns.
     """
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     flags = dict(overrides or {})
     if output_dir is not None:
         flags["run.output_dir"] = str(output_dir)
+    if not verbose:
+        flags.setdefault("logging.progress", "off")
     request = Request(config, flags, (), mode == "parallel", False, overwrite, None if resume is None else str(resume))
-    prepared = prepare(request)
-    summary, _ = execute(prepared, "parallel_ppo" if verbose else None, overwrite)
+    threads = torch.get_num_threads()
+    try:
+        prepared = prepare(request)
+        summary, _ = execute(prepared, "parallel_ppo" if verbose else None, overwrite, interrupt=True)
+    finally:
+        torch.set_num_threads(threads)
     if summary["stop_reason"] == "error":
         raise RunFailed(f"the run in {prepared.run_dir} stopped on an error: {summary['error']}", prepared.run_dir)
+    if summary["stop_reason"] == "signal" and not summary["updates"]:
+        raise KeyboardInterrupt(f"the run in {prepared.run_dir} was stopped before its first update")
     return load_run(prepared.run_dir.name, prepared.run_dir)
 
 

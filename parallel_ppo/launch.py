@@ -25,6 +25,7 @@ from parallel_ppo.core.allocator import retain_freed_memory
 from parallel_ppo.core.checkpoint import load_checkpoint, next_resume_count
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config
+from parallel_ppo.core.files import write_text
 from parallel_ppo.core.group import ALONE, Group
 from parallel_ppo.core.loop import RolloutSource
 from parallel_ppo.core.model import learner_device
@@ -127,7 +128,7 @@ def prepare_run_dir(path: Path, cfg: Config, overwrite: bool) -> None:
                 shutil.rmtree(target)
             else:
                 target.unlink(missing_ok=True)
-    (path / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    write_text(path / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
 
 MUST_MATCH_ON_RESUME = ("env", "model")
@@ -261,12 +262,14 @@ def prepare(request: Request) -> PreparedRun:
     return PreparedRun(cfg, run_dir, source, setup, learner, resume, group)
 
 
-def execute(run: PreparedRun, prog: str | None, overwrite: bool = False) -> tuple[dict, int]:
+def execute(run: PreparedRun, prog: str | None, overwrite: bool = False,
+            interrupt: bool = False) -> tuple[dict, int]:
     """Train a prepared run to its end and leave its group; returns its summary (a distributed rank other than 0:
-    how the run ended) and exit status. `prog` names the console lines (None: silent but for errors)."""
+    how the run ended) and exit status. `prog` names the console lines (None: silent but for errors).
+    `interrupt`: a second Ctrl-C raises KeyboardInterrupt (the Python API) instead of ending with status 130."""
     try:
         if run.group.is_main:
-            summary = train_main(run, prog, overwrite)
+            summary = train_main(run, prog, overwrite, interrupt)
         else:
             summary = train(run.cfg, run.source, run.run_dir, run.setup, run.resume, run.group)
     except PeerLost as e:
@@ -287,19 +290,18 @@ def say(prog: str | None, text: str) -> None:
         print(f"{prog}: {text}", flush=True)
 
 
-def train_main(run: PreparedRun, prog: str | None, overwrite: bool) -> dict:
+def train_main(run: PreparedRun, prog: str | None, overwrite: bool, interrupt: bool = False) -> dict:
     """Train with the console lines and output files of a run (a distributed run's rank 0)."""
-    if run.resume is None:
-        prepare_run_dir(run.run_dir, run.cfg, overwrite)
-    else:
-        (run.run_dir / "config.yaml").write_text(yaml.safe_dump(run.cfg.to_dict(), sort_keys=False))
-        say(prog, f"resuming {run.run_dir} at update {run.resume['update']}, {run.resume['env_steps']:,} steps, "
-                  f"{run.resume['elapsed']:.0f} s elapsed")
-    say(prog, start_line(run))
-    say(prog, f"learner {run.learner.describe()}")
+    try:
+        write_run_start(run, prog, overwrite)
+    except BaseException:
+        run.source.close()  # the workers are up: `train` would close them, but it never started
+        raise
     try:
         summary = train(run.cfg, run.source, run.run_dir, run.setup, run.resume, run.group)
     except KeyboardInterrupt:  # a second Ctrl-C: stop now; the last checkpoint was written atomically
+        if interrupt:
+            raise
         print(f"\n{prog or 'parallel_ppo'}: interrupted; the last checkpoint in {run.run_dir} is intact",
               file=sys.stderr)
         return {"stop_reason": "signal", "signal": "SIGINT"}
@@ -309,6 +311,18 @@ def train_main(run: PreparedRun, prog: str | None, overwrite: bool) -> dict:
         else:
             say(prog, line)
     return summary
+
+
+def write_run_start(run: PreparedRun, prog: str | None, overwrite: bool) -> None:
+    """The run directory with its config.yaml, and the start lines."""
+    if run.resume is None:
+        prepare_run_dir(run.run_dir, run.cfg, overwrite)
+    else:
+        write_text(run.run_dir / "config.yaml", yaml.safe_dump(run.cfg.to_dict(), sort_keys=False))
+        say(prog, f"resuming {run.run_dir} at update {run.resume['update']}, {run.resume['env_steps']:,} steps, "
+                  f"{run.resume['elapsed']:.0f} s elapsed")
+    say(prog, start_line(run))
+    say(prog, f"learner {run.learner.describe()}")
 
 
 def start_line(run: PreparedRun) -> str:

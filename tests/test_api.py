@@ -13,9 +13,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from fake_runs import write_run
 
 import parallel_ppo as ppo
-from parallel_ppo.core.model import build_model
+from parallel_ppo.core.collect import sample_actions
+from parallel_ppo.core.model import autocast, build_model
 
 ROOT = Path(__file__).resolve().parents[1]
 THRESHOLD = 475  # README and config/cartpole.yaml claim it within 100k steps (scripts/learning_matrix.py: seeds 1-5)
@@ -36,23 +38,25 @@ def test_the_readme_example_trains_both_modes_and_acts_as_the_trainer(tmp_path):
     for mode in ("sequential", "parallel"):
         summary = json.loads((tmp_path / "runs" / f"cartpole_{mode}" / "summary.json").read_text())
         assert summary["mode"] == mode and summary["stop_reason"] == "total_steps"
+        assert 100_000 <= summary["total_env_steps"] < 100_000 + 256 and summary["episodes"] >= 100
         assert summary["episodic_return_mean"] >= THRESHOLD, (mode, summary["episodic_return_mean"])
     assert re.search(r"evaluation: \d+ over 10 episodes", proc.stdout), proc.stdout
     assert (tmp_path / "runs" / "cartpole_comparison" / "comparison.json").is_file()
 
-    # predict acts as the trainer's own network does, on a batch and on one observation
+    # predict acts as the trainer's own network does (its precision, its sampling), on a batch and on one observation
     run_dir = tmp_path / "runs" / "cartpole_parallel"
-    state = torch.load(run_dir / "checkpoint.pt", weights_only=True)
-    network = build_model((4,), 2, ppo.load_run("p", run_dir).config.model)
-    network.load_state_dict(state["model"])
+    policy = ppo.load_policy(run_dir, seed=7)
+    network = build_model((4,), 2, policy.cfg.model)
+    network.load_state_dict(torch.load(run_dir / "checkpoint.pt", weights_only=True)["model"])
     env = gym.make("CartPole-v1")
     obs = np.stack([env.reset(seed=s)[0] for s in range(64)]).astype(np.float32)
-    with torch.no_grad():
-        expected = network(torch.from_numpy(obs))[0].argmax(-1).numpy()
-    policy = ppo.load_policy(run_dir)
-    assert np.array_equal(policy.predict(obs, deterministic=True), expected)
-    assert policy.predict(obs[3], deterministic=True).shape == () and policy.predict(obs[3], True) == expected[3]
-    assert set(np.unique(policy.predict(obs))) <= {0, 1}, "sampled actions are actions"
+    with torch.no_grad(), autocast(policy.cfg.training.precision):
+        logits = network(torch.from_numpy(obs))[0].float()
+    assert np.array_equal(policy.predict(obs, deterministic=True), logits.argmax(-1).numpy())
+    assert policy.predict(obs[3], deterministic=True).shape == ()
+    assert policy.predict(obs[3], True) == logits[3].argmax().item()
+    sampled = sample_actions(logits, np.random.default_rng(7).random(64))[0].numpy()
+    assert np.array_equal(policy.predict(obs), sampled), "sampled as the trainer samples, from the policy's seed"
     assert ppo.evaluate(run_dir, episodes=2, num_envs=2).levels == "train", "a gymnasium env has no test levels"
 
 
@@ -91,5 +95,23 @@ def test_predict_takes_one_observation_or_a_batch_and_refuses_other_shapes(tmp_p
     assert policy.predict(np.zeros(4)).shape == () and policy.predict(np.zeros((5, 4))).shape == (5,)
     with pytest.raises(ppo.ConfigError, match=r"shape \(4,\) or a batch of them, got shape \(5,\)"):
         policy.predict(np.zeros(5))
+    procgen = ppo.Policy(ppo.build_config(None, {}, ["training.precision=fp32"], parallel=False), None, tmp_path, {})
+    with pytest.raises(ppo.ConfigError, match="expects uint8 observations"):
+        procgen.predict(np.zeros((64, 64, 3), dtype=np.float32))
     with pytest.raises(ppo.RunDataError, match="checkpoint not found"):
         ppo.load_policy(tmp_path / "nothing")
+
+
+def test_the_console_command_lists_its_commands_and_refuses_others():
+    help_ = subprocess.run([sys.executable, "-m", "parallel_ppo", "--help"], capture_output=True, text=True, cwd=ROOT)
+    assert help_.returncode == 0
+    assert all(c in help_.stdout for c in ("train", "train-parallel", "eval", "demo", "compare", "bench"))
+    bad = subprocess.run([sys.executable, "-m", "parallel_ppo", "fly"], capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown command 'fly'" in bad.stderr
+
+
+def test_a_corrupt_config_yaml_is_a_run_data_error_naming_it(tmp_path):
+    run = write_run(tmp_path / "run")
+    (run / "config.yaml").write_text("env:\n  nope: 1\n")
+    with pytest.raises(ppo.RunDataError, match=r"run/config.yaml: unknown config key 'env.nope'"):
+        ppo.load_run("run", run)

@@ -3,7 +3,7 @@ parallel workers, with random actions and with the policy network's inference.""
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import time
 from typing import Any
 
@@ -60,14 +60,12 @@ def bench_envs(cfg: Config, seconds: float) -> list[dict[str, Any]]:
 
     rows: list[dict[str, Any]] = []
     total = cfg.parallel.num_workers * cfg.parallel.num_envs_per_worker
-    base = copy.deepcopy(cfg)
-    base.env.num_envs = total
+    base = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, num_envs=total))
     rows.append({"path": "bare envs", "policy": "random", "workers": 0, "envs": total,
                  "steps_per_second": _bare_env_rate(base, seconds)})
     for policy in ("random", "network"):
-        run_cfg = copy.deepcopy(base)
-        if policy == "random":
-            run_cfg.model.kind = "random"
+        run_cfg = base if policy == "network" else dataclasses.replace(
+            base, model=dataclasses.replace(base.model, kind="random"))
         sequential = SequentialCollector(run_cfg, env_threads=thread_plan(run_cfg, parallel=False).env)
         rows.append({"path": "sequential", "policy": policy, "workers": 0, "envs": total,
                      **_collector_rate(sequential, run_cfg, seconds)})

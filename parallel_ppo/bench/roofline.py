@@ -322,7 +322,7 @@ def network_flops(cfg: Config, obs_shape: tuple[int, ...], num_actions: int) -> 
 
 
 def run_roofline_line(run_dir: str) -> str:
-    """A finished run's achieved FLOP/s against its peak, as one line (ConfigError for a directory without one)."""
+    """A finished run's achieved FLOP/s against its peak, as one line (RunDataError for a directory without one)."""
     from parallel_ppo.runs.summary import RunSummary
 
     path = Path(run_dir) / "summary.json"

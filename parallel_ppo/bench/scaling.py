@@ -3,7 +3,7 @@ run directories.
 
 Each point is a real training run (`python -m parallel_ppo train-parallel`, or `train` for the sequential
 point; under torchrun with `--distributed` for a distributed one), so the figures include everything a training
-run pays: collection, sync, GAE, update and logging; its SPS is the run's steady-state SPS (`runs.steady_sps`),
+run pays: collection, sync, GAE, update and logging; its SPS is the run's steady-state SPS (`runs.figures.steady_sps`),
 the figure its summary.json and compare show.
 """
 

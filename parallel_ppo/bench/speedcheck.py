@@ -20,7 +20,7 @@ SPEED_TARGET = 0.85
 
 
 def trainer_figures(run_dir: Path) -> dict[str, Any]:
-    """A finished trainer run as the speed check reports it: its steady-state SPS (`runs.steady_sps`, the
+    """A finished trainer run as the speed check reports it: its steady-state SPS (`runs.figures.steady_sps`, the
     figure its summary.json holds) and the mean seconds per steady update of each phase."""
     run = load_run("trainer", run_dir)
     steps, seconds = steady_span(run.metrics["env_steps"], run.metrics["wall_time"])

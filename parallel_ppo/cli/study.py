@@ -1,5 +1,5 @@
 """bench.py's `study` subcommand: the many-core study (threads, workers, distributed ranks and a CUDA learner at
-1, 2, 4, ... processes) into docs/results/. Also the whole-number list flags bench.py's other subcommands share."""
+1, 2, 4, ... processes) into docs/results/."""
 
 from __future__ import annotations
 

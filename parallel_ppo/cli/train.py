@@ -49,11 +49,6 @@ def make_parser(prog: str, parallel: bool) -> OneLineParser:
     return p
 
 
-def flag_values(args: argparse.Namespace) -> dict[str, object]:
-    """`{section.key: value}` of the trainer flags on the command line (None where not given)."""
-    return {key: getattr(args, flag[2:].replace("-", "_"), None) for key, flag in FLAGS.items()}
-
-
 def request_of(args: argparse.Namespace, parallel: bool) -> Request:
     """What the parsed command line asks to train."""
     flags = {key: getattr(args, flag[2:].replace("-", "_"), None) for key, flag in FLAGS.items()}

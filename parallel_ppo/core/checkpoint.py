@@ -22,7 +22,7 @@ REQUIRED_KEYS = ("format_version", "config", "model", "optimizer", "update", "en
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Load and check a checkpoint; any problem is a ConfigError naming the file."""
+    """Load and check a checkpoint; any problem is a RunDataError naming the file."""
     path = Path(path)
     if not path.is_file():
         raise RunDataError(f"checkpoint not found: {path}")

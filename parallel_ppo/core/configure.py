@@ -270,7 +270,9 @@ def build_config(
     world_size: int | None = None,
 ) -> Config:
     """Defaults ← YAML file (or a Config built in code) ← CLI flags (`{"section.key": value}`, None = not given)
-    ← `--set` items; validated, as a new Config (a Config given is not changed).
+    ← `--set` items; validated, as a new Config (a Config given is not changed). Of a Config built in code, the
+    fields that differ from the defaults count as given (a parallel layout then derives env.num_envs unless it
+    was changed).
 
     `world_size`: the ranks of a distributed run (None: not distributed), among which the envs of
     `distributed.num_envs_total` are split."""

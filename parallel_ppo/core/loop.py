@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -54,6 +55,8 @@ class StopRequest:
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> StopRequest:
+        if threading.current_thread() is not threading.main_thread():  # only the main thread takes signals
+            return self
         for sig in (signal.SIGINT, signal.SIGTERM):
             self._previous[sig] = signal.signal(sig, self._handle)
         return self

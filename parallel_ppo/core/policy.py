@@ -80,7 +80,11 @@ class Policy:
         """The action for one observation (a 0-d array), or the actions for a batch (shape (N,)); observations
         as the env gives them (Procgen: uint8 frames H×W×C). Sampled actions come from this policy's seeded
         generator; `deterministic` takes the most likely action."""
-        obs = np.asarray(obs, dtype=self.obs_dtype)
+        obs = np.asarray(obs)
+        if not np.can_cast(obs.dtype, self.obs_dtype, "same_kind"):
+            raise ConfigError(f"predict expects {self.obs_dtype} observations as the env gives them, got {obs.dtype} "
+                              f"(a float frame in [0, 1] would be read as black)")
+        obs = obs.astype(self.obs_dtype, copy=False)
         single = obs.shape == tuple(self.obs_shape)
         if not single and obs.shape[1:] != tuple(self.obs_shape):
             raise ConfigError(f"predict expects an observation of shape {tuple(self.obs_shape)} or a batch of them, "

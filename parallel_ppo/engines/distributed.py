@@ -1,6 +1,6 @@
 """Data-parallel learning across processes and hosts (DD-PPO) over torch.distributed: the ranks under torchrun,
 each rank's minibatch (its own, or its share when the envs are split), and the collectives the training loop
-needs (the envs' split is the config's: `config.derive_distributed_envs`).
+needs (the envs' split is the config's: `core.configure.derive_distributed_envs`).
 
 Every rank runs the rollout source it would run alone over its share of the envs and computes gradients on its
 own rollout; before each optimizer step the gradients are averaged in one flat all-reduce, so the ranks keep

@@ -200,11 +200,12 @@ def load_run(label: str, path: Path) -> Run:
 
 
 def _read_config(path: Path) -> Config:
-    data = load_yaml(path)
+    """config.yaml as a Config; a missing, malformed or unknown one is a RunDataError naming the file."""
     try:
-        return config_from_dict(data)
-    except RunDataError as e:
-        raise RunDataError(f"{path}: {str(e).removeprefix('stored config: ')}") from None
+        return config_from_dict(load_yaml(path))
+    except ConfigError as e:
+        text = str(e).removeprefix("stored config: ")
+        raise RunDataError(text if str(path) in text else f"{path}: {text}") from None
 
 
 def read_metrics(path: Path) -> dict[str, np.ndarray]:

@@ -42,7 +42,7 @@ class RunStats:
     total_env_steps: int
     wall_seconds: float
     sps: float
-    """Steady-state env steps per second (`runs.steady_sps`)."""
+    """Steady-state env steps per second (`runs.figures.steady_sps`)."""
     speedup: float
     efficiency: float
     final_return: float | None
