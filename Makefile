@@ -26,7 +26,7 @@ ENVS_PER_RANK    ?= 16
 DIST_ENVS        = $(if $(filter command line environment,$(origin ENVS_TOTAL)),--num-envs-total $(ENVS_TOTAL),--num-envs $(ENVS_PER_RANK))
 
 .PHONY: install test test-fast lint train train-parallel train-distributed eval demo compare roofline bench-speed bench-envs \
-        bench bench-layouts autotune bench-learning study \
+        bench bench-layouts autotune bench-learning bench-mujoco bench-pixels study \
         tensorboard \
         clean distclean
 
@@ -113,6 +113,24 @@ autotune: install
 bench-learning: install
 	$(PY) bench.py learning --config config/ppo_sequential.yaml --env $(ENV) --minutes $(MINUTES) --seeds $(SEEDS) \
 		--output-dir $(or $(OUT),benchmarks/learning_$(ENV)) $(ARGS)
+
+## Continuous control at equal steps, to set beside CleanRL's published ppo_continuous_action returns (quoted in
+## docs/results/mujoco.md): STEPS (1M) per run, SEEDS, one run at a time per env, config/mujoco.yaml
+## → benchmarks/mujoco_<env>/ with the across-seed comparison (about 20 min a run on one core of ours)
+MUJOCO_ENVS ?= HalfCheetah-v5 Hopper-v5
+STEPS       ?= 1000000
+bench-mujoco: install
+	for env in $(MUJOCO_ENVS); do $(PY) bench.py learning --config config/mujoco.yaml --env $$env --minutes 600 \
+		--seeds $(SEEDS) --variant "ppo:" --set run.total_steps=$(STEPS) --output-dir benchmarks/mujoco_$$env $(ARGS) \
+		|| exit 1; done
+
+## The env-bound regime: sequential against parallel (2 workers) on MuJoCo from pixels, in PAIRS interleaved pairs of
+## PAIR_MINUTES each → benchmarks/pixel_pairs/pairs.md (ARGS="--set env.fast_render=false" for the slow renderer)
+PAIRS        ?= 2
+PAIR_MINUTES ?= 3
+bench-pixels: install
+	$(PY) scripts/mode_pairs.py --config config/mujoco_pixels.yaml --pairs $(PAIRS) --minutes $(PAIR_MINUTES) \
+		--output-dir $(or $(OUT),benchmarks/pixel_pairs) -- $(ARGS)
 
 ## The many-core study: threads, workers, distributed ranks and (with CUDA) a GPU learner at 1, 2, 4, ... logical
 ## cores, STUDY_SECONDS per run, one at a time → docs/results/<cpu>-<cores>c[-<gpu>]/study.{md,json,png}

@@ -24,7 +24,7 @@ from parallel_ppo.bench.learner_settings import LearnerChoice
 from parallel_ppo.core.allocator import retain_freed_memory
 from parallel_ppo.core.checkpoint import load_checkpoint, next_resume_count
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.configure import build_config
+from parallel_ppo.core.configure import build_config, config_from_dict
 from parallel_ppo.core.files import write_text
 from parallel_ppo.core.group import ALONE, Group
 from parallel_ppo.core.loop import RolloutSource
@@ -102,13 +102,16 @@ def resolve_run_dir(cfg: Config, mode: str, overwrite: bool) -> Path:
     return path
 
 
-def check_memory(cfg: Config) -> None:
-    """Refuse a rollout that cannot fit in the memory available now, naming its sizes."""
+def check_env_and_memory(cfg: Config) -> None:
+    """Build one env and the network once (refusing spaces, networks and settings that do not fit the env), and
+    refuse a rollout that cannot fit in the memory available now, naming its sizes."""
     from parallel_ppo.core.buffer import RolloutBuffer
     from parallel_ppo.core.envs import env_spaces
+    from parallel_ppo.core.model import network
 
-    obs_shape, obs_dtype, _ = env_spaces(cfg.env)
-    per_step = RolloutBuffer.bytes_per_step(obs_shape, obs_dtype) + 8  # + the advantages and returns
+    obs_shape, obs_dtype, actions = env_spaces(cfg.env)
+    network(cfg, obs_shape, actions)
+    per_step = RolloutBuffer.bytes_per_step(obs_shape, obs_dtype, actions) + 8  # + the advantages and returns
     need = cfg.rollout_size * per_step
     available = psutil.virtual_memory().available
     if need > available:
@@ -131,7 +134,8 @@ def prepare_run_dir(path: Path, cfg: Config, overwrite: bool) -> None:
     write_text(path / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
 
-MUST_MATCH_ON_RESUME = ("env", "model")
+MUST_MATCH_ON_RESUME = ("env", "model", "training.normalize_obs", "training.obs_clip")
+"""Sections and keys that make the envs and the network: a checkpoint resumes only with the same."""
 
 
 def load_resume(request: Request) -> tuple[str, dict]:
@@ -151,14 +155,15 @@ def load_resume(request: Request) -> tuple[str, dict]:
 
 
 def check_resume_config(cfg: Config, state: dict, run_dir: Path) -> None:
-    """The checkpoint must come from a run with the same envs and network as the config resumed with."""
-    stored = state["config"]
-    current = cfg.to_dict()
-    for section in MUST_MATCH_ON_RESUME:
+    """The checkpoint must come from a run with the same envs and network as the config resumed with (fields added
+    since it was made count with their defaults)."""
+    stored, current = config_from_dict(state["config"]).to_dict(), cfg.to_dict()
+    for item in MUST_MATCH_ON_RESUME:
+        section, _, only = item.partition(".")
         for key, value in current[section].items():
-            if stored.get(section, {}).get(key) != value:
-                raise ConfigError(f"checkpoint in {run_dir} was made with {section}.{key}="
-                                  f"{stored.get(section, {}).get(key)!r}, not {value!r}; it cannot be resumed so")
+            if (not only or key == only) and stored[section][key] != value:
+                raise ConfigError(f"checkpoint in {run_dir} was made with {section}.{key}={stored[section][key]!r}, "
+                                  f"not {value!r}; it cannot be resumed so")
 
 
 def measure_learner(cfg: Config, group: Group = ALONE) -> tuple[Config, LearnerChoice, dict | None, dict | None]:
@@ -174,16 +179,16 @@ def measure_learner(cfg: Config, group: Group = ALONE) -> tuple[Config, LearnerC
     from parallel_ppo.core.envs import env_spaces
 
     seconds = cfg.run.limit_seconds
-    obs_shape, obs_dtype, num_actions = env_spaces(cfg.env)
+    obs_shape, obs_dtype, actions = env_spaces(cfg.env)
     local = dataclasses.replace(cfg, training=group.local_training(cfg))
-    choice = group.broadcast(choose(local, obs_shape, obs_dtype, num_actions, seconds))
+    choice = group.broadcast(choose(local, obs_shape, obs_dtype, actions, seconds))
     cfg = choice.resolve(cfg)
     if seconds <= 0:
         return cfg, choice, None, None
     local = dataclasses.replace(cfg, training=group.local_training(cfg))
-    limit = choice.limit or measure_compute_limit(local, obs_shape, num_actions, seconds, obs_dtype=obs_dtype)
+    limit = choice.limit or measure_compute_limit(local, obs_shape, actions, seconds, obs_dtype=obs_dtype)
     peaks = matmul_peaks(local)
-    roofline = {**network_flops(local, obs_shape, num_actions), "peak_gflops": peaks}
+    roofline = {**network_flops(local, obs_shape, actions), "peak_gflops": peaks}
     if group.distributed:  # each rank measured with its own threads, while the others measured too
         limit = {**limit, "rank_limit_sps": limit["limit_sps"], "limit_sps": limit["limit_sps"] * group.world_size}
         roofline |= {"rank_peak_gflops": peaks,
@@ -213,7 +218,7 @@ def validated_config(request: Request) -> tuple[Config, dict | None, int | None]
                               f"not {world or 1}; resume it with the same number")
     cfg = build_config(config, flags, list(request.sets), request.parallel, world)
     learner_device(cfg)  # a device asked for by name must exist
-    check_memory(cfg)
+    check_env_and_memory(cfg)
     if resume is not None:
         check_resume_config(cfg, resume, Path(request.resume or ""))
     return cfg, resume, world

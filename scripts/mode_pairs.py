@@ -2,6 +2,7 @@
 the ratio of their steady-state SPS and of their update time per 1,000 env steps (issue 24's acceptance 1).
 
     .venv/bin/python scripts/mode_pairs.py --pairs 3 --minutes 6 [--output-dir benchmarks/mode_pairs] [-- ARGS...]
+    .venv/bin/python scripts/mode_pairs.py --config config/mujoco_pixels.yaml ...   (one config for both modes)
 
 ARGS after `--` go to both trainers (e.g. `--set training.precision=fp32`). A measurement: exits 0 whatever the
 ratios; the table is rewritten to <output-dir>/pairs.md after every pair.
@@ -21,9 +22,9 @@ from parallel_ppo.runs.reading import Run, load_run  # noqa: E402
 
 TRAINERS = {"sequential": ("train_timed.py", "config/ppo_sequential.yaml"),
             "parallel": ("train_parallel_timed.py", "config/ppo_parallel.yaml")}
-HEADER = ["| pair | sequential SPS | parallel SPS | ratio | update s/1k steps seq | par | par/seq | eval s/1k seq "
-          "| par |",
-          "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+HEADER = ["| pair | sequential SPS | parallel SPS | ratio | update s/1k steps seq | par | par/seq | env s/1k seq "
+          "| par | inference s/1k seq | par | eval s/1k seq | par |",
+          "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
 
 def per_thousand(run: Run, phase: str) -> float:
@@ -33,8 +34,9 @@ def per_thousand(run: Run, phase: str) -> float:
     return 1000 * float(run.metrics[f"time_{phase}"][first:].sum()) / span
 
 
-def train(mode: str, run_dir: Path, minutes: float, extra: list[str]) -> Run:
-    script, config = TRAINERS[mode]
+def train(mode: str, run_dir: Path, minutes: float, extra: list[str], config: str | None) -> Run:
+    script, shipped = TRAINERS[mode]
+    config = config or shipped
     cmd = [sys.executable, str(ROOT / script), "--config", str(ROOT / config), "--duration", f"{minutes / 60:.6f}",
            "--output-dir", str(run_dir), "--overwrite", "--set", "logging.progress=off", *extra]
     proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -49,6 +51,7 @@ def main() -> int:
     p.add_argument("--pairs", type=int, default=3, choices=range(1, 101), metavar="N")
     p.add_argument("--minutes", type=float, default=6.0)
     p.add_argument("--output-dir", default="benchmarks/mode_pairs")
+    p.add_argument("--config", help="one config for both modes (default: the shipped starpilot pair)")
     args, extra = p.parse_known_args()
     extra = [a for a in extra if a != "--"]
     out = Path(args.output_dir)
@@ -58,12 +61,13 @@ def main() -> int:
         runs = {}
         for mode in TRAINERS:
             print(f"pair {pair}: {mode} for {args.minutes:g} min ...", flush=True)
-            runs[mode] = train(mode, out / f"{mode}_{pair}", args.minutes, extra)
+            runs[mode] = train(mode, out / f"{mode}_{pair}", args.minutes, extra, args.config)
         s, q = runs["sequential"], runs["parallel"]
         us, uq = per_thousand(s, "update"), per_thousand(q, "update")
         lines.append(f"| {pair} | {s.steady_sps:.1f} | {q.steady_sps:.1f} | {q.steady_sps / s.steady_sps:.3f} | "
-                     f"{us:.3f} | {uq:.3f} | {uq / us:.3f} | {per_thousand(s, 'eval'):.3f} | "
-                     f"{per_thousand(q, 'eval'):.3f} |")
+                     f"{us:.3f} | {uq:.3f} | {uq / us:.3f} | "
+                     + " | ".join(f"{per_thousand(r, phase):.3f}" for phase in ("env", "inference", "eval")
+                                  for r in (s, q)) + " |")
         print(lines[-1], flush=True)
         (out / "pairs.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -16,7 +16,7 @@ import torch
 from fake_runs import write_run
 
 import parallel_ppo as ppo
-from parallel_ppo.core.collect import sample_actions
+from parallel_ppo.core.distributions import sample_actions
 from parallel_ppo.core.model import autocast, build_model
 
 ROOT = Path(__file__).resolve().parents[1]

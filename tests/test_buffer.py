@@ -24,11 +24,11 @@ class RecordingEnv:
     def __init__(self, env) -> None:
         self.env = env
         self.num_envs, self.obs_shape = env.num_envs, env.obs_shape
-        self.obs_dtype, self.num_actions = env.obs_dtype, env.num_actions
+        self.obs_dtype, self.actions = env.obs_dtype, env.actions
         self.observations: list[np.ndarray] = []
         self.rewards: list[np.ndarray] = []
         self.dones: list[np.ndarray] = []
-        self.actions: list[np.ndarray] = []
+        self.taken: list[np.ndarray] = []
 
     def reset(self) -> np.ndarray:
         obs = self.env.reset()
@@ -36,7 +36,7 @@ class RecordingEnv:
         return obs
 
     def step(self, actions):
-        self.actions.append(np.array(actions, copy=True))
+        self.taken.append(np.array(actions, copy=True))
         obs, rew, done, cut = self.env.step(actions)
         self.observations.append(np.array(obs, copy=True))
         self.rewards.append(np.array(rew, copy=True))
@@ -81,7 +81,7 @@ def test_procgen_frames_stay_uint8_end_to_end():
     assert env.obs_dtype == np.uint8 and env.obs_shape == (64, 64, 3)
     rec = RecordingEnv(env)
     torch.manual_seed(0)
-    model = DtypeSpy(build_model(env.obs_shape, env.num_actions,
+    model = DtypeSpy(build_model(env.obs_shape, env.actions,
                                  ModelConfig(kind="impala", impala_depths=[4, 4, 4], hidden_size=16)))
     n_steps = 6
     buf = RolloutBuffer.allocate(n_steps, 2, env.obs_shape, env.obs_dtype)
@@ -96,7 +96,7 @@ def test_procgen_frames_stay_uint8_end_to_end():
     expected = torch.from_numpy(np.stack(rec.observations[:n_steps]))
     assert torch.equal(buf.obs, expected)
     assert buf.obs.float().std() > 0  # real frames, not an untouched zero buffer
-    assert torch.equal(buf.actions, torch.from_numpy(np.stack(rec.actions)).long())
+    assert torch.equal(buf.actions, torch.from_numpy(np.stack(rec.taken)).long())
     assert torch.equal(buf.rewards, torch.from_numpy(np.stack(rec.rewards)))
     assert torch.equal(buf.dones, torch.from_numpy(np.stack(rec.dones)).float())
     # the runner keeps the last frame for the next rollout and bootstraps from it
@@ -127,7 +127,7 @@ def test_collect_into_env_slice():
     """A runner collecting into a slice fills exactly that slice of the parent buffer, consistently."""
     env = make_batch_env(EnvConfig(id="CartPole-v1"), seed=0, first_env=1, num_envs=2, threads=1)
     torch.manual_seed(0)
-    model = build_model(env.obs_shape, env.num_actions, ModelConfig(kind="mlp", mlp_hidden=[8]))
+    model = build_model(env.obs_shape, env.actions, ModelConfig(kind="mlp", mlp_hidden=[8]))
     buf = RolloutBuffer.allocate(5, 4, env.obs_shape, env.obs_dtype)
     runner = EnvRunner(env, seed=0, first_env=1)
     try:

@@ -150,12 +150,39 @@ def test_two_ranks_take_the_step_of_one_process(one_process, tmp_path, script, l
     assert stdout.count("distributed run on CartPole-v1") == 1, "rank 0 alone speaks"
 
 
+PENDULUM = ["--config", "config/mujoco.yaml", "--env", "Pendulum-v1", "--seed", "3", "--set", "logging.progress=off",
+            "--set", "run.limit_seconds=0", "--set", "training.n_steps=32", "--batch-size", "512",
+            "--set", "training.n_epochs=1", "--total-steps", "1024"]
+"""Two updates of 16 Pendulum envs × 32 steps, one minibatch each: a Gaussian policy with observations and rewards
+normalized, the second rollout collected with the statistics the first published."""
+
+
+@pytest.mark.slow
+def test_two_ranks_with_continuous_actions_and_observation_statistics_take_the_steps_of_one_process(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    code, _, err = finish(start([sys.executable, "train_timed.py", *PENDULUM, "--num-envs", "16", "--output-dir",
+                                 str(one)], cwd=ROOT))
+    assert code == 0, err
+    code, _, err = finish(start([*torchrun("train_timed.py"), *PENDULUM, "--num-envs-total", "16", "--output-dir",
+                                 str(two)], cwd=ROOT))
+    assert code == 0, err
+    reference, mine = load_checkpoint(one / "checkpoint.pt"), load_checkpoint(two / "checkpoint.pt")
+    assert reference["update"] == mine["update"] == 2
+    for name, value in reference["model"].items():  # the network's obs_mean and obs_std buffers included
+        torch.testing.assert_close(mine["model"][name], value, rtol=1e-4, atol=1e-5, msg=name)
+    for name in ("mean", "var", "count"):
+        torch.testing.assert_close(torch.as_tensor(mine["obs_normalizer"][name]),
+                                   torch.as_tensor(reference["obs_normalizer"][name]), rtol=1e-6, atol=1e-6)
+    ranks = json.loads((two / "summary.json").read_text())["distributed"]["ranks"]
+    assert len({r["checksum"] for r in ranks}) == 1
+
+
 def load_initial(out: Path) -> dict[str, torch.Tensor]:
     """The reference run's initial parameters, rebuilt as the trainer builds them (same seed)."""
     cfg = config_from_dict(yaml.safe_load((out / "config.yaml").read_text()))
-    obs_shape, _, num_actions = env_spaces(cfg.env)
+    obs_shape, _, actions = env_spaces(cfg.env)
     torch.manual_seed(cfg.run.seed)
-    model, _ = build_learner(obs_shape, num_actions, cfg)
+    model, _ = build_learner(obs_shape, actions, cfg)
     return model.state_dict()
 
 

@@ -11,6 +11,7 @@ from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.collect import EnvRunner
 from parallel_ppo.core.config import EnvConfig
 from parallel_ppo.core.envs import PROCGEN_EXPLORATION_GAMES, PROCGEN_GAMES, make_batch_env
+from parallel_ppo.core.spaces import ActionSpace
 
 
 def test_procgen_game_lists_match_procgen():
@@ -88,7 +89,7 @@ def test_time_limit_cuts_are_reported_with_their_last_observation():
 class CutEnv:
     """Two envs; env 1's episode is cut by a time limit at every step, env 0 runs on."""
 
-    num_envs, obs_shape, obs_dtype, num_actions = 2, (1,), np.dtype(np.float32), 2
+    num_envs, obs_shape, obs_dtype, actions = 2, (1,), np.dtype(np.float32), ActionSpace(2)
 
     def reset(self) -> np.ndarray:
         return np.zeros((2, 1), dtype=np.float32)

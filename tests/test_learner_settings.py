@@ -17,9 +17,9 @@ from parallel_ppo.bench.learner_settings import LearnerChoice, candidates, choos
 from parallel_ppo.bench.roofline import Candidate
 from parallel_ppo.cli import compare as compare_cli
 from parallel_ppo.core import model as model_module
-from parallel_ppo.core.collect import sample_actions
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config
+from parallel_ppo.core.distributions import sample_actions
 from parallel_ppo.core.model import resolve_device
 from parallel_ppo.core.ppo import TrainBatch, build_learner, minibatch_step, ppo_loss
 from parallel_ppo.errors import ConfigError

@@ -222,12 +222,12 @@ def test_checkpoint_loads_into_a_fresh_model(run):
 
     env = make_batch_env(cfg.env, cfg.run.seed, 0, 1, 1)
     try:
-        obs_shape, num_actions = env.obs_shape, env.num_actions
+        obs_shape, actions = env.obs_shape, env.actions
         obs = torch.from_numpy(env.reset())
     finally:
         env.close()
     torch.manual_seed(12345)
-    model = build_model(obs_shape, num_actions, cfg.model)
+    model = build_model(obs_shape, actions, cfg.model)
     fresh = {k: v.clone() for k, v in model.state_dict().items()}
     model.load_state_dict(state["model"], strict=True)
     loaded = model.state_dict()
@@ -235,7 +235,7 @@ def test_checkpoint_loads_into_a_fresh_model(run):
     assert any(not torch.equal(loaded[k], fresh[k]) for k in loaded)  # the weights did come from the file
     with torch.no_grad():
         logits, values = model(obs)
-    assert logits.shape == (1, num_actions) and values.shape == (1,)
+    assert logits.shape == (1, actions.n) and values.shape == (1,)
     assert torch.isfinite(logits).all() and torch.isfinite(values).all()
 
     optimizer = torch.optim.Adam(model.parameters())

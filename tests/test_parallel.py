@@ -32,6 +32,10 @@ SETTINGS = {
     # 8 starpilot envs × 16 steps through the IMPALA CNN
     "starpilot": ("config/ppo_sequential.yaml", 8, ["training.n_steps=16", "training.batch_size=64",
                                                      "training.microbatch_size=64", "run.limit_seconds=0"]),
+    # 4 Pendulum envs × 32 steps, continuous actions, observations and rewards normalized; two updates, so that the
+    # second rollout is collected with the statistics the first one published
+    "Pendulum-v1": ("config/mujoco.yaml", 4, ["training.n_steps=32", "training.batch_size=32",
+                                              "run.total_steps=129", "run.limit_seconds=0"]),
 }
 
 
@@ -53,15 +57,19 @@ def _one_update(tmp_path: Path, env_id: str, workers: int,
     cfg = _config(env_id, workers > 0, max(workers, 1), out, extra)
     source = ParallelCoordinator(cfg, thread_plan(cfg, parallel=True)) if workers else SequentialCollector(cfg, 1)
     summary = train(cfg, source, out, RunSetup({}))
-    assert summary["updates"] == 1
+    assert summary["updates"] == -(-cfg.run.total_steps // cfg.rollout_size)
     buffer = {name: getattr(source.buffer, name).clone() for name in BUFFER_FIELDS}
-    params = load_checkpoint(out / "checkpoint.pt")["model"]
+    checkpoint = load_checkpoint(out / "checkpoint.pt")
+    params = checkpoint["model"]
+    if checkpoint["obs_normalizer"] is not None:  # the float64 statistics behind the network's buffers
+        params |= {f"obs_normalizer.{k}": torch.as_tensor(v) for k, v in checkpoint["obs_normalizer"].items()}
     return buffer, params
 
 
 @pytest.mark.parametrize("env_id,worker_counts,extra", [
     ("CartPole-v1", (1, 2), ()), ("starpilot", (2,), ()),
     ("CartPole-v1", (2,), ("training.normalize_reward=true",)),  # GAE on rewards scaled by the running std
+    ("Pendulum-v1", (1, 2), ()),  # a Gaussian policy, observation normalization
 ])
 def test_parallel_update_equals_sequential(tmp_path, monkeypatch, env_id, worker_counts, extra):
     """Same seed, same envs: 1 or 2 workers collect the sequential rollout and take the same update."""
@@ -69,11 +77,18 @@ def test_parallel_update_equals_sequential(tmp_path, monkeypatch, env_id, worker
     seq_buffer, seq_params = _one_update(tmp_path, env_id, 0, extra)
     if env_id == "CartPole-v1":
         assert seq_buffer["dones"].sum() > 0, "the rollout should cross at least one episode end"
+    if env_id == "Pendulum-v1":
+        assert seq_buffer["actions"].dtype == torch.float32 and seq_buffer["actions"].shape == (32, 4, 1)
+        assert not torch.equal(seq_params["net.log_std"], torch.zeros(1)), "the log-std is learned"
+        assert seq_params["obs_mean"].abs().sum() > 0, "the statistics were published into the network"
     for workers in worker_counts:
         buffer, params = _one_update(tmp_path, env_id, workers, extra)
-        for name in ("obs", "actions", "dones"):
+        # a continuous action is a continuous function of the network's output, whose last bits depend on the batch
+        # size of the forward pass; so are the states it leads to
+        exact = ("obs", "actions", "dones") if env_id != "Pendulum-v1" else ("dones",)
+        for name in exact:
             assert torch.equal(buffer[name], seq_buffer[name]), f"{workers} worker(s): {name} differs"
-        for name in ("rewards", "bootstrap", "logprobs", "values", "last_values"):
+        for name in {"obs", "actions", "rewards", "bootstrap", "logprobs", "values", "last_values"} - set(exact):
             torch.testing.assert_close(buffer[name], seq_buffer[name], rtol=1e-5, atol=1e-5)
         assert params.keys() == seq_params.keys()
         for key in params:

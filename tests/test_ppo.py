@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from parallel_ppo.core.collect import sample_actions
 from parallel_ppo.core.config import ModelConfig, TrainingConfig
+from parallel_ppo.core.distributions import sample_actions
 from parallel_ppo.core.model import build_model
 from parallel_ppo.core.ppo import (
     TrainBatch,

@@ -13,7 +13,7 @@ import torch
 from parallel_ppo.core.collect import SequentialCollector
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.envs import make_batch_env
-from parallel_ppo.core.model import build_model
+from parallel_ppo.core.model import network
 from parallel_ppo.core.threads import thread_plan
 from parallel_ppo.core.timing import PhaseTimer
 
@@ -26,7 +26,7 @@ def _bare_env_rate(cfg: Config, seconds: float) -> float:
         env.reset()
         steps, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
-            env.step(rng.integers(0, env.num_actions, size=env.num_envs))
+            env.step(env.actions.sample_uniform(rng, env.num_envs))
             steps += env.num_envs
         return steps / (time.perf_counter() - start)
     finally:
@@ -36,7 +36,7 @@ def _bare_env_rate(cfg: Config, seconds: float) -> float:
 def _collector_rate(source: Any, cfg: Config, seconds: float) -> dict[str, float]:
     """Steps/s of repeated rollouts from a rollout source (after one warm-up rollout), and where time went."""
     torch.manual_seed(cfg.run.seed)
-    model = build_model(source.obs_shape, source.num_actions, cfg.model)
+    model = network(cfg, source.obs_shape, source.actions)
     timers = PhaseTimer()
     try:
         source.collect(model, timers)

@@ -24,6 +24,7 @@ from parallel_ppo.bench.roofline import Candidate, for_candidate, matmul_peak, m
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.files import write_json
 from parallel_ppo.core.model import learner_device
+from parallel_ppo.core.spaces import ActionSpace, as_action_space
 from parallel_ppo.runs import fingerprint
 
 PRECISIONS = ("fp32", "bf16")
@@ -99,11 +100,12 @@ def _digest(cfg: Config, **fields: Any) -> str:
     return hashlib.sha256(json.dumps({**machine, **fields}, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def cache_key(cfg: Config, obs_shape: tuple[int, ...], num_actions: int, options: list[Candidate]) -> str:
+def cache_key(cfg: Config, obs_shape: tuple[int, ...], actions: ActionSpace | int, options: list[Candidate]) -> str:
     """What the choice depends on: the machine (`_digest`), the network and batch sizes."""
-    return _digest(cfg, model=dataclasses.asdict(cfg.model), obs_shape=list(obs_shape), num_actions=int(num_actions),
-                   batch_size=cfg.training.batch_size, rollout_batch=cfg.env.num_envs,
-                   n_epochs=cfg.training.n_epochs, candidates=[c.label for c in options])
+    return _digest(cfg, model=dataclasses.asdict(cfg.model), obs_shape=list(obs_shape),
+                   actions=as_action_space(actions).to_dict(), batch_size=cfg.training.batch_size,
+                   rollout_batch=cfg.env.num_envs, n_epochs=cfg.training.n_epochs,
+                   candidates=[c.label for c in options])
 
 
 def read_cache(path: Path) -> dict[str, Any]:
@@ -160,7 +162,7 @@ class LearnerChoice:
         return f"{text}: as configured"
 
 
-def choose(cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, num_actions: int, seconds: float, *,
+def choose(cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, actions: ActionSpace | int, seconds: float, *,
            measure: Measure = measure_compute_limit, path: Path | None = None) -> LearnerChoice:
     """Resolve `auto` precision, microbatch and device for this config on this machine (cfg is not changed).
 
@@ -176,7 +178,7 @@ def choose(cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, num_act
         only = options[0]
         return LearnerChoice(only.precision, only.microbatch_size, device, "config", device_source=device_source)
     path = path or cache_path()
-    key = cache_key(cfg, obs_shape, num_actions, options)
+    key = cache_key(cfg, obs_shape, actions, options)
     entry = read_cache(path).get(key)
     if isinstance(entry, dict) and Candidate(entry.get("precision"), entry.get("microbatch_size")) in options:
         return LearnerChoice(entry["precision"], entry["microbatch_size"], device, "cached",
@@ -185,7 +187,7 @@ def choose(cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, num_act
         default = preferred(cfg, options)
         return LearnerChoice(default.precision, default.microbatch_size, device, "unmeasured",
                              device_source=device_source)
-    limit = measure_candidates(cfg, obs_shape, obs_dtype, num_actions, seconds, measure)
+    limit = measure_candidates(cfg, obs_shape, obs_dtype, actions, seconds, measure)
     rates = {label: r["limit_sps"] for label, r in limit["candidates"].items()}
     choice = LearnerChoice(limit["precision"], limit["microbatch_size"], device, "measured", rates, device_source,
                            str(path), limit)
@@ -196,14 +198,14 @@ def choose(cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, num_act
     return choice
 
 
-def measure_candidates(cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, num_actions: int,
+def measure_candidates(cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, actions: ActionSpace | int,
                        seconds: float, measure: Measure = measure_compute_limit) -> dict[str, Any]:
     """The compute limit of every setting the config leaves open, told from the one `pick` keeps (its precision,
     microbatch and rates at the top level, every candidate's rates under `candidates`)."""
     options = candidates(cfg)
     if len(options) == 1:
-        return measure(cfg, obs_shape, num_actions, seconds, obs_dtype=obs_dtype, candidates=options)
-    limit = measure(cfg, obs_shape, num_actions, seconds, obs_dtype=obs_dtype, candidates=options, rounds=ROUNDS,
+        return measure(cfg, obs_shape, actions, seconds, obs_dtype=obs_dtype, candidates=options)
+    limit = measure(cfg, obs_shape, actions, seconds, obs_dtype=obs_dtype, candidates=options, rounds=ROUNDS,
                     warmup_iters=1, min_iters=2)
     rates = {label: r["limit_sps"] for label, r in limit["candidates"].items()}
     return for_candidate(limit, pick(options, rates, preferred(cfg, options)))
@@ -240,6 +242,6 @@ def resolve(cfg: Config, seconds: float) -> tuple[Config, LearnerChoice]:
     """Choose (`choose`) for the config's own env: the config with the choice in place of `auto`, and the choice."""
     from parallel_ppo.core.envs import env_spaces
 
-    obs_shape, obs_dtype, num_actions = env_spaces(cfg.env)
-    choice = choose(cfg, obs_shape, obs_dtype, num_actions, seconds)
+    obs_shape, obs_dtype, actions = env_spaces(cfg.env)
+    choice = choose(cfg, obs_shape, obs_dtype, actions, seconds)
     return choice.resolve(cfg), choice

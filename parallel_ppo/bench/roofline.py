@@ -28,6 +28,7 @@ import torch
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.model import autocast, learner_device
 from parallel_ppo.core.ppo import TrainBatch, build_learner, minibatch_step, ppo_loss
+from parallel_ppo.core.spaces import ActionSpace, as_action_space
 from parallel_ppo.errors import ConfigError, RunDataError
 
 BUSY_CORES = 0.1
@@ -113,16 +114,16 @@ class NetworkSteps:
     """One timed iteration of the learner's network for `measure_compute_limit`, on a model and inputs built
     as the trainer builds them: `forward(precision)` and `train(candidate)` give the step functions."""
 
-    def __init__(self, cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, num_actions: int,
+    def __init__(self, cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, actions: ActionSpace | int,
                  forward_batch: int) -> None:
         self.cfg, self.device = cfg, learner_device(cfg)
         with torch.random.fork_rng(devices=[]):  # the trainer's initialization, without touching the caller's RNG
             torch.manual_seed(cfg.run.seed)
-            self.model, self.optimizer = build_learner(obs_shape, num_actions, cfg, self.device)
+            self.model, self.optimizer = build_learner(obs_shape, actions, cfg, self.device)
         self.model.train()
         rng = torch.Generator().manual_seed(cfg.run.seed)
         self.inputs = [_random_obs(rng, forward_batch, obs_shape, obs_dtype).to(self.device) for _ in range(_POOL)]
-        self.batches = [_random_batch(rng, cfg.training.batch_size, obs_shape, obs_dtype, num_actions).to(self.device)
+        self.batches = [_random_batch(rng, cfg.training.batch_size, obs_shape, obs_dtype, actions).to(self.device)
                         for _ in range(_POOL)]
         self.sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
 
@@ -143,7 +144,7 @@ class NetworkSteps:
         return step
 
 
-def measure_compute_limit(cfg: Config, obs_shape: tuple[int, ...], num_actions: int, seconds: float = 20.0, *,
+def measure_compute_limit(cfg: Config, obs_shape: tuple[int, ...], actions: ActionSpace | int, seconds: float = 20.0, *,
                           rollout_batch: int | None = None, obs_dtype: np.dtype | None = None,
                           warmup_iters: int = 3, min_iters: int = 3,
                           candidates: list[Candidate] | None = None, rounds: int = 1) -> dict[str, Any]:
@@ -172,7 +173,7 @@ def measure_compute_limit(cfg: Config, obs_shape: tuple[int, ...], num_actions: 
     obs_shape = tuple(int(d) for d in obs_shape)
     if obs_dtype is None:
         obs_dtype = np.dtype(np.uint8) if len(obs_shape) == 3 else np.dtype(np.float32)
-    steps = NetworkSteps(cfg, obs_shape, obs_dtype, num_actions, forward_batch)
+    steps = NetworkSteps(cfg, obs_shape, obs_dtype, actions, forward_batch)
     forward, train, load = _time_candidates(steps, candidates, seconds, rounds, warmup_iters, min_iters)
     rates = {c: _figures(forward[c.precision], train[c], forward_batch, minibatch, cfg.training.n_epochs)
              for c in candidates}
@@ -184,7 +185,7 @@ def measure_compute_limit(cfg: Config, obs_shape: tuple[int, ...], num_actions: 
         "warmup_iters": warmup_iters, "rounds": rounds, "other_load_cores": load.cores,
         "candidates": {c.label: rates[c] for c in candidates},
         "model": type(steps.model).__name__, "parameters": sum(p.numel() for p in steps.model.parameters()),
-        "obs_shape": list(obs_shape), "num_actions": int(num_actions), "env_id": cfg.env.id,
+        "obs_shape": list(obs_shape), "actions": as_action_space(actions).to_dict(), "env_id": cfg.env.id,
         "torch": torch.__version__,
     }
 
@@ -226,12 +227,18 @@ def _figures(forward: list[float], train: list[float], forward_batch: int, minib
 
 
 def _random_batch(rng: torch.Generator, size: int, obs_shape: tuple[int, ...], obs_dtype: np.dtype,
-                  num_actions: int) -> TrainBatch:
+                  actions: ActionSpace | int) -> TrainBatch:
     """A minibatch of random frames, actions and targets, shaped like the trainer's."""
     values = torch.randn(size, generator=rng)
-    return TrainBatch(obs=_random_obs(rng, size, obs_shape, obs_dtype),
-                      actions=torch.randint(0, num_actions, (size,), generator=rng),
-                      logprobs=torch.full((size,), -math.log(num_actions)), values=values,
+    space = as_action_space(actions)
+    if space.continuous:
+        taken = torch.randn((size, space.n), generator=rng)
+        logprobs = -0.5 * taken.square().sum(-1) - space.n * 0.5 * math.log(2 * math.pi)
+    else:
+        taken = torch.randint(0, space.n, (size,), generator=rng)
+        logprobs = torch.full((size,), -math.log(space.n))
+    return TrainBatch(obs=_random_obs(rng, size, obs_shape, obs_dtype), actions=taken, logprobs=logprobs,
+                      values=values,
                       advantages=torch.randn(size, generator=rng),
                       returns=values + 0.1 * torch.randn(size, generator=rng))
 
@@ -297,7 +304,7 @@ def matmul_peak(dtype: torch.dtype, seconds: float = 1.0, device: torch.device |
     return 2 * n**3 / float(np.median(_timed_loop(step, seconds, 1, 3))) / 1e9
 
 
-def network_flops(cfg: Config, obs_shape: tuple[int, ...], num_actions: int) -> dict[str, float]:
+def network_flops(cfg: Config, obs_shape: tuple[int, ...], actions: ActionSpace | int) -> dict[str, float]:
     """FLOPs of the network per sample, counted by torch's FlopCounterMode (matrix products and convolutions):
     `forward_flops` to act, `train_flops` for the PPO loss's forward and backward, and `flops_per_env_step`
     = forward + n_epochs × train, the work one collected env step costs the trainer."""
@@ -306,7 +313,7 @@ def network_flops(cfg: Config, obs_shape: tuple[int, ...], num_actions: int) -> 
     batch = 4
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.run.seed)
-        model, _ = build_learner(obs_shape, num_actions, cfg)
+        model, _ = build_learner(obs_shape, actions, cfg)
     rng = torch.Generator().manual_seed(0)
     obs_dtype = np.dtype(np.uint8) if len(obs_shape) == 3 else np.dtype(np.float32)
     with FlopCounterMode(display=False) as counter, torch.no_grad():
@@ -314,7 +321,7 @@ def network_flops(cfg: Config, obs_shape: tuple[int, ...], num_actions: int) -> 
     forward = counter.get_total_flops() / batch
     fp32 = dataclasses.replace(cfg.training, precision="fp32")
     with FlopCounterMode(display=False) as counter:
-        loss, _ = ppo_loss(model, _random_batch(rng, batch, tuple(obs_shape), obs_dtype, num_actions), fp32)
+        loss, _ = ppo_loss(model, _random_batch(rng, batch, tuple(obs_shape), obs_dtype, actions), fp32)
         loss.backward()
     train = counter.get_total_flops() / batch
     return {"forward_flops": forward, "train_flops": train,

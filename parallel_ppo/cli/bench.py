@@ -277,11 +277,11 @@ def _measure(cfg: Config, seconds: float) -> tuple[Config, dict[str, Any]]:
     (`pick`), and the result, which carries the physical roofline (network FLOPs, matmul peaks) beside it."""
     from parallel_ppo.bench.learner_settings import matmul_peaks, measure_candidates
 
-    obs_shape, obs_dtype, num_actions = env_spaces(cfg.env)
-    result = measure_candidates(cfg, obs_shape, obs_dtype, num_actions, seconds)
+    obs_shape, obs_dtype, actions = env_spaces(cfg.env)
+    result = measure_candidates(cfg, obs_shape, obs_dtype, actions, seconds)
     cfg = dataclasses.replace(cfg, training=dataclasses.replace(
         cfg.training, precision=result["precision"], microbatch_size=result["microbatch_size"]))
-    return cfg, {**result, **network_flops(cfg, obs_shape, num_actions), "peak_gflops": matmul_peaks(cfg)}
+    return cfg, {**result, **network_flops(cfg, obs_shape, actions), "peak_gflops": matmul_peaks(cfg)}
 
 
 def roofline(args: Any, prog: str) -> int:

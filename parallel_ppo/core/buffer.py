@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from parallel_ppo.core.spaces import ActionSpace, as_action_space
+
 
 @dataclass
 class RolloutBuffer:
@@ -18,7 +20,7 @@ class RolloutBuffer:
     """
 
     obs: torch.Tensor  # (T, N, *obs_shape), uint8 for images
-    actions: torch.Tensor  # (T, N) int64
+    actions: torch.Tensor  # (T, N) int64 indices, or (T, N, n) float32 for continuous actions (unclipped samples)
     logprobs: torch.Tensor  # (T, N) float32
     values: torch.Tensor  # (T, N) float32
     rewards: torch.Tensor  # (T, N) float32, as the env gave them
@@ -27,14 +29,18 @@ class RolloutBuffer:
     last_values: torch.Tensor  # (N,) float32: value of the observation after the last step
 
     @staticmethod
-    def bytes_per_step(obs_shape: tuple[int, ...], obs_dtype: np.dtype) -> int:
-        """Bytes one env step takes in the buffer: its observation, an int64 action and five float32s."""
-        return int(np.prod(obs_shape)) * np.dtype(obs_dtype).itemsize + 8 + 5 * 4
+    def bytes_per_step(obs_shape: tuple[int, ...], obs_dtype: np.dtype, actions: ActionSpace | int = 1) -> int:
+        """Bytes one env step takes in the buffer: its observation, its action and five float32s."""
+        space = as_action_space(actions)
+        action_bytes = int(np.prod(space.shape, dtype=np.int64)) * space.dtype.itemsize
+        return int(np.prod(obs_shape)) * np.dtype(obs_dtype).itemsize + action_bytes + 5 * 4
 
     @classmethod
     def allocate(cls, n_steps: int, num_envs: int, obs_shape: tuple[int, ...], obs_dtype: np.dtype,
-                 shared: bool = False) -> RolloutBuffer:
+                 actions: ActionSpace | int = 1, shared: bool = False) -> RolloutBuffer:
+        """Zeroed storage; `actions` (a space, or an int for discrete) sets the action's shape and dtype."""
         torch_dtype = torch.from_numpy(np.zeros(0, dtype=obs_dtype)).dtype
+        space = as_action_space(actions)
 
         def zeros(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
             t = torch.zeros(shape, dtype=dtype)
@@ -42,7 +48,8 @@ class RolloutBuffer:
 
         return cls(
             obs=zeros(n_steps, num_envs, *obs_shape, dtype=torch_dtype),
-            actions=zeros(n_steps, num_envs, dtype=torch.int64),
+            actions=zeros(n_steps, num_envs, *space.shape,
+                          dtype=torch.float32 if space.continuous else torch.int64),
             logprobs=zeros(n_steps, num_envs),
             values=zeros(n_steps, num_envs),
             rewards=zeros(n_steps, num_envs),

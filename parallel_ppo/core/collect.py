@@ -11,6 +11,7 @@ from torch import nn
 
 from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.config import Config
+from parallel_ppo.core.distributions import sample
 from parallel_ppo.core.envs import BatchEnv, env_seed, make_batch_env
 from parallel_ppo.core.model import autocast, module_device
 from parallel_ppo.core.timing import PhaseTimer
@@ -28,19 +29,6 @@ class CollectResult:
     episode_lengths: list[int]
     time_env: float
     time_inference: float
-
-
-def sample_actions(logits: torch.Tensor, uniforms: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inverse-CDF sampling from categorical logits with one uniform number per row; returns (actions, log-probs).
-
-    Drawing the uniforms from per-env generators makes an env's actions independent of how the envs
-    are batched, which is what lets a parallel run reproduce a sequential one exactly.
-    """
-    log_probs = torch.log_softmax(logits.float(), dim=-1)
-    cdf = log_probs.exp().cumsum(-1)
-    u = torch.from_numpy(uniforms).to(cdf.dtype).unsqueeze(1)
-    actions = (cdf < u).sum(-1).clamp_(max=logits.shape[-1] - 1)
-    return actions, log_probs.gather(1, actions.unsqueeze(1)).squeeze(1)
 
 
 class EnvRunner:
@@ -72,7 +60,7 @@ class EnvRunner:
                 with autocast(self.precision, device.type):
                     logits, values = model(obs_t.to(device))
                 logits, values = logits.cpu(), values.cpu()
-                actions, logprobs = sample_actions(logits, np.array([g.random() for g in self.rngs]))
+                actions, logprobs = sample(self.env.actions, logits, self.env.actions.noise(self.rngs))
                 buf.actions[t] = actions
                 buf.logprobs[t] = logprobs
                 buf.values[t] = values.float()
@@ -132,9 +120,10 @@ class SequentialCollector:
         """`env_offset`: the global index of the first env (a distributed rank's share starts there)."""
         stream = (resumes, 0)
         env = make_batch_env(cfg.env, cfg.run.seed, env_offset, cfg.env.num_envs, env_threads, stream)
-        self.obs_shape, self.obs_dtype, self.num_actions = env.obs_shape, env.obs_dtype, env.num_actions
+        self.obs_shape, self.obs_dtype, self.actions = env.obs_shape, env.obs_dtype, env.actions
         self.runner = EnvRunner(env, cfg.run.seed, env_offset, cfg.training.precision, stream, cfg.training.gamma)
-        self.buffer = RolloutBuffer.allocate(cfg.training.n_steps, cfg.env.num_envs, env.obs_shape, env.obs_dtype)
+        self.buffer = RolloutBuffer.allocate(cfg.training.n_steps, cfg.env.num_envs, env.obs_shape, env.obs_dtype,
+                                             env.actions)
         self.layout = {"num_workers": 0, "num_envs_per_worker": cfg.env.num_envs, "num_envs": cfg.env.num_envs}
 
     def collect(self, model: nn.Module, timers: PhaseTimer) -> CollectResult:

@@ -173,11 +173,11 @@ POSITIVE = ("run.duration", "env.num_envs", "parallel.num_workers", "parallel.nu
             "parallel.worker_threads", "training.n_steps", "training.batch_size", "training.n_epochs",
             "model.hidden_size", "logging.return_window", "run.checkpoint_interval", "parallel.worker_timeout",
             "training.learning_rate", "training.max_grad_norm", "training.clip_coef", "training.reward_clip",
-            "eval.episodes", "eval.num_envs", "distributed.timeout_seconds")
+            "training.obs_clip", "env.frame_size", "eval.episodes", "eval.num_envs", "distributed.timeout_seconds")
 MAXIMUM = {"env.num_envs": 4096, "training.n_steps": 100_000, "parallel.num_workers": 512, "run.seed": 2**31 - 1,
-           "distributed.num_envs_total": 2**20,
+           "distributed.num_envs_total": 2**20, "env.frame_size": 1024, "env.frame_stack": 64,
            "run.duration": 24 * 365}
-NON_NEGATIVE = ("env.num_levels", "env.start_level", "env.env_threads", "parallel.learner_threads",
+NON_NEGATIVE = ("env.num_levels", "env.start_level", "env.env_threads", "env.frame_stack", "parallel.learner_threads",
                 "training.microbatch_size", "parallel.max_worker_restarts", "run.total_steps", "run.seed",
                 "training.ent_coef", "training.vf_coef", "training.target_kl", "run.limit_seconds",
                 "eval.interval_seconds", "distributed.num_envs_total")
@@ -186,7 +186,7 @@ AUTO_INTS = ("training.microbatch_size",)
 """Integer fields that also take `auto` (chosen by measurement before a run)."""
 DEVICES = ("auto", "cpu", "cuda", "mps")
 CHOICES = {"training.precision": ("auto", "fp32", "bf16"), "training.device": DEVICES,
-           "model.kind": ("auto", "impala", "mlp", "random"),
+           "model.kind": ("auto", "impala", "nature", "mlp", "random"),
            "model.init": ("reference", "orthogonal"),
            "logging.progress": ("auto", "on", "off"), "parallel.start_method": ("spawn", "forkserver"),
            "env.distribution_mode": PROCGEN_MODES, "eval.levels": ("train", "test")}

@@ -1,10 +1,10 @@
-"""Batched environments behind one small protocol: Procgen's native gym3 API and gymnasium vector envs."""
+"""Batched environments behind one small protocol: Procgen's native gym3 API here, gymnasium envs (classic
+control, MuJoCo, Atari, any registered id) in `core.gym_envs`."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import io
 import warnings
 from typing import Protocol
@@ -12,6 +12,7 @@ from typing import Protocol
 import numpy as np
 
 from parallel_ppo.core.config import EnvConfig
+from parallel_ppo.core.spaces import ActionSpace
 from parallel_ppo.errors import ConfigError
 
 PROCGEN_MODES = ("easy", "hard", "extreme", "memory", "exploration")
@@ -25,17 +26,19 @@ PROCGEN_EXPLORATION_GAMES = ("caveflyer", "climber", "coinrun", "heist", "jumper
 
 
 def check_env(cfg: EnvConfig) -> None:
-    """Raise ConfigError unless `cfg.id` is a Procgen game (in a mode it has) or a registered gymnasium id."""
+    """Raise ConfigError unless `cfg.id` is a Procgen game (in a mode it has) or a registered gymnasium id (its
+    spaces are checked where the env is first built: `env_spaces`)."""
     if cfg.id in PROCGEN_GAMES:
         if cfg.distribution_mode == "exploration" and cfg.id not in PROCGEN_EXPLORATION_GAMES:
             raise ConfigError(f"{cfg.id} has no exploration mode (games that do: "
                               f"{', '.join(PROCGEN_EXPLORATION_GAMES)})")
+        if cfg.pixels or cfg.frame_stack > 1:
+            raise ConfigError(f"env.pixels and env.frame_stack apply to gymnasium envs; {cfg.id} is a Procgen game, "
+                              "which observes single 64×64 frames")
         return
-    import gymnasium
+    from parallel_ppo.core.gym_envs import registry_entry
 
-    if cfg.id not in gymnasium.envs.registry:
-        raise ConfigError(f"unknown game or env id {cfg.id!r}: use a Procgen game ({', '.join(PROCGEN_GAMES)}) "
-                          "or a gymnasium id such as CartPole-v1")
+    registry_entry(cfg.id)
 
 
 PROCGEN_EASY_RANGES = {
@@ -81,14 +84,15 @@ class BatchEnv(Protocol):
     num_envs: int
     obs_shape: tuple[int, ...]
     obs_dtype: np.dtype
-    num_actions: int
+    actions: ActionSpace
 
     def reset(self) -> np.ndarray:
         """Start every env; returns observations shaped (num_envs, *obs_shape)."""
         ...
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, np.ndarray]]:
-        """Apply one action per env; returns (next_obs, rewards float32, dones bool: this step ended it, cut).
+        """Apply one action per env (an index, or a vector a Box env clips to its bounds); returns (next_obs,
+        rewards float32, dones bool: this step ended it, cut).
 
         `cut` maps the envs whose episode a time limit cut short (truncated, not terminated) to their last
         observation: the learner bootstraps the value of that state, since the task itself went on.
@@ -142,7 +146,7 @@ class ProcgenBatchEnv:
         self.num_envs = len(seeds)
         self.obs_shape = tuple(self._env.ob_space["rgb"].shape)
         self.obs_dtype = np.dtype(np.uint8)
-        self.num_actions = int(self._env.ac_space.eltype.n)
+        self.actions = ActionSpace(int(self._env.ac_space.eltype.n))
 
     def reset(self) -> np.ndarray:
         _, ob, _ = self._env.observe()
@@ -165,61 +169,21 @@ class ProcgenBatchEnv:
         self._env.close()
 
 
-class GymnasiumBatchEnv:
-    """Gymnasium envs with discrete actions in a `SyncVectorEnv` that resets finished envs in the same step."""
-
-    def __init__(self, cfg: EnvConfig, num_envs: int, seeds: list[int], render: bool = False) -> None:
-        import gymnasium
-
-        self._seeds = seeds
-        make = functools.partial(gymnasium.make, cfg.id, **({"render_mode": "rgb_array"} if render else {}))
-        try:
-            self._env = gymnasium.vector.SyncVectorEnv(
-                [make for _ in range(num_envs)],
-                autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP,
-            )
-        except Exception as e:  # a registered id whose dependencies are missing, for example
-            raise ConfigError(f"cannot create gymnasium env {cfg.id!r}: {e}") from None
-        space = self._env.single_action_space
-        if not isinstance(space, gymnasium.spaces.Discrete):
-            self._env.close()
-            raise ConfigError(f"{cfg.id} has a {type(space).__name__} action space; only Discrete is supported")
-        obs_space = self._env.single_observation_space
-        self.num_envs = num_envs
-        self.obs_shape = tuple(obs_space.shape)
-        self.obs_dtype = np.dtype(np.uint8) if obs_space.dtype == np.uint8 else np.dtype(np.float32)
-        self.num_actions = int(space.n)
-
-    def reset(self) -> np.ndarray:
-        obs, _ = self._env.reset(seed=self._seeds)
-        return obs.astype(self.obs_dtype, copy=False)
-
-    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, np.ndarray]]:
-        obs, rew, term, trunc, info = self._env.step(actions)
-        cut = {int(i): np.asarray(info["final_obs"][i], dtype=self.obs_dtype)
-               for i in np.flatnonzero(np.logical_and(trunc, np.logical_not(term)))}
-        return obs.astype(self.obs_dtype, copy=False), rew.astype(np.float32), np.logical_or(term, trunc), cut
-
-    def frame(self, index: int) -> np.ndarray:
-        """The RGB frame of env `index` now (needs `render`)."""
-        return self._env.envs[index].render()
-
-    def close(self) -> None:
-        self._env.close()
-
-
 PROCGEN_OBS_SHAPE = (64, 64, 3)
 PROCGEN_ACTIONS = 15
 """Every Procgen game shares these (RGB frames, the combined 15-button action set)."""
 
 
-def env_spaces(cfg: EnvConfig) -> tuple[tuple[int, ...], np.dtype, int]:
-    """(obs_shape, obs_dtype, num_actions) without loading Procgen (its assets take ~350 MB per process)."""
+def env_spaces(cfg: EnvConfig) -> tuple[tuple[int, ...], np.dtype, ActionSpace]:
+    """(obs_shape, obs_dtype, actions) without loading Procgen (its assets take ~350 MB per process); a gymnasium
+    env is built once, which refuses the spaces this trainer cannot learn from (ConfigError)."""
     if cfg.id in PROCGEN_GAMES:
-        return PROCGEN_OBS_SHAPE, np.dtype(np.uint8), PROCGEN_ACTIONS
+        return PROCGEN_OBS_SHAPE, np.dtype(np.uint8), ActionSpace(PROCGEN_ACTIONS)
+    from parallel_ppo.core.gym_envs import GymnasiumBatchEnv
+
     env = GymnasiumBatchEnv(cfg, 1, [0])
     env.close()
-    return env.obs_shape, env.obs_dtype, env.num_actions
+    return env.obs_shape, env.obs_dtype, env.actions
 
 
 def make_batch_env(cfg: EnvConfig, seed: int, first_env: int, num_envs: int, threads: int,
@@ -229,4 +193,6 @@ def make_batch_env(cfg: EnvConfig, seed: int, first_env: int, num_envs: int, thr
     seeds = [env_seed(seed, first_env + i, stream) for i in range(num_envs)]
     if cfg.id in PROCGEN_GAMES:
         return ProcgenBatchEnv(cfg, seeds, threads, render)
+    from parallel_ppo.core.gym_envs import GymnasiumBatchEnv
+
     return GymnasiumBatchEnv(cfg, num_envs, seeds, render)

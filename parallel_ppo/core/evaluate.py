@@ -78,7 +78,8 @@ def evaluate(model: nn.Module, cfg: Config, levels: str, episodes: int, num_envs
     obs = env.reset()
     try:
         while (done_count < shares).any() and not (until and until()):
-            actions = act(model, obs, cfg.training.precision, deterministic, rng.random(num_envs))
+            actions = act(model, env.actions, obs, cfg.training.precision, deterministic,
+                          env.actions.noise([rng] * num_envs))
             obs, rewards, dones, _ = env.step(actions.numpy())
             ret += rewards
             length += 1

@@ -19,8 +19,10 @@ from parallel_ppo.core.collect import CollectResult, RolloutError
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.group import ALONE, AgreedRollout, Group, agree_rollout
 from parallel_ppo.core.model import learner_device, module_device
+from parallel_ppo.core.normalization import ObsNormalizer
 from parallel_ppo.core.ppo import TrainBatch, build_learner, ppo_update
 from parallel_ppo.core.reward_scale import RewardScaler
+from parallel_ppo.core.spaces import ActionSpace
 from parallel_ppo.core.timing import PHASES, PhaseTimer
 
 
@@ -30,7 +32,7 @@ class RolloutSource(Protocol):
     mode: str
     buffer: RolloutBuffer
     obs_shape: tuple[int, ...]
-    num_actions: int
+    actions: ActionSpace
     layout: dict[str, int]
     """num_workers, num_envs_per_worker and num_envs, as summary.json records them."""
     restarts: int
@@ -104,6 +106,8 @@ class TrainState:
     episode_lengths: deque[int]
     reward_scaler: RewardScaler | None
     """Present when `training.normalize_reward` is on."""
+    obs_normalizer: ObsNormalizer | None
+    """Present when `training.normalize_obs` is on: the float64 statistics behind the network's buffers."""
     update: int = 0
     env_steps: int = 0
     episodes: int = 0
@@ -112,21 +116,21 @@ class TrainState:
     resumes: int = 0
 
     @classmethod
-    def new(cls, cfg: Config, obs_shape: tuple[int, ...], num_actions: int, world_size: int = 1) -> TrainState:
+    def new(cls, cfg: Config, obs_shape: tuple[int, ...], actions: ActionSpace, world_size: int = 1) -> TrainState:
         """A fresh learner; the reward scaler follows the envs of all `world_size` ranks."""
         torch.manual_seed(cfg.run.seed)
-        model, optimizer = build_learner(obs_shape, num_actions, cfg, learner_device(cfg))
+        model, optimizer = build_learner(obs_shape, actions, cfg, learner_device(cfg))
         window = cfg.logging.return_window
         t = cfg.training
         scaler = RewardScaler(cfg.env.num_envs * world_size, t.gamma, t.reward_clip) if t.normalize_reward else None
         return cls(model, optimizer, torch.Generator().manual_seed(cfg.run.seed), deque(maxlen=window),
-                   deque(maxlen=window), scaler)
+                   deque(maxlen=window), scaler, ObsNormalizer(obs_shape) if t.normalize_obs else None)
 
     @classmethod
-    def from_checkpoint(cls, cfg: Config, obs_shape: tuple[int, ...], num_actions: int,
+    def from_checkpoint(cls, cfg: Config, obs_shape: tuple[int, ...], actions: ActionSpace,
                         checkpoint: dict[str, Any], world_size: int = 1) -> TrainState:
         """The state saved by `to_checkpoint`, with one more resume counted."""
-        state = cls.new(cfg, obs_shape, num_actions, world_size)
+        state = cls.new(cfg, obs_shape, actions, world_size)
         state.model.load_state_dict(checkpoint["model"])
         state.optimizer.load_state_dict(checkpoint["optimizer"])
         state.generator.set_state(checkpoint["generator"])
@@ -135,6 +139,8 @@ class TrainState:
         state.episode_lengths.extend(checkpoint["episode_lengths"])
         if state.reward_scaler is not None and checkpoint.get("reward_scaler") is not None:
             state.reward_scaler.load_state_dict(checkpoint["reward_scaler"])
+        if state.obs_normalizer is not None and checkpoint.get("obs_normalizer") is not None:
+            state.obs_normalizer.load_state_dict(checkpoint["obs_normalizer"])
         state.update, state.env_steps = checkpoint["update"], checkpoint["env_steps"]
         state.episodes, state.elapsed_before = checkpoint["episodes"], checkpoint["elapsed"]
         state.resumes = next_resume_count(checkpoint)
@@ -152,6 +158,7 @@ class TrainState:
             "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
             "resumes": self.resumes, "mode": mode,
             "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler is not None else None,
+            "obs_normalizer": self.obs_normalizer.state_dict() if self.obs_normalizer is not None else None,
         }
 
     def record(self, result: CollectResult, steps: int) -> None:
@@ -200,15 +207,15 @@ class Outcome:
 
 def rollout_batch(buf: RolloutBuffer, cfg: Config, scaler: RewardScaler | None = None,
                   group: Group = ALONE) -> TrainBatch:
-    """GAE over the filled buffer (rewards normalized by `scaler` if given, plus any time-limit bootstrap),
-    flattened to one row per env step. The scaler sees every rank's rewards, so it normalizes as one process
-    stepping all the envs would."""
-    rewards = buf.rewards
+    """GAE over the filled buffer (rewards by their sign if `training.sign_rewards`, normalized by `scaler` if
+    given, plus any time-limit bootstrap), flattened to one row per env step. The scaler sees every rank's rewards,
+    so it normalizes as one process stepping all the envs would."""
+    rewards = buf.rewards.sign() if cfg.training.sign_rewards else buf.rewards
     if scaler is not None:
-        rewards = group.own_columns(scaler(group.gather_columns(buf.rewards), group.gather_columns(buf.dones)))
+        rewards = group.own_columns(scaler(group.gather_columns(rewards), group.gather_columns(buf.dones)))
     advantages, returns = compute_gae(rewards + buf.bootstrap, buf.values, buf.dones, buf.last_values,
                                       cfg.training.gamma, cfg.training.gae_lambda)
-    return TrainBatch(buf.obs.flatten(0, 1), buf.actions.flatten(), buf.logprobs.flatten(), buf.values.flatten(),
+    return TrainBatch(buf.obs.flatten(0, 1), buf.actions.flatten(0, 1), buf.logprobs.flatten(), buf.values.flatten(),
                       advantages.flatten(), returns.flatten())
 
 
@@ -275,6 +282,8 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
     with timers.phase("update"):
         stats = ppo_update(state.model, state.optimizer, data, group.local_training(cfg), state.generator,
                            group.gradients)
+        if state.obs_normalizer is not None:  # after the update that learned with the statistics it collected with
+            state.obs_normalizer.update(group.gather_columns(source.buffer.obs), state.model)
     allreduce = group.pop_seconds()
     timers.add("update", -allreduce)
     timers.add("allreduce", allreduce)

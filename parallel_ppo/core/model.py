@@ -1,4 +1,5 @@
-"""Actor-critic networks: the IMPALA CNN for image observations and an MLP for vector observations."""
+"""Actor-critic networks (the IMPALA CNN and the Nature CNN for image observations, an MLP for vector ones), each
+with a policy head for discrete or continuous actions, and observation normalization inside the network."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 from torch import nn
 
 from parallel_ppo.core.config import Config, ModelConfig
+from parallel_ppo.core.spaces import ActionSpace, as_action_space
 from parallel_ppo.errors import ConfigError
 
 
@@ -63,6 +65,20 @@ def _torch_default(layer: nn.Module) -> nn.Module:
     return layer
 
 
+def log_std_for(actions: ActionSpace) -> nn.Parameter | None:
+    """The Gaussian's log-std for continuous actions: one learned number per dimension, independent of the state
+    (as the continuous-control references do), starting at 0 (std 1). None for discrete actions."""
+    return nn.Parameter(torch.zeros(actions.n)) if actions.continuous else None
+
+
+def policy_output(actor_out: torch.Tensor, log_std: nn.Parameter | None) -> torch.Tensor:
+    """The actor's logits as they are, or its (B, n) means followed by the log-std: the (B, 2n) output the
+    Gaussian is read from (`core.distributions`)."""
+    if log_std is None:
+        return actor_out
+    return torch.cat([actor_out, log_std.to(actor_out.dtype).expand_as(actor_out)], dim=-1)
+
+
 class ResidualBlock(nn.Module):
     def __init__(self, channels: int, init: Callable[[nn.Module], nn.Module]) -> None:
         super().__init__()
@@ -90,7 +106,7 @@ class ConvStage(nn.Module):
 class ImpalaActorCritic(nn.Module):
     """IMPALA CNN (Espeholt et al. 2018) over uint8 HWC frames, scaled to [0, 1] inside the network."""
 
-    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, cfg: ModelConfig) -> None:
+    def __init__(self, obs_shape: tuple[int, ...], actions: ActionSpace, cfg: ModelConfig) -> None:
         super().__init__()
         h, w, c = obs_shape
         init = _torch_default if cfg.init == "reference" else _init  # see ModelConfig.init
@@ -100,21 +116,47 @@ class ImpalaActorCritic(nn.Module):
             c, h, w = depth, (h + 1) // 2, (w + 1) // 2
         self.stages = nn.Sequential(*stages)
         self.dense = init(nn.Linear(c * h * w, cfg.hidden_size))
-        self.actor = _init(nn.Linear(cfg.hidden_size, num_actions), gain=0.01)
+        self.actor = _init(nn.Linear(cfg.hidden_size, actions.n), gain=0.01)
+        self.log_std = log_std_for(actions)
         self.critic = _init(nn.Linear(cfg.hidden_size, 1), gain=1.0)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """uint8 (B, H, W, C) → (logits (B, A), values (B,))."""
+        """uint8 (B, H, W, C) → (policy outputs (B, A or 2n), values (B,))."""
         x = obs.permute(0, 3, 1, 2).float().mul_(1.0 / 255.0)  # a channels-last view: no transpose copy
         x = self.stages(x)
         x = torch.relu(self.dense(torch.relu(x).flatten(1)))
-        return self.actor(x), self.critic(x).squeeze(-1)
+        return policy_output(self.actor(x), self.log_std), self.critic(x).squeeze(-1)
+
+
+class NatureActorCritic(nn.Module):
+    """The Nature DQN CNN (Mnih et al. 2015) as CleanRL's ppo_atari uses it, over uint8 HWC frame stacks."""
+
+    def __init__(self, obs_shape: tuple[int, ...], actions: ActionSpace, cfg: ModelConfig) -> None:
+        super().__init__()
+        h, w, c = obs_shape
+        self.convs = nn.Sequential(
+            _init(nn.Conv2d(c, 32, 8, stride=4)), nn.ReLU(), _init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+            _init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten())
+        if min(h, w) < 36:
+            raise ConfigError(f"model.kind nature needs frames of at least 36×36 (its convolutions shrink them by 36); "
+                              f"this env has {h}×{w}")
+        with torch.no_grad():
+            flat = self.convs(torch.zeros(1, c, h, w)).shape[1]
+        self.dense = _init(nn.Linear(flat, cfg.hidden_size))
+        self.actor = _init(nn.Linear(cfg.hidden_size, actions.n), gain=0.01)
+        self.log_std = log_std_for(actions)
+        self.critic = _init(nn.Linear(cfg.hidden_size, 1), gain=1.0)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = obs.permute(0, 3, 1, 2).float().mul_(1.0 / 255.0)
+        x = torch.relu(self.dense(self.convs(x)))
+        return policy_output(self.actor(x), self.log_std), self.critic(x).squeeze(-1)
 
 
 class MlpActorCritic(nn.Module):
-    """Separate tanh MLP towers for actor and critic (CleanRL's classic-control agent)."""
+    """Separate tanh MLP towers for actor and critic (CleanRL's classic-control and continuous-control agent)."""
 
-    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, cfg: ModelConfig) -> None:
+    def __init__(self, obs_shape: tuple[int, ...], actions: ActionSpace, cfg: ModelConfig) -> None:
         super().__init__()
         size = math.prod(obs_shape)
 
@@ -126,36 +168,77 @@ class MlpActorCritic(nn.Module):
                 width = hidden
             return nn.Sequential(*layers, _init(nn.Linear(width, out), gain=gain))
 
-        self.actor = tower(num_actions, 0.01)
+        self.actor = tower(actions.n, 0.01)
         self.critic = tower(1, 1.0)
+        self.log_std = log_std_for(actions)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = obs.flatten(1).float()
-        return self.actor(x), self.critic(x).squeeze(-1)
+        return policy_output(self.actor(x), self.log_std), self.critic(x).squeeze(-1)
 
 
 class UniformPolicy(nn.Module):
-    """Uniformly random actions and zero values: a no-compute policy for measuring raw env throughput."""
+    """Uniformly random discrete actions (or N(0, 1) continuous ones) and zero values: a no-compute policy for
+    measuring raw env throughput."""
 
-    def __init__(self, num_actions: int) -> None:
+    def __init__(self, actions: ActionSpace) -> None:
         super().__init__()
-        self.num_actions = num_actions
+        self.outputs = actions.policy_outputs
         self.unused = nn.Parameter(torch.zeros(1))  # parameter plumbing (publish, optimizer) stays uniform
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         batch = obs.shape[0]
-        return torch.zeros(batch, self.num_actions) + 0 * self.unused, torch.zeros(batch) + 0 * self.unused
+        return torch.zeros(batch, self.outputs) + 0 * self.unused, torch.zeros(batch) + 0 * self.unused
 
 
-def build_model(obs_shape: tuple[int, ...], num_actions: int, cfg: ModelConfig) -> nn.Module:
-    """Pick the network by `cfg.kind` (or by observation rank when `auto`)."""
+class NormalizedObs(nn.Module):
+    """A network behind observation normalization: (obs − mean) / std, clipped to ±`clip`. The statistics are
+    buffers set by the learner (`core.obs_norm`), so they travel with the parameters to workers, ranks,
+    checkpoints and every policy loaded from them."""
+
+    def __init__(self, net: nn.Module, obs_shape: tuple[int, ...], clip: float) -> None:
+        super().__init__()
+        self.net = net
+        self.clip = clip
+        self.register_buffer("obs_mean", torch.zeros(obs_shape))
+        self.register_buffer("obs_std", torch.ones(obs_shape))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.net(((obs.float() - self.obs_mean) / self.obs_std).clamp(-self.clip, self.clip))
+
+
+IMAGE_NETWORKS = {"impala": ImpalaActorCritic, "nature": NatureActorCritic}
+
+
+def build_model(obs_shape: tuple[int, ...], actions: ActionSpace | int, cfg: ModelConfig,
+                obs_clip: float | None = None) -> nn.Module:
+    """Pick the network by `cfg.kind` (or by observation rank when `auto`: the IMPALA CNN for images); an int
+    `actions` means that many discrete actions. With `obs_clip`, observations are normalized inside it."""
+    actions = as_action_space(actions)
     kind = cfg.kind
-    if kind == "random":
-        return UniformPolicy(num_actions)
     if kind == "auto":
         kind = "impala" if len(obs_shape) == 3 else "mlp"
-    if kind == "impala":
+    if kind in IMAGE_NETWORKS:
         if len(obs_shape) != 3:
-            raise ConfigError(f"model.kind impala needs image observations (H, W, C); this env has {obs_shape}")
-        return ImpalaActorCritic(obs_shape, num_actions, cfg)
-    return MlpActorCritic(obs_shape, num_actions, cfg)
+            raise ConfigError(f"model.kind {kind} needs image observations (H, W, C); this env has {obs_shape}")
+        net = IMAGE_NETWORKS[kind](obs_shape, actions, cfg)
+    elif kind == "random":
+        net = UniformPolicy(actions)
+    else:
+        net = MlpActorCritic(obs_shape, actions, cfg)
+    return net if obs_clip is None else NormalizedObs(net, obs_shape, obs_clip)
+
+
+def network(cfg: Config, obs_shape: tuple[int, ...], actions: ActionSpace) -> nn.Module:
+    """The run's network as every process builds it: `build_model` with the config's observation normalization."""
+    t = cfg.training
+    if t.normalize_obs and len(obs_shape) == 3:
+        raise ConfigError(f"training.normalize_obs normalizes vector observations; {cfg.env.id} observes images "
+                          f"{obs_shape}, which the network scales to [0, 1] itself (drop normalize_obs)")
+    return build_model(obs_shape, actions, cfg.model, t.obs_clip if t.normalize_obs else None)
+
+
+def policy_tensors(model: nn.Module) -> list[torch.Tensor]:
+    """What a policy copy needs besides its structure: the parameters, then the buffers (observation statistics),
+    in one fixed order, as the coordinator publishes them to its workers."""
+    return [*model.parameters(), *model.buffers()]

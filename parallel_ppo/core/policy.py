@@ -12,26 +12,28 @@ import torch
 from torch import nn
 
 from parallel_ppo.core.checkpoint import load_checkpoint
-from parallel_ppo.core.collect import sample_actions
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import config_from_dict
+from parallel_ppo.core.distributions import most_likely, sample
 from parallel_ppo.core.envs import env_spaces
-from parallel_ppo.core.model import autocast, build_model, module_device
+from parallel_ppo.core.model import autocast, module_device, network
+from parallel_ppo.core.spaces import ActionSpace
 from parallel_ppo.errors import ConfigError, RunDataError
 
 
-def act(model: nn.Module, obs: np.ndarray, precision: str, deterministic: bool,
-        uniforms: np.ndarray | None = None) -> torch.Tensor:
+def act(model: nn.Module, space: ActionSpace, obs: np.ndarray, precision: str, deterministic: bool,
+        noise: np.ndarray | None = None) -> torch.Tensor:
     """The actions of `model` for a batch of observations, as the trainer takes them: the most likely one
-    (`deterministic`), or sampled by inverse CDF with one uniform number per row."""
+    (`deterministic`), or sampled with the given noise (`ActionSpace.noise`: a row per observation). Continuous
+    actions come unclipped, as the policy drew them (the env clips them to its bounds)."""
     device = module_device(model)
     with torch.no_grad(), autocast(precision, device.type):
-        logits, _ = model(torch.from_numpy(np.ascontiguousarray(obs)).to(device))
-    logits = logits.float().cpu()
+        params, _ = model(torch.from_numpy(np.ascontiguousarray(obs)).to(device))
+    params = params.float().cpu()
     if deterministic:
-        return logits.argmax(-1)
-    assert uniforms is not None, "sampling needs one uniform number per observation"
-    return sample_actions(logits, uniforms)[0]
+        return most_likely(space, params)
+    assert noise is not None, "sampling needs noise for every observation"
+    return sample(space, params, noise)[0]
 
 
 @dataclass
@@ -48,7 +50,7 @@ class Policy:
     """Seeds the sampled actions of `predict`."""
 
     def __post_init__(self) -> None:
-        self.obs_shape, self.obs_dtype, self.num_actions = env_spaces(self.cfg.env)
+        self.obs_shape, self.obs_dtype, self.actions = env_spaces(self.cfg.env)
         self._rng = np.random.default_rng(self.seed)
 
     @classmethod
@@ -61,8 +63,8 @@ class Policy:
             cfg = config_from_dict(state["config"])
         except (ConfigError, AttributeError, TypeError) as e:
             raise RunDataError(f"checkpoint {file} holds an unusable config ({e})") from None
-        obs_shape, _, num_actions = env_spaces(cfg.env)
-        model = build_model(obs_shape, num_actions, cfg.model)
+        obs_shape, _, actions = env_spaces(cfg.env)
+        model = network(cfg, obs_shape, actions)
         try:
             model.load_state_dict(state["model"])
         except (RuntimeError, KeyError, TypeError, AttributeError):
@@ -77,9 +79,10 @@ class Policy:
         return self.checkpoint.parent
 
     def predict(self, obs: Any, deterministic: bool = False) -> np.ndarray:
-        """The action for one observation (a 0-d array), or the actions for a batch (shape (N,)); observations
-        as the env gives them (Procgen: uint8 frames H×W×C). Sampled actions come from this policy's seeded
-        generator; `deterministic` takes the most likely action."""
+        """The action for one observation, or the actions for a batch (shape (N,), or (N, n) for continuous
+        actions); observations as the env gives them (Procgen: uint8 frames H×W×C), normalized inside the network
+        when the run normalized them. Sampled actions come from this policy's seeded generator, clipped to the
+        action space's bounds as the env would clip them; `deterministic` takes the most likely action."""
         obs = np.asarray(obs)
         if not np.can_cast(obs.dtype, self.obs_dtype, "same_kind"):
             raise ConfigError(f"predict expects {self.obs_dtype} observations as the env gives them, got {obs.dtype} "
@@ -90,6 +93,8 @@ class Policy:
             raise ConfigError(f"predict expects an observation of shape {tuple(self.obs_shape)} or a batch of them, "
                               f"got shape {obs.shape}")
         batch = obs[None] if single else obs
-        uniforms = None if deterministic else self._rng.random(len(batch))
-        actions = act(self.model, batch, self.cfg.training.precision, deterministic, uniforms).numpy()
+        noise = None if deterministic else self.actions.noise([self._rng] * len(batch))
+        actions = act(self.model, self.actions, batch, self.cfg.training.precision, deterministic, noise).numpy()
+        if self.actions.continuous:
+            actions = np.clip(actions, self.actions.low, self.actions.high)
         return actions[0] if single else actions

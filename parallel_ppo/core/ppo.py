@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from parallel_ppo.core.buffer import minibatch_indices
 from parallel_ppo.core.config import Config, TrainingConfig
-from parallel_ppo.core.model import autocast, build_model
+from parallel_ppo.core.distributions import log_prob_entropy
+from parallel_ppo.core.model import autocast, network
+from parallel_ppo.core.spaces import ActionSpace, as_action_space
 
 
 @dataclass
@@ -47,11 +48,11 @@ class Reducer(Protocol):
     def mean_(self, tensor: torch.Tensor) -> torch.Tensor: ...
 
 
-def build_learner(obs_shape: tuple[int, ...], num_actions: int, cfg: Config,
+def build_learner(obs_shape: tuple[int, ...], actions: ActionSpace | int, cfg: Config,
                   device: torch.device | None = None) -> tuple[nn.Module, torch.optim.Optimizer]:
     """The network (initialized on the CPU, so every device starts from the same weights) and its Adam optimizer
     (eps 1e-5, as in the reference PPOs), as every learner builds them."""
-    model = build_model(obs_shape, num_actions, cfg.model).to(device or "cpu")
+    model = network(cfg, obs_shape, as_action_space(actions)).to(device or "cpu")
     return model, torch.optim.Adam(model.parameters(), lr=cfg.training.learning_rate, eps=1e-5)
 
 
@@ -91,10 +92,9 @@ def ppo_loss(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> tuple[
     """
     with autocast(cfg.precision, batch.obs.device.type):
         logits, new_values = model(batch.obs)
-    logits, new_values = logits.float(), new_values.float()
-    log_probs = F.log_softmax(logits, dim=-1)
-    new_logprob = log_probs.gather(1, batch.actions.unsqueeze(1)).squeeze(1)
-    entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
+    new_values = new_values.float()
+    new_logprob, entropy = log_prob_entropy(logits, batch.actions)
+    entropy = entropy.mean()
 
     log_ratio = new_logprob - batch.logprobs
     ratio = log_ratio.exp()

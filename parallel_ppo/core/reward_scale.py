@@ -12,21 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-
-class RunningMeanStd:
-    """Mean and variance of a stream of batches (Chan et al.'s parallel update, in float64)."""
-
-    def __init__(self) -> None:
-        self.mean, self.var, self.count = 0.0, 1.0, 1e-4  # the references' starting point
-
-    def update(self, batch: np.ndarray) -> None:
-        n = batch.size
-        batch_mean, batch_var = float(batch.mean()), float(batch.var())
-        delta = batch_mean - self.mean
-        total = self.count + n
-        self.mean += delta * n / total
-        self.var = (self.var * self.count + batch_var * n + delta**2 * self.count * n / total) / total
-        self.count = total
+from parallel_ppo.core.normalization import RunningMeanStd
 
 
 class RewardScaler:
@@ -60,7 +46,8 @@ class RewardScaler:
     def state_dict(self) -> dict[str, Any]:
         """Plain data for the checkpoint."""
         s = self.stats
-        return {"returns": torch.from_numpy(self.returns.copy()), "mean": s.mean, "var": s.var, "count": s.count}
+        return {"returns": torch.from_numpy(self.returns.copy()), "mean": float(s.mean), "var": float(s.var),
+                "count": s.count}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         returns = state["returns"].double().numpy()

@@ -28,6 +28,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from parallel_ppo.core.config import Config, TrainingConfig
 from parallel_ppo.core.group import ALONE, STOP_REASONS, Group
+from parallel_ppo.core.model import policy_tensors
 
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 """What torchrun sets for each rank; `--distributed` without them is a user error."""
@@ -43,8 +44,9 @@ class PeerLost(RuntimeError):
 
 
 def checksum(model: nn.Module) -> str:
-    """sha256 (first 16 hex digits) of the model's parameters as float32 bytes: equal on every rank, or a bug."""
-    vector = parameters_to_vector(model.parameters()).detach().float().cpu().contiguous()
+    """sha256 (first 16 hex digits) of the model's parameters and buffers (observation statistics) as float32 bytes:
+    equal on every rank, or a bug."""
+    vector = parameters_to_vector(policy_tensors(model)).detach().float().cpu().contiguous()
     return hashlib.sha256(vector.numpy().tobytes()).hexdigest()[:16]
 
 
@@ -102,9 +104,10 @@ class Ranks(Group):
 
     def broadcast_parameters(self, model: nn.Module) -> None:
         """Every rank takes rank 0's parameters (seeding alone does not make them equal across hosts)."""
-        vector = parameters_to_vector(model.parameters()).detach().cpu()
+        tensors = policy_tensors(model)  # the observation statistics too
+        vector = parameters_to_vector(tensors).detach().cpu()
         self._call("the parameter broadcast", dist.broadcast, vector, 0)
-        vector_to_parameters(vector.to(next(model.parameters()).device), model.parameters())
+        vector_to_parameters(vector.to(next(model.parameters()).device), tensors)
 
     def broadcast(self, obj: T) -> T:
         """Rank 0's `obj` on every rank."""

@@ -131,8 +131,8 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, setup: RunSetup, re
     `distributed.PeerLost` (the last checkpoint stays as it was).
     """
     run_dir, world = Path(run_dir), group.world_size
-    state = (TrainState.new(cfg, source.obs_shape, source.num_actions, world) if resume is None else
-             TrainState.from_checkpoint(cfg, source.obs_shape, source.num_actions, resume, world))
+    state = (TrainState.new(cfg, source.obs_shape, source.actions, world) if resume is None else
+             TrainState.from_checkpoint(cfg, source.obs_shape, source.actions, resume, world))
     group.broadcast_parameters(state.model)
     clock = Clock(state.elapsed_before)
     mode = "distributed" if group.distributed else source.mode

@@ -19,7 +19,7 @@ from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.collect import CollectResult, RolloutError
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.envs import PROCGEN_GAMES, env_spaces
-from parallel_ppo.core.model import build_model
+from parallel_ppo.core.model import network, policy_tensors
 from parallel_ppo.core.threads import ThreadPlan
 from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.engines.parallel.worker import (
@@ -97,12 +97,12 @@ class ParallelCoordinator:
         self.cfg = cfg
         self.env_threads = threads.env
         self.worker_threads = threads.worker or 1  # a parallel plan always has one; the field is optional
-        self.obs_shape, self.obs_dtype, self.num_actions = env_spaces(cfg.env)
-        numel = sum(t.numel() for t in build_model(self.obs_shape, self.num_actions, cfg.model).parameters())
+        self.obs_shape, self.obs_dtype, self.actions = env_spaces(cfg.env)
+        numel = sum(t.numel() for t in policy_tensors(network(cfg, self.obs_shape, self.actions)))
         self.params = torch.zeros(numel).share_memory_()
         self.progress = torch.zeros(p.num_workers, dtype=torch.int64).share_memory_()
         self.buffer = RolloutBuffer.allocate(cfg.training.n_steps, cfg.env.num_envs, self.obs_shape,
-                                             self.obs_dtype, shared=True)
+                                             self.obs_dtype, self.actions, shared=True)
         self.layout = {"num_workers": p.num_workers, "num_envs_per_worker": p.num_envs_per_worker,
                        "num_envs": cfg.env.num_envs}
         self.restarts = 0
@@ -134,7 +134,7 @@ class ParallelCoordinator:
     def _spawn(self, index: int, restart: int) -> _Worker:
         m = self.cfg.parallel.num_envs_per_worker
         spec = WorkerSpec(index=index, first_env=index * m, num_envs=m, stream=(self._resumes, restart),
-                          cfg=self.cfg, obs_shape=self.obs_shape, num_actions=self.num_actions, buffer=self.buffer,
+                          cfg=self.cfg, obs_shape=self.obs_shape, actions=self.actions, buffer=self.buffer,
                           params=self.params, progress=self.progress, env_threads=self.env_threads,
                           torch_threads=self.worker_threads, env_offset=self._env_offset)
         parent, child = self._ctx.Pipe(duplex=True)
@@ -183,7 +183,7 @@ class ParallelCoordinator:
     def collect(self, model: nn.Module, timers: PhaseTimer) -> CollectResult:
         start = time.perf_counter()
         with timers.phase("publish"):
-            self.params.copy_(torch.nn.utils.parameters_to_vector(model.parameters()).detach())
+            self.params.copy_(torch.nn.utils.parameters_to_vector(policy_tensors(model)).detach())
         publish = time.perf_counter() - start
         results = self._run_rollout()
         wall = time.perf_counter() - start - publish

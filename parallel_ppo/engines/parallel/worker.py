@@ -15,6 +15,7 @@ from parallel_ppo.core.allocator import retain_freed_memory
 from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.collect import CollectResult
 from parallel_ppo.core.config import Config
+from parallel_ppo.core.spaces import ActionSpace
 
 
 @dataclass
@@ -27,9 +28,9 @@ class WorkerSpec:
     stream: tuple[int, int]  # (resume count, restart count of this slot): seeds fresh envs on each start
     cfg: Config
     obs_shape: tuple[int, ...]
-    num_actions: int
+    actions: ActionSpace
     buffer: RolloutBuffer  # the whole shared buffer; the worker writes only its env slice
-    params: torch.Tensor  # flat policy parameters, written by the coordinator after each update
+    params: torch.Tensor  # flat policy parameters and buffers (`policy_tensors`), written by the coordinator
     progress: torch.Tensor  # int64 per worker: env steps taken, a heartbeat the coordinator watches
     env_threads: int  # Procgen stepping threads
     torch_threads: int  # torch/OpenMP threads
@@ -96,18 +97,18 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
     try:
         from parallel_ppo.core.collect import EnvRunner
         from parallel_ppo.core.envs import make_batch_env
-        from parallel_ppo.core.model import build_model
+        from parallel_ppo.core.model import network, policy_tensors
 
         cfg = spec.cfg
         first = spec.env_offset + spec.first_env
         env = make_batch_env(cfg.env, cfg.run.seed, first, spec.num_envs, spec.env_threads, spec.stream)
-        if (env.obs_shape, env.num_actions) != (tuple(spec.obs_shape), spec.num_actions):
-            raise RuntimeError(f"env spaces {env.obs_shape}/{env.num_actions} differ from the coordinator's "
-                               f"{spec.obs_shape}/{spec.num_actions}")
+        if (env.obs_shape, env.actions) != (tuple(spec.obs_shape), spec.actions):
+            raise RuntimeError(f"env spaces {env.obs_shape}/{env.actions.describe()} differ from the coordinator's "
+                               f"{spec.obs_shape}/{spec.actions.describe()}")
         runner = EnvRunner(env, cfg.run.seed, first, cfg.training.precision, spec.stream,
                            cfg.training.gamma)
-        model = build_model(spec.obs_shape, spec.num_actions, cfg.model)
-        params = list(model.parameters())
+        model = network(cfg, spec.obs_shape, spec.actions)
+        params = policy_tensors(model)
         buf = spec.buffer.env_slice(spec.first_env, spec.first_env + spec.num_envs)
         progress = spec.progress[spec.index]
         fail_at = _injected_fault(spec.index)

@@ -1,0 +1,212 @@
+"""Gymnasium envs as a BatchEnv: any registered id (or `module:EnvId`) with Box observations and Discrete or Box
+actions, Atari with the standard preprocessing, and MuJoCo observed through frames rendered on the CPU."""
+
+from __future__ import annotations
+
+import collections
+import functools
+import importlib
+import os
+import sys
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+from parallel_ppo.core.config import EnvConfig
+from parallel_ppo.core.spaces import ActionSpace
+from parallel_ppo.errors import ConfigError
+
+RENDERER_HELP = ("rendering needs OpenGL on the CPU: Mesa's EGL (Debian/Ubuntu: apt install libegl1 libgl1-mesa-dri; "
+                 "the default, MUJOCO_GL=egl) or OSMesa (apt install libosmesa6, then MUJOCO_GL=osmesa)")
+
+
+def registry_entry(env_id: str) -> Any:
+    """gymnasium's EnvSpec for `env_id` (`module:EnvId` imports the module first; Atari ids register ale-py's
+    envs); ConfigError if unknown."""
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except Exception as e:  # ImportError, or the module failed while registering
+            raise ConfigError(f"--env {env_id}: cannot import module {module!r} ({type(e).__name__}: {e})") from None
+    if name not in gymnasium.envs.registry:
+        import ale_py  # ALE/Breakout-v5, BreakoutNoFrameskip-v4, ...: registered once ale-py's envs are
+
+        gymnasium.register_envs(ale_py)
+    if name not in gymnasium.envs.registry:
+        hint = f" (is it registered by {module}?)" if module else ""
+        raise ConfigError(f"unknown game or env id {env_id!r}{hint}: use a Procgen game, a gymnasium id such as "
+                          "CartPole-v1, HalfCheetah-v5 or ALE/Breakout-v5, or module:EnvId for your own env")
+    return gymnasium.envs.registry[name]
+
+
+def is_atari_id(env_id: str) -> bool:
+    """An ale-py id (ALE/Game-v5, BreakoutNoFrameskip-v4, ...), told by its registry entry."""
+    return "ale_py" in str(registry_entry(env_id).entry_point)
+
+
+def is_mujoco_id(env_id: str) -> bool:
+    """One of gymnasium's MuJoCo envs (HalfCheetah-v5, ...), told by its registry entry."""
+    return "mujoco" in str(registry_entry(env_id).entry_point)
+
+
+def frame_stack(cfg: EnvConfig, atari: bool) -> int:
+    """Frames stacked along the channels: the config's, or 4 for Atari, 3 for pixels, else 1."""
+    return cfg.frame_stack or (4 if atari else 3 if cfg.pixels else 1)
+
+
+class StackedFrames(gymnasium.Wrapper):
+    """The last `k` image observations (H, W, C) side by side along the channels (H, W, k·C); at reset, the
+    first observation of the episode `k` times."""
+
+    def __init__(self, env: Any, k: int) -> None:
+        super().__init__(env)
+        h, w, c = env.observation_space.shape
+        self.observation_space = gymnasium.spaces.Box(0, 255, (h, w, c * k), np.uint8)
+        self.frames: collections.deque[np.ndarray] = collections.deque(maxlen=k)
+
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict]:
+        obs, info = self.env.reset(**kwargs)
+        self.frames.extend([obs] * self.frames.maxlen)
+        return np.concatenate(self.frames, axis=-1), info
+
+    def step(self, action: Any) -> tuple:
+        obs, *rest = self.env.step(action)
+        self.frames.append(obs)
+        return (np.concatenate(self.frames, axis=-1), *rest)
+
+
+def quiet_mujoco_deprecations() -> None:
+    """MuJoCo 4 warns on stderr, once per env built, that gymnasium's own model files use deprecated attributes
+    (HalfCheetah's `settotalmass`): nothing a user can act on. Other MuJoCo warnings still print."""
+    import mujoco
+
+    if mujoco.get_mju_user_warning() is None:
+        mujoco.set_mju_user_warning(_mujoco_warning)
+
+
+def _mujoco_warning(message: str) -> None:
+    if "is deprecated" not in message:
+        print(f"MuJoCo warning: {message}", file=sys.stderr, flush=True)
+
+
+def fast_render(env: Any) -> None:
+    """Turn off what costs most on a software renderer: multisampling, shadows, reflections and the skybox."""
+    import mujoco
+
+    unwrapped = env.unwrapped
+    unwrapped.model.vis.quality.offsamples = 0
+    viewer = unwrapped.mujoco_renderer._get_viewer("rgb_array")  # gymnasium's renderer, made on first use
+    for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION, mujoco.mjtRndFlag.mjRND_SKYBOX):
+        viewer.scn.flags[flag] = 0
+
+
+def make_env(cfg: EnvConfig, render: bool = False) -> Any:
+    """One gymnasium env as the trainer steps it: Atari preprocessed, pixels rendered, frames stacked."""
+    name, mujoco, atari = cfg.id.rpartition(":")[2], is_mujoco_id(cfg.id), is_atari_id(cfg.id)
+    if mujoco:
+        quiet_mujoco_deprecations()
+        if render or cfg.pixels:  # headless through EGL unless told otherwise (MuJoCo would try GLFW first)
+            os.environ.setdefault("MUJOCO_GL", "egl")
+    if cfg.pixels and not mujoco:
+        raise ConfigError(f"env.pixels renders gymnasium's MuJoCo envs; {cfg.id} is not one (Atari observes frames "
+                          "already; for your own env, make it observe frames)")
+    if atari:
+        from gymnasium.wrappers import AtariPreprocessing
+
+        env = gymnasium.make(name, frameskip=1, **({"render_mode": "rgb_array"} if render else {}))
+        env = AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=cfg.frame_size, grayscale_obs=True,
+                                 grayscale_newaxis=True, scale_obs=False)
+    elif cfg.pixels:
+        env = gymnasium.make(name, render_mode="rgb_array", width=cfg.frame_size, height=cfg.frame_size)
+        if cfg.fast_render:
+            fast_render(env)
+        env = gymnasium.wrappers.AddRenderObservation(env, render_only=True)
+    else:
+        env = gymnasium.make(name, **({"render_mode": "rgb_array"} if render else {}))
+    k = frame_stack(cfg, atari)
+    if k > 1 and len(env.observation_space.shape) != 3:
+        env.close()
+        raise ConfigError(f"env.frame_stack = {k} stacks image frames, but {cfg.id} observes vectors "
+                          f"{env.observation_space.shape} (set env.pixels true to observe frames)")
+    return StackedFrames(env, k) if k > 1 else env
+
+
+def action_space(space: Any, env_id: str) -> ActionSpace:
+    """Our description of a gymnasium action space; ConfigError naming any other space."""
+    if isinstance(space, gymnasium.spaces.Discrete):
+        if space.start != 0:
+            raise ConfigError(f"{env_id} has the action space {space}, starting at {space.start}; supported: "
+                              "Discrete(n) starting at 0, or a one-dimensional Box")
+        return ActionSpace(int(space.n))
+    if isinstance(space, gymnasium.spaces.Box) and len(space.shape) == 1:
+        return ActionSpace(int(space.shape[0]), tuple(map(float, space.low)), tuple(map(float, space.high)))
+    raise ConfigError(f"{env_id} has the action space {space}; supported: Discrete, or a one-dimensional Box")
+
+
+def observation_dtype(space: Any, env_id: str) -> np.dtype:
+    """uint8 for (H, W, C) images, float32 for vectors; ConfigError naming any other space."""
+    if not isinstance(space, gymnasium.spaces.Box):
+        raise ConfigError(f"{env_id} has the observation space {type(space).__name__} ({space}); supported: a Box of "
+                          "vectors or of uint8 (H, W, C) images")
+    if len(space.shape) == 3:
+        if space.dtype != np.uint8:
+            raise ConfigError(f"{env_id} has {space.dtype} images {space.shape}; image observations must be uint8 "
+                              "(H, W, C) in 0..255")
+        return np.dtype(np.uint8)
+    if len(space.shape) not in (1, 2) or not np.issubdtype(space.dtype, np.number):
+        raise ConfigError(f"{env_id} has the observation space {space}; supported: vectors or (H, W, C) images")
+    return np.dtype(np.float32)
+
+
+class GymnasiumBatchEnv:
+    """Gymnasium envs in a `SyncVectorEnv` that resets finished envs in the same step; continuous actions are
+    clipped to the space's bounds here, at the env."""
+
+    def __init__(self, cfg: EnvConfig, num_envs: int, seeds: list[int], render: bool = False) -> None:
+        self._seeds, self._id = seeds, cfg.id
+        try:
+            self._env = gymnasium.vector.SyncVectorEnv(
+                [functools.partial(make_env, cfg, render) for _ in range(num_envs)],
+                autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP,
+            )
+        except ConfigError:
+            raise
+        except Exception as e:  # a registered id whose dependencies are missing, a renderer that cannot start
+            help_ = f"; {RENDERER_HELP}" if cfg.pixels or render else ""
+            raise ConfigError(f"cannot create gymnasium env {cfg.id!r}: {type(e).__name__}: {e}{help_}") from None
+        try:
+            self.actions = action_space(self._env.single_action_space, cfg.id)
+            obs_space = self._env.single_observation_space
+            self.obs_dtype = observation_dtype(obs_space, cfg.id)
+        except ConfigError:
+            self._env.close()
+            raise
+        self.num_envs = num_envs
+        self.obs_shape = tuple(obs_space.shape)
+        if self.actions.continuous:
+            self._low, self._high = np.array(self.actions.low), np.array(self.actions.high)
+            self._action_dtype = self._env.single_action_space.dtype
+
+    def reset(self) -> np.ndarray:
+        obs, _ = self._env.reset(seed=self._seeds)
+        return obs.astype(self.obs_dtype, copy=False)
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, np.ndarray]]:
+        if self.actions.continuous:
+            actions = np.clip(actions, self._low, self._high).astype(self._action_dtype, copy=False)
+        obs, rew, term, trunc, info = self._env.step(actions)
+        cut = {int(i): np.asarray(info["final_obs"][i], dtype=self.obs_dtype)
+               for i in np.flatnonzero(np.logical_and(trunc, np.logical_not(term)))}
+        return obs.astype(self.obs_dtype, copy=False), rew.astype(np.float32), np.logical_or(term, trunc), cut
+
+    def frame(self, index: int) -> np.ndarray:
+        """The RGB frame of env `index` now (needs `render`, or pixels)."""
+        try:
+            return self._env.envs[index].render()
+        except Exception as e:  # MuJoCo makes its renderer on the first frame
+            raise ConfigError(f"cannot render {self._id}: {type(e).__name__}: {e}; {RENDERER_HELP}") from None
+
+    def close(self) -> None:
+        self._env.close()

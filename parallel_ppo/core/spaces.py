@@ -1,0 +1,72 @@
+"""What a policy acts on: discrete choices or a box of real numbers, described without gymnasium or torch."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ActionSpace:
+    """`n` discrete actions, or (`low`, `high` given) a box of `n` real-valued action dimensions."""
+
+    n: int
+    low: tuple[float, ...] | None = None
+    high: tuple[float, ...] | None = None
+
+    @property
+    def continuous(self) -> bool:
+        return self.low is not None
+
+    @property
+    def policy_outputs(self) -> int:
+        """Numbers the network emits per observation: logits, or a mean and a log-std per dimension."""
+        return 2 * self.n if self.continuous else self.n
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """One env's action in the rollout: a scalar index, or `n` floats."""
+        return (self.n,) if self.continuous else ()
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.float32) if self.continuous else np.dtype(np.int64)
+
+    def noise(self, rngs: list[np.random.Generator]) -> np.ndarray:
+        """One env's randomness per generator: a uniform number (inverse-CDF sampling of a discrete action) or
+        `n` standard normals. Drawn per env, so an env's actions do not depend on how the envs are batched."""
+        if self.continuous:
+            return np.stack([g.standard_normal(self.n) for g in rngs]).astype(np.float32)
+        return np.array([g.random() for g in rngs])
+
+    def sample_uniform(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        """`count` random actions (benchmarks' stand-in for a policy): uniform within finite bounds, else N(0, 1)."""
+        if not self.continuous:
+            return rng.integers(0, self.n, size=count)
+        low, high = np.asarray(self.low), np.asarray(self.high)
+        finite = np.isfinite(low) & np.isfinite(high)
+        actions = rng.standard_normal((count, self.n))
+        actions[:, finite] = rng.uniform(low[finite], high[finite], size=(count, int(finite.sum())))
+        return actions.astype(np.float32)
+
+    def describe(self) -> str:
+        if not self.continuous:
+            return f"Discrete({self.n})"
+        bounds = {(lo, hi) for lo, hi in zip(self.low, self.high, strict=True)}
+        if len(bounds) == 1:
+            lo, hi = bounds.pop()
+            return f"Box({lo:g}, {hi:g}, ({self.n},))"
+        return f"Box(({self.n},))"
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain data (inf as None) for JSON and checkpoints."""
+        def plain(values: tuple[float, ...] | None) -> list[float | None] | None:
+            return None if values is None else [v if math.isfinite(v) else None for v in values]
+        return {"n": self.n, "low": plain(self.low), "high": plain(self.high)}
+
+
+def as_action_space(actions: ActionSpace | int) -> ActionSpace:
+    """An ActionSpace, where a bare int means that many discrete actions."""
+    return actions if isinstance(actions, ActionSpace) else ActionSpace(int(actions))

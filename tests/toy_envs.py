@@ -1,0 +1,47 @@
+"""A user's own envs, registered with gymnasium when this module is imported (`--env toy_envs:Reach-v0`): a tiny
+continuous-control task that PPO learns in seconds, and envs with spaces the trainer must refuse."""
+
+from __future__ import annotations
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+
+class Reach(gymnasium.Env):
+    """A point on a line moves toward a random target: observation (target − position), action a velocity in
+    [−1, 1] (× 0.2 per step), reward −|target − position| per step, 20 steps an episode (a time limit)."""
+
+    observation_space = spaces.Box(-3.0, 3.0, (1,), np.float32)
+    action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.target, self.position = float(self.np_random.uniform(-1.5, 1.5)), 0.0
+        return self._obs(), {}
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.target - self.position], dtype=np.float32)
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+        assert self.action_space.contains(np.asarray(action, dtype=np.float32)), f"unclipped action {action}"
+        self.position += 0.2 * float(action[0])
+        return self._obs(), -abs(self.target - self.position), False, False, {}
+
+
+class DictObs(Reach):
+    observation_space = spaces.Dict({"x": spaces.Box(-1.0, 1.0, (1,), np.float32)})
+
+
+class MultiDiscreteActions(Reach):
+    action_space = spaces.MultiDiscrete([2, 3])
+
+
+class FloatImages(Reach):
+    observation_space = spaces.Box(0.0, 1.0, (8, 8, 3), np.float32)
+
+
+gymnasium.register("Reach-v0", entry_point=Reach, max_episode_steps=20)
+gymnasium.register("DictObs-v0", entry_point=DictObs, max_episode_steps=20)
+gymnasium.register("MultiDiscreteActions-v0", entry_point=MultiDiscreteActions, max_episode_steps=20)
+gymnasium.register("FloatImages-v0", entry_point=FloatImages, max_episode_steps=20)
