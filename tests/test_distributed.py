@@ -238,7 +238,8 @@ def coordinator(launcher: int, rank: int, timeout: float = 60) -> psutil.Process
 @pytest.mark.slow
 def test_a_killed_rank_stops_the_others_and_leaves_nothing(tmp_path):
     """Each rank a coordinator with a worker (shared memory, forkserver): SIGKILL of rank 1 ends the whole run
-    within 60 s with rank 0's one-line reason, no process and no /dev/shm entry left."""
+    within 60 s with rank 0's one-line reason (or torchrun's SIGTERM to it), no process and no /dev/shm entry
+    left."""
     out = tmp_path / "run"
     shm_before = shm_entries()
     proc = start([*torchrun("train_parallel_timed.py"), *CARTPOLE, "--num-workers", "1", "--num-envs-total", "16",
@@ -251,5 +252,6 @@ def test_a_killed_rank_stops_the_others_and_leaves_nothing(tmp_path):
     code, _, err = finish(proc, timeout=90)
     assert time.monotonic() - killed < 60
     assert code != 0
-    assert "rank 0 lost the other ranks" in err, err
+    # a race: rank 0 notices the lost peer in its next collective, or torchrun, seeing rank 1 gone, SIGTERMs it first
+    assert "rank 0 lost the other ranks" in err or "Signal 15 (SIGTERM) received by PID" in err, err
     assert_no_session_left(sids, shm_before)
