@@ -80,7 +80,8 @@ def test_overwrite_replaces_an_earlier_run(tmp_path, train_timed):
     out_dir.mkdir()
     (out_dir / "metrics.csv").write_text("stale\n")
     (out_dir / "notes.txt").write_text("mine\n")
-    proc = train_timed(*TINY, "--output-dir", str(out_dir), "--total-steps", "16", "--overwrite", timeout=300)
+    proc = train_timed(*TINY, "--output-dir", str(out_dir), "--total-steps", "16", "--overwrite",
+                       "--set", "run.limit_seconds=0", timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert (out_dir / "metrics.csv").read_text().startswith("update,env_steps,")
     assert (out_dir / "summary.json").is_file()

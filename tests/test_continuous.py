@@ -156,16 +156,27 @@ def test_spaces_and_ids_the_trainer_cannot_use_are_refused(env_id, words):
         env_spaces(EnvConfig(id=env_id))
 
 
-def test_settings_that_do_not_fit_the_env_are_refused_in_one_line_before_the_run_dir(train_timed, tmp_path):
-    cases = [(["--env", "starpilot", "--set", "training.normalize_obs=true"], "normalizes vector observations"),
-             (["--env", "Pendulum-v1", "--set", "env.frame_stack=4"], "stacks image frames"),
-             (["--env", "starpilot", "--set", "env.pixels=true"], "is a Procgen game"),
-             (["--env", "MountainCarContinuous-v0", "--set", "model.kind=nature"], "needs image observations")]
-    for args, words in cases:
-        out = tmp_path / "run"
-        proc = train_timed("--config", "config/cartpole.yaml", *args, "--output-dir", str(out), timeout=120)
-        assert proc.returncode == 2 and words in proc.stderr, (args, proc.stderr)
-        assert proc.stderr.strip().count("\n") == 0 and not out.exists(), args
+@pytest.mark.parametrize("sets, words", [
+    (["env.id=starpilot", "training.normalize_obs=true"], "normalizes vector observations"),
+    (["env.id=Pendulum-v1", "env.frame_stack=4"], "stacks image frames"),
+    (["env.id=starpilot", "env.pixels=true"], "is a Procgen game"),
+    (["env.id=CartPole-v1", "env.pixels=true"], "is not one"),
+    (["env.id=MountainCarContinuous-v0", "model.kind=nature"], "needs image observations"),
+])
+def test_settings_that_do_not_fit_the_env_are_refused(sets, words):
+    from parallel_ppo.core.configure import build_config
+    from parallel_ppo.launch import check_env_and_memory
+
+    with pytest.raises(ConfigError, match=words):
+        check_env_and_memory(build_config(str(ROOT / "config" / "cartpole.yaml"), {}, sets, parallel=False))
+
+
+def test_a_refusal_is_one_line_and_exit_2_before_the_run_directory(train_timed, tmp_path):
+    out = tmp_path / "run"
+    proc = train_timed("--config", "config/cartpole.yaml", "--env", "starpilot", "--set", "training.normalize_obs=true",
+                       "--output-dir", str(out), timeout=120)
+    assert proc.returncode == 2 and "normalizes vector observations" in proc.stderr, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and not out.exists()
 
 
 @pytest.mark.slow
