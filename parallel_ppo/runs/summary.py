@@ -65,6 +65,7 @@ class RunSummary:
     """Peak of the summed resident sets of the run's processes (shared memory counted once per process)."""
     hardware: dict
     versions: dict
+    threads: dict = dataclasses.field(default_factory=dict)
     sps: float | None = None
     """Steady-state env steps per second (`steady_sps`): the run's throughput, as every report shows it."""
     overall_sps: float | None = None
@@ -74,7 +75,6 @@ class RunSummary:
     episodic_length_mean: float | None = None
     error: str | None = None
     signal: str | None = None
-    threads: dict = dataclasses.field(default_factory=dict)
     peak_pss_mb: float | None = None
     """Peak proportional set size (shared pages split among processes): an upper bound, see metrics.py."""
     peak_main_rss_mb: float | None = None
