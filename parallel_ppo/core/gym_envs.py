@@ -41,16 +41,6 @@ def registry_entry(env_id: str) -> Any:
     return gymnasium.envs.registry[name]
 
 
-def is_atari_id(env_id: str) -> bool:
-    """An ale-py id (ALE/Game-v5, BreakoutNoFrameskip-v4, ...), told by its registry entry."""
-    return "ale_py" in str(registry_entry(env_id).entry_point)
-
-
-def is_mujoco_id(env_id: str) -> bool:
-    """One of gymnasium's MuJoCo envs (HalfCheetah-v5, ...), told by its registry entry."""
-    return "mujoco" in str(registry_entry(env_id).entry_point)
-
-
 def frame_stack(cfg: EnvConfig, atari: bool) -> int:
     """Frames stacked along the channels: the config's, or 4 for Atari, 3 for pixels, else 1."""
     return cfg.frame_stack or (4 if atari else 3 if cfg.pixels else 1)
@@ -104,7 +94,9 @@ def fast_render(env: Any) -> None:
 
 def make_env(cfg: EnvConfig, render: bool = False) -> Any:
     """One gymnasium env as the trainer steps it: Atari preprocessed, pixels rendered, frames stacked."""
-    name, mujoco, atari = cfg.id.rpartition(":")[2], is_mujoco_id(cfg.id), is_atari_id(cfg.id)
+    name, entry_point = cfg.id.rpartition(":")[2], str(registry_entry(cfg.id).entry_point)
+    mujoco, atari = "mujoco" in entry_point, "ale_py" in entry_point  # gymnasium's MuJoCo envs, ale-py's games
+    rendered = {"render_mode": "rgb_array"} if render else {}
     if mujoco:
         quiet_mujoco_deprecations()
         if render or cfg.pixels:  # headless through EGL unless told otherwise (MuJoCo would try GLFW first)
@@ -115,7 +107,7 @@ def make_env(cfg: EnvConfig, render: bool = False) -> Any:
     if atari:
         from gymnasium.wrappers import AtariPreprocessing
 
-        env = gymnasium.make(name, frameskip=1, **({"render_mode": "rgb_array"} if render else {}))
+        env = gymnasium.make(name, frameskip=1, **rendered)
         env = AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=cfg.frame_size, grayscale_obs=True,
                                  grayscale_newaxis=True, scale_obs=False)
     elif cfg.pixels:
@@ -124,7 +116,7 @@ def make_env(cfg: EnvConfig, render: bool = False) -> Any:
             fast_render(env)
         env = gymnasium.wrappers.AddRenderObservation(env, render_only=True)
     else:
-        env = gymnasium.make(name, **({"render_mode": "rgb_array"} if render else {}))
+        env = gymnasium.make(name, **rendered)
     k = frame_stack(cfg, atari)
     if k > 1 and len(env.observation_space.shape) != 3:
         env.close()
