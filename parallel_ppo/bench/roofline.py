@@ -26,6 +26,7 @@ import psutil
 import torch
 
 from parallel_ppo.core.config import Config
+from parallel_ppo.core.distributions import gaussian_log_prob
 from parallel_ppo.core.model import autocast, learner_device
 from parallel_ppo.core.ppo import TrainBatch, build_learner, minibatch_step, ppo_loss
 from parallel_ppo.core.spaces import ActionSpace, as_action_space
@@ -233,7 +234,7 @@ def _random_batch(rng: torch.Generator, size: int, obs_shape: tuple[int, ...], o
     space = as_action_space(actions)
     if space.continuous:
         taken = torch.randn((size, space.n), generator=rng)
-        logprobs = -0.5 * taken.square().sum(-1) - space.n * 0.5 * math.log(2 * math.pi)
+        logprobs = gaussian_log_prob(torch.zeros(size, 2 * space.n), taken)[0]  # under N(0, 1)
     else:
         taken = torch.randint(0, space.n, (size,), generator=rng)
         logprobs = torch.full((size,), -math.log(space.n))
