@@ -59,7 +59,7 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
     threads = torch.get_num_threads()
     try:
         prepared = prepare(request)
-        summary, _ = execute(prepared, "parallel_ppo" if verbose else None, overwrite, interrupt=True)
+        summary, _ = execute(prepared, "parallel_ppo" if verbose else None, interrupt=True)
     finally:
         torch.set_num_threads(threads)
     if summary["stop_reason"] == "error":

@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import signal
 import sys
-import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,10 +26,11 @@ from parallel_ppo.core.files import write_text
 from parallel_ppo.core.group import ALONE, Group
 from parallel_ppo.core.loop import RolloutSource
 from parallel_ppo.core.model import learner_device
+from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.threads import thread_plan
-from parallel_ppo.engines.distributed import PeerLost, join, launched_by_torchrun
+from parallel_ppo.engines.distributed import RESTART_COUNT_VAR, PeerLost, join, launched_by_torchrun
 from parallel_ppo.errors import ConfigError
-from parallel_ppo.runs.summary import RUN_FILES
+from parallel_ppo.runs.directory import prepare_run_dir, resolve_run_dir
 from parallel_ppo.runs.training import RunSetup, train
 
 
@@ -52,6 +50,8 @@ class Request:
     overwrite: bool = False
     resume: str | None = None
     """A run directory to continue from its checkpoint (its own config.yaml, then the flags)."""
+    resume_if_exists: bool = False
+    """Continue the run in the output directory if it has a checkpoint, else start it there (a requeued job)."""
 
     @property
     def mode(self) -> str:
@@ -70,36 +70,8 @@ class PreparedRun:
     learner: LearnerChoice
     resume: dict | None
     group: Group
-
-
-def check_writable(path: Path) -> None:
-    """Refuse a run directory that cannot be created or written, before anything starts: probe its nearest
-    existing ancestor with a temporary file (permission bits alone say nothing for root or a read-only mount)."""
-    ancestor = path.absolute()
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise ConfigError(f"cannot create output directory {path}: {ancestor} is not a directory")
-    try:
-        with tempfile.TemporaryFile(dir=ancestor):
-            pass
-    except OSError as e:
-        raise ConfigError(f"cannot write output directory {path}: {ancestor}: {e.strerror}") from None
-
-
-def default_run_dir(mode: str) -> str:
-    return f"benchmarks/{mode}_{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def resolve_run_dir(cfg: Config, mode: str, overwrite: bool) -> Path:
-    """The run directory (not yet created); refuses to mix with an earlier run's results unless told to."""
-    path = Path(cfg.run.output_dir or default_run_dir(mode))
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"output directory {path} exists and is not a directory")
-    if not overwrite and path.is_dir() and any((path / name).exists() for name in RUN_FILES):
-        raise ConfigError(f"{path} already holds a run; pass --overwrite to replace it or choose another --output-dir")
-    check_writable(path)
-    return path
+    overwrite: bool = False
+    """Whether an earlier run's files in `run_dir` are replaced."""
 
 
 def check_env_and_memory(cfg: Config) -> None:
@@ -110,7 +82,11 @@ def check_env_and_memory(cfg: Config) -> None:
     from parallel_ppo.core.model import network
 
     obs_shape, obs_dtype, actions = env_spaces(cfg.env)
-    network(cfg, obs_shape, actions)
+    try:
+        network(cfg, obs_shape, actions)
+    except (RuntimeError, MemoryError) as e:  # widths whose weights cannot be allocated
+        raise ConfigError(f"cannot build the network: {str(e).strip().splitlines()[-1][:200]}; use smaller widths "
+                          "(model.hidden_size, model.mlp_hidden, model.impala_depths)") from None
     per_step = RolloutBuffer.bytes_per_step(obs_shape, obs_dtype, actions) + 8  # + the advantages and returns
     need = cfg.rollout_size * per_step
     available = psutil.virtual_memory().available
@@ -119,19 +95,6 @@ def check_env_and_memory(cfg: Config) -> None:
             f"the rollout needs {need / 2**30:,.1f} GiB ({cfg.training.n_steps:,} steps × {cfg.env.num_envs:,} "
             f"envs × {per_step:,} bytes) but {available / 2**30:,.1f} GiB of memory is available; "
             f"use fewer steps (training.n_steps) or envs")
-
-
-def prepare_run_dir(path: Path, cfg: Config, overwrite: bool) -> None:
-    """Create the run directory, clear an earlier run's files if overwriting, and write config.yaml."""
-    path.mkdir(parents=True, exist_ok=True)
-    if overwrite:
-        for name in RUN_FILES:
-            target = path / name
-            if target.is_dir():
-                shutil.rmtree(target)
-            else:
-                target.unlink(missing_ok=True)
-    write_text(path / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
 
 MUST_MATCH_ON_RESUME = ("env", "model", "training.normalize_obs", "training.obs_clip")
@@ -206,6 +169,23 @@ def world_size(request: Request) -> int | None:
     return int(os.environ["WORLD_SIZE"])
 
 
+def restarted_request(request: Request) -> tuple[Request, bool]:
+    """A restart continues where the run left off: with `resume_if_exists`, or in a group torchrun restarted, a
+    run directory with a checkpoint is resumed (True: count it as a restart), and one without (the run died
+    before its first checkpoint) is started again."""
+    torchrun_restart = request.distributed and int(os.environ.get(RESTART_COUNT_VAR, "0") or 0) > 0
+    if request.resume or not (request.resume_if_exists or torchrun_restart):
+        return request, False
+    output_dir = request.flags.get("run.output_dir")
+    if not output_dir:
+        if request.resume_if_exists:
+            raise ConfigError("--resume-if-exists needs --output-dir: the directory to continue the run in")
+        return request, False
+    if (Path(output_dir) / "checkpoint.pt").is_file():
+        return dataclasses.replace(request, config=None, overwrite=False, resume=output_dir), True
+    return dataclasses.replace(request, overwrite=True), False
+
+
 def validated_config(request: Request) -> tuple[Config, dict | None, int | None]:
     """The request's config, validated (and checked against the checkpoint it resumes), that checkpoint, and the
     ranks of a distributed run."""
@@ -242,8 +222,12 @@ def prepare(request: Request) -> PreparedRun:
     """Everything before the first update, checked in the order that lets a user error stop it before any env,
     worker or file exists: config, memory, output directory, then threads, the limit measurement and the source.
     A distributed rank joins the others once its config holds."""
+    request, restarted = restarted_request(request)
     cfg, resume, _ = validated_config(request)
+    if restarted:
+        resume = {**resume, "restarts": resume.get("restarts", 0) + 1}
     group = join(cfg, request.distributed)
+    pause_point("start", group.rank)
     try:
         run_dir = claim_run_dir(cfg, request, group)
         cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, output_dir=str(run_dir)))
@@ -264,17 +248,16 @@ def prepare(request: Request) -> PreparedRun:
         group.close(wait=False)
         raise
     setup = RunSetup(plan.describe(), learner.to_dict(), limit, roofline)
-    return PreparedRun(cfg, run_dir, source, setup, learner, resume, group)
+    return PreparedRun(cfg, run_dir, source, setup, learner, resume, group, request.overwrite)
 
 
-def execute(run: PreparedRun, prog: str | None, overwrite: bool = False,
-            interrupt: bool = False) -> tuple[dict, int]:
+def execute(run: PreparedRun, prog: str | None, interrupt: bool = False) -> tuple[dict, int]:
     """Train a prepared run to its end and leave its group; returns its summary (a distributed rank other than 0:
     how the run ended) and exit status. `prog` names the console lines (None: silent but for errors).
     `interrupt`: a second Ctrl-C raises KeyboardInterrupt (the Python API) instead of ending with status 130."""
     try:
         if run.group.is_main:
-            summary = train_main(run, prog, overwrite, interrupt)
+            summary = train_main(run, prog, interrupt)
         else:
             summary = train(run.cfg, run.source, run.run_dir, run.setup, run.resume, run.group)
     except PeerLost as e:
@@ -295,10 +278,10 @@ def say(prog: str | None, text: str) -> None:
         print(f"{prog}: {text}", flush=True)
 
 
-def train_main(run: PreparedRun, prog: str | None, overwrite: bool, interrupt: bool = False) -> dict:
+def train_main(run: PreparedRun, prog: str | None, interrupt: bool = False) -> dict:
     """Train with the console lines and output files of a run (a distributed run's rank 0)."""
     try:
-        write_run_start(run, prog, overwrite)
+        write_run_start(run, prog)
     except BaseException:
         run.source.close()  # the workers are up: `train` would close them, but it never started
         raise
@@ -318,10 +301,10 @@ def train_main(run: PreparedRun, prog: str | None, overwrite: bool, interrupt: b
     return summary
 
 
-def write_run_start(run: PreparedRun, prog: str | None, overwrite: bool) -> None:
+def write_run_start(run: PreparedRun, prog: str | None) -> None:
     """The run directory with its config.yaml, and the start lines."""
     if run.resume is None:
-        prepare_run_dir(run.run_dir, run.cfg, overwrite)
+        prepare_run_dir(run.run_dir, run.cfg, run.overwrite)
     else:
         write_text(run.run_dir / "config.yaml", yaml.safe_dump(run.cfg.to_dict(), sort_keys=False))
         say(prog, f"resuming {run.run_dir} at update {run.resume['update']}, {run.resume['env_steps']:,} steps, "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import psutil
@@ -63,3 +64,14 @@ def kill_started() -> None:
                 pass
         proc.kill()
         proc.wait()
+
+
+def torchrun(script: str, ranks: int = 2) -> list[str]:
+    """The command that runs `script --distributed` as `ranks` ranks on this host."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks), script,
+            "--distributed"]
+
+
+def sessions_of(launcher: int) -> list[int]:
+    """The launcher's session and its children's (torchrun starts each rank in a session of its own)."""
+    return [launcher, *(child.pid for child in psutil.Process(launcher).children())]

@@ -164,6 +164,21 @@ def test_non_positive_or_out_of_range_values(item):
 
 
 @pytest.mark.parametrize("item", [
+    "env.start_level=3000000000", "env.num_levels=2147483648", "model.hidden_size=1000000000",
+    "distributed.timeout_seconds=1e300", "run.checkpoint_interval=1e300",
+])
+def test_values_past_what_the_libraries_take_are_refused(item):
+    """Numbers that would overflow Procgen's 31-bit levels, torch's timeouts or memory are refused up front."""
+    with pytest.raises(ConfigError, match=item.split("=")[0].replace(".", r"\.") + ".*supported maximum"):
+        build_config(None, {}, small_sets(item), parallel=False)
+
+
+def test_procgen_levels_past_the_last_one_are_refused():
+    with pytest.raises(ConfigError, match="go past Procgen's last level 2147483646"):
+        build_config(None, {"env.id": "starpilot"}, ["env.start_level=2147483000", "env.num_levels=1000"], False)
+
+
+@pytest.mark.parametrize("item", [
     "training.precision=fp16", "model.kind=transformer", "logging.progress=maybe",
     "parallel.start_method=fork", "env.distribution_mode=impossible",
 ])
@@ -216,9 +231,20 @@ def test_parallel_mode_derives_num_envs():
     assert cfg.env.num_envs == 2
 
 
+@pytest.mark.parametrize("sets", [[], ["parallel.num_envs_per_worker=4"]])
+def test_a_layout_on_the_command_line_wins_over_the_config_files_total(sets):
+    """config/cartpole.yaml sets env.num_envs 8 for its 2 × 4 workers; `--num-workers 1` then means 1 × 4."""
+    cfg = build_config(ROOT / "config/cartpole.yaml", {"parallel.num_workers": 1}, ["training.batch_size=128", *sets],
+                       parallel=True)
+    assert cfg.env.num_envs == 4
+    with pytest.raises(ConfigError, match="batch size 256 is larger .* set --batch-size to at most 128"):
+        build_config(ROOT / "config/cartpole.yaml", {"parallel.num_workers": 1}, [], parallel=True)
+
+
 @pytest.mark.parametrize("where", ["flag", "set", "yaml"])
 def test_parallel_mode_refuses_a_conflicting_num_envs(tmp_path, where):
-    """A total that differs from the layout is refused wherever it was given, not silently replaced."""
+    """A total that differs from the layout is refused wherever it was given, not silently replaced (unless the
+    file gave it and the command line the layout)."""
     flags = {"parallel.num_workers": 3, "parallel.num_envs_per_worker": 5}
     sets = ["training.batch_size=64"]
     path = None
@@ -227,7 +253,8 @@ def test_parallel_mode_refuses_a_conflicting_num_envs(tmp_path, where):
     elif where == "set":
         sets.append("env.num_envs=2")
     else:
-        path = write_yaml(tmp_path, "env:\n  num_envs: 2\n")
+        flags = {}
+        path = write_yaml(tmp_path, "env:\n  num_envs: 2\nparallel:\n  num_workers: 3\n  num_envs_per_worker: 5\n")
     with pytest.raises(ConfigError, match=r"env.num_envs = 2 conflicts .*\(3 workers × 5 envs per worker = 15\)"):
         build_config(path, flags, sets, parallel=True)
 

@@ -15,11 +15,12 @@ import psutil
 import pytest
 import torch
 import yaml
-from sessions import assert_nothing_left, session_pids, shm_entries, start
+from sessions import assert_nothing_left, session_pids, sessions_of, shm_entries, start, torchrun
 
 from parallel_ppo.core.checkpoint import load_checkpoint
 from parallel_ppo.core.configure import build_config, config_from_dict
 from parallel_ppo.core.envs import env_spaces
+from parallel_ppo.core.pause import PAUSE_ENV_VAR
 from parallel_ppo.core.ppo import build_learner
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs.reading import load_run
@@ -31,11 +32,6 @@ ONE_STEP = [*CARTPOLE, "--seed", "3", "--batch-size", "512", "--total-steps", "5
             "--set", "training.normalize_reward=true"]
 """One update of 16 envs × 32 steps, one epoch, one minibatch of the whole rollout: one optimizer step, the same
 data however the envs are split (reward normalization on, so its statistics must span all ranks too)."""
-
-
-def torchrun(script: str, ranks: int = 2) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks), script,
-            "--distributed"]
 
 
 def finish(proc, timeout: float = 240) -> tuple[int, str, str]:
@@ -57,11 +53,6 @@ def wait_rows(proc, out: Path, n: int, timeout: float = 180) -> None:
         assert proc.poll() is None, proc.communicate()[1]
         assert time.monotonic() < deadline, "the run made no progress"
         time.sleep(0.1)
-
-
-def sessions_of(launcher: int) -> list[int]:
-    """The launcher's session and its ranks' (torchrun starts each rank in a session of its own)."""
-    return [launcher, *(child.pid for child in psutil.Process(launcher).children())]
 
 
 def assert_no_session_left(sids: list[int], shm_before: set[str]) -> None:
@@ -119,12 +110,16 @@ def one_process(tmp_path_factory) -> Path:
 def test_two_ranks_take_the_step_of_one_process(one_process, tmp_path, script, layout):
     """2 ranks × 8 envs (each rank a sequential collector, or a coordinator with one worker) end one update with
     the parameters of one process over the 16 envs, count the episodes of both ranks, agree on their parameters,
-    and only rank 0 writes: the files of the output contract, mode distributed."""
+    and only rank 0 writes: the files of the output contract, mode distributed. Rank 1 of the sequential ranks
+    starts 3 s late, past the 2 s collective timeout: the start waits for it (as for a rank measuring its learner
+    settings while the others have them cached)."""
     out = tmp_path / "run"
-    proc = start([*torchrun(script), *ONE_STEP, *layout, "--num-envs-total", "16", "--output-dir", str(out)],
-                 cwd=ROOT)
+    late = {PAUSE_ENV_VAR: f"start:1:{tmp_path / 'paused'}"} if not layout else {}
+    proc = start([*torchrun(script), *ONE_STEP, *layout, "--num-envs-total", "16", "--output-dir", str(out),
+                  "--set", "distributed.timeout_seconds=2"], cwd=ROOT, env={**os.environ, **late})
     code, stdout, err = finish(proc)
     assert code == 0, err
+    assert layout or (tmp_path / "paused").exists(), "rank 1 did not start late"
     reference, mine = params(one_process), params(out)
     for name, value in reference.items():
         torch.testing.assert_close(mine[name], value, rtol=1e-5, atol=1e-6, msg=name)
@@ -187,7 +182,9 @@ def load_initial(out: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
-def test_sigint_stops_every_rank_at_one_update_and_resume_continues(tmp_path):
+def test_sigint_to_torchrun_alone_stops_every_rank_at_one_update(tmp_path):
+    """Ctrl-C reaches torchrun, which passes it on: every rank stops at the same update, rank 0's checkpoint is that
+    update's (tests/test_signals.py sends SIGTERM to every process and resumes)."""
     out = tmp_path / "run"
     proc = start([*torchrun("train_timed.py"), *CARTPOLE, "--num-envs-total", "16", "--total-steps", "10000000",
                   "--set", "run.checkpoint_interval=0.5", "--output-dir", str(out)], cwd=ROOT)
@@ -202,23 +199,6 @@ def test_sigint_stops_every_rank_at_one_update_and_resume_continues(tmp_path):
     assert load_checkpoint(out / "checkpoint.pt")["update"] == first["updates"] == len(rows(out))
     assert len({r["checksum"] for r in first["distributed"]["ranks"]}) == 1
     assert_no_session_left(sids, shm_before)
-
-    target = first["total_env_steps"] + 2 * 512
-    proc = start([*torchrun("train_timed.py"), "--resume", str(out), "--total-steps", str(target)], cwd=ROOT)
-    code, _, err = finish(proc)
-    assert code == 0, err
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["resumes"] == 1 and summary["stop_reason"] == "total_steps"
-    assert [int(r["update"]) for r in rows(out)] == list(range(1, summary["updates"] + 1))
-    assert [int(r["env_steps"]) for r in rows(out)] == [512 * u for u in range(1, summary["updates"] + 1)]
-    assert summary["total_env_steps"] == target
-    assert len({r["checksum"] for r in summary["distributed"]["ranks"]}) == 1
-
-    one_rank = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}  # as torchrun --nproc_per_node 1 would set them
-    proc = start([sys.executable, "train_timed.py", "--distributed", "--resume", str(out)], cwd=ROOT, env=one_rank)
-    code, _, err = finish(proc)
-    assert code == 2 and err.strip().endswith("was trained by 2 ranks, not 1; resume it with the same number"), err
 
 
 def coordinator(launcher: int, rank: int, timeout: float = 60) -> psutil.Process:
@@ -255,3 +235,26 @@ def test_a_killed_rank_stops_the_others_and_leaves_nothing(tmp_path):
     # a race: rank 0 notices the lost peer in its next collective, or torchrun, seeing rank 1 gone, SIGTERMs it first
     assert "rank 0 lost the other ranks" in err or "Signal 15 (SIGTERM) received by PID" in err, err
     assert_no_session_left(sids, shm_before)
+
+
+@pytest.mark.slow
+def test_a_group_torchrun_restarts_resumes_from_its_checkpoint_by_itself(tmp_path):
+    """torchrun --max-restarts 1: rank 1 killed mid-run, the new group resumes from the last checkpoint without
+    --resume, finishes the step budget with every update counted once, and says so (restarts = 1)."""
+    out, target = tmp_path / "run", 20 * 512
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                "--max-restarts", "1", "train_timed.py", "--distributed"]
+    proc = start([*launcher, *CARTPOLE, "--num-envs-total", "16", "--total-steps", str(target),
+                  "--set", "run.checkpoint_interval=0.01", "--output-dir", str(out)], cwd=ROOT)
+    wait_rows(proc, out, 3)
+    shm_before = shm_entries()
+    rank_of = {child.environ().get("RANK"): child for child in psutil.Process(proc.pid).children()}
+    rank_of["1"].kill()
+    code, _, err = finish(proc)
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["restarts"] == summary["resumes"] == 1, err
+    assert summary["stop_reason"] == "total_steps" and summary["total_env_steps"] == target
+    assert [int(r["update"]) for r in rows(out)] == list(range(1, target // 512 + 1))
+    assert len({r["checksum"] for r in summary["distributed"]["ranks"]}) == 1
+    assert_nothing_left(proc.pid, shm_before)

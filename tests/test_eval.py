@@ -118,6 +118,29 @@ def test_periodic_eval_in_metrics_tensorboard_and_summary(trained: Path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("command, args, words", [
+    ("eval", ["--seed", "-1"], "argument --seed: must be in 0..2147483647"),
+    ("demo", ["--seconds", "1e308"], "a demo is at most 3600 s"),
+    ("demo", ["--output", "/proc/x.gif"], "cannot write video file /proc/x.gif"),
+    ("eval", ["--checkpoint", "{no_generator}"], "it lacks generator"),
+])
+def test_bad_eval_and_demo_input_is_one_line_and_exit_2(trained, tmp_path, capsys, command, args, words):
+    """In-process, before any episode is played."""
+    from parallel_ppo.cli.evaluation import demo_main, eval_main
+
+    state = torch.load(trained / "checkpoint.pt", weights_only=True)
+    del state["generator"]
+    torch.save(state, tmp_path / "no_generator.pt")
+    args = [a.format(no_generator=tmp_path / "no_generator.pt") for a in args]
+    try:
+        status = (eval_main if command == "eval" else demo_main)(["--checkpoint", str(trained), *args])
+    except SystemExit as e:
+        status = e.code
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and words in err, err
+
+
+@pytest.mark.slow
 def test_bad_checkpoints_are_one_line_and_exit_2(trained: Path, tmp_path: Path):
     corrupt = tmp_path / "corrupt.pt"
     corrupt.write_bytes((trained / "checkpoint.pt").read_bytes()[:1000])

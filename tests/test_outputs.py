@@ -6,6 +6,7 @@ import csv
 import dataclasses
 import json
 import math
+import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +90,15 @@ def test_run_directory_holds_every_contract_file(run):
     for name in ("config.yaml", "metrics.csv", "checkpoint.pt", "summary.json"):
         assert (run.dir / name).is_file(), name
     assert list((run.dir / "logs").glob("events.out.tfevents.*"))
+
+
+def test_every_file_takes_the_umask(run):
+    """Files written atomically (checkpoint, summary, config) get the permissions the umask gives, as metrics.csv
+    does, not mkstemp's 0600: another account, TensorBoard or a CI user can read them all."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in run.dir.iterdir() if p.is_file()}
+    assert set(modes.values()) == {0o666 & ~umask}, modes
 
 
 def test_no_leftover_temp_files(run):

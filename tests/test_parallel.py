@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -103,17 +101,6 @@ def _launch(tmp_path: Path, extra: list[str], env_extra: dict[str, str] | None =
     return proc, out
 
 
-def test_normal_run_leaves_nothing_behind(tmp_path):
-    shm_before = shm_entries()
-    proc, out = _launch(tmp_path, ["--total-steps", "2048", "--num-workers", "2"])
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["mode"] == "parallel" and summary["num_workers"] == 2 and summary["num_envs_per_worker"] == 4
-    assert summary["num_envs"] == 8 and summary["stop_reason"] == "total_steps"
-    assert_nothing_left(proc.pid, shm_before)
-
-
 def test_worker_exception_stops_cleanly(tmp_path):
     shm_before = shm_entries()
     proc, out = _launch(tmp_path, ["--total-steps", "100000"], {"PARALLEL_PPO_INJECT_FAULT": "1:3"})
@@ -123,22 +110,5 @@ def test_worker_exception_stops_cleanly(tmp_path):
     assert "Traceback" not in err
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stop_reason"] == "error" and summary["updates"] == 2
-    assert (out / "checkpoint.pt").is_file()
-    assert_nothing_left(proc.pid, shm_before)
-
-
-def test_sigint_stops_cleanly(tmp_path):
-    shm_before = shm_entries()
-    proc, out = _launch(tmp_path, ["--total-steps", "10000000"])
-    metrics = out / "metrics.csv"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 3):
-        time.sleep(0.2)
-    assert proc.poll() is None, proc.communicate()[1]
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGINT, err
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["stop_reason"] == "signal" and summary["signal"] == "SIGINT"
     assert (out / "checkpoint.pt").is_file()
     assert_nothing_left(proc.pid, shm_before)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
 import signal
 import sys
@@ -110,37 +109,17 @@ def test_slot_out_of_restarts_stops_with_checkpoint(tmp_path):
     run.assert_nothing_left()
 
 
-def test_sigint_then_resume_continues_the_run(tmp_path):
-    run = Run(tmp_path, PARALLEL, [*CARTPOLE, "--total-steps", "10000000", "--set", "run.checkpoint_interval=0.5"])
-    run.wait_rows(3)
-    os.killpg(run.proc.pid, signal.SIGINT)
-    code, err = run.finish()
-    assert code == 128 + signal.SIGINT, err
-    first = run.summary()
-    assert first["stop_reason"] == "signal"
-    run.assert_nothing_left()
-
-    resumed = Run(tmp_path, PARALLEL, ["--resume", str(run.out), "--total-steps", str(first["total_env_steps"] + 4096)],
-                  out=run.out)
-    code, err = resumed.finish()
-    assert code == 0, err
-    rows = resumed.rows()
-    updates = [int(r["update"]) for r in rows]
-    steps = [int(r["env_steps"]) for r in rows]
-    assert updates == list(range(1, len(rows) + 1)), "update column has gaps or repeats"
-    assert steps == [2048 * u for u in updates], "env_steps column is not continuous"
-    walls = [float(r["wall_time"]) for r in rows]
-    assert walls == sorted(walls), "elapsed time restarted from zero"
-    summary = resumed.summary()
-    assert summary["resumes"] == 1 and summary["stop_reason"] == "total_steps"
-    assert summary["total_env_steps"] == steps[-1] >= first["total_env_steps"] + 4096
-    resumed.assert_nothing_left()
-
-
-def test_truncated_checkpoint_is_refused(tmp_path):
-    run = Run(tmp_path, "train_timed.py", ["--config", "config/cartpole.yaml", "--total-steps", "512"])
+def test_a_finished_run_resumes_to_no_update_and_a_truncated_checkpoint_is_refused(tmp_path):
+    run = Run(tmp_path, "train_timed.py", ["--config", "config/cartpole.yaml", "--total-steps", "512",
+                                           "--set", "run.limit_seconds=0"])
     code, err = run.finish()
     assert code == 0, err
+    finished = run.summary()
+    again = Run(tmp_path, "train_timed.py", ["--resume", str(run.out)], out=run.out)  # as a requeued job would
+    code, err = again.finish()
+    assert code == 0, err
+    assert again.summary()["updates"] == finished["updates"] == len(again.rows()), "a finished run trained on"
+    assert again.summary()["resumes"] == 1 and again.summary()["stop_reason"] == "total_steps"
     ckpt = run.out / "checkpoint.pt"
     ckpt.write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 2])
     before = {p.name: p.stat().st_mtime_ns for p in run.out.iterdir()}
@@ -164,9 +143,10 @@ def test_killed_coordinator_leaves_nothing_and_resumes(tmp_path):
     assert run.proc.returncode == -signal.SIGKILL
     run.assert_nothing_left()
 
-    resumed = Run(tmp_path, PARALLEL, ["--resume", str(run.out), "--total-steps", "20480"], out=run.out)
+    resumed = Run(tmp_path, PARALLEL, ["--resume", str(run.out), "--total-steps", str((len(run.rows()) + 2) * 2048)],
+                  out=run.out)
     code, err = resumed.finish()
     assert code == 0, err
     updates = [int(r["update"]) for r in resumed.rows()]
-    assert updates == list(range(1, len(updates) + 1)) and updates[-1] >= 10
+    assert updates == list(range(1, len(updates) + 1)) and updates[-1] >= 5
     resumed.assert_nothing_left()

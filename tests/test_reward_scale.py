@@ -59,18 +59,23 @@ def test_normalization_over_envs_matches_the_closed_form_and_clips():
     assert (out.abs() <= clip).all() and (out.abs() == clip).any(), "the clip should bite on this data"
 
 
-def test_state_round_trips_and_a_split_rollout_equals_a_whole_one():
-    """Two half rollouts through a scaler restored between them give what one whole rollout gives."""
+def test_a_restored_scaler_keeps_its_statistics_and_starts_new_episodes():
+    """A resumed run's envs start new episodes: the restored scaler keeps the running variance, but its return
+    accumulators start from 0, as a worker restart's fresh envs do (`start_episodes`)."""
     rng = np.random.default_rng(1)
     rewards = torch.from_numpy(rng.normal(size=(20, 2)).astype(np.float32))
     dones = torch.from_numpy((rng.random((20, 2)) < 0.2).astype(np.float32))
-    whole = RewardScaler(2, 0.99, 10.0)(rewards, dones)
     first = RewardScaler(2, 0.99, 10.0)
-    head = first(rewards[:10], dones[:10])
+    first(rewards[:10], dones[:10])
+    assert (first.returns != 0).all(), "both episodes run on past step 10 in this data"
     second = RewardScaler(2, 0.99, 10.0)
     second.load_state_dict(first.state_dict())
-    tail = second(rewards[10:], dones[10:])
-    torch.testing.assert_close(torch.cat([head, tail]), whole)
+    assert second.returns.tolist() == [0.0, 0.0]
+    first.start_episodes([0, 1])
+    torch.testing.assert_close(second(rewards[10:], dones[10:]), first(rewards[10:], dones[10:]))
+    first.returns[:] = [1.0, 2.0]
+    first.start_episodes([1])
+    assert first.returns.tolist() == [1.0, 0.0]
     with pytest.raises(ValueError, match="for 2 envs"):
         RewardScaler(3, 0.99, 10.0).load_state_dict(first.state_dict())
 

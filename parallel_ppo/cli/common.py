@@ -45,6 +45,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def seed_number(text: str) -> int:
+    """argparse type: a seed, a whole number in 0..2**31-1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 <= value < 2**31:
+        raise argparse.ArgumentTypeError(f"must be in 0..2147483647, got {text!r}")
+    return value
+
+
 def int_list(text: str, name: str) -> list[int]:
     """`1,2,4` or `1 2 4` as positive whole numbers (flag `name` in the error)."""
     try:

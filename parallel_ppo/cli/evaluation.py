@@ -3,6 +3,7 @@ video) and `python -m parallel_ppo demo` (a video of the agent playing)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import shlex
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from parallel_ppo.cli.common import OneLineParser, fail, positive_int, positive_number
+from parallel_ppo.cli.common import OneLineParser, fail, positive_int, positive_number, seed_number
 from parallel_ppo.core.config import Config
 from parallel_ppo.errors import ParallelPPOError
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from parallel_ppo.core.evaluate import FrameSink
 
 DEFAULT_FPS = 15
+MAX_DEMO_SECONDS = 3600.0
 
 
 def _common(p: OneLineParser) -> None:
@@ -28,7 +30,7 @@ def _common(p: OneLineParser) -> None:
     p.add_argument("--levels", choices=("train", "test"), default="test",
                    help="the run's own levels, or levels it never saw (default test)")
     p.add_argument("--deterministic", action="store_true", help="take the most likely action instead of sampling")
-    p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the eval envs and actions (0)")
+    p.add_argument("--seed", type=seed_number, default=0, metavar="N", help="seed of the eval envs and actions (0)")
 
 
 def eval_parser(prog: str) -> OneLineParser:
@@ -41,11 +43,20 @@ def eval_parser(prog: str) -> OneLineParser:
     return p
 
 
+def demo_seconds(text: str) -> float:
+    """argparse type: a video length, a positive number of seconds up to an hour."""
+    seconds = positive_number(text)
+    if seconds > MAX_DEMO_SECONDS:
+        raise argparse.ArgumentTypeError(f"a demo is at most {MAX_DEMO_SECONDS:.0f} s, got {text!r}")
+    return seconds
+
+
 def demo_parser(prog: str) -> OneLineParser:
     p = OneLineParser(prog=prog, description="Write a video of a trained policy playing (no screen needed), its "
                       "episode return drawn on the frames.")
     _common(p)
-    p.add_argument("--seconds", type=positive_number, default=20.0, metavar="S", help="video length (20)")
+    p.add_argument("--seconds", type=demo_seconds, default=20.0, metavar="S",
+                   help=f"video length (20; at most {MAX_DEMO_SECONDS:.0f})")
     p.add_argument("--output", metavar="FILE.mp4|FILE.gif", help="default RUN_DIR/demo.mp4")
     p.add_argument("--fps", type=positive_int, default=DEFAULT_FPS, metavar="N", help=f"frames/s ({DEFAULT_FPS})")
     return p

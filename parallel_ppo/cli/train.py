@@ -11,7 +11,8 @@ from parallel_ppo.core.collect import RolloutError
 from parallel_ppo.core.configure import DEVICES, FLAGS, build_config
 from parallel_ppo.engines.distributed import PeerLost, launch_rank
 from parallel_ppo.errors import ConfigError, ParallelPPOError
-from parallel_ppo.launch import Request, default_run_dir, execute, prepare, resolve_run_dir
+from parallel_ppo.launch import Request, execute, prepare
+from parallel_ppo.runs.directory import default_run_dir, resolve_run_dir
 from parallel_ppo.runs.reading import seed_dir
 
 
@@ -44,6 +45,9 @@ def make_parser(prog: str, parallel: bool) -> OneLineParser:
     p.add_argument("--overwrite", action="store_true", help="replace the results of an earlier run in DIR")
     p.add_argument("--resume", metavar="DIR",
                    help="continue the run in DIR from its checkpoint (its config.yaml, then any flags given)")
+    p.add_argument("--resume-if-exists", action="store_true",
+                   help="continue the run in --output-dir if it has a checkpoint, else start it there: the same "
+                        "command serves a requeued job (under torchrun, a restarted group does this by itself)")
     p.add_argument("--seeds", metavar="LIST",
                    help="train once per seed (e.g. 1,2,3), one after another, into OUTPUT_DIR/seed_<n>")
     return p
@@ -52,7 +56,8 @@ def make_parser(prog: str, parallel: bool) -> OneLineParser:
 def request_of(args: argparse.Namespace, parallel: bool) -> Request:
     """What the parsed command line asks to train."""
     flags = {key: getattr(args, flag[2:].replace("-", "_"), None) for key, flag in FLAGS.items()}
-    return Request(args.config, flags, tuple(args.set), parallel, args.distributed, args.overwrite, args.resume)
+    return Request(args.config, flags, tuple(args.set), parallel, args.distributed, args.overwrite, args.resume,
+                   args.resume_if_exists)
 
 
 def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
@@ -68,7 +73,7 @@ def seed_runs(args: argparse.Namespace, parallel: bool) -> list[Request]:
     if args.distributed:
         raise ConfigError("--seeds trains seeds one after another in one process; under torchrun launch one "
                           "--distributed run per seed")
-    if args.seed is not None or args.resume:
+    if args.seed is not None or args.resume or args.resume_if_exists:
         raise ConfigError("--seeds runs several seeds; drop --seed and --resume (resume one seed's directory "
                           "on its own)")
     try:
@@ -117,4 +122,4 @@ def run_one(request: Request, prog: str) -> int:
         return 2 if quiet else fail(prog, e, 2)
     except (RolloutError, PeerLost) as e:
         return fail(prog, e, 1)
-    return execute(prepared, prog, request.overwrite)[1]
+    return execute(prepared, prog)[1]

@@ -18,7 +18,9 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     atomic_write(path, lambda f: torch.save({"format_version": FORMAT_VERSION, **state}, f))
 
 
-REQUIRED_KEYS = ("format_version", "config", "model", "optimizer", "update", "env_steps", "elapsed")
+REQUIRED_KEYS = ("format_version", "config", "model", "optimizer", "update", "env_steps", "elapsed", "episodes",
+                 "episode_returns", "episode_lengths", "generator", "torch_rng")
+"""What `TrainState.from_checkpoint` reads without a default."""
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
@@ -35,8 +37,10 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise RunDataError(f"checkpoint {path} is corrupt or unreadable (UnpicklingError)") from None
     except Exception as e:  # truncated zip, garbage, ...
         raise RunDataError(f"checkpoint {path} is corrupt or unreadable ({type(e).__name__})") from None
-    if not isinstance(state, dict) or any(k not in state for k in REQUIRED_KEYS):
+    if not isinstance(state, dict):
         raise RunDataError(f"checkpoint {path} is not a parallel_ppo checkpoint")
+    if missing := [key for key in REQUIRED_KEYS if key not in state]:
+        raise RunDataError(f"checkpoint {path} is not a parallel_ppo checkpoint (it lacks {', '.join(missing)})")
     if state["format_version"] != FORMAT_VERSION:
         raise RunDataError(f"checkpoint {path} has format version {state['format_version']}, expected {FORMAT_VERSION}")
     return state

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -14,7 +15,15 @@ from parallel_ppo.core.config import Config
 from parallel_ppo.core.distributions import sample
 from parallel_ppo.core.envs import BatchEnv, env_seed, make_batch_env
 from parallel_ppo.core.model import autocast, module_device
+from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.timing import PhaseTimer
+
+StopCheck = Callable[[], bool]
+"""Asked once per step: True when the run is stopping, so the rollout is abandoned (its data is never used)."""
+
+
+def never() -> bool:
+    return False
 
 
 class RolloutError(RuntimeError):
@@ -29,6 +38,9 @@ class CollectResult:
     episode_lengths: list[int]
     time_env: float
     time_inference: float
+    fresh_envs: list[int] = field(default_factory=list)
+    """Envs (columns of the buffer) that began a new episode at this rollout's first step although the last one
+    had not ended: a restarted worker's. Their running reward statistics start again."""
 
 
 class EnvRunner:
@@ -45,15 +57,23 @@ class EnvRunner:
         self.obs = env.reset()
         self.ep_return = np.zeros(env.num_envs, dtype=np.float64)
         self.ep_length = np.zeros(env.num_envs, dtype=np.int64)
+        self.rollouts = 0
 
-    def collect(self, model: nn.Module, buf: RolloutBuffer, progress: torch.Tensor | None = None) -> CollectResult:
-        """Fill `buf` (n_steps × this runner's envs) with one rollout of `model`; `progress` counts steps done."""
+    def collect(self, model: nn.Module, buf: RolloutBuffer, progress: torch.Tensor | None = None,
+                stopping: StopCheck = never) -> CollectResult:
+        """Fill `buf` (n_steps × this runner's envs) with one rollout of `model`; `progress` counts steps done.
+        When `stopping()` turns true, the rollout ends where it is, its buffer half-written."""
         returns: list[float] = []
         lengths: list[int] = []
         t_env = t_inf = 0.0
         device = module_device(model)
+        self.rollouts += 1
         with torch.no_grad():
             for t in range(buf.n_steps):
+                if t == buf.n_steps // 2:
+                    pause_point("rollout", self.rollouts)
+                if stopping():
+                    return CollectResult(returns, lengths, t_env, t_inf)
                 start = time.perf_counter()
                 obs_t = buf.obs[t]
                 obs_t.copy_(torch.from_numpy(self.obs))
@@ -66,13 +86,7 @@ class EnvRunner:
                 buf.values[t] = values.float()
                 mid = time.perf_counter()
                 self.obs, rewards, dones, cut = self.env.step(actions.numpy())
-                self.ep_return += rewards  # episode returns stay raw
-                self.ep_length += 1
-                for i in np.flatnonzero(dones):
-                    returns.append(float(self.ep_return[i]))
-                    lengths.append(int(self.ep_length[i]))
-                    self.ep_return[i] = 0.0
-                    self.ep_length[i] = 0
+                self._count_episodes(rewards, dones, returns, lengths)
                 end = time.perf_counter()
                 buf.rewards[t] = torch.from_numpy(rewards)
                 if cut and self.gamma:
@@ -90,6 +104,16 @@ class EnvRunner:
             buf.last_values.copy_(last_values.float())
             t_inf += time.perf_counter() - start
         return CollectResult(returns, lengths, t_env, t_inf)
+
+    def _count_episodes(self, rewards: np.ndarray, dones: np.ndarray, returns: list[float], lengths: list[int]) -> None:
+        """Add a step to each env's episode (raw rewards); append the return and length of those that ended."""
+        self.ep_return += rewards
+        self.ep_length += 1
+        for i in np.flatnonzero(dones):
+            returns.append(float(self.ep_return[i]))
+            lengths.append(int(self.ep_length[i]))
+            self.ep_return[i] = 0.0
+            self.ep_length[i] = 0
 
     def _values(self, model: nn.Module, cut: dict[int, np.ndarray]) -> np.ndarray:
         """Per env: the value of the last state of an episode a time limit cut short, 0 for the others.
@@ -126,8 +150,8 @@ class SequentialCollector:
                                              env.actions)
         self.layout = {"num_workers": 0, "num_envs_per_worker": cfg.env.num_envs, "num_envs": cfg.env.num_envs}
 
-    def collect(self, model: nn.Module, timers: PhaseTimer) -> CollectResult:
-        result = self.runner.collect(model, self.buffer)
+    def collect(self, model: nn.Module, timers: PhaseTimer, stopping: StopCheck = never) -> CollectResult:
+        result = self.runner.collect(model, self.buffer, stopping=stopping)
         timers.add("env", result.time_env)
         timers.add("inference", result.time_inference)
         return result

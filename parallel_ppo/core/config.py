@@ -73,7 +73,8 @@ class ModelConfig:
     """IMPALA CNN weights: `reference` (PyTorch's default init for the convolutions and the dense layer,
     orthogonal heads with gain 0.01 for the actor and 1 for the critic, as CleanRL's ppo_procgen) or
     `orthogonal` (gain √2 on every layer: activations grow about 3× per stage on Procgen frames and the
-    first values are near -10, which value clipping then undoes only 0.2 per update)."""
+    first value estimates are 2 to 40 in magnitude, their mean over a batch of frames, by seed and game, which
+    value clipping then undoes only 0.2 per update)."""
     mlp_hidden: list[int] = field(default_factory=lambda: [64, 64])
     """Hidden layer widths of the MLP (separate actor and critic towers)."""
 
@@ -125,7 +126,8 @@ class TrainingConfig:
     norm_adv: bool = True
     """Normalize advantages per minibatch."""
     target_kl: float = 0.0
-    """Stop the epochs early when approx KL exceeds this (0 = never)."""
+    """Stop the epochs early, after an epoch whose approx KL, the mean over its minibatches (and over the ranks of
+    a distributed run), exceeds this (0 = never). CleanRL checks the last minibatch's KL instead."""
     precision: str = "auto"
     """Network arithmetic: fp32, bf16 (autocast; log-probs, losses and optimizer state stay fp32), or `auto`:
     the faster of the two for this network on this machine, measured before the run (`learner_settings`).
@@ -150,6 +152,11 @@ class RunConfig:
     limit_seconds: float = 10.0
     """Seconds spent measuring the bare network's compute limit before training, so that summary.json can
     report the run's efficiency against it (0 = skip)."""
+    preempt_signal: str = "SIGUSR1"
+    """The signal a scheduler sends before it stops a job (Slurm: `--signal=USR1@90`); empty: none."""
+    on_preempt: str = "stop"
+    """What `preempt_signal` does at the next update boundary: `stop` (checkpoint, summary, exit 128 + signal, as
+    SIGTERM does) or `checkpoint` (write a checkpoint and train on)."""
 
 
 @dataclass

@@ -153,15 +153,19 @@ def field_name(key: str) -> str:
     return f"{key} ({FLAGS[key]})" if key in FLAGS else key
 
 
-def derive_parallel_envs(cfg: Config, given: set[str]) -> None:
-    """Parallel mode: env.num_envs is workers × envs per worker. A different value given for it is refused."""
+LAYOUT = ("parallel.num_workers", "parallel.num_envs_per_worker")
+
+
+def derive_parallel_envs(cfg: Config, given: set[str], on_command_line: set[str]) -> None:
+    """Parallel mode: env.num_envs is workers × envs per worker. A different value given for it is refused, unless
+    it came from the config file and the layout from the command line (which wins over the file's figures)."""
     p = cfg.parallel
-    for key, value in (("parallel.num_workers", p.num_workers),
-                       ("parallel.num_envs_per_worker", p.num_envs_per_worker)):
+    for key, value in ((LAYOUT[0], p.num_workers), (LAYOUT[1], p.num_envs_per_worker)):
         if value <= 0:
             raise ConfigError(f"{field_name(key)} must be positive, got {value}")
     total = p.num_workers * p.num_envs_per_worker
-    if "env.num_envs" in given and cfg.env.num_envs != total:
+    overridden = "env.num_envs" not in on_command_line and bool(on_command_line & set(LAYOUT))
+    if "env.num_envs" in given and cfg.env.num_envs != total and not overridden:
         raise ConfigError(
             f"env.num_envs = {cfg.env.num_envs} conflicts with the parallel layout ({p.num_workers} workers × "
             f"{p.num_envs_per_worker} envs per worker = {total}): in parallel mode the total is derived, "
@@ -176,7 +180,9 @@ POSITIVE = ("run.duration", "env.num_envs", "parallel.num_workers", "parallel.nu
             "training.obs_clip", "env.frame_size", "eval.episodes", "eval.num_envs", "distributed.timeout_seconds")
 MAXIMUM = {"env.num_envs": 4096, "training.n_steps": 100_000, "parallel.num_workers": 512, "run.seed": 2**31 - 1,
            "distributed.num_envs_total": 2**20, "env.frame_size": 1024, "env.frame_stack": 64,
-           "run.duration": 24 * 365}
+           "run.duration": 24 * 365, "env.start_level": 2**31 - 1, "env.num_levels": 2**31 - 1,
+           "model.hidden_size": 65536, "distributed.timeout_seconds": 7 * 24 * 3600,
+           "run.checkpoint_interval": 10**9, "parallel.worker_timeout": 10**9, "eval.interval_seconds": 10**9}
 NON_NEGATIVE = ("env.num_levels", "env.start_level", "env.env_threads", "env.frame_stack", "parallel.learner_threads",
                 "training.microbatch_size", "parallel.max_worker_restarts", "run.total_steps", "run.seed",
                 "training.ent_coef", "training.vf_coef", "training.target_kl", "run.limit_seconds",
@@ -189,7 +195,8 @@ CHOICES = {"training.precision": ("auto", "fp32", "bf16"), "training.device": DE
            "model.kind": ("auto", "impala", "nature", "mlp", "random"),
            "model.init": ("reference", "orthogonal"),
            "logging.progress": ("auto", "on", "off"), "parallel.start_method": ("spawn", "forkserver"),
-           "env.distribution_mode": PROCGEN_MODES, "eval.levels": ("train", "test")}
+           "env.distribution_mode": PROCGEN_MODES, "eval.levels": ("train", "test"),
+           "run.preempt_signal": ("", "SIGUSR1", "SIGUSR2"), "run.on_preempt": ("stop", "checkpoint")}
 LAYER_WIDTHS = ("model.impala_depths", "model.mlp_hidden")
 
 
@@ -234,9 +241,11 @@ def _check_rollout(cfg: Config, world_size: int = 1) -> None:
     ranks = f" × {world_size} ranks" if world_size > 1 else ""
     sizes = f"({cfg.training.n_steps} steps × {cfg.env.num_envs} envs{ranks} = {rollout})"
     if batch > rollout:
-        raise ConfigError(f"batch size {batch} is larger than the rollout {sizes}")
+        raise ConfigError(f"batch size {batch} is larger than the rollout {sizes}: set --batch-size to at most "
+                          f"{rollout}")
     if rollout % batch:
-        raise ConfigError(f"batch size {batch} does not divide the rollout {sizes}")
+        raise ConfigError(f"batch size {batch} does not divide the rollout {sizes}: set --batch-size to a divisor "
+                          f"of {rollout}")
     if batch % world_size:  # then each share divides its rank's rollout, as the whole divides all of them
         raise ConfigError(f"batch size {batch} (the minibatch of all ranks) does not split evenly over "
                           f"{world_size} ranks")
@@ -282,21 +291,23 @@ def build_config(
         given |= apply_mapping(cfg, changed_fields(config_file), "config")
     elif config_file:
         given |= apply_mapping(cfg, load_yaml(config_file), str(config_file))
+    on_command_line: set[str] = set()
     for key, value in flags.items():
         if value is not None:
             set_value(cfg, key, value)
-            given.add(key)
+            on_command_line.add(key)
     for item in sets:
         key, value = parse_set(item)
         set_value(cfg, key, value)
-        given.add(key)
+        on_command_line.add(key)
+    given |= on_command_line
     if cfg.distributed.num_envs_total:
         if world_size is None:
             raise ConfigError(f"{field_name('distributed.num_envs_total')} splits envs over the ranks of a "
                               "--distributed run; without --distributed give the envs of this one process")
         derive_distributed_envs(cfg, world_size, parallel)
     elif parallel:  # each rank of a distributed run without a total takes the layout given for one process
-        derive_parallel_envs(cfg, given)
+        derive_parallel_envs(cfg, given, on_command_line)
     validate(cfg, world_size or 1)
     return cfg
 

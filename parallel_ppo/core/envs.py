@@ -25,6 +25,10 @@ PROCGEN_EXPLORATION_GAMES = ("caveflyer", "climber", "coinrun", "heist", "jumper
 """The games Procgen has an exploration level for (procgen.env.EXPLORATION_LEVEL_SEEDS)."""
 
 
+LEVEL_LIMIT = 2**31 - 1
+"""Procgen's level seeds are below this (31-bit; 0 levels means all of them)."""
+
+
 def check_env(cfg: EnvConfig) -> None:
     """Raise ConfigError unless `cfg.id` is a Procgen game (in a mode it has) or a registered gymnasium id (its
     spaces are checked where the env is first built: `env_spaces`)."""
@@ -35,6 +39,9 @@ def check_env(cfg: EnvConfig) -> None:
         if cfg.pixels or cfg.frame_stack > 1:
             raise ConfigError(f"env.pixels and env.frame_stack apply to gymnasium envs; {cfg.id} is a Procgen game, "
                               "which observes single 64×64 frames")
+        if cfg.start_level + cfg.num_levels > LEVEL_LIMIT:
+            raise ConfigError(f"levels {cfg.start_level}..{cfg.start_level + cfg.num_levels - 1} "
+                              f"(env.start_level + env.num_levels) go past Procgen's last level {LEVEL_LIMIT - 1}")
         return
     from parallel_ppo.core.gym_envs import registry_entry
 
@@ -75,7 +82,10 @@ def eval_levels(env: EnvConfig, levels: str) -> EnvConfig:
     if env.num_levels == 0:
         raise ConfigError("the run trained on every level (num_levels 0): no level is held out (use levels train)")
     start = env.start_level + env.num_levels
-    return dataclasses.replace(env, start_level=start, num_levels=min(TEST_LEVELS, 2**31 - 1 - start))
+    if start >= LEVEL_LIMIT:
+        raise ConfigError(f"the run trained up to Procgen's last level {LEVEL_LIMIT - 1}: no level is left to hold "
+                          "out (use levels train)")
+    return dataclasses.replace(env, start_level=start, num_levels=min(TEST_LEVELS, LEVEL_LIMIT - start))
 
 
 class BatchEnv(Protocol):

@@ -10,11 +10,18 @@ from pathlib import Path
 from typing import IO, Any
 
 
+def current_umask() -> int:
+    mask = os.umask(0o022)  # reading it means setting it
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
     """Call `write(file_object)` on a temp file beside `path`, fsync it, then rename it over `path`."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes it 0600; a file written in place would not be
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()

@@ -15,11 +15,12 @@ from torch import nn
 
 from parallel_ppo.core.buffer import RolloutBuffer, compute_gae
 from parallel_ppo.core.checkpoint import next_resume_count
-from parallel_ppo.core.collect import CollectResult, RolloutError
+from parallel_ppo.core.collect import CollectResult, RolloutError, StopCheck
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.group import ALONE, AgreedRollout, Group, agree_rollout
 from parallel_ppo.core.model import learner_device, module_device
 from parallel_ppo.core.normalization import ObsNormalizer
+from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.ppo import TrainBatch, build_learner, ppo_update
 from parallel_ppo.core.reward_scale import RewardScaler
 from parallel_ppo.core.spaces import ActionSpace
@@ -38,37 +39,50 @@ class RolloutSource(Protocol):
     restarts: int
     """Worker processes restarted so far (0 for a source without workers)."""
 
-    def collect(self, model: nn.Module, timers: PhaseTimer) -> CollectResult:
-        """Fill `buffer` with one rollout of `model`, adding the phases it spent to `timers`."""
+    def collect(self, model: nn.Module, timers: PhaseTimer, stopping: StopCheck) -> CollectResult:
+        """Fill `buffer` with one rollout of `model`, adding the phases it spent to `timers`; once `stopping()`
+        is true, the rollout may end early (the loop then stops without using it)."""
         ...
 
     def close(self) -> None: ...
 
 
 class StopRequest:
-    """SIGINT/SIGTERM handler: the first signal asks the loop to stop at the next boundary, a second interrupts
-    (unless `repeat_interrupts` is off: a rank of a distributed run that gets a second signal, e.g. SIGTERM when
-    torchrun dies after passing on a Ctrl-C, must still stop with the others at the agreed update; torchrun
-    kills ranks that take more than 30 s)."""
+    """The handler of the signals that end a run (SIGINT, SIGTERM and the pre-emption signal): the first asks the
+    loop to stop at the next boundary, a second interrupts (unless `repeat_interrupts` is off: a rank of a
+    distributed run that gets a second signal, e.g. SIGTERM when torchrun dies after passing on a Ctrl-C, must still
+    stop with the others at the agreed update; torchrun kills ranks that take more than 30 s). With `on_preempt`
+    `checkpoint`, the pre-emption signal asks for a checkpoint instead (`checkpoint_asked`) and the run goes on."""
 
-    def __init__(self, repeat_interrupts: bool = True) -> None:
+    def __init__(self, repeat_interrupts: bool = True, preempt_signal: str = "", on_preempt: str = "stop") -> None:
         self.signum: int | None = None
+        self.checkpoint_asked = False
         self.repeat_interrupts = repeat_interrupts
+        self.preempt = signal.Signals[preempt_signal] if preempt_signal else None
+        self.on_preempt = on_preempt
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> StopRequest:
         if threading.current_thread() is not threading.main_thread():  # only the main thread takes signals
             return self
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._previous[sig] = signal.signal(sig, self._handle)
+        for sig in (signal.SIGINT, signal.SIGTERM, self.preempt):
+            if sig is not None:
+                self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
     def _handle(self, signum: int, frame: object) -> None:
+        if signum == self.preempt and self.on_preempt == "checkpoint":
+            self.checkpoint_asked = True
+            return
         if self.signum is not None:
             if self.repeat_interrupts:
                 raise KeyboardInterrupt
             return
         self.signum = signum
+
+    def requested(self) -> bool:
+        """Whether a signal asked the run to stop."""
+        return self.signum is not None
 
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():
@@ -114,6 +128,8 @@ class TrainState:
     elapsed_before: float = 0.0
     """Wall seconds of the sessions before this one (a resumed run)."""
     resumes: int = 0
+    restarts: int = 0
+    """Resumes that a restart made by itself (torchrun's `--max-restarts`, `--resume-if-exists`)."""
 
     @classmethod
     def new(cls, cfg: Config, obs_shape: tuple[int, ...], actions: ActionSpace, world_size: int = 1) -> TrainState:
@@ -143,7 +159,7 @@ class TrainState:
             state.obs_normalizer.load_state_dict(checkpoint["obs_normalizer"])
         state.update, state.env_steps = checkpoint["update"], checkpoint["env_steps"]
         state.episodes, state.elapsed_before = checkpoint["episodes"], checkpoint["elapsed"]
-        state.resumes = next_resume_count(checkpoint)
+        state.resumes, state.restarts = next_resume_count(checkpoint), checkpoint.get("restarts", 0)
         return state
 
     def to_checkpoint(self, cfg: Config, mode: str, elapsed: float, world_size: int = 1) -> dict[str, Any]:
@@ -156,7 +172,7 @@ class TrainState:
             "update": self.update, "env_steps": self.env_steps, "episodes": self.episodes, "elapsed": elapsed,
             "episode_returns": list(self.episode_returns), "episode_lengths": list(self.episode_lengths),
             "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
-            "resumes": self.resumes, "mode": mode,
+            "resumes": self.resumes, "restarts": self.restarts, "mode": mode,
             "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler is not None else None,
             "obs_normalizer": self.obs_normalizer.state_dict() if self.obs_normalizer is not None else None,
         }
@@ -238,15 +254,20 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
     stop reason after each update, so all ranks stop at the same update. The time spent waiting on the other
     ranks is `sync`, the update's all-reduces `allreduce` (not `update`)."""
     outcome, timers = Outcome(), PhaseTimer()
-    last_row = time.monotonic()
-    while not outcome.stop_reason:
+    last_row = now = time.monotonic()
+    while True:
+        with timers.phase("sync"):  # before the first update too: a resumed run may have met its budget already
+            outcome.stop_reason, signum = group.agree_stop(stop_reason(cfg, state, stop, clock(now)), stop.signum)
+        if outcome.stop_reason:
+            outcome.signal = signal.Signals(signum).name if signum else None
+            break
         started, error = clock(), None
         try:
-            result = source.collect(state.model, timers)
+            result = source.collect(state.model, timers, stop.requested)
         except RolloutError as e:
             result, error = CollectResult([], [], 0.0, 0.0), str(e)
         with timers.phase("sync"):
-            agreed = agree_rollout(group, result, error, stop.signum, started)
+            agreed = agree_rollout(group, result, error, stop.signum, started, cfg.env.num_envs)
         if agreed.error is not None or agreed.signum is not None:  # a signal abandons the rollout, not its update
             outcome.stop_reason, outcome.error = "error" if agreed.error is not None else "signal", agreed.error
             outcome.signal = signal.Signals(agreed.signum).name if agreed.signum else None
@@ -261,10 +282,6 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
             with timers.phase(hook.phase):
                 hook.after_update(state, row)
         last_row = now
-        with timers.phase("sync"):
-            outcome.stop_reason, signum = group.agree_stop(stop_reason(cfg, state, stop, clock(now)), stop.signum)
-        if signum is not None:
-            outcome.signal = signal.Signals(signum).name
     outcome.session_seconds = clock() - clock.elapsed_before
     outcome.add_phases(timers.pop())
     return outcome
@@ -278,8 +295,11 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
     for param_group in state.optimizer.param_groups:
         param_group["lr"] = lr
     with timers.phase("gae"):
+        if state.reward_scaler is not None:
+            state.reward_scaler.start_episodes(agreed.result.fresh_envs)
         data = rollout_batch(source.buffer, cfg, state.reward_scaler, group).to(module_device(state.model))
     with timers.phase("update"):
+        pause_point("update", state.update + 1)
         stats = ppo_update(state.model, state.optimizer, data, group.local_training(cfg), state.generator,
                            group.gradients)
         if state.obs_normalizer is not None:  # after the update that learned with the statistics it collected with

@@ -43,6 +43,11 @@ class RewardScaler:
             self.returns[ended[t]] = 0.0
         return torch.from_numpy(scaled.astype(np.float32))
 
+    def start_episodes(self, envs: list[int]) -> None:
+        """These envs begin new episodes without having ended the last (a restarted worker's): their accumulators
+        start again from 0."""
+        self.returns[envs] = 0.0
+
     def state_dict(self) -> dict[str, Any]:
         """Plain data for the checkpoint."""
         s = self.stats
@@ -50,8 +55,9 @@ class RewardScaler:
                 "count": s.count}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The running statistics of a checkpoint; the accumulators stay at 0, since a resumed run's envs start new
+        episodes."""
         returns = state["returns"].double().numpy()
         if returns.shape != self.returns.shape:
             raise ValueError(f"reward normalization state is for {returns.shape[0]} envs, not {self.returns.size}")
-        self.returns = returns.copy()
         self.stats.mean, self.stats.var, self.stats.count = state["mean"], state["var"], state["count"]

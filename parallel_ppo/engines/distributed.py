@@ -33,6 +33,9 @@ from parallel_ppo.core.model import policy_tensors
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 """What torchrun sets for each rank; `--distributed` without them is a user error."""
 
+RESTART_COUNT_VAR = "TORCHELASTIC_RESTART_COUNT"
+"""Set by torchrun in every rank: how many times it has restarted the group (`--max-restarts`)."""
+
 FINISH_TIMEOUT = timedelta(hours=1)
 """How long a rank that has finished waits for rank 0's last writes (a final evaluation included)."""
 
@@ -48,6 +51,16 @@ def checksum(model: nn.Module) -> str:
     equal on every rank, or a bug."""
     vector = parameters_to_vector(policy_tensors(model)).detach().float().cpu().contiguous()
     return hashlib.sha256(vector.numpy().tobytes()).hexdigest()[:16]
+
+
+def attempt_store(rank: int, world_size: int, timeout: float) -> dist.Store:
+    """The store the ranks meet in (torchrun's agent's, or one rank 0 serves), under a prefix of this attempt's own:
+    a group that torchrun restarts meets in the same store, where the keys of the attempt before (the dead ranks'
+    addresses) would otherwise be taken for this one's."""
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
+                          is_master=not agent and rank == 0, timeout=timedelta(seconds=timeout))
+    return dist.PrefixStore(f"parallel_ppo/attempt_{os.environ.get(RESTART_COUNT_VAR, '0')}", store)
 
 
 def launched_by_torchrun() -> bool:
@@ -82,7 +95,8 @@ class Ranks(Group):
         self._seconds = 0.0
         stop_with_launcher()
         try:
-            dist.init_process_group("gloo", timeout=timedelta(seconds=timeout))
+            dist.init_process_group("gloo", store=attempt_store(self.rank, self.world_size, timeout), rank=self.rank,
+                                    world_size=self.world_size, timeout=timedelta(seconds=timeout))
             self._patient = dist.new_group(backend="gloo", timeout=FINISH_TIMEOUT)
         except (RuntimeError, ValueError) as e:
             raise PeerLost(f"could not join the other ranks at {os.environ['MASTER_ADDR']}:"
@@ -103,16 +117,18 @@ class Ranks(Group):
             raise PeerLost(f"rank {self.rank} lost the other ranks during {what}: {first_line(e)}") from None
 
     def broadcast_parameters(self, model: nn.Module) -> None:
-        """Every rank takes rank 0's parameters (seeding alone does not make them equal across hosts)."""
+        """Every rank takes rank 0's parameters (seeding alone does not make them equal across hosts); at start,
+        with the long timeout, as `broadcast`."""
         tensors = policy_tensors(model)  # the observation statistics too
         vector = parameters_to_vector(tensors).detach().cpu()
-        self._call("the parameter broadcast", dist.broadcast, vector, 0)
+        self._call("the parameter broadcast", dist.broadcast, vector, 0, self._patient)
         vector_to_parameters(vector.to(next(model.parameters()).device), tensors)
 
     def broadcast(self, obj: T) -> T:
-        """Rank 0's `obj` on every rank."""
+        """Rank 0's `obj` on every rank (at start, where a rank may take long: measuring its learner settings
+        while the others have them cached, so with the long timeout)."""
         box = [obj]
-        self._call("a broadcast", dist.broadcast_object_list, box, 0)
+        self._call("a broadcast", dist.broadcast_object_list, box, 0, self._patient)
         return box[0]
 
     def gather(self, obj: T) -> list[T]:

@@ -15,8 +15,9 @@ from typing import Any
 from parallel_ppo.core.timing import PHASES
 from parallel_ppo.errors import RunDataError
 
-RUN_FILES = ("metrics.csv", "summary.json", "checkpoint.pt", "config.yaml", "logs")
-"""What a run directory holds (`--overwrite` replaces exactly these)."""
+RUN_FILES = ("metrics.csv", "summary.json", "checkpoint.pt", "config.yaml", "logs", "eval.json", "demo.mp4")
+"""What a run directory holds, its evaluations and default demo video included (`--overwrite` replaces exactly
+these)."""
 
 METRIC_COLUMNS = [
     "update", "env_steps", "wall_time", "sps",
@@ -88,6 +89,8 @@ class RunSummary:
     phase_fractions: dict = dataclasses.field(default_factory=dict)
     worker_restarts: int = 0
     resumes: int = 0
+    restarts: int = 0
+    """Resumes that a restart made by itself: a group torchrun restarted, or `--resume-if-exists`."""
     seed: int | None = None
     normalized_return: float | None = None
     """episodic_return_mean as Procgen's normalized score (easy mode constants; None for other envs)."""

@@ -77,16 +77,20 @@ class MetricsHook:
 
 
 class CheckpointHook:
-    """Writes checkpoint.pt (atomically) every `run.checkpoint_interval` seconds; `save` writes one now."""
+    """Writes checkpoint.pt (atomically) every `run.checkpoint_interval` seconds, and after an update in which the
+    pre-emption signal asked for one (`stop.checkpoint_asked`); `save` writes one now."""
 
     phase = "log"
 
-    def __init__(self, cfg: Config, path: Path, mode: str, clock: Clock, world_size: int = 1) -> None:
+    def __init__(self, cfg: Config, path: Path, mode: str, clock: Clock, stop: StopRequest,
+                 world_size: int = 1) -> None:
         self.cfg, self.path, self.mode, self.clock, self.world_size = cfg, path, mode, clock, world_size
+        self.stop = stop
         self.last = time.monotonic()
 
     def after_update(self, state: TrainState, row: dict[str, Any]) -> None:
-        if time.monotonic() - self.last >= self.cfg.run.checkpoint_interval:
+        if self.stop.checkpoint_asked or time.monotonic() - self.last >= self.cfg.run.checkpoint_interval:
+            self.stop.checkpoint_asked = False
             self.save(state)
 
     def save(self, state: TrainState) -> None:
@@ -136,14 +140,15 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, setup: RunSetup, re
     group.broadcast_parameters(state.model)
     clock = Clock(state.elapsed_before)
     mode = "distributed" if group.distributed else source.mode
+    stop = StopRequest(not group.distributed, cfg.run.preempt_signal, cfg.run.on_preempt)
     writers = _Writers()
     if group.is_main:
         writers = _Writers(MetricsHook(cfg, run_dir, mode, (state.update, state.env_steps) if resume else None),
-                           CheckpointHook(cfg, run_dir / "checkpoint.pt", mode, clock, world),
+                           CheckpointHook(cfg, run_dir / "checkpoint.pt", mode, clock, stop, world),
                            EvalHook(cfg) if cfg.eval.interval_seconds > 0 else None)
     final_eval = None
     try:
-        with StopRequest(repeat_interrupts=not group.distributed) as stop:
+        with stop:
             outcome = run_loop(cfg, source, state, writers.hooks(), stop, clock, group)
             if writers.checkpoints is not None:  # first: a rank lost now cannot cost the finished updates
                 writers.checkpoints.save(state)
@@ -194,7 +199,8 @@ def summarize(cfg: Config, source: RolloutSource, state: TrainState, outcome: Ou
         mean_cpu_percent=float(np.mean(metrics.cpu_samples)) if metrics.cpu_samples else None,
         compute_limit=setup.compute_limit, phase_seconds=outcome.phase_seconds,
         phase_fractions={k: v / wall for k, v in outcome.phase_seconds.items()} if wall > 0 else {},
-        worker_restarts=source.restarts, resumes=state.resumes, seed=cfg.run.seed, learner=setup.learner,
+        worker_restarts=source.restarts, resumes=state.resumes, restarts=state.restarts, seed=cfg.run.seed,
+        learner=setup.learner,
         roofline=setup.roofline, world_size=len(ranks) if ranks else 1,
         **return_figures(cfg.env, train_return, final_eval.mean if final_eval is not None else None),
         eval_levels=cfg.eval.levels if final_eval is not None else None,

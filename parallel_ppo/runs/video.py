@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from parallel_ppo.errors import ConfigError
+from parallel_ppo.runs.directory import check_writable
 
 VIDEO_SUFFIXES = (".mp4", ".gif")
 
@@ -43,9 +44,7 @@ def check_video_path(path: Path) -> None:
         raise ConfigError(f"video file {path} must end in .mp4 or .gif")
     if path.is_dir():
         raise ConfigError(f"video file {path} is a directory")
-    parent = path.parent if str(path.parent) else Path(".")
-    if parent.exists() and not parent.is_dir():
-        raise ConfigError(f"cannot write {path}: {parent} is not a directory")
+    check_writable(path.parent if str(path.parent) else Path("."), f"video file {path}")
 
 
 def write_video(path: Path, frames: Sequence[np.ndarray], fps: int) -> None:

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from parallel_ppo.core.buffer import RolloutBuffer
-from parallel_ppo.core.collect import CollectResult, RolloutError
+from parallel_ppo.core.collect import CollectResult, RolloutError, StopCheck, never
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.envs import PROCGEN_GAMES, env_spaces
 from parallel_ppo.core.model import network, policy_tensors
@@ -35,6 +35,9 @@ from parallel_ppo.engines.parallel.worker import (
 
 STARTUP_TIMEOUT = 180.0
 """Seconds a new worker may take to import, build its envs and report ready."""
+
+ABANDON_GRACE = 5.0
+"""Seconds an abandoned rollout waits for a worker that has stopped stepping before giving up on it."""
 
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
@@ -101,11 +104,13 @@ class ParallelCoordinator:
         numel = sum(t.numel() for t in policy_tensors(network(cfg, self.obs_shape, self.actions)))
         self.params = torch.zeros(numel).share_memory_()
         self.progress = torch.zeros(p.num_workers, dtype=torch.int64).share_memory_()
+        self.abandon = torch.zeros((), dtype=torch.int64).share_memory_()
         self.buffer = RolloutBuffer.allocate(cfg.training.n_steps, cfg.env.num_envs, self.obs_shape,
                                              self.obs_dtype, self.actions, shared=True)
         self.layout = {"num_workers": p.num_workers, "num_envs_per_worker": p.num_envs_per_worker,
                        "num_envs": cfg.env.num_envs}
         self.restarts = 0
+        self._fresh_envs: set[int] = set()
         self._resumes = resumes
         self._env_offset = env_offset
         self._slot_restarts = [0] * p.num_workers
@@ -135,7 +140,8 @@ class ParallelCoordinator:
         m = self.cfg.parallel.num_envs_per_worker
         spec = WorkerSpec(index=index, first_env=index * m, num_envs=m, stream=(self._resumes, restart),
                           cfg=self.cfg, obs_shape=self.obs_shape, actions=self.actions, buffer=self.buffer,
-                          params=self.params, progress=self.progress, env_threads=self.env_threads,
+                          params=self.params, progress=self.progress, abandon=self.abandon,
+                          env_threads=self.env_threads,
                           torch_threads=self.worker_threads, env_offset=self._env_offset)
         parent, child = self._ctx.Pipe(duplex=True)
         process = self._ctx.Process(target=worker_main, args=(spec, child), name=f"ppo-worker-{index}",
@@ -170,6 +176,8 @@ class ParallelCoordinator:
                                   f"(parallel.max_worker_restarts), stopping")
             self._slot_restarts[index] += 1
             self.restarts += 1
+            m = self.cfg.parallel.num_envs_per_worker
+            self._fresh_envs.update(range(index * m, (index + 1) * m))
             print(f"parallel_ppo: worker {index} {why}; restarting it with fresh envs "
                   f"({self._slot_restarts[index]}/{limit})", file=sys.stderr, flush=True)
             self._workers[index] = self._spawn(index, restart=self._slot_restarts[index])
@@ -180,34 +188,41 @@ class ParallelCoordinator:
                 why = str(e)
 
     # -- the rollout ------------------------------------------------------------------------------------
-    def collect(self, model: nn.Module, timers: PhaseTimer) -> CollectResult:
+    def collect(self, model: nn.Module, timers: PhaseTimer, stopping: StopCheck = never) -> CollectResult:
         start = time.perf_counter()
         with timers.phase("publish"):
             self.params.copy_(torch.nn.utils.parameters_to_vector(policy_tensors(model)).detach())
         publish = time.perf_counter() - start
-        results = self._run_rollout()
+        results = self._run_rollout(stopping)
         wall = time.perf_counter() - start - publish
-        n = len(results)
+        n = max(len(results), 1)
         t_env = sum(r.time_env for r in results) / n
         t_inf = sum(r.time_inference for r in results) / n
         timers.add("env", t_env)
         timers.add("inference", t_inf)
         timers.add("sync", max(0.0, wall - t_env - t_inf))
+        fresh, self._fresh_envs = sorted(self._fresh_envs), set()
         return CollectResult(
             episode_returns=[x for r in results for x in r.episode_returns],
             episode_lengths=[x for r in results for x in r.episode_lengths],
-            time_env=t_env, time_inference=t_inf,
+            time_env=t_env, time_inference=t_inf, fresh_envs=fresh,
         )
 
-    def _run_rollout(self) -> list[CollectResult]:
-        """Wake every worker and wait for all; dead or stuck workers are replaced and re-collect their slice."""
+    def _run_rollout(self, stopping: StopCheck) -> list[CollectResult]:
+        """Wake every worker and wait for all; dead or stuck workers are replaced and re-collect their slice.
+
+        Once `stopping()` is true, the rollout is abandoned: the workers end theirs where they are, and one that
+        died (a signal to the whole group may have reached it) is not replaced. The results are then partial."""
         timeout = self.cfg.parallel.worker_timeout
         pending = set(range(len(self._workers)))
         results: dict[int, CollectResult] = {}
         heard: dict[int, tuple[int, float]] = {}
+        self.abandon.fill_(0)
         for i in pending:
             self._request(i)
         while pending:
+            if stopping() and not self.abandon:
+                self.abandon.fill_(1)
             handles = {}
             for i in pending:
                 w = self._workers[i]
@@ -218,7 +233,9 @@ class ParallelCoordinator:
             for i in sorted({handles[h] for h in ready}):
                 w = self._workers[i]
                 message = _try_recv(w.conn)
-                if message is None:  # the pipe closed or the process ended without an answer
+                if message is None and self.abandon:
+                    pending.discard(i)
+                elif message is None:  # the pipe closed or the process ended without an answer
                     w.process.join(1.0)
                     self._replace(i, f"died ({describe_exit(w.process.exitcode)})")
                     self._request(i)
@@ -233,11 +250,13 @@ class ParallelCoordinator:
                 last_steps, since = heard.get(i, (-1, now))
                 if steps != last_steps:
                     heard[i] = (steps, now)
+                elif self.abandon and now - since > ABANDON_GRACE:  # `close` stops it by force
+                    pending.discard(i)
                 elif now - since > timeout:
                     self._replace(i, f"made no progress for {timeout:.0f} s")
                     self._request(i)
                     heard.pop(i, None)
-        return [results[i] for i in range(len(self._workers))]
+        return [results[i] for i in sorted(results)]
 
     def _request(self, index: int) -> None:
         w = self._workers[index]

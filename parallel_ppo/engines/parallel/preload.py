@@ -5,10 +5,14 @@ here once instead of once per worker: with W workers the tree holds one copy, no
 """
 
 import os
+import signal
 
 import torch  # noqa: F401
 
-from parallel_ppo.engines.parallel.worker import PRELOAD_PROCGEN_VAR
+from parallel_ppo.engines.parallel.worker import IGNORED_SIGNALS, PRELOAD_PROCGEN_VAR
+
+for sig in IGNORED_SIGNALS:  # a signal to the whole group must not take the forkserver (it ends with its parent)
+    signal.signal(sig, signal.SIG_IGN)
 
 if os.environ.get(PRELOAD_PROCGEN_VAR):
     from parallel_ppo.core.envs import import_procgen

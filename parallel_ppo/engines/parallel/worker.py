@@ -32,6 +32,7 @@ class WorkerSpec:
     buffer: RolloutBuffer  # the whole shared buffer; the worker writes only its env slice
     params: torch.Tensor  # flat policy parameters and buffers (`policy_tensors`), written by the coordinator
     progress: torch.Tensor  # int64 per worker: env steps taken, a heartbeat the coordinator watches
+    abandon: torch.Tensor  # one int64, set by the coordinator when the run stops: end the rollout where it is
     env_threads: int  # Procgen stepping threads
     torch_threads: int  # torch/OpenMP threads
     env_offset: int = 0  # global index of this rank's first env (distributed runs): seeds follow global indices
@@ -73,6 +74,9 @@ class Failed:
 PRELOAD_PROCGEN_VAR = "PARALLEL_PPO_PRELOAD_PROCGEN"
 """Set to a Procgen game before the forkserver starts, it loads the game assets there once for all workers."""
 
+IGNORED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+"""A scheduler's stop or pre-emption signal reaches the whole process group; the coordinator alone decides."""
+
 FAULT_ENV_VAR = "PARALLEL_PPO_INJECT_FAULT"
 """Testing hook: `W:N` makes worker W raise in its N-th rollout, to exercise failure paths."""
 
@@ -89,7 +93,8 @@ def process_title(spec: WorkerSpec) -> str:
 
 def worker_main(spec: WorkerSpec, conn: Connection) -> None:
     """Serve rollout requests (Collect) until told to Stop or the coordinator goes away."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the coordinator decides
+    for sig in IGNORED_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
     setproctitle.setproctitle(process_title(spec))
     torch.set_num_threads(spec.torch_threads)
     retain_freed_memory()
@@ -122,7 +127,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
             if rollouts == fail_at:
                 raise RuntimeError(f"fault injected by {FAULT_ENV_VAR} in rollout {rollouts}")
             torch.nn.utils.vector_to_parameters(spec.params, params)
-            conn.send(Done(runner.collect(model, buf, progress)))
+            conn.send(Done(runner.collect(model, buf, progress, stopping=lambda: bool(spec.abandon))))
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass  # the coordinator is gone or stopping
     except BaseException as e:

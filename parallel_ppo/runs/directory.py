@@ -1,0 +1,61 @@
+"""The run directory: created only where it can be written, never mixed with an earlier run's results unless
+asked to replace them."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from parallel_ppo.core.config import Config
+from parallel_ppo.core.files import write_text
+from parallel_ppo.errors import ConfigError
+from parallel_ppo.runs.summary import RUN_FILES
+
+
+def check_writable(path: Path, what: str = "") -> None:
+    """Refuse a directory that cannot be created or written, before anything starts: probe its nearest existing
+    ancestor with a temporary file (permission bits alone say nothing for root or a read-only mount). `what` is
+    written there, named in the message (default: the output directory `path`)."""
+    what = what or f"output directory {path}"
+    ancestor = path.absolute()
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(f"cannot create {what}: {ancestor} is not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=ancestor):
+            pass
+    except OSError as e:
+        raise ConfigError(f"cannot write {what}: {ancestor}: {e.strerror}") from None
+
+
+def default_run_dir(mode: str) -> str:
+    return f"benchmarks/{mode}_{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def resolve_run_dir(cfg: Config, mode: str, overwrite: bool) -> Path:
+    """The run directory (not yet created); refuses to mix with an earlier run's results unless told to."""
+    path = Path(cfg.run.output_dir or default_run_dir(mode))
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"output directory {path} exists and is not a directory")
+    if not overwrite and path.is_dir() and any((path / name).exists() for name in RUN_FILES):
+        raise ConfigError(f"{path} already holds a run; pass --overwrite to replace it or choose another --output-dir")
+    check_writable(path)
+    return path
+
+
+def prepare_run_dir(path: Path, cfg: Config, overwrite: bool) -> None:
+    """Create the run directory, clear an earlier run's files if overwriting, and write config.yaml."""
+    path.mkdir(parents=True, exist_ok=True)
+    if overwrite:
+        for name in RUN_FILES:
+            target = path / name
+            if target.is_dir():
+                shutil.rmtree(target)
+            else:
+                target.unlink(missing_ok=True)
+    write_text(path / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))

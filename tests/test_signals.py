@@ -1,0 +1,112 @@
+"""A scheduler's stop (scancel, systemd, `kill -TERM -PGID`): SIGTERM to every process of a run, in each mode, while
+it collects a rollout or while it updates, ends it at one update boundary with its checkpoint and summary and exit
+143, leaves nothing behind, and `--resume` continues it (tried once per mode; a distributed run only with as many
+ranks)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sessions import assert_nothing_left, sessions_of, shm_entries, start, torchrun
+
+from parallel_ppo.core.checkpoint import load_checkpoint
+from parallel_ppo.core.pause import PAUSE_ENV_VAR
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+CARTPOLE = ["--config", "config/cartpole.yaml", "--set", "logging.progress=off", "--set", "run.limit_seconds=0",
+            "--set", "logging.tensorboard=false", "--set", "training.n_epochs=2"]
+TRAINERS = {"sequential": [sys.executable, "train_timed.py"],
+            "parallel": [sys.executable, "train_parallel_timed.py", "--num-workers", "2", "--num-envs-per-worker", "4",
+                         "--set", "env.num_envs=8"],
+            "distributed": [*torchrun("train_timed.py"), "--num-envs-total", "8"]}
+STEPS = 32 * 8
+"""Env steps an update: 8 envs × 32 steps in every mode."""
+
+
+def rows(out: Path) -> list[dict[str, str]]:
+    if not (out / "metrics.csv").exists():
+        return []
+    with open(out / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def wait_for(path: Path, proc, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("point", ["rollout", "update"])
+@pytest.mark.parametrize("mode", ["sequential", "parallel", "distributed"])
+def test_sigterm_to_every_process_stops_at_one_boundary_and_resume_continues(tmp_path, mode, point):
+    out, paused = tmp_path / "run", tmp_path / "paused"
+    shm_before = shm_entries()
+    env = {**os.environ, PAUSE_ENV_VAR: f"{point}:3:{paused}"}  # hold the run halfway through rollout 3 / update 3
+    proc = start([*TRAINERS[mode], *CARTPOLE, "--total-steps", "100000", "--output-dir", str(out)], cwd=ROOT, env=env)
+    wait_for(paused, proc)
+    sids = sessions_of(proc.pid) if mode == "distributed" else [proc.pid]
+    for sid in sids:  # what scancel does: every process of the job, workers and ranks included
+        os.killpg(sid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stop_reason"] == "signal" and summary["signal"] == "SIGTERM", err
+    assert "restarting" not in err, err
+    if mode == "distributed":  # torchrun itself answers SIGTERM with its SignalException's traceback and status 1
+        assert err.count("Traceback") <= 1 and ("Traceback" not in err or "SignalException" in err), err
+    else:
+        assert "Traceback" not in err and proc.returncode == 128 + signal.SIGTERM, err
+    done = 2 if point == "rollout" else 3  # an interrupted rollout is abandoned; an interrupted update finishes
+    assert summary["updates"] == len(rows(out)) == load_checkpoint(out / "checkpoint.pt")["update"] == done, err
+    for sid in sids:
+        assert_nothing_left(sid, shm_before)
+
+    if point == "rollout":
+        return
+    resumed = start([*TRAINERS[mode], "--resume", str(out), "--total-steps", str((done + 2) * STEPS)], cwd=ROOT)
+    _, err = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["resumes"] == 1 and summary["stop_reason"] == "total_steps"
+    assert [int(r["update"]) for r in rows(out)] == list(range(1, done + 3)), "updates continue without a gap"
+    assert [int(r["env_steps"]) for r in rows(out)] == [STEPS * u for u in range(1, done + 3)]
+    if mode == "distributed":  # as torchrun --nproc_per_node 1 would set them
+        one_rank = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+        refused = start([sys.executable, "train_timed.py", "--distributed", "--resume", str(out)], cwd=ROOT,
+                        env=one_rank)
+        _, err = refused.communicate(timeout=120)
+        assert refused.returncode == 2 and err.strip().endswith("was trained by 2 ranks, not 1; resume it with the "
+                                                                "same number"), err
+
+def test_the_preemption_signal_can_write_a_checkpoint_and_train_on(tmp_path):
+    """`run.on_preempt: checkpoint`: SIGUSR1 to every process (Slurm's --signal=USR1@90) writes a checkpoint after
+    the current update, and the run, workers included, trains on."""
+    out = tmp_path / "run"
+    proc = start([*TRAINERS["parallel"], *CARTPOLE, "--total-steps", "1000000", "--output-dir", str(out),
+                  "--set", "run.on_preempt=checkpoint", "--set", "run.checkpoint_interval=100000"], cwd=ROOT)
+    deadline = time.monotonic() + 120
+    while len(rows(out)) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
+        time.sleep(0.05)
+    assert not (out / "checkpoint.pt").exists()
+    os.killpg(proc.pid, signal.SIGUSR1)
+    wait_for(out / "checkpoint.pt", proc, timeout=30)
+    saved = load_checkpoint(out / "checkpoint.pt")["update"]
+    while len(rows(out)) < saved + 3:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM and "restarting" not in err, err
+    assert json.loads((out / "summary.json").read_text())["worker_restarts"] == 0
