@@ -28,7 +28,14 @@ from parallel_ppo.core.loop import RolloutSource
 from parallel_ppo.core.model import learner_device
 from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.threads import thread_plan
-from parallel_ppo.engines.distributed import RESTART_COUNT_VAR, PeerLost, join, launched_by_torchrun
+from parallel_ppo.engines.distributed import (
+    RESTART_COUNT_VAR,
+    RUN_ID_VAR,
+    TORCHRUN_ID,
+    PeerLost,
+    join,
+    launched_by_torchrun,
+)
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs.directory import prepare_run_dir, resolve_run_dir
 from parallel_ppo.runs.training import RunSetup, train
@@ -171,25 +178,42 @@ def world_size(request: Request) -> int | None:
 
 def restarted_request(request: Request) -> tuple[Request, bool]:
     """A restart continues where the run left off: with `resume_if_exists`, or in a group torchrun restarted, a
-    run directory with a checkpoint is resumed (True: count it as a restart), and one without (the run died
-    before its first checkpoint) is started again."""
+    run directory with a checkpoint is resumed (True: count it as a restart). torchrun's restart resumes only a
+    checkpoint of its own job (TORCHELASTIC_RUN_ID), never an earlier run that happened to be in the directory. A
+    directory without a checkpoint starts as any new run would (refused if it holds a run, unless --overwrite)."""
     torchrun_restart = request.distributed and int(os.environ.get(RESTART_COUNT_VAR, "0") or 0) > 0
     if request.resume or not (request.resume_if_exists or torchrun_restart):
         return request, False
-    output_dir = request.flags.get("run.output_dir")
+    output_dir = build_config(request.config, request.flags, list(request.sets), request.parallel,
+                              world_size(request)).run.output_dir
     if not output_dir:
         if request.resume_if_exists:
             raise ConfigError("--resume-if-exists needs --output-dir: the directory to continue the run in")
         return request, False
-    if (Path(output_dir) / "checkpoint.pt").is_file():
-        return dataclasses.replace(request, config=None, overwrite=False, resume=output_dir), True
-    return dataclasses.replace(request, overwrite=True), False
+    checkpoint = Path(output_dir) / "checkpoint.pt"
+    if not checkpoint.is_file():
+        return request, False
+    if not request.resume_if_exists and load_checkpoint(checkpoint).get(TORCHRUN_ID) != os.environ.get(RUN_ID_VAR):
+        return request, False
+    return dataclasses.replace(request, config=None, overwrite=False, resume=output_dir), True
+
+
+def check_elastic(world: int | None) -> None:
+    """torchrun shares its rendezvous store with the ranks (unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1), and its
+    restart count is kept by each host's agent (pytorch/pytorch#135712): with restarts across hosts, the ranks of
+    a restarted group could meet under different attempt numbers and wait for each other until the timeout."""
+    hosts_share_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
+    if world and world != int(os.environ.get("LOCAL_WORLD_SIZE", world)) and hosts_share_store and restarts:
+        raise ConfigError("torchrun --max-restarts across hosts needs TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in "
+                          "torchrun's environment on every host (pytorch/pytorch#135712)")
 
 
 def validated_config(request: Request) -> tuple[Config, dict | None, int | None]:
     """The request's config, validated (and checked against the checkpoint it resumes), that checkpoint, and the
     ranks of a distributed run."""
     world, flags, config, resume = world_size(request), dict(request.flags), request.config, None
+    check_elastic(world)
     if request.resume:
         config, resume = load_resume(request)
         flags["run.output_dir"] = request.resume

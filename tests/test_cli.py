@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -74,18 +75,25 @@ def test_output_dir_that_is_a_file_is_refused(tmp_path, train_timed):
     assert target.read_text() == "keep"
 
 
-def test_overwrite_replaces_an_earlier_run(tmp_path, train_timed):
-    """With --overwrite the run goes ahead and the earlier run's files are replaced; other files stay."""
+def test_overwrite_replaces_an_earlier_run_and_resume_if_exists_continues_it(tmp_path, train_timed):
+    """With --overwrite the run goes ahead and the earlier run's files (its evaluations and demo included) are
+    replaced; other files stay. The same command with --resume-if-exists (a requeued job's) then continues it."""
     out_dir = tmp_path / "run"
     out_dir.mkdir()
-    (out_dir / "metrics.csv").write_text("stale\n")
+    for name in ("metrics.csv", "eval.json", "demo.mp4"):
+        (out_dir / name).write_text("stale\n")
     (out_dir / "notes.txt").write_text("mine\n")
-    proc = train_timed(*TINY, "--output-dir", str(out_dir), "--total-steps", "16", "--overwrite",
-                       "--set", "run.limit_seconds=0", timeout=300)
+    command = [*TINY, "--output-dir", str(out_dir), "--set", "run.limit_seconds=0"]
+    proc = train_timed(*command, "--total-steps", "16", "--overwrite", timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert (out_dir / "metrics.csv").read_text().startswith("update,env_steps,")
     assert (out_dir / "summary.json").is_file()
+    assert not (out_dir / "eval.json").exists() and not (out_dir / "demo.mp4").exists()
     assert (out_dir / "notes.txt").read_text() == "mine\n"
+    proc = train_timed(*command, "--total-steps", "32", "--resume-if-exists", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert (summary["resumes"], summary["restarts"], summary["updates"], summary["total_env_steps"]) == (1, 1, 2, 32)
 
 
 PARALLEL_TINY = ["--env", "CartPole-v1", "--set", "training.n_steps=8", "--batch-size", "8",

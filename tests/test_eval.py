@@ -121,6 +121,7 @@ def test_periodic_eval_in_metrics_tensorboard_and_summary(trained: Path):
 @pytest.mark.parametrize("command, args, words", [
     ("eval", ["--seed", "-1"], "argument --seed: must be in 0..2147483647"),
     ("demo", ["--seconds", "1e308"], "a demo is at most 3600 s"),
+    ("demo", ["--seconds", "3600", "--fps", "1000000000"], "at most 120 frames/s"),
     ("demo", ["--output", "/proc/x.gif"], "cannot write video file /proc/x.gif"),
     ("eval", ["--checkpoint", "{no_generator}"], "it lacks generator"),
 ])

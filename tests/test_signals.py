@@ -91,7 +91,8 @@ def test_sigterm_to_every_process_stops_at_one_boundary_and_resume_continues(tmp
 
 def test_the_preemption_signal_can_write_a_checkpoint_and_train_on(tmp_path):
     """`run.on_preempt: checkpoint`: SIGUSR1 to every process (Slurm's --signal=USR1@90) writes a checkpoint after
-    the current update, and the run, workers included, trains on."""
+    the current update, and the run, workers and forkserver included, trains on; Ctrl-C to the group then stops
+    it with no worker restarted."""
     out = tmp_path / "run"
     proc = start([*TRAINERS["parallel"], *CARTPOLE, "--total-steps", "1000000", "--output-dir", str(out),
                   "--set", "run.on_preempt=checkpoint", "--set", "run.checkpoint_interval=100000"], cwd=ROOT)
@@ -106,7 +107,8 @@ def test_the_preemption_signal_can_write_a_checkpoint_and_train_on(tmp_path):
     while len(rows(out)) < saved + 3:
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGTERM)
+    os.killpg(proc.pid, signal.SIGINT)  # then Ctrl-C in its terminal: the whole group again
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGTERM and "restarting" not in err, err
-    assert json.loads((out / "summary.json").read_text())["worker_restarts"] == 0
+    assert proc.returncode == 128 + signal.SIGINT and "restarting" not in err, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["worker_restarts"] == 0 and summary["signal"] == "SIGINT"

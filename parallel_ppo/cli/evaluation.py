@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 DEFAULT_FPS = 15
 MAX_DEMO_SECONDS = 3600.0
+MAX_FPS = 120
 
 
 def _common(p: OneLineParser) -> None:
@@ -51,6 +52,14 @@ def demo_seconds(text: str) -> float:
     return seconds
 
 
+def demo_fps(text: str) -> int:
+    """argparse type: frames per second of a demo, 1 to `MAX_FPS`."""
+    fps = positive_int(text)
+    if fps > MAX_FPS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_FPS} frames/s, got {text!r}")
+    return fps
+
+
 def demo_parser(prog: str) -> OneLineParser:
     p = OneLineParser(prog=prog, description="Write a video of a trained policy playing (no screen needed), its "
                       "episode return drawn on the frames.")
@@ -58,7 +67,8 @@ def demo_parser(prog: str) -> OneLineParser:
     p.add_argument("--seconds", type=demo_seconds, default=20.0, metavar="S",
                    help=f"video length (20; at most {MAX_DEMO_SECONDS:.0f})")
     p.add_argument("--output", metavar="FILE.mp4|FILE.gif", help="default RUN_DIR/demo.mp4")
-    p.add_argument("--fps", type=positive_int, default=DEFAULT_FPS, metavar="N", help=f"frames/s ({DEFAULT_FPS})")
+    p.add_argument("--fps", type=demo_fps, default=DEFAULT_FPS, metavar="N", help=f"frames/s ({DEFAULT_FPS}; at most "
+                   f"{MAX_FPS})")
     return p
 
 

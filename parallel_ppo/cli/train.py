@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -122,4 +123,7 @@ def run_one(request: Request, prog: str) -> int:
         return 2 if quiet else fail(prog, e, 2)
     except (RolloutError, PeerLost) as e:
         return fail(prog, e, 1)
+    except KeyboardInterrupt:
+        print(f"\n{prog}: interrupted before the first update; nothing was trained", file=sys.stderr)
+        return 128 + signal.SIGINT
     return execute(prepared, prog)[1]

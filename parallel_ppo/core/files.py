@@ -11,7 +11,14 @@ from typing import IO, Any
 
 
 def current_umask() -> int:
-    mask = os.umask(0o022)  # reading it means setting it
+    """The process's umask, read from /proc where it can be (setting it to read it is not thread-safe)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
     os.umask(mask)
     return mask
 

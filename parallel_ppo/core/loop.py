@@ -49,7 +49,7 @@ class RolloutSource(Protocol):
 
 class StopRequest:
     """The handler of the signals that end a run (SIGINT, SIGTERM and the pre-emption signal): the first asks the
-    loop to stop at the next boundary, a second interrupts (unless `repeat_interrupts` is off: a rank of a
+    loop to stop at the next boundary, a second SIGINT interrupts (unless `repeat_interrupts` is off: a rank of a
     distributed run that gets a second signal, e.g. SIGTERM when torchrun dies after passing on a Ctrl-C, must still
     stop with the others at the agreed update; torchrun kills ranks that take more than 30 s). With `on_preempt`
     `checkpoint`, the pre-emption signal asks for a checkpoint instead (`checkpoint_asked`) and the run goes on."""
@@ -75,7 +75,7 @@ class StopRequest:
             self.checkpoint_asked = True
             return
         if self.signum is not None:
-            if self.repeat_interrupts:
+            if self.repeat_interrupts and signum == signal.SIGINT:  # a second Ctrl-C; scheduler signals repeat
                 raise KeyboardInterrupt
             return
         self.signum = signum

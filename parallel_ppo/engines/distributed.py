@@ -36,6 +36,12 @@ LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MAS
 RESTART_COUNT_VAR = "TORCHELASTIC_RESTART_COUNT"
 """Set by torchrun in every rank: how many times it has restarted the group (`--max-restarts`)."""
 
+RUN_ID_VAR = "TORCHELASTIC_RUN_ID"
+"""Set by torchrun in every rank: its job's id (`--rdzv-id`, or a fresh one with `--standalone`)."""
+
+TORCHRUN_ID = "torchrun_run_id"
+"""The checkpoint key that records the torchrun job that wrote it: a restarted group resumes only its own run."""
+
 FINISH_TIMEOUT = timedelta(hours=1)
 """How long a rank that has finished waits for rank 0's last writes (a final evaluation included)."""
 
@@ -56,10 +62,13 @@ def checksum(model: nn.Module) -> str:
 def attempt_store(rank: int, world_size: int, timeout: float) -> dist.Store:
     """The store the ranks meet in (torchrun's agent's, or one rank 0 serves), under a prefix of this attempt's own:
     a group that torchrun restarts meets in the same store, where the keys of the attempt before (the dead ranks'
-    addresses) would otherwise be taken for this one's."""
+    addresses) would otherwise be taken for this one's. The restart count is each host agent's own, so this holds
+    on one host; across hosts `launch.check_elastic` asks for a store of each attempt's own instead."""
     agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
                           is_master=not agent and rank == 0, timeout=timedelta(seconds=timeout))
+    if not agent:  # a store of this attempt's own, which rank 0 serves
+        return store
     return dist.PrefixStore(f"parallel_ppo/attempt_{os.environ.get(RESTART_COUNT_VAR, '0')}", store)
 
 

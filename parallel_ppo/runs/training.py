@@ -4,6 +4,8 @@ summary.json from what the run measured (every figure by `runs.figures`)."""
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,13 +19,16 @@ from parallel_ppo.core.evaluate import EvalResult, evaluate
 from parallel_ppo.core.files import write_json
 from parallel_ppo.core.group import ALONE, Group
 from parallel_ppo.core.loop import Clock, Hook, Outcome, RolloutSource, StopRequest, TrainState, mean_or_nan, run_loop
-from parallel_ppo.engines.distributed import checksum
+from parallel_ppo.engines.distributed import RUN_ID_VAR, TORCHRUN_ID, checksum
 from parallel_ppo.errors import RunDataError
 from parallel_ppo.runs import fingerprint
 from parallel_ppo.runs.figures import compute_figures, return_figures, steady_sps
 from parallel_ppo.runs.metrics import MetricsLogger, ResourceSampler
 from parallel_ppo.runs.reading import read_metrics
 from parallel_ppo.runs.summary import RunSummary
+
+BUDGETS = ("duration", "total_steps")
+"""Stop reasons that mean the run met its budget."""
 
 
 class EvalHook:
@@ -94,7 +99,8 @@ class CheckpointHook:
             self.save(state)
 
     def save(self, state: TrainState) -> None:
-        save_checkpoint(self.path, state.to_checkpoint(self.cfg, self.mode, self.clock(), self.world_size))
+        save_checkpoint(self.path, {**state.to_checkpoint(self.cfg, self.mode, self.clock(), self.world_size),
+                                    TORCHRUN_ID: os.environ.get(RUN_ID_VAR)})  # whose restarts may resume it
         self.last = time.monotonic()
 
 
@@ -135,37 +141,50 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, setup: RunSetup, re
     `distributed.PeerLost` (the last checkpoint stays as it was).
     """
     run_dir, world = Path(run_dir), group.world_size
-    state = (TrainState.new(cfg, source.obs_shape, source.actions, world) if resume is None else
-             TrainState.from_checkpoint(cfg, source.obs_shape, source.actions, resume, world))
-    group.broadcast_parameters(state.model)
-    clock = Clock(state.elapsed_before)
     mode = "distributed" if group.distributed else source.mode
     stop = StopRequest(not group.distributed, cfg.run.preempt_signal, cfg.run.on_preempt)
-    writers = _Writers()
-    if group.is_main:
-        writers = _Writers(MetricsHook(cfg, run_dir, mode, (state.update, state.env_steps) if resume else None),
-                           CheckpointHook(cfg, run_dir / "checkpoint.pt", mode, clock, stop, world),
-                           EvalHook(cfg) if cfg.eval.interval_seconds > 0 else None)
-    final_eval = None
-    try:
-        with stop:
+    writers, final_eval, ranks = _Writers(), None, None
+    with stop:  # from the first step to the last file: a signal then only asks to stop
+        try:
+            state = (TrainState.new(cfg, source.obs_shape, source.actions, world) if resume is None else
+                     TrainState.from_checkpoint(cfg, source.obs_shape, source.actions, resume, world))
+            group.broadcast_parameters(state.model)
+            clock = Clock(state.elapsed_before)
+            if group.is_main:
+                writers = _Writers(MetricsHook(cfg, run_dir, mode, (state.update, state.env_steps) if resume else None),
+                                   CheckpointHook(cfg, run_dir / "checkpoint.pt", mode, clock, stop, world),
+                                   EvalHook(cfg) if cfg.eval.interval_seconds > 0 else None)
             outcome = run_loop(cfg, source, state, writers.hooks(), stop, clock, group)
-            if writers.checkpoints is not None:  # first: a rank lost now cannot cost the finished updates
-                writers.checkpoints.save(state)
-            ranks = group.gather({"rank": group.rank, "host": group.host, **source.layout, "source": source.mode,
-                                  "threads": setup.threads, "checksum": checksum(state.model),
-                                  "phase_seconds": outcome.phase_seconds}) if group.distributed else None
-            if writers.evals is not None and outcome.stop_reason in ("duration", "total_steps"):
-                final_eval = writers.evals.final(state)  # after the clock stopped: not in wall time or SPS
-    finally:
-        if writers.metrics is not None:
-            writers.metrics.close()
-        source.close()
-    if writers.metrics is None:  # not rank 0: how the run ended is all it reports
-        return {"stop_reason": outcome.stop_reason, "signal": outcome.signal, "error": outcome.error}
-    summary = summarize(cfg, source, state, outcome, writers.metrics, setup, run_dir, final_eval, ranks).to_dict()
-    write_json(run_dir / "summary.json", summary)
+            done_before = resume is not None and state.update == resume["update"] and outcome.stop_reason in BUDGETS
+            if not done_before:  # a finished run resumed (a requeued job) keeps its files as they are
+                if writers.checkpoints is not None:  # first: a rank lost now cannot cost the finished updates
+                    writers.checkpoints.save(state)
+                ranks = group.gather({"rank": group.rank, "host": group.host, **source.layout,
+                                      "source": source.mode, "threads": setup.threads,
+                                      "checksum": checksum(state.model),
+                                      "phase_seconds": outcome.phase_seconds}) if group.distributed else None
+                if writers.evals is not None and outcome.stop_reason in BUDGETS:
+                    final_eval = writers.evals.final(state)  # after the clock stopped: not in wall time or SPS
+        finally:
+            if writers.metrics is not None:
+                writers.metrics.close()
+            source.close()
+        if writers.metrics is None:  # not rank 0: how the run ended is all it reports
+            return {"stop_reason": outcome.stop_reason, "signal": outcome.signal, "error": outcome.error}
+        if done_before and (stored := read_summary(run_dir)) is not None:
+            return stored
+        summary = summarize(cfg, source, state, outcome, writers.metrics, setup, run_dir, final_eval,
+                            ranks).to_dict()
+        write_json(run_dir / "summary.json", summary)
     return summary
+
+
+def read_summary(run_dir: Path) -> dict | None:
+    """The run's summary.json, or None if it cannot be read."""
+    try:
+        return json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def summarize(cfg: Config, source: RolloutSource, state: TrainState, outcome: Outcome, metrics: MetricsHook,

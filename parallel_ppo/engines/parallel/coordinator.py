@@ -36,6 +36,8 @@ from parallel_ppo.engines.parallel.worker import (
 STARTUP_TIMEOUT = 180.0
 """Seconds a new worker may take to import, build its envs and report ready."""
 
+PREEMPT_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+
 ABANDON_GRACE = 5.0
 """Seconds an abandoned rollout waits for a worker that has stopped stepping before giving up on it."""
 
@@ -124,8 +126,14 @@ class ParallelCoordinator:
         setproctitle.setproctitle(f"parallel_ppo {who} ({p.num_workers} workers × {p.num_envs_per_worker} envs, "
                                   f"{cfg.env.id})")
         try:
-            for i in range(p.num_workers):
-                self._workers[i] = self._spawn(i, restart=0)
+            # the forkserver and multiprocessing's resource tracker start with the first worker, in this process
+            # group: they must not die of a pre-emption signal sent to the group (they ignore SIGINT and SIGTERM)
+            previous = signal.pthread_sigmask(signal.SIG_BLOCK, PREEMPT_SIGNALS)
+            try:
+                for i in range(p.num_workers):
+                    self._workers[i] = self._spawn(i, restart=0)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, previous)
             for i in range(p.num_workers):
                 self._await_ready(i)
         except _Died as e:
@@ -233,7 +241,7 @@ class ParallelCoordinator:
             for i in sorted({handles[h] for h in ready}):
                 w = self._workers[i]
                 message = _try_recv(w.conn)
-                if message is None and self.abandon:
+                if message is None and (self.abandon or stopping()):  # a signal may have reached it: no restart
                     pending.discard(i)
                 elif message is None:  # the pipe closed or the process ended without an answer
                     w.process.join(1.0)
@@ -250,8 +258,9 @@ class ParallelCoordinator:
                 last_steps, since = heard.get(i, (-1, now))
                 if steps != last_steps:
                     heard[i] = (steps, now)
-                elif self.abandon and now - since > ABANDON_GRACE:  # `close` stops it by force
-                    pending.discard(i)
+                elif self.abandon:  # never restarted now; one that stays silent is stopped by force in `close`
+                    if now - since > ABANDON_GRACE:
+                        pending.discard(i)
                 elif now - since > timeout:
                     self._replace(i, f"made no progress for {timeout:.0f} s")
                     self._request(i)
@@ -278,7 +287,7 @@ class ParallelCoordinator:
         for i, w in enumerate(self._workers):
             if w is not None:
                 w.process.join(max(0.0, deadline - time.monotonic()))
-                _stop_process(w, kill=False)
+                _stop_process(w, kill=True)  # workers ignore SIGTERM: one still there after Stop is killed
                 self._workers[i] = None
 
 
