@@ -10,13 +10,11 @@ with nothing to exchange), so the trainer has one loop for every mode.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import hashlib
 import os
 import signal
 import socket
-import sys
 import time
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -28,6 +26,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from parallel_ppo.core.config import Config, TrainingConfig
 from parallel_ppo.core.group import ALONE, STOP_REASONS, Group
+from parallel_ppo.core.lifetime import signal_on_parent_death
 from parallel_ppo.core.model import policy_tensors
 
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -208,15 +207,7 @@ class Ranks(Group):
 def stop_with_launcher() -> None:
     """Ask Linux to send this rank SIGTERM when its launcher dies (a SIGKILLed torchrun would otherwise leave the
     ranks training on their own): the ranks then stop together as on any signal."""
-    if not sys.platform.startswith("linux"):
-        return
-    pr_set_pdeathsig = 1
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM))
-    except (OSError, AttributeError):  # pragma: no cover - no prctl: the launcher's own clean-up still applies
-        return
-    if os.getppid() == 1:  # the launcher died before the request was made
-        os.kill(os.getpid(), signal.SIGTERM)
+    signal_on_parent_death(signal.SIGTERM)
 
 
 def first_line(error: BaseException) -> str:

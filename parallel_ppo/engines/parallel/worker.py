@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
-import sys
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -17,6 +15,7 @@ from parallel_ppo.core.allocator import retain_freed_memory
 from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.collect import CollectResult
 from parallel_ppo.core.config import Config
+from parallel_ppo.core.lifetime import signal_on_parent_death
 from parallel_ppo.core.spaces import ActionSpace
 
 
@@ -88,16 +87,6 @@ def _injected_fault(index: int) -> int:
     return int(rollout) if worker.isdigit() and rollout.isdigit() and int(worker) == index else 0
 
 
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this worker when its parent (the forkserver, which ends with the coordinator, or the
-    coordinator) dies: a worker ignores SIGTERM, and must not outlive the run."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):  # pragma: no cover
-            pass
-
-
 def process_title(spec: WorkerSpec) -> str:
     first = spec.env_offset + spec.first_env
     return f"parallel_ppo worker {spec.index} envs {first}-{first + spec.num_envs - 1} ({spec.cfg.env.id})"
@@ -107,7 +96,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
     """Serve rollout requests (Collect) until told to Stop or the coordinator goes away."""
     for sig in IGNORED_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
-    die_with_parent()
+    signal_on_parent_death(signal.SIGKILL)  # it ignores SIGTERM, and must not outlive the run
     setproctitle.setproctitle(process_title(spec))
     torch.set_num_threads(spec.torch_threads)
     retain_freed_memory()
