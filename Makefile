@@ -2,7 +2,7 @@
 PYTHON   ?= python3
 VENV     ?= .venv
 PY       := $(VENV)/bin/python
-DURATION ?= 1.0
+DURATION ?= 1h
 TAG      ?= 1h
 SEED     ?= 1
 ENV      ?= starpilot
@@ -17,6 +17,7 @@ SEEDS            ?= 1,2,3
 NPROC            ?= 2
 ENVS_TOTAL       ?= 16
 PROCS            ?= 2
+TEST_WORKERS     ?= 2
 STUDY_SECONDS    ?= 30
 CHECKPOINT       ?= benchmarks/parallel_$(TAG)
 TB_HOST          ?= 127.0.0.1
@@ -25,22 +26,34 @@ BENCH_WORKERS    = $(if $(filter command line,$(origin WORKERS)),--workers "$(WO
 ENVS_PER_RANK    ?= 16
 DIST_ENVS        = $(if $(filter command line environment,$(origin ENVS_TOTAL)),--num-envs-total $(ENVS_TOTAL),--num-envs $(ENVS_PER_RANK))
 
-.PHONY: install test test-fast lint train train-parallel train-distributed eval demo compare roofline bench-speed bench-envs \
+.PHONY: install smoke test test-fast lint train train-parallel train-distributed eval demo compare roofline bench-speed bench-envs \
         bench bench-layouts autotune bench-learning bench-mujoco bench-pixels study \
         tensorboard \
         clean distclean
+
+# Where torch's CPU build comes from (README "Install"): PyTorch's CPU wheel index, added as an extra index, unless
+# pip is already configured with package sources of its own (index-url, extra-index-url or find-links in a pip config
+# file or PIP_* variable: a mirror, a proxy, a wheel cache), which are then used alone. TORCH_INDEX=URL names the
+# index; TORCH_INDEX=none adds none. Decided from configuration only: no host is asked.
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+PIP_SOURCES      = $(PIP_INDEX_URL)$(PIP_EXTRA_INDEX_URL)$(PIP_FIND_LINKS)$(shell $(if $(wildcard $(PY)),$(PY),$(PYTHON)) \
+                   -m pip config list 2>/dev/null | grep -E '\.(index-url|extra-index-url|find-links)=')
+TORCH_INDEX     ?= $(if $(strip $(PIP_SOURCES)),none,$(TORCH_CPU_INDEX))
+PIP_INDEX        = $(if $(filter none,$(TORCH_INDEX)),,--extra-index-url $(TORCH_INDEX))
+EXTRAS          ?= dev
 
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet $(PIP_INDEX) -e '.[$(EXTRAS)]'
 	touch $@
 
-## Every test (what CI runs); `make test-fast` skips the ones marked slow (they train or start trainers).
+## Every test (what CI runs), two test files at a time (TEST_WORKERS=1: one); `make test-fast` skips the ones
+## marked slow (they train or start trainers).
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"
@@ -48,12 +61,19 @@ test-fast: install
 lint: install
 	$(VENV)/bin/ruff check .
 
-## Sequential timed run: make train DURATION=0.5 OUT=benchmarks/mine
+## Sequential timed run: make train DURATION=30m OUT=benchmarks/mine
 train: install
 	$(PY) train_timed.py --config config/ppo_sequential.yaml --env $(ENV) --duration $(DURATION) \
 		--seed $(SEED) --output-dir $(or $(OUT),benchmarks/sequential_$(TAG)) $(ARGS)
 
-## Parallel timed run: make train-parallel DURATION=0.5 WORKERS=4 ENVS=8 OUT=benchmarks/mine
+## Proof that an install works, in under a minute: CartPole for 10 s in each trainer → benchmarks/smoke_{sequential,parallel}/
+smoke: install
+	$(PY) train_timed.py --config config/cartpole.yaml --duration 10s --set run.limit_seconds=0 \
+		--output-dir benchmarks/smoke_sequential --overwrite
+	$(PY) train_parallel_timed.py --config config/cartpole.yaml --duration 10s --set run.limit_seconds=0 \
+		--output-dir benchmarks/smoke_parallel --overwrite
+
+## Parallel timed run: make train-parallel DURATION=30m WORKERS=4 ENVS=8 OUT=benchmarks/mine
 train-parallel: install
 	$(PY) train_parallel_timed.py --config config/ppo_parallel.yaml --env $(ENV) --duration $(DURATION) \
 		--num-workers $(WORKERS) --num-envs-per-worker $(ENVS) --seed $(SEED) \
@@ -62,7 +82,7 @@ train-parallel: install
 ## Distributed run on this host, NPROC ranks (each a sequential collector and learner, gradients all-reduced), by the
 ## scaling rule: each rank runs ENVS_PER_RANK envs and the config's minibatch, the global figures NPROC × those;
 ## ENVS_TOTAL=N on the command line splits N envs and the minibatch over the ranks instead:
-## make train-distributed NPROC=4 DURATION=0.5; across hosts see the README
+## make train-distributed NPROC=4 DURATION=30m; across hosts see the README
 ## (OMP_NUM_THREADS only quiets torchrun's notice: each rank sets its threads itself, cores / ranks on the host)
 train-distributed: install
 	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node $(NPROC) train_timed.py --distributed \
@@ -70,7 +90,7 @@ train-distributed: install
 		--seed $(SEED) --output-dir $(or $(OUT),benchmarks/distributed_$(TAG)) $(ARGS)
 
 ## Compare benchmarks/sequential_$(TAG) with benchmarks/parallel_$(TAG), training whichever has no
-## summary.json yet first (DURATION hours each): make compare TAG=30m DURATION=0.5
+## summary.json yet first (DURATION each, 90m or 1.5h): make compare TAG=30m DURATION=30m
 compare: install
 	test -f benchmarks/sequential_$(TAG)/summary.json || $(MAKE) --no-print-directory train OUT=
 	test -f benchmarks/parallel_$(TAG)/summary.json || $(MAKE) --no-print-directory train-parallel OUT=

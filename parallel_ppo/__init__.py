@@ -7,6 +7,7 @@ The public API, loaded on first use (so that reading runs needs no torch):
 - `load_policy(run_or_dir) -> Policy`, whose `predict(obs, deterministic=False)` takes one observation or a batch;
 - `evaluate(policy_or_run, episodes=..., levels=...) -> EvalResult`;
 - `compare({label: run_dir, ...}, output_dir=...)`: the comparison compare_results.py prints and writes;
+- `export(policy_or_run, format="onnx"|"torchscript", output=None) -> Path`: the policy as one inference file;
 - `Config` and its sections, buildable in code; `load_run`, `Run`; the errors `ParallelPPOError` (`ConfigError`,
   `RunDataError`: bad input, exit status 2 on the command line) and `RunFailed`.
 """
@@ -20,7 +21,8 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "train": "parallel_ppo.api", "load_policy": "parallel_ppo.api", "evaluate": "parallel_ppo.api",
-    "compare": "parallel_ppo.api", "Policy": "parallel_ppo.core.policy", "EvalResult": "parallel_ppo.core.evaluate",
+    "compare": "parallel_ppo.api", "export": "parallel_ppo.api", "Policy": "parallel_ppo.core.policy",
+    "EvalResult": "parallel_ppo.core.evaluate",
     "Run": "parallel_ppo.runs.reading", "load_run": "parallel_ppo.runs.reading",
     "Config": "parallel_ppo.core.config", "EnvConfig": "parallel_ppo.core.config",
     "ParallelConfig": "parallel_ppo.core.config", "ModelConfig": "parallel_ppo.core.config",

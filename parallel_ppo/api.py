@@ -7,6 +7,7 @@ compare runs. The command lines are layers over the same code (`launch`, `core.p
     policy = ppo.load_policy(run)
     action = policy.predict(observation, deterministic=True)
     ppo.evaluate(policy, episodes=20)
+    ppo.export(run, format="onnx")  # RUN_DIR/policy.onnx: inference without parallel_ppo (onnxruntime)
     ppo.compare({"sequential": "runs/a", "parallel": "runs/b"}, output_dir="runs/comparison")
 
 The parallel mode starts worker processes: in a script, call it under `if __name__ == "__main__":`, as for any
@@ -22,7 +23,6 @@ from typing import Any
 import torch
 
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.envs import PROCGEN_GAMES
 from parallel_ppo.core.evaluate import EvalResult
 from parallel_ppo.core.policy import Policy
 from parallel_ppo.errors import ConfigError, RunFailed
@@ -40,7 +40,9 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
     `config`: a YAML file, a `Config` built in code, or None for the defaults. `overrides`: `{"section.key":
     value}` set on top of it, e.g. `{"env.id": "CartPole-v1", "run.total_steps": 50_000}`. `mode`: "sequential"
     (one process) or "parallel" (worker processes; its layout in `parallel.*`). `resume`: a run directory to
-    continue from its checkpoint. `verbose`: print the run's start and end lines.
+    continue from its checkpoint. `verbose`: print the run's start and end lines, and show its progress
+    (`logging.progress`: a bar on a terminal, else INFO lines on the `parallel_ppo.progress` logger, seen where
+    logging is set up); False also turns the progress off unless `overrides` sets it.
 
     Settings that cannot run raise ConfigError before anything starts (its wording names the command-line flag
     where a setting has one); a run that stops on an error (a worker that keeps failing, say) raises RunFailed
@@ -77,18 +79,27 @@ def load_policy(where: str | Path | Run, seed: int = 0) -> Policy:
 def evaluate(policy: Policy | Run | str | Path, episodes: int = 20, levels: str | None = None, num_envs: int = 8,
              deterministic: bool = False, seed: int = 0) -> EvalResult:
     """Play `episodes` complete episodes with a policy (or a run's) on fresh envs. `levels`: "test" (Procgen
-    levels the run never trained on; the default for Procgen) or "train" (its own levels; the default, and the
-    only choice, for other envs)."""
+    levels the run never trained on), "train" (its own levels, the only set of other envs) or "auto" (None, the
+    default: test where the run has levels to hold out, else train)."""
     from parallel_ppo.core.evaluate import evaluate as play
 
     if not isinstance(policy, Policy):
         policy = load_policy(policy, seed)
     if episodes <= 0 or num_envs <= 0:
         raise ConfigError(f"episodes and num_envs must be positive, got {episodes} and {num_envs}")
-    levels = levels or ("test" if policy.cfg.env.id in PROCGEN_GAMES else "train")
-    if levels not in ("train", "test"):
-        raise ConfigError(f"levels must be train or test, got {levels!r}")
+    levels = levels or "auto"
+    if levels not in ("auto", "train", "test"):
+        raise ConfigError(f"levels must be auto, train or test, got {levels!r}")
     return play(policy.model, policy.cfg, levels, episodes, num_envs, deterministic, seed)
+
+
+def export(policy: Policy | Run | str | Path, format: str = "onnx", output: str | Path | None = None) -> Path:
+    """Write a policy (or a run's) as one ONNX or TorchScript ("torchscript") file for inference without this
+    package, observation normalization inside; returns its path (default RUN_DIR/policy.onnx or RUN_DIR/policy.pt).
+    What the file takes and returns: `runs.export` and README "Export"."""
+    from parallel_ppo.runs.export import export_policy
+
+    return export_policy(policy.path if isinstance(policy, Run) else policy, format, output).path
 
 
 def compare(runs: Mapping[str, str | Path | Run | Sequence[str | Path]], output_dir: str | Path | None = None,

@@ -38,6 +38,8 @@ from parallel_ppo.engines.distributed import (
 )
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs.directory import prepare_run_dir, resolve_run_dir
+from parallel_ppo.runs.report.formatting import fmt_flop
+from parallel_ppo.runs.tracking import start_tracking
 from parallel_ppo.runs.training import RunSetup, train
 
 
@@ -306,17 +308,23 @@ def train_main(run: PreparedRun, prog: str | None, interrupt: bool = False) -> d
     """Train with the console lines and output files of a run (a distributed run's rank 0)."""
     try:
         write_run_start(run, prog)
+        tracker = start_tracking(run.cfg, run.run_dir, run.source.mode, run.resume is not None, run.group.distributed)
     except BaseException:
         run.source.close()  # the workers are up: `train` would close them, but it never started
         raise
+    summary: dict = {"stop_reason": "error"}  # what the tracker is told if training raises
     try:
-        summary = train(run.cfg, run.source, run.run_dir, run.setup, run.resume, run.group)
+        summary = train(run.cfg, run.source, run.run_dir, run.setup, run.resume, run.group, tracker)
     except KeyboardInterrupt:  # a second Ctrl-C: stop now; the last checkpoint was written atomically
+        summary = {"stop_reason": "signal", "signal": "SIGINT"}
         if interrupt:
             raise
         print(f"\n{prog or 'parallel_ppo'}: interrupted; the last checkpoint in {run.run_dir} is intact",
               file=sys.stderr)
-        return {"stop_reason": "signal", "signal": "SIGINT"}
+        return summary
+    finally:
+        if tracker is not None:
+            tracker.finish(summary)
     for line in end_lines(run.cfg, run.run_dir, summary):
         if line.startswith(("warning:", "error:")):
             print(f"{prog or 'parallel_ppo'}: {line}", file=sys.stderr, flush=True)
@@ -369,9 +377,9 @@ def end_lines(cfg: Config, run_dir: Path, summary: dict[str, Any]) -> list[str]:
         lines.append(f"{100 * summary['limit_efficiency']:.0f}% of this machine's compute limit "
                      f"({summary['compute_limit']['limit_sps']:.0f} SPS, measured before the run)")
     if summary["achieved_gflops"] is not None:
-        lines.append(f"{summary['achieved_gflops']:.0f} GFLOP/s achieved ({summary['flops_per_env_step'] / 1e9:.2f} "
-                     f"GFLOP per env step), {100 * summary['peak_fraction']:.0f}% of the {summary['precision']} "
-                     f"matmul peak ({summary['peak_gflops']:.0f} GFLOP/s)")
+        lines.append(f"{fmt_flop(summary['achieved_gflops'] * 1e9, '/s')} achieved "
+                     f"({fmt_flop(summary['flops_per_env_step'])} per env step), {100 * summary['peak_fraction']:.0f}% "
+                     f"of the {summary['precision']} matmul peak ({summary['peak_gflops']:.0f} GFLOP/s)")
     checksums = {r["checksum"] for r in (summary["distributed"] or {}).get("ranks", [])}
     if len(checksums) > 1:
         lines.append(f"warning: the ranks ended with different parameters (checksums {', '.join(sorted(checksums))} "

@@ -16,8 +16,9 @@ ROWS = [(1, 1024, 9.0, float("nan")), (2, 2048, 13.0, 20.0), (3, 3072, 17.0, 35.
 STEADY = 2048 / 8.0  # steps and seconds from the end of update 1 to the end of update 3
 
 
-def write_run(path: Path, rows: list[tuple[int, int, float, float]] = ROWS, seed: int = 1) -> Path:
-    """A run directory with known metrics rows and a summary that matches them."""
+def write_run(path: Path, rows: list[tuple[int, int, float, float]] = ROWS, seed: int = 1, **summary_fields: object
+              ) -> Path:
+    """A run directory with known metrics rows and a summary that matches them (`summary_fields` override it)."""
     path.mkdir(parents=True)
     cfg = build_config(None, {"env.id": "CartPole-v1", "env.num_envs": 8, "run.seed": seed}, ["training.n_steps=128"],
                        False)
@@ -33,6 +34,6 @@ def write_run(path: Path, rows: list[tuple[int, int, float, float]] = ROWS, seed
                "num_envs": 8, "total_env_steps": rows[-1][1], "wall_seconds": rows[-1][2] + 0.5,
                "episodes": 12, "updates": len(rows), "stop_reason": "total_steps", "precision": "fp32",
                "peak_rss_mb": 300.0, "hardware": {"cpu_model": "x", "logical_cores": 2}, "versions": {},
-               "sps": STEADY, "episodic_return_mean": rows[-1][3]}
+               "sps": STEADY, "episodic_return_mean": rows[-1][3]} | summary_fields
     (path / "summary.json").write_text(json.dumps(summary))
     return path

@@ -3,6 +3,7 @@ ones written, and TensorBoard is not served to the network unless asked."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -49,3 +50,35 @@ def test_tensorboard_serves_this_machine_only_unless_asked(host):
     assert f"--host {host or '127.0.0.1'}" in command
     if host:
         assert f"TB_HOST={host}" in (ROOT / "README.md").read_text()
+
+
+def _install_command(env: dict[str, str], *assignments: str) -> str:
+    """The pip line `make install` would run for a fresh virtual environment (make -n: nothing runs)."""
+    out = subprocess.run(["make", "-n", "install", "VENV=/nonexistent/venv", *assignments], cwd=ROOT, env=env,
+                         capture_output=True, text=True, check=True).stdout
+    return next(line for line in out.splitlines() if "pip install" in line and "-e " in line)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_install_adds_the_cpu_index_only_where_pip_has_no_sources_of_its_own(tmp_path):
+    """No pip configuration: PyTorch's CPU index is an extra index. Sources in pip's configuration (a variable or a
+    config file, as on our machines) are used alone; TORCH_INDEX overrides either way."""
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu -e" in _install_command(bare)
+    assert "--extra-index-url" not in _install_command(bare | {"PIP_FIND_LINKS": str(tmp_path)})
+    config = tmp_path / "pip.conf"
+    config.write_text("[global]\nindex-url = https://mirror.example/simple\n")
+    assert "--extra-index-url" not in _install_command(bare | {"PIP_CONFIG_FILE": str(config)})
+    assert "--extra-index-url https://x.example/cu128 -e" in _install_command(
+        bare | {"PIP_CONFIG_FILE": str(config)}, "TORCH_INDEX=https://x.example/cu128")
+    assert "--extra-index-url" not in _install_command(bare, "TORCH_INDEX=none")
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_the_quick_start_proves_the_install_with_a_short_run_first():
+    """The README's quick start names `make smoke`, whose two runs are bounded to seconds, not hours."""
+    quick_start = (ROOT / "README.md").read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert "make smoke" in quick_start
+    commands = subprocess.run(["make", "-n", "smoke", "VENV=.venv"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout
+    assert commands.count("--duration 10s") == 2 and "train_parallel_timed.py" in commands

@@ -1,10 +1,10 @@
-"""The console progress line's time left: the duration's, or the step budget's when that ends the run first."""
+"""The progress display's time left: the duration's, or the step budget's when that ends the run first."""
 
 from __future__ import annotations
 
 import pytest
 
-from parallel_ppo.runs.metrics import time_left
+from parallel_ppo.runs.progress import time_left
 
 
 def test_time_left_follows_the_duration_without_a_step_budget():

@@ -14,7 +14,9 @@ from fake_runs import write_run
 
 from parallel_ppo.cli import compare as compare_cli
 from parallel_ppo.runs.reading import load_groups
-from parallel_ppo.runs.seeds import Estimate, bootstrap_ci, differences, group_stats, iqm
+from parallel_ppo.runs.report.numbers import compare
+from parallel_ppo.runs.report.text import console_summary, render_markdown
+from parallel_ppo.runs.seeds import CI, RANGE, Estimate, bootstrap_ci, differences, group_stats, iqm
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,10 +33,16 @@ def test_bootstrap_interval_by_hand():
     low, high = bootstrap_ci(np.array([0.0, 0.0, 0.0, 10.0]))
     assert (float(low), float(high)) == (0.0, 7.5)
     # Two or three seeds: every resample of all-lowest (or all-highest) has probability >= 1/27 > 2.5%,
-    # so the interval is the seeds' range.
+    # so a percentile bootstrap is the seeds' range: what a label of up to 4 seeds shows, named as such.
     assert tuple(map(float, bootstrap_ci(np.array([2.0, 3.0, 5.0])))) == (2.0, 5.0)
     est = Estimate.of([2.0, 3.0, 5.0])
     assert (est.mean, est.iqm, est.low, est.high) == pytest.approx((10 / 3, 10 / 3, 2.0, 5.0))
+    assert est.interval == RANGE and Estimate.of([0.0, 1.0, 2.0, 9.0]).interval == RANGE
+    # Five seeds: the 95% interval of the IQM (the middle three). [0, 0, 0, 0, 10] resampled holds k ~ Bin(5, 1/5)
+    # tens and its IQM is 0 for k <= 1 (P = 0.737), 10/3 for k = 2 and 20/3 for k = 3 (P(k <= 2) = 0.942 < 0.975
+    # <= P(k <= 3) = 0.993): the interval is [0, 20/3].
+    est = Estimate.of([0.0, 0.0, 0.0, 0.0, 10.0])
+    assert (est.interval, est.mean, est.iqm, est.low) == (CI, 2.0, 0.0, 0.0) and est.high == pytest.approx(20 / 3)
     assert Estimate.of([1.0, None]) is None  # a seed without the figure: no biased mean of the rest
 
 
@@ -46,16 +54,39 @@ def _seed_runs(parent: Path, finals: list[float]) -> Path:
     return parent
 
 
-def test_verdict_names_a_difference_only_without_overlap(tmp_path):
-    finals = {"high": [40, 41, 42], "low": [30, 31, 32], "near": [29, 35, 41]}
+def test_verdict_names_a_difference_only_from_five_seeds_without_overlap(tmp_path):
+    finals = {"high": [40, 41, 42, 43, 44], "low": [30, 31, 32, 33, 34], "near": [35, 38, 41, 44, 39]}
     groups = load_groups([(label, [_seed_runs(tmp_path / label, values)]) for label, values in finals.items()])
     assert [g.runs[1].label for g in groups] == ["high/seed_2", "low/seed_2", "near/seed_2"]
     lines = differences(group_stats(groups, equal_steps=3072, equal_time=17.0), "final_return", "final return")
     assert lines == [
-        "final return: high 41 [40, 42] vs near 35 [29, 41]: the 95% intervals overlap: no difference shown",
-        "final return: high 41 [40, 42] vs low 31 [30, 32]: high is higher (the 95% intervals do not overlap)"]
+        "final return: high IQM 42 [95% CI 40.3, 43.7] vs near IQM 39.3 [95% CI 36, 43]: the 95% intervals overlap: "
+        "no difference shown",
+        "final return: high IQM 42 [95% CI 40.3, 43.7] vs low IQM 32 [95% CI 30.3, 33.7]: high is higher (the 95% "
+        "intervals do not overlap)"]
     at_steps = group_stats(groups, equal_steps=2048, equal_time=17.0)
     assert [s.return_at_equal_steps.mean for s in at_steps] == [20.0, 20.0, 20.0]
+    cmp = compare(groups)
+    console, markdown = console_summary(cmp, []), render_markdown(cmp)
+    assert "5, 95% CI" in console and ", range" not in console
+    assert "| 95% bootstrap CI |" in markdown and "| range of seeds |" not in markdown
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_up_to_four_seeds_show_their_range_and_no_winner(tmp_path, n):
+    """Two or three seeds: the range of the seeds, never called a 95% interval, and no label declared higher
+    however far apart the ranges are."""
+    groups = load_groups([(label, [_seed_runs(tmp_path / label, [base + i for i in range(n)])])
+                          for label, base in (("high", 40), ("low", 30))])
+    lines = differences(group_stats(groups, equal_steps=3072, equal_time=17.0), "final_return", "final return")
+    assert lines == [f"final return: high mean {40 + (n - 1) / 2:.3g} [range 40, {39 + n}] vs low mean "
+                     f"{30 + (n - 1) / 2:.3g} [range 30, {29 + n}]: {n} seeds, so no difference claimed "
+                     "(≥ 5 seeds per label for a 95% interval)"]
+    cmp = compare(groups)
+    console, markdown = console_summary(cmp, []), render_markdown(cmp)
+    for text in (console, markdown):
+        assert "is higher" not in text and "95% CI" not in text and "95% interval" in text
+    assert f"{n}, range" in console and "| range of seeds |" in markdown and "band: range of seeds" in markdown
 
 
 def test_compare_reads_seeds_from_a_parent_directory(tmp_path, capsys):
@@ -72,10 +103,24 @@ def test_compare_reads_seeds_from_a_parent_directory(tmp_path, capsys):
     assert labels["a"]["seeds"] == 3 and labels["a"]["runs"] == ["a/seed_1", "a/seed_2", "a/seed_3"]
     assert labels["a"]["final_return"]["mean"] == pytest.approx(41.0)
     assert labels["a"]["final_return"]["low"] == 40.0 and labels["b"]["final_return"]["high"] == 32.0
-    assert any("a is higher" in line for line in result["verdict"])
+    assert labels["a"]["interval"] == labels["a"]["final_return"]["interval"] == "range of seeds"
+    assert not any("is higher" in line for line in result["verdict"])
     assert (out / "learning_curves.png").stat().st_size > 10_000
     assert "Across seeds" in (out / "comparison.md").read_text()
-    assert "Across seeds:" in capsys.readouterr().out
+    assert "Across seeds (" in capsys.readouterr().out
+
+
+def test_a_label_repeating_a_seed_is_one_line_and_exit_2(tmp_path, capsys):
+    """Two runs of seed 1 under one label would count one seed twice (a zero-width interval when the runs are
+    deterministic): refused. Under labels of their own they compare."""
+    one, again = write_run(tmp_path / "one", seed=1), write_run(tmp_path / "again", seed=1)
+    other = write_run(tmp_path / "other", seed=2)
+    out = tmp_path / "cmp"
+    assert compare_cli.main(["--run", f"a={one},{again}", "--run", f"b={other}", "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "run label 'a' has two runs of seed 1" in err, err
+    assert not out.exists()
+    assert compare(load_groups([("a", [one]), ("b", [again])])).baseline == "a"
 
 
 def test_a_seed_missing_its_summary_is_one_line_and_exit_2(tmp_path):

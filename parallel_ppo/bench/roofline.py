@@ -31,6 +31,7 @@ from parallel_ppo.core.model import autocast, learner_device
 from parallel_ppo.core.ppo import TrainBatch, build_learner, minibatch_step, ppo_loss
 from parallel_ppo.core.spaces import ActionSpace, as_action_space
 from parallel_ppo.errors import ConfigError, RunDataError
+from parallel_ppo.runs.report.formatting import fmt_flop
 
 BUSY_CORES = 0.1
 """Other processes' load (in cores) above which a measurement is flagged as taken on a busy machine."""
@@ -275,7 +276,7 @@ def format_table(result: dict[str, Any]) -> str:
         rows += [
             ("network FLOPs", f"{result['forward_flops'] / 1e6:,.1f} M per forward, "
                               f"{result['train_flops'] / 1e6:,.1f} M per training sample → "
-                              f"{result['flops_per_env_step'] / 1e9:.3f} GFLOP per env step"),
+                              f"{fmt_flop(result['flops_per_env_step'])} per env step"),
             ("matmul peak", f"fp32 {result['peak_gflops']['fp32']:,.0f}, bf16 {result['peak_gflops']['bf16']:,.0f} "
                             f"GFLOP/s (products up to {PEAK_SIZE}², {result['threads']} threads)"),
             ("limit vs peak", f"the compute limit is {limit_gflops:,.0f} GFLOP/s, {limit_gflops / peak:.0%} of the "
@@ -352,6 +353,6 @@ def run_roofline_line(run_dir: str) -> str:
     if s.achieved_gflops is None or s.peak_gflops is None:
         raise RunDataError(f"--run {run_dir}: its summary has no FLOP figures (run.limit_seconds was 0, "
                           "or an older run)")
-    return (f"run {run_dir}: {s.sps:,.0f} SPS × {s.flops_per_env_step / 1e9:.3f} GFLOP = "
-            f"{s.achieved_gflops:,.0f} GFLOP/s, {s.peak_fraction:.0%} of its {s.precision} matmul peak "
+    return (f"run {run_dir}: {s.sps:,.0f} SPS × {fmt_flop(s.flops_per_env_step)} = "
+            f"{fmt_flop(s.achieved_gflops * 1e9, '/s')}, {s.peak_fraction:.0%} of its {s.precision} matmul peak "
             f"({s.peak_gflops:,.0f} GFLOP/s)")

@@ -1,5 +1,5 @@
 """The command lines, thin layers over the package: `parallel-ppo COMMAND` (also `python -m parallel_ppo COMMAND`)
-dispatches to the trainers, evaluation and demo, comparison and benchmarks; the top-level scripts
+dispatches to the trainers, evaluation, demo and export, comparison and benchmarks; the top-level scripts
 (train_timed.py, train_parallel_timed.py, compare_results.py, bench.py) call the same code."""
 
 from __future__ import annotations
@@ -31,6 +31,12 @@ def _demo(argv: list[str], prog: str) -> int:
     return demo_main(argv, prog=prog)
 
 
+def _export(argv: list[str], prog: str) -> int:
+    from parallel_ppo.cli.export import export_main
+
+    return export_main(argv, prog=prog)
+
+
 def _compare(argv: list[str], prog: str) -> int:
     from parallel_ppo.cli.compare import main as compare_main
 
@@ -48,6 +54,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str], str], int], str]] = {
     "train-parallel": (_train(parallel=True), "parallel timed training: coordinator + workers"),
     "eval": (_eval, "a trained policy's return on its training or held-out levels, eval.json"),
     "demo": (_demo, "a video of a trained policy playing"),
+    "export": (_export, "a trained policy as one ONNX or TorchScript file for inference elsewhere"),
     "compare": (_compare, "timed runs side by side: table, plots, reports (compare_results.py)"),
     "bench": (_bench, "roofline, speed-check, envs, scaling, layouts, autotune, learning, study (bench.py)"),
 }

@@ -16,7 +16,7 @@ import torch
 from parallel_ppo.bench.roofline import format_table, network_flops, run_roofline_line
 from parallel_ppo.bench.scaling import BenchRunCrashed
 from parallel_ppo.bench.speedcheck import SPEED_TARGET
-from parallel_ppo.cli.common import OneLineParser, fail, int_list, positive_int, positive_number
+from parallel_ppo.cli.common import OneLineParser, duration_in, fail, int_list, positive_int
 from parallel_ppo.cli.study import add_study, study
 from parallel_ppo.core.allocator import retain_freed_memory
 from parallel_ppo.core.config import Config
@@ -55,7 +55,7 @@ def _add_roofline(sub: Any) -> None:
     r.add_argument("--batch-size", type=int, metavar="N", help="PPO minibatch (training.batch_size)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config field, e.g. --set training.precision=bf16 (repeatable)")
-    r.add_argument("--seconds", type=positive_number, default=20.0, metavar="S",
+    r.add_argument("--seconds", type=duration_in("s"), default=20.0, metavar="TIME",
                    help="timed measuring budget, split between forward and train (default 20)")
     r.add_argument("--threads", type=int, metavar="N",
                    help="torch threads (default: the trainer's learner threads, all logical cores)")
@@ -76,9 +76,9 @@ def _add_speed_check(sub: Any) -> None:
     s.add_argument("--n-epochs", type=int, default=3, metavar="N", help="epochs (default 3)")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="extra config override for both the limit and the trainer (repeatable)")
-    s.add_argument("--seconds", type=positive_number, default=20.0, metavar="S",
+    s.add_argument("--seconds", type=duration_in("s"), default=20.0, metavar="TIME",
                    help="timed budget of the limit measurement (default 20)")
-    s.add_argument("--train-seconds", type=positive_number, default=120.0, metavar="S",
+    s.add_argument("--train-seconds", type=duration_in("s"), default=120.0, metavar="TIME",
                    help="wall-clock budget of the trainer run in seconds (default 120)")
     s.add_argument("--output-dir", metavar="DIR",
                    help=f"trainer run and JSON go here (default {SPEED_CHECK_DIR}, a new one each time)")
@@ -95,7 +95,7 @@ def _add_envs(sub: Any) -> None:
     e.add_argument("--num-workers", type=int, metavar="W", help="workers of the parallel path")
     e.add_argument("--num-envs-per-worker", type=int, metavar="M", help="envs per worker (total W × M)")
     e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
-    e.add_argument("--seconds", type=positive_number, default=10.0, metavar="S", help="per measurement (10)")
+    e.add_argument("--seconds", type=duration_in("s"), default=10.0, metavar="TIME", help="per measurement (10)")
     e.add_argument("--output", metavar="FILE.json", help="also write the rows as JSON")
 
 
@@ -110,8 +110,8 @@ def _add_sweeps(sub: Any) -> None:
         c.add_argument("--env", metavar="ID", help="Procgen game or gymnasium id")
         c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="config override passed to every run (repeatable)")
-        c.add_argument("--seconds", type=positive_number, default=20.0 if name == "autotune" else 60.0,
-                       metavar="S", help="wall-clock budget of each run")
+        c.add_argument("--seconds", type=duration_in("s"), default=20.0 if name == "autotune" else 60.0,
+                       metavar="TIME", help="wall-clock budget of each run")
         c.add_argument("--output-dir", default=f"benchmarks/{name}", metavar="DIR",
                        help=f"where the runs and results go (default benchmarks/{name})")
         if name == "scaling":
@@ -135,7 +135,8 @@ def _add_learning(sub: Any) -> None:
                        "before (summary.json present) are kept, so the same command finishes an interrupted one.")
     c.add_argument("--config", default=str(ROOT / "config" / "ppo_sequential.yaml"), help="YAML config file")
     c.add_argument("--env", default="starpilot", metavar="ID", help="Procgen game or gymnasium id (starpilot)")
-    c.add_argument("--minutes", type=positive_number, default=10.0, metavar="M", help="per run (default 10)")
+    c.add_argument("--minutes", type=duration_in("m"), default=10.0, metavar="TIME",
+                   help="per run (default 10; a bare number is minutes, 90s or 1.5h work too)")
     c.add_argument("--seeds", default="1,2,3", metavar="LIST", help="seeds, e.g. 1,2,3 (the default)")
     c.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
                    help="a variant (repeatable; keys as for --set, e.g. fp32:training.precision=fp32); "

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
+from parallel_ppo.core.units import to_unit
 from parallel_ppo.errors import ConfigError
 
 
@@ -23,15 +24,20 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def positive_number(text: str) -> float:
-    """argparse type: a finite number above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
-    return value
+def duration_in(unit: str) -> Callable[[str], float]:
+    """argparse type: a positive duration with a unit (`90s`, `10m`, `1.5h`) or a bare number in `unit`, returned
+    in `unit` (core/units.py)."""
+
+    def duration(text: str) -> float:
+        try:
+            value = to_unit(text, unit)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be a positive duration, got {text!r}")
+        return value
+
+    return duration
 
 
 def positive_int(text: str) -> int:

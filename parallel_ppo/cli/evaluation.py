@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from parallel_ppo.cli.common import OneLineParser, fail, positive_int, positive_number, seed_number
+from parallel_ppo.cli.common import OneLineParser, duration_in, fail, positive_int, seed_number
 from parallel_ppo.core.config import Config
 from parallel_ppo.errors import ParallelPPOError
 
@@ -28,8 +28,9 @@ MAX_FPS = 120
 def _common(p: OneLineParser) -> None:
     p.add_argument("--checkpoint", required=True, metavar="RUN_DIR_OR_FILE",
                    help="a run directory (its checkpoint.pt) or a checkpoint file")
-    p.add_argument("--levels", choices=("train", "test"), default="test",
-                   help="the run's own levels, or levels it never saw (default test)")
+    p.add_argument("--levels", choices=("auto", "train", "test"), default="auto",
+                   help="the run's own levels, or levels it never saw; auto (the default): test where the run has "
+                        "levels to hold out (Procgen), else train")
     p.add_argument("--deterministic", action="store_true", help="take the most likely action instead of sampling")
     p.add_argument("--seed", type=seed_number, default=0, metavar="N", help="seed of the eval envs and actions (0)")
 
@@ -46,7 +47,7 @@ def eval_parser(prog: str) -> OneLineParser:
 
 def demo_seconds(text: str) -> float:
     """argparse type: a video length, a positive number of seconds up to an hour."""
-    seconds = positive_number(text)
+    seconds = duration_in("s")(text)
     if seconds > MAX_DEMO_SECONDS:
         raise argparse.ArgumentTypeError(f"a demo is at most {MAX_DEMO_SECONDS:.0f} s, got {text!r}")
     return seconds
@@ -64,7 +65,7 @@ def demo_parser(prog: str) -> OneLineParser:
     p = OneLineParser(prog=prog, description="Write a video of a trained policy playing (no screen needed), its "
                       "episode return drawn on the frames.")
     _common(p)
-    p.add_argument("--seconds", type=demo_seconds, default=20.0, metavar="S",
+    p.add_argument("--seconds", type=demo_seconds, default=20.0, metavar="TIME",
                    help=f"video length (20; at most {MAX_DEMO_SECONDS:.0f})")
     p.add_argument("--output", metavar="FILE.mp4|FILE.gif", help="default RUN_DIR/demo.mp4")
     p.add_argument("--fps", type=demo_fps, default=DEFAULT_FPS, metavar="N", help=f"frames/s ({DEFAULT_FPS}; at most "
@@ -124,11 +125,22 @@ def eval_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
     command = " ".join([prog, shlex.join(argv if argv is not None else sys.argv[1:])])
     entry = {**result.stats(), "checkpoint_update": checkpoint["update"],
              "checkpoint_env_steps": checkpoint["env_steps"], "seed": args.seed, "command": command}
-    key = f"{args.levels}_{'deterministic' if args.deterministic else 'sampled'}"
+    key = f"{result.levels}_{'deterministic' if args.deterministic else 'sampled'}"
     path = record_eval(run_dir, key, entry)
     print(format_eval(cfg, entry))
     print(f"wrote {path}" + (f" and {args.video} ({len(frames)} frames)" if args.video else ""))
+    if args.video:
+        publish(prog, cfg, run_dir, f"videos/eval_{key}", frames, DEFAULT_FPS, checkpoint["env_steps"], args.video)
     return 0
+
+
+def publish(prog: str, cfg: Config, run_dir: Path, tag: str, frames: list, fps: int, step: int, video: str) -> None:
+    """Add a video to the run's TensorBoard events and its W&B run, where it has them; one line for each (a
+    warning on stderr for what could not be done)."""
+    from parallel_ppo.runs.tracking import publish_video
+
+    for line in publish_video(cfg, run_dir, tag, frames, fps, step, Path(video)):
+        print(f"{prog}: {line}", file=sys.stderr if line.startswith("warning:") else sys.stdout, flush=True)
 
 
 def format_eval(cfg: Config, e: dict[str, Any]) -> str:
@@ -152,7 +164,7 @@ def demo_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
     frames: list = []
     wanted = math.ceil(args.seconds * args.fps)
     try:
-        cfg, model, run_dir, _ = load_policy(args.checkpoint)
+        cfg, model, run_dir, checkpoint = load_policy(args.checkpoint)
         output = Path(args.output) if args.output else run_dir / "demo.mp4"
         check_video_path(output)
         result = evaluate(model, cfg, args.levels, 10**6, 1, args.deterministic, args.seed,
@@ -162,6 +174,7 @@ def demo_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
     except ParallelPPOError as e:
         return fail(prog, e, 2)
     done = ", ".join(f"{r:g}" for r in result.returns) or "none finished"
-    print(f"wrote {output}: {len(frames)} frames at {args.fps} fps of {cfg.env.id} ({args.levels} levels); "
+    print(f"wrote {output}: {len(frames)} frames at {args.fps} fps of {cfg.env.id} ({result.levels} levels); "
           f"returns of the episodes it shows: {done}")
+    publish(prog, cfg, run_dir, "videos/demo", frames, args.fps, checkpoint["env_steps"], str(output))
     return 0

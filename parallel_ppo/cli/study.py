@@ -17,7 +17,7 @@ from parallel_ppo.bench.study import (
     run_study,
     study_table,
 )
-from parallel_ppo.cli.common import fail, int_list, positive_int, positive_number
+from parallel_ppo.cli.common import duration_in, fail, int_list, positive_int
 from parallel_ppo.errors import ConfigError, ParallelPPOError
 
 
@@ -33,7 +33,7 @@ def add_study(sub: Any) -> None:
     c.add_argument("--processes", metavar="LIST", help='process counts (default 1, 2, 4, ... logical cores)')
     c.add_argument("--families", default=",".join(FAMILIES), metavar="LIST",
                    help=f"which families to run (default {','.join(FAMILIES)}; cuda only where CUDA is available)")
-    c.add_argument("--seconds", type=positive_number, default=30.0, metavar="S",
+    c.add_argument("--seconds", type=duration_in("s"), default=30.0, metavar="TIME",
                    help="wall-clock budget of each run (default 30)")
     c.add_argument("--n-steps", type=positive_int, default=64, metavar="N", help="steps per env per rollout (64)")
     c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

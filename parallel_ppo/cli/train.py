@@ -6,39 +6,41 @@ import argparse
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from parallel_ppo.cli.common import OneLineParser, fail
-from parallel_ppo.core.collect import RolloutError
+import yaml
+
+from parallel_ppo.cli.common import OneLineParser, duration_in, fail
+from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import DEVICES, FLAGS, build_config
-from parallel_ppo.engines.distributed import PeerLost, launch_rank
 from parallel_ppo.errors import ConfigError, ParallelPPOError
-from parallel_ppo.launch import Request, execute, prepare
 from parallel_ppo.runs.directory import default_run_dir, resolve_run_dir
+from parallel_ppo.runs.progress import progress_to_stdout
 from parallel_ppo.runs.reading import seed_dir
+
+if TYPE_CHECKING:  # the training modules load torch: imported when a run starts, so --help and bad flags are quick
+    from parallel_ppo.launch import Request
 
 
 def make_parser(prog: str, parallel: bool) -> OneLineParser:
     mode = "parallel (coordinator + worker processes)" if parallel else "sequential (one process)"
-    p = OneLineParser(prog=prog, description=f"Wall-clock-bounded PPO training, {mode}.")
+    p = OneLineParser(prog=prog, description=f"Wall-clock-bounded PPO training, {mode}. A flag's default is the "
+                      "config file's value, else the built-in one shown; --print-config shows what a command "
+                      "resolves to.")
     p.add_argument("--config", help="YAML config file (sections env, parallel, model, training, run, logging)")
-    p.add_argument("--duration", type=float, metavar="HOURS", help="wall-clock budget in hours (run.duration)")
-    p.add_argument("--total-steps", type=int, metavar="N", help="also stop after N env steps (run.total_steps)")
-    p.add_argument("--output-dir", metavar="DIR", help="run directory (run.output_dir)")
-    p.add_argument("--env", metavar="ID", help="Procgen game (starpilot, ...) or gymnasium id (CartPole-v1)")
-    p.add_argument("--seed", type=int, metavar="N", help="random seed (run.seed)")
-    p.add_argument("--batch-size", type=int, metavar="N", help="SGD minibatch size (training.batch_size)")
-    if parallel:
-        p.add_argument("--num-workers", type=int, metavar="W", help="worker processes (parallel.num_workers)")
-        p.add_argument("--num-envs-per-worker", type=int, metavar="M",
-                       help="envs per worker (parallel.num_envs_per_worker)")
-    else:
-        p.add_argument("--num-envs", type=int, metavar="N", help="number of envs (env.num_envs)")
-    p.add_argument("--distributed", action="store_true",
-                   help="one rank of a data-parallel run under torchrun (gradients all-reduced; rank 0 writes)")
-    p.add_argument("--num-envs-total", type=int, metavar="N",
-                   help="--distributed: envs over all ranks, split evenly, and --batch-size then the minibatch of all "
-                        "ranks (distributed.num_envs_total; it replaces the envs per rank or per worker of the "
-                        "config); without it each rank runs the config's envs and minibatch")
+    p.add_argument("--duration", type=duration_in("h"), metavar="TIME",
+                   help="wall-clock budget: 90m, 1.5h, 3600s; a bare number is hours (run.duration; "
+                        f"{builtin('run.duration')} h)")
+    p.add_argument("--total-steps", type=int, metavar="N",
+                   help=f"also stop after N env steps (run.total_steps; {builtin('run.total_steps')}, no limit)")
+    p.add_argument("--output-dir", metavar="DIR", help="run directory (run.output_dir; built-in: "
+                                                       "benchmarks/<mode>_<time>)")
+    p.add_argument("--env", metavar="ID", help="Procgen game (starpilot, ...), gymnasium id (CartPole-v1) or "
+                                               f"module:EnvId (env.id; {builtin('env.id')})")
+    p.add_argument("--seed", type=int, metavar="N", help=f"random seed (run.seed; {builtin('run.seed')})")
+    p.add_argument("--batch-size", type=int, metavar="N",
+                   help=f"SGD minibatch size (training.batch_size; {builtin('training.batch_size')})")
+    add_layout_flags(p, parallel)
     p.add_argument("--device", choices=DEVICES,
                    help="the learner's device (training.device; default auto: cuda, else mps, else cpu)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -51,11 +53,58 @@ def make_parser(prog: str, parallel: bool) -> OneLineParser:
                         "command serves a requeued job (under torchrun, a restarted group does this by itself)")
     p.add_argument("--seeds", metavar="LIST",
                    help="train once per seed (e.g. 1,2,3), one after another, into OUTPUT_DIR/seed_<n>")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the config this command resolves to (YAML, as config.yaml) and exit; `auto` values "
+                        "are chosen by measurement when a run starts")
+    return add_tracking_flags(p)
+
+
+def add_layout_flags(p: OneLineParser, parallel: bool) -> None:
+    """Envs, workers and ranks."""
+    if parallel:
+        p.add_argument("--num-workers", type=int, metavar="W",
+                       help=f"worker processes (parallel.num_workers; {builtin('parallel.num_workers')})")
+        p.add_argument("--num-envs-per-worker", type=int, metavar="M",
+                       help="envs per worker (parallel.num_envs_per_worker; "
+                            f"{builtin('parallel.num_envs_per_worker')})")
+        p.add_argument("--num-envs", type=int, metavar="N",
+                       help="envs in all, split evenly over the workers (env.num_envs = workers × envs per worker)")
+    else:
+        p.add_argument("--num-envs", type=int, metavar="N",
+                       help=f"number of envs (env.num_envs; {builtin('env.num_envs')})")
+    p.add_argument("--distributed", action="store_true",
+                   help="one rank of a data-parallel run under torchrun (gradients all-reduced; rank 0 writes)")
+    p.add_argument("--num-envs-total", type=int, metavar="N",
+                   help="--distributed: envs over all ranks, split evenly, and --batch-size then the minibatch of all "
+                        "ranks (distributed.num_envs_total; it replaces the envs per rank or per worker of the "
+                        "config); without it each rank runs the config's envs and minibatch")
+
+
+def add_tracking_flags(p: OneLineParser) -> OneLineParser:
+    """The Weights & Biases flags (config section `tracking`)."""
+    p.add_argument("--track", action="store_true", default=None,
+                   help="track the run in Weights & Biases (tracking.wandb; needs pip install 'parallel_ppo[wandb]'; "
+                        "with WANDB_MODE=offline nothing goes over the network and W&B's files stay in "
+                        "OUTPUT_DIR/wandb for a later `wandb sync`)")
+    p.add_argument("--wandb-project", metavar="NAME",
+                   help=f"W&B project (tracking.project; {builtin('tracking.project')})")
+    p.add_argument("--wandb-entity", metavar="NAME", help="W&B team or user (tracking.entity; default: yours)")
+    p.add_argument("--wandb-group", metavar="NAME",
+                   help="W&B group, e.g. one per experiment or set of seeds (tracking.group)")
+    p.add_argument("--wandb-tags", metavar="A,B", help="W&B tags, comma-separated (tracking.tags)")
     return p
+
+
+def builtin(key: str) -> str:
+    """`built-in: VALUE`, the default of config field `section.key` when no config file sets it."""
+    section, _, name = key.partition(".")
+    return f"built-in: {getattr(getattr(Config(), section), name)}"
 
 
 def request_of(args: argparse.Namespace, parallel: bool) -> Request:
     """What the parsed command line asks to train."""
+    from parallel_ppo.launch import Request
+
     flags = {key: getattr(args, flag[2:].replace("-", "_"), None) for key, flag in FLAGS.items()}
     return Request(args.config, flags, tuple(args.set), parallel, args.distributed, args.overwrite, args.resume,
                    args.resume_if_exists)
@@ -64,13 +113,29 @@ def request_of(args: argparse.Namespace, parallel: bool) -> Request:
 def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
     """Parse, validate, build the rollout source, train (once, or once per seed); returns the exit status."""
     args = make_parser(prog, parallel).parse_args(argv)
-    if args.seeds is not None:
-        return run_seeds(args, parallel, prog)
-    return run_one(request_of(args, parallel), prog)
+    if args.print_config:
+        return print_config(request_of(args, parallel), prog)
+    with progress_to_stdout(prog):  # the progress lines of a run whose stdout is not a terminal
+        if args.seeds is not None:
+            return run_seeds(args, parallel, prog)
+        return run_one(request_of(args, parallel), prog)
+
+
+def print_config(request: Request, prog: str) -> int:
+    """`--print-config`: the resolved config as YAML on stdout (a resumed run's own config under the flags)."""
+    config = str(Path(request.resume) / "config.yaml") if request.resume else request.config
+    try:
+        cfg = build_config(config, request.flags, list(request.sets), request.parallel)
+    except ParallelPPOError as e:
+        return fail(prog, e, 2)
+    print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
+    return 0
 
 
 def seed_runs(args: argparse.Namespace, parallel: bool) -> list[Request]:
     """`--seeds`: one request per seed, each checked (config and run directory) before any trains."""
+    from parallel_ppo.launch import Request
+
     if args.distributed:
         raise ConfigError("--seeds trains seeds one after another in one process; under torchrun launch one "
                           "--distributed run per seed")
@@ -116,6 +181,10 @@ def run_seeds(args: argparse.Namespace, parallel: bool, prog: str) -> int:
 def run_one(request: Request, prog: str) -> int:
     """One training run (one rank's, under `--distributed`: only rank 0 speaks and writes, unless a rank loses the
     others); returns its exit status."""
+    from parallel_ppo.core.collect import RolloutError
+    from parallel_ppo.engines.distributed import PeerLost, launch_rank
+    from parallel_ppo.launch import execute, prepare
+
     quiet = request.distributed and launch_rank() != 0
     try:
         prepared = prepare(request)
@@ -126,4 +195,7 @@ def run_one(request: Request, prog: str) -> int:
     except KeyboardInterrupt:
         print(f"\n{prog}: interrupted before the first update; nothing was trained", file=sys.stderr)
         return 128 + signal.SIGINT
-    return execute(prepared, prog)[1]
+    try:
+        return execute(prepared, prog)[1]
+    except ParallelPPOError as e:  # W&B tracking that could not start (the run directory is left as it was)
+        return fail(prog, e, 2)

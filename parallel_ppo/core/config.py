@@ -168,8 +168,9 @@ class EvalConfig:
     """Complete episodes per evaluation."""
     num_envs: int = 8
     """Envs an evaluation plays at once (each plays its share of the episodes)."""
-    levels: str = "test"
-    """`test`: Procgen levels the run never trains on; `train`: its own levels (or the gymnasium env itself)."""
+    levels: str = "auto"
+    """`test`: Procgen levels the run never trains on; `train`: its own levels (or the gymnasium env itself);
+    `auto`: test where the run has levels to hold out, else train."""
     deterministic: bool = False
     """Take the most likely action instead of sampling."""
 
@@ -192,9 +193,31 @@ class LoggingConfig:
     tensorboard: bool = True
     """Write TensorBoard events under <output_dir>/logs."""
     progress: str = "auto"
-    """Console progress line: auto (only on a terminal), on, or off."""
+    """Progress of a run while it trains (rank 0 only): `auto` shows a tqdm bar when stdout is a terminal and
+    otherwise (a batch job's log: nohup, Slurm, CI) a plain line every `progress_seconds` through Python's logging
+    (logger `parallel_ppo.progress`, level INFO; the command lines print it to stdout, and in Python it follows
+    your logging setup); `on` is the same, but where nothing handles that logger it prints the lines to stdout
+    itself; `off` shows neither."""
+    progress_seconds: float = 30.0
+    """Seconds between two progress lines when stdout is not a terminal (the first update is always logged)."""
     return_window: int = 100
     """Episodes in the rolling mean of returns and lengths."""
+
+
+@dataclass
+class TrackingConfig:
+    wandb: bool = False
+    """Track the run in Weights & Biases (`--track`; needs `pip install 'parallel_ppo[wandb]'`): the resolved config,
+    each update's metrics under their TensorBoard tags, the summary, and eval/demo videos. `WANDB_MODE=offline`
+    keeps everything in <output_dir>/wandb (or `WANDB_DIR`) with no network, for a later `wandb sync`."""
+    project: str = "parallel_ppo"
+    """W&B project (`--wandb-project`)."""
+    entity: str = ""
+    """W&B team or user (`--wandb-entity`; empty: your default entity)."""
+    group: str = ""
+    """W&B group of the run, e.g. one per experiment or per set of seeds (`--wandb-group`; empty: none)."""
+    tags: list[str] = field(default_factory=list)
+    """W&B tags (`--wandb-tags a,b`; in YAML a list or a comma-separated string)."""
 
 
 @dataclass
@@ -207,6 +230,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     @property
     def rollout_size(self) -> int:

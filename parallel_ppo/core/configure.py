@@ -14,6 +14,7 @@ import yaml
 
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.envs import PROCGEN_MODES, check_env, eval_levels
+from parallel_ppo.core.units import to_unit
 from parallel_ppo.errors import ConfigError
 
 
@@ -60,12 +61,30 @@ def set_value(cfg: Config, dotted: str, value: Any) -> None:
     names = [f.name for f in dataclasses.fields(section)]
     if key not in names:
         raise ConfigError(f"unknown config key {dotted!r} (keys of {section_name}: {', '.join(names)})")
+    if dotted in DURATIONS and isinstance(value, str):
+        try:
+            value = to_unit(value, DURATIONS[dotted])
+        except ValueError as e:
+            raise ConfigError(f"{dotted}: {e}") from None
+    if dotted in STRING_LISTS:
+        setattr(section, key, _string_list(dotted, value))
+        return
     if dotted in AUTO_INTS:
         if value != "auto" and (not isinstance(value, (int, float)) or isinstance(value, bool)):
             raise ConfigError(f"{dotted} must be an integer or auto, got {value!r}")
         setattr(section, key, value if value == "auto" else _coerce(dotted, value, 0))
         return
     setattr(section, key, _coerce(dotted, value, getattr(section, key)))
+
+
+def _string_list(path: str, value: Any) -> list[str]:
+    """A list of strings, or a comma-separated string split into one (empty items dropped)."""
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) and not isinstance(v, bool)
+                                              for v in value):
+        raise ConfigError(f"{path} must be a list of names or a comma-separated string, got {value!r}")
+    return [str(v).strip() for v in value if str(v).strip()]
 
 
 class _YamlLoader(yaml.SafeLoader):
@@ -144,6 +163,8 @@ FLAGS = {
     "env.id": "--env", "run.seed": "--seed", "training.batch_size": "--batch-size", "env.num_envs": "--num-envs",
     "parallel.num_workers": "--num-workers", "parallel.num_envs_per_worker": "--num-envs-per-worker",
     "training.device": "--device", "distributed.num_envs_total": "--num-envs-total",
+    "tracking.wandb": "--track", "tracking.project": "--wandb-project", "tracking.entity": "--wandb-entity",
+    "tracking.group": "--wandb-group", "tracking.tags": "--wandb-tags",
 }
 """Config fields that the trainers' command lines also set, with their flags."""
 
@@ -157,12 +178,20 @@ LAYOUT = ("parallel.num_workers", "parallel.num_envs_per_worker")
 
 
 def derive_parallel_envs(cfg: Config, given: set[str], on_command_line: set[str]) -> None:
-    """Parallel mode: env.num_envs is workers × envs per worker. A different value given for it is refused, unless
-    it came from the config file and the layout from the command line (which wins over the file's figures)."""
+    """Parallel mode: env.num_envs is workers × envs per worker. env.num_envs given on the command line without the
+    envs per worker is split evenly over the workers; any other value given for it is refused, unless it came from
+    the config file and the layout from the command line (which wins over the file's figures)."""
     p = cfg.parallel
     for key, value in ((LAYOUT[0], p.num_workers), (LAYOUT[1], p.num_envs_per_worker)):
         if value <= 0:
             raise ConfigError(f"{field_name(key)} must be positive, got {value}")
+    if "env.num_envs" in on_command_line and LAYOUT[1] not in on_command_line:
+        if cfg.env.num_envs <= 0 or cfg.env.num_envs % p.num_workers:
+            raise ConfigError(
+                f"{field_name('env.num_envs')} = {cfg.env.num_envs} must split evenly over the {p.num_workers} "
+                f"workers (in parallel mode envs = workers × envs per worker; --num-workers and "
+                f"--num-envs-per-worker set them one by one)")
+        p.num_envs_per_worker = cfg.env.num_envs // p.num_workers
     total = p.num_workers * p.num_envs_per_worker
     overridden = "env.num_envs" not in on_command_line and bool(on_command_line & set(LAYOUT))
     if "env.num_envs" in given and cfg.env.num_envs != total and not overridden:
@@ -177,17 +206,25 @@ POSITIVE = ("run.duration", "env.num_envs", "parallel.num_workers", "parallel.nu
             "parallel.worker_threads", "training.n_steps", "training.batch_size", "training.n_epochs",
             "model.hidden_size", "logging.return_window", "run.checkpoint_interval", "parallel.worker_timeout",
             "training.learning_rate", "training.max_grad_norm", "training.clip_coef", "training.reward_clip",
-            "training.obs_clip", "env.frame_size", "eval.episodes", "eval.num_envs", "distributed.timeout_seconds")
+            "training.obs_clip", "env.frame_size", "eval.episodes", "eval.num_envs", "distributed.timeout_seconds",
+            "logging.progress_seconds")
 MAXIMUM = {"env.num_envs": 4096, "training.n_steps": 100_000, "parallel.num_workers": 512, "run.seed": 2**31 - 1,
            "distributed.num_envs_total": 2**20, "env.frame_size": 1024, "env.frame_stack": 64,
            "run.duration": 24 * 365, "env.start_level": 2**31 - 1, "env.num_levels": 2**31 - 1,
            "model.hidden_size": 65536, "distributed.timeout_seconds": 7 * 24 * 3600,
-           "run.checkpoint_interval": 10**9, "parallel.worker_timeout": 10**9, "eval.interval_seconds": 10**9}
+           "run.checkpoint_interval": 10**9, "parallel.worker_timeout": 10**9, "eval.interval_seconds": 10**9,
+           "logging.progress_seconds": 10**9}
 NON_NEGATIVE = ("env.num_levels", "env.start_level", "env.env_threads", "env.frame_stack", "parallel.learner_threads",
                 "training.microbatch_size", "parallel.max_worker_restarts", "run.total_steps", "run.seed",
                 "training.ent_coef", "training.vf_coef", "training.target_kl", "run.limit_seconds",
                 "eval.interval_seconds", "distributed.num_envs_total")
 UNIT_INTERVAL = ("training.gamma", "training.gae_lambda")
+DURATIONS = {"run.duration": "h", "run.checkpoint_interval": "s", "run.limit_seconds": "s",
+             "eval.interval_seconds": "s", "parallel.worker_timeout": "s", "distributed.timeout_seconds": "s",
+             "logging.progress_seconds": "s"}
+"""Time fields, with the unit of a bare number: each also takes text with a unit (`90m`, `30s`; core/units.py)."""
+STRING_LISTS = ("tracking.tags",)
+"""List fields of names (strings), which also take a comma-separated string."""
 AUTO_INTS = ("training.microbatch_size",)
 """Integer fields that also take `auto` (chosen by measurement before a run)."""
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -195,7 +232,7 @@ CHOICES = {"training.precision": ("auto", "fp32", "bf16"), "training.device": DE
            "model.kind": ("auto", "impala", "nature", "mlp", "random"),
            "model.init": ("reference", "orthogonal"),
            "logging.progress": ("auto", "on", "off"), "parallel.start_method": ("spawn", "forkserver"),
-           "env.distribution_mode": PROCGEN_MODES, "eval.levels": ("train", "test"),
+           "env.distribution_mode": PROCGEN_MODES, "eval.levels": ("auto", "train", "test"),
            "run.preempt_signal": ("", "SIGUSR1", "SIGUSR2"), "run.on_preempt": ("stop", "checkpoint")}
 LAYER_WIDTHS = ("model.impala_depths", "model.mlp_hidden")
 
@@ -225,6 +262,8 @@ def validate(cfg: Config, world_size: int = 1) -> None:
         if get_value(cfg, key) not in allowed:
             raise ConfigError(f"{key} must be one of {', '.join(allowed)}; got {get_value(cfg, key)!r}")
     check_env(cfg.env)
+    if cfg.tracking.wandb:
+        check_wandb()
     if cfg.eval.interval_seconds > 0:
         eval_levels(cfg.env, cfg.eval.levels)
     for key in LAYER_WIDTHS:
@@ -232,6 +271,15 @@ def validate(cfg: Config, world_size: int = 1) -> None:
         if not widths or any(w <= 0 or w > 4096 for w in widths):
             raise ConfigError(f"{key} must be a non-empty list of widths in 1..4096, got {widths}")
     _check_rollout(cfg, world_size if cfg.distributed.num_envs_total else 1)
+
+
+def check_wandb() -> None:
+    """W&B tracking needs wandb, an optional dependency: refuse it, naming the install, where it is missing."""
+    try:
+        import wandb  # noqa: F401
+    except ImportError:
+        raise ConfigError("W&B tracking (--track, tracking.wandb) needs wandb: pip install 'parallel_ppo[wandb]'") \
+            from None
 
 
 def _check_rollout(cfg: Config, world_size: int = 1) -> None:

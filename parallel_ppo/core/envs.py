@@ -70,21 +70,33 @@ TEST_LEVELS = 1_000_000
 """Test levels are the next TEST_LEVELS level seeds after the training range: disjoint from it by construction."""
 
 
-def eval_levels(env: EnvConfig, levels: str) -> EnvConfig:
-    """The env config to evaluate on: `train` (the run's own levels) or `test` (levels it never saw)."""
-    if levels == "train":
-        return dataclasses.replace(env)
+def no_test_levels(env: EnvConfig) -> str | None:
+    """Why a run on `env` has no levels to hold out for a test, or None when it has (Procgen's unseen levels)."""
     if env.id not in PROCGEN_GAMES:
-        raise ConfigError(f"{env.id} has no levels to hold out: evaluate it on its own distribution (levels train, "
-                          "or eval.levels=train)")
+        return f"{env.id} has no levels to hold out: evaluate it on its own distribution"
     if env.distribution_mode == "exploration":
-        raise ConfigError("exploration mode plays one fixed level: there are no test levels (use levels train)")
+        return "exploration mode plays one fixed level: there are no test levels"
     if env.num_levels == 0:
-        raise ConfigError("the run trained on every level (num_levels 0): no level is held out (use levels train)")
+        return "the run trained on every level (num_levels 0): no level is held out"
+    if env.start_level + env.num_levels >= LEVEL_LIMIT:
+        return f"the run trained up to Procgen's last level {LEVEL_LIMIT - 1}: no level is left to hold out"
+    return None
+
+
+def resolve_levels(env: EnvConfig, levels: str) -> str:
+    """`auto`: `test` where the run has levels to hold out (Procgen), else `train` (its only set); others as given."""
+    if levels == "auto":
+        return "train" if no_test_levels(env) else "test"
+    return levels
+
+
+def eval_levels(env: EnvConfig, levels: str) -> EnvConfig:
+    """The env config to evaluate on: `train` (the run's own levels), `test` (levels it never saw) or `auto`."""
+    if resolve_levels(env, levels) == "train":
+        return dataclasses.replace(env)
+    if why := no_test_levels(env):
+        raise ConfigError(f"{why} (use levels train, or eval.levels=train)")
     start = env.start_level + env.num_levels
-    if start >= LEVEL_LIMIT:
-        raise ConfigError(f"the run trained up to Procgen's last level {LEVEL_LIMIT - 1}: no level is left to hold "
-                          "out (use levels train)")
     return dataclasses.replace(env, start_level=start, num_levels=min(TEST_LEVELS, LEVEL_LIMIT - start))
 
 

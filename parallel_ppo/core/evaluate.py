@@ -14,7 +14,7 @@ import numpy as np
 from torch import nn
 
 from parallel_ppo.core.config import Config, EnvConfig
-from parallel_ppo.core.envs import eval_levels, make_batch_env, normalized_return
+from parallel_ppo.core.envs import eval_levels, make_batch_env, normalized_return, resolve_levels
 from parallel_ppo.core.policy import act
 
 EVAL_STREAM = 0xE7A1
@@ -64,6 +64,7 @@ def evaluate(model: nn.Module, cfg: Config, levels: str, episodes: int, num_envs
     over-counted (stopping all envs at the first N finished episodes would favour them); episodes in progress
     when the last share is done are not counted. `until` may end it early (a demo of S seconds).
     """
+    levels = resolve_levels(cfg.env, levels)
     env_cfg = eval_levels(cfg.env, levels)
     num_envs = max(1, min(num_envs, episodes))
     shares = np.array([episodes // num_envs + (i < episodes % num_envs) for i in range(num_envs)])

@@ -52,10 +52,15 @@ def prepare_run_dir(path: Path, cfg: Config, overwrite: bool) -> None:
     """Create the run directory, clear an earlier run's files if overwriting, and write config.yaml."""
     path.mkdir(parents=True, exist_ok=True)
     if overwrite:
-        for name in RUN_FILES:
-            target = path / name
-            if target.is_dir():
-                shutil.rmtree(target)
-            else:
-                target.unlink(missing_ok=True)
+        remove_run_files(path)
     write_text(path / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+def remove_run_files(path: Path) -> None:
+    """Delete the files of a run (RUN_FILES) in `path`; other files stay."""
+    for name in RUN_FILES:
+        target = path / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        else:
+            target.unlink(missing_ok=True)

@@ -1,19 +1,19 @@
-"""Per-update metrics: metrics.csv, TensorBoard events, a console progress line, and psutil sampling."""
+"""Per-update metrics: metrics.csv, TensorBoard events, the progress display (`runs.progress`), an experiment
+tracker such as W&B (`runs.tracking`), and psutil sampling."""
 
 from __future__ import annotations
 
 import csv
 import io
 import math
-import os
-import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 
 from parallel_ppo.core.files import write_text
 from parallel_ppo.core.timing import PHASES
+from parallel_ppo.runs.progress import Progress
 from parallel_ppo.runs.summary import METRIC_COLUMNS
 
 TB_TAGS = {
@@ -34,6 +34,18 @@ TB_TAGS = {
 }
 """metrics.csv column → TensorBoard tag (CleanRL's names where it has them). Per-worker `worker<i>_cpu_percent`
 and `worker<i>_rss_mb` go to TensorBoard only, as `system/worker<i>_...`."""
+
+
+def tagged(row: dict[str, Any]) -> dict[str, float]:
+    """An update's finite values under their TensorBoard tags (TB_TAGS and the per-worker `system/worker<i>_...`)."""
+    tags = {**TB_TAGS, **{k: f"system/{k}" for k in row if k.startswith("worker") and k[6:7].isdigit()}}
+    return {tag: row[key] for key, tag in tags.items() if row.get(key) is not None and math.isfinite(row[key])}
+
+
+class Tracker(Protocol):
+    """An experiment tracker that receives each update's row (`runs.tracking.WandbTracker`)."""
+
+    def log(self, row: dict[str, Any]) -> None: ...
 
 
 def truncate_metrics(path: Path, update: int) -> None:
@@ -174,24 +186,11 @@ def _add_by_role(out: dict[str, float], role: str, name: str, value: float) -> N
         out[f"{role}_{name}"] = value
 
 
-def time_left(elapsed: float, env_steps: int, budget_seconds: float, total_steps: int) -> float:
-    """Seconds until the run stops: the duration left, or sooner, the step budget left at the run's mean rate."""
-    left = budget_seconds - elapsed
-    if total_steps and env_steps > 0 and elapsed > 0:
-        left = min(left, (total_steps - env_steps) * elapsed / env_steps)
-    return max(0.0, left)
-
-
-def _fmt_time(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
 class MetricsLogger:
-    """Writes each update's row to metrics.csv and TensorBoard and redraws the progress line."""
+    """Writes each update's row to metrics.csv and TensorBoard, shows it on `progress` and sends it to `tracker`."""
 
-    def __init__(self, run_dir: Path, tensorboard: bool, progress: str, budget_seconds: float,
-                 total_steps: int, label: str, resume_after: tuple[int, int] | None = None) -> None:
+    def __init__(self, run_dir: Path, tensorboard: bool, progress: Progress | None,
+                 resume_after: tuple[int, int] | None = None, tracker: Tracker | None = None) -> None:
         """`resume_after=(update, env_steps)` continues a run: later rows (logged after its checkpoint) go."""
         self.path = run_dir / "metrics.csv"
         if resume_after is not None and self.path.exists():
@@ -207,48 +206,25 @@ class MetricsLogger:
 
             purge = resume_after[1] + 1 if resume_after is not None else None
             self._writer = SummaryWriter(str(run_dir / "logs"), purge_step=purge)
-        self._progress = progress == "on" or (progress == "auto" and sys.stdout.isatty())
-        self._budget = budget_seconds
-        self._total_steps = total_steps
-        self._label = label
+        self._progress, self._tracker = progress, tracker
 
     def log(self, row: dict[str, Any]) -> None:
         self._csv.writerow({k: _csv_value(row.get(k)) for k in METRIC_COLUMNS})
         self._file.flush()
         if self._writer is not None:
-            step = int(row["env_steps"])
-            tags = {**TB_TAGS, **{k: f"system/{k}" for k in row if k.startswith("worker") and k[6:7].isdigit()}}
-            for key, tag in tags.items():
-                value = row.get(key)
-                if value is not None and math.isfinite(value):
-                    self._writer.add_scalar(tag, value, step)
-        if self._progress:
-            self._draw(row)
-
-    def _draw(self, row: dict[str, Any]) -> None:
-        elapsed = row["wall_time"]
-        ret = row["episodic_return_mean"]
-        steps = f"{row['env_steps']:,}" + (f"/{self._total_steps:,}" if self._total_steps else "")
-        line = (f"[{self._label}] update {row['update']} | {steps} steps | {row['sps']:.0f} SPS | "
-                f"{_fmt_time(elapsed)} elapsed, "
-                f"{_fmt_time(time_left(elapsed, row['env_steps'], self._budget, self._total_steps))} left | "
-                f"return {'-' if ret is None or math.isnan(ret) else f'{ret:.2f}'}")
-        sys.stdout.write("\r" + line[: max(20, _terminal_width() - 1)].ljust(_terminal_width() - 1))
-        sys.stdout.flush()
+            for tag, value in tagged(row).items():
+                self._writer.add_scalar(tag, value, int(row["env_steps"]))
+        if self._tracker is not None:
+            self._tracker.log(row)
+        if self._progress is not None:
+            self._progress.update(row)
 
     def close(self) -> None:
-        if self._progress:
-            sys.stdout.write("\n")
+        if self._progress is not None:
+            self._progress.close()
         if self._writer is not None:
             self._writer.close()
         self._file.close()
-
-
-def _terminal_width() -> int:
-    try:
-        return os.get_terminal_size().columns
-    except OSError:
-        return 120
 
 
 def _csv_value(value: Any) -> Any:

@@ -15,9 +15,9 @@ from typing import Any
 from parallel_ppo.core.timing import PHASES
 from parallel_ppo.errors import RunDataError
 
-RUN_FILES = ("metrics.csv", "summary.json", "checkpoint.pt", "config.yaml", "logs", "eval.json", "demo.mp4")
-"""What a run directory holds, its evaluations and default demo video included (`--overwrite` replaces exactly
-these)."""
+RUN_FILES = ("metrics.csv", "summary.json", "checkpoint.pt", "config.yaml", "logs", "eval.json", "demo.mp4", "wandb")
+"""What a run directory holds, its evaluations, default demo video and W&B files included (`--overwrite` replaces
+exactly these)."""
 
 METRIC_COLUMNS = [
     "update", "env_steps", "wall_time", "sps",

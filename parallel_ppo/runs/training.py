@@ -1,10 +1,11 @@
 """A training run's outputs while and after it trains: the hooks that evaluate, log (metrics.csv, TensorBoard,
-the progress line) and checkpoint after each update, and `train`, which runs the core loop with them and builds
-summary.json from what the run measured (every figure by `runs.figures`)."""
+the progress bar or lines, W&B) and checkpoint after each update, and `train`, which runs the core loop with them
+and builds summary.json from what the run measured (every figure by `runs.figures`)."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -23,7 +24,8 @@ from parallel_ppo.engines.distributed import RUN_ID_VAR, TORCHRUN_ID, checksum
 from parallel_ppo.errors import RunDataError
 from parallel_ppo.runs import fingerprint
 from parallel_ppo.runs.figures import compute_figures, return_figures, steady_sps
-from parallel_ppo.runs.metrics import MetricsLogger, ResourceSampler
+from parallel_ppo.runs.metrics import MetricsLogger, ResourceSampler, Tracker
+from parallel_ppo.runs.progress import make_progress
 from parallel_ppo.runs.reading import read_metrics
 from parallel_ppo.runs.summary import RunSummary
 
@@ -59,22 +61,33 @@ class EvalHook:
         return self.result if self.at_update == state.update else self.run(state)
 
 
+SAMPLE_SECONDS = 1.0
+"""Least time between two CPU and memory samples: a sample reads /proc/<pid>/smaps_rollup of every process (~15 ms
+on 2 cores), which was 10% of a CartPole run sampled at every update."""
+
+
 class MetricsHook:
-    """Samples CPU and memory into each update's row, then writes it to metrics.csv, TensorBoard and the
-    progress line."""
+    """Samples CPU and memory into each update's row, then writes it to metrics.csv, TensorBoard, the progress
+    display and the tracker (W&B) if any."""
 
     phase = "log"
 
-    def __init__(self, cfg: Config, run_dir: Path, mode: str, resume_after: tuple[int, int] | None) -> None:
+    def __init__(self, cfg: Config, run_dir: Path, mode: str, resume_after: tuple[int, int] | None,
+                 tracker: Tracker | None = None) -> None:
         self.sampler = ResourceSampler()
-        self.logger = MetricsLogger(run_dir, cfg.logging.tensorboard, cfg.logging.progress,
-                                    cfg.run.duration * 3600, cfg.run.total_steps, mode, resume_after)
+        progress = make_progress(cfg.logging.progress, mode, cfg.run.duration * 3600, cfg.run.total_steps,
+                                 cfg.logging.progress_seconds)
+        self.logger = MetricsLogger(run_dir, cfg.logging.tensorboard, progress, resume_after, tracker)
         self.cpu_samples: list[float] = []
+        self.resources: dict[str, float] = {}
+        self.sampled = -math.inf
 
     def after_update(self, state: TrainState, row: dict[str, Any]) -> None:
-        resources = self.sampler.sample()
-        self.cpu_samples.append(resources["cpu_percent"])
-        self.logger.log({**row, **resources})
+        """Rows of updates less than SAMPLE_SECONDS apart repeat the latest sample (peaks still see every moment)."""
+        if time.monotonic() - self.sampled >= SAMPLE_SECONDS:
+            self.resources, self.sampled = self.sampler.sample(), time.monotonic()
+            self.cpu_samples.append(self.resources["cpu_percent"])
+        self.logger.log({**row, **self.resources})
 
     def close(self) -> None:
         self.sampler.close()
@@ -129,7 +142,7 @@ class _Writers:
 
 
 def train(cfg: Config, source: RolloutSource, run_dir: Path, setup: RunSetup, resume: dict | None = None,
-          group: Group = ALONE) -> dict:
+          group: Group = ALONE, tracker: Tracker | None = None) -> dict:
     """Train until the duration or step budget is spent (or a signal arrives); returns summary.json's content.
 
     `resume` is a loaded checkpoint: model, optimizer, counters, RNG states, episode window and elapsed
@@ -138,7 +151,7 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, setup: RunSetup, re
     In a distributed run (`group`), every rank starts from rank 0's parameters and trains in step with the
     others; only rank 0 writes (metrics, TensorBoard, checkpoints, evaluation, summary.json with every rank's
     layout and parameter checksum), and the other ranks return only how the run ended. A lost rank raises
-    `distributed.PeerLost` (the last checkpoint stays as it was).
+    `distributed.PeerLost` (the last checkpoint stays as it was). `tracker` (rank 0's) receives every update's row.
     """
     run_dir, world = Path(run_dir), group.world_size
     mode = "distributed" if group.distributed else source.mode
@@ -151,7 +164,8 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, setup: RunSetup, re
             group.broadcast_parameters(state.model)
             clock = Clock(state.elapsed_before)
             if group.is_main:
-                writers = _Writers(MetricsHook(cfg, run_dir, mode, (state.update, state.env_steps) if resume else None),
+                writers = _Writers(MetricsHook(cfg, run_dir, mode, (state.update, state.env_steps) if resume else None,
+                                               tracker),
                                    CheckpointHook(cfg, run_dir / "checkpoint.pt", mode, clock, stop, world),
                                    EvalHook(cfg) if cfg.eval.interval_seconds > 0 else None)
             outcome = run_loop(cfg, source, state, writers.hooks(), stop, clock, group)
@@ -222,7 +236,7 @@ def summarize(cfg: Config, source: RolloutSource, state: TrainState, outcome: Ou
         learner=setup.learner,
         roofline=setup.roofline, world_size=len(ranks) if ranks else 1,
         **return_figures(cfg.env, train_return, final_eval.mean if final_eval is not None else None),
-        eval_levels=cfg.eval.levels if final_eval is not None else None,
+        eval_levels=final_eval.levels if final_eval is not None else None,
         **compute_figures(sps, setup.compute_limit, setup.roofline, cfg.training.precision),
         distributed={"source": source.mode, "num_envs_per_rank": source.layout["num_envs"],
                      "timeout_seconds": cfg.distributed.timeout_seconds, "ranks": ranks} if ranks else None,

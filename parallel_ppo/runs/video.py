@@ -1,8 +1,10 @@
-"""Video files from RGB frames (MP4 through PyAV's bundled ffmpeg, GIF through Pillow), and a caption drawn
-onto a frame with a tiny built-in font, so no screen, system ffmpeg or font file is needed."""
+"""Video files from RGB frames (MP4 through PyAV's bundled ffmpeg, GIF through Pillow), the same videos in
+TensorBoard events (as GIFs: no moviepy), and a caption drawn onto a frame with a tiny built-in font, so no screen,
+system ffmpeg or font file is needed."""
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,3 +66,40 @@ def write_video(path: Path, frames: Sequence[np.ndarray], fps: int) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+TENSORBOARD_MAX_SIDE = 256
+"""Frames larger than this are shrunk (by a whole factor) for TensorBoard, whose event files hold the GIF itself."""
+
+
+def gif_bytes(frames: Sequence[np.ndarray], fps: int) -> bytes:
+    """`frames` (H, W, 3 uint8) as an animated GIF that loops, encoded in memory by Pillow with a fast octree palette
+    per frame and no dithering (300 starpilot frames of 256² pixels: 0.8 s and 3.3 MB, against 15 s and 14 MB with
+    Pillow's default median cut)."""
+    from PIL import Image
+
+    images = [Image.fromarray(f).quantize(256, Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE) for f in frames]
+    out = io.BytesIO()
+    images[0].save(out, format="GIF", save_all=True, append_images=images[1:], duration=round(1000 / fps), loop=0)
+    return out.getvalue()
+
+
+def add_tensorboard_video(log_dir: Path, tag: str, frames: Sequence[np.ndarray], fps: int, step: int) -> None:
+    """Add `frames` to the TensorBoard events in `log_dir` as an animated GIF (shown under Images), at `step`.
+
+    torch's `SummaryWriter.add_video` needs moviepy (and its 1.x `moviepy.editor`), and without it writes nothing
+    but a printed line; this writes the same image summary from a GIF encoded by Pillow."""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from torch.utils.tensorboard import SummaryWriter
+
+    if not frames:
+        raise ConfigError(f"no frames to add to TensorBoard as {tag}")
+    shrink = max(1, -(-max(frames[0].shape[:2]) // TENSORBOARD_MAX_SIDE))
+    small = [np.ascontiguousarray(f[::shrink, ::shrink]) for f in frames]
+    height, width = small[0].shape[:2]
+    image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=gif_bytes(small, fps))
+    writer = SummaryWriter(str(log_dir))
+    try:
+        writer._get_file_writer().add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
+    finally:
+        writer.close()

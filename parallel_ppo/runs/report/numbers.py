@@ -21,9 +21,10 @@ PHASE_NAMES = (*MAIN_PHASES, "other")
 """Bars of the phase breakdown; `other` = publish + log + checkpoint + anything untimed."""
 
 LAYOUT_KEYS = ("env.num_envs", "run.output_dir", "run.duration", "run.total_steps", "run.checkpoint_interval",
-               "logging.progress", "logging.tensorboard")
+               "logging.progress", "logging.progress_seconds", "logging.tensorboard", "tracking.wandb",
+               "tracking.project", "tracking.entity", "tracking.group", "tracking.tags")
 """Config keys that may differ between compared runs without a warning (besides the whole `parallel`
-section): the env layout, where and how long a run goes, and logging switches. Duration is checked on the
+section): the env layout, where and how long a run goes, and logging and tracking switches. Duration is checked on the
 measured time instead."""
 
 OTHER_LOAD_CORES = 0.25
@@ -105,6 +106,7 @@ def compare(items: Sequence[RunGroup | Run], baseline: str | None = None, thresh
     runs = [r for g in groups for r in g.runs]
     if len(runs) < 2:
         raise ConfigError("nothing to compare: give at least two runs (--sequential/--parallel or --run)")
+    seeds.check_distinct_seeds(groups)
     baseline = _baseline_label(groups, runs, baseline)
     base = next(r for r in runs if r.label == baseline)
     if threshold is not None and not math.isfinite(threshold):
@@ -205,14 +207,28 @@ def _warnings(runs: Sequence[Run], declared_modes: Mapping[str, str], seeded: bo
     config = _config_warning(runs, seeded)
     if config:
         out.append(config)
-    walls = [r.summary.wall_seconds for r in runs]
-    if max(walls) > 1.1 * min(walls):
-        spans = _grouped({r.label: fmt_duration(r.summary.wall_seconds) for r in runs})
-        out.append(f"runs differ in duration ({spans}): final returns are not comparable; "
-                   f"compare the return at equal wall time")
+    duration = _duration_warning(runs)
+    if duration:
+        out.append(duration)
     for run in runs:
         out += _run_warnings(run, declared_modes.get(run.label))
     return out
+
+
+def _duration_warning(runs: Sequence[Run]) -> str | None:
+    """Runs of different lengths, or None. Runs that all stopped at their step budget (run.total_steps) are
+    measured in env steps, so equal budgets are comparable whatever their wall times; others in wall time."""
+    if all(r.summary.stop_reason == "total_steps" for r in runs):
+        steps = [r.summary.total_env_steps for r in runs]
+        if max(steps) <= 1.1 * min(steps):
+            return None
+        spans = _grouped({r.label: f"{r.summary.total_env_steps:,} env steps" for r in runs})
+    else:
+        walls = [r.summary.wall_seconds for r in runs]
+        if max(walls) <= 1.1 * min(walls):
+            return None
+        spans = _grouped({r.label: fmt_duration(r.summary.wall_seconds) for r in runs})
+    return f"runs differ in duration ({spans}): final returns are not comparable; compare the return at equal wall time"
 
 
 def _machine_warnings(runs: Sequence[Run]) -> list[str]:

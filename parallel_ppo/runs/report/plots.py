@@ -116,13 +116,15 @@ def plot_comparison(cmp: Comparison) -> bytes:
 
 
 def plot_seeds(cmp: Comparison) -> bytes:
-    """learning_curves.png: each label's mean return across seeds vs env steps and vs wall time, with the
-    pointwise 95% bootstrap band, and the equal-steps line."""
+    """learning_curves.png: each label's mean return across seeds vs env steps and vs wall time, with its pointwise
+    band (`seeds.band_name`: the range of up to 4 seeds, else the 95% bootstrap interval of the mean), and the
+    equal-steps line."""
     colors = _run_colors(len(cmp.groups))
     fig = Figure(figsize=(14, 5.5), layout="constrained")
     ax_steps, ax_time = fig.subplots(1, 2)
-    fig.suptitle(f"Mean return across seeds, {seeds.LEVEL:.0%} bootstrap band: "
-                 f"{', '.join(g.label for g in cmp.groups)}", fontsize=13, fontweight="bold")
+    bands = " or ".join(sorted({seeds.band_name(len(g.runs)) for g in cmp.groups}))
+    fig.suptitle(f"Mean return across seeds of {', '.join(g.label for g in cmp.groups)} (band: {bands})",
+                 fontsize=13, fontweight="bold")
     longest = max(float(r.metrics["wall_time"][-1]) for r in cmp.runs)
     scale, unit = _time_unit(longest)
     names = []
@@ -134,7 +136,8 @@ def plot_seeds(cmp: Comparison) -> bytes:
             x, mean, low, high = drawn
             ax.plot(x / x_scale, mean, color=color, lw=2)
             ax.fill_between(x / x_scale, low, high, color=color, alpha=0.2, lw=0)
-        names.append(f"{group.label} ({len(group.runs)} seed{'s' if len(group.runs) > 1 else ''})")
+        n = len(group.runs)
+        names.append(f"{group.label} ({n} seed{'s' if n > 1 else ''}, band: {seeds.band_name(n)})")
     ax_steps.axvline(cmp.equal_steps, color="0.35", ls=":", lw=1)
     ax_steps.xaxis.set_major_formatter(FuncFormatter(_count))
     ax_steps.set(xlabel="env steps", ylabel=f"mean episodic return ({return_window(cmp)})",

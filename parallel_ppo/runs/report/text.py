@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from parallel_ppo.runs import seeds
 from parallel_ppo.runs.figures import SPEEDUP_DEFINITION
 from parallel_ppo.runs.report.formatting import (
     NO_EPISODES,
+    Table,
     describe_hardware,
     describe_versions,
     fmt_cpu,
@@ -21,6 +21,7 @@ from parallel_ppo.runs.report.formatting import (
     fmt_flops,
     fmt_memory,
     fmt_return,
+    for_console,
 )
 from parallel_ppo.runs.report.numbers import PHASE_NAMES, Comparison, RunStats
 
@@ -35,29 +36,6 @@ def report_title(cmp: Comparison) -> str:
     """The reports' and comparison.png's title: the games and the labels."""
     envs = sorted({r.summary.env_id for r in cmp.runs})
     return f"PPO timed runs compared on {', '.join(envs)}: {', '.join(s.label for s in cmp.stats)}"
-
-
-@dataclass(frozen=True)
-class Table:
-    """Cells as strings; the first `left` columns are text (left-aligned), the rest numbers."""
-
-    header: list[str]
-    rows: list[list[str]]
-    left: int = 1
-
-    def text(self) -> str:
-        widths = [max(len(r[i]) for r in [self.header, *self.rows]) for i in range(len(self.header))]
-
-        def line(cells: list[str]) -> str:
-            return "  ".join(c.ljust(w) if i < self.left else c.rjust(w)
-                             for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
-
-        return "\n".join([line(self.header), "  ".join("-" * w for w in widths), *map(line, self.rows)])
-
-    def markdown(self) -> str:
-        align = ["---" if i < self.left else "---:" for i in range(len(self.header))]
-        return "\n".join("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-                         for cells in [self.header, align, *self.rows])
 
 
 def table(cmp: Comparison) -> Table:
@@ -157,37 +135,58 @@ def seed_figure_names(cmp: Comparison) -> dict[str, str]:
 
 
 def seed_table(cmp: Comparison) -> Table:
-    """One row per label: seeds, then mean, IQM and 95% bootstrap interval of each figure across seeds."""
+    """One row per label: seeds and what its intervals are, then each figure's mean, IQM and interval across seeds
+    (the range of the seeds, or the 95% bootstrap interval of the IQM: `seeds.Estimate`)."""
     names = seed_figure_names(cmp)
-    header = ["label", "seeds"]
+    kinds = {g.interval for g in cmp.group_stats}
+    word = f"{seeds.LEVEL:.0%} CI" if kinds == {seeds.CI} else "range" if kinds == {seeds.RANGE} else "interval"
+    header = ["label", "seeds", "interval"]
     for figure in seeds.FIGURES:
-        header += [f"{names[figure]}: mean", "IQM", "95% CI"]
+        header += [f"{names[figure]}: mean", "IQM", word]
     rows = []
     for g in cmp.group_stats:
-        row = [g.label, str(g.seeds)]
+        row = [g.label, str(g.seeds), g.interval]
         for figure in seeds.FIGURES:
             est = getattr(g, figure)
             row += ["-", "-", "-"] if est is None else [
                 seeds.num(est.mean), seeds.num(est.iqm), f"[{seeds.num(est.low)}, {seeds.num(est.high)}]"]
         rows.append(row)
-    return Table(header, rows, left=1)
+    return Table(header, rows, left=3)
+
+
+SEED_CELLS = (f"mean [{seeds.RANGE}] up to {seeds.MIN_CI_SEEDS - 1} seeds, IQM [{seeds.CI}] from "
+              f"{seeds.MIN_CI_SEEDS}")
+
+
+def console_seed_table(cmp: Comparison) -> Table:
+    """`seed_table` in brief: one cell per figure, `seeds.short` (see `SEED_CELLS`)."""
+    names = seed_figure_names(cmp)
+    rows = [[g.label, f"{g.seeds}, {'range' if g.interval == seeds.RANGE else f'{seeds.LEVEL:.0%} CI'}",
+             *(seeds.short(getattr(g, f)) for f in seeds.FIGURES)] for g in cmp.group_stats]
+    return Table(["label", "seeds", *(names[f] for f in seeds.FIGURES)], rows, left=2)
 
 
 def seed_verdict(cmp: Comparison) -> list[str]:
-    """Per figure, the best label against each other one; a difference is named only where intervals do not overlap."""
+    """Per figure, the best label against each other one (`seeds.differences`): a difference is named only between
+    labels of 5 seeds or more whose 95% intervals do not overlap."""
     names = seed_figure_names(cmp)
     lines = [line for figure in seeds.FIGURES for line in seeds.differences(cmp.group_stats, figure, names[figure])]
     return lines or ["Too few labels with the figures to compare across seeds."]
 
 
 def seed_definitions(cmp: Comparison) -> list[str]:
+    n = seeds.MIN_CI_SEEDS
     return [
-        f"Across seeds: each label's runs are seeds of one config. Mean, interquartile mean (IQM: the mean of "
-        f"the middle half, the lowest and highest quarter dropped) and the {seeds.LEVEL:.0%} percentile bootstrap "
-        f"interval of the mean ({seeds.RESAMPLES:,} resamples of the seeds). Return @ {cmp.equal_steps:,.0f} "
-        f"steps: each run's mean return at its last update by that many env steps. With 3 seeds or fewer the "
-        "interval is the range of the seeds: overlapping intervals mean no difference was shown, not that "
-        "there is none.",
+        "Across seeds: each label's runs are distinct seeds of one config (a label repeating a seed is refused). "
+        "Mean and interquartile mean (IQM: the mean of the middle half, the lowest and highest quarter dropped, "
+        f"as rliable). Return @ {cmp.equal_steps:,.0f} steps: each run's mean return at its last update by that "
+        "many env steps.",
+        f"Intervals: with {n} seeds or more, the {seeds.LEVEL:.0%} percentile bootstrap interval of the IQM "
+        f"({seeds.RESAMPLES:,} resamples of each label's own seeds, rliable's stratified bootstrap with one task); "
+        f"the verdict names a difference only where two labels' intervals do not overlap, and overlapping ones "
+        f"mean no difference was shown, not that there is none. With {n - 1} seeds or fewer, the range of the "
+        "seeds (min to max): a percentile bootstrap of 2 or 3 seeds is exactly that range, and of 4 nearly, so it "
+        f"is no {seeds.LEVEL:.0%} interval and no difference is claimed from it: run {seeds.MORE_SEEDS}.",
     ]
 
 
@@ -234,10 +233,14 @@ def run_descriptions(cmp: Comparison) -> list[str]:
 
 
 def console_summary(cmp: Comparison, written: Sequence[Path]) -> str:
-    """What compare_results.py prints: the table, the verdict, the warnings, and the files written."""
-    across = ["Across seeds:", seed_table(cmp).text(), ""] if cmp.has_seeds else []
-    lines = [table(cmp).text(), "", *across, *(f"  {line}" for line in verdict(cmp)),
-             *(f"  warning: {line}" for line in cmp.warnings)]
+    """What compare_results.py prints: the tables in brief (`for_console`), the verdict, the warnings, and the
+    files written."""
+    brief, gone = for_console(table(cmp))
+    lines = [brief.text(), *([f"(also in comparison.md: {', '.join(gone)})"] if gone else []), ""]
+    if cmp.has_seeds:
+        across, _ = for_console(console_seed_table(cmp), (), [seed_figure_names(cmp)[f] for f in seeds.FIGURES[2:]])
+        lines += [f"Across seeds ({SEED_CELLS}):", across.text(), ""]
+    lines += [*(f"  {line}" for line in verdict(cmp)), *(f"  warning: {line}" for line in cmp.warnings)]
     if written:
         lines += ["", f"wrote {', '.join(p.name for p in written)} to {written[0].parent}"]
     return "\n".join(lines) + "\n"
@@ -248,8 +251,9 @@ def _sections(cmp: Comparison) -> list[tuple[str, str, Any]]:
     warnings = cmp.warnings or ["none: same hardware, versions, config (apart from the parallel layout) "
                                 "and duration"]
     across = [("Across seeds", "table", seed_table(cmp))]
-    figures = [("learning_curves.png", "mean return vs env steps and vs wall time across seeds, with the 95% "
-                                       "bootstrap band")] if cmp.has_seeds else []
+    bands = " or ".join(sorted({seeds.band_name(g.seeds) for g in cmp.group_stats}))
+    figures = [("learning_curves.png", f"mean return vs env steps and vs wall time across seeds, band: {bands}")
+               ] if cmp.has_seeds else []
     return [
         *(across if cmp.has_seeds else []),
         ("Results", "table", table(cmp)),
@@ -334,9 +338,11 @@ def _seeds_json(cmp: Comparison) -> dict[str, Any]:
     labels = []
     for group, g in zip(cmp.groups, cmp.group_stats, strict=True):
         figures = {f: None if getattr(g, f) is None else vars(getattr(g, f)) for f in seeds.FIGURES}
-        labels.append({"label": g.label, "seeds": g.seeds, "runs": [r.label for r in group.runs], **figures})
-    return {"across_seeds": {"equal_env_steps": cmp.equal_steps, "confidence_level": seeds.LEVEL,
-                             "bootstrap_resamples": seeds.RESAMPLES, "labels": labels}}
+        labels.append({"label": g.label, "seeds": g.seeds, "interval": g.interval,
+                       "runs": [r.label for r in group.runs], **figures})
+    return {"across_seeds": {"equal_env_steps": cmp.equal_steps, "min_seeds_for_ci": seeds.MIN_CI_SEEDS,
+                             "confidence_level": seeds.LEVEL, "bootstrap_resamples": seeds.RESAMPLES,
+                             "labels": labels}}
 
 
 def _finite(value: Any) -> Any:

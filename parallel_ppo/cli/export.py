@@ -1,0 +1,35 @@
+"""`python -m parallel_ppo export`: a trained policy as one ONNX or TorchScript file (`runs.export`)."""
+
+from __future__ import annotations
+
+from parallel_ppo.cli.common import OneLineParser, fail
+from parallel_ppo.errors import ParallelPPOError
+
+
+def export_parser(prog: str) -> OneLineParser:
+    p = OneLineParser(prog=prog, description="Write a run's policy as one file for inference without parallel_ppo: "
+                      "observations in (a batch, as the env gives them, normalized inside when the run normalized "
+                      "them); the action, the distribution's parameters and the value out (README \"Export\").")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (its checkpoint.pt) or a checkpoint file")
+    p.add_argument("--format", choices=("onnx", "torchscript"), default="onnx",
+                   help="onnx (needs the onnx and onnxruntime packages) or torchscript (torch.jit.load); onnx is "
+                        "the default")
+    p.add_argument("--output", metavar="PATH", help="default RUN_DIR/policy.onnx or RUN_DIR/policy.pt")
+    return p
+
+
+def export_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo export") -> int:
+    from parallel_ppo.runs.export import export_policy
+
+    args = export_parser(prog).parse_args(argv)
+    try:
+        done = export_policy(args.run_dir, args.format, args.output)
+    except ParallelPPOError as e:
+        return fail(prog, e, 2)
+    info = done.metadata
+    shape = ", ".join(["batch", *map(str, info["obs_shape"])])
+    print(f"wrote {done.path} ({done.bytes / 1024:.0f} KiB, {done.seconds:.1f} s): {info['env_id']} policy at "
+          f"{info['checkpoint_env_steps']:,} env steps; input obs ({shape}) {info['obs_dtype']}"
+          f"{', normalized inside' if info['normalize_obs'] else ''}; outputs {', '.join(info['outputs'])}; "
+          f"reproduces the policy to {done.max_difference:.1g}")
+    return 0

@@ -1,0 +1,205 @@
+"""A trained policy as one self-contained file for inference without this package: ONNX (onnxruntime, ...) or
+TorchScript (`torch.jit.load`), with the run's observation normalization and the network's own preprocessing
+(uint8 frames scaled to [0, 1]) inside the graph.
+
+The exported function takes `obs`, a batch (any size) of observations as the env gives them: (batch, *obs_shape),
+uint8 for image envs, float32 for vector ones. It returns, in this order (ONNX output names):
+
+- discrete actions: `action` (batch,) int64, the most likely action (arg-max of the logits); `logits` (batch, A)
+  float32, unnormalized log-probabilities; `value` (batch,) float32, the critic's estimate;
+- continuous actions: `action` (batch, n) float32, the Gaussian's mean clipped to the action space's bounds;
+  `mean` (batch, n) and `log_std` (batch, n) float32, the Gaussian before clipping; `value` (batch,) float32.
+
+To sample as the trainer does: a categorical over `logits` (softmax, then draw), or `mean + exp(log_std) * noise`
+with standard normal noise, clipped to the bounds. Everything is computed in float32 (a bf16 run too). The file's
+metadata (`parallel_ppo` key: ONNX metadata_props, TorchScript extra file `parallel_ppo.json`) holds the env id,
+observation and action spaces, output names and the checkpoint's update and env steps, as JSON.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import io
+import json
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from parallel_ppo.core.files import atomic_write
+from parallel_ppo.core.policy import Policy
+from parallel_ppo.core.spaces import ActionSpace
+from parallel_ppo.errors import ConfigError
+from parallel_ppo.runs.directory import check_writable
+
+FORMATS = {"onnx": "policy.onnx", "torchscript": "policy.pt"}
+"""Export format → the file it writes in the run directory by default."""
+ONNX_PACKAGES = ("onnx", "onnxruntime")
+OPSET = 17
+METADATA_KEY = "parallel_ppo"
+TOLERANCE = 1e-4
+"""The most an exported file's outputs may differ from the policy's own on the check batch (absolutely below 1,
+relatively above: float32 rounding grows with the values)."""
+
+
+class InferenceGraph(nn.Module):
+    """The policy network as a pure function of a batch of observations: (action, logits, value) for discrete
+    actions, (action, mean, log_std, value) for continuous ones (see the module's docstring)."""
+
+    def __init__(self, model: nn.Module, actions: ActionSpace) -> None:
+        super().__init__()
+        self.model = model
+        self.continuous = actions.continuous
+        if actions.continuous:
+            self.register_buffer("low", torch.tensor(actions.low, dtype=torch.float32))
+            self.register_buffer("high", torch.tensor(actions.high, dtype=torch.float32))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        params, value = self.model(obs)
+        params, value = params.float(), value.float()
+        if not self.continuous:
+            return params.argmax(-1), params, value
+        mean, log_std = params.chunk(2, dim=-1)
+        return torch.minimum(torch.maximum(mean, self.low), self.high), mean, log_std, value
+
+
+def output_names(actions: ActionSpace) -> tuple[str, ...]:
+    """The exported function's outputs, in order."""
+    return ("action", "mean", "log_std", "value") if actions.continuous else ("action", "logits", "value")
+
+
+@dataclass
+class Exported:
+    """What `export_policy` wrote: the file, its format, how long the export took and how closely the file
+    reproduced the policy on a check batch."""
+
+    path: Path
+    format: str
+    bytes: int
+    seconds: float
+    max_difference: float
+    metadata: dict[str, Any]
+
+
+def require_onnx() -> None:
+    """ConfigError naming what to install unless onnx and onnxruntime can be imported."""
+    missing = [name for name in ONNX_PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(f"--format onnx needs {' and '.join(missing)}: pip install onnx onnxruntime (the "
+                          f"project's `export` extra: pip install -e '.[export]')")
+
+
+def output_path(policy: Policy, fmt: str, output: str | Path | None) -> Path:
+    """Where the export goes (default RUN_DIR/policy.onnx or policy.pt), refused up front if it cannot be written."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"export format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    path = Path(output) if output is not None else policy.run_dir / FORMATS[fmt]
+    if path.is_dir():
+        raise ConfigError(f"export file {path} is a directory")
+    check_writable(path.parent if str(path.parent) else Path("."), f"export file {path}")
+    return path
+
+
+def metadata(policy: Policy) -> dict[str, Any]:
+    """What the file says about itself (JSON under `METADATA_KEY`)."""
+    return {"env_id": policy.cfg.env.id, "obs_shape": list(policy.obs_shape), "obs_dtype": str(policy.obs_dtype),
+            "actions": policy.actions.to_dict(), "outputs": list(output_names(policy.actions)),
+            "normalize_obs": bool(policy.cfg.training.normalize_obs), "model": policy.cfg.model.kind,
+            "checkpoint_update": policy.state.get("update"), "checkpoint_env_steps": policy.state.get("env_steps")}
+
+
+def example_batch(policy: Policy, size: int, seed: int = 0) -> np.ndarray:
+    """`size` made-up observations of the policy's shape and dtype (random frames, or normal vectors)."""
+    rng = np.random.default_rng(seed)
+    shape = (size, *policy.obs_shape)
+    if policy.obs_dtype == np.uint8:
+        return rng.integers(0, 256, size=shape, dtype=np.uint8)
+    return (3.0 * rng.standard_normal(shape)).astype(policy.obs_dtype)
+
+
+def onnx_bytes(graph: InferenceGraph, example: torch.Tensor, names: tuple[str, ...], info: dict[str, Any]) -> bytes:
+    """The graph as an ONNX model (the TorchScript-based exporter: fast, no onnxscript; torch < 2.14 has it), its
+    batch dimension dynamic, `info` in its metadata."""
+    import onnx
+
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the legacy exporter's notice
+        torch.onnx.export(graph, (example,), buffer, dynamo=False, input_names=["obs"], output_names=list(names),
+                          dynamic_axes={name: {0: "batch"} for name in ("obs", *names)}, opset_version=OPSET)
+    model = onnx.load_from_string(buffer.getvalue())
+    with torch.no_grad():
+        shapes = [t.shape for t in graph(example)]
+    for output, shape in zip(model.graph.output, shapes, strict=True):  # static sizes past the batch dimension
+        for dim, size in zip(output.type.tensor_type.shape.dim[1:], shape[1:], strict=True):
+            dim.dim_value = size
+    onnx.helper.set_model_props(model, {METADATA_KEY: json.dumps(info)})
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def torchscript_bytes(graph: InferenceGraph, example: torch.Tensor, info: dict[str, Any]) -> bytes:
+    """The graph traced to TorchScript, `info` in its extra file `parallel_ppo.json`."""
+    buffer = io.BytesIO()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit is deprecated upstream but still complete
+        traced = torch.jit.trace(graph, (example,))
+        torch.jit.save(traced, buffer, _extra_files={f"{METADATA_KEY}.json": json.dumps(info)})
+    return buffer.getvalue()
+
+
+def run_exported(data: bytes, fmt: str, obs: np.ndarray) -> list[np.ndarray]:
+    """The outputs of an exported file (its bytes) on a batch of observations."""
+    if fmt == "onnx":
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+        return session.run(None, {"obs": obs})
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        module = torch.jit.load(io.BytesIO(data))
+        return [t.numpy() for t in module(torch.from_numpy(obs))]
+
+
+def largest_difference(graph: InferenceGraph, data: bytes, fmt: str, obs: np.ndarray) -> float:
+    """The largest difference between the file's float outputs and the policy's own on `obs` (see `TOLERANCE`)."""
+    with torch.no_grad():
+        expected = [t.numpy() for t in graph(torch.from_numpy(obs))]
+    got = run_exported(data, fmt, obs)
+    pairs = [(e, g) for e, g in zip(expected, got, strict=True) if e.dtype.kind == "f"]
+    return max(float(np.max(np.abs(e - g) / np.maximum(1.0, np.abs(e)))) for e, g in pairs)
+
+
+def export_policy(where: str | Path | Policy, fmt: str, output: str | Path | None = None) -> Exported:
+    """Write a run's policy (a run directory, a checkpoint file or a loaded `Policy`) as one ONNX or TorchScript
+    file (default RUN_DIR/policy.onnx or RUN_DIR/policy.pt), atomically, after checking on a made-up batch that
+    the file reproduces the policy's outputs. Bad input (no checkpoint, unknown format, an unwritable place,
+    ONNX packages missing) raises a ParallelPPOError before anything is written."""
+    policy = where if isinstance(where, Policy) else Policy.load(where)
+    path = output_path(policy, fmt, output)
+    if fmt == "onnx":
+        require_onnx()
+    start = time.perf_counter()
+    model = copy.deepcopy(policy.model).cpu().float()  # the policy's own model is left as it was
+    graph = InferenceGraph(model, policy.actions).eval().requires_grad_(False)
+    info = metadata(policy)
+    example = torch.from_numpy(example_batch(policy, 2))
+    if fmt == "onnx":
+        data = onnx_bytes(graph, example, output_names(policy.actions), info)
+    else:
+        data = torchscript_bytes(graph, example, info)
+    difference = largest_difference(graph, data, fmt, example_batch(policy, 3, seed=1))
+    if not difference <= TOLERANCE:
+        raise RuntimeError(f"the exported {fmt} file differs from the policy by {difference:.3g} (> {TOLERANCE})")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, lambda f: f.write(data))
+    except OSError as e:
+        raise ConfigError(f"cannot write export file {path}: {e.strerror or e}") from None
+    return Exported(path, fmt, len(data), time.perf_counter() - start, difference, info)

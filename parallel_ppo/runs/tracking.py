@@ -1,0 +1,138 @@
+"""Experiment tracking in Weights & Biases, optional (`tracking.wandb`, `--track`; `pip install
+'parallel_ppo[wandb]'`): the resolved config, each update's metrics under their TensorBoard tags against
+`global_step` (env steps), the summary, and eval/demo videos, which also go to the run's TensorBoard events.
+
+W&B keeps its files in the run directory (<run>/wandb, unless `WANDB_DIR` says otherwise), and the id of the W&B
+run in <run>/wandb/run_id, so that `--resume` continues the same W&B run. `WANDB_MODE=offline` writes everything
+there with no network (and turns off wandb's own error reports unless `WANDB_ERROR_REPORTING` is set), for a later
+`wandb sync`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from parallel_ppo.core.config import Config
+from parallel_ppo.core.configure import check_wandb
+from parallel_ppo.core.files import write_text
+from parallel_ppo.errors import ConfigError
+from parallel_ppo.runs.directory import remove_run_files
+from parallel_ppo.runs.metrics import tagged
+from parallel_ppo.runs.video import add_tensorboard_video
+
+RUN_ID_FILE = Path("wandb") / "run_id"
+"""Where a run directory keeps the id of its W&B run."""
+
+
+def import_wandb() -> ModuleType:
+    """The wandb module, or a ConfigError that names how to install it."""
+    check_wandb()
+    import wandb
+
+    return wandb
+
+
+def stored_run_id(run_dir: Path) -> str | None:
+    """The id of the W&B run that tracks the run in `run_dir`, if it was tracked."""
+    try:
+        return (run_dir / RUN_ID_FILE).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _init(cfg: Config, run_dir: Path, run_id: str | None, quiet: bool = False, **extra: Any) -> Any:
+    """wandb.init for the run in `run_dir` (continuing W&B run `run_id` if given), its steps on `global_step`;
+    `quiet`: without wandb's console lines."""
+    wandb = import_wandb()
+    if os.environ.get("WANDB_MODE", "").lower() in ("offline", "dryrun"):
+        os.environ.setdefault("WANDB_ERROR_REPORTING", "false")  # offline means no network, crash reports included
+    (run_dir / RUN_ID_FILE).parent.mkdir(parents=True, exist_ok=True)
+    t = cfg.tracking
+    try:
+        run = wandb.init(project=t.project or None, entity=t.entity or None, group=t.group or None,
+                         tags=t.tags or None, name=run_dir.name, id=run_id, resume="allow" if run_id else None,
+                         dir=None if os.environ.get("WANDB_DIR") else str(run_dir),
+                         settings=wandb.Settings(quiet=True) if quiet else None, **extra)
+    except Exception as e:  # no login, no network, a refused project: whatever wandb raises, one line
+        raise ConfigError(f"cannot start W&B tracking: {_first_line(e)} "
+                          "(log in with `wandb login`, or set WANDB_MODE=offline to track without network)") from None
+    run.define_metric("global_step")
+    run.define_metric("*", step_metric="global_step")
+    return run
+
+
+def _first_line(error: Exception) -> str:
+    """An error's message as one line, without the quotes some of wandb's errors carry."""
+    text = str(error).strip().strip("'\"").strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+class WandbTracker:
+    """The W&B run of a training run (rank 0's): `log` each update's row, `finish` with the summary."""
+
+    def __init__(self, run: Any) -> None:
+        self.run = run
+
+    @classmethod
+    def start(cls, cfg: Config, run_dir: Path, mode: str, resumed: bool) -> WandbTracker:
+        """Start a W&B run for `run_dir` (a resumed run continues the W&B run it had) and record the config."""
+        run = _init(cfg, run_dir, stored_run_id(run_dir) if resumed else None, job_type=mode)
+        run.config.update(cfg.to_dict(), allow_val_change=True)
+        write_text(run_dir / RUN_ID_FILE, f"{run.id}\n")
+        return cls(run)
+
+    def log(self, row: dict[str, Any]) -> None:
+        self.run.log({**tagged(row), "global_step": int(row["env_steps"])})
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        """Record summary.json's values and close the W&B run, marked failed when the run ended on an error or a
+        signal (`summary` then may hold only `stop_reason`)."""
+        if "updates" in summary:
+            self.run.summary.update({k: v for k, v in summary.items() if v is not None})
+        self.run.finish(exit_code=1 if summary.get("stop_reason") in ("error", "signal") else 0)
+
+
+def start_tracking(cfg: Config, run_dir: Path, mode: str, resumed: bool,
+                   distributed: bool = False) -> WandbTracker | None:
+    """The run's tracker (None when `tracking.wandb` is off). A W&B run that cannot start raises ConfigError, and a
+    new run's directory is left as it was before (empty or gone)."""
+    if not cfg.tracking.wandb:
+        return None
+    try:
+        return WandbTracker.start(cfg, run_dir, "distributed" if distributed else mode, resumed)
+    except ConfigError:
+        if not resumed:
+            remove_run_files(run_dir)
+            if run_dir.is_dir() and not any(run_dir.iterdir()):
+                run_dir.rmdir()
+        raise
+
+
+def publish_video(cfg: Config, run_dir: Path, tag: str, frames: Sequence[np.ndarray], fps: int, step: int,
+                  video: Path) -> list[str]:
+    """Add an eval or demo video (written to `video`) of the run in `run_dir` to its TensorBoard events (when it
+    has them) and to its W&B run (when it was tracked), at env step `step`; returns what was done, one line each
+    (lines starting `warning:` for what could not be)."""
+    said = []
+    if cfg.logging.tensorboard and (run_dir / "logs").is_dir():
+        try:
+            add_tensorboard_video(run_dir / "logs", tag, frames, fps, step)
+            said.append(f"added the video to TensorBoard as {tag} ({run_dir / 'logs'})")
+        except OSError as e:
+            said.append(f"warning: the video is not in TensorBoard: {e}")
+    run_id = stored_run_id(run_dir)
+    if run_id is not None:
+        try:
+            wandb = import_wandb()
+            run = _init(cfg, run_dir, run_id, quiet=True)
+        except ConfigError as e:
+            return [*said, f"warning: not logged to W&B: {e}"]
+        run.log({tag: wandb.Video(str(video)), "global_step": step})
+        run.finish()
+        said.append(f"logged the video to W&B run {run_id} as {tag}")
+    return said

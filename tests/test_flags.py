@@ -1,0 +1,98 @@
+"""What the command lines accept, checked in-process (no run starts): durations with units, defaults in --help,
+--print-config, the parallel trainer's --num-envs, and the levels eval and in-training evaluation pick."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from parallel_ppo.cli.bench import make_parser as bench_parser
+from parallel_ppo.cli.evaluation import demo_parser
+from parallel_ppo.cli.train import make_parser, request_of
+from parallel_ppo.cli.train import run as run_trainer
+from parallel_ppo.core.configure import build_config
+from parallel_ppo.core.envs import eval_levels, resolve_levels
+from parallel_ppo.core.units import to_unit
+from parallel_ppo.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+CARTPOLE = str(ROOT / "config" / "cartpole.yaml")
+
+
+def resolved(argv: list[str], parallel: bool = False):
+    request = request_of(make_parser("t", parallel).parse_args(argv), parallel)
+    return build_config(request.config, request.flags, list(request.sets), parallel)
+
+
+@pytest.mark.parametrize("text, unit, expected", [
+    ("90m", "h", 1.5), ("1.5h", "h", 1.5), ("3600s", "h", 1.0), ("0.25", "h", 0.25), ("2d", "h", 48.0),
+    ("90s", "m", 1.5), ("10", "m", 10.0), ("1e3 s", "s", 1000.0), (30, "s", 30.0),
+])
+def test_a_duration_takes_a_unit_and_a_bare_number_is_the_flags_own(text, unit, expected):
+    assert to_unit(text, unit) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("text", ["5x", "m", "-3m", "1e400h", "", "ten minutes"])
+def test_a_malformed_duration_is_refused(text):
+    with pytest.raises(ValueError, match="duration"):
+        to_unit(text, "h")
+
+
+def test_every_time_flag_and_field_reads_units(capsys):
+    assert resolved(["--config", CARTPOLE, "--duration", "90m"]).run.duration == pytest.approx(1.5)
+    assert resolved(["--config", CARTPOLE, "--duration", "2"]).run.duration == 2.0
+    cfg = resolved(["--config", CARTPOLE, "--set", "run.duration=30m", "--set", "eval.interval_seconds=2m"])
+    assert (cfg.run.duration, cfg.eval.interval_seconds) == (pytest.approx(0.5), 120.0)
+    with pytest.raises(ConfigError, match="run.duration: expected a duration"):
+        resolved(["--config", CARTPOLE, "--set", "run.duration=soon"])
+    assert bench_parser("bench").parse_args(["learning", "--minutes", "90s"]).minutes == pytest.approx(1.5)
+    assert bench_parser("bench").parse_args(["scaling", "--seconds", "2m"]).seconds == 120.0
+    assert demo_parser("demo").parse_args(["--checkpoint", "x", "--seconds", "1m"]).seconds == 60.0
+    with pytest.raises(SystemExit) as exit_:
+        make_parser("train", parallel=False).parse_args(["--duration", "0s"])
+    assert exit_.value.code == 2 and "positive duration" in capsys.readouterr().err
+
+
+def test_help_shows_the_built_in_defaults(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per flag: argparse wraps at hyphens
+    text = make_parser("train", parallel=True).format_help()
+    for shown in ("built-in: 1.0 h", "built-in: starpilot", "built-in: 256", "built-in: 2)", "built-in: 8)"):
+        assert shown in text, shown
+
+
+def test_print_config_prints_what_the_command_resolves_to_and_starts_nothing(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["--config", CARTPOLE, "--num-envs", "6", "--duration", "10m", "--batch-size", "64",
+            "--output-dir", str(out), "--print-config"]
+    assert run_trainer(argv, parallel=True, prog="t") == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed == resolved(argv[:-1], parallel=True).to_dict()
+    assert printed["parallel"]["num_envs_per_worker"] == 3 and printed["run"]["duration"] == pytest.approx(1 / 6)
+    assert not out.exists()
+    assert run_trainer(["--config", CARTPOLE, "--batch-size", "7", "--print-config"], parallel=False, prog="t") == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_parallel_num_envs_is_split_over_the_workers():
+    cfg = resolved(["--config", CARTPOLE, "--num-workers", "4", "--num-envs", "16"], parallel=True)
+    assert (cfg.parallel.num_workers, cfg.parallel.num_envs_per_worker, cfg.env.num_envs) == (4, 4, 16)
+    with pytest.raises(ConfigError, match="must split evenly over the 4 workers"):
+        resolved(["--config", CARTPOLE, "--num-workers", "4", "--num-envs", "6"], parallel=True)
+    with pytest.raises(ConfigError, match="conflicts with the parallel layout"):
+        resolved(["--config", CARTPOLE, "--num-envs", "6", "--num-envs-per-worker", "4"], parallel=True)
+
+
+def test_levels_default_to_the_held_out_ones_where_there_are_some():
+    procgen = resolved(["--env", "starpilot", "--num-envs", "2", "--batch-size", "8"]).env
+    assert resolve_levels(procgen, "auto") == "test"
+    assert eval_levels(procgen, "auto").start_level == procgen.start_level + procgen.num_levels
+    for env in (resolved(["--config", CARTPOLE]).env, dataclasses.replace(procgen, num_levels=0),
+                dataclasses.replace(procgen, distribution_mode="exploration")):
+        assert resolve_levels(env, "auto") == "train" and eval_levels(env, "auto") == env
+    cfg = resolved(["--config", CARTPOLE, "--set", "eval.interval_seconds=60"])
+    assert cfg.eval.levels == "auto", "a gymnasium run evaluates on its own distribution by default"
+    with pytest.raises(ConfigError, match="eval.levels=train"):
+        resolved(["--config", CARTPOLE, "--set", "eval.interval_seconds=60", "--set", "eval.levels=test"])

@@ -1,0 +1,150 @@
+"""Logs for batch jobs (plain progress lines when stdout is not a terminal) and W&B tracking in offline mode: the
+run's own W&B files, a resumed run continuing the same W&B run, videos in TensorBoard and W&B, and the one-line
+refusal when wandb is not installed."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import parallel_ppo as ppo
+from parallel_ppo.cli.train import make_parser, request_of
+from parallel_ppo.cli.train import run as train_cli
+from parallel_ppo.core.configure import build_config
+from parallel_ppo.errors import ConfigError
+from parallel_ppo.runs.progress import LOGGER, ProgressLines, make_progress
+
+ROOT = Path(__file__).resolve().parents[1]
+CARTPOLE = str(ROOT / "config" / "cartpole.yaml")
+LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d train_timed\.py: update \d+ \| [\d,]+ steps \| \d+ SPS \| "
+                  r"return (-|-?[\d.]+) \| \d+:\d\d:\d\d elapsed, \d+:\d\d:\d\d left")
+
+
+def _row(update: int) -> dict:
+    return {"update": update, "env_steps": 256 * update, "wall_time": 0.5 * update, "sps": 512.0,
+            "episodic_return_mean": float("nan") if update == 1 else 21.5}
+
+
+@pytest.mark.slow
+def test_a_batch_jobs_log_gets_a_plain_progress_line_every_interval(tmp_path, capsys):
+    """stdout redirected to a file (nohup, Slurm): lines through logging every `logging.progress_seconds`, each on
+    its own line, without carriage returns or padding. (The trainer's command line, run in this process.)"""
+    log, threads = tmp_path / "train.log", torch.get_num_threads()
+    try:
+        with open(log, "w") as out, contextlib.redirect_stdout(out):
+            status = train_cli(["--config", CARTPOLE, "--duration", "3s", "--total-steps", "0", "--output-dir",
+                                str(tmp_path / "run"), "--set", "run.limit_seconds=0", "--set",
+                                "logging.progress_seconds=1"], parallel=False, prog="train_timed.py")
+    finally:
+        torch.set_num_threads(threads)  # the command line sets the learner's threads for the rest of its process
+    assert status == 0, capsys.readouterr().err
+    text = log.read_text()
+    assert "\r" not in text
+    progress = [line for line in text.splitlines() if " update " in line]
+    assert len(progress) >= 2, text
+    assert all(LINE.fullmatch(line) for line in progress), progress
+    assert progress[0].split(": ", 1)[1].startswith("update 1 |"), "the first update is always logged"
+
+
+def test_progress_lines_keep_their_interval_and_on_prints_them_without_a_logging_setup(capsys, caplog):
+    """A line for the first update, then none until the interval has passed; `auto` leaves the lines to the caller's
+    logging setup, `on` prints them itself where nothing handles them, and puts the logger back afterwards."""
+    with caplog.at_level(logging.INFO, logger=LOGGER.name):
+        lines = ProgressLines(3600, 0, interval=3600)
+        for update in (1, 2, 3):
+            lines.update(_row(update))
+        lines.close()
+    assert [r.getMessage() for r in caplog.records] == [
+        "update 1 | 256 steps | 512 SPS | return - | 0:00:00 elapsed, 0:59:59 left"]
+    assert make_progress("off", "sequential", 3600, 0, 30) is None
+    saved = LOGGER.level, LOGGER.propagate, list(LOGGER.handlers)
+    shown = make_progress("on", "sequential", 3600, 1024, 0)  # stdout is captured: not a terminal
+    assert isinstance(shown, ProgressLines)
+    shown.update(_row(2))
+    shown.close()
+    out = capsys.readouterr().out
+    assert re.fullmatch(r"\S+ \S+ update 2 \| 512/1,024 steps \| 512 SPS \| return 21\.50 \| 0:00:01 elapsed, "
+                        r"0:00:01 left\n", out), out
+    assert (LOGGER.level, LOGGER.propagate, list(LOGGER.handlers)) == saved
+
+
+def test_tracking_flags_and_keys():
+    """--track and --wandb-* set the `tracking` section; tags take a comma-separated string or a list."""
+    args = make_parser("train_timed.py", parallel=False).parse_args(
+        ["--track", "--wandb-project", "p", "--wandb-entity", "me", "--wandb-group", "g", "--wandb-tags", "a, b,"])
+    request = request_of(args, parallel=False)
+    t = build_config(None, request.flags, [], parallel=False).tracking
+    assert (t.wandb, t.project, t.entity, t.group, t.tags) == (True, "p", "me", "g", ["a", "b"])
+    assert build_config(None, {}, ["tracking.tags=[x, y]"], parallel=False).tracking.tags == ["x", "y"]
+    assert build_config(None, {}, [], parallel=False).tracking.wandb is False
+    with pytest.raises(ConfigError, match="tracking.tags"):
+        build_config(None, {}, ["tracking.tags={a: 1}"], parallel=False)
+    with pytest.raises(ConfigError, match="logging.progress_seconds"):
+        build_config(None, {}, ["logging.progress_seconds=0"], parallel=False)
+
+
+def test_track_without_wandb_installed_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    """No wandb: one line naming the install, exit status 2, and no run directory."""
+    monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` now raises ImportError
+    out = tmp_path / "run"
+    status = train_cli(["--config", CARTPOLE, "--output-dir", str(out), "--track"], parallel=False,
+                       prog="train_timed.py")
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.count("\n") == 1 and "pip install 'parallel_ppo[wandb]'" in err, err
+    assert not out.exists()
+
+
+def _offline_runs(run_dir: Path, run_id: str) -> list[Path]:
+    return sorted((run_dir / "wandb").glob(f"offline-run-*-{run_id}"))
+
+
+@pytest.mark.slow
+def test_offline_tracking_keeps_the_run_in_its_directory_and_resume_continues_it(tmp_path, monkeypatch):
+    """WANDB_MODE=offline: the W&B run lives in RUN_DIR/wandb with the config, every update's metrics under their
+    TensorBoard tags and the summary; a resumed run logs to the same W&B run id; a video goes to TensorBoard and W&B."""
+    wandb = pytest.importorskip("wandb")
+    for name, value in {"WANDB_MODE": "offline", "WANDB_ERROR_REPORTING": "false", "WANDB_SILENT": "true",
+                        "WANDB_CONFIG_DIR": str(tmp_path / "config"), "WANDB_CACHE_DIR": str(tmp_path / "cache"),
+                        "WANDB_DATA_DIR": str(tmp_path / "data")}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    run_dir = tmp_path / "run"
+    overrides = {"tracking.wandb": True, "tracking.tags": ["test"], "run.total_steps": 512, "run.limit_seconds": 0}
+    try:
+        ppo.train(CARTPOLE, output_dir=run_dir, overrides=overrides, verbose=False)
+        run_id = (run_dir / "wandb" / "run_id").read_text().strip()
+        [first] = _offline_runs(run_dir, run_id)
+        records = (first / f"run-{run_id}.wandb").read_bytes()
+        for key in (b"charts/SPS", b"losses/approx_kl", b"time/update", b"global_step", b"n_steps",
+                    b"stop_reason", b"CartPole-v1"):
+            assert key in records, key
+
+        resumed = ppo.train(resume=run_dir, overrides={"run.total_steps": 1024}, verbose=False)
+        assert (run_dir / "wandb" / "run_id").read_text().strip() == run_id
+        assert len(_offline_runs(run_dir, run_id)) == 2, "the resumed run continues the same W&B run"
+
+        from parallel_ppo.runs.tracking import publish_video
+        from parallel_ppo.runs.video import write_video
+
+        frames = [np.full((64, 64, 3), 40 * i, dtype=np.uint8) for i in range(4)]
+        write_video(tmp_path / "clip.gif", frames, 4)
+        said = publish_video(resumed.config, run_dir, "videos/demo", frames, 4, 1024, tmp_path / "clip.gif")
+    finally:
+        wandb.teardown()
+    assert [line.split(" as ")[0] for line in said] == ["added the video to TensorBoard",
+                                                        f"logged the video to W&B run {run_id}"]
+    assert list(run_dir.glob(f"wandb/offline-run-*-{run_id}/files/media/videos/**/*.gif"))
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "logs"))
+    events.Reload()
+    [image] = events.Images("videos/demo")
+    assert image.step == 1024 and image.encoded_image_string.startswith(b"GIF89a")
