@@ -36,8 +36,12 @@ DIST_ENVS        = $(if $(filter command line environment,$(origin ENVS_TOTAL)),
 # file or PIP_* variable: a mirror, a proxy, a wheel cache), which are then used alone. TORCH_INDEX=URL names the
 # index; TORCH_INDEX=none adds none. Decided from configuration only: no host is asked.
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
-PIP_SOURCES      = $(PIP_INDEX_URL)$(PIP_EXTRA_INDEX_URL)$(PIP_FIND_LINKS)$(shell $(if $(wildcard $(PY)),$(PY),$(PYTHON)) \
-                   -m pip config list 2>/dev/null | grep -E '\.(index-url|extra-index-url|find-links)=')
+PIP_FILES        = $(if $(filter /dev/null,$(PIP_CONFIG_FILE)),,$(wildcard /etc/pip.conf /etc/xdg/pip/pip.conf \
+                   $(HOME)/.config/pip/pip.conf $(HOME)/.pip/pip.conf $(PIP_CONFIG_FILE)))
+PIP_SOURCES      = $(PIP_INDEX_URL)$(PIP_EXTRA_INDEX_URL)$(PIP_FIND_LINKS)$(shell grep -sE \
+                   '^[[:space:]]*(index-url|extra-index-url|find-links)[[:space:]]*=' $(PIP_FILES) /dev/null)$(shell \
+                   $(if $(wildcard $(PY)),$(PY),$(PYTHON)) -m pip config list 2>/dev/null \
+                   | grep -E '\.(index-url|extra-index-url|find-links)=')
 TORCH_INDEX     ?= $(if $(strip $(PIP_SOURCES)),none,$(TORCH_CPU_INDEX))
 PIP_INDEX        = $(if $(filter none,$(TORCH_INDEX)),,--extra-index-url $(TORCH_INDEX))
 EXTRAS          ?= dev
@@ -47,7 +51,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $(PIP_INDEX) -e '.[$(EXTRAS)]'
+	$(PY) -m pip install --quiet --no-compile $(PIP_INDEX) -e '.[$(EXTRAS)]'
 	touch $@
 
 ## Every test (what CI runs), two test files at a time (TEST_WORKERS=1: one); `make test-fast` skips the ones

@@ -15,6 +15,11 @@ class ConfigError(ParallelPPOError, ValueError):
     directory that holds another run."""
 
 
+class TrackingError(ConfigError):
+    """W&B tracking that could not start (no login, a refused project): raised before the first update, with a new
+    run's directory left as it was."""
+
+
 class RunDataError(ParallelPPOError):
     """A run's files (config.yaml, metrics.csv, summary.json, checkpoint.pt, eval.json, a study's results) are
     missing, corrupt, or written by another version."""

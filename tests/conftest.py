@@ -33,11 +33,12 @@ def train_timed():
     return run_train_timed
 
 
-LONGEST_FIRST = ("test_distributed.py", "test_api.py", "test_signals.py", "test_reliability.py", "test_bench_suite.py",
-                 "test_eval.py", "test_compare.py", "test_seeds.py", "test_continuous.py", "test_outputs.py",
-                 "test_parallel.py", "test_study.py")
+LONGEST_FIRST = ("test_tracking.py", "test_distributed.py", "test_api.py", "test_signals.py", "test_reliability.py",
+                 "test_bench_suite.py", "test_eval.py", "test_compare.py", "test_seeds.py", "test_continuous.py",
+                 "test_outputs.py", "test_parallel.py", "test_study.py")
 """The files that take longest, run first: `make test` hands whole files to two pytest-xdist workers (`-n 2 --dist
-loadfile`, so a file's module fixtures train once), and a long file started last would leave a core idle at the end."""
+loadfile`, so a file's module fixtures train once), and a long file started last would leave a core idle at the end.
+(test_tracking.py's 70 s run mostly sleeps: started first, it overlaps the others.)"""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -29,13 +29,14 @@ def resolved(argv: list[str], parallel: bool = False):
 
 @pytest.mark.parametrize("text, unit, expected", [
     ("90m", "h", 1.5), ("1.5h", "h", 1.5), ("3600s", "h", 1.0), ("0.25", "h", 0.25), ("2d", "h", 48.0),
-    ("90s", "m", 1.5), ("10", "m", 10.0), ("1e3 s", "s", 1000.0), (30, "s", 30.0),
+    ("90s", "m", 1.5), ("10", "m", 10.0), ("1e3 s", "s", 1000.0), (30, "s", 30.0), ("1:30:00", "h", 1.5),
+    ("100:00:30", "s", 360030.0),
 ])
 def test_a_duration_takes_a_unit_and_a_bare_number_is_the_flags_own(text, unit, expected):
     assert to_unit(text, unit) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("text", ["5x", "m", "-3m", "1e400h", "", "ten minutes"])
+@pytest.mark.parametrize("text", ["5x", "m", "-3m", "1e400h", "", "ten minutes", "1:30", "1:60:00"])
 def test_a_malformed_duration_is_refused(text):
     with pytest.raises(ValueError, match="duration"):
         to_unit(text, "h")
@@ -46,6 +47,8 @@ def test_every_time_flag_and_field_reads_units(capsys):
     assert resolved(["--config", CARTPOLE, "--duration", "2"]).run.duration == 2.0
     cfg = resolved(["--config", CARTPOLE, "--set", "run.duration=30m", "--set", "eval.interval_seconds=2m"])
     assert (cfg.run.duration, cfg.eval.interval_seconds) == (pytest.approx(0.5), 120.0)
+    # Slurm's H:MM:SS, not YAML 1.1's base-60 number (1:30:00 would be 5400 hours)
+    assert resolved(["--config", CARTPOLE, "--set", "run.duration=1:30:00"]).run.duration == pytest.approx(1.5)
     with pytest.raises(ConfigError, match="run.duration: expected a duration"):
         resolved(["--config", CARTPOLE, "--set", "run.duration=soon"])
     assert bench_parser("bench").parse_args(["learning", "--minutes", "90s"]).minutes == pytest.approx(1.5)
@@ -83,6 +86,8 @@ def test_parallel_num_envs_is_split_over_the_workers():
         resolved(["--config", CARTPOLE, "--num-workers", "4", "--num-envs", "6"], parallel=True)
     with pytest.raises(ConfigError, match="conflicts with the parallel layout"):
         resolved(["--config", CARTPOLE, "--num-envs", "6", "--num-envs-per-worker", "4"], parallel=True)
+    with pytest.raises(ConfigError, match="conflicts with the parallel layout"):  # only the flag is split
+        resolved(["--config", CARTPOLE, "--set", "env.num_envs=16"], parallel=True)
 
 
 def test_levels_default_to_the_held_out_ones_where_there_are_some():

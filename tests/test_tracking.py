@@ -4,15 +4,15 @@ refusal when wandb is not installed."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 import parallel_ppo as ppo
 from parallel_ppo.cli.train import make_parser, request_of
@@ -33,22 +33,23 @@ def _row(update: int) -> dict:
 
 
 @pytest.mark.slow
-def test_a_batch_jobs_log_gets_a_plain_progress_line_every_interval(tmp_path, capsys):
-    """stdout redirected to a file (nohup, Slurm): lines through logging every `logging.progress_seconds`, each on
-    its own line, without carriage returns or padding. (The trainer's command line, run in this process.)"""
-    log, threads = tmp_path / "train.log", torch.get_num_threads()
-    try:
-        with open(log, "w") as out, contextlib.redirect_stdout(out):
-            status = train_cli(["--config", CARTPOLE, "--duration", "3s", "--total-steps", "0", "--output-dir",
-                                str(tmp_path / "run"), "--set", "run.limit_seconds=0", "--set",
-                                "logging.progress_seconds=1"], parallel=False, prog="train_timed.py")
-    finally:
-        torch.set_num_threads(threads)  # the command line sets the learner's threads for the rest of its process
-    assert status == 0, capsys.readouterr().err
+def test_a_batch_jobs_log_gets_a_plain_progress_line_every_interval(tmp_path):
+    """A trainer with stdout to a file (nohup, Slurm) for 70 s at the default interval (30 s): a line for the first
+    update and one per interval, each on its own line, without carriage returns or padding. The env sleeps 20 ms a
+    step, so the run leaves the cores to the other tests."""
+    log = tmp_path / "train.log"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    with open(log, "w") as out:
+        proc = subprocess.run([sys.executable, "train_timed.py", "--config", CARTPOLE, "--env", "toy_envs:SlowReach-v0",
+                               "--num-envs", "1", "--set", "training.n_steps=64", "--batch-size", "64",
+                               "--set", "training.n_epochs=1", "--duration", "70s", "--total-steps", "0",
+                               "--set", "run.limit_seconds=0", "--output-dir", str(tmp_path / "run")],
+                              cwd=ROOT, env=env, stdout=out, stderr=subprocess.PIPE, text=True, timeout=200)
+    assert proc.returncode == 0, proc.stderr
     text = log.read_text()
     assert "\r" not in text
     progress = [line for line in text.splitlines() if " update " in line]
-    assert len(progress) >= 2, text
+    assert len(progress) >= 3, text  # at about 0, 30 and 60 s
     assert all(LINE.fullmatch(line) for line in progress), progress
     assert progress[0].split(": ", 1)[1].startswith("update 1 |"), "the first update is always logged"
 
@@ -103,13 +104,15 @@ def test_track_without_wandb_installed_is_one_line_and_exit_2(tmp_path, monkeypa
 
 
 def _offline_runs(run_dir: Path, run_id: str) -> list[Path]:
-    return sorted((run_dir / "wandb").glob(f"offline-run-*-{run_id}"))
+    """W&B's offline directories of run `run_id` (a second one started within the same second ends in `-1`)."""
+    return sorted((run_dir / "wandb").glob(f"offline-run-*-{run_id}*"))
 
 
 @pytest.mark.slow
 def test_offline_tracking_keeps_the_run_in_its_directory_and_resume_continues_it(tmp_path, monkeypatch):
     """WANDB_MODE=offline: the W&B run lives in RUN_DIR/wandb with the config, every update's metrics under their
-    TensorBoard tags and the summary; a resumed run logs to the same W&B run id; a video goes to TensorBoard and W&B."""
+    TensorBoard tags and the summary; a resumed run logs to the same W&B run id; a video goes to TensorBoard and W&B,
+    offline as the run was."""
     wandb = pytest.importorskip("wandb")
     for name, value in {"WANDB_MODE": "offline", "WANDB_ERROR_REPORTING": "false", "WANDB_SILENT": "true",
                         "WANDB_CONFIG_DIR": str(tmp_path / "config"), "WANDB_CACHE_DIR": str(tmp_path / "cache"),
@@ -120,7 +123,8 @@ def test_offline_tracking_keeps_the_run_in_its_directory_and_resume_continues_it
     overrides = {"tracking.wandb": True, "tracking.tags": ["test"], "run.total_steps": 512, "run.limit_seconds": 0}
     try:
         ppo.train(CARTPOLE, output_dir=run_dir, overrides=overrides, verbose=False)
-        run_id = (run_dir / "wandb" / "run_id").read_text().strip()
+        run_id, mode = (run_dir / "wandb" / "run_id").read_text().split()
+        assert mode == "offline"
         [first] = _offline_runs(run_dir, run_id)
         records = (first / f"run-{run_id}.wandb").read_bytes()
         for key in (b"charts/SPS", b"losses/approx_kl", b"time/update", b"global_step", b"n_steps",
@@ -128,7 +132,7 @@ def test_offline_tracking_keeps_the_run_in_its_directory_and_resume_continues_it
             assert key in records, key
 
         resumed = ppo.train(resume=run_dir, overrides={"run.total_steps": 1024}, verbose=False)
-        assert (run_dir / "wandb" / "run_id").read_text().strip() == run_id
+        assert (run_dir / "wandb" / "run_id").read_text().split() == [run_id, "offline"]
         assert len(_offline_runs(run_dir, run_id)) == 2, "the resumed run continues the same W&B run"
 
         from parallel_ppo.runs.tracking import publish_video
@@ -136,12 +140,13 @@ def test_offline_tracking_keeps_the_run_in_its_directory_and_resume_continues_it
 
         frames = [np.full((64, 64, 3), 40 * i, dtype=np.uint8) for i in range(4)]
         write_video(tmp_path / "clip.gif", frames, 4)
+        monkeypatch.delenv("WANDB_MODE")  # `eval --video` later, without it: the run was offline, so is its video
         said = publish_video(resumed.config, run_dir, "videos/demo", frames, 4, 1024, tmp_path / "clip.gif")
     finally:
         wandb.teardown()
     assert [line.split(" as ")[0] for line in said] == ["added the video to TensorBoard",
                                                         f"logged the video to W&B run {run_id}"]
-    assert list(run_dir.glob(f"wandb/offline-run-*-{run_id}/files/media/videos/**/*.gif"))
+    assert [gif for run in _offline_runs(run_dir, run_id) for gif in run.glob("files/media/videos/**/*.gif")]
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(run_dir / "logs"))

@@ -3,6 +3,8 @@ continuous-control task that PPO learns in seconds, and envs with spaces the tra
 
 from __future__ import annotations
 
+import time
+
 import gymnasium
 import numpy as np
 from gymnasium import spaces
@@ -41,7 +43,16 @@ class FloatImages(Reach):
     observation_space = spaces.Box(0.0, 1.0, (8, 8, 3), np.float32)
 
 
+class SlowReach(Reach):
+    """Reach whose every step sleeps 20 ms, as a slow simulator would: a long run that leaves the cores idle."""
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+        time.sleep(0.02)
+        return super().step(action)
+
+
 gymnasium.register("Reach-v0", entry_point=Reach, max_episode_steps=20)
+gymnasium.register("SlowReach-v0", entry_point=SlowReach, max_episode_steps=20)
 gymnasium.register("DictObs-v0", entry_point=DictObs, max_episode_steps=20)
 gymnasium.register("MultiDiscreteActions-v0", entry_point=MultiDiscreteActions, max_episode_steps=20)
 gymnasium.register("FloatImages-v0", entry_point=FloatImages, max_episode_steps=20)

@@ -19,13 +19,15 @@ def export_parser(prog: str) -> OneLineParser:
 
 
 def export_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo export") -> int:
-    from parallel_ppo.runs.export import export_policy
+    from parallel_ppo.runs.export import ExportMismatch, export_policy
 
     args = export_parser(prog).parse_args(argv)
     try:
         done = export_policy(args.run_dir, args.format, args.output)
     except ParallelPPOError as e:
         return fail(prog, e, 2)
+    except ExportMismatch as e:
+        return fail(prog, e, 1)
     info = done.metadata
     shape = ", ".join(["batch", *map(str, info["obs_shape"])])
     print(f"wrote {done.path} ({done.bytes / 1024:.0f} KiB, {done.seconds:.1f} s): {info['env_id']} policy at "

@@ -13,7 +13,7 @@ import yaml
 from parallel_ppo.cli.common import OneLineParser, duration_in, fail
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import DEVICES, FLAGS, build_config
-from parallel_ppo.errors import ConfigError, ParallelPPOError
+from parallel_ppo.errors import ConfigError, ParallelPPOError, TrackingError
 from parallel_ppo.runs.directory import default_run_dir, resolve_run_dir
 from parallel_ppo.runs.progress import progress_to_stdout
 from parallel_ppo.runs.reading import seed_dir
@@ -114,18 +114,22 @@ def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
     """Parse, validate, build the rollout source, train (once, or once per seed); returns the exit status."""
     args = make_parser(prog, parallel).parse_args(argv)
     if args.print_config:
-        return print_config(request_of(args, parallel), prog)
+        return print_config(request_of(args, parallel), args.seeds, prog)
     with progress_to_stdout(prog):  # the progress lines of a run whose stdout is not a terminal
         if args.seeds is not None:
             return run_seeds(args, parallel, prog)
         return run_one(request_of(args, parallel), prog)
 
 
-def print_config(request: Request, prog: str) -> int:
-    """`--print-config`: the resolved config as YAML on stdout (a resumed run's own config under the flags)."""
-    config = str(Path(request.resume) / "config.yaml") if request.resume else request.config
+def print_config(request: Request, seeds: str | None, prog: str) -> int:
+    """`--print-config`: the config the run would train with, as YAML on stdout, checked as a run checks it (a
+    resumed run's own config under the flags, its checkpoint's match, the ranks under torchrun)."""
+    from parallel_ppo.launch import validated_config
+
     try:
-        cfg = build_config(config, request.flags, list(request.sets), request.parallel)
+        if seeds is not None:
+            raise ConfigError("--print-config shows one run's config: give --seed N instead of --seeds")
+        cfg = validated_config(request)[0]
     except ParallelPPOError as e:
         return fail(prog, e, 2)
     print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
@@ -197,5 +201,5 @@ def run_one(request: Request, prog: str) -> int:
         return 128 + signal.SIGINT
     try:
         return execute(prepared, prog)[1]
-    except ParallelPPOError as e:  # W&B tracking that could not start (the run directory is left as it was)
+    except TrackingError as e:  # W&B tracking that could not start (the run directory is left as it was)
         return fail(prog, e, 2)

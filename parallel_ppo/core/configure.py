@@ -92,10 +92,20 @@ class _YamlLoader(yaml.SafeLoader):
     "off") and numbers with an exponent but no point (`3e-4`, `1e5`) are numbers, not strings."""
 
 
+_NUMBERS_AND_BOOLS = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
 _YamlLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _NUMBERS_AND_BOOLS]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
+# YAML 1.1's numbers without its base-60 ones, so that a Slurm time such as 1:30:00 stays text (a duration), not 5400
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int",
+    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+    list("-+0123456789"))
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
+               r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), list("-+0123456789."))
 _YamlLoader.add_implicit_resolver("tag:yaml.org,2002:bool",
                                   re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 _YamlLoader.add_implicit_resolver("tag:yaml.org,2002:float",
@@ -177,15 +187,15 @@ def field_name(key: str) -> str:
 LAYOUT = ("parallel.num_workers", "parallel.num_envs_per_worker")
 
 
-def derive_parallel_envs(cfg: Config, given: set[str], on_command_line: set[str]) -> None:
-    """Parallel mode: env.num_envs is workers × envs per worker. env.num_envs given on the command line without the
-    envs per worker is split evenly over the workers; any other value given for it is refused, unless it came from
-    the config file and the layout from the command line (which wins over the file's figures)."""
+def derive_parallel_envs(cfg: Config, given: set[str], on_command_line: set[str], flagged: set[str]) -> None:
+    """Parallel mode: env.num_envs is workers × envs per worker. The `--num-envs` flag (in `flagged`) without the envs
+    per worker is split evenly over the workers; any other value given for it is refused, unless it came from the
+    config file and the layout from the command line (which wins over the file's figures)."""
     p = cfg.parallel
     for key, value in ((LAYOUT[0], p.num_workers), (LAYOUT[1], p.num_envs_per_worker)):
         if value <= 0:
             raise ConfigError(f"{field_name(key)} must be positive, got {value}")
-    if "env.num_envs" in on_command_line and LAYOUT[1] not in on_command_line:
+    if "env.num_envs" in flagged and LAYOUT[1] not in on_command_line:
         if cfg.env.num_envs <= 0 or cfg.env.num_envs % p.num_workers:
             raise ConfigError(
                 f"{field_name('env.num_envs')} = {cfg.env.num_envs} must split evenly over the {p.num_workers} "
@@ -355,7 +365,7 @@ def build_config(
                               "--distributed run; without --distributed give the envs of this one process")
         derive_distributed_envs(cfg, world_size, parallel)
     elif parallel:  # each rank of a distributed run without a total takes the layout given for one process
-        derive_parallel_envs(cfg, given, on_command_line)
+        derive_parallel_envs(cfg, given, on_command_line, {k for k, v in flags.items() if v is not None})
     validate(cfg, world_size or 1)
     return cfg
 

@@ -95,6 +95,10 @@ def require_onnx() -> None:
                           f"project's `export` extra: pip install -e '.[export]')")
 
 
+class ExportMismatch(RuntimeError):
+    """The exported file does not reproduce the policy (nothing is written): a defect, not the user's input."""
+
+
 def output_path(policy: Policy, fmt: str, output: str | Path | None) -> Path:
     """Where the export goes (default RUN_DIR/policy.onnx or policy.pt), refused up front if it cannot be written."""
     if fmt not in FORMATS:
@@ -196,7 +200,7 @@ def export_policy(where: str | Path | Policy, fmt: str, output: str | Path | Non
         data = torchscript_bytes(graph, example, info)
     difference = largest_difference(graph, data, fmt, example_batch(policy, 3, seed=1))
     if not difference <= TOLERANCE:
-        raise RuntimeError(f"the exported {fmt} file differs from the policy by {difference:.3g} (> {TOLERANCE})")
+        raise ExportMismatch(f"the exported {fmt} file differs from the policy by {difference:.3g} (> {TOLERANCE})")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, lambda f: f.write(data))

@@ -96,10 +96,11 @@ def compute_figures(sps: float | None, compute_limit: dict | None, roofline: dic
             "peak_fraction": achieved / peak if achieved and peak else None}
 
 
-def return_figures(env: EnvConfig, train_return: float | None, test_return: float | None) -> dict[str, float | None]:
+def return_figures(env: EnvConfig, train_return: float | None, test_return: float | None,
+                   levels: str | None = "test") -> dict[str, float | None]:
     """The training return, the evaluation's return and both as Procgen normalized scores, and the generalization
-    gap (training minus test)."""
-    both = train_return is not None and test_return is not None
+    gap (training minus test), when the evaluation played held-out `levels`."""
+    both = train_return is not None and test_return is not None and levels == "test"
     return {"normalized_return": normalized_return(env, train_return), "test_return_mean": test_return,
             "test_normalized_return": normalized_return(env, test_return),
             "generalization_gap": train_return - test_return if both else None}

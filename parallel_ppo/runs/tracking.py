@@ -20,7 +20,7 @@ import numpy as np
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import check_wandb
 from parallel_ppo.core.files import write_text
-from parallel_ppo.errors import ConfigError
+from parallel_ppo.errors import ConfigError, TrackingError
 from parallel_ppo.runs.directory import remove_run_files
 from parallel_ppo.runs.metrics import tagged
 from parallel_ppo.runs.video import add_tensorboard_video
@@ -40,16 +40,26 @@ def import_wandb() -> ModuleType:
 def stored_run_id(run_dir: Path) -> str | None:
     """The id of the W&B run that tracks the run in `run_dir`, if it was tracked."""
     try:
-        return (run_dir / RUN_ID_FILE).read_text().strip() or None
+        words = (run_dir / RUN_ID_FILE).read_text().split()
     except OSError:
         return None
+    return words[0] if words else None
+
+
+def tracked_offline(run_dir: Path) -> bool:
+    """Whether the W&B run of `run_dir` was tracked offline (the id file's second word): what is added to it later
+    (an eval video) stays offline too, whatever WANDB_MODE says then."""
+    try:
+        return (run_dir / RUN_ID_FILE).read_text().split()[1:2] == ["offline"]
+    except OSError:
+        return False
 
 
 def _init(cfg: Config, run_dir: Path, run_id: str | None, quiet: bool = False, **extra: Any) -> Any:
     """wandb.init for the run in `run_dir` (continuing W&B run `run_id` if given), its steps on `global_step`;
     `quiet`: without wandb's console lines."""
     wandb = import_wandb()
-    if os.environ.get("WANDB_MODE", "").lower() in ("offline", "dryrun"):
+    if extra.get("mode") == "offline" or os.environ.get("WANDB_MODE", "").lower() in ("offline", "dryrun"):
         os.environ.setdefault("WANDB_ERROR_REPORTING", "false")  # offline means no network, crash reports included
     (run_dir / RUN_ID_FILE).parent.mkdir(parents=True, exist_ok=True)
     t = cfg.tracking
@@ -83,7 +93,7 @@ class WandbTracker:
         """Start a W&B run for `run_dir` (a resumed run continues the W&B run it had) and record the config."""
         run = _init(cfg, run_dir, stored_run_id(run_dir) if resumed else None, job_type=mode)
         run.config.update(cfg.to_dict(), allow_val_change=True)
-        write_text(run_dir / RUN_ID_FILE, f"{run.id}\n")
+        write_text(run_dir / RUN_ID_FILE, f"{run.id} {'offline' if run.offline else 'online'}\n")
         return cls(run)
 
     def log(self, row: dict[str, Any]) -> None:
@@ -105,12 +115,12 @@ def start_tracking(cfg: Config, run_dir: Path, mode: str, resumed: bool,
         return None
     try:
         return WandbTracker.start(cfg, run_dir, "distributed" if distributed else mode, resumed)
-    except ConfigError:
+    except ConfigError as e:
         if not resumed:
             remove_run_files(run_dir)
             if run_dir.is_dir() and not any(run_dir.iterdir()):
                 run_dir.rmdir()
-        raise
+        raise TrackingError(str(e)) from None
 
 
 def publish_video(cfg: Config, run_dir: Path, tag: str, frames: Sequence[np.ndarray], fps: int, step: int,
@@ -129,7 +139,7 @@ def publish_video(cfg: Config, run_dir: Path, tag: str, frames: Sequence[np.ndar
     if run_id is not None:
         try:
             wandb = import_wandb()
-            run = _init(cfg, run_dir, run_id, quiet=True)
+            run = _init(cfg, run_dir, run_id, quiet=True, **({"mode": "offline"} if tracked_offline(run_dir) else {}))
         except ConfigError as e:
             return [*said, f"warning: not logged to W&B: {e}"]
         run.log({tag: wandb.Video(str(video)), "global_step": step})

@@ -223,12 +223,14 @@ def _duration_warning(runs: Sequence[Run]) -> str | None:
         if max(steps) <= 1.1 * min(steps):
             return None
         spans = _grouped({r.label: f"{r.summary.total_env_steps:,} env steps" for r in runs})
+        equal_at = "equal env steps"
     else:
         walls = [r.summary.wall_seconds for r in runs]
         if max(walls) <= 1.1 * min(walls):
             return None
         spans = _grouped({r.label: fmt_duration(r.summary.wall_seconds) for r in runs})
-    return f"runs differ in duration ({spans}): final returns are not comparable; compare the return at equal wall time"
+        equal_at = "equal wall time"
+    return f"runs differ in duration ({spans}): final returns are not comparable; compare the return at {equal_at}"
 
 
 def _machine_warnings(runs: Sequence[Run]) -> list[str]:
