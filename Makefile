@@ -51,7 +51,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --no-compile $(PIP_INDEX) -e '.[$(EXTRAS)]'
+	$(PY) -m pip install --quiet $(PIP_INDEX) -e '.[$(EXTRAS)]'
 	touch $@
 
 ## Every test (what CI runs), two test files at a time (TEST_WORKERS=1: one); `make test-fast` skips the ones
