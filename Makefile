@@ -27,7 +27,7 @@ ENVS_PER_RANK    ?= 16
 DIST_ENVS        = $(if $(filter command line environment,$(origin ENVS_TOTAL)),--num-envs-total $(ENVS_TOTAL),--num-envs $(ENVS_PER_RANK))
 
 .PHONY: install smoke test test-fast lint train train-parallel train-distributed eval demo compare roofline bench-speed bench-envs \
-        bench bench-layouts autotune bench-learning bench-mujoco bench-pixels study \
+        bench bench-layouts autotune bench-learning bench-mujoco bench-atari bench-pixels study \
         tensorboard \
         clean distclean
 
@@ -147,6 +147,16 @@ bench-mujoco: install
 	for env in $(MUJOCO_ENVS); do $(PY) bench.py learning --config config/mujoco.yaml --env $$env --minutes 600 \
 		--seeds $(SEEDS) --variant "ppo:" --set run.total_steps=$(STEPS) --output-dir benchmarks/mujoco_$$env $(ARGS) \
 		|| exit 1; done
+
+## Atari at equal steps, to set beside CleanRL's published ppo_atari curve (quoted in docs/results/atari.md):
+## ATARI_STEPS (1M) per run on CleanRL's 10M-step learning-rate schedule, SEEDS, one run at a time, the parallel trainer,
+## config/atari.yaml → benchmarks/atari_<env>/ with the across-seed comparison (about 30 min a run on 2 cores of ours)
+ATARI_ENV   ?= BreakoutNoFrameskip-v4
+ATARI_STEPS ?= 1000000
+bench-atari: install
+	$(PY) bench.py learning --config config/atari.yaml --env $(ATARI_ENV) --minutes 600 --seeds $(SEEDS) --parallel \
+		--variant "ppo:" --set run.total_steps=$(ATARI_STEPS) --set training.anneal_steps=10000000 \
+		--output-dir benchmarks/atari_$(ATARI_ENV) $(ARGS)
 
 ## The env-bound regime: sequential against parallel (2 workers) on MuJoCo from pixels, in PAIRS interleaved pairs of
 ## PAIR_MINUTES each → benchmarks/pixel_pairs/pairs.md (ARGS="--set env.fast_render=false" for the slow renderer)

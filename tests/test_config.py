@@ -64,6 +64,23 @@ def test_later_set_wins_and_values_are_parsed_as_yaml():
     assert isinstance(cfg.training.gamma, float) and cfg.training.gamma == 1.0
 
 
+def test_the_learning_rate_anneals_over_anneal_steps_wherever_the_run_stops():
+    """A 1M-step run on a 10M-step schedule (a reference's) has 90% of its rate left at its end; without
+    anneal_steps the schedule is the run's own step budget, else its duration."""
+    from parallel_ppo.core.loop import learning_rate
+
+    def rate(*extra: str, steps: int = 0, elapsed: float = 0.0) -> float:
+        sets = small_sets("training.anneal_lr=true", "training.learning_rate=1e-3", *extra)
+        return learning_rate(build_config(None, {}, sets, parallel=False), steps, elapsed)
+
+    assert rate("run.total_steps=1000000", "training.anneal_steps=10000000", steps=10**6) == pytest.approx(9e-4)
+    assert rate("run.total_steps=1000000", steps=500_000) == pytest.approx(5e-4)
+    assert rate("run.duration=1", elapsed=2700.0) == pytest.approx(2.5e-4)
+    assert rate("training.anneal_steps=100", steps=150) == 0.0
+    with pytest.raises(ConfigError, match="training.anneal_steps must not be negative"):
+        build_config(None, {}, small_sets("training.anneal_steps=-1"), parallel=False)
+
+
 def test_exponent_numbers_without_a_point(tmp_path):
     """3e-4 (a string to PyYAML's YAML 1.1) is read as a number in files and --set; 1e5 is an integer."""
     path = write_yaml(tmp_path, "training:\n  learning_rate: 3e-4\n")

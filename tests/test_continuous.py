@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -142,6 +143,85 @@ def test_each_env_family_builds_and_steps(cfg, obs_shape, obs_dtype, actions):
             assert obs.std() > 0, "the frames show something"
     finally:
         env.close()
+
+
+def test_episodic_life_ends_learning_episodes_at_each_life_and_counts_whole_games():
+    """Breakout from a random policy: every life lost sets `dones` while the game plays on (the lives left fall one
+    at a time, never back to 5), and only the last life ends a game as the metrics and evaluation count it."""
+    from parallel_ppo.core.envs import episodes_ended
+
+    env = make_batch_env(EnvConfig(id="BreakoutNoFrameskip-v4", episodic_life=True, fire_reset=True), 1, 0, 1, 1)
+    ale = env._env.envs[0].unwrapped.ale
+    rng = np.random.default_rng(0)
+    lives_at_ends, steps, games = [], 0, 0
+    try:
+        env.reset()
+        while not games and steps < 5000:
+            lives = ale.lives()
+            _, _, dones, _ = env.step(env.actions.sample_uniform(rng, 1))
+            steps += 1
+            games = int(episodes_ended(env, dones)[0])
+            if dones[0]:
+                lives_at_ends.append(lives)
+    finally:
+        env.close()
+    assert games == 1 and lives_at_ends == [5, 4, 3, 2, 1], "each of Breakout's 5 lives ends a learning episode"
+    assert steps > 5 * 10, "five balls played, not five resets"
+
+
+class _TwoLives(gym.Env):
+    """A stand-in for an ALE env: two lives, the first lost at step 2; the game ends (time limit) at step 3."""
+
+    observation_space = gym.spaces.Box(0, 1, (1,))
+    action_space = gym.spaces.Discrete(3)
+
+    def __init__(self) -> None:
+        self.ale, self.resets, self.t = self, 0, 0
+
+    def lives(self) -> int:
+        return 2 - (self.t >= 2)
+
+    def reset(self, **kwargs):
+        self.resets, self.t = self.resets + 1, 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(1, np.float32), 0.0, False, self.t >= 3, {}
+
+
+def test_a_game_that_ends_in_the_step_after_a_life_lost_is_reset_and_counted():
+    """The no-op step that follows a life lost can end the game itself (a time limit): then the wrapper resets
+    for real and counts the game, instead of handing back a finished game's frame."""
+    from parallel_ppo.core.gym_envs import EpisodicLife
+
+    env = EpisodicLife(_TwoLives())
+    env.reset()
+    assert env.step(0)[2:4] == (False, False)
+    assert env.step(0)[2:4] == (True, False), "the first life lost ends the episode for learning"
+    env.reset()  # its no-op step is the game's last
+    assert (env.games, env.unwrapped.resets, env.unwrapped.t, env.lives) == (1, 2, 0, 2)
+
+
+@pytest.mark.parametrize("cfg, words", [
+    (EnvConfig(id="CartPole-v1", episodic_life=True), "apply to Atari games; CartPole-v1 is not one"),
+    (EnvConfig(id="ALE/Pong-v5", fire_reset=True, frame_size=84), None),
+    (EnvConfig(id="ALE/Freeway-v5", fire_reset=True), None),
+    (EnvConfig(id="starpilot", episodic_life=True), "is a Procgen game"),
+], ids=["not-atari", "pong-fires", "freeway-has-no-fire", "procgen"])
+def test_life_and_fire_settings_where_they_do_not_apply_are_refused(cfg, words):
+    """Outside Atari they are refused; an Atari game without FIRE (Freeway) starts by itself and is left as it is."""
+    from parallel_ppo.core.envs import check_env
+    from parallel_ppo.core.gym_envs import FireReset, _wrapper, make_env
+
+    if words is None:
+        env = make_env(cfg)
+        env.close()
+        assert (_wrapper(env, FireReset) is not None) == cfg.id.endswith("Pong-v5"), "FIRE pressed where there is one"
+        return
+    with pytest.raises(ConfigError, match=words):
+        check_env(cfg)
+        env_spaces(cfg)
 
 
 @pytest.mark.parametrize("env_id, words", [

@@ -34,22 +34,23 @@ def _row(update: int) -> dict:
 
 @pytest.mark.slow
 def test_a_batch_jobs_log_gets_a_plain_progress_line_every_interval(tmp_path):
-    """A trainer with stdout to a file (nohup, Slurm) for 70 s at the default interval (30 s): a line for the first
-    update and one per interval, each on its own line, without carriage returns or padding. The env sleeps 20 ms a
-    step, so the run leaves the cores to the other tests."""
+    """A trainer with stdout to a file (nohup, Slurm) for 15 s at a 4 s interval (the setting reaches the trainer):
+    a line for the first update and one per interval, each on its own line, without carriage returns or padding.
+    The env sleeps 20 ms a step, so the run leaves the cores to the other tests."""
     log = tmp_path / "train.log"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
     with open(log, "w") as out:
         proc = subprocess.run([sys.executable, "train_timed.py", "--config", CARTPOLE, "--env", "toy_envs:SlowReach-v0",
                                "--num-envs", "1", "--set", "training.n_steps=64", "--batch-size", "64",
-                               "--set", "training.n_epochs=1", "--duration", "70s", "--total-steps", "0",
+                               "--set", "training.n_epochs=1", "--duration", "15s", "--total-steps", "0",
+                               "--set", "logging.progress_seconds=4",
                                "--set", "run.limit_seconds=0", "--output-dir", str(tmp_path / "run")],
                               cwd=ROOT, env=env, stdout=out, stderr=subprocess.PIPE, text=True, timeout=200)
     assert proc.returncode == 0, proc.stderr
     text = log.read_text()
     assert "\r" not in text
     progress = [line for line in text.splitlines() if " update " in line]
-    assert len(progress) >= 3, text  # at about 0, 30 and 60 s
+    assert 3 <= len(progress) <= 5, text  # at about 0, 4, 8 and 12 s: one per interval, not one per update
     assert all(LINE.fullmatch(line) for line in progress), progress
     assert progress[0].split(": ", 1)[1].startswith("update 1 |"), "the first update is always logged"
 

@@ -54,18 +54,20 @@ def plan(variants: list[Variant], seeds: list[int]) -> list[tuple[Variant, int]]
     return [(variant, seed) for seed in seeds for variant in variants]
 
 
-def run_command(variant: Variant, seed: int, out: Path, config: str, minutes: float, extra: list[str]) -> list[str]:
-    """The command of one run: the sequential trainer (learning per step does not depend on the mode: a parallel
-    update equals a sequential one), with the variant's overrides last."""
-    cmd = [*trainer_command(0), "--config", config, "--seed", str(seed), "--duration", f"{minutes / 60:.8f}",
-           "--output-dir", str(seed_dir(out / variant.label, seed)), "--overwrite", *BENCH_RUN_SETS, *extra]
+def run_command(variant: Variant, seed: int, out: Path, config: str, minutes: float, extra: list[str],
+                parallel: bool = False) -> list[str]:
+    """The command of one run: the sequential trainer, or the parallel one with the config's workers (learning per
+    step does not depend on the mode: a parallel update equals a sequential one), with the variant's overrides last."""
+    cmd = [*trainer_command(int(parallel)), "--config", config, "--seed", str(seed), "--duration",
+           f"{minutes / 60:.8f}", "--output-dir", str(seed_dir(out / variant.label, seed)), "--overwrite",
+           *BENCH_RUN_SETS, *extra]
     for item in variant.sets:
         cmd += ["--set", item]
     return cmd
 
 
 def run_all(out: Path, variants: list[Variant], seeds: list[int], config: str, minutes: float,
-            extra: list[str]) -> None:
+            extra: list[str], parallel: bool = False) -> None:
     """Train every (variant, seed) that has no summary.json yet, one at a time, printing each as it ends."""
     runs = plan(variants, seeds)
     for i, (variant, seed) in enumerate(runs, 1):
@@ -74,7 +76,8 @@ def run_all(out: Path, variants: list[Variant], seeds: list[int], config: str, m
             print(f"[{i}/{len(runs)}] {variant.label} seed {seed}: done before, kept ({run_dir})", flush=True)
             continue
         print(f"[{i}/{len(runs)}] {variant.label} seed {seed}: training {minutes:g} min → {run_dir}", flush=True)
-        run_bench_trainer(run_command(variant, seed, out, config, minutes, extra), f"{variant.label} seed {seed}")
+        command = run_command(variant, seed, out, config, minutes, extra, parallel)
+        run_bench_trainer(command, f"{variant.label} seed {seed}")
 
 
 def comparison_specs(out: Path, variants: list[Variant]) -> list[tuple[str, list[Path]]]:
@@ -83,8 +86,8 @@ def comparison_specs(out: Path, variants: list[Variant]) -> list[tuple[str, list
 
 
 def main_learning(out: Path, variants: list[Variant], seeds: list[int], config: str, minutes: float,
-                  extra: list[str], prog: str) -> int:
+                  extra: list[str], prog: str, parallel: bool = False) -> int:
     """Run the benchmark and its comparison; returns the exit status."""
-    run_all(out, variants, seeds, config, minutes, extra)
+    run_all(out, variants, seeds, config, minutes, extra, parallel)
     print(f"{prog}: comparing {len(variants)} variants over seeds {', '.join(map(str, seeds))}", flush=True)
     return make_report(comparison_specs(out, variants), out / "comparison", f"{prog} (compare)")

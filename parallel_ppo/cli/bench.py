@@ -143,6 +143,9 @@ def _add_learning(sub: Any) -> None:
                         "default: " + ", ".join(f"{v.label}:{','.join(v.sets)}" for v in DEFAULT_VARIANTS))
     c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="config override passed to every run (repeatable)")
+    c.add_argument("--parallel", action="store_true",
+                   help="train with the parallel trainer and the config's workers (the same learning per step, "
+                        "faster where stepping envs is much of the work); default: the sequential trainer")
     c.add_argument("--output-dir", metavar="DIR", help="default benchmarks/learning_<env>")
 
 
@@ -160,12 +163,12 @@ def learning(args: Any, prog: str) -> int:
             raise ConfigError(f"two variants have the same label ({', '.join(labels)})")
         extra = ["--env", args.env, *(a for item in args.set for a in ("--set", item))]
         for v in variants:  # every run's config is checked before the first one starts
-            build_config(args.config, {"env.id": args.env}, [*args.set, *v.sets], parallel=False)
+            build_config(args.config, {"env.id": args.env}, [*args.set, *v.sets], parallel=args.parallel)
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--output-dir {out} exists and is not a directory")
         print(f"{prog}: {args.env}, {len(variants)} variants × {len(seeds)} seeds × {args.minutes:g} min, one at a "
-              f"time → {out}", flush=True)
-        return main_learning(out, variants, seeds, args.config, args.minutes, extra, prog)
+              f"time, {'parallel' if args.parallel else 'sequential'} trainer → {out}", flush=True)
+        return main_learning(out, variants, seeds, args.config, args.minutes, extra, prog, args.parallel)
     except ParallelPPOError as e:
         return fail(prog, e, 2)
     except BenchRunCrashed as e:

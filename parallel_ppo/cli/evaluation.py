@@ -147,9 +147,9 @@ def format_eval(cfg: Config, e: dict[str, Any]) -> str:
     from parallel_ppo.core.envs import PROCGEN_GAMES
 
     last = e["start_level"] + e["num_levels"] - 1
-    where = f"levels {e['start_level']}..{last}" if cfg.env.id in PROCGEN_GAMES else ""
+    where = f" levels {e['start_level']}..{last}" if cfg.env.id in PROCGEN_GAMES else ""
     norm = "" if e["normalized_mean"] is None else f", normalized {e['normalized_mean']:.3f}"
-    return (f"{cfg.env.id}, {e['levels']} {where}, {e['episodes']} episodes, "
+    return (f"{cfg.env.id}, {e['levels']}{where}, {e['episodes']} episodes, "
             f"{'deterministic' if e['deterministic'] else 'sampled'} actions, checkpoint at "
             f"{e['checkpoint_env_steps']:,} steps\n"
             f"  return mean {e['mean']:.2f} ± {e['std']:.2f} (median {e['median']:.2f}, min {e['min']:.2f}, max "

@@ -13,7 +13,7 @@ from torch import nn
 from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.distributions import sample
-from parallel_ppo.core.envs import BatchEnv, env_seed, make_batch_env
+from parallel_ppo.core.envs import BatchEnv, env_seed, episodes_ended, make_batch_env
 from parallel_ppo.core.model import autocast, module_device
 from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.timing import PhaseTimer
@@ -106,10 +106,11 @@ class EnvRunner:
         return CollectResult(returns, lengths, t_env, t_inf)
 
     def _count_episodes(self, rewards: np.ndarray, dones: np.ndarray, returns: list[float], lengths: list[int]) -> None:
-        """Add a step to each env's episode (raw rewards); append the return and length of those that ended."""
+        """Add a step to each env's episode (raw rewards); append the return and length of those that ended (whole
+        games with episodic life)."""
         self.ep_return += rewards
         self.ep_length += 1
-        for i in np.flatnonzero(dones):
+        for i in np.flatnonzero(episodes_ended(self.env, dones)):
             returns.append(float(self.ep_return[i]))
             lengths.append(int(self.ep_length[i]))
             self.ep_return[i] = 0.0

@@ -37,6 +37,12 @@ class EnvConfig:
     fast_render: bool = True
     """Pixels: render without shadows, reflections, skybox and multisampling (about 30× faster on Mesa's software
     renderer, measured: 52 → 1.5 ms a 84×84 HalfCheetah frame)."""
+    episodic_life: bool = False
+    """Atari: a life lost ends the episode for learning (the value is not bootstrapped across it) while the game
+    plays on, as CleanRL's ppo_atari does; returns in the metrics and in evaluation stay whole games."""
+    fire_reset: bool = False
+    """Atari: press FIRE after every reset and every life lost (games such as Breakout wait for it), as CleanRL's
+    ppo_atari does; games without FIRE (action 1) start by themselves and are left as they are."""
 
 
 @dataclass
@@ -95,6 +101,9 @@ class TrainingConfig:
     """Adam learning rate (Adam eps is 1e-5)."""
     anneal_lr: bool = False
     """Linearly anneal the learning rate to 0 over the run (by steps or by duration, whichever is bound)."""
+    anneal_steps: int = 0
+    """With `anneal_lr`: anneal over this many env steps instead, wherever the run stops (0 = over the run): a
+    1M-step run on a reference's 10M-step schedule, to compare with its curve at 1M."""
     gamma: float = 0.999
     """Discount factor."""
     gae_lambda: float = 0.95

@@ -225,8 +225,8 @@ MAXIMUM = {"env.num_envs": 4096, "training.n_steps": 100_000, "parallel.num_work
            "run.checkpoint_interval": 10**9, "parallel.worker_timeout": 10**9, "eval.interval_seconds": 10**9,
            "logging.progress_seconds": 10**9}
 NON_NEGATIVE = ("env.num_levels", "env.start_level", "env.env_threads", "env.frame_stack", "parallel.learner_threads",
-                "training.microbatch_size", "parallel.max_worker_restarts", "run.total_steps", "run.seed",
-                "training.ent_coef", "training.vf_coef", "training.target_kl", "run.limit_seconds",
+                "training.microbatch_size", "parallel.max_worker_restarts", "run.total_steps", "training.anneal_steps",
+                "run.seed", "training.ent_coef", "training.vf_coef", "training.target_kl", "run.limit_seconds",
                 "eval.interval_seconds", "distributed.num_envs_total")
 UNIT_INTERVAL = ("training.gamma", "training.gae_lambda")
 DURATIONS = {"run.duration": "h", "run.checkpoint_interval": "s", "run.limit_seconds": "s",
@@ -271,6 +271,9 @@ def validate(cfg: Config, world_size: int = 1) -> None:
     for key, allowed in CHOICES.items():
         if get_value(cfg, key) not in allowed:
             raise ConfigError(f"{key} must be one of {', '.join(allowed)}; got {get_value(cfg, key)!r}")
+    if cfg.training.anneal_steps and not cfg.training.anneal_lr:
+        raise ConfigError("training.anneal_steps sets how long training.anneal_lr anneals; set anneal_lr true too, "
+                          "or anneal_steps 0")
     check_env(cfg.env)
     if cfg.tracking.wandb:
         check_wandb()

@@ -36,9 +36,9 @@ def check_env(cfg: EnvConfig) -> None:
         if cfg.distribution_mode == "exploration" and cfg.id not in PROCGEN_EXPLORATION_GAMES:
             raise ConfigError(f"{cfg.id} has no exploration mode (games that do: "
                               f"{', '.join(PROCGEN_EXPLORATION_GAMES)})")
-        if cfg.pixels or cfg.frame_stack > 1:
-            raise ConfigError(f"env.pixels and env.frame_stack apply to gymnasium envs; {cfg.id} is a Procgen game, "
-                              "which observes single 64×64 frames")
+        if cfg.pixels or cfg.frame_stack > 1 or cfg.episodic_life or cfg.fire_reset:
+            raise ConfigError(f"env.pixels, env.frame_stack, env.episodic_life and env.fire_reset apply to gymnasium "
+                              f"envs; {cfg.id} is a Procgen game, which observes single 64×64 frames")
         if cfg.start_level + cfg.num_levels > LEVEL_LIMIT:
             raise ConfigError(f"levels {cfg.start_level}..{cfg.start_level + cfg.num_levels - 1} "
                               f"(env.start_level + env.num_levels) go past Procgen's last level {LEVEL_LIMIT - 1}")
@@ -101,7 +101,9 @@ def eval_levels(env: EnvConfig, levels: str) -> EnvConfig:
 
 
 class BatchEnv(Protocol):
-    """`num_envs` envs stepped together. `step` auto-resets finished envs and returns the new first obs."""
+    """`num_envs` envs stepped together. `step` auto-resets finished envs and returns the new first obs. An env
+    whose `dones` are not the ends of scored episodes (Atari's episodic life) also has `game_over`: see
+    `episodes_ended`."""
 
     num_envs: int
     obs_shape: tuple[int, ...]
@@ -122,6 +124,13 @@ class BatchEnv(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def episodes_ended(env: BatchEnv, dones: np.ndarray) -> np.ndarray:
+    """Where the last step ended an episode as it is scored: `dones`, except with Atari's episodic life, where a
+    life lost ends the episode for learning only and the env says which games ended (`game_over`)."""
+    game_over = getattr(env, "game_over", None)
+    return dones if game_over is None else game_over
 
 
 def import_procgen() -> None:

@@ -14,7 +14,7 @@ import numpy as np
 from torch import nn
 
 from parallel_ppo.core.config import Config, EnvConfig
-from parallel_ppo.core.envs import eval_levels, make_batch_env, normalized_return, resolve_levels
+from parallel_ppo.core.envs import episodes_ended, eval_levels, make_batch_env, normalized_return, resolve_levels
 from parallel_ppo.core.policy import act
 
 EVAL_STREAM = 0xE7A1
@@ -86,9 +86,10 @@ def evaluate(model: nn.Module, cfg: Config, levels: str, episodes: int, num_envs
             length += 1
             if frames is not None and done_count[0] < shares[0]:
                 frames(env.frame(0), float(ret[0]))
-            if dones.any():
+            ended = episodes_ended(env, dones)
+            if ended.any():
                 now = list(getattr(env, "level_seeds", lambda: [])())
-                for i in np.flatnonzero(dones):
+                for i in np.flatnonzero(ended):
                     if done_count[i] < shares[i]:
                         returns.append(float(ret[i]))
                         lengths.append(int(length[i]))

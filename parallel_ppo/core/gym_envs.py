@@ -67,6 +67,52 @@ class StackedFrames(gymnasium.Wrapper):
         return (np.concatenate(self.frames, axis=-1), *rest)
 
 
+class EpisodicLife(gymnasium.Wrapper):
+    """A life lost ends the episode for learning (terminated) but not the game: the reset that follows plays on with
+    a no-op step unless the game is over. `games` counts the games that ended, for the metrics."""
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        self.lives, self.game_over, self.games = 0, True, 0
+
+    def step(self, action: Any) -> tuple:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_over = terminated or truncated
+        self.games += self.game_over
+        lives = self.env.unwrapped.ale.lives()
+        terminated = terminated or 0 < lives < self.lives
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict]:
+        if not self.game_over:
+            obs, _, terminated, truncated, info = self.env.step(0)
+            self.game_over = terminated or truncated
+            self.games += self.game_over
+        if self.game_over:
+            obs, info = self.env.reset(**kwargs)
+        self.lives = self.env.unwrapped.ale.lives()
+        return obs, info
+
+
+class FireReset(gymnasium.Wrapper):
+    """FIRE (action 1), then action 2, after every reset: games such as Breakout wait for FIRE to start."""
+
+    @staticmethod
+    def applies(env: Any) -> bool:
+        """Whether the game has FIRE as action 1 (and an action 2), as CleanRL's wrapper expects."""
+        meanings = env.unwrapped.get_action_meanings()
+        return len(meanings) >= 3 and meanings[1] == "FIRE"
+
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict]:
+        self.env.reset(**kwargs)
+        for action in (1, 2):
+            obs, _, terminated, truncated, info = self.env.step(action)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
+        return obs, info
+
+
 def quiet_mujoco_deprecations() -> None:
     """MuJoCo 4 warns on stderr, once per env built, that gymnasium's own model files use deprecated attributes
     (HalfCheetah's `settotalmass`): nothing a user can act on. Other MuJoCo warnings still print."""
@@ -101,6 +147,8 @@ def make_env(cfg: EnvConfig, render: bool = False) -> Any:
         quiet_mujoco_deprecations()
         if render or cfg.pixels:  # headless through EGL unless told otherwise (MuJoCo would try GLFW first)
             os.environ.setdefault("MUJOCO_GL", "egl")
+    if (cfg.episodic_life or cfg.fire_reset) and not atari:
+        raise ConfigError(f"env.episodic_life and env.fire_reset apply to Atari games; {cfg.id} is not one")
     if cfg.pixels and not mujoco:
         raise ConfigError(f"env.pixels renders gymnasium's MuJoCo envs; {cfg.id} is not one (Atari observes frames "
                           "already; for your own env, make it observe frames)")
@@ -110,6 +158,10 @@ def make_env(cfg: EnvConfig, render: bool = False) -> Any:
         env = gymnasium.make(name, frameskip=1, **rendered)
         env = AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=cfg.frame_size, grayscale_obs=True,
                                  grayscale_newaxis=True, scale_obs=False)
+        if cfg.episodic_life:
+            env = EpisodicLife(env)
+        if cfg.fire_reset and FireReset.applies(env):  # games without FIRE start by themselves
+            env = FireReset(env)
     elif cfg.pixels:
         env = gymnasium.make(name, render_mode="rgb_array", width=cfg.frame_size, height=cfg.frame_size)
         if cfg.fast_render:
@@ -152,6 +204,13 @@ def observation_dtype(space: Any, env_id: str) -> np.dtype:
     return np.dtype(np.float32)
 
 
+def _wrapper(env: Any, kind: type) -> Any:
+    """The wrapper of type `kind` in `env`'s chain, or None."""
+    while isinstance(env, gymnasium.Wrapper) and not isinstance(env, kind):
+        env = env.env
+    return env if isinstance(env, kind) else None
+
+
 class GymnasiumBatchEnv:
     """Gymnasium envs in a `SyncVectorEnv` that resets finished envs in the same step; continuous actions are
     clipped to the space's bounds here, at the env."""
@@ -177,6 +236,10 @@ class GymnasiumBatchEnv:
             raise
         self.num_envs = num_envs
         self.obs_shape = tuple(obs_space.shape)
+        self._lives = [_wrapper(e, EpisodicLife) for e in self._env.envs] if cfg.episodic_life else []
+        self._games = np.zeros(num_envs, dtype=np.int64)
+        self.game_over: np.ndarray | None = None
+        """With episodic life: where the last step ended a game (its `dones` end lives too); else None."""
         if self.actions.continuous:
             self._low, self._high = np.array(self.actions.low), np.array(self.actions.high)
             self._action_dtype = self._env.single_action_space.dtype
@@ -191,6 +254,9 @@ class GymnasiumBatchEnv:
         obs, rew, term, trunc, info = self._env.step(actions)
         cut = {int(i): np.asarray(info["final_obs"][i], dtype=self.obs_dtype)
                for i in np.flatnonzero(np.logical_and(trunc, np.logical_not(term)))}
+        if self._lives:
+            games = np.array([w.games for w in self._lives])
+            self.game_over, self._games = games > self._games, games
         return obs.astype(self.obs_dtype, copy=False), rew.astype(np.float32), np.logical_or(term, trunc), cut
 
     def frame(self, index: int) -> np.ndarray:

@@ -90,15 +90,16 @@ class StopRequest:
 
 
 def learning_rate(cfg: Config, env_steps: int, elapsed: float) -> float:
-    """The configured rate, linearly annealed to 0 if enabled: over `total_steps` when set, else over the duration.
+    """The configured rate, linearly annealed to 0 if enabled: over `anneal_steps` or `total_steps` when set, else
+    over the duration.
 
     Annealing by steps when there is a step budget keeps the schedule independent of the machine's speed.
     """
     lr = cfg.training.learning_rate
     if not cfg.training.anneal_lr:
         return lr
-    if cfg.run.total_steps:
-        progress = env_steps / cfg.run.total_steps
+    if cfg.training.anneal_steps or cfg.run.total_steps:
+        progress = env_steps / (cfg.training.anneal_steps or cfg.run.total_steps)
     else:
         progress = elapsed / (cfg.run.duration * 3600)
     return lr * max(0.0, 1.0 - progress)
