@@ -161,17 +161,18 @@ def test_trainer_runs_each_seed_into_its_directory(tmp_path):
 
 @pytest.mark.slow
 def test_learning_benchmark_writes_its_runs_and_comparison(tmp_path):
-    """One variant × two seeds of a second each; a second call keeps the finished runs."""
+    """One variant × two seeds of a second each, in the parallel trainer (`--parallel`; the sequential one is the
+    default, as in the sweeps); a second call keeps the finished runs."""
     out = tmp_path / "learning"
     cmd = [sys.executable, "bench.py", "learning", "--config", "config/cartpole.yaml", "--env", "CartPole-v1",
-           "--minutes", "0.015", "--seeds", "1,2", "--variant", "norm:training.normalize_reward=true",
+           "--minutes", "0.015", "--seeds", "1,2", "--variant", "norm:training.normalize_reward=true", "--parallel",
            "--output-dir", str(out), "--set", "logging.tensorboard=false"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     for seed in (1, 2):
         config = (out / "norm" / f"seed_{seed}" / "config.yaml").read_text()
         assert "normalize_reward: true" in config and f"seed: {seed}" in config
-        assert (out / "norm" / f"seed_{seed}" / "summary.json").is_file()
+        assert json.loads((out / "norm" / f"seed_{seed}" / "summary.json").read_text())["mode"] == "parallel"
     for name in ("comparison.json", "comparison.md", "learning_curves.png"):
         assert (out / "comparison" / name).is_file()
     again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
