@@ -274,7 +274,7 @@ def test_a_continuous_task_is_learned_in_seconds_and_its_policy_predicts_in_boun
     try:
         policy = parallel_ppo.load_policy(out)
         actions = policy.predict(np.array([[5.0], [-5.0], [0.0]], dtype=np.float32))
-        assert actions.shape == (3, 1) and np.all(np.abs(actions) <= 1.0)
+        assert actions.shape == (3, 1) and actions.dtype == np.float32 and np.all(np.abs(actions) <= 1.0)
         assert actions[0, 0] > 0.5 > -0.5 > actions[1, 0], "it moves toward the target"
         assert policy.predict(np.array([2.0], dtype=np.float32), deterministic=True).shape == (1,)
     finally:

@@ -82,7 +82,7 @@ class Policy:
         """The action for one observation, or the actions for a batch (shape (N,), or (N, n) for continuous
         actions); observations as the env gives them (Procgen: uint8 frames H×W×C), normalized inside the network
         when the run normalized them. Sampled actions come from this policy's seeded generator, clipped to the
-        action space's bounds as the env would clip them; `deterministic` takes the most likely action."""
+        action space's bounds as the env would clip them (float32); `deterministic` takes the most likely action."""
         obs = np.asarray(obs)
         if not np.can_cast(obs.dtype, self.obs_dtype, "same_kind"):
             raise ConfigError(f"predict expects {self.obs_dtype} observations as the env gives them, got {obs.dtype} "
@@ -96,5 +96,5 @@ class Policy:
         noise = None if deterministic else self.actions.noise([self._rng] * len(batch))
         actions = act(self.model, self.actions, batch, self.cfg.training.precision, deterministic, noise).numpy()
         if self.actions.continuous:
-            actions = np.clip(actions, self.actions.low, self.actions.high)
+            actions = np.clip(actions, self.actions.low, self.actions.high).astype(np.float32)  # the env's Box dtype
         return actions[0] if single else actions
