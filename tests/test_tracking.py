@@ -124,6 +124,7 @@ def test_offline_tracking_keeps_the_run_in_its_directory_and_resume_continues_it
     overrides = {"tracking.wandb": True, "tracking.tags": ["test"], "run.total_steps": 512, "run.limit_seconds": 0}
     try:
         ppo.train(CARTPOLE, output_dir=run_dir, overrides=overrides, verbose=False)
+        wandb.teardown()  # W&B's service may still be writing the finished run's file; a new process would wait too
         run_id, mode = (run_dir / "wandb" / "run_id").read_text().split()
         assert mode == "offline"
         [first] = _offline_runs(run_dir, run_id)
