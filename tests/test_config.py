@@ -79,6 +79,9 @@ def test_the_learning_rate_anneals_over_anneal_steps_wherever_the_run_stops():
     assert rate("training.anneal_steps=100", steps=150) == 0.0
     with pytest.raises(ConfigError, match="training.anneal_steps must not be negative"):
         build_config(None, {}, small_sets("training.anneal_steps=-1"), parallel=False)
+    with pytest.raises(ConfigError, match=r"anneal_steps \(100\) is below run.total_steps \(1,000\)"):
+        sets = small_sets("training.anneal_lr=true", "training.anneal_steps=100", "run.total_steps=1000")
+        build_config(None, {}, sets, parallel=False)
 
 
 def test_exponent_numbers_without_a_point(tmp_path):

@@ -41,8 +41,9 @@ class EnvConfig:
     """Atari: a life lost ends the episode for learning (the value is not bootstrapped across it) while the game
     plays on, as CleanRL's ppo_atari does; returns in the metrics and in evaluation stay whole games."""
     fire_reset: bool = False
-    """Atari: press FIRE after every reset and every life lost (games such as Breakout wait for it), as CleanRL's
-    ppo_atari does; games without FIRE (action 1) start by themselves and are left as they are."""
+    """Atari: press FIRE after every reset (games such as Breakout wait for it), and so after every life lost when
+    `episodic_life` ends an episode there, as CleanRL's ppo_atari does; games without FIRE (action 1) start by
+    themselves and are left as they are."""
 
 
 @dataclass
@@ -103,7 +104,7 @@ class TrainingConfig:
     """Linearly anneal the learning rate to 0 over the run (by steps or by duration, whichever is bound)."""
     anneal_steps: int = 0
     """With `anneal_lr`: anneal over this many env steps instead, wherever the run stops (0 = over the run): a
-    1M-step run on a reference's 10M-step schedule, to compare with its curve at 1M."""
+    1M-step run on a reference's 10M-step schedule, to compare with its curve at 1M. Not below `run.total_steps`."""
     gamma: float = 0.999
     """Discount factor."""
     gae_lambda: float = 0.95

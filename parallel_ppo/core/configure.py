@@ -274,6 +274,9 @@ def validate(cfg: Config, world_size: int = 1) -> None:
     if cfg.training.anneal_steps and not cfg.training.anneal_lr:
         raise ConfigError("training.anneal_steps sets how long training.anneal_lr anneals; set anneal_lr true too, "
                           "or anneal_steps 0")
+    if 0 < cfg.training.anneal_steps < cfg.run.total_steps:
+        raise ConfigError(f"training.anneal_steps ({cfg.training.anneal_steps:,}) is below run.total_steps "
+                          f"({cfg.run.total_steps:,}): the steps past it would train at a learning rate of 0")
     check_env(cfg.env)
     if cfg.tracking.wandb:
         check_wandb()

@@ -30,8 +30,8 @@ LEVEL_LIMIT = 2**31 - 1
 
 
 def check_env(cfg: EnvConfig) -> None:
-    """Raise ConfigError unless `cfg.id` is a Procgen game (in a mode it has) or a registered gymnasium id (its
-    spaces are checked where the env is first built: `env_spaces`)."""
+    """Raise ConfigError unless `cfg.id` is a Procgen game (in a mode it has) or a registered gymnasium id whose
+    family has the env settings asked for (its spaces are checked where the env is first built: `env_spaces`)."""
     if cfg.id in PROCGEN_GAMES:
         if cfg.distribution_mode == "exploration" and cfg.id not in PROCGEN_EXPLORATION_GAMES:
             raise ConfigError(f"{cfg.id} has no exploration mode (games that do: "
@@ -43,9 +43,9 @@ def check_env(cfg: EnvConfig) -> None:
             raise ConfigError(f"levels {cfg.start_level}..{cfg.start_level + cfg.num_levels - 1} "
                               f"(env.start_level + env.num_levels) go past Procgen's last level {LEVEL_LIMIT - 1}")
         return
-    from parallel_ppo.core.gym_envs import registry_entry
+    from parallel_ppo.core.gym_envs import env_family
 
-    registry_entry(cfg.id)
+    env_family(cfg)
 
 
 PROCGEN_EASY_RANGES = {

@@ -138,20 +138,27 @@ def fast_render(env: Any) -> None:
         viewer.scn.flags[flag] = 0
 
 
-def make_env(cfg: EnvConfig, render: bool = False) -> Any:
-    """One gymnasium env as the trainer steps it: Atari preprocessed, pixels rendered, frames stacked."""
-    name, entry_point = cfg.id.rpartition(":")[2], str(registry_entry(cfg.id).entry_point)
-    mujoco, atari = "mujoco" in entry_point, "ale_py" in entry_point  # gymnasium's MuJoCo envs, ale-py's games
-    rendered = {"render_mode": "rgb_array"} if render else {}
-    if mujoco:
-        quiet_mujoco_deprecations()
-        if render or cfg.pixels:  # headless through EGL unless told otherwise (MuJoCo would try GLFW first)
-            os.environ.setdefault("MUJOCO_GL", "egl")
+def env_family(cfg: EnvConfig) -> tuple[bool, bool]:
+    """(MuJoCo, Atari): whether `cfg.id` is one of gymnasium's MuJoCo envs or an ale-py game; ConfigError if the
+    id is unknown or a setting of the config applies to neither."""
+    entry_point = str(registry_entry(cfg.id).entry_point)
+    mujoco, atari = "mujoco" in entry_point, "ale_py" in entry_point
     if (cfg.episodic_life or cfg.fire_reset) and not atari:
         raise ConfigError(f"env.episodic_life and env.fire_reset apply to Atari games; {cfg.id} is not one")
     if cfg.pixels and not mujoco:
         raise ConfigError(f"env.pixels renders gymnasium's MuJoCo envs; {cfg.id} is not one (Atari observes frames "
                           "already; for your own env, make it observe frames)")
+    return mujoco, atari
+
+
+def make_env(cfg: EnvConfig, render: bool = False) -> Any:
+    """One gymnasium env as the trainer steps it: Atari preprocessed, pixels rendered, frames stacked."""
+    name, (mujoco, atari) = cfg.id.rpartition(":")[2], env_family(cfg)
+    rendered = {"render_mode": "rgb_array"} if render else {}
+    if mujoco:
+        quiet_mujoco_deprecations()
+        if render or cfg.pixels:  # headless through EGL unless told otherwise (MuJoCo would try GLFW first)
+            os.environ.setdefault("MUJOCO_GL", "egl")
     if atari:
         from gymnasium.wrappers import AtariPreprocessing
 
