@@ -150,7 +150,7 @@ bench-mujoco: install
 
 ## Atari at equal steps, to set beside CleanRL's published ppo_atari curve (quoted in docs/results/atari.md):
 ## ATARI_STEPS (1M) per run on CleanRL's 10M-step learning-rate schedule, SEEDS, one run at a time, the parallel trainer,
-## config/atari.yaml → benchmarks/atari_<env>/ with the across-seed comparison (about 30 min a run on 2 cores of ours)
+## config/atari.yaml → benchmarks/atari_<env>/ with the across-seed comparison (about 37 min a run on 2 cores of ours)
 ATARI_ENV   ?= BreakoutNoFrameskip-v4
 ATARI_STEPS ?= 1000000
 bench-atari: install
