@@ -1,5 +1,5 @@
-"""Sequential against parallel in interleaved pairs: the same shipped configs, run one after the other, N times, and
-the ratio of their steady-state SPS and of their update time per 1,000 env steps (issue 24's acceptance 1).
+"""Sequential against parallel in interleaved pairs: the same shipped configs, run one after the other, N times (in
+ABBA order: every second pair starts with the parallel run), and the ratio of their steady-state SPS and of their update time per 1,000 env steps (issue 24's acceptance 1).
 
     .venv/bin/python scripts/mode_pairs.py --pairs 3 --minutes 6 [--output-dir benchmarks/mode_pairs] [-- ARGS...]
     .venv/bin/python scripts/mode_pairs.py --config config/mujoco_pixels.yaml ...   (one config for both modes)
@@ -59,7 +59,7 @@ def main() -> int:
     lines = list(HEADER)
     for pair in range(1, args.pairs + 1):
         runs = {}
-        for mode in TRAINERS:
+        for mode in TRAINERS if pair % 2 else reversed(TRAINERS):  # ABBA: a drift of the machine favours neither
             print(f"pair {pair}: {mode} for {args.minutes:g} min ...", flush=True)
             runs[mode] = train(mode, out / f"{mode}_{pair}", args.minutes, extra, args.config)
         s, q = runs["sequential"], runs["parallel"]

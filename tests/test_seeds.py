@@ -177,3 +177,7 @@ def test_learning_benchmark_writes_its_runs_and_comparison(tmp_path):
         assert (out / "comparison" / name).is_file()
     again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and again.stdout.count("done before, kept") == 2, again.stdout
+    # the same directory asked of the sequential trainer: refused before anything trains, not mixed in
+    other = subprocess.run([a for a in cmd if a != "--parallel"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert other.returncode == 2 and "trained by the parallel trainer" in other.stderr, other.stderr
+    assert len(other.stderr.strip().splitlines()) == 1 and "training" not in other.stdout, other.stdout

@@ -3,7 +3,8 @@ multi-seed comparison (curves with bands, IQM and bootstrap intervals) of the va
 
 Runs go one after another, never at once, seed by seed (every variant's seed 1, then every variant's seed 2,
 ...), so an interrupted benchmark leaves comparable data. A run whose summary.json exists is not run
-again: rerunning the same command finishes an interrupted benchmark.
+again: rerunning the same command finishes an interrupted benchmark. A finished run of another trainer or env is
+refused before anything trains (kept, it would mix into the comparison).
 
     OUT/<variant>/seed_<n>/   one run directory per variant and seed
     OUT/comparison/           compare_results.py's report over the variants
@@ -11,6 +12,7 @@ again: rerunning the same command finishes an interrupted benchmark.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +66,24 @@ def run_command(variant: Variant, seed: int, out: Path, config: str, minutes: fl
     for item in variant.sets:
         cmd += ["--set", item]
     return cmd
+
+
+def check_kept_runs(out: Path, variants: list[Variant], seeds: list[int], env_id: str, parallel: bool) -> None:
+    """Raise ConfigError if a finished run in `out` was trained by the other trainer or on another env: kept, it
+    would mix into the comparison."""
+    mode = "parallel" if parallel else "sequential"
+    for variant, seed in plan(variants, seeds):
+        path = seed_dir(out / variant.label, seed) / "summary.json"
+        if not path.is_file():
+            continue
+        try:
+            summary = json.loads(path.read_text())
+            kept = (summary["mode"], summary["env_id"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ConfigError(f"{path} cannot be read ({type(e).__name__}: {e}); remove its run to train it again")
+        if kept != (mode, env_id):
+            raise ConfigError(f"{path.parent} was trained by the {kept[0]} trainer on {kept[1]}, and this benchmark "
+                              f"runs the {mode} trainer on {env_id}: use another --output-dir, or remove that run")
 
 
 def run_all(out: Path, variants: list[Variant], seeds: list[int], config: str, minutes: float,

@@ -150,7 +150,7 @@ def _add_learning(sub: Any) -> None:
 
 
 def learning(args: Any, prog: str) -> int:
-    from parallel_ppo.bench.learning import DEFAULT_VARIANTS, main_learning, parse_variant
+    from parallel_ppo.bench.learning import DEFAULT_VARIANTS, check_kept_runs, main_learning, parse_variant
 
     out = Path(args.output_dir or f"benchmarks/learning_{args.env}")
     try:
@@ -166,6 +166,7 @@ def learning(args: Any, prog: str) -> int:
             build_config(args.config, {"env.id": args.env}, [*args.set, *v.sets], parallel=args.parallel)
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--output-dir {out} exists and is not a directory")
+        check_kept_runs(out, variants, seeds, args.env, args.parallel)
         print(f"{prog}: {args.env}, {len(variants)} variants × {len(seeds)} seeds × {args.minutes:g} min, one at a "
               f"time, {'parallel' if args.parallel else 'sequential'} trainer → {out}", flush=True)
         return main_learning(out, variants, seeds, args.config, args.minutes, extra, prog, args.parallel)

@@ -1,0 +1,73 @@
+"""The same PPO update after a sequential rollout and after a parallel one, alternated update by update in one
+process (issue 24: is the parallel trainer's update slower, and is it the rollout's memory or what ran before it?).
+
+One learner, two rollout sources over the same config: the sequential collector (envs in this process, the rollout
+in private memory) and the parallel coordinator (2 workers by default, the rollout in shared memory). Updates take
+turns in ABBA order, so a slow spell of the machine, which lasts minutes on shared 2-core machines and swamps a
+comparison of two runs, falls on both alike. Prints each update's seconds and the medians' ratio. A measurement:
+exits 0 whatever the ratio.
+
+    .venv/bin/python scripts/update_ab.py [--updates 40] [--config config/ppo_parallel.yaml] [--set KEY=VALUE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> int:
+    import torch
+
+    from parallel_ppo.bench.learner_settings import resolve
+    from parallel_ppo.core.allocator import retain_freed_memory
+    from parallel_ppo.core.collect import SequentialCollector
+    from parallel_ppo.core.configure import build_config
+    from parallel_ppo.core.loop import TrainState, rollout_batch
+    from parallel_ppo.core.ppo import ppo_update
+    from parallel_ppo.core.threads import thread_plan
+    from parallel_ppo.core.timing import PhaseTimer
+    from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--updates", type=int, default=40, help="in all, half after each source (2 warm-up ones more)")
+    p.add_argument("--config", default=str(ROOT / "config" / "ppo_parallel.yaml"))
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = p.parse_args()
+    cfg, choice = resolve(build_config(args.config, {}, args.set, parallel=True), 10.0)
+    plan = thread_plan(cfg, parallel=True)
+    torch.set_num_threads(plan.learner)
+    retain_freed_memory()
+    print(f"learner {choice.describe()}, {plan.learner} threads; {cfg.parallel.num_workers} workers × "
+          f"{cfg.parallel.num_envs_per_worker} envs against {cfg.env.num_envs} envs in this process", flush=True)
+    sources = [SequentialCollector(cfg, plan.learner), ParallelCoordinator(cfg, plan)]
+    state = TrainState.new(cfg, sources[1].obs_shape, sources[1].actions)
+    seconds: dict[str, list[float]] = {s.mode: [] for s in sources}
+    try:
+        for i in range(args.updates + 2):
+            source = sources[(i + i // 2) % 2]  # A B B A A B B A ...
+            source.collect(state.model, PhaseTimer())
+            data = rollout_batch(source.buffer, cfg)
+            start = time.perf_counter()
+            ppo_update(state.model, state.optimizer, data, cfg.training, state.generator)
+            took = time.perf_counter() - start
+            if i >= 2:  # the first of each warms the caches and the allocator
+                seconds[source.mode].append(took)
+            print(f"update {i + 1} after the {source.mode} rollout: {took:.3f} s", flush=True)
+    finally:
+        for source in sources:
+            source.close()
+    seq, par = (statistics.median(seconds[m]) for m in ("sequential", "parallel"))
+    print(f"median update: after sequential {seq:.3f} s, after parallel {par:.3f} s, ratio {par / seq:.4f} "
+          f"({len(seconds['parallel'])} updates each)")
+    return 0
+
+
+if __name__ == "__main__":  # workers start by forkserver, which imports this module again
+    sys.exit(main())
