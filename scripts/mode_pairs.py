@@ -1,5 +1,6 @@
 """Sequential against parallel in interleaved pairs: the same shipped configs, run one after the other, N times (in
-ABBA order: every second pair starts with the parallel run), and the ratio of their steady-state SPS and of their update time per 1,000 env steps (issue 24's acceptance 1).
+ABBA order: every second pair starts with the parallel run), and the ratio of their steady-state SPS and of their
+update time per 1,000 env steps (issue 24's acceptance 1).
 
     .venv/bin/python scripts/mode_pairs.py --pairs 3 --minutes 6 [--output-dir benchmarks/mode_pairs] [-- ARGS...]
     .venv/bin/python scripts/mode_pairs.py --config config/mujoco_pixels.yaml ...   (one config for both modes)

@@ -4,8 +4,8 @@ process (issue 24: is the parallel trainer's update slower, and is it the rollou
 One learner, two rollout sources over the same config: the sequential collector (envs in this process, the rollout
 in private memory) and the parallel coordinator (2 workers by default, the rollout in shared memory). Updates take
 turns in ABBA order, so a slow spell of the machine, which lasts minutes on shared 2-core machines and swamps a
-comparison of two runs, falls on both alike. Prints each update's seconds and the medians' ratio. A measurement:
-exits 0 whatever the ratio.
+comparison of two runs, falls on both alike. The learner is on the CPU. Prints each update's seconds and the
+medians' ratio. A measurement: exits 0 whatever the ratio.
 
     .venv/bin/python scripts/update_ab.py [--updates 40] [--config config/ppo_parallel.yaml] [--set KEY=VALUE ...]
 """
@@ -13,6 +13,7 @@ exits 0 whatever the ratio.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -30,39 +31,44 @@ def main() -> int:
     from parallel_ppo.core.collect import SequentialCollector
     from parallel_ppo.core.configure import build_config
     from parallel_ppo.core.loop import TrainState, rollout_batch
+    from parallel_ppo.core.model import module_device
     from parallel_ppo.core.ppo import ppo_update
     from parallel_ppo.core.threads import thread_plan
     from parallel_ppo.core.timing import PhaseTimer
     from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--updates", type=int, default=40, help="in all, half after each source (2 warm-up ones more)")
+    p.add_argument("--updates", type=int, default=40, help="in all, a multiple of 4: half after each source (and "
+                   "2 warm-up updates more)")
     p.add_argument("--config", default=str(ROOT / "config" / "ppo_parallel.yaml"))
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args()
-    cfg, choice = resolve(build_config(args.config, {}, args.set, parallel=True), 10.0)
+    if args.updates < 4 or args.updates % 4:
+        p.error("--updates must be a positive multiple of 4")
+    cfg = build_config(args.config, {"training.device": "cpu"}, args.set, parallel=True)
     plan = thread_plan(cfg, parallel=True)
-    torch.set_num_threads(plan.learner)
+    torch.set_num_threads(plan.learner)  # as launch.prepare: threads, allocator, then the learner's settings
     retain_freed_memory()
+    cfg, choice = resolve(cfg, 10.0)
     print(f"learner {choice.describe()}, {plan.learner} threads; {cfg.parallel.num_workers} workers × "
           f"{cfg.parallel.num_envs_per_worker} envs against {cfg.env.num_envs} envs in this process", flush=True)
-    sources = [SequentialCollector(cfg, plan.learner), ParallelCoordinator(cfg, plan)]
-    state = TrainState.new(cfg, sources[1].obs_shape, sources[1].actions)
-    seconds: dict[str, list[float]] = {s.mode: [] for s in sources}
-    try:
+    seconds: dict[str, list[float]] = {"sequential": [], "parallel": []}
+    with contextlib.ExitStack() as stack:
+        sources = [SequentialCollector(cfg, thread_plan(cfg, parallel=False).env)]
+        stack.callback(sources[0].close)
+        sources.append(ParallelCoordinator(cfg, plan))
+        stack.callback(sources[1].close)
+        state = TrainState.new(cfg, sources[1].obs_shape, sources[1].actions)
         for i in range(args.updates + 2):
             source = sources[(i + i // 2) % 2]  # A B B A A B B A ...
             source.collect(state.model, PhaseTimer())
-            data = rollout_batch(source.buffer, cfg)
+            data = rollout_batch(source.buffer, cfg).to(module_device(state.model))
             start = time.perf_counter()
             ppo_update(state.model, state.optimizer, data, cfg.training, state.generator)
             took = time.perf_counter() - start
             if i >= 2:  # the first of each warms the caches and the allocator
                 seconds[source.mode].append(took)
             print(f"update {i + 1} after the {source.mode} rollout: {took:.3f} s", flush=True)
-    finally:
-        for source in sources:
-            source.close()
     seq, par = (statistics.median(seconds[m]) for m in ("sequential", "parallel"))
     print(f"median update: after sequential {seq:.3f} s, after parallel {par:.3f} s, ratio {par / seq:.4f} "
           f"({len(seconds['parallel'])} updates each)")

@@ -180,4 +180,23 @@ def test_learning_benchmark_writes_its_runs_and_comparison(tmp_path):
     # the same directory asked of the sequential trainer: refused before anything trains, not mixed in
     other = subprocess.run([a for a in cmd if a != "--parallel"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert other.returncode == 2 and "trained by the parallel trainer" in other.stderr, other.stderr
-    assert len(other.stderr.strip().splitlines()) == 1 and "training" not in other.stdout, other.stdout
+    assert len(other.stderr.strip().splitlines()) == 1 and other.stdout == "", other.stdout
+
+
+def test_learning_benchmark_refuses_kept_runs_of_another_trainer_or_env(tmp_path):
+    """A finished run is kept only for the same trainer and env; an unreadable summary is named, not skipped."""
+    from parallel_ppo.bench.learning import check_kept_runs
+    from parallel_ppo.errors import ConfigError
+
+    run = tmp_path / "ppo" / "seed_7"  # any seed under the variant's folder: the comparison reads them all
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"mode": "parallel", "env_id": "CartPole-v1"}))
+    check_kept_runs(tmp_path, {"ppo": "CartPole-v1"}, parallel=True)
+    check_kept_runs(tmp_path, {"other": "Acrobot-v1"}, parallel=False)  # another variant's folder is not its own
+    with pytest.raises(ConfigError, match="parallel trainer on CartPole-v1, and this benchmark runs the sequential"):
+        check_kept_runs(tmp_path, {"ppo": "CartPole-v1"}, parallel=False)
+    with pytest.raises(ConfigError, match="on CartPole-v1, and this benchmark runs the parallel trainer on Acrobot"):
+        check_kept_runs(tmp_path, {"ppo": "Acrobot-v1"}, parallel=True)
+    (run / "summary.json").write_text("{")
+    with pytest.raises(ConfigError, match="cannot be read"):
+        check_kept_runs(tmp_path, {"ppo": "CartPole-v1"}, parallel=True)

@@ -68,22 +68,22 @@ def run_command(variant: Variant, seed: int, out: Path, config: str, minutes: fl
     return cmd
 
 
-def check_kept_runs(out: Path, variants: list[Variant], seeds: list[int], env_id: str, parallel: bool) -> None:
-    """Raise ConfigError if a finished run in `out` was trained by the other trainer or on another env: kept, it
-    would mix into the comparison."""
+def check_kept_runs(out: Path, env_ids: dict[str, str], parallel: bool) -> None:
+    """Raise ConfigError if a finished run under `out/<label>` (for each variant label → the env id it trains) was
+    trained by the other trainer or on another env: kept, it would mix into the comparison."""
     mode = "parallel" if parallel else "sequential"
-    for variant, seed in plan(variants, seeds):
-        path = seed_dir(out / variant.label, seed) / "summary.json"
-        if not path.is_file():
-            continue
-        try:
-            summary = json.loads(path.read_text())
-            kept = (summary["mode"], summary["env_id"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise ConfigError(f"{path} cannot be read ({type(e).__name__}: {e}); remove its run to train it again")
-        if kept != (mode, env_id):
-            raise ConfigError(f"{path.parent} was trained by the {kept[0]} trainer on {kept[1]}, and this benchmark "
-                              f"runs the {mode} trainer on {env_id}: use another --output-dir, or remove that run")
+    for label, env_id in env_ids.items():
+        for path in sorted((out / label).glob("*/summary.json")):
+            try:
+                summary = json.loads(path.read_text())
+                kept = (summary["mode"], summary["env_id"])
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise ConfigError(f"{path} cannot be read ({type(e).__name__}: {e}); remove its run to train it "
+                                  "again") from None
+            if kept != (mode, env_id):
+                raise ConfigError(f"{path.parent} was trained by the {kept[0]} trainer on {kept[1]}, and this "
+                                  f"benchmark runs the {mode} trainer on {env_id}: use another --output-dir, or "
+                                  "remove that run")
 
 
 def run_all(out: Path, variants: list[Variant], seeds: list[int], config: str, minutes: float,

@@ -132,7 +132,8 @@ def _add_learning(sub: Any) -> None:
 
     text = "train config variants × seeds, one run at a time, and compare their learning across seeds"
     c = sub.add_parser("learning", help=text, description=text[0].upper() + text[1:] + ". Runs that finished "
-                       "before (summary.json present) are kept, so the same command finishes an interrupted one.")
+                       "before (summary.json present) are kept, so the same command finishes an interrupted one; "
+                       "one of the other trainer or another env is refused.")
     c.add_argument("--config", default=str(ROOT / "config" / "ppo_sequential.yaml"), help="YAML config file")
     c.add_argument("--env", default="starpilot", metavar="ID", help="Procgen game or gymnasium id (starpilot)")
     c.add_argument("--minutes", type=duration_in("m"), default=10.0, metavar="TIME",
@@ -162,11 +163,12 @@ def learning(args: Any, prog: str) -> int:
         if len(set(labels)) != len(labels):
             raise ConfigError(f"two variants have the same label ({', '.join(labels)})")
         extra = ["--env", args.env, *(a for item in args.set for a in ("--set", item))]
-        for v in variants:  # every run's config is checked before the first one starts
-            build_config(args.config, {"env.id": args.env}, [*args.set, *v.sets], parallel=args.parallel)
+        env_ids = {v.label: build_config(args.config, {"env.id": args.env}, [*args.set, *v.sets],
+                                         parallel=args.parallel).env.id
+                   for v in variants}  # every run's config is checked before the first one starts
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--output-dir {out} exists and is not a directory")
-        check_kept_runs(out, variants, seeds, args.env, args.parallel)
+        check_kept_runs(out, env_ids, args.parallel)
         print(f"{prog}: {args.env}, {len(variants)} variants × {len(seeds)} seeds × {args.minutes:g} min, one at a "
               f"time, {'parallel' if args.parallel else 'sequential'} trainer → {out}", flush=True)
         return main_learning(out, variants, seeds, args.config, args.minutes, extra, prog, args.parallel)
