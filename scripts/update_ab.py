@@ -4,8 +4,8 @@ process (issue 24: is the parallel trainer's update slower, and is it the rollou
 One learner, two rollout sources over the same config: the sequential collector (envs in this process, the rollout
 in private memory) and the parallel coordinator (2 workers by default, the rollout in shared memory). Updates take
 turns in ABBA order, so a slow spell of the machine, which lasts minutes on shared 2-core machines and swamps a
-comparison of two runs, falls on both alike. The learner is on the CPU. Prints each update's seconds and the
-medians' ratio. A measurement: exits 0 whatever the ratio.
+comparison of two runs, falls on both alike. The learner is on the CPU unless --set says otherwise. Prints each
+update's seconds and the medians' ratio. A measurement: exits 0 whatever the ratio.
 
     .venv/bin/python scripts/update_ab.py [--updates 40] [--config config/ppo_parallel.yaml] [--set KEY=VALUE ...]
 """

@@ -200,3 +200,7 @@ def test_learning_benchmark_refuses_kept_runs_of_another_trainer_or_env(tmp_path
     (run / "summary.json").write_text("{")
     with pytest.raises(ConfigError, match="cannot be read"):
         check_kept_runs(tmp_path, {"ppo": "CartPole-v1"}, parallel=True)
+    (tmp_path / "solo").mkdir()  # a variant's folder that is itself a run: the comparison reads it alone
+    (tmp_path / "solo" / "summary.json").write_text(json.dumps({"mode": "sequential", "env_id": "CartPole-v1"}))
+    with pytest.raises(ConfigError, match="sequential trainer on CartPole-v1"):
+        check_kept_runs(tmp_path, {"solo": "CartPole-v1"}, parallel=True)

@@ -73,7 +73,9 @@ def check_kept_runs(out: Path, env_ids: dict[str, str], parallel: bool) -> None:
     trained by the other trainer or on another env: kept, it would mix into the comparison."""
     mode = "parallel" if parallel else "sequential"
     for label, env_id in env_ids.items():
-        for path in sorted((out / label).glob("*/summary.json")):
+        for path in [out / label / "summary.json", *sorted((out / label).glob("*/summary.json"))]:
+            if not path.is_file():
+                continue
             try:
                 summary = json.loads(path.read_text())
                 kept = (summary["mode"], summary["env_id"])
