@@ -188,9 +188,7 @@ def test_learning_benchmark_refuses_kept_runs_of_another_trainer_or_env(tmp_path
     from parallel_ppo.bench.learning import check_kept_runs
     from parallel_ppo.errors import ConfigError
 
-    run = tmp_path / "ppo" / "seed_7"  # any seed under the variant's folder: the comparison reads them all
-    run.mkdir(parents=True)
-    (run / "summary.json").write_text(json.dumps({"mode": "parallel", "env_id": "CartPole-v1"}))
+    run = write_run(tmp_path / "ppo" / "seed_7", mode="parallel")  # any seed: the comparison reads them all
     check_kept_runs(tmp_path, {"ppo": "CartPole-v1"}, parallel=True)
     check_kept_runs(tmp_path, {"other": "Acrobot-v1"}, parallel=False)  # another variant's folder is not its own
     with pytest.raises(ConfigError, match="parallel trainer on CartPole-v1, and this benchmark runs the sequential"):
@@ -200,7 +198,6 @@ def test_learning_benchmark_refuses_kept_runs_of_another_trainer_or_env(tmp_path
     (run / "summary.json").write_text("{")
     with pytest.raises(ConfigError, match="cannot be read"):
         check_kept_runs(tmp_path, {"ppo": "CartPole-v1"}, parallel=True)
-    (tmp_path / "solo").mkdir()  # a variant's folder that is itself a run: the comparison reads it alone
-    (tmp_path / "solo" / "summary.json").write_text(json.dumps({"mode": "sequential", "env_id": "CartPole-v1"}))
+    write_run(tmp_path / "solo")  # a variant's folder that is itself a (sequential) run: the comparison reads it alone
     with pytest.raises(ConfigError, match="sequential trainer on CartPole-v1"):
         check_kept_runs(tmp_path, {"solo": "CartPole-v1"}, parallel=True)

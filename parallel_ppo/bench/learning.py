@@ -12,15 +12,15 @@ refused before anything trains (kept, it would mix into the comparison).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from parallel_ppo.bench.scaling import BENCH_RUN_SETS, run_bench_trainer, trainer_command
 from parallel_ppo.core.configure import parse_set
-from parallel_ppo.errors import ConfigError
+from parallel_ppo.errors import ConfigError, RunDataError
 from parallel_ppo.runs.reading import seed_dir
 from parallel_ppo.runs.report.make import make_report
+from parallel_ppo.runs.summary import RunSummary
 
 
 @dataclass(frozen=True)
@@ -77,11 +77,10 @@ def check_kept_runs(out: Path, env_ids: dict[str, str], parallel: bool) -> None:
             if not path.is_file():
                 continue
             try:
-                summary = json.loads(path.read_text())
-                kept = (summary["mode"], summary["env_id"])
-            except (OSError, ValueError, KeyError, TypeError) as e:
-                raise ConfigError(f"{path} cannot be read ({type(e).__name__}: {e}); remove its run to train it "
-                                  "again") from None
+                summary = RunSummary.read(path)
+            except RunDataError as e:
+                raise ConfigError(f"a kept run cannot be read: {e}; remove it to train it again") from None
+            kept = (summary.mode, summary.env_id)
             if kept != (mode, env_id):
                 raise ConfigError(f"{path.parent} was trained by the {kept[0]} trainer on {kept[1]}, and this "
                                   f"benchmark runs the {mode} trainer on {env_id}: use another --output-dir, or "
