@@ -16,6 +16,7 @@ import numpy as np
 
 from parallel_ppo.core.checkpoint import save_checkpoint
 from parallel_ppo.core.config import Config
+from parallel_ppo.core.envs import eval_levels, make_batch_env
 from parallel_ppo.core.evaluate import EvalResult, evaluate
 from parallel_ppo.core.files import write_json
 from parallel_ppo.core.group import ALONE, Group
@@ -40,7 +41,11 @@ class EvalHook:
     phase = "eval"
 
     def __init__(self, cfg: Config) -> None:
+        """Builds and closes one eval env first, before the clock starts: loading the env's code and assets (Procgen's
+        take ~2 s) then counts as setup in every mode, not as the first evaluation of a process without training
+        envs of its own (the parallel coordinator)."""
         self.cfg = cfg
+        make_batch_env(eval_levels(cfg.env, cfg.eval.levels), cfg.run.seed, 0, 1, 1).close()
         self.last = time.monotonic()
         self.result: EvalResult | None = None
         self.at_update = -1
@@ -61,9 +66,10 @@ class EvalHook:
         return self.result if self.at_update == state.update else self.run(state)
 
 
-SAMPLE_SECONDS = 1.0
-"""Least time between two CPU and memory samples: a sample reads /proc/<pid>/smaps_rollup of every process (~15 ms
-on 2 cores), which was 10% of a CartPole run sampled at every update."""
+SAMPLE_SECONDS = 10.0
+"""Least time between two CPU and memory samples. A sample reads /proc/<pid>/smaps_rollup of every process in the
+tree, which takes the learner's time: 13 ms sequentially and 33 ms for a coordinator with 2 workers (5 processes)
+on 2 cores, and more with every worker. Sampled at every update, it was 10% of a CartPole run."""
 
 
 class MetricsHook:
@@ -162,12 +168,12 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, setup: RunSetup, re
             state = (TrainState.new(cfg, source.obs_shape, source.actions, world) if resume is None else
                      TrainState.from_checkpoint(cfg, source.obs_shape, source.actions, resume, world))
             group.broadcast_parameters(state.model)
+            evals = EvalHook(cfg) if group.is_main and cfg.eval.interval_seconds > 0 else None  # set up unclocked
             clock = Clock(state.elapsed_before)
             if group.is_main:
                 writers = _Writers(MetricsHook(cfg, run_dir, mode, (state.update, state.env_steps) if resume else None,
                                                tracker),
-                                   CheckpointHook(cfg, run_dir / "checkpoint.pt", mode, clock, stop, world),
-                                   EvalHook(cfg) if cfg.eval.interval_seconds > 0 else None)
+                                   CheckpointHook(cfg, run_dir / "checkpoint.pt", mode, clock, stop, world), evals)
             outcome = run_loop(cfg, source, state, writers.hooks(), stop, clock, group)
             done_before = resume is not None and state.update == resume["update"] and outcome.stop_reason in BUDGETS
             if not done_before:  # a finished run resumed (a requeued job) keeps its files as they are
