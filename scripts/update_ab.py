@@ -5,7 +5,10 @@ One learner, two rollout sources over the same config: the sequential collector 
 in private memory) and the parallel coordinator (2 workers by default, the rollout in shared memory). Updates take
 turns in ABBA order, so a slow spell of the machine, which lasts minutes on shared 2-core machines and swamps a
 comparison of two runs, falls on both alike. The learner is on the CPU unless --set says otherwise. Prints each
-update's seconds and the medians' ratio. A measurement: exits 0 whatever the ratio.
+update's seconds, the medians' ratio and the paired ratio: the median over blocks of 4 consecutive updates (2 of
+each) of the block's parallel seconds over its sequential seconds, which a spell longer than a block (~20 s)
+leaves alone, where it moves the medians of a machine that switches between a fast and a slow state. A
+measurement: exits 0 whatever the ratio.
 
     .venv/bin/python scripts/update_ab.py [--updates 40] [--config config/ppo_parallel.yaml] [--set KEY=VALUE ...]
 """
@@ -53,6 +56,7 @@ def main() -> int:
     print(f"learner {choice.describe()}, {plan.learner} threads; {cfg.parallel.num_workers} workers × "
           f"{cfg.parallel.num_envs_per_worker} envs against {cfg.env.num_envs} envs in this process", flush=True)
     seconds: dict[str, list[float]] = {"sequential": [], "parallel": []}
+    blocks: list[dict[str, float]] = []  # each: seconds per source over 4 consecutive updates, 2 after each
     with contextlib.ExitStack() as stack:
         sources = [SequentialCollector(cfg, thread_plan(cfg, parallel=False).env)]
         stack.callback(sources[0].close)
@@ -68,10 +72,16 @@ def main() -> int:
             took = time.perf_counter() - start
             if i >= 2:  # the first of each warms the caches and the allocator
                 seconds[source.mode].append(took)
+                if (i - 2) % 4 == 0:
+                    blocks.append({"sequential": 0.0, "parallel": 0.0})
+                blocks[-1][source.mode] += took
             print(f"update {i + 1} after the {source.mode} rollout: {took:.3f} s", flush=True)
     seq, par = (statistics.median(seconds[m]) for m in ("sequential", "parallel"))
     print(f"median update: after sequential {seq:.3f} s, after parallel {par:.3f} s, ratio {par / seq:.4f} "
           f"({len(seconds['parallel'])} updates each)")
+    paired = [b["parallel"] / b["sequential"] for b in blocks]
+    print(f"paired ratio: median {statistics.median(paired):.4f} over {len(paired)} ABBA blocks "
+          f"(from {min(paired):.4f} to {max(paired):.4f})")
     return 0
 
 
