@@ -93,3 +93,22 @@ def test_retained_memory_is_reused_without_page_faults():
                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         faults[mode] = float(out.stdout.split()[-1])
     assert faults["retain"] < faults["default"] / 3, faults
+
+
+def test_mean_cpu_weights_each_sample_by_the_seconds_it_covers(tmp_path):
+    """Samples at least SAMPLE_SECONDS apart cover unequal stretches (the first covers set-up, the one `finish`
+    takes the run's last seconds): the run's mean CPU weights them by time, not one vote each."""
+    from parallel_ppo.core.config import Config
+    from parallel_ppo.runs.training import MetricsHook
+
+    cfg = Config()
+    cfg.logging.progress, cfg.logging.tensorboard = "off", False
+    hook = MetricsHook(cfg, tmp_path, "sequential", None)
+    try:
+        hook.cpu_samples = [(100.0, 1.0), (200.0, 3.0)]
+        assert hook.mean_cpu_percent == pytest.approx(175.0)  # one vote each would say 150
+        hook.finish()  # one more sample, covering the time since this hook started
+        assert len(hook.cpu_samples) == 3 and hook.cpu_samples[-1][1] >= 0.0
+        assert hook.mean_cpu_percent is not None
+    finally:
+        hook.close()

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from parallel_ppo.core.checkpoint import save_checkpoint
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.envs import eval_levels, make_batch_env
@@ -84,16 +82,33 @@ class MetricsHook:
         progress = make_progress(cfg.logging.progress, mode, cfg.run.duration * 3600, cfg.run.total_steps,
                                  cfg.logging.progress_seconds)
         self.logger = MetricsLogger(run_dir, cfg.logging.tensorboard, progress, resume_after, tracker)
-        self.cpu_samples: list[float] = []
+        self.cpu_samples: list[tuple[float, float]] = []
+        """(CPU percent, the seconds it is the mean of) per sample."""
         self.resources: dict[str, float] = {}
+        self.started = time.monotonic()  # the first sample's CPU is the mean since the sampler started
         self.sampled = -math.inf
 
     def after_update(self, state: TrainState, row: dict[str, Any]) -> None:
         """Rows of updates less than SAMPLE_SECONDS apart repeat the latest sample (peaks still see every moment)."""
         if time.monotonic() - self.sampled >= SAMPLE_SECONDS:
-            self.resources, self.sampled = self.sampler.sample(), time.monotonic()
-            self.cpu_samples.append(self.resources["cpu_percent"])
+            self._sample()
         self.logger.log({**row, **self.resources})
+
+    def _sample(self) -> None:
+        now = time.monotonic()
+        self.resources = self.sampler.sample()
+        self.cpu_samples.append((self.resources["cpu_percent"], now - max(self.sampled, self.started)))
+        self.sampled = now
+
+    def finish(self) -> None:
+        """One more sample when training ends (not logged), so the mean CPU covers the run's last seconds too."""
+        self._sample()
+
+    @property
+    def mean_cpu_percent(self) -> float | None:
+        """The tree's CPU percent over the whole run: the samples weighted by the seconds each covers."""
+        seconds = sum(s for _, s in self.cpu_samples)
+        return sum(c * s for c, s in self.cpu_samples) / seconds if seconds > 0 else None
 
     def close(self) -> None:
         self.sampler.close()
@@ -167,14 +182,18 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, setup: RunSetup, re
         try:
             state = (TrainState.new(cfg, source.obs_shape, source.actions, world) if resume is None else
                      TrainState.from_checkpoint(cfg, source.obs_shape, source.actions, resume, world))
+            # Rank 0's eval hook loads its env before the clock starts; the other ranks wait for it, unclocked too,
+            # in the broadcast of the parameters.
+            evals = EvalHook(cfg) if group.is_main and cfg.eval.interval_seconds > 0 else None
             group.broadcast_parameters(state.model)
-            evals = EvalHook(cfg) if group.is_main and cfg.eval.interval_seconds > 0 else None  # set up unclocked
             clock = Clock(state.elapsed_before)
             if group.is_main:
                 writers = _Writers(MetricsHook(cfg, run_dir, mode, (state.update, state.env_steps) if resume else None,
                                                tracker),
                                    CheckpointHook(cfg, run_dir / "checkpoint.pt", mode, clock, stop, world), evals)
             outcome = run_loop(cfg, source, state, writers.hooks(), stop, clock, group)
+            if writers.metrics is not None:
+                writers.metrics.finish()
             done_before = resume is not None and state.update == resume["update"] and outcome.stop_reason in BUDGETS
             if not done_before:  # a finished run resumed (a requeued job) keeps its files as they are
                 if writers.checkpoints is not None:  # first: a rank lost now cannot cost the finished updates
@@ -235,7 +254,7 @@ def summarize(cfg: Config, source: RolloutSource, state: TrainState, outcome: Ou
         episodic_length_mean=mean_or_nan(state.episode_lengths) if state.episode_lengths else None,
         error=outcome.error, signal=outcome.signal, threads=setup.threads, peak_pss_mb=peaks["pss_mb"],
         peak_main_rss_mb=peaks["main_rss_mb"], peak_worker_rss_mb=peaks["worker_rss_mb"],
-        mean_cpu_percent=float(np.mean(metrics.cpu_samples)) if metrics.cpu_samples else None,
+        mean_cpu_percent=metrics.mean_cpu_percent,
         compute_limit=setup.compute_limit, phase_seconds=outcome.phase_seconds,
         phase_fractions={k: v / wall for k, v in outcome.phase_seconds.items()} if wall > 0 else {},
         worker_restarts=source.restarts, resumes=state.resumes, restarts=state.restarts, seed=cfg.run.seed,
