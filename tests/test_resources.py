@@ -95,20 +95,31 @@ def test_retained_memory_is_reused_without_page_faults():
     assert faults["retain"] < faults["default"] / 3, faults
 
 
-def test_mean_cpu_weights_each_sample_by_the_seconds_it_covers(tmp_path):
-    """Samples at least SAMPLE_SECONDS apart cover unequal stretches (the first covers set-up, the one `finish`
-    takes the run's last seconds): the run's mean CPU weights them by time, not one vote each."""
-    from parallel_ppo.core.config import Config
-    from parallel_ppo.runs.training import MetricsHook
 
+def test_mean_cpu_weights_each_sample_by_the_seconds_it_covers(tmp_path, monkeypatch):
+    """Samples are at least SAMPLE_SECONDS apart and cover unequal stretches (the first from the sampler's start to the
+    first update, the one `finish` takes the run's last seconds): the run's mean CPU weights them by time."""
+    from parallel_ppo.core.config import Config
+    from parallel_ppo.runs import training
+
+    now = [100.0]
+    monkeypatch.setattr(training.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(training, "SAMPLE_SECONDS", 10.0)
     cfg = Config()
     cfg.logging.progress, cfg.logging.tensorboard = "off", False
-    hook = MetricsHook(cfg, tmp_path, "sequential", None)
+    hook = training.MetricsHook(cfg, tmp_path, "sequential", None)
+    cpu = iter([100.0, 200.0, 50.0])
+    monkeypatch.setattr(hook.sampler, "sample", lambda: {"cpu_percent": next(cpu)})
     try:
-        hook.cpu_samples = [(100.0, 1.0), (200.0, 3.0)]
-        assert hook.mean_cpu_percent == pytest.approx(175.0)  # one vote each would say 150
-        hook.finish()  # one more sample, covering the time since this hook started
-        assert len(hook.cpu_samples) == 3 and hook.cpu_samples[-1][1] >= 0.0
-        assert hook.mean_cpu_percent is not None
+        hook.finish()  # no update finished: nothing to add, and no mean to report
+        assert hook.cpu_samples == [] and hook.mean_cpu_percent is None
+        row = {"update": 1, "env_steps": 10, "wall_time": 1.0}
+        for t in (103.0, 105.0, 114.0):  # the update at 105 is under SAMPLE_SECONDS after the one at 103
+            now[0] = t
+            hook.after_update(None, row)
+        now[0] = 115.0
+        hook.finish()
+        assert hook.cpu_samples == [(100.0, 3.0), (200.0, 11.0), (50.0, 1.0)]
+        assert hook.mean_cpu_percent == pytest.approx((300 + 2200 + 50) / 15)  # one vote each would say 116.7
     finally:
         hook.close()

@@ -79,13 +79,13 @@ class MetricsHook:
     def __init__(self, cfg: Config, run_dir: Path, mode: str, resume_after: tuple[int, int] | None,
                  tracker: Tracker | None = None) -> None:
         self.sampler = ResourceSampler()
+        self.started = time.monotonic()  # the first sample's CPU is the mean since the sampler's first reading
         progress = make_progress(cfg.logging.progress, mode, cfg.run.duration * 3600, cfg.run.total_steps,
                                  cfg.logging.progress_seconds)
         self.logger = MetricsLogger(run_dir, cfg.logging.tensorboard, progress, resume_after, tracker)
         self.cpu_samples: list[tuple[float, float]] = []
         """(CPU percent, the seconds it is the mean of) per sample."""
         self.resources: dict[str, float] = {}
-        self.started = time.monotonic()  # the first sample's CPU is the mean since the sampler started
         self.sampled = -math.inf
 
     def after_update(self, state: TrainState, row: dict[str, Any]) -> None:
@@ -101,12 +101,14 @@ class MetricsHook:
         self.sampled = now
 
     def finish(self) -> None:
-        """One more sample when training ends (not logged), so the mean CPU covers the run's last seconds too."""
-        self._sample()
+        """One more sample when training ends (not logged), so the mean CPU covers the run's last seconds too; none
+        if no update finished (the mean then stays None and readers fall back to the rows)."""
+        if self.cpu_samples:
+            self._sample()
 
     @property
     def mean_cpu_percent(self) -> float | None:
-        """The tree's CPU percent over the whole run: the samples weighted by the seconds each covers."""
+        """The tree's CPU percent over this session's training: the samples weighted by the seconds each covers."""
         seconds = sum(s for _, s in self.cpu_samples)
         return sum(c * s for c, s in self.cpu_samples) / seconds if seconds > 0 else None
 
@@ -161,6 +163,15 @@ class _Writers:
     def hooks(self) -> list[Hook]:
         return [h for h in (self.evals, self.metrics, self.checkpoints) if h is not None]
 
+    def training_ended(self) -> None:
+        """The last CPU sample, taken before the final checkpoint and evaluation."""
+        if self.metrics is not None:
+            self.metrics.finish()
+
+    def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+
 
 def train(cfg: Config, source: RolloutSource, run_dir: Path, setup: RunSetup, resume: dict | None = None,
           group: Group = ALONE, tracker: Tracker | None = None) -> dict:
@@ -169,10 +180,10 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, setup: RunSetup, re
     `resume` is a loaded checkpoint: model, optimizer, counters, RNG states, episode window and elapsed
     time carry on from it, and metrics rows logged after it are dropped so the CSV stays continuous.
 
-    In a distributed run (`group`), every rank starts from rank 0's parameters and trains in step with the
-    others; only rank 0 writes (metrics, TensorBoard, checkpoints, evaluation, summary.json with every rank's
-    layout and parameter checksum), and the other ranks return only how the run ended. A lost rank raises
-    `distributed.PeerLost` (the last checkpoint stays as it was). `tracker` (rank 0's) receives every update's row.
+    In a distributed run (`group`), every rank starts from rank 0's parameters and trains in step with the others;
+    only rank 0 writes (metrics, TensorBoard, checkpoints, evaluation, summary.json with every rank's layout and
+    parameter checksum, and each update's row to `tracker`), the others return only how the run ended. A lost rank
+    raises `distributed.PeerLost` (the last checkpoint stays as it was).
     """
     run_dir, world = Path(run_dir), group.world_size
     mode = "distributed" if group.distributed else source.mode
@@ -182,21 +193,18 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, setup: RunSetup, re
         try:
             state = (TrainState.new(cfg, source.obs_shape, source.actions, world) if resume is None else
                      TrainState.from_checkpoint(cfg, source.obs_shape, source.actions, resume, world))
-            # Rank 0's eval hook loads its env before the clock starts; the other ranks wait for it, unclocked too,
-            # in the broadcast of the parameters.
-            evals = EvalHook(cfg) if group.is_main and cfg.eval.interval_seconds > 0 else None
-            group.broadcast_parameters(state.model)
+            evals = EvalHook(cfg) if group.is_main and cfg.eval.interval_seconds > 0 else None  # loads its env
+            group.broadcast_parameters(state.model)  # the other ranks wait here for that, before their clocks too
             clock = Clock(state.elapsed_before)
             if group.is_main:
-                writers = _Writers(MetricsHook(cfg, run_dir, mode, (state.update, state.env_steps) if resume else None,
-                                               tracker),
-                                   CheckpointHook(cfg, run_dir / "checkpoint.pt", mode, clock, stop, world), evals)
+                metrics = MetricsHook(cfg, run_dir, mode, (state.update, state.env_steps) if resume else None, tracker)
+                writers = _Writers(metrics, CheckpointHook(cfg, run_dir / "checkpoint.pt", mode, clock, stop, world),
+                                   evals)
             outcome = run_loop(cfg, source, state, writers.hooks(), stop, clock, group)
-            if writers.metrics is not None:
-                writers.metrics.finish()
+            writers.training_ended()
             done_before = resume is not None and state.update == resume["update"] and outcome.stop_reason in BUDGETS
             if not done_before:  # a finished run resumed (a requeued job) keeps its files as they are
-                if writers.checkpoints is not None:  # first: a rank lost now cannot cost the finished updates
+                if writers.checkpoints is not None:  # the first file: a rank lost now cannot cost the finished updates
                     writers.checkpoints.save(state)
                 ranks = group.gather({"rank": group.rank, "host": group.host, **source.layout,
                                       "source": source.mode, "threads": setup.threads,
@@ -205,8 +213,7 @@ def train(cfg: Config, source: RolloutSource, run_dir: Path, setup: RunSetup, re
                 if writers.evals is not None and outcome.stop_reason in BUDGETS:
                     final_eval = writers.evals.final(state)  # after the clock stopped: not in wall time or SPS
         finally:
-            if writers.metrics is not None:
-                writers.metrics.close()
+            writers.close()
             source.close()
         if writers.metrics is None:  # not rank 0: how the run ended is all it reports
             return {"stop_reason": outcome.stop_reason, "signal": outcome.signal, "error": outcome.error}
