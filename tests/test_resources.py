@@ -95,18 +95,24 @@ def test_retained_memory_is_reused_without_page_faults():
     assert faults["retain"] < faults["default"] / 3, faults
 
 
-
 def test_mean_cpu_weights_each_sample_by_the_seconds_it_covers(tmp_path, monkeypatch):
-    """Samples are at least SAMPLE_SECONDS apart and cover unequal stretches (the first from the sampler's start to the
-    first update, the one `finish` takes the run's last seconds): the run's mean CPU weights them by time."""
+    """Samples are at least SAMPLE_SECONDS apart and cover unequal stretches (the first from the sampler's first
+    reading to the first update, the one `finish` takes the run's last seconds): the mean CPU weights them by time."""
+    import types
+
     from parallel_ppo.core.config import Config
     from parallel_ppo.runs import training
 
     now = [100.0]
-    monkeypatch.setattr(training.time, "monotonic", lambda: now[0])
-    monkeypatch.setattr(training, "SAMPLE_SECONDS", 10.0)
+    monkeypatch.setattr(training, "time", types.SimpleNamespace(monotonic=lambda: now[0]))  # this module's clock only
+    monkeypatch.setattr(training, "SAMPLE_SECONDS", 4.0)
+
+    def slow_progress(*args: object) -> None:  # set-up after the sampler's first reading takes 2 s
+        now[0] += 2.0
+
+    monkeypatch.setattr(training, "make_progress", slow_progress)
     cfg = Config()
-    cfg.logging.progress, cfg.logging.tensorboard = "off", False
+    cfg.logging.tensorboard = False
     hook = training.MetricsHook(cfg, tmp_path, "sequential", None)
     cpu = iter([100.0, 200.0, 50.0])
     monkeypatch.setattr(hook.sampler, "sample", lambda: {"cpu_percent": next(cpu)})
@@ -114,12 +120,12 @@ def test_mean_cpu_weights_each_sample_by_the_seconds_it_covers(tmp_path, monkeyp
         hook.finish()  # no update finished: nothing to add, and no mean to report
         assert hook.cpu_samples == [] and hook.mean_cpu_percent is None
         row = {"update": 1, "env_steps": 10, "wall_time": 1.0}
-        for t in (103.0, 105.0, 114.0):  # the update at 105 is under SAMPLE_SECONDS after the one at 103
+        for t in (103.0, 105.0, 109.0):  # the update at 105 is under SAMPLE_SECONDS after the one at 103
             now[0] = t
             hook.after_update(None, row)
-        now[0] = 115.0
+        now[0] = 110.0
         hook.finish()
-        assert hook.cpu_samples == [(100.0, 3.0), (200.0, 11.0), (50.0, 1.0)]
-        assert hook.mean_cpu_percent == pytest.approx((300 + 2200 + 50) / 15)  # one vote each would say 116.7
+        assert hook.cpu_samples == [(100.0, 3.0), (200.0, 6.0), (50.0, 1.0)]
+        assert hook.mean_cpu_percent == pytest.approx((300 + 1200 + 50) / 10)  # one vote each would say 116.7
     finally:
         hook.close()
