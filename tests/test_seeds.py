@@ -189,15 +189,15 @@ def test_learning_benchmark_refuses_kept_runs_of_another_trainer_or_env(tmp_path
     from parallel_ppo.errors import ConfigError
 
     run = write_run(tmp_path / "ppo" / "seed_7", mode="parallel")  # any seed: the comparison reads them all
-    check_kept_runs(tmp_path, {"ppo": "CartPole-v1"}, parallel=True)
-    check_kept_runs(tmp_path, {"other": "Acrobot-v1"}, parallel=False)  # another variant's folder is not its own
+    check_kept_runs(tmp_path, {"ppo": "CartPole-v1"}, "parallel")
+    check_kept_runs(tmp_path, {"other": "Acrobot-v1"}, "sequential")  # another variant's folder is not its own
     with pytest.raises(ConfigError, match="parallel trainer on CartPole-v1, and this benchmark runs the sequential"):
-        check_kept_runs(tmp_path, {"ppo": "CartPole-v1"}, parallel=False)
+        check_kept_runs(tmp_path, {"ppo": "CartPole-v1"}, "sequential")
     with pytest.raises(ConfigError, match="on CartPole-v1, and this benchmark runs the parallel trainer on Acrobot"):
-        check_kept_runs(tmp_path, {"ppo": "Acrobot-v1"}, parallel=True)
+        check_kept_runs(tmp_path, {"ppo": "Acrobot-v1"}, "parallel")
     (run / "summary.json").write_text("{")
     with pytest.raises(ConfigError, match="cannot be read"):
-        check_kept_runs(tmp_path, {"ppo": "CartPole-v1"}, parallel=True)
+        check_kept_runs(tmp_path, {"ppo": "CartPole-v1"}, "parallel")
     write_run(tmp_path / "solo")  # a variant's folder that is itself a (sequential) run: the comparison reads it alone
     with pytest.raises(ConfigError, match="sequential trainer on CartPole-v1"):
-        check_kept_runs(tmp_path, {"solo": "CartPole-v1"}, parallel=True)
+        check_kept_runs(tmp_path, {"solo": "CartPole-v1"}, "parallel")

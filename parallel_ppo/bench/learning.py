@@ -18,7 +18,7 @@ from pathlib import Path
 from parallel_ppo.bench.scaling import BENCH_RUN_SETS, run_bench_trainer, trainer_command
 from parallel_ppo.core.configure import parse_set
 from parallel_ppo.errors import ConfigError, RunDataError
-from parallel_ppo.runs.reading import seed_dir
+from parallel_ppo.runs.reading import expand_run_dirs, seed_dir
 from parallel_ppo.runs.report.make import make_report
 from parallel_ppo.runs.summary import RunSummary
 
@@ -68,22 +68,24 @@ def run_command(variant: Variant, seed: int, out: Path, config: str, minutes: fl
     return cmd
 
 
-def check_kept_runs(out: Path, env_ids: dict[str, str], parallel: bool) -> None:
-    """Raise ConfigError if a finished run under `out/<label>` (for each variant label → the env id it trains) was
-    trained by the other trainer or on another env: kept, it would mix into the comparison."""
-    mode = "parallel" if parallel else "sequential"
+def check_kept_runs(out: Path, env_ids: dict[str, str], mode: str) -> None:
+    """Raise ConfigError if a finished run that the comparison would read under `out/<label>` (for each variant
+    label → the env id it trains) was trained by another trainer than `mode` or on another env."""
     for label, env_id in env_ids.items():
-        for path in [out / label / "summary.json", *sorted((out / label).glob("*/summary.json"))]:
+        try:
+            dirs = expand_run_dirs([out / label]) if (out / label).is_dir() else []
+        except RunDataError:  # a variant folder with no run in it yet
+            dirs = []
+        for path in (d / "summary.json" for d in dirs):
             if not path.is_file():
                 continue
             try:
                 summary = RunSummary.read(path)
             except RunDataError as e:
                 raise ConfigError(f"a kept run cannot be read: {e}; remove it to train it again") from None
-            kept = (summary.mode, summary.env_id)
-            if kept != (mode, env_id):
-                raise ConfigError(f"{path.parent} was trained by the {kept[0]} trainer on {kept[1]}, and this "
-                                  f"benchmark runs the {mode} trainer on {env_id}: use another --output-dir, or "
+            if (summary.mode, summary.env_id) != (mode, env_id):
+                raise ConfigError(f"{path.parent} was trained by the {summary.mode} trainer on {summary.env_id}, and "
+                                  f"this benchmark runs the {mode} trainer on {env_id}: use another --output-dir, or "
                                   "remove that run")
 
 

@@ -168,9 +168,10 @@ def learning(args: Any, prog: str) -> int:
                    for v in variants}  # every run's config is checked before the first one starts
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--output-dir {out} exists and is not a directory")
-        check_kept_runs(out, env_ids, args.parallel)
+        mode = "parallel" if args.parallel else "sequential"
+        check_kept_runs(out, env_ids, mode)
         print(f"{prog}: {args.env}, {len(variants)} variants × {len(seeds)} seeds × {args.minutes:g} min, one at a "
-              f"time, {'parallel' if args.parallel else 'sequential'} trainer → {out}", flush=True)
+              f"time, {mode} trainer → {out}", flush=True)
         return main_learning(out, variants, seeds, args.config, args.minutes, extra, prog, args.parallel)
     except ParallelPPOError as e:
         return fail(prog, e, 2)
