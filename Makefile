@@ -1,5 +1,18 @@
 # parallel_ppo: every target creates .venv and installs the project first when needed.
-PYTHON   ?= python3
+# The Python that creates $(VENV): PYTHON=... names one; otherwise the first of python3.12, python3.11, python3.10,
+# python3 on PATH that runs and is one of PYTHON_VERSIONS (pyproject's requires-python), looked for only when needed.
+PYTHON_VERSIONS := 3.12 3.11 3.10
+PRINT_VERSION   := -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null
+PYTHON_VERSION   = $(shell $(1) $(PRINT_VERSION))
+FIND_PYTHON      = for p in $(addprefix python,$(PYTHON_VERSIONS)) python3; do v=$$($$p $(PRINT_VERSION)) && \
+                   case " $(PYTHON_VERSIONS) " in *" $$v "*) echo $$p; break;; esac; done
+ifeq ($(strip $(PYTHON)),)
+PYTHON = $(eval PYTHON := $(shell $(FIND_PYTHON)))$(PYTHON)
+endif
+NO_PYTHON = no Python $(lastword $(PYTHON_VERSIONS))-$(firstword $(PYTHON_VERSIONS)) found \
+            ($(or $(addprefix python3 is ,$(call PYTHON_VERSION,python3)),no python3 on PATH)): install one \
+            (apt-get install python3.11 python3.11-venv where the release has it; pyenv or uv otherwise) \
+            or name it: make install PYTHON=/path/to/python3.11
 VENV     ?= .venv
 PY       := $(VENV)/bin/python
 DURATION ?= 1h
@@ -26,7 +39,7 @@ BENCH_WORKERS    = $(if $(filter command line,$(origin WORKERS)),--workers "$(WO
 ENVS_PER_RANK    ?= 16
 DIST_ENVS        = $(if $(filter command line environment,$(origin ENVS_TOTAL)),--num-envs-total $(ENVS_TOTAL),--num-envs $(ENVS_PER_RANK))
 
-.PHONY: install smoke test test-fast lint train train-parallel train-distributed eval demo compare roofline bench-speed bench-envs \
+.PHONY: install smoke test test-fast lint docs train train-parallel train-distributed eval demo compare roofline bench-speed bench-envs \
         bench bench-layouts autotune bench-learning bench-mujoco bench-atari bench-pixels study \
         tensorboard \
         clean distclean
@@ -46,10 +59,16 @@ TORCH_INDEX     ?= $(if $(strip $(PIP_SOURCES)),none,$(TORCH_CPU_INDEX))
 PIP_INDEX        = $(if $(filter none,$(TORCH_INDEX)),,--extra-index-url $(TORCH_INDEX))
 EXTRAS          ?= dev
 
+# Before anything is installed, scripts/check_system.py checks the system libraries Procgen and MuJoCo's EGL
+# rendering load and prints the apt-get line for those missing (Procgen's stop the install; CHECK_SYSTEM=no skips it).
+CHECK_SYSTEM    ?= yes
+HOST_PYTHON      = $(if $(wildcard $(PY)),$(PY),$(or $(PYTHON),$(error $(NO_PYTHON))))
+
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(if $(filter no,$(CHECK_SYSTEM)),,$(HOST_PYTHON) scripts/check_system.py)
+	test -x $(PY) || $(HOST_PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(PIP_INDEX) -e '.[$(EXTRAS)]'
 	touch $@
@@ -65,12 +84,17 @@ test-fast: install
 lint: install
 	$(VENV)/bin/ruff check .
 
+## The documentation site (mkdocs.yml, docs/) → build/site/; --strict fails on a broken link, a missing image or anchor,
+## or a page left out of the navigation
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
+
 ## Sequential timed run: make train DURATION=30m OUT=benchmarks/mine
 train: install
 	$(PY) train_timed.py --config config/ppo_sequential.yaml --env $(ENV) --duration $(DURATION) \
 		--seed $(SEED) --output-dir $(or $(OUT),benchmarks/sequential_$(TAG)) $(ARGS)
 
-## Proof that an install works, in under a minute: CartPole for 10 s in each trainer → benchmarks/smoke_{sequential,parallel}/
+## Proof that an install works: CartPole for 10 s in each trainer → benchmarks/smoke_{sequential,parallel}/
 smoke: install
 	$(PY) train_timed.py --config config/cartpole.yaml --duration 10s --set run.limit_seconds=0 \
 		--output-dir benchmarks/smoke_sequential --overwrite
@@ -139,8 +163,8 @@ bench-learning: install
 		--output-dir $(or $(OUT),benchmarks/learning_$(ENV)) $(ARGS)
 
 ## Continuous control at equal steps, to set beside CleanRL's published ppo_continuous_action returns (quoted in
-## docs/results/mujoco.md): STEPS (1M) per run, SEEDS, one run at a time per env, config/mujoco.yaml
-## → benchmarks/mujoco_<env>/ with the across-seed comparison (about 20 min a run on one core of ours)
+## docs/results/amd-epyc-2c/mujoco.md): STEPS (1M) per run, SEEDS, one run at a time per env, config/mujoco.yaml
+## → benchmarks/mujoco_<env>/ with the across-seed comparison (run times: docs/results/)
 MUJOCO_ENVS ?= HalfCheetah-v5 Hopper-v5
 STEPS       ?= 1000000
 bench-mujoco: install
@@ -148,9 +172,9 @@ bench-mujoco: install
 		--seeds $(SEEDS) --variant "ppo:" --set run.total_steps=$(STEPS) --output-dir benchmarks/mujoco_$$env $(ARGS) \
 		|| exit 1; done
 
-## Atari at equal steps, to set beside CleanRL's published ppo_atari curve (quoted in docs/results/atari.md):
+## Atari at equal steps, to set beside CleanRL's published ppo_atari curve (quoted in docs/results/amd-epyc-avx512-bf16-2c/atari.md):
 ## ATARI_STEPS (1M) per run on CleanRL's 10M-step learning-rate schedule, SEEDS, one run at a time, the parallel trainer,
-## config/atari.yaml → benchmarks/atari_<env>/ with the across-seed comparison (about 37 min a run on 2 cores of ours)
+## config/atari.yaml → benchmarks/atari_<env>/ with the across-seed comparison (run times: docs/results/)
 ATARI_ENV   ?= BreakoutNoFrameskip-v4
 ATARI_STEPS ?= 1000000
 bench-atari: install
@@ -167,8 +191,8 @@ bench-pixels: install
 		--output-dir $(or $(OUT),benchmarks/pixel_pairs) -- $(ARGS)
 
 ## The many-core study: threads, workers, distributed ranks and (with CUDA) a GPU learner at 1, 2, 4, ... logical
-## cores, STUDY_SECONDS per run, one at a time → docs/results/<cpu>-<cores>c[-<gpu>]/study.{md,json,png}
-## (~4 min on 2 cores; 19 runs, ~20 min, on 16 cores and a GPU). ARGS="--families workers --processes '8 16'" for a part.
+## cores, STUDY_SECONDS per run, one at a time → docs/results/<cpu>[-avx512][-bf16]-<cores>c[-<gpu>]/study.{md,json,png}
+## (one run of STUDY_SECONDS per point). ARGS="--families workers --processes '8 16'" for a part.
 study: install
 	$(PY) bench.py study --env $(ENV) --seconds $(STUDY_SECONDS) $(ARGS)
 

@@ -96,7 +96,7 @@ def evaluate(policy: Policy | Run | str | Path, episodes: int = 20, levels: str 
 def export(policy: Policy | Run | str | Path, format: str = "onnx", output: str | Path | None = None) -> Path:
     """Write a policy (or a run's) as one ONNX or TorchScript ("torchscript") file for inference without this
     package, observation normalization inside; returns its path (default RUN_DIR/policy.onnx or RUN_DIR/policy.pt).
-    What the file takes and returns: `runs.export` and README "Export"."""
+    What the file takes and returns: `runs.export` and docs/evaluation.md, "Export"."""
     from parallel_ppo.runs.export import export_policy
 
     return export_policy(policy.path if isinstance(policy, Run) else policy, format, output).path

@@ -24,7 +24,7 @@ from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config, config_from_dict
 from parallel_ppo.core.files import write_text
 from parallel_ppo.core.group import ALONE, Group
-from parallel_ppo.core.loop import RolloutSource
+from parallel_ppo.core.loop import RolloutSource, check_checkpoint_fits
 from parallel_ppo.core.model import learner_device
 from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.threads import thread_plan
@@ -174,7 +174,7 @@ def world_size(request: Request) -> int | None:
         return None
     if not launched_by_torchrun():
         raise ConfigError("--distributed runs under torchrun, e.g. torchrun --standalone --nproc_per_node 2 "
-                          "train_timed.py --distributed ... (see the README's distributed section)")
+                          "train_timed.py --distributed ... (see docs/distributed.md)")
     return int(os.environ["WORLD_SIZE"])
 
 
@@ -225,8 +225,9 @@ def validated_config(request: Request) -> tuple[Config, dict | None, int | None]
     cfg = build_config(config, flags, list(request.sets), request.parallel, world)
     learner_device(cfg)  # a device asked for by name must exist
     check_env_and_memory(cfg)
-    if resume is not None:
+    if resume is not None:  # before any file is written: a checkpoint that does not fit changes nothing
         check_resume_config(cfg, resume, Path(request.resume or ""))
+        check_checkpoint_fits(cfg, resume, Path(request.resume or "") / "checkpoint.pt")
     return cfg, resume, world
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from parallel_ppo.core.configure import config_from_dict
-from parallel_ppo.runs.reading import load_runs
+from parallel_ppo.runs.reading import Run, load_runs
 
 pytestmark = pytest.mark.slow  # every test here trains or starts trainers
 
@@ -28,9 +29,15 @@ ROOT = Path(__file__).resolve().parents[1]
 HAS_PARALLEL = (ROOT / "train_parallel_timed.py").exists()
 OUTPUTS = ("comparison.png", "phase_breakdown.png", "comparison_report.txt", "comparison.md",
            "comparison.json")
+PRECISION = os.environ.get("PARALLEL_PPO_TEST_PRECISION", "fp32")
+"""The arithmetic of every run here: pinned, not `auto` (a choice measured while other test files run beside this
+one), so that the runs compared differ only where a test makes them differ. PARALLEL_PPO_TEST_PRECISION=bf16 runs
+the module with the other one."""
+assert PRECISION in ("fp32", "bf16"), f"PARALLEL_PPO_TEST_PRECISION={PRECISION!r}: fp32 or bf16"
 # One torch thread per process: the runs train side by side on a small machine.
 COMMON = ["--config", "config/cartpole.yaml", "--set", "training.n_epochs=4", "--set",
-          "logging.tensorboard=false", "--set", "parallel.learner_threads=1", "--set", "env.env_threads=1"]
+          "logging.tensorboard=false", "--set", "parallel.learner_threads=1", "--set", "env.env_threads=1",
+          "--set", f"training.precision={PRECISION}", "--set", "training.microbatch_size=0"]
 TRAINING = {
     "four": ["train_timed.py", "--num-envs", "4", "--batch-size", "64", "--total-steps", "2048"],
     "eight": ["train_timed.py", "--num-envs", "8", "--batch-size", "64", "--total-steps", "2048"],
@@ -261,21 +268,34 @@ def test_efficiency_divides_by_workers(runs: dict[str, Path]) -> None:
 
 
 def test_warnings_name_what_differs(runs: dict[str, Path]) -> None:
+    from parallel_ppo.runs.report.formatting import describe_hardware
     from parallel_ppo.runs.report.numbers import compare
 
-    seq, other = load_runs([("a", runs["four"]), ("b", runs["eight"])])
-    config = config_from_dict(other.config.to_dict())
-    config.training.precision = "bf16"
+    def trained_in(precision: str, run: Run) -> Run:
+        config = config_from_dict(run.config.to_dict())
+        config.training.precision = precision
+        return dataclasses.replace(run, config=config)
+
+    a, b = load_runs([("a", runs["four"]), ("b", runs["eight"])])
+    seq, other = trained_in("fp32", a), trained_in("bf16", b)  # set apart on purpose, whatever the runs trained in
     hw = other.summary.hardware
-    moved = dataclasses.replace(other, config=config, summary=dataclasses.replace(
+    moved = dataclasses.replace(other, summary=dataclasses.replace(
         other.summary, hardware={**hw, "cpu_model": "Another CPU", "logical_cores": 96},
         versions={**other.summary.versions, "torch": "0.0.1"}))
     warnings = "\n".join(compare([seq, moved]).warnings)
     # the other run's own core count, whatever the host running this test has
-    assert "different hardware" in warnings and "Another CPU, 96 logical" in warnings
-    assert f"{seq.summary.hardware['cpu_model']}, {seq.summary.hardware['logical_cores']} logical" in warnings
+    assert "different hardware" in warnings and describe_hardware(moved) in warnings
+    assert describe_hardware(moved).startswith("Another CPU") and "96 logical" in describe_hardware(moved)
+    assert describe_hardware(seq) in warnings and seq.summary.hardware["cpu_model"] in describe_hardware(seq)
     assert "software versions differ: torch" in warnings and "0.0.1 (b)" in warnings
     assert "training.precision: fp32 (a) vs bf16 (b)" in warnings
+
+
+def test_the_runs_train_in_the_pinned_precision(runs: dict[str, Path]) -> None:
+    for name, run in runs.items():
+        summary = json.loads((run / "summary.json").read_text())
+        assert (summary["precision"], summary["learner"]["microbatch_size"]) == (PRECISION, 0), name
+        assert summary["learner"]["source"] == "config", name  # nothing left to `auto`
 
 
 def test_a_failure_while_rendering_writes_nothing(runs: dict[str, Path], tmp_path: Path,

@@ -1,5 +1,6 @@
 """What the docs and the Makefile promise matches the code: cited documents exist, output paths are the
-ones written, and TensorBoard is not served to the network unless asked."""
+ones written, TensorBoard is not served to the network unless asked, the README's links lead somewhere and the
+documentation site builds with every link checked."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,13 +29,14 @@ def test_documents_cited_in_the_code_are_in_the_repository():
 
 
 def test_speed_check_directory_in_the_docs_is_the_one_written():
-    """Both READMEs name the directory `make bench-speed` writes by default."""
+    """Both READMEs and the benchmarks page name the directory `make bench-speed` writes by default."""
     from parallel_ppo.cli.bench import SPEED_CHECK_DIR
 
     assert "<time>" in SPEED_CHECK_DIR
-    readme = (ROOT / "README.md").read_text()
-    row = next(line for line in readme.splitlines() if line.startswith("| `make bench-speed`"))
-    assert f"`{SPEED_CHECK_DIR}/`" in row
+    for page in ("README.md", "docs/benchmarking.md"):
+        text = (ROOT / page).read_text()
+        row = next(line for line in text.splitlines() if line.startswith("| `make bench-speed`"))
+        assert f"`{SPEED_CHECK_DIR}/`" in row, page
     bench_readme = (ROOT / "benchmarks" / "README.md").read_text()
     row = next(line for line in bench_readme.splitlines() if line.startswith("| `make bench-speed`"))
     assert f"`{SPEED_CHECK_DIR.removeprefix('benchmarks/')}/`" in row
@@ -82,3 +85,44 @@ def test_the_quick_start_proves_the_install_with_a_short_run_first():
     commands = subprocess.run(["make", "-n", "smoke", "VENV=.venv"], cwd=ROOT, capture_output=True, text=True,
                               check=True).stdout
     assert commands.count("--duration 10s") == 2 and "train_parallel_timed.py" in commands
+
+
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+
+
+def test_relative_links_in_the_readme_point_to_files_that_exist():
+    """Every relative link and image of the README (the repository's front page, outside the site) names a file or
+    folder of the repository."""
+    targets = [t for t in LINK.findall((ROOT / "README.md").read_text())
+               if not re.match(r"[a-z][a-z0-9+.-]*:", t) and not t.startswith("#")]
+    assert any(t.startswith("docs/") for t in targets), "the README links to the guides"
+    missing = [t for t in targets if not (ROOT / t.split("#", 1)[0]).exists()]
+    assert not missing, missing
+
+
+def _build_site(config: Path, site: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(config),
+                           "--site-dir", str(site)], capture_output=True, text=True, timeout=240,
+                          env=os.environ | {"NO_MKDOCS_2_WARNING": "1"})
+
+
+@pytest.mark.timeout(300)
+def test_the_documentation_site_builds_with_every_link_checked(tmp_path):
+    """`make docs` in a temporary folder: mkdocs --strict turns a broken link, a missing image, an unknown anchor or
+    a page left out of the navigation (mkdocs.yml's validation settings) into a failed build."""
+    proc = _build_site(ROOT / "mkdocs.yml", tmp_path / "site")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert (tmp_path / "site" / "index.html").is_file() and (tmp_path / "site" / "training" / "index.html").is_file()
+
+
+@pytest.mark.timeout(300)
+def test_the_documentation_build_fails_on_a_broken_link_image_or_anchor(tmp_path):
+    """The same settings on a copy of the pages with one broken link, one missing image and one unknown anchor."""
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    shutil.copy(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
+    with (tmp_path / "docs" / "index.md").open("a") as page:
+        page.write("\n[gone](no_such_page.md) ![plot](no_such_plot.png) [anchor](training.md#no-such-section)\n")
+    proc = _build_site(tmp_path / "mkdocs.yml", tmp_path / "site")
+    assert proc.returncode != 0
+    for name in ("no_such_page.md", "no_such_plot.png", "no-such-section"):
+        assert name in proc.stderr, (name, proc.stderr[-4000:])

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from parallel_ppo.cli.common import default_config
 from parallel_ppo.cli.train import run
 from parallel_ppo.core.config import Config
+from parallel_ppo.core.config_yaml import load_yaml
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.errors import ConfigError
 
@@ -85,6 +87,50 @@ def test_malformed_cli_exits_2_with_one_line(tmp_path, capsys, args):
     assert status == 2, err
     assert len(err.strip().splitlines()) == 1 and err.startswith("train_timed.py: error:"), err
     assert not out.exists()
+
+
+NAMED_CASES = {  # what a user gave → what the one line must name
+    "negative duration": (["--duration", "-5m"], "argument --duration: must be a positive duration, got '-5m'"),
+    "config directory": (["--config", "{tmp}"], "is a directory"),
+    "duplicate key": (["--config", "{duplicate}"], "the key 'n_steps' is given twice (lines 2 and 3)"),
+    "W&B flags without --track": (["--wandb-project", "p", "--wandb-tags", "a"],
+                                  "--wandb-project and --wandb-tags set up W&B tracking, which is off: add --track"),
+}
+
+
+@pytest.mark.parametrize("case", NAMED_CASES)
+def test_the_one_line_names_the_real_problem(tmp_path, capsys, case):
+    """Each once passed silently (a key given twice, --wandb-* without --track) or was named as another problem
+    (argparse's "expected one argument" for `-5m`, "not found" for a directory)."""
+    (tmp_path / "duplicate.yaml").write_text("training:\n  n_steps: 8\n  n_steps: 16\n")
+    args, words = NAMED_CASES[case]
+    args = [a.format(tmp=tmp_path, duplicate=tmp_path / "duplicate.yaml") for a in args]
+    out = tmp_path / "out"
+    try:
+        status = run(["--output-dir", str(out), *args], parallel=False, prog="train_timed.py")
+    except SystemExit as e:
+        status = e.code
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and err.startswith("train_timed.py: error:"), err
+    assert words in err
+    assert not out.exists()
+
+
+def test_a_merge_key_may_be_overridden(tmp_path):
+    """YAML's `<<` brings keys in to be overridden: not a key given twice."""
+    path = tmp_path / "merge.yaml"
+    path.write_text("base: &base {n_steps: 64, n_epochs: 2}\ntraining:\n  <<: *base\n  n_steps: 32\n")
+    assert load_yaml(path)["training"] == {"n_steps": 32, "n_epochs": 2}
+
+
+@pytest.mark.parametrize("env_id, name", [(None, "ppo_parallel.yaml"), ("starpilot", "ppo_parallel.yaml"),
+                                          ("CartPole-v1", "cartpole.yaml"), ("toy_envs:Reach-v0", "cartpole.yaml")])
+def test_a_benchmark_of_another_env_takes_a_config_that_fits_it(env_id, name):
+    """`bench scaling --env CartPole-v1` was refused: its default config, Procgen's, evaluates on held-out levels
+    (and uses a CNN). Without --config, a gymnasium env takes its family's config."""
+    path = default_config(env_id, "ppo_parallel.yaml")
+    assert Path(path).name == name
+    build_config(path, {"env.id": env_id}, [], parallel=True)
 
 
 @pytest.mark.slow

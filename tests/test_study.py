@@ -71,6 +71,8 @@ def test_results_folder_names_the_cpu_cores_and_gpu():
     assert results_slug("AMD EPYC 9R14 96-Core Processor", 2, None) == "amd-epyc-9r14-2c"
     assert results_slug(xeon, 8, "NVIDIA GeForce RTX 3090") != results_slug(xeon, 8, "NVIDIA GeForce RTX 4090")
     assert results_slug("", 4, None) == "cpu-4c"
+    assert results_slug("AMD EPYC", 2, None, ["avx512", "bf16"]) == "amd-epyc-avx512-bf16-2c"
+    assert results_slug("AMD EPYC", 2, None, []) == "amd-epyc-2c"
 
 
 def row(family: str, n: int, sps: float, when: str = "2026-11-23 10:00:00") -> dict:
@@ -142,7 +144,8 @@ def test_study_on_this_machine_writes_its_table_and_plots(tmp_path):
     assert proc.returncode == 0, proc.stderr
     [folder] = list(res.iterdir())
     study = json.loads((folder / "study.json").read_text())
-    assert folder.name == results_slug(study["cpu_model"], study["cores"], study["gpu"])
+    assert folder.name == results_slug(study["cpu_model"], study["cores"], study["gpu"], study["hardware"]["cpu_kind"])
+    assert study["date"] and study["command"].endswith(f"--results-dir {res}")
     assert (folder / "study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     points = {p["label"]: p for p in study["points"]}
     assert list(points) == ["threads_1", "threads_2"], study["points"]

@@ -104,6 +104,31 @@ def test_track_without_wandb_installed_is_one_line_and_exit_2(tmp_path, monkeypa
     assert not out.exists()
 
 
+@pytest.mark.parametrize("mode, tags, words", [
+    ("bogus", [], "W&B setting WANDB_MODE = 'bogus': Input should be 'online', 'offline'"),
+    ("offline", ["x" * 70], "W&B setting tracking.tags (--wandb-tags) = ('xxxx"),
+])
+def test_a_bad_wandb_setting_is_named_with_its_value(tmp_path, monkeypatch, mode, tags, words):
+    """wandb says only "1 validation error for Settings" in its first line: the setting and its value are named
+    instead, without a login hint (not the cause; offline nothing logs in), and the new run directory is left
+    as it was."""
+    import wandb
+
+    from parallel_ppo.errors import TrackingError
+    from parallel_ppo.runs.tracking import start_tracking
+
+    monkeypatch.setenv("WANDB_MODE", mode)
+    cfg = build_config(CARTPOLE, {"tracking.wandb": True, "tracking.tags": tags}, [], parallel=False)
+    try:
+        with pytest.raises(TrackingError) as error:
+            start_tracking(cfg, tmp_path / "run", "sequential", resumed=False)
+    finally:
+        wandb.teardown()  # wandb keeps the settings it was set up with for the process: the next test sets its own
+    message = str(error.value)
+    assert words in message and "wandb login" not in message and "\n" not in message, message
+    assert not (tmp_path / "run").exists()
+
+
 def _offline_runs(run_dir: Path, run_id: str) -> list[Path]:
     """W&B's offline directories of run `run_id` (a second one started within the same second ends in `-1`)."""
     return sorted((run_dir / "wandb").glob(f"offline-run-*-{run_id}*"))

@@ -51,8 +51,36 @@ class SlowReach(Reach):
         return super().step(action)
 
 
+class FailingReach(Reach):
+    """Reach whose simulator fails on each env's 40th step: an error of the user's env, not of the trainer."""
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.steps = getattr(self, "steps", 0) + 1
+        if self.steps == 40:
+            raise RuntimeError("the simulator lost its state")
+        return super().step(action)
+
+
+class UnreachableReach(Reach):
+    """Reach whose simulator cannot be reached: `reset` fails."""
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        raise ConnectionError("cannot connect to the simulator")
+
+
+class WrongShapeReach(Reach):
+    """Reach whose `step` returns an observation of another shape than its observation space's."""
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+        _, reward, terminated, truncated, info = super().step(action)
+        return np.zeros(3, dtype=np.float32), reward, terminated, truncated, info
+
+
 gymnasium.register("Reach-v0", entry_point=Reach, max_episode_steps=20)
 gymnasium.register("SlowReach-v0", entry_point=SlowReach, max_episode_steps=20)
 gymnasium.register("DictObs-v0", entry_point=DictObs, max_episode_steps=20)
 gymnasium.register("MultiDiscreteActions-v0", entry_point=MultiDiscreteActions, max_episode_steps=20)
 gymnasium.register("FloatImages-v0", entry_point=FloatImages, max_episode_steps=20)
+gymnasium.register("FailingReach-v0", entry_point=FailingReach, max_episode_steps=20)
+gymnasium.register("UnreachableReach-v0", entry_point=UnreachableReach, max_episode_steps=20)
+gymnasium.register("WrongShapeReach-v0", entry_point=WrongShapeReach, max_episode_steps=20)

@@ -4,6 +4,8 @@ The fastest arithmetic and forward/backward chunk differ between CPUs (bf16 auto
 fp32 on one of ours and 0.75x on another), so `auto` measures the candidates on this machine before the run,
 in place of the compute-limit measurement, and keeps the defaults unless another setting is clearly faster
 (`pick`). The choice is cached per hardware fingerprint and settings, so later runs measure only their own.
+Two rules keep a choice from resting on noise: bf16 is a candidate only where the device computes it natively
+(`bf16_is_native`), and a network too small for the choice to matter keeps the defaults unmeasured (`is_small`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from parallel_ppo.bench.roofline import Candidate, for_candidate, matmul_peak, measure_compute_limit
+from parallel_ppo.bench.roofline import Candidate, for_candidate, matmul_peak, measure_compute_limit, network_flops
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.files import write_json
 from parallel_ppo.core.model import learner_device
@@ -32,17 +34,29 @@ MICROBATCHES = (64, 128, 0)
 """Chunk sizes `microbatch_size: auto` tries (0 = the whole minibatch); those not below the minibatch are dropped."""
 DEFAULT = Candidate("fp32", 64)
 """What `auto` keeps unless a measurement shows something faster (and with nothing measured or cached)."""
-CHUNK_MARGIN = 0.10
-"""Another chunk replaces the default one only when its compute limit is higher by more than this: a 10 s
-measurement cannot rank chunks closer than that (on our Xeon, fp32 chunks of 64 and of the whole minibatch
-measured 169 and 180 SPS before runs that reached 186 and 177 SPS)."""
-PRECISION_MARGIN = 0.03
-"""Another precision replaces the default one when it is faster by more than this (bf16 and fp32 differ by
-15-100% on our CPUs; keeping fp32 against a bf16 up to 3% faster costs at most 3%)."""
-ROUNDS = 2
-"""Interleaved measurement rounds: a slow spell of the machine does not fall on one candidate alone. With one
-warm-up and at least two timed iterations per candidate and round, six IMPALA candidates at minibatch 256 took
-18 s in all on our 2-core Xeon (10 s timed, the rest warm-up and set-up), once per machine and settings."""
+SMALL_DEFAULT = Candidate("fp32", 0)
+"""What `auto` keeps, unmeasured, for a network below SMALL_FORWARD_FLOPS: fp32 and the whole minibatch."""
+SMALL_FORWARD_FLOPS = 1e5
+"""Forward FLOPs per sample (`roofline.network_flops`) below which a network keeps SMALL_DEFAULT without a
+measurement. Below it a training step is mostly per-operation overhead, not arithmetic, so neither setting can win
+by much and a measurement ranks noise. On our AMD EPYC with avx512_bf16 (2 threads, minibatch 256, 5 rounds):
+MLPs of 0.018, 0.068 and 0.27 MFLOP ran bf16 at 0.64, 0.70 and 0.88x fp32, of 0.6, 1.1 and 4.2 MFLOP at 1.14,
+1.35 and 1.63x; 64-sample chunks ran CartPole's MLP (0.018 MFLOP) at 0.44x the whole minibatch. The threshold
+is 5x above CartPole's MLP, 3x below the smallest network where bf16 won, 600x below the IMPALA CNN (61 MFLOP)."""
+MARGIN = 0.10
+"""Another candidate replaces the default only when it is faster by more than this in every round (`clearly_faster`):
+where the choice matters the candidates differ by more (bf16 1.5x fp32 for the IMPALA CNN on our AMD EPYC with
+avx512_bf16, 0.75x on our Xeon; 64-sample chunks 1.2x the whole minibatch here), and gains below it are within what
+one measurement ranks wrongly (on our Xeon, fp32 chunks of 64 and of the whole minibatch measured 169 and 180 SPS
+before runs that reached 186 and 177 SPS)."""
+ROUNDS = 7
+"""Interleaved measurement rounds (ABC, CBA, ABC, ...), each timing every candidate: a slow spell of the machine
+does not fall on one candidate alone, and the rounds' ratios tell a gain from the noise (`clearly_faster`). One
+timed iteration per candidate and round at least: six IMPALA candidates at minibatch 256 take 20-30 s on a 2-core
+CPU, once per machine and settings."""
+CACHE_RULE = 2
+"""Part of the cache key: choices made by an earlier rule (one median per candidate, a 3% precision margin) are not
+reused."""
 CACHE_DIR_VARIABLE = "PARALLEL_PPO_CACHE_DIR"
 
 Measure = Callable[..., dict[str, Any]]
@@ -56,10 +70,31 @@ def cache_path() -> Path:
     return Path(root) / "learner_settings.json"
 
 
-def candidates(cfg: Config) -> list[Candidate]:
-    """Every combination the config leaves open (one candidate when nothing is `auto`)."""
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU does bf16 arithmetic in hardware (`fingerprint.cpu_kind`)."""
+    return "bf16" in fingerprint.cpu_kind()
+
+
+def bf16_is_native(device: torch.device) -> bool:
+    """Whether bf16 is worth measuring on `device`: the CPU's flags (`cpu_has_native_bf16`), CUDA's own answer; other
+    devices are measured."""
+    if device.type == "cpu":
+        return cpu_has_native_bf16()
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return True
+
+
+def is_small(cfg: Config, obs_shape: tuple[int, ...], actions: ActionSpace | int) -> bool:
+    """Whether the network is too small for precision or chunk to matter (SMALL_FORWARD_FLOPS)."""
+    return network_flops(cfg, obs_shape, actions)["forward_flops"] < SMALL_FORWARD_FLOPS
+
+
+def candidates(cfg: Config, with_bf16: bool = True) -> list[Candidate]:
+    """Every combination the config leaves open (one candidate when nothing is `auto`); bf16 is left out of an `auto`
+    precision unless `with_bf16`."""
     t = cfg.training
-    precisions = PRECISIONS if t.precision == "auto" else (t.precision,)
+    precisions = (PRECISIONS if with_bf16 else ("fp32",)) if t.precision == "auto" else (t.precision,)
     if t.microbatch_size == "auto":
         sizes = [m for m in MICROBATCHES if 0 < m < t.batch_size] + [0]
     else:
@@ -67,29 +102,40 @@ def candidates(cfg: Config) -> list[Candidate]:
     return [Candidate(p, m) for p in precisions for m in sizes]
 
 
-def preferred(cfg: Config, options: list[Candidate]) -> Candidate:
-    """The default among `options`: DEFAULT's value for each field left auto, the config's for the others."""
-    t = cfg.training
-    default = Candidate(DEFAULT.precision if t.precision == "auto" else t.precision,
-                        DEFAULT.microbatch_size if t.microbatch_size == "auto" else t.microbatch_size)
+def preferred(cfg: Config, options: list[Candidate], small: bool = False) -> Candidate:
+    """The default among `options`: DEFAULT's (SMALL_DEFAULT's for a `small` network) value for each field left
+    auto, the config's for the others."""
+    t, base = cfg.training, SMALL_DEFAULT if small else DEFAULT
+    default = Candidate(base.precision if t.precision == "auto" else t.precision,
+                        base.microbatch_size if t.microbatch_size == "auto" else t.microbatch_size)
     return default if default in options else options[0]
 
 
-def pick(options: list[Candidate], rates: dict[str, float], default: Candidate) -> Candidate:
-    """The candidate to keep, given each one's measured compute limit: per precision, the default chunk unless
-    another is faster by more than CHUNK_MARGIN; then the default precision unless another (at its chunk) is
-    faster by more than PRECISION_MARGIN."""
-    def better(best: Candidate, base: Candidate, margin: float) -> Candidate:
-        return best if rates[best.label] > (1 + margin) * rates[base.label] else base
+def clearly_faster(other: list[float], base: list[float]) -> bool:
+    """Whether `other` beat `base` clearly in interleaved rounds (each list: one compute limit per round): by more
+    than MARGIN in every round, and with the median of the rounds' ratios other/base above 1 by more than their
+    spread (half their range). With ROUNDS rounds of independent noise, simulated, a tie passes in about 0.1% of
+    the measurements at most, whatever the noise's size, and a 1.5x gain in 99% when the rounds scatter by 10%."""
+    ratios = np.asarray(other, dtype=float) / np.asarray(base, dtype=float)
+    spread = float(ratios.max() - ratios.min()) / 2
+    return bool(ratios.min() > 1 + MARGIN and float(np.median(ratios)) - 1 > spread)
+
+
+def pick(options: list[Candidate], rounds: dict[str, list[float]], default: Candidate) -> Candidate:
+    """The candidate to keep, given each one's compute limit per interleaved round (by label): per precision, the
+    default chunk unless another is `clearly_faster`; then the default precision unless another (at its chunk)
+    is."""
+    def better(base: Candidate, rivals: list[Candidate]) -> Candidate:
+        best = max(rivals, key=lambda c: float(np.median(np.divide(rounds[c.label], rounds[base.label]))))
+        return best if clearly_faster(rounds[best.label], rounds[base.label]) else base
 
     per_precision = {}
     for precision in dict.fromkeys(c.precision for c in options):
         same = [c for c in options if c.precision == precision]
         base = Candidate(precision, default.microbatch_size)
-        per_precision[precision] = better(max(same, key=lambda c: rates[c.label]),
-                                          base if base in same else same[0], CHUNK_MARGIN)
-    fastest = max(per_precision.values(), key=lambda c: rates[c.label])
-    return better(fastest, per_precision.get(default.precision, fastest), PRECISION_MARGIN)
+        per_precision[precision] = better(base if base in same else same[0], same)
+    return better(per_precision.get(default.precision, next(iter(per_precision.values()))),
+                  list(per_precision.values()))
 
 
 def _digest(cfg: Config, **fields: Any) -> str:
@@ -105,7 +151,7 @@ def cache_key(cfg: Config, obs_shape: tuple[int, ...], actions: ActionSpace | in
     return _digest(cfg, model=dataclasses.asdict(cfg.model), obs_shape=list(obs_shape),
                    actions=as_action_space(actions).to_dict(), batch_size=cfg.training.batch_size,
                    rollout_batch=cfg.env.num_envs, n_epochs=cfg.training.n_epochs,
-                   candidates=[c.label for c in options])
+                   candidates=[c.label for c in options], rule=CACHE_RULE)
 
 
 def read_cache(path: Path) -> dict[str, Any]:
@@ -125,12 +171,16 @@ class LearnerChoice:
     microbatch_size: int
     device: str
     source: str
-    """`config` (nothing was auto), `measured` (now), `cached` (an earlier measurement) or `unmeasured`
-    (auto with run.limit_seconds 0 and nothing cached: the default)."""
+    """`config` (nothing was auto), `no-native-bf16` (only the precision was auto, and fp32 is the one the device
+    computes natively), `default` (a network too small for the choice to matter: SMALL_DEFAULT, unmeasured),
+    `measured` (now), `cached` (an earlier measurement) or `unmeasured` (auto with run.limit_seconds 0 and nothing
+    cached: the default)."""
     rates: dict[str, float] = dataclasses.field(default_factory=dict)
     """Compute limit (env steps/s) measured for each candidate, by label (precision/microbatch)."""
     device_source: str = "config"
     cache: str | None = None
+    native_bf16: bool | None = None
+    """With precision `auto`: whether the device computes bf16 natively (bf16 was a candidate); None otherwise."""
     limit: dict[str, Any] | None = None
     """The chosen candidate's full compute-limit measurement, when measured now."""
 
@@ -144,7 +194,7 @@ class LearnerChoice:
         """summary.json's `learner` entry."""
         return {"precision": self.precision, "microbatch_size": self.microbatch_size, "device": self.device,
                 "source": self.source, "device_source": self.device_source, "rates": self.rates,
-                "cache": self.cache}
+                "cache": self.cache, "native_bf16": self.native_bf16}
 
     def describe(self) -> str:
         """One line for the start of a run."""
@@ -153,44 +203,54 @@ class LearnerChoice:
         text = f"{self.precision}, microbatch {chunk}, on {device}"
         ranked = ", ".join(f"{label} {sps:.0f}" for label, sps in
                            sorted(self.rates.items(), key=lambda kv: -kv[1]))
-        if self.source == "measured":
-            return f"{text}: measured now, compute limit SPS {ranked}; cached in {self.cache}"
-        if self.source == "cached":
-            return f"{text}: from the measurement cached in {self.cache} ({ranked}; delete it to measure again)"
-        if self.source == "unmeasured":
-            return f"{text}: auto without a measurement (run.limit_seconds is 0)"
-        return f"{text}: as configured"
+        no_bf16 = f"no native bf16 on this {self.device.split(':')[0]}"
+        if self.native_bf16 is False and self.source in ("measured", "cached", "unmeasured"):
+            text += f" (bf16 not tried: {no_bf16})"
+        rule = f"the default unless beaten by over {MARGIN:.0%} in each of {ROUNDS} rounds"
+        said = {"measured": f"measured now, compute limit SPS {ranked} ({rule}); cached in {self.cache}",
+                "cached": f"from the measurement cached in {self.cache} ({ranked}, {rule}; delete it to measure "
+                          "again)",
+                "unmeasured": "auto without a measurement (run.limit_seconds is 0)",
+                "default": f"the default for a network under {SMALL_FORWARD_FLOPS / 1e6:g} MFLOP per sample "
+                           "(too small for the choice to matter; not measured)",
+                "no-native-bf16": f"fp32, as {no_bf16}"}
+        return f"{text}: {said.get(self.source, 'as configured')}"
 
 
 def choose(cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, actions: ActionSpace | int, seconds: float, *,
            measure: Measure = measure_compute_limit, path: Path | None = None) -> LearnerChoice:
     """Resolve `auto` precision, microbatch and device for this config on this machine (cfg is not changed).
 
-    With something to choose: the cached choice when there is one, else a measurement of every candidate in
-    `seconds` (the run's limit budget), whose winner (`pick`) is cached; with `seconds` 0 and nothing cached,
-    the default (`preferred`).
+    With something to choose: bf16 only on a device that computes it natively (`bf16_is_native`); the defaults
+    for a network too small for the choice to matter (`is_small`); else the cached choice when there is one, else
+    a measurement of every candidate in `seconds` (the run's limit budget), whose winner (`pick`) is cached; with
+    `seconds` 0 and nothing cached, the default (`preferred`).
     `measure` is `roofline.measure_compute_limit` or a stand-in with its signature.
     """
-    device = str(learner_device(cfg))
-    device_source = "auto" if cfg.training.device == "auto" else "config"
-    options = candidates(cfg)
+    device = learner_device(cfg)
+    known = {"device": str(device), "device_source": "auto" if cfg.training.device == "auto" else "config",
+             "native_bf16": bf16_is_native(device) if cfg.training.precision == "auto" else None}
+    options = candidates(cfg, known["native_bf16"] is not False)
     if len(options) == 1:
         only = options[0]
-        return LearnerChoice(only.precision, only.microbatch_size, device, "config", device_source=device_source)
+        source = "config" if known["native_bf16"] is None else "no-native-bf16"
+        return LearnerChoice(only.precision, only.microbatch_size, source=source, **known)
+    if is_small(cfg, obs_shape, actions):
+        default = preferred(cfg, options, small=True)
+        return LearnerChoice(default.precision, default.microbatch_size, source="default", **known)
     path = path or cache_path()
     key = cache_key(cfg, obs_shape, actions, options)
     entry = read_cache(path).get(key)
     if isinstance(entry, dict) and Candidate(entry.get("precision"), entry.get("microbatch_size")) in options:
-        return LearnerChoice(entry["precision"], entry["microbatch_size"], device, "cached",
-                             dict(entry.get("rates", {})), device_source, str(path))
+        return LearnerChoice(entry["precision"], entry["microbatch_size"], source="cached",
+                             rates=dict(entry.get("rates", {})), cache=str(path), **known)
     if seconds <= 0:
         default = preferred(cfg, options)
-        return LearnerChoice(default.precision, default.microbatch_size, device, "unmeasured",
-                             device_source=device_source)
-    limit = measure_candidates(cfg, obs_shape, obs_dtype, actions, seconds, measure)
+        return LearnerChoice(default.precision, default.microbatch_size, source="unmeasured", **known)
+    limit = measure_candidates(cfg, obs_shape, obs_dtype, actions, seconds, measure, options, small=False)
     rates = {label: r["limit_sps"] for label, r in limit["candidates"].items()}
-    choice = LearnerChoice(limit["precision"], limit["microbatch_size"], device, "measured", rates, device_source,
-                           str(path), limit)
+    choice = LearnerChoice(limit["precision"], limit["microbatch_size"], source="measured", rates=rates,
+                           cache=str(path), limit=limit, **known)
     if not store(path, key, {"precision": choice.precision, "microbatch_size": choice.microbatch_size,
                               "rates": rates, "cpu": fingerprint.cpu_model(), "torch": torch.__version__,
                               "threads": torch.get_num_threads()}):
@@ -199,16 +259,22 @@ def choose(cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, actions
 
 
 def measure_candidates(cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, actions: ActionSpace | int,
-                       seconds: float, measure: Measure = measure_compute_limit) -> dict[str, Any]:
-    """The compute limit of every setting the config leaves open, told from the one `pick` keeps (its precision,
-    microbatch and rates at the top level, every candidate's rates under `candidates`)."""
-    options = candidates(cfg)
+                       seconds: float, measure: Measure = measure_compute_limit, options: list[Candidate] | None = None,
+                       small: bool | None = None) -> dict[str, Any]:
+    """The compute limit of every setting the config leaves open (`options`, default: `candidates` with bf16 where
+    it is native), told from the one a trainer keeps (its precision, microbatch and rates at the top level, every
+    candidate's rates under `candidates`): `pick`'s, or the default for a network too small to choose for
+    (`small`, default: `is_small`)."""
+    if options is None:
+        options = candidates(cfg, cfg.training.precision != "auto" or bf16_is_native(learner_device(cfg)))
     if len(options) == 1:
         return measure(cfg, obs_shape, actions, seconds, obs_dtype=obs_dtype, candidates=options)
     limit = measure(cfg, obs_shape, actions, seconds, obs_dtype=obs_dtype, candidates=options, rounds=ROUNDS,
-                    warmup_iters=1, min_iters=2)
-    rates = {label: r["limit_sps"] for label, r in limit["candidates"].items()}
-    return for_candidate(limit, pick(options, rates, preferred(cfg, options)))
+                    warmup_iters=1, min_iters=1)
+    if is_small(cfg, obs_shape, actions) if small is None else small:
+        return for_candidate(limit, preferred(cfg, options, small=True))
+    rounds = {label: r["round_sps"] for label, r in limit["candidates"].items()}
+    return for_candidate(limit, pick(options, rounds, preferred(cfg, options)))
 
 
 def store(path: Path, key: str, entry: dict[str, Any]) -> bool:

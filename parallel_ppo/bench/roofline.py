@@ -159,10 +159,11 @@ def measure_compute_limit(cfg: Config, obs_shape: tuple[int, ...], actions: Acti
 
     `candidates` (default: the config's own setting) are measured in `rounds` interleaved rounds, so that a
     slow spell of the machine does not fall on one of them alone; forward once per precision. Rates are
-    batch / median iteration time. `seconds` is the timed budget, a fifth of it for the forward passes and
-    the rest for training; warm-up iterations come on top and are not counted. The model and optimizer are
-    built as the trainer builds them (same seed, `build_learner`, on `cfg.training.device`) and run with the
-    torch thread count the caller has set. Returns the fastest candidate's figures (a JSON-serializable dict)
+    batch / median iteration time, and each round's own compute limit is under `round_sps` (for paired
+    comparisons). `seconds` is the timed budget, a fifth of it for the forward passes and the rest for training;
+    warm-up iterations come on top and are not counted. The model and optimizer are built as the trainer builds
+    them (same seed, `build_learner`, on `cfg.training.device`) and run with the torch thread count the caller
+    has set. Returns the fastest candidate's figures (a JSON-serializable dict)
     with every candidate's rates under `candidates`.
     """
     if not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0):
@@ -192,23 +193,28 @@ def measure_compute_limit(cfg: Config, obs_shape: tuple[int, ...], actions: Acti
     }
 
 
+Rounds = list[list[float]]
+"""Iteration times (s), one list per interleaved round."""
+
+
 def _time_candidates(steps: NetworkSteps, candidates: list[Candidate], seconds: float, rounds: int, warmup_iters: int,
-                     min_iters: int) -> tuple[dict[str, list[float]], dict[Candidate, list[float]], OtherLoad]:
-    """Each precision's forward and each candidate's training iteration times (s), over `rounds` interleaved
-    rounds sharing `seconds` (a fifth for the forwards), warm-up in the first round only; with the load of other
+                     min_iters: int) -> tuple[dict[str, Rounds], dict[Candidate, Rounds], OtherLoad]:
+    """Each precision's forward and each candidate's training iteration times (s), a list per round, over `rounds`
+    interleaved rounds sharing `seconds` (a fifth for the forwards), in reverse order every other round (ABBA: a
+    drift of the machine's speed favours no candidate), warm-up in the first round only; with the load of other
     processes meanwhile."""
     precisions = list(dict.fromkeys(c.precision for c in candidates))
-    forward: dict[str, list[float]] = {p: [] for p in precisions}
-    train: dict[Candidate, list[float]] = {c: [] for c in candidates}
+    forward: dict[str, Rounds] = {p: [] for p in precisions}
+    train: dict[Candidate, Rounds] = {c: [] for c in candidates}
     forward_share = seconds / 5 / (len(precisions) * rounds)
     train_share = seconds * 4 / 5 / (len(candidates) * rounds)
     with OtherLoad() as load:
         for r in range(rounds):
-            warm = warmup_iters if r == 0 else 0
-            for p in precisions:
-                forward[p] += _timed_loop(steps.forward(p), forward_share, warm, min_iters)
-            for c in candidates:
-                train[c] += _timed_loop(steps.train(c), train_share, warm, min_iters)
+            warm, order = (warmup_iters if r == 0 else 0), (-1 if r % 2 else 1)
+            for p in precisions[::order]:
+                forward[p].append(_timed_loop(steps.forward(p), forward_share, warm, min_iters))
+            for c in candidates[::order]:
+                train[c].append(_timed_loop(steps.train(c), train_share, warm, min_iters))
     return forward, train, load
 
 
@@ -218,14 +224,19 @@ def for_candidate(result: dict[str, Any], candidate: Candidate) -> dict[str, Any
             "microbatch_size": candidate.microbatch_size}
 
 
-def _figures(forward: list[float], train: list[float], forward_batch: int, minibatch: int,
-             n_epochs: int) -> dict[str, float]:
-    """A candidate's rates (batch / median iteration time) and compute limit, from its timed iterations."""
-    f_median, t_median = float(np.median(forward)), float(np.median(train))
+def _figures(forward: Rounds, train: Rounds, forward_batch: int, minibatch: int, n_epochs: int) -> dict[str, Any]:
+    """A candidate's rates (batch / median iteration time) and compute limit, from its timed iterations (a list per
+    round), with each round's own compute limit under `round_sps`."""
+    def limit(f: list[float], t: list[float]) -> float:
+        return limit_sps(forward_batch / float(np.median(f)), minibatch / float(np.median(t)), n_epochs)
+
+    every_f, every_t = sum(forward, []), sum(train, [])
+    f_median, t_median = float(np.median(every_f)), float(np.median(every_t))
     return {"forward_rate": forward_batch / f_median, "train_rate": minibatch / t_median,
-            "limit_sps": limit_sps(forward_batch / f_median, minibatch / t_median, n_epochs),
-            "forward_ms_median": 1000 * f_median, "train_ms_median": 1000 * t_median, "forward_iters": len(forward),
-            "train_iters": len(train), "forward_seconds": sum(forward), "train_seconds": sum(train)}
+            "limit_sps": limit(every_f, every_t),
+            "round_sps": [limit(f, t) for f, t in zip(forward, train, strict=True)],
+            "forward_ms_median": 1000 * f_median, "train_ms_median": 1000 * t_median, "forward_iters": len(every_f),
+            "train_iters": len(every_t), "forward_seconds": sum(every_f), "train_seconds": sum(every_t)}
 
 
 def _random_batch(rng: torch.Generator, size: int, obs_shape: tuple[int, ...], obs_dtype: np.dtype,
@@ -269,7 +280,7 @@ def format_table(result: dict[str, Any]) -> str:
         ranked = sorted(result["candidates"].items(), key=lambda kv: -kv[1]["limit_sps"])
         rows.append(("candidates", ", ".join(f"{label} {r['limit_sps']:,.0f}" for label, r in ranked)
                      + f" SPS → {Candidate(result['precision'], result['microbatch_size']).label} "
-                       "(precision/microbatch; the defaults fp32/64 stay unless clearly beaten)"))
+                       "(precision/microbatch: the defaults stay unless clearly beaten, or the network is too small)"))
     if "flops_per_env_step" in result:
         peak = result["peak_gflops"][result["precision"]]
         limit_gflops = result["limit_sps"] * result["flops_per_env_step"] / 1e9

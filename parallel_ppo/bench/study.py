@@ -1,5 +1,5 @@
 """The many-core study (`bench.py study`, `make study`): one command that measures what parallelism buys on this
-machine, and writes a small table and plots under docs/results/<cpu>-<cores>c[-<gpu>]/.
+machine, and writes a small table and plots under docs/results/<cpu>[-avx512][-bf16]-<cores>c[-<gpu>]/.
 
 Four families of short timed training runs on the same task, at 1, 2, 4, ... processes (up to the logical cores):
 - `threads`: one sequential learner with that many intra-op threads (the contrast);
@@ -18,7 +18,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -139,14 +141,15 @@ def gpu_name() -> str | None:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
 
 
-def results_slug(cpu_model: str, cores: int, gpu: str | None) -> str:
-    """`<cpu>-<cores>c[-<gpu>]`, in lower-case letters, digits and dashes, e.g.
-    `intel-xeon-platinum-8480-16c-h100-80gb-hbm3`."""
+def results_slug(cpu_model: str, cores: int, gpu: str | None, kind: Sequence[str] = ()) -> str:
+    """`<cpu>[-<kind>...]-<cores>c[-<gpu>]`, in lower-case letters, digits and dashes, e.g.
+    `intel-xeon-platinum-8480-avx512-bf16-16c-h100-80gb-hbm3`; `kind` (`fingerprint.cpu_kind`) tells apart CPUs
+    that share a model name (an AMD EPYC with AVX-512 and bf16 and one without either)."""
     def clean(text: str) -> str:
         text = re.sub(r"\((r|tm)\)|\bcpu\b|@.*$|\bprocessor\b|\bnvidia\b|\d+-core", " ", text.lower())
         return re.sub(r"[^a-z0-9]+", "-", text).strip("-")
 
-    return f"{clean(cpu_model) or 'cpu'}-{cores}c" + (f"-{clean(gpu)}" if gpu else "")
+    return "-".join([clean(cpu_model) or "cpu", *kind, f"{cores}c"]) + (f"-{clean(gpu)}" if gpu else "")
 
 
 def check_settings(settings: StudySettings) -> None:
@@ -282,7 +285,8 @@ def write_results(rows: list[dict[str, Any]], out_dir: Path, meta: dict[str, Any
     machine = (f"{hw['cpu_model']}, {meta['cores']} cores ({hw['logical_cores']} logical / {hw['physical_cores']} "
                f"physical on the host), {hw['memory_gb']} GB" + (f", {meta['gpu']}" if meta.get("gpu") else ""))
     sittings = sorted({r["measured_at"][:16] for r in rows})
-    write_json(out_dir / "study.json", {"machine": machine, **meta, "points": rows})
+    write_json(out_dir / "study.json", {"machine": machine, "date": max(r["measured_at"] for r in rows)[:10], **meta,
+                                        "points": rows})
     text = (f"# Many-core study: {machine}\n\n"
             f"{settings['env']} ({settings['config']}), {settings['envs_per_process']} envs × {settings['n_steps']} "
             f"steps and a minibatch of {settings['batch_per_process']} samples per process (global figures × "
@@ -316,9 +320,10 @@ def run_study(families: list[str], counts: list[int], settings: StudySettings, r
     config = Path(settings.config).resolve()  # named from the checkout when in it, so results compare across hosts
     shown = {**asdict(settings), "config": str(config.relative_to(ROOT) if config.is_relative_to(ROOT) else config)}
     identity = {"settings": json.loads(json.dumps(shown)), "cores": cores, "gpu": gpu, "cpu_model": hw["cpu_model"]}
-    out_dir = results_root / results_slug(hw["cpu_model"], cores, gpu)
+    out_dir = results_root / results_slug(hw["cpu_model"], cores, gpu, hw["cpu_kind"])
     kept = earlier_points(out_dir / "study.json", identity)
-    meta = {**identity, "hardware": hw, "versions": fingerprint.versions()}
+    meta = {**identity, "hardware": hw, "versions": fingerprint.versions(), "commit": fingerprint.source_commit(),
+            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
     rows: list[dict[str, Any]] = []
     for family, n in points:
         print(f"  {family} × {n}: {settings.seconds:g} s ...", flush=True)

@@ -16,7 +16,15 @@ import torch
 from parallel_ppo.bench.roofline import format_table, network_flops, run_roofline_line
 from parallel_ppo.bench.scaling import BenchRunCrashed
 from parallel_ppo.bench.speedcheck import SPEED_TARGET
-from parallel_ppo.cli.common import OneLineParser, duration_in, fail, int_list, positive_int
+from parallel_ppo.cli.common import (
+    OneLineParser,
+    add_config_flag,
+    default_config,
+    duration_in,
+    fail,
+    int_list,
+    positive_int,
+)
 from parallel_ppo.cli.study import add_study, study
 from parallel_ppo.core.allocator import retain_freed_memory
 from parallel_ppo.core.config import Config
@@ -29,6 +37,10 @@ from parallel_ppo.runs import fingerprint
 
 ROOT = Path(__file__).resolve().parents[2]
 
+
+PROCGEN_CONFIGS = {"envs": "ppo_parallel.yaml", "scaling": "ppo_parallel.yaml", "layouts": "ppo_parallel.yaml",
+                   "autotune": "ppo_parallel.yaml", "learning": "ppo_sequential.yaml", "study": "ppo_parallel.yaml"}
+"""The default config of each benchmark that takes `--env` (config/, written for Procgen; `default_config`)."""
 
 SPEED_CHECK_DIR = "benchmarks/speed_check_<time>"
 """Where `make bench-speed` writes by default: a new directory per check, so no earlier result is lost."""
@@ -90,7 +102,7 @@ def _add_envs(sub: Any) -> None:
     e = sub.add_parser("envs", help="raw env steps/s: bare envs, sequential and parallel paths",
                        description="Env steps/s with no learning, through the bare envs, the sequential "
                                    "collector and the parallel workers, with random actions and with the network.")
-    e.add_argument("--config", default=str(ROOT / "config" / "ppo_parallel.yaml"), help="YAML config file")
+    add_config_flag(e, PROCGEN_CONFIGS["envs"])
     e.add_argument("--env", metavar="ID", help="Procgen game or gymnasium id")
     e.add_argument("--num-workers", type=int, metavar="W", help="workers of the parallel path")
     e.add_argument("--num-envs-per-worker", type=int, metavar="M", help="envs per worker (total W × M)")
@@ -106,7 +118,7 @@ def _add_sweeps(sub: Any) -> None:
                        ("autotune", "find the fastest layout for this machine: workers × envs × threads, or "
                                     "distributed ranks")):
         c = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
-        c.add_argument("--config", default=str(ROOT / "config" / "ppo_parallel.yaml"), help="YAML config file")
+        add_config_flag(c, PROCGEN_CONFIGS[name])
         c.add_argument("--env", metavar="ID", help="Procgen game or gymnasium id")
         c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="config override passed to every run (repeatable)")
@@ -134,7 +146,7 @@ def _add_learning(sub: Any) -> None:
     c = sub.add_parser("learning", help=text, description=text[0].upper() + text[1:] + ". Runs that finished "
                        "before (summary.json present) are kept, so the same command finishes an interrupted one; "
                        "one of the other trainer or another env is refused.")
-    c.add_argument("--config", default=str(ROOT / "config" / "ppo_sequential.yaml"), help="YAML config file")
+    add_config_flag(c, PROCGEN_CONFIGS["learning"])
     c.add_argument("--env", default="starpilot", metavar="ID", help="Procgen game or gymnasium id (starpilot)")
     c.add_argument("--minutes", type=duration_in("m"), default=10.0, metavar="TIME",
                    help="per run (default 10; a bare number is minutes, 90s or 1.5h work too)")
@@ -355,6 +367,8 @@ def speed_check(args: Any, prog: str) -> int:
 
 def main(argv: list[str] | None = None, prog: str = "bench.py") -> int:
     args = make_parser(prog).parse_args(argv)
+    if args.command in PROCGEN_CONFIGS and args.config is None:
+        args.config = default_config(args.env, PROCGEN_CONFIGS[args.command])
     retain_freed_memory()  # as the trainer does, so rates measured here are the trainer's
     commands = {"roofline": roofline, "speed-check": speed_check, "envs": envs, "scaling": sweep,
                 "layouts": sweep, "autotune": sweep, "learning": learning, "study": study}

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
-from typing import NoReturn
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
 
 from parallel_ppo.core.units import to_unit
 from parallel_ppo.errors import ConfigError
@@ -18,10 +19,35 @@ def fail(prog: str, error: Exception, status: int) -> int:
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a bad flag in one line (no usage dump) and exits with status 2."""
+    """argparse that reports a bad flag in one line (no usage dump) and exits with status 2. A value that starts
+    with `-` after a flag that takes one (`--duration -5m`) is that flag's value, so its real problem is named
+    (argparse would take it for a flag and say the value is missing)."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+    def parse_known_args(self, args: Sequence[str] | None = None,
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        return super().parse_known_args(self._dash_values_attached(sys.argv[1:] if args is None else list(args)),
+                                        namespace)
+
+    def _dash_values_attached(self, args: list[str]) -> list[str]:
+        """`--flag -value` as `--flag=-value` where `--flag` takes one value and `-value` is no flag of ours."""
+        out: list[str] = []
+        i = 0
+        while i < len(args):
+            action = self._option_string_actions.get(args[i])
+            follows = args[i + 1] if i + 1 < len(args) else ""
+            if args[i] == "--":
+                return out + args[i:]
+            if (args[i].startswith("--") and action is not None and action.nargs is None
+                    and follows.startswith("-") and follows != "--" and follows not in self._option_string_actions):
+                out.append(f"{args[i]}={follows}")
+                i += 2
+            else:
+                out.append(args[i])
+                i += 1
+        return out
 
 
 def duration_in(unit: str) -> Callable[[str], float]:
@@ -32,6 +58,8 @@ def duration_in(unit: str) -> Callable[[str], float]:
         try:
             value = to_unit(text, unit)
         except ValueError as e:
+            if text.strip().startswith("-"):
+                raise argparse.ArgumentTypeError(f"must be a positive duration, got {text!r}") from None
             raise argparse.ArgumentTypeError(str(e)) from None
         if value <= 0:
             raise argparse.ArgumentTypeError(f"must be a positive duration, got {text!r}")
@@ -71,3 +99,30 @@ def int_list(text: str, name: str) -> list[int]:
     if not values or any(v <= 0 for v in values):
         raise ConfigError(f"{name} must be positive whole numbers, got {text!r}")
     return values
+
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
+
+
+def add_config_flag(p: Any, procgen: str) -> None:
+    """`--config` of a benchmark whose default config (`procgen`, in config/) is written for Procgen: another env
+    takes its family's config instead (`default_config`)."""
+    p.add_argument("--config", help=f"YAML config file (default: config/{procgen} for a Procgen game, else "
+                                    "config/mujoco.yaml, atari.yaml or cartpole.yaml by the env's family)")
+
+
+def default_config(env_id: str | None, procgen: str) -> str:
+    """The config a benchmark uses without `--config`: `procgen` (in config/) for a Procgen game or no env given;
+    for a gymnasium env the shipped config of its family (MuJoCo, Atari, else cartpole.yaml: an MLP for vector
+    observations), so that the Procgen config's held-out test levels and CNN are not forced on it."""
+    from parallel_ppo.core.config import EnvConfig
+    from parallel_ppo.core.envs import PROCGEN_GAMES
+    from parallel_ppo.core.gym_envs import env_family
+
+    if not env_id or env_id in PROCGEN_GAMES:
+        return str(CONFIG_DIR / procgen)
+    try:
+        mujoco, atari = env_family(EnvConfig(id=env_id))
+    except ConfigError:  # an unknown id: the run's config check names it
+        mujoco, atari = False, False
+    return str(CONFIG_DIR / ("mujoco.yaml" if mujoco else "atari.yaml" if atari else "cartpole.yaml"))

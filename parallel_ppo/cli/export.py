@@ -9,7 +9,8 @@ from parallel_ppo.errors import ParallelPPOError
 def export_parser(prog: str) -> OneLineParser:
     p = OneLineParser(prog=prog, description="Write a run's policy as one file for inference without parallel_ppo: "
                       "observations in (a batch, as the env gives them, normalized inside when the run normalized "
-                      "them); the action, the distribution's parameters and the value out (README \"Export\").")
+                      "them); the action, the distribution's parameters and the value out "
+                      "(docs/evaluation.md, \"Export\").")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (its checkpoint.pt) or a checkpoint file")
     p.add_argument("--format", choices=("onnx", "torchscript"), default="onnx",
                    help="onnx (needs the onnx and onnxruntime packages) or torchscript (torch.jit.load); onnx is "

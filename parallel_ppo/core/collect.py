@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,13 @@ def never() -> bool:
 
 class RolloutError(RuntimeError):
     """A rollout source failed in a way the trainer cannot work around (e.g. a worker slot out of restarts)."""
+
+
+def one_line(error: BaseException, limit: int = 300) -> str:
+    """`Type: message` of an error on one line (its lines joined), cut to about `limit` characters."""
+    message = " ".join(str(error).split())
+    text = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 @dataclass
@@ -146,13 +154,24 @@ class SequentialCollector:
         stream = (resumes, 0)
         env = make_batch_env(cfg.env, cfg.run.seed, env_offset, cfg.env.num_envs, env_threads, stream)
         self.obs_shape, self.obs_dtype, self.actions = env.obs_shape, env.obs_dtype, env.actions
-        self.runner = EnvRunner(env, cfg.run.seed, env_offset, cfg.training.precision, stream, cfg.training.gamma)
+        self.env_id = cfg.env.id
+        try:
+            self.runner = EnvRunner(env, cfg.run.seed, env_offset, cfg.training.precision, stream, cfg.training.gamma)
+        except Exception as e:  # the user's env failed in reset(), as a parallel worker that fails to start
+            with contextlib.suppress(Exception):
+                env.close()
+            raise RolloutError(f"the envs of {self.env_id} failed to start: {one_line(e)}") from e
         self.buffer = RolloutBuffer.allocate(cfg.training.n_steps, cfg.env.num_envs, env.obs_shape, env.obs_dtype,
                                              env.actions)
         self.layout = {"num_workers": 0, "num_envs_per_worker": cfg.env.num_envs, "num_envs": cfg.env.num_envs}
 
     def collect(self, model: nn.Module, timers: PhaseTimer, stopping: StopCheck = never) -> CollectResult:
-        result = self.runner.collect(model, self.buffer, stopping=stopping)
+        """One rollout; an env that fails (raises, or returns what its spaces do not describe) is a RolloutError,
+        so the run stops with its checkpoint and summary as the parallel trainer does when a worker fails."""
+        try:
+            result = self.runner.collect(model, self.buffer, stopping=stopping)
+        except Exception as e:
+            raise RolloutError(f"the rollout on {self.env_id} failed: {one_line(e)}") from e
         timers.add("env", result.time_env)
         timers.add("inference", result.time_inference)
         return result

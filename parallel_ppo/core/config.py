@@ -93,8 +93,9 @@ class TrainingConfig:
     batch_size: int = 256
     """SGD minibatch size; must divide n_steps × total envs."""
     microbatch_size: int | str = "auto"
-    """Samples per forward/backward pass inside a minibatch (0 = the whole minibatch), or `auto`: the fastest
-    of 64, 128 and the whole minibatch, measured on this machine before the run (`learner_settings`).
+    """Samples per forward/backward pass inside a minibatch (0 = the whole minibatch), or `auto`: 64 unless 128 or
+    the whole minibatch is clearly faster, measured on this machine before the run (`learner_settings`); the whole
+    minibatch, unmeasured, for a network too small for the choice to matter (CartPole's MLP).
     Gradients add up to the minibatch's, so this trades nothing but memory and cache misses."""
     n_epochs: int = 3
     """Passes over each rollout."""
@@ -140,7 +141,8 @@ class TrainingConfig:
     a distributed run), exceeds this (0 = never). CleanRL checks the last minibatch's KL instead."""
     precision: str = "auto"
     """Network arithmetic: fp32, bf16 (autocast; log-probs, losses and optimizer state stay fp32), or `auto`:
-    the faster of the two for this network on this machine, measured before the run (`learner_settings`).
+    fp32 unless bf16 is clearly faster for this network on this machine, measured before the run
+    (`learner_settings`); fp32, unmeasured, on a CPU without native bf16 or for a network too small to matter.
     bf16 was 1.7-2x faster than fp32 on one CPU of ours and 0.75x on another."""
     device: str = "auto"
     """Where the learner runs (`--device`): cpu, cuda, mps, or `auto` (cuda, else mps, else cpu). Parallel

@@ -6,13 +6,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import re
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from parallel_ppo.core.config import Config
+from parallel_ppo.core.config_yaml import load_yaml, parse_yaml
 from parallel_ppo.core.envs import PROCGEN_MODES, check_env, eval_levels
 from parallel_ppo.core.units import to_unit
 from parallel_ppo.errors import ConfigError
@@ -87,58 +86,6 @@ def _string_list(path: str, value: Any) -> list[str]:
     return [str(v).strip() for v in value if str(v).strip()]
 
 
-class _YamlLoader(yaml.SafeLoader):
-    """SafeLoader with YAML 1.2 scalars: only true/false are booleans (`progress: off` stays the string
-    "off") and numbers with an exponent but no point (`3e-4`, `1e5`) are numbers, not strings."""
-
-
-_NUMBERS_AND_BOOLS = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
-_YamlLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _NUMBERS_AND_BOOLS]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-# YAML 1.1's numbers without its base-60 ones, so that a Slurm time such as 1:30:00 stays text (a duration), not 5400
-_YamlLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:int",
-    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
-    list("-+0123456789"))
-_YamlLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
-               r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), list("-+0123456789."))
-_YamlLoader.add_implicit_resolver("tag:yaml.org,2002:bool",
-                                  re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
-_YamlLoader.add_implicit_resolver("tag:yaml.org,2002:float",
-                                  re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-                                  list("-+0123456789."))
-
-
-def _yaml_load(text: str) -> Any:
-    return yaml.load(text, Loader=_YamlLoader)  # a SafeLoader subclass: plain data only
-
-
-def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a config file into nested dicts; missing, unreadable or malformed files are ConfigErrors."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file not found: {p}")
-    try:
-        data = _yaml_load(p.read_text())
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read config file {p}: {e}") from None
-    except yaml.YAMLError as e:
-        where = getattr(e, "problem_mark", None)
-        at = f" at line {where.line + 1}" if where is not None else ""
-        raise ConfigError(f"config file {p} is not valid YAML{at}") from None
-    except RecursionError:
-        raise ConfigError(f"config file {p} is nested too deeply to be a config") from None
-    if data is None:
-        raise ConfigError(f"config file {p} is empty")
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {p} must be a mapping of sections (env, parallel, training, ...)")
-    return data
-
-
 def apply_mapping(cfg: Config, data: dict[str, Any], source: str) -> set[str]:
     """Apply `{section: {key: value}}` onto `cfg`; returns the `section.key` names it set."""
     given: set[str] = set()
@@ -162,7 +109,7 @@ def parse_set(item: str) -> tuple[str, Any]:
     if not eq or not key.strip():
         raise ConfigError(f"--set expects section.key=value, got {item!r}")
     try:
-        value = _yaml_load(raw) if raw.strip() else ""
+        value = parse_yaml(raw) if raw.strip() else ""
     except (yaml.YAMLError, RecursionError):
         value = raw
     return key.strip(), value
@@ -177,6 +124,8 @@ FLAGS = {
     "tracking.group": "--wandb-group", "tracking.tags": "--wandb-tags",
 }
 """Config fields that the trainers' command lines also set, with their flags."""
+TRACKING_FLAGS = ("tracking.project", "tracking.entity", "tracking.group", "tracking.tags")
+"""Fields whose flags mean nothing without `--track`."""
 
 
 def field_name(key: str) -> str:
@@ -373,6 +322,8 @@ def build_config(
     elif parallel:  # each rank of a distributed run without a total takes the layout given for one process
         derive_parallel_envs(cfg, given, on_command_line, {k for k, v in flags.items() if v is not None})
     validate(cfg, world_size or 1)
+    if not cfg.tracking.wandb and (unused := [FLAGS[k] for k in TRACKING_FLAGS if flags.get(k) is not None]):
+        raise ConfigError(f"{' and '.join(unused)} set up W&B tracking, which is off: add --track (tracking.wandb)")
     return cfg
 
 
@@ -385,6 +336,8 @@ def changed_fields(cfg: Config) -> dict[str, dict[str, Any]]:
 
 def config_from_dict(data: dict[str, Any]) -> Config:
     """Rebuild a Config from `Config.to_dict()` output (as stored in config.yaml and checkpoints)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"stored config is {type(data).__name__}, not a mapping of sections")
     cfg = Config()
     apply_mapping(cfg, data, "stored config")
     return cfg

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -14,9 +16,10 @@ import torch
 from torch import nn
 
 from parallel_ppo.core.buffer import RolloutBuffer, compute_gae
-from parallel_ppo.core.checkpoint import next_resume_count
+from parallel_ppo.core.checkpoint import check_checkpoint, check_counts, next_resume_count
 from parallel_ppo.core.collect import CollectResult, RolloutError, StopCheck
 from parallel_ppo.core.config import Config
+from parallel_ppo.core.envs import env_spaces
 from parallel_ppo.core.group import ALONE, AgreedRollout, Group, agree_rollout
 from parallel_ppo.core.model import learner_device, module_device
 from parallel_ppo.core.normalization import ObsNormalizer
@@ -146,8 +149,10 @@ class TrainState:
     @classmethod
     def from_checkpoint(cls, cfg: Config, obs_shape: tuple[int, ...], actions: ActionSpace,
                         checkpoint: dict[str, Any], world_size: int = 1) -> TrainState:
-        """The state saved by `to_checkpoint`, with one more resume counted."""
+        """The state saved by `to_checkpoint`, with one more resume counted; a checkpoint that does not fit it is
+        a RunDataError (`check`), before anything is loaded."""
         state = cls.new(cfg, obs_shape, actions, world_size)
+        state.check(checkpoint)
         state.model.load_state_dict(checkpoint["model"])
         state.optimizer.load_state_dict(checkpoint["optimizer"])
         state.generator.set_state(checkpoint["generator"])
@@ -162,6 +167,13 @@ class TrainState:
         state.episodes, state.elapsed_before = checkpoint["episodes"], checkpoint["elapsed"]
         state.resumes, state.restarts = next_resume_count(checkpoint), checkpoint.get("restarts", 0)
         return state
+
+    def check(self, checkpoint: dict[str, Any], path: Path | str = "checkpoint.pt") -> None:
+        """Refuse (RunDataError) a checkpoint that does not fit this state: its network, optimizer, random streams,
+        counters, episode windows and running statistics."""
+        statistics = {"reward_scaler": self.reward_scaler, "obs_normalizer": self.obs_normalizer}
+        check_checkpoint(checkpoint, Path(path), self.model, self.optimizer,
+                         {key: None if s is None else s.state_dict() for key, s in statistics.items()})
 
     def to_checkpoint(self, cfg: Config, mode: str, elapsed: float, world_size: int = 1) -> dict[str, Any]:
         """Tensors and plain data only (checkpoints are loaded with weights_only=True). In a distributed run the
@@ -185,6 +197,21 @@ class TrainState:
         self.episodes += len(result.episode_returns)
         self.episode_returns.extend(result.episode_returns)
         self.episode_lengths.extend(result.episode_lengths)
+
+
+def check_checkpoint_fits(cfg: Config, checkpoint: dict[str, Any], path: Path, resume: bool = True) -> None:
+    """Refuse (RunDataError naming what differs) a checkpoint that a fresh learner of `cfg` could not take: the one
+    check of a resumed run, before it writes a file, and of `eval`, `demo` and `export` (`resume` False: what a
+    policy loads, the network and the counters). Built on the CPU; the global random state is left as it was."""
+    check_counts(checkpoint, path)  # first: the world size below is one of them
+    obs_shape, _, actions = env_spaces(cfg.env)
+    on_cpu = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, device="cpu"))
+    with torch.random.fork_rng(devices=[]):
+        fresh = TrainState.new(on_cpu, obs_shape, actions, checkpoint.get("world_size", 1))
+    if resume:
+        fresh.check(checkpoint, path)
+    else:
+        check_checkpoint(checkpoint, path, fresh.model)
 
 
 class Clock:

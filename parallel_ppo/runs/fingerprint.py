@@ -6,6 +6,7 @@ import functools
 import importlib.metadata
 import platform
 import sys
+from pathlib import Path
 
 import psutil
 
@@ -22,6 +23,45 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+"""CPU flags of bf16 arithmetic in hardware (x86 AVX-512 and AMX, Arm); without one torch emulates bf16 (a bf16
+matmul ran at ~1/100 of fp32 on an AMD EPYC without AVX-512)."""
+
+
+def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The CPU's feature flags in `cpuinfo` (x86 `flags`, Arm `Features`); empty where the file is missing."""
+    try:
+        lines = cpuinfo.read_text().splitlines()
+    except OSError:
+        return frozenset()
+    return frozenset(flag for line in lines if line.split(":")[0].strip() in ("flags", "Features")
+                     for flag in line.partition(":")[2].split())
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """This CPU's feature flags (`read_cpu_flags`), read once."""
+    return read_cpu_flags()
+
+
+def cpu_kind(flags: frozenset[str] | None = None) -> list[str]:
+    """What tells our machine kinds apart beyond the model name: `avx512` and `bf16` (NATIVE_BF16_FLAGS)."""
+    flags = cpu_flags() if flags is None else flags
+    return [name for name, has in (("avx512", "avx512f" in flags), ("bf16", bool(NATIVE_BF16_FLAGS & flags))) if has]
+
+
+def source_commit() -> str | None:
+    """The commit of the checkout the package runs from (`git describe --always --dirty`), None outside one."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=Path(__file__).resolve().parent,
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
 def _version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)
@@ -35,6 +75,7 @@ def hardware() -> dict:
         "logical_cores": psutil.cpu_count(logical=True),
         "physical_cores": psutil.cpu_count(logical=False),
         "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "cpu_kind": cpu_kind(),
     }
 
 

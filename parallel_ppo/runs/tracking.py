@@ -59,7 +59,8 @@ def _init(cfg: Config, run_dir: Path, run_id: str | None, quiet: bool = False, *
     """wandb.init for the run in `run_dir` (continuing W&B run `run_id` if given), its steps on `global_step`;
     `quiet`: without wandb's console lines."""
     wandb = import_wandb()
-    if extra.get("mode") == "offline" or os.environ.get("WANDB_MODE", "").lower() in ("offline", "dryrun"):
+    offline = extra.get("mode") == "offline" or os.environ.get("WANDB_MODE", "").lower() in ("offline", "dryrun")
+    if offline:
         os.environ.setdefault("WANDB_ERROR_REPORTING", "false")  # offline means no network, crash reports included
     (run_dir / RUN_ID_FILE).parent.mkdir(parents=True, exist_ok=True)
     t = cfg.tracking
@@ -69,17 +70,35 @@ def _init(cfg: Config, run_dir: Path, run_id: str | None, quiet: bool = False, *
                          dir=None if os.environ.get("WANDB_DIR") else str(run_dir),
                          settings=wandb.Settings(quiet=True) if quiet else None, **extra)
     except Exception as e:  # no login, no network, a refused project: whatever wandb raises, one line
-        raise ConfigError(f"cannot start W&B tracking: {_first_line(e)} "
-                          "(log in with `wandb login`, or set WANDB_MODE=offline to track without network)") from None
+        raise ConfigError(f"cannot start W&B tracking: {_reason(e, offline)}") from None
     run.define_metric("global_step")
     run.define_metric("*", step_metric="global_step")
     return run
 
 
-def _first_line(error: Exception) -> str:
-    """An error's message as one line, without the quotes some of wandb's errors carry."""
-    text = str(error).strip().strip("'\"").strip()
-    return text.splitlines()[0] if text else type(error).__name__
+SETTINGS = {"project": "tracking.project (--wandb-project)", "entity": "tracking.entity (--wandb-entity)",
+            "run_group": "tracking.group (--wandb-group)", "run_tags": "tracking.tags (--wandb-tags)",
+            "mode": "WANDB_MODE"}
+"""W&B settings that ours set, by wandb's name: what a message names for the user to fix."""
+
+
+def _reason(error: Exception, offline: bool) -> str:
+    """Why wandb.init failed, in one line: a bad setting named with its value, else wandb's first line and, unless
+    `offline`, how to log in or track without network."""
+    details = error.errors() if callable(getattr(error, "errors", None)) else []  # pydantic's, of wandb.Settings
+    if details:
+        name = ".".join(str(part) for part in details[0].get("loc", ())) or "?"
+        value = repr(details[0].get("input"))
+        value = value if len(value) <= 80 else value[:77] + "..."
+        why = str(details[0].get("msg", "")).removeprefix("Value error, ")
+        return f"W&B setting {SETTINGS.get(name, name)} = {value}: {why}"
+    text = str(error).strip()
+    if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":  # some of wandb's errors come quoted
+        text = text[1:-1].strip()
+    line = text.splitlines()[0] if text else type(error).__name__
+    if offline:
+        return line
+    return f"{line} (log in with `wandb login`, or set WANDB_MODE=offline to track without network)"
 
 
 class WandbTracker:

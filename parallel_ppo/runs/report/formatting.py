@@ -56,7 +56,8 @@ def fmt_flop(count: float, per: str = "") -> str:
 
 def describe_hardware(run: Run) -> str:
     hw = run.summary.hardware
-    return (f"{hw.get('cpu_model', '?')}, {hw.get('logical_cores', '?')} logical / "
+    kind = f" ({', '.join(hw['cpu_kind'])})" if hw.get("cpu_kind") else ""
+    return (f"{hw.get('cpu_model', '?')}{kind}, {hw.get('logical_cores', '?')} logical / "
             f"{hw.get('physical_cores', '?')} physical cores, {hw.get('memory_gb', '?')} GB RAM")
 
 

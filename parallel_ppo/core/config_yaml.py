@@ -1,0 +1,87 @@
+"""Config files as YAML: plain data only, YAML 1.2's scalars, and a key given twice refused (YAML would keep the
+last silently); no torch."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from parallel_ppo.errors import ConfigError
+
+
+class DuplicateKey(yaml.constructor.ConstructorError):
+    """A mapping that gives a key twice."""
+
+
+class _YamlLoader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 scalars: only true/false are booleans (`progress: off` stays the string
+    "off") and numbers with an exponent but no point (`3e-4`, `1e5`) are numbers, not strings. A mapping that
+    gives a key twice is a DuplicateKey (keys a merge `<<` brings in may be overridden, as YAML means them)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node)
+            if key in seen:
+                raise DuplicateKey(None, None, f"the key {key!r} is given twice (lines {seen[key]} and "
+                                               f"{key_node.start_mark.line + 1})", key_node.start_mark)
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
+_NUMBERS_AND_BOOLS = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+_YamlLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _NUMBERS_AND_BOOLS]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+# YAML 1.1's numbers without its base-60 ones, so that a Slurm time such as 1:30:00 stays text (a duration), not 5400
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int",
+    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+    list("-+0123456789"))
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"
+               r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), list("-+0123456789."))
+_YamlLoader.add_implicit_resolver("tag:yaml.org,2002:bool",
+                                  re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_YamlLoader.add_implicit_resolver("tag:yaml.org,2002:float",
+                                  re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+                                  list("-+0123456789."))
+
+
+def parse_yaml(text: str) -> Any:
+    """`text` as YAML data (the loader above: a SafeLoader subclass, plain data only)."""
+    return yaml.load(text, Loader=_YamlLoader)
+
+
+def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a config file into nested dicts; missing, unreadable or malformed files are ConfigErrors."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"config file {p} is a directory; give the YAML file in it")
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}")
+    try:
+        data = parse_yaml(p.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read config file {p}: {e}") from None
+    except DuplicateKey as e:
+        raise ConfigError(f"config file {p}: {e.problem}") from None
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        raise ConfigError(f"config file {p} is not valid YAML{at}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {p} is nested too deeply to be a config") from None
+    if data is None:
+        raise ConfigError(f"config file {p} is empty")
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {p} must be a mapping of sections (env, parallel, training, ...)")
+    return data

@@ -1,0 +1,180 @@
+"""Every measured figure in README.md and docs/ comes from a committed evidence file, and says what that file says.
+
+An evidence file is a JSON file under `docs/results/<machine>/` with the `machine` it ran on, the `date`, the
+`commit` and the `command` that produced it, then `figures` (name → a number or a list of numbers) and `tables`
+(name → `columns` and `rows` of cells, as shown).
+
+- A figure in the text is a link to its evidence: `[1,639 ± 66](amd-epyc-2c/mujoco.json#halfcheetah)`. The
+  numbers in the link's text are the file's `figures.halfcheetah`, in order, each rounded as the text shows it.
+- A results table sits between `<!-- table FILE NAME -->` and `<!-- /table -->` and is the markdown that
+  `table_markdown` makes of the file's `tables.NAME`.
+- A number with a unit of measurement (×, SPS, steps/s, ms, GFLOP/s, %, minutes) outside such links and tables,
+  code and comments is a figure without evidence, and is reported.
+
+`python scripts/docs_evidence.py` checks every page (exit 1, one line per problem); `--write` regenerates the
+tables from their files first.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+REQUIRED = ("machine", "date", "commit", "command")
+FIGURE_LINK = re.compile(r"\[([^\]]+)\]\(([^)\s#]+\.json)#([\w.-]+)\)")
+TABLE_BLOCK = re.compile(r"(<!-- table (\S+) (\S+) -->\n)(.*?)(<!-- /table -->)", re.S)
+NUMBER = re.compile(r"[-−]?\d[\d,]*(?:\.\d+)?")
+UNITS = (r"(?:×(?!\s?\d)|x\b|SPS\b|steps/s\b|samples/s\b|ms\b|GFLOP|min\b|minutes?\b"
+         r"|%(?!\s(?:of the best|percentile|bootstrap|interval|confidence)))")
+"""Units of measured figures (`84×84` and `8 × 128` are sizes; `80% of the best return` and a `95% interval` are
+definitions)."""
+UNLINKED = re.compile(r"(?<![\w.])[-−+±]?\d[\d,]*(?:\.\d+)?\s?" + UNITS)
+GENERATED = ("_comparison.md", "study.md")
+"""Pages that a benchmark writes whole (compare_results' reports, the many-core study): evidence themselves."""
+
+
+def pages(root: Path = ROOT) -> list[Path]:
+    """README.md and every page under docs/ that a person wrote."""
+    return [root / "README.md", *sorted(p for p in (root / "docs").rglob("*.md") if not p.name.endswith(GENERATED))]
+
+
+def load_evidence(path: Path) -> dict[str, Any]:
+    """An evidence file, checked for the fields every one must have (ValueError naming what is missing)."""
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as error:
+        raise ValueError(f"{path.name} is not JSON: {error}") from None
+    missing = [key for key in REQUIRED if not (isinstance(data, dict) and data.get(key))]
+    if missing:
+        raise ValueError(f"{path.name} has no {', '.join(missing)}")
+    return data
+
+
+def numbers_in(text: str) -> list[tuple[float, int]]:
+    """Each number in `text` with the count of decimals it shows (`1,640` → (1640.0, 0); `−0.5` → (-0.5, 1))."""
+    found = []
+    for token in NUMBER.findall(text):
+        plain = token.replace(",", "").replace("−", "-")
+        found.append((float(plain), len(plain.split(".")[1]) if "." in plain else 0))
+    return found
+
+
+def figure_problem(text: str, value: Any) -> str | None:
+    """Why the link text `text` does not show `value` (a number or a list of numbers), or None."""
+    values = value if isinstance(value, list) else [value]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return f"its evidence is not a number or a list of numbers: {value!r}"
+    shown = numbers_in(text)
+    if len(shown) != len(values):
+        return f"shows {len(shown)} numbers where its evidence has {len(values)}: {values}"
+    for (number, decimals), true in zip(shown, values, strict=True):
+        if abs(true - number) > 0.5 * 10 ** -decimals + 1e-9:
+            return f"shows {number:g} where its evidence has {true:g}"
+    return None
+
+
+def cell(value: Any) -> str:
+    """A table cell as shown: numbers with thousands separators, the rest as written."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) or bool(re.fullmatch(r"[-−]?[\d,]+(\.\d+)?", str(value)))
+
+
+def table_markdown(table: dict[str, Any]) -> str:
+    """A markdown table of `columns` and `rows`; a column whose cells are all numbers is right-aligned."""
+    columns, rows = table["columns"], table["rows"]
+    numeric = [all(_is_number(r[i]) for r in rows) for i in range(len(columns))]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---:" if n else "---" for n in numeric) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _evidence(page: Path, target: str, cache: dict[Path, dict[str, Any]]) -> dict[str, Any]:
+    path = (page.parent / target).resolve()
+    if path not in cache:
+        if not path.is_file():
+            raise ValueError(f"no evidence file {target}")
+        cache[path] = load_evidence(path)
+    return cache[path]
+
+
+def _unlinked(text: str) -> list[str]:
+    """The figures with a unit left once links to evidence, tables, code and comments are taken out."""
+    text = TABLE_BLOCK.sub("", text)
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    text = FIGURE_LINK.sub("", text)
+    return [m.group(0).strip() for m in UNLINKED.finditer(text)]
+
+
+def check_page(page: Path, write: bool = False, root: Path = ROOT) -> list[str]:
+    """The problems of one page: figures that differ from their evidence, stale tables, figures without evidence.
+    With `write`, stale tables are regenerated in place first."""
+    name = page.relative_to(root)
+    text = page.read_text()
+    cache: dict[Path, dict[str, Any]] = {}
+    problems = []
+
+    def regenerate(match: re.Match[str]) -> str:
+        try:
+            table = _evidence(page, match.group(2), cache).get("tables", {})[match.group(3)]
+        except (ValueError, KeyError) as error:
+            problems.append(f"{name}: table {match.group(2)} {match.group(3)}: {error}")
+            return match.group(0)
+        made = table_markdown(table)
+        if made != match.group(4) and not write:
+            problems.append(f"{name}: table {match.group(3)} differs from {match.group(2)} (run with --write)")
+        return match.group(1) + made + match.group(5)
+
+    new_text = TABLE_BLOCK.sub(regenerate, text)
+    if write and new_text != text:
+        page.write_text(new_text)
+    for match in FIGURE_LINK.finditer(text):
+        shown, target, key = match.groups()
+        try:
+            figures = _evidence(page, target, cache).get("figures", {})
+        except ValueError as error:
+            problems.append(f"{name}: [{shown}]: {error}")
+            continue
+        problem = figure_problem(shown, figures[key]) if key in figures else f"{target} has no figure {key}"
+        if problem:
+            problems.append(f"{name}: [{shown}]({target}#{key}) {problem}")
+    problems += [f"{name}: '{figure}' has no evidence (link it to its file, or remove it)"
+                 for figure in _unlinked(text)]
+    return problems
+
+
+def check_evidence_files(root: Path = ROOT) -> list[str]:
+    """Every JSON file under docs/results/ has the fields every evidence file must have (the study's too)."""
+    problems = []
+    for path in sorted((root / "docs" / "results").rglob("*.json")):
+        try:
+            load_evidence(path)
+        except ValueError as error:
+            problems.append(f"{path.parent.relative_to(root)}/{error}")
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    write = "--write" in argv
+    problems = check_evidence_files() + [p for page in pages() for p in check_page(page, write)]
+    if write:
+        problems = [p for p in problems if "(run with --write)" not in p]
+    for problem in problems:
+        print(problem)
+    verdict = f"{len(problems)} problems" if problems else "every figure has its evidence"
+    print(f"{len(pages())} pages checked: {verdict}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

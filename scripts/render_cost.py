@@ -1,0 +1,92 @@
+"""What a MuJoCo pixel env costs a step on this CPU: physics alone, and physics + an 84×84 frame with gymnasium's
+default renderer and with `env.fast_render`, each in its own process, interleaved over rounds.
+
+    .venv/bin/python scripts/render_cost.py [--env HalfCheetah-v5] [--steps 200] [--rounds 3] [--output FILE]
+
+Prints milliseconds per step (the median over rounds) and writes `docs/results/<machine>/render_cost.json`, an
+evidence file for the docs (machine, date, commit, command, figures and a table). A measurement: nothing else should
+run meanwhile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SETTINGS = {"physics": "physics alone (no frame)",
+            "default": "gymnasium's default renderer (multisampling, shadows, reflections, skybox)",
+            "fast": "`env.fast_render` (the default here): those off"}
+
+
+def time_setting(env_id: str, setting: str, steps: int) -> float:
+    """Milliseconds per env step of `setting`, after 20 steps of warm-up, in this process."""
+    from parallel_ppo.core.config import EnvConfig
+    from parallel_ppo.core.gym_envs import make_env
+
+    cfg = EnvConfig(id=env_id, pixels=setting != "physics", fast_render=setting == "fast")
+    env = make_env(cfg)
+    env.reset(seed=0)
+    for i in range(steps + 20):
+        if i == 20:
+            start = time.perf_counter()
+        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated or truncated:
+            env.reset()
+    seconds = time.perf_counter() - start
+    env.close()
+    return 1000 * seconds / steps
+
+
+def main() -> int:
+    from parallel_ppo.bench.study import available_cores, results_slug
+    from parallel_ppo.runs import fingerprint
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="HalfCheetah-v5")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--output", type=Path)
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # a child process: time one setting, print ms
+    args = parser.parse_args()
+    if args.one:
+        print(time_setting(args.env, args.one, args.steps))
+        return 0
+    times: dict[str, list[float]] = {s: [] for s in SETTINGS}
+    for r in range(args.rounds):
+        for setting in list(SETTINGS)[:: 1 if r % 2 == 0 else -1]:
+            out = subprocess.run([sys.executable, __file__, "--one", setting, "--env", args.env, "--steps",
+                                  str(args.steps)], capture_output=True, text=True, check=True).stdout
+            times[setting].append(float(out.split()[-1]))
+            print(f"round {r + 1}: {setting}: {times[setting][-1]:.2f} ms a step", flush=True)
+    median = {s: round(statistics.median(t), 2) for s, t in times.items()}
+    hw = fingerprint.hardware()
+    output = args.output or (ROOT / "docs" / "results" / results_slug(hw["cpu_model"], available_cores(), None,
+                                                                      hw["cpu_kind"]) / "render_cost.json")
+    evidence = {
+        "machine": f"{hw['cpu_model']} ({', '.join(hw['cpu_kind']) or 'no AVX-512, no native bf16'}), "
+                   f"{available_cores()} cores; MUJOCO_GL=egl over Mesa's software renderer",
+        "date": datetime.date.today().isoformat(), "commit": fingerprint.source_commit() or "unknown",
+        "command": "scripts/render_cost.py " + " ".join(sys.argv[1:]),
+        "figures": {**{f"{s}_ms": m for s, m in median.items()},
+                    "default_over_fast": round(median["default"] / median["fast"], 1)},
+        "tables": {"cost": {"columns": ["setting", "ms a step (median)", "rounds"],
+                            "rows": [[SETTINGS[s], median[s], ", ".join(f"{t:.2f}" for t in times[s])]
+                                     for s in SETTINGS]}},
+    }
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(evidence, indent=1) + "\n")
+    print(f"{args.env}, {args.steps} steps: " + ", ".join(f"{s} {m} ms" for s, m in median.items()) + f"; {output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""How long make targets take on this machine, one at a time, written as an evidence file for the docs.
+
+    .venv/bin/python scripts/time_targets.py smoke test-fast docs roofline [--output FILE]
+
+Runs `make TARGET` for each target in turn (nothing else should run meanwhile), prints each wall time, and writes
+`docs/results/<machine>/make_targets.json` (the folder `make study` names for this machine): the machine, date,
+commit and command, each target's minutes under `figures`, and a table. A target that fails is recorded as failed
+and the rest go on; the exit status is 1 when one failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from parallel_ppo.bench.study import available_cores, results_slug  # noqa: E402
+from parallel_ppo.runs import fingerprint  # noqa: E402
+
+
+def time_target(target: str, cwd: Path = ROOT) -> tuple[float, int]:
+    """Wall seconds and exit status of `make TARGET` in `cwd` (its output goes to this script's)."""
+    start = time.perf_counter()
+    status = subprocess.run(["make", "--no-print-directory", target], cwd=cwd).returncode
+    return time.perf_counter() - start, status
+
+
+def checkout_commit(cwd: Path) -> str:
+    """The commit `cwd` is checked out at (`git describe --always --dirty`)."""
+    out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=cwd, capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("targets", nargs="+")
+    parser.add_argument("--cwd", type=Path, default=ROOT,
+                        help="the checkout to run make in (a fresh clone: its install is timed too)")
+    parser.add_argument("--output", type=Path,
+                        help="the evidence file (default: docs/results/<machine>/make_targets.json)")
+    args = parser.parse_args()
+    hw = fingerprint.hardware()
+    output = args.output or (ROOT / "docs" / "results" / results_slug(hw["cpu_model"], available_cores(), None,
+                                                                      hw["cpu_kind"]) / "make_targets.json")
+    old = json.loads(output.read_text()) if output.is_file() else {}
+    figures = dict(old.get("figures", {}))
+    rows = {r[0]: r for r in old.get("tables", {}).get("times", {}).get("rows", [])}
+    fresh = args.cwd.resolve() != ROOT
+    failed, today, commit = False, datetime.date.today().isoformat(), checkout_commit(args.cwd)
+    for target in args.targets:
+        seconds, status = time_target(target, args.cwd)
+        failed |= status != 0
+        print(f"make {target}: {seconds:.0f} s" + (f" (failed, exit {status})" if status else ""), flush=True)
+        label = f"make {target}" + (" (fresh clone, install included)" if fresh else "")
+        figures[target.replace("-", "_") + ("_fresh_clone" if fresh else "")] = round(seconds / 60, 1)
+        rows[label] = [label, round(seconds / 60, 1), "failed" if status else "passed", today, commit]
+    kind = ", ".join(hw["cpu_kind"]) or "no AVX-512, no native bf16"
+    evidence = {
+        "machine": f"{hw['cpu_model']} ({kind}), {available_cores()} cores, {hw['memory_gb']} GB",
+        "date": today,
+        "commit": commit,
+        "command": "scripts/time_targets.py " + " ".join(sys.argv[1:]) + " (each row: its own date and commit)",
+        "figures": figures,
+        "tables": {"times": {"columns": ["target", "minutes", "result", "date", "commit"],
+                             "rows": list(rows.values())}},
+    }
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(evidence, indent=1) + "\n")
+    print(f"written to {output}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

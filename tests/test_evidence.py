@@ -1,0 +1,77 @@
+"""Every measured figure in README.md and docs/ says what its committed evidence file says
+(scripts/docs_evidence.py: figures are links to their file, results tables are generated from it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("docs_evidence", ROOT / "scripts" / "docs_evidence.py")
+evidence = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(evidence)
+
+EVIDENCE = {"machine": "a 2-core test machine", "date": "2026-11-25", "commit": "abc1234", "command": "make bench",
+            "figures": {"ratio": 1.085, "range": [1.012, 1.085], "return": [1639.47, 65.55]},
+            "tables": {"pairs": {"columns": ["pair", "ratio"], "rows": [[1, 1.085], [2, "1.030"]]}}}
+PAGE = """# Results
+
+Parallel ahead by [1.012 to 1.085](m/pairs.json#range); HalfCheetah [1,639 ± 66](m/pairs.json#return).
+
+<!-- table m/pairs.json pairs -->
+| pair | ratio |
+|---:|---:|
+| 1 | 1.085 |
+| 2 | 1.030 |
+<!-- /table -->
+"""
+
+
+def _tree(tmp_path: Path, page: str = PAGE, data: dict | None = None) -> Path:
+    (tmp_path / "docs" / "results" / "m").mkdir(parents=True)
+    (tmp_path / "docs" / "results" / "m" / "pairs.json").write_text(json.dumps(data or EVIDENCE))
+    path = tmp_path / "docs" / "results" / "index.md"
+    path.write_text(page)
+    return path
+
+
+def test_every_figure_in_the_docs_is_the_one_in_its_evidence_file():
+    problems = evidence.check_evidence_files() + [p for page in evidence.pages() for p in evidence.check_page(page)]
+    assert not problems, "\n".join(problems)
+
+
+def test_a_page_that_matches_its_evidence_passes(tmp_path):
+    assert evidence.check_page(_tree(tmp_path), root=tmp_path) == []
+    assert evidence.check_evidence_files(tmp_path) == []
+
+
+def test_a_changed_figure_fails_naming_it(tmp_path):
+    page = _tree(tmp_path, PAGE.replace("[1,639 ± 66]", "[1,650 ± 66]"))
+    [problem] = evidence.check_page(page, root=tmp_path)
+    assert "[1,650 ± 66](m/pairs.json#return) shows 1650 where its evidence has 1639.47" in problem
+
+
+def test_a_changed_table_cell_fails_and_write_regenerates_it(tmp_path):
+    page = _tree(tmp_path, PAGE.replace("| 2 | 1.030 |", "| 2 | 1.031 |"))
+    assert evidence.check_page(page, root=tmp_path) == [
+        "docs/results/index.md: table pairs differs from m/pairs.json (run with --write)"]
+    evidence.check_page(page, write=True, root=tmp_path)
+    assert page.read_text() == PAGE
+
+
+def test_figures_without_evidence_and_evidence_without_its_origin_are_reported(tmp_path):
+    page = _tree(tmp_path, PAGE + "\nThe update is 85% of a run at 372 SPS, 1.5 ms a frame, 8 × 128 steps, `9 ms`.\n",
+                 {k: v for k, v in EVIDENCE.items() if k != "commit"})
+    problems = evidence.check_page(page, root=tmp_path)
+    assert [p.split(": ", 1)[1] for p in problems[-3:]] == [
+        f"'{figure}' has no evidence (link it to its file, or remove it)" for figure in ("85%", "372 SPS", "1.5 ms")]
+    assert problems[0].endswith("pairs.json has no commit")
+    assert evidence.check_evidence_files(tmp_path) == ["docs/results/m/pairs.json has no commit"]
+
+
+def test_figure_rounding_and_count():
+    assert evidence.figure_problem("1.05–1.10×", [1.0512, 1.1049]) is None
+    assert evidence.figure_problem("−320.8", -320.8) is None
+    assert evidence.figure_problem("1.1×", 1.16) == "shows 1.1 where its evidence has 1.16"
+    assert "shows 1 numbers where its evidence has 2" in evidence.figure_problem("24.9", [24.9, 31.0])

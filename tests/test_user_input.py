@@ -1,0 +1,260 @@
+"""What a user hands a trainer that it cannot use ends in one line, never a crash: a checkpoint that does not fit the
+learner of its config is refused before a resume writes anything (and by eval and export, through the same check);
+an env of the user's own that fails stops the sequential trainer as the parallel one: before the run if it cannot
+start, else with its checkpoint and summary written."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from parallel_ppo.cli.train import run as train_cli
+from parallel_ppo.core.checkpoint import load_checkpoint, save_checkpoint
+from parallel_ppo.core.collect import RolloutError, SequentialCollector
+from parallel_ppo.core.config import Config
+from parallel_ppo.core.configure import build_config
+from parallel_ppo.core.envs import env_spaces
+from parallel_ppo.core.loop import TrainState, check_checkpoint_fits
+from parallel_ppo.core.model import network
+from parallel_ppo.core.policy import Policy
+from parallel_ppo.core.timing import PhaseTimer
+from parallel_ppo.errors import RunDataError
+from parallel_ppo.runs.directory import prepare_run_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+CARTPOLE = str(ROOT / "config" / "cartpole.yaml")
+TRAINERS = {"sequential": "train_timed.py", "parallel": "train_parallel_timed.py"}
+
+
+def make_run(path: Path, mode: str, sets: tuple[str, ...] = ()) -> Path:
+    """A CartPole run directory as `mode`'s trainer leaves it after an update (config.yaml, metrics.csv, logs/ and a
+    checkpoint holding Adam's moments), made in-process: training one would take seconds."""
+    cfg = build_config(CARTPOLE, {"run.output_dir": str(path)}, list(sets), parallel=mode == "parallel")
+    prepare_run_dir(path, cfg, overwrite=False)
+    (path / "metrics.csv").write_text("update,env_steps\n1,256\n")
+    (path / "logs").mkdir()
+    (path / "logs" / "events.out.tfevents.1.host").write_bytes(b"events")
+    obs_shape, _, actions = env_spaces(cfg.env)
+    with torch.random.fork_rng(devices=[]):
+        state = TrainState.new(cfg, obs_shape, actions)
+    params, value = state.model(torch.ones(4, *obs_shape))
+    (params.sum() + value.sum()).backward()
+    state.optimizer.step()
+    state.update, state.env_steps, state.episodes = 1, 256, 2
+    state.episode_returns.extend([9.0, 21.0])
+    state.episode_lengths.extend([9, 21])
+    save_checkpoint(path / "checkpoint.pt", state.to_checkpoint(cfg, mode, 1.5))
+    return path
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("runs")
+    return {mode: make_run(base / mode, mode) for mode in TRAINERS}
+
+
+def edited(run: Path, where: Path, edit: Callable[[dict], None] | None) -> Path:
+    """A copy of `run` at `where` whose checkpoint `edit` changed (None: replaced by random bytes)."""
+    shutil.copytree(run, where)
+    path = where / "checkpoint.pt"
+    if edit is None:
+        path.write_bytes(os.urandom(4096))
+    else:
+        state = torch.load(path, weights_only=True)
+        edit(state)
+        torch.save(state, path)
+    return where
+
+
+def hashes(path: Path) -> dict[str, str]:
+    """sha256 of every file under `path`, by relative path: a file added, removed or changed shows."""
+    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def _set(keys: tuple, value: object) -> Callable[[dict], None]:
+    def edit(state: dict) -> None:
+        target = state
+        for key in keys[:-1]:
+            target = target[key]
+        target[keys[-1]] = value
+    return edit
+
+
+INCONSISTENT = {  # what a trial of bad checkpoints found: each crashed or hung a resumed run
+    "wrong-shape exp_avg": (_set(("optimizer", "state", 0, "exp_avg"), torch.zeros(3, 5)),
+                            "optimizer state of actor.0.weight: exp_avg has shape (3, 5), expected (64, 4)"),
+    "wrong-shape weight": (_set(("model", "actor.0.weight"), torch.zeros(3, 5)),
+                           "model['actor.0.weight'] has shape (3, 5), expected (64, 4)"),
+    "extra weight": (_set(("model", "extra.weight"), torch.zeros(3)), "'extra.weight'"),
+    "bad RNG state": (_set(("generator",), torch.zeros(10, dtype=torch.uint8)),
+                      "generator is not a random generator's state"),
+    "non-numeric episode_returns": (_set(("episode_returns",), ["abc", 1.0]),
+                                    "corrupt: episode_returns[0] is 'abc', not a number"),
+    "random bytes": (None, "is not a checkpoint: it is corrupt"),
+}
+
+
+@pytest.mark.parametrize("mode", TRAINERS)
+@pytest.mark.parametrize("kind", INCONSISTENT)
+def test_an_inconsistent_checkpoint_is_refused_before_a_resume_writes_anything(runs, tmp_path, capsys, monkeypatch,
+                                                                                mode, kind):
+    """In-process through either trainer's command line: one line naming what differs, exit 2, and every file of the
+    run directory as it was (no config.yaml rewritten, no new TensorBoard file); --resume-if-exists as --resume."""
+    def started(*args: object) -> None:  # a checkpoint let through would crash or exhaust this process
+        raise AssertionError("the checkpoint was not refused before the run started")
+
+    monkeypatch.setattr("parallel_ppo.launch.join", started)
+    edit, words = INCONSISTENT[kind]
+    run = edited(runs[mode], tmp_path / "run", edit)
+    before = hashes(run)
+    for argv in (["--resume", str(run)], ["--config", CARTPOLE, "--output-dir", str(run), "--resume-if-exists"]):
+        status = train_cli(argv, parallel=mode == "parallel", prog=TRAINERS[mode])
+        captured = capsys.readouterr()
+        assert status == 2, captured.err
+        assert captured.err.count("\n") == 1 and captured.err.startswith(f"{TRAINERS[mode]}: error: "), captured.err
+        assert words in captured.err and "→" not in captured.out, captured.err
+        assert hashes(run) == before, "a refused resume changed the run directory"
+
+
+def test_the_checks_pass_an_intact_checkpoint_and_leave_the_random_state_alone(runs):
+    for mode, run in runs.items():
+        torch.manual_seed(7)
+        expected = torch.rand(3)
+        torch.manual_seed(7)
+        cfg = build_config(str(run / "config.yaml"), {}, [], parallel=mode == "parallel")
+        check_checkpoint_fits(cfg, load_checkpoint(run / "checkpoint.pt"), run / "checkpoint.pt")
+        assert torch.equal(torch.rand(3), expected)
+
+
+def _group(key: str, value: object) -> Callable[[dict], None]:
+    return lambda state: state["optimizer"]["param_groups"][0].__setitem__(key, value)
+
+
+MORE = {  # (edit, what the message says); ids name the kind
+    "torch_rng garbage": (_set(("torch_rng",), torch.randint(0, 256, (5056,), dtype=torch.uint8)),
+                          "torch_rng is not a random generator's state"),
+    "counter a string": (_set(("update",), "3"), "update is '3', not a whole number ≥ 0"),
+    "no ranks": (_set(("world_size",), 0), "world_size is 0, not a whole number ≥ 1"),
+    "elapsed nan": (_set(("elapsed",), math.nan), "elapsed is nan"),
+    "lengths not a list": (_set(("episode_lengths",), {"a": 1}), "episode_lengths is {'a': 1}, not a list"),
+    "weight missing": (lambda s: s["model"].pop("critic.4.bias"), "model lacks 'critic.4.bias'"),
+    "weight float64": (lambda s: s["model"].__setitem__("critic.4.bias", s["model"]["critic.4.bias"].double()),
+                       "model['critic.4.bias'] is torch.float64, expected torch.float32"),
+    "another parameter list": (_group("params", list(range(13))), "is not over the network's 12 parameters"),
+    "learning rate text": (_group("lr", "fast"), "optimizer parameter group 0['lr'] is 'fast', not a number"),
+    "amsgrad without its moment": (_group("amsgrad", True), "expected 'step', 'exp_avg', 'exp_avg_sq', "
+                                                            "'max_exp_avg_sq'"),
+    "moment missing": (lambda s: s["optimizer"]["state"][3].pop("exp_avg_sq"), "actor.2.bias holds 'step', "
+                                                                              "'exp_avg', expected"),
+    "state of no parameter": (_set(("optimizer", "state", 99), {}), "state for parameter 99, which the network"),
+    "optimizer a list": (_set(("optimizer",), []), "optimizer is not an optimizer's state"),
+}
+
+
+def _check(run: Path, edit: Callable[[dict], None]) -> None:
+    """The resume's check of `run`'s checkpoint after `edit`."""
+    state = load_checkpoint(run / "checkpoint.pt")
+    edit(state)
+    check_checkpoint_fits(build_config(str(run / "config.yaml"), {}, [], parallel=False), state,
+                          run / "checkpoint.pt")
+
+
+@pytest.mark.parametrize("kind", MORE)
+def test_the_check_names_what_differs(runs, kind):
+    edit, words = MORE[kind]
+    with pytest.raises(RunDataError, match="^checkpoint .*checkpoint.pt (is corrupt|does not match)") as error:
+        _check(runs["sequential"], edit)
+    assert words in str(error.value)
+
+
+def test_running_statistics_are_checked_against_the_envs(tmp_path):
+    """A reward scaler's state for another number of envs (a resumed run would fail in its first update)."""
+    run = make_run(tmp_path / "run", "sequential", ("training.normalize_reward=true",))
+    with pytest.raises(RunDataError, match=r"reward_scaler\['returns'\] has shape \(3,\), expected \(8,\)"):
+        _check(run, _set(("reward_scaler", "returns"), torch.zeros(3, dtype=torch.float64)))
+
+
+def test_eval_and_export_load_a_policy_through_the_same_check(runs, tmp_path):
+    """`Policy.load` (eval, demo, export) refuses a network that does not fit with the resume's message; what only a
+    resumed run loads (Adam's moments) is no reason to refuse a policy."""
+    edit, words = INCONSISTENT["wrong-shape weight"]
+    with pytest.raises(RunDataError, match=re.escape(words)):
+        Policy.load(edited(runs["sequential"], tmp_path / "weight", edit))
+    moments = edited(runs["sequential"], tmp_path / "moments", INCONSISTENT["wrong-shape exp_avg"][0])
+    assert Policy.load(moments).state["update"] == 1
+
+
+def test_a_file_that_is_not_a_checkpoint_is_called_so(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    for data in (os.urandom(4096), b"", b"PK\x03\x04 half a zip"):
+        path.write_bytes(data)
+        with pytest.raises(RunDataError, match="is not a checkpoint: it is corrupt, truncated or another kind of file"):
+            load_checkpoint(path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", TRAINERS)
+def test_a_resumed_trainer_refuses_a_wrong_shape_moment_in_one_line(runs, tmp_path, mode):
+    """The trial's worst case as a process: this checkpoint made the sequential trainer segfault and the parallel
+    coordinator grow to 24 GB."""
+    run = edited(runs[mode], tmp_path / "run", INCONSISTENT["wrong-shape exp_avg"][0])
+    before = hashes(run)
+    proc = subprocess.run([sys.executable, TRAINERS[mode], "--resume", str(run)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "exp_avg has shape (3, 5)" in proc.stderr, proc.stderr
+    assert hashes(run) == before
+
+
+@pytest.mark.slow
+def test_a_user_env_that_fails_stops_the_sequential_run_resumably(tmp_path):
+    """An env raising in step() (on each env's 40th step, in the second update): one line naming its error, exit 1,
+    the checkpoint and summary written; --resume continues from the first update."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    out = tmp_path / "run"
+    command = [sys.executable, "train_timed.py", "--config", CARTPOLE, "--env", "toy_envs:FailingReach-v0",
+               "--num-envs", "2", "--set", "training.n_steps=32", "--batch-size", "64", "--set", "training.n_epochs=1",
+               "--set", "run.limit_seconds=0", "--set", "logging.tensorboard=false", "--total-steps", "100000",
+               "--output-dir", str(out)]
+    for resumes in (0, 1):
+        proc = subprocess.run(command if resumes == 0 else [*command[:2], "--resume", str(out)], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr == (f"train_timed.py: error: the rollout on toy_envs:FailingReach-v0 failed: RuntimeError: "
+                               f"the simulator lost its state (checkpoint and summary written to {out})\n")
+        summary = json.loads((out / "summary.json").read_text())
+        assert (summary["stop_reason"], summary["updates"], summary["resumes"]) == ("error", 1 + resumes, resumes)
+        assert load_checkpoint(out / "checkpoint.pt")["update"] == 1 + resumes
+
+
+@pytest.mark.filterwarnings("ignore:.*not within the observation space")  # gymnasium's checker sees it too
+def test_an_env_that_cannot_start_or_returns_another_shape_is_a_rollout_error():
+    """What the sequential trainer reports in one line, as the parallel one does for its workers: an env whose
+    reset() fails (before any file is written) and one whose step() breaks its observation space (the run then
+    stops with its checkpoint and summary, as above)."""
+    def config(env_id: str) -> Config:
+        return build_config(CARTPOLE, {"env.id": env_id, "env.num_envs": 2},
+                            ["training.n_steps=8", "training.batch_size=16"], parallel=False)
+
+    with pytest.raises(RolloutError, match="^the envs of toy_envs:UnreachableReach-v0 failed to start: "
+                                           "ConnectionError: cannot connect to the simulator$"):
+        SequentialCollector(config("toy_envs:UnreachableReach-v0"), 1)
+    cfg = config("toy_envs:WrongShapeReach-v0")
+    source = SequentialCollector(cfg, 1)
+    try:
+        with pytest.raises(RolloutError, match="^the rollout on toy_envs:WrongShapeReach-v0 failed: ValueError: "):
+            source.collect(network(cfg, source.obs_shape, source.actions), PhaseTimer())
+    finally:
+        source.close()
