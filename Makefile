@@ -44,7 +44,7 @@ DIST_ENVS        = $(if $(filter command line environment,$(origin ENVS_TOTAL)),
         tensorboard \
         clean distclean
 
-# Where torch's CPU build comes from (README "Install"): PyTorch's CPU wheel index, added as an extra index, unless
+# Where torch's CPU build comes from (docs/install.md): PyTorch's CPU wheel index, added as an extra index, unless
 # pip is already configured with package sources of its own (index-url, extra-index-url or find-links in a pip config
 # file or PIP_* variable: a mirror, a proxy, a wheel cache), which are then used alone. TORCH_INDEX=URL names the
 # index; TORCH_INDEX=none adds none. Decided from configuration only: no host is asked.
@@ -110,7 +110,7 @@ train-parallel: install
 ## Distributed run on this host, NPROC ranks (each a sequential collector and learner, gradients all-reduced), by the
 ## scaling rule: each rank runs ENVS_PER_RANK envs and the config's minibatch, the global figures NPROC × those;
 ## ENVS_TOTAL=N on the command line splits N envs and the minibatch over the ranks instead:
-## make train-distributed NPROC=4 DURATION=30m; across hosts see the README
+## make train-distributed NPROC=4 DURATION=30m; across hosts see docs/distributed.md
 ## (OMP_NUM_THREADS only quiets torchrun's notice: each rank sets its threads itself, cores / ranks on the host)
 train-distributed: install
 	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node $(NPROC) train_timed.py --distributed \
@@ -136,30 +136,30 @@ bench-speed: install
 
 ## Raw env steps/s (no learning): bare envs, sequential and parallel paths, random actions and the network
 bench-envs: install
-	$(PY) bench.py envs --config config/ppo_parallel.yaml --env $(ENV) --num-workers $(WORKERS) \
+	$(PY) bench.py envs --env $(ENV) --num-workers $(WORKERS) \
 		--num-envs-per-worker $(ENVS) --seconds 10 $(ARGS)
 
 ## Scaling sweep (workers, and as many distributed ranks): make bench BENCH_SECONDS=20 WORKERS="1 2"
 ## → benchmarks/scaling/scaling.{json,md,png}
 bench: install
-	$(PY) bench.py scaling --config config/ppo_parallel.yaml --env $(ENV) $(BENCH_WORKERS) \
+	$(PY) bench.py scaling --env $(ENV) $(BENCH_WORKERS) \
 		--envs-per-worker $(ENVS_PER_WORKER) --seconds $(BENCH_SECONDS) --output-dir benchmarks/scaling $(ARGS)
 
 ## Sequential, parallel and distributed uses of the same PROCS processes on ENVS_TOTAL envs, one run each:
 ## make bench-layouts PROCS="2 4" BENCH_SECONDS=120 → benchmarks/layouts/layouts.{json,md,png}
 bench-layouts: install
-	$(PY) bench.py layouts --config config/ppo_parallel.yaml --env $(ENV) --processes "$(PROCS)" \
+	$(PY) bench.py layouts --env $(ENV) --processes "$(PROCS)" \
 		--envs $(ENVS_TOTAL) --seconds $(BENCH_SECONDS) --output-dir benchmarks/layouts $(ARGS)
 
 ## The fastest layout (workers × envs × threads, or distributed ranks) for this machine → benchmarks/autotune/ppo_autotuned.yaml
 autotune: install
-	$(PY) bench.py autotune --config config/ppo_parallel.yaml --env $(ENV) \
+	$(PY) bench.py autotune --env $(ENV) \
 		--seconds $(AUTOTUNE_SECONDS) --output-dir benchmarks/autotune $(ARGS)
 
 ## Learning benchmark: config variants × seeds (one run at a time, MINUTES each), compared across seeds:
 ## make bench-learning ENV=starpilot MINUTES=10 SEEDS=1,2,3 → benchmarks/learning_$(ENV)/ (reruns keep finished runs)
 bench-learning: install
-	$(PY) bench.py learning --config config/ppo_sequential.yaml --env $(ENV) --minutes $(MINUTES) --seeds $(SEEDS) \
+	$(PY) bench.py learning --env $(ENV) --minutes $(MINUTES) --seeds $(SEEDS) \
 		--output-dir $(or $(OUT),benchmarks/learning_$(ENV)) $(ARGS)
 
 ## Continuous control at equal steps, to set beside CleanRL's published ppo_continuous_action returns (quoted in

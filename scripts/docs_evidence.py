@@ -32,14 +32,14 @@ UNITS = (r"(?:×(?!\s?\d)|x\b|SPS\b|steps/s\b|samples/s\b|ms\b|GFLOP|min\b|minut
          r"|%(?!\s(?:of the best|percentile|bootstrap|interval|confidence)))")
 """Units of measured figures (`84×84` and `8 × 128` are sizes; `80% of the best return` and a `95% interval` are
 definitions)."""
-UNLINKED = re.compile(r"(?<![\w.])[-−+±]?\d[\d,]*(?:\.\d+)?\s?" + UNITS)
-GENERATED = ("_comparison.md", "study.md")
+UNLINKED = re.compile(r"(?<![\w.])[-−+±]?\d[\d,]*(?:\.\d+)?\s?" + UNITS + r"|±\s?\d[\d,]*(?:\.\d+)?")
+GENERATED = ("_comparison.md", "/study.md")
 """Pages that a benchmark writes whole (compare_results' reports, the many-core study): evidence themselves."""
 
 
 def pages(root: Path = ROOT) -> list[Path]:
     """README.md and every page under docs/ that a person wrote."""
-    return [root / "README.md", *sorted(p for p in (root / "docs").rglob("*.md") if not p.name.endswith(GENERATED))]
+    return [root / "README.md", *sorted(p for p in (root / "docs").rglob("*.md") if not str(p).endswith(GENERATED))]
 
 
 def load_evidence(path: Path) -> dict[str, Any]:
@@ -154,13 +154,18 @@ def check_page(page: Path, write: bool = False, root: Path = ROOT) -> list[str]:
 
 
 def check_evidence_files(root: Path = ROOT) -> list[str]:
-    """Every JSON file under docs/results/ has the fields every evidence file must have (the study's too)."""
+    """Every JSON file under docs/results/ has the fields every evidence file must have (the study's too), and its
+    `machine` names the CPU kind its folder names (`...-avx512-bf16-2c`: AVX-512 and bf16)."""
     problems = []
     for path in sorted((root / "docs" / "results").rglob("*.json")):
         try:
-            load_evidence(path)
+            machine = re.sub(r"[-_ ]", "", load_evidence(path)["machine"].lower())
         except ValueError as error:
             problems.append(f"{path.parent.relative_to(root)}/{error}")
+            continue
+        for kind in ("avx512", "bf16"):
+            if kind in path.parent.name.split("-") and kind not in machine:
+                problems.append(f"{path.relative_to(root)}: its machine does not say {kind}, as its folder does")
     return problems
 
 

@@ -4,7 +4,7 @@
 
 Runs `make TARGET` for each target in turn (nothing else should run meanwhile), prints each wall time, and writes
 `docs/results/<machine>/make_targets.json` (the folder `make study` names for this machine): the machine, date,
-commit and command, each target's minutes under `figures`, and a table. A target that fails is recorded as failed
+commit and command, each target's seconds under `figures`, and a table. A target that fails is recorded as failed
 and the rest go on; the exit status is 1 when one failed.
 """
 
@@ -59,8 +59,8 @@ def main() -> int:
         failed |= status != 0
         print(f"make {target}: {seconds:.0f} s" + (f" (failed, exit {status})" if status else ""), flush=True)
         label = f"make {target}" + (" (fresh clone, install included)" if fresh else "")
-        figures[target.replace("-", "_") + ("_fresh_clone" if fresh else "")] = round(seconds / 60, 1)
-        rows[label] = [label, round(seconds / 60, 1), "failed" if status else "passed", today, commit]
+        figures[target.replace("-", "_") + ("_fresh_clone" if fresh else "")] = round(seconds)
+        rows[label] = [label, round(seconds), "failed" if status else "passed", today, commit]
     kind = ", ".join(hw["cpu_kind"]) or "no AVX-512, no native bf16"
     evidence = {
         "machine": f"{hw['cpu_model']} ({kind}), {available_cores()} cores, {hw['memory_gb']} GB",
@@ -68,7 +68,7 @@ def main() -> int:
         "commit": commit,
         "command": "scripts/time_targets.py " + " ".join(sys.argv[1:]) + " (each row: its own date and commit)",
         "figures": figures,
-        "tables": {"times": {"columns": ["target", "minutes", "result", "date", "commit"],
+        "tables": {"times": {"columns": ["target", "seconds", "result", "date", "commit"],
                              "rows": list(rows.values())}},
     }
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -70,6 +70,14 @@ def test_figures_without_evidence_and_evidence_without_its_origin_are_reported(t
     assert evidence.check_evidence_files(tmp_path) == ["docs/results/m/pairs.json has no commit"]
 
 
+def test_evidence_in_a_machine_kind_folder_names_that_kind(tmp_path):
+    folder = tmp_path / "docs" / "results" / "amd-epyc-avx512-bf16-2c"
+    folder.mkdir(parents=True)
+    (folder / "pairs.json").write_text(json.dumps({**EVIDENCE, "machine": "AMD EPYC with AVX-512, 2 cores"}))
+    assert evidence.check_evidence_files(tmp_path) == [
+        "docs/results/amd-epyc-avx512-bf16-2c/pairs.json: its machine does not say bf16, as its folder does"]
+
+
 def test_figure_rounding_and_count():
     assert evidence.figure_problem("1.05–1.10×", [1.0512, 1.1049]) is None
     assert evidence.figure_problem("−320.8", -320.8) is None

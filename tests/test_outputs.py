@@ -34,7 +34,7 @@ CONTRACT_COLUMNS = [
     "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance", "learning_rate", "time_env",
     "time_inference", "time_sync", "time_gae", "time_update", "cpu_percent", "rss_mb",
 ]
-"""metrics.csv columns of the output contract (README, "What a run writes")."""
+"""metrics.csv columns of the output contract (docs/run-directory.md)."""
 
 SUMMARY_FIELDS = [f.name for f in dataclasses.fields(RunSummary)]
 """Every field of the typed summary (the contract's fields among them) is written."""

@@ -1,7 +1,7 @@
 """The learner's settings that depend on the machine, chosen by measurement: precision and microbatch `auto`.
 
-The fastest arithmetic and forward/backward chunk differ between CPUs (bf16 autocast was 1.7-2x faster than
-fp32 on one of ours and 0.75x on another), so `auto` measures the candidates on this machine before the run,
+The fastest arithmetic and forward/backward chunk differ between CPUs (bf16 autocast is much faster than fp32
+on a CPU with native bf16 and slower on one without), so `auto` measures the candidates on this machine before the run,
 in place of the compute-limit measurement, and keeps the defaults unless another setting is clearly faster
 (`pick`). The choice is cached per hardware fingerprint and settings, so later runs measure only their own.
 Two rules keep a choice from resting on noise: bf16 is a candidate only where the device computes it natively
@@ -54,7 +54,7 @@ ROUNDS = 7
 does not fall on one candidate alone, and the rounds' ratios tell a gain from the noise (`clearly_faster`). One
 timed iteration per candidate and round at least: six IMPALA candidates at minibatch 256 take 20-30 s on a 2-core
 CPU, once per machine and settings."""
-CACHE_RULE = 2
+CACHE_RULE = 3
 """Part of the cache key: choices made by an earlier rule (one median per candidate, a 3% precision margin) are not
 reused."""
 CACHE_DIR_VARIABLE = "PARALLEL_PPO_CACHE_DIR"
@@ -139,10 +139,11 @@ def pick(options: list[Candidate], rounds: dict[str, list[float]], default: Cand
 
 
 def _digest(cfg: Config, **fields: Any) -> str:
-    """A cache key: `fields` with what every measurement here depends on (CPU, torch, threads, device)."""
+    """A cache key: `fields` with what every measurement here depends on (CPU and its kind, torch, threads, device:
+    two CPU kinds that share a model name, one with native bf16 and one without, never share an entry)."""
     hw = fingerprint.hardware()
-    machine = {"cpu": hw["cpu_model"], "cores": hw["logical_cores"], "torch": torch.__version__,
-               "threads": torch.get_num_threads(), "device": str(learner_device(cfg))}
+    machine = {"cpu": hw["cpu_model"], "cpu_kind": hw["cpu_kind"], "cores": hw["logical_cores"],
+               "torch": torch.__version__, "threads": torch.get_num_threads(), "device": str(learner_device(cfg))}
     return hashlib.sha256(json.dumps({**machine, **fields}, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -231,13 +232,13 @@ def choose(cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, actions
     known = {"device": str(device), "device_source": "auto" if cfg.training.device == "auto" else "config",
              "native_bf16": bf16_is_native(device) if cfg.training.precision == "auto" else None}
     options = candidates(cfg, known["native_bf16"] is not False)
-    if len(options) == 1:
-        only = options[0]
-        source = "config" if known["native_bf16"] is None else "no-native-bf16"
-        return LearnerChoice(only.precision, only.microbatch_size, source=source, **known)
-    if is_small(cfg, obs_shape, actions):
+    if len(options) == 1 and known["native_bf16"] is None:
+        return LearnerChoice(options[0].precision, options[0].microbatch_size, source="config", **known)
+    if is_small(cfg, obs_shape, actions):  # the same choice on every CPU, native bf16 or not
         default = preferred(cfg, options, small=True)
         return LearnerChoice(default.precision, default.microbatch_size, source="default", **known)
+    if len(options) == 1:
+        return LearnerChoice(options[0].precision, options[0].microbatch_size, source="no-native-bf16", **known)
     path = path or cache_path()
     key = cache_key(cfg, obs_shape, actions, options)
     entry = read_cache(path).get(key)

@@ -282,8 +282,10 @@ def write_results(rows: list[dict[str, Any]], out_dir: Path, meta: dict[str, Any
         r.pop("speedup", None), r.pop("efficiency", None), r.pop("base", None)
     add_ratios(rows)
     hw, settings = meta["hardware"], meta["settings"]
-    machine = (f"{hw['cpu_model']}, {meta['cores']} cores ({hw['logical_cores']} logical / {hw['physical_cores']} "
-               f"physical on the host), {hw['memory_gb']} GB" + (f", {meta['gpu']}" if meta.get("gpu") else ""))
+    kind = f" ({', '.join(hw['cpu_kind'])})" if hw.get("cpu_kind") else ""
+    machine = (f"{hw['cpu_model']}{kind}, {meta['cores']} cores ({hw['logical_cores']} logical / "
+               f"{hw['physical_cores']} physical on the host), {hw['memory_gb']} GB"
+               + (f", {meta['gpu']}" if meta.get("gpu") else ""))
     sittings = sorted({r["measured_at"][:16] for r in rows})
     write_json(out_dir / "study.json", {"machine": machine, "date": max(r["measured_at"] for r in rows)[:10], **meta,
                                         "points": rows})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -32,7 +33,8 @@ class OneLineParser(argparse.ArgumentParser):
                                         namespace)
 
     def _dash_values_attached(self, args: list[str]) -> list[str]:
-        """`--flag -value` as `--flag=-value` where `--flag` takes one value and `-value` is no flag of ours."""
+        """`--flag -5m` as `--flag=-5m` where `--flag` takes one value and `-5m` is a negative number (with a unit or
+        not), so that its own check names the problem; anything else that starts with a dash stays a flag."""
         out: list[str] = []
         i = 0
         while i < len(args):
@@ -41,7 +43,7 @@ class OneLineParser(argparse.ArgumentParser):
             if args[i] == "--":
                 return out + args[i:]
             if (args[i].startswith("--") and action is not None and action.nargs is None
-                    and follows.startswith("-") and follows != "--" and follows not in self._option_string_actions):
+                    and re.fullmatch(r"-\.?\d.*", follows)):
                 out.append(f"{args[i]}={follows}")
                 i += 2
             else:

@@ -143,7 +143,7 @@ class TrainingConfig:
     """Network arithmetic: fp32, bf16 (autocast; log-probs, losses and optimizer state stay fp32), or `auto`:
     fp32 unless bf16 is clearly faster for this network on this machine, measured before the run
     (`learner_settings`); fp32, unmeasured, on a CPU without native bf16 or for a network too small to matter.
-    bf16 was 1.7-2x faster than fp32 on one CPU of ours and 0.75x on another."""
+    Which is faster depends on the CPU: much faster with native bf16, slower without."""
     device: str = "auto"
     """Where the learner runs (`--device`): cpu, cuda, mps, or `auto` (cuda, else mps, else cpu). Parallel
     workers always run on the CPU and read the parameters from CPU shared memory."""

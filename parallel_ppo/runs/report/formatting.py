@@ -54,10 +54,11 @@ def fmt_flop(count: float, per: str = "") -> str:
     return f"{count:.0f} FLOP{per}"
 
 
-def describe_hardware(run: Run) -> str:
+def describe_hardware(run: Run, kind: bool = True) -> str:
+    """CPU model (and kind: `avx512`, `bf16`, unless `kind` is False), cores and memory of the run's machine."""
     hw = run.summary.hardware
-    kind = f" ({', '.join(hw['cpu_kind'])})" if hw.get("cpu_kind") else ""
-    return (f"{hw.get('cpu_model', '?')}{kind}, {hw.get('logical_cores', '?')} logical / "
+    flags = f" ({', '.join(hw['cpu_kind'])})" if kind and hw.get("cpu_kind") else ""
+    return (f"{hw.get('cpu_model', '?')}{flags}, {hw.get('logical_cores', '?')} logical / "
             f"{hw.get('physical_cores', '?')} physical cores, {hw.get('memory_gb', '?')} GB RAM")
 
 

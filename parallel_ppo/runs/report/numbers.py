@@ -236,7 +236,8 @@ def _duration_warning(runs: Sequence[Run]) -> str | None:
 def _machine_warnings(runs: Sequence[Run]) -> list[str]:
     """Different hardware, and each software version that differs."""
     out = []
-    hardware = {r.label: describe_hardware(r) for r in runs}
+    with_kind = all("cpu_kind" in r.summary.hardware for r in runs)  # runs recorded before the kind was, compare
+    hardware = {r.label: describe_hardware(r, kind=with_kind) for r in runs}  # without it
     if len(set(hardware.values())) > 1:
         out.append(f"runs ran on different hardware, so their speeds are not comparable: "
                    f"{_grouped(hardware)}")
