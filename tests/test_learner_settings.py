@@ -136,14 +136,18 @@ def test_a_fixed_precision_keeps_its_default_chunk(tmp_path):
     assert (choice.precision, choice.microbatch_size) == ("bf16", 64)
 
 
-def test_a_cached_choice_depends_on_the_machine(tmp_path, monkeypatch):
+@pytest.mark.parametrize("other", [{"cpu_model": "Other CPU"}, {"cpu_kind": ["avx512"]}])
+def test_a_cached_choice_depends_on_the_machine(tmp_path, monkeypatch, other):
+    """Another CPU model, or the same model name without native bf16 (our two AMD EPYC kinds), measures again."""
     cache = tmp_path / "cache.json"
-    measure = FakeMeasure(LIMITS)
-    choose(auto_config(), OBS, np.dtype(np.uint8), ACTIONS, 10.0, measure=measure, path=cache)
-    monkeypatch.setattr("parallel_ppo.runs.fingerprint.hardware",
-                        lambda: {"cpu_model": "Other CPU", "logical_cores": 64})
+    machine = {"cpu_model": "AMD EPYC", "cpu_kind": ["avx512", "bf16"], "logical_cores": 2}
+    monkeypatch.setattr("parallel_ppo.runs.fingerprint.hardware", lambda: machine)
+    first = choose(auto_config(), OBS, np.dtype(np.uint8), ACTIONS, 10.0, measure=FakeMeasure(LIMITS), path=cache)
+    assert choose(auto_config(), OBS, np.dtype(np.uint8), ACTIONS, 10.0, measure=refuse, path=cache).source == "cached"
+    monkeypatch.setattr("parallel_ppo.runs.fingerprint.hardware", lambda: {**machine, **other})
     choice = choose(auto_config(), OBS, np.dtype(np.uint8), ACTIONS, 10.0, measure=FakeMeasure(
         {**LIMITS, "fp32/64": 400.0}), path=cache)
+    assert first.source == "measured"
     assert (choice.source, choice.precision, choice.microbatch_size) == ("measured", "fp32", 64)
 
 
