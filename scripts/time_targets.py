@@ -4,7 +4,8 @@
 
 Runs `make TARGET` for each target in turn (nothing else should run meanwhile), prints each wall time, and writes
 `docs/results/<machine>/make_targets.json` (the folder `make study` names for this machine): the machine, date,
-commit and command, each target's seconds under `figures`, and a table. A target that fails is recorded as failed
+commit and command, each target's seconds under `figures`, and a table), then regenerates the docs' tables
+from their evidence files (`docs_evidence.py --write`). A target that fails is recorded as failed
 and the rest go on; the exit status is 1 when one failed.
 """
 
@@ -74,6 +75,7 @@ def main() -> int:
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(evidence, indent=1) + "\n")
     print(f"written to {output}")
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "docs_evidence.py"), "--write"], cwd=ROOT)  # its tables
     return 1 if failed else 0
 
 
