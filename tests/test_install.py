@@ -3,6 +3,7 @@ line that adds them, and the Makefile picks a Python that pyproject.toml support
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -58,8 +59,10 @@ def test_without_apt_the_check_names_the_libraries_and_the_debian_packages():
 
 def _make_install(path: Path | None, *assignments: str) -> subprocess.CompletedProcess:
     """`make -n install` for a fresh virtual environment (nothing runs), with only `path` on PATH when given."""
-    env = {"PATH": str(path), "HOME": str(path), "PIP_CONFIG_FILE": "/dev/null"} if path else None
-    return subprocess.run([MAKE, "-n", "install", "VENV=/nonexistent/venv", *assignments], cwd=ROOT, env=env,
+    outer = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}  # as run by `make test` too
+    env = {"PATH": str(path), "HOME": str(path), "PIP_CONFIG_FILE": "/dev/null"} if path else outer
+    return subprocess.run([MAKE, "-n", "--no-print-directory", "install", "VENV=/nonexistent/venv", *assignments],
+                          cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
 
 
