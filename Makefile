@@ -128,7 +128,7 @@ compare: install
 ## The bare network's compute limit: forward and PPO-train rates, limit = 1/(1/fwd + epochs/train) SPS, for each
 ## precision/microbatch left auto; FLOPs per env step and matmul peaks; ARGS="--run DIR": a run's share of the peak
 roofline: install
-	$(PY) bench.py roofline --config config/ppo_sequential.yaml --env $(ENV) $(ARGS)
+	$(PY) bench.py roofline --env $(ENV) $(ARGS)
 
 ## Sequential trainer SPS as a fraction of the compute limit, measured in one sitting (16 envs × 64 steps)
 bench-speed: install

@@ -25,13 +25,18 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = ("machine", "date", "commit", "command")
+KINDS = ("avx512", "bf16")
+"""What tells our machine kinds apart beyond the CPU's name (`fingerprint.cpu_kind`); a results folder names them."""
 FIGURE_LINK = re.compile(r"\[([^\]]+)\]\(([^)\s#]+\.json)#([\w.-]+)\)")
 TABLE_BLOCK = re.compile(r"(<!-- table (\S+) (\S+) -->\n)(.*?)(<!-- /table -->)", re.S)
-NUMBER = re.compile(r"[-−]?\d[\d,]*(?:\.\d+)?")
-UNITS = (r"(?:×(?!\s?\d)|x\b|SPS\b|steps/s\b|samples/s\b|ms\b|GFLOP|min\b|minutes?\b"
+NUMBER = re.compile(r"(?<![\d.])[-−]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?[kM]?")
+"""A number as shown: an optional minus (a hyphen right after a digit is a range's dash), thousands separators in
+threes, decimals, and a `k` or `M` suffix that scales it."""
+UNITS = (r"(?:×(?!\s?\d)|x\b|SPS\b|steps/s\b|steps per second|samples/s\b|ms\b|GFLOP|[MG]B\b"
+         r"|s\b|seconds?\b|mins?\b|minutes?\b|h\b|hours?\b"
          r"|%(?!\s(?:of the best|percentile|bootstrap|interval|confidence)))")
 """Units of measured figures (`84×84` and `8 × 128` are sizes; `80% of the best return` and a `95% interval` are
-definitions)."""
+definitions). A setting's value with a unit is written as code (`` `10 s` ``, `` `1h` ``), which the check skips."""
 UNLINKED = re.compile(r"(?<![\w.])[-−+±]?\d[\d,]*(?:\.\d+)?\s?" + UNITS + r"|±\s?\d[\d,]*(?:\.\d+)?")
 GENERATED = ("_comparison.md", "/study.md")
 """Pages that a benchmark writes whole (compare_results' reports, the many-core study): evidence themselves."""
@@ -48,18 +53,24 @@ def load_evidence(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text())
     except ValueError as error:
         raise ValueError(f"{path.name} is not JSON: {error}") from None
-    missing = [key for key in REQUIRED if not (isinstance(data, dict) and data.get(key))]
+    missing = [key for key in REQUIRED if not (isinstance(data, dict) and data.get(key) not in (None, "", "unknown"))]
     if missing:
         raise ValueError(f"{path.name} has no {', '.join(missing)}")
     return data
 
 
 def numbers_in(text: str) -> list[tuple[float, int]]:
-    """Each number in `text` with the count of decimals it shows (`1,640` → (1640.0, 0); `−0.5` → (-0.5, 1))."""
+    """Each number in `text` with the count of decimals it shows (`1,640` → (1640.0, 0); `−0.5` → (-0.5, 1); `60k` →
+    (60000.0, -3))."""
     found = []
-    for token in NUMBER.findall(text):
-        plain = token.replace(",", "").replace("−", "-")
-        found.append((float(plain), len(plain.split(".")[1]) if "." in plain else 0))
+    for match in NUMBER.finditer(text):
+        token = match.group(0)
+        if token[0] == "-" and match.start() > 0 and text[match.start() - 1].isdigit():
+            token = token[1:]  # `1.05-1.10`: a range, not a negative number
+        shift = {"k": 3, "M": 6}.get(token[-1], 0)  # `60k`: 60,000 to the nearest thousand
+        plain = token.rstrip("kM").replace(",", "").replace("−", "-")
+        decimals = len(plain.split(".")[1]) if "." in plain else 0
+        found.append((float(plain) * 10**shift, decimals - shift))
     return found
 
 
@@ -154,18 +165,20 @@ def check_page(page: Path, write: bool = False, root: Path = ROOT) -> list[str]:
 
 
 def check_evidence_files(root: Path = ROOT) -> list[str]:
-    """Every JSON file under docs/results/ has the fields every evidence file must have (the study's too), and its
-    `machine` names the CPU kind its folder names (`...-avx512-bf16-2c`: AVX-512 and bf16)."""
+    """Every JSON file under docs/results/ has the fields every evidence file must have (the study's too), and the
+    CPU kind it records (`cpu_kind`, as `fingerprint.cpu_kind` gives it) is the one its folder names
+    (`amd-epyc-avx512-bf16-2c`: AVX-512 and native bf16; `amd-epyc-2c`: neither)."""
     problems = []
     for path in sorted((root / "docs" / "results").rglob("*.json")):
         try:
-            machine = re.sub(r"[-_ ]", "", load_evidence(path)["machine"].lower())
+            data = load_evidence(path)
         except ValueError as error:
             problems.append(f"{path.parent.relative_to(root)}/{error}")
             continue
-        for kind in ("avx512", "bf16"):
-            if kind in path.parent.name.split("-") and kind not in machine:
-                problems.append(f"{path.relative_to(root)}: its machine does not say {kind}, as its folder does")
+        kind = data.get("cpu_kind", data.get("hardware", {}).get("cpu_kind"))
+        folder = [part for part in path.parent.name.split("-") if part in KINDS]
+        if kind != folder:
+            problems.append(f"{path.relative_to(root)}: its cpu_kind is {kind}, its folder's {folder}")
     return problems
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -46,14 +47,21 @@ def time_setting(env_id: str, setting: str, steps: int) -> float:
     return 1000 * seconds / steps
 
 
+def positive(text: str) -> int:
+    """argparse type: a whole number above 0."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number above 0")
+    return int(text)
+
+
 def main() -> int:
     from parallel_ppo.bench.study import available_cores, results_slug
     from parallel_ppo.runs import fingerprint
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="HalfCheetah-v5")
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=positive, default=200)
+    parser.add_argument("--rounds", type=positive, default=3)
     parser.add_argument("--output", type=Path)
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a child process: time one setting, print ms
     args = parser.parse_args()
@@ -73,7 +81,8 @@ def main() -> int:
                                                                       hw["cpu_kind"]) / "render_cost.json")
     evidence = {
         "machine": f"{hw['cpu_model']} ({', '.join(hw['cpu_kind']) or 'no AVX-512, no native bf16'}), "
-                   f"{available_cores()} cores; MUJOCO_GL=egl over Mesa's software renderer",
+                   f"{available_cores()} cores; MUJOCO_GL={os.environ.get('MUJOCO_GL', 'egl')}",
+        "cpu_kind": hw["cpu_kind"],
         "date": datetime.date.today().isoformat(), "commit": fingerprint.source_commit() or "unknown",
         "command": "scripts/render_cost.py " + " ".join(sys.argv[1:]),
         "figures": {**{f"{s}_ms": m for s, m in median.items()},

@@ -3,7 +3,8 @@
     .venv/bin/python scripts/time_targets.py smoke test-fast docs roofline [--output FILE]
 
 Runs `make TARGET` for each target in turn (nothing else should run meanwhile), prints each wall time, and writes
-`docs/results/<machine>/make_targets.json` (the folder `make study` names for this machine): the machine, date,
+`docs/results/<machine>/make_targets.json` (the folder `make study` names for this machine; rows of other targets
+timed before are kept, each with its own call, date and commit): the machine, date,
 commit and command, each target's seconds under `figures`, and a table), then regenerates the docs' tables
 from their evidence files (`docs_evidence.py --write`). A target that fails is recorded as failed
 and the rest go on; the exit status is 1 when one failed.
@@ -22,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from parallel_ppo.bench.study import available_cores, results_slug  # noqa: E402
+from parallel_ppo.bench.study import available_cores, gpu_name, results_slug  # noqa: E402
 from parallel_ppo.runs import fingerprint  # noqa: E402
 
 
@@ -43,33 +44,34 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("targets", nargs="+")
     parser.add_argument("--cwd", type=Path, default=ROOT,
-                        help="the checkout to run make in (a fresh clone: its install is timed too)")
+                        help="the checkout to run make in (a fresh clone, whose `make install` can be timed too)")
     parser.add_argument("--output", type=Path,
                         help="the evidence file (default: docs/results/<machine>/make_targets.json)")
     args = parser.parse_args()
-    hw = fingerprint.hardware()
-    output = args.output or (ROOT / "docs" / "results" / results_slug(hw["cpu_model"], available_cores(), None,
+    hw, cores = fingerprint.hardware(), available_cores()
+    machine = f"{hw['cpu_model']} ({', '.join(hw['cpu_kind']) or 'no AVX-512, no native bf16'}), {cores} cores"
+    output = args.output or (ROOT / "docs" / "results" / results_slug(hw["cpu_model"], cores, gpu_name(),
                                                                       hw["cpu_kind"]) / "make_targets.json")
     old = json.loads(output.read_text()) if output.is_file() else {}
+    if old.get("machine", machine) != machine:
+        sys.exit(f"time_targets: {output} holds another machine's times ({old['machine']}); name another --output")
     figures = dict(old.get("figures", {}))
     rows = {r[0]: r for r in old.get("tables", {}).get("times", {}).get("rows", [])}
-    fresh = args.cwd.resolve() != ROOT
+    fresh = " (fresh clone)" if args.cwd.resolve() != ROOT else ""
     failed, today, commit = False, datetime.date.today().isoformat(), checkout_commit(args.cwd)
+    call = "scripts/time_targets.py " + " ".join(sys.argv[1:])
     for target in args.targets:
         seconds, status = time_target(target, args.cwd)
         failed |= status != 0
         print(f"make {target}: {seconds:.0f} s" + (f" (failed, exit {status})" if status else ""), flush=True)
-        label = f"make {target}" + (" (fresh clone, install included)" if fresh else "")
         figures[target.replace("-", "_") + ("_fresh_clone" if fresh else "")] = round(seconds)
-        rows[label] = [label, round(seconds), "failed" if status else "passed", today, commit]
-    kind = ", ".join(hw["cpu_kind"]) or "no AVX-512, no native bf16"
+        rows[f"make {target}{fresh}"] = [f"make {target}{fresh}", round(seconds), "failed" if status else "passed",
+                                         today, commit, call]
     evidence = {
-        "machine": f"{hw['cpu_model']} ({kind}), {available_cores()} cores, {hw['memory_gb']} GB",
-        "date": today,
-        "commit": commit,
-        "command": "scripts/time_targets.py " + " ".join(sys.argv[1:]) + " (each row: its own date and commit)",
+        "machine": machine, "cpu_kind": hw["cpu_kind"], "date": today, "commit": commit,
+        "command": "scripts/time_targets.py TARGET...; each row names the call, date and commit that timed it",
         "figures": figures,
-        "tables": {"times": {"columns": ["target", "seconds", "result", "date", "commit"],
+        "tables": {"times": {"columns": ["target", "seconds", "result", "date", "commit", "command"],
                              "rows": list(rows.values())}},
     }
     output.parent.mkdir(parents=True, exist_ok=True)

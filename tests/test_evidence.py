@@ -12,7 +12,8 @@ _spec = importlib.util.spec_from_file_location("docs_evidence", ROOT / "scripts"
 evidence = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(evidence)
 
-EVIDENCE = {"machine": "a 2-core test machine", "date": "2026-11-25", "commit": "abc1234", "command": "make bench",
+EVIDENCE = {"machine": "a 2-core test machine", "cpu_kind": [], "date": "2026-11-25", "commit": "abc1234",
+            "command": "make bench",
             "figures": {"ratio": 1.085, "range": [1.012, 1.085], "return": [1639.47, 65.55]},
             "tables": {"pairs": {"columns": ["pair", "ratio"], "rows": [[1, 1.085], [2, "1.030"]]}}}
 PAGE = """# Results
@@ -61,11 +62,13 @@ def test_a_changed_table_cell_fails_and_write_regenerates_it(tmp_path):
 
 
 def test_figures_without_evidence_and_evidence_without_its_origin_are_reported(tmp_path):
-    page = _tree(tmp_path, PAGE + "\nThe update is 85% of a run at 372 SPS, 1.5 ms a frame, 8 × 128 steps, `9 ms`.\n",
+    page = _tree(tmp_path, PAGE + "\nThe update is 85% of a run at 372 SPS, 1.5 ms a frame, 8 × 128 steps, `9 ms`, "
+                           "a test in 12 seconds.\n",
                  {k: v for k, v in EVIDENCE.items() if k != "commit"})
     problems = evidence.check_page(page, root=tmp_path)
-    assert [p.split(": ", 1)[1] for p in problems[-3:]] == [
-        f"'{figure}' has no evidence (link it to its file, or remove it)" for figure in ("85%", "372 SPS", "1.5 ms")]
+    unlinked = ("85%", "372 SPS", "1.5 ms", "12 seconds")
+    assert [p.split(": ", 1)[1] for p in problems[-4:]] == [
+        f"'{figure}' has no evidence (link it to its file, or remove it)" for figure in unlinked]
     assert problems[0].endswith("pairs.json has no commit")
     assert evidence.check_evidence_files(tmp_path) == ["docs/results/m/pairs.json has no commit"]
 
@@ -73,13 +76,20 @@ def test_figures_without_evidence_and_evidence_without_its_origin_are_reported(t
 def test_evidence_in_a_machine_kind_folder_names_that_kind(tmp_path):
     folder = tmp_path / "docs" / "results" / "amd-epyc-avx512-bf16-2c"
     folder.mkdir(parents=True)
-    (folder / "pairs.json").write_text(json.dumps({**EVIDENCE, "machine": "AMD EPYC with AVX-512, 2 cores"}))
+    (folder / "pairs.json").write_text(json.dumps({**EVIDENCE, "cpu_kind": ["avx512"]}))
+    other = tmp_path / "docs" / "results" / "amd-epyc-2c"
+    other.mkdir()
+    (other / "pairs.json").write_text(json.dumps({**EVIDENCE, "cpu_kind": ["bf16"]}))
     assert evidence.check_evidence_files(tmp_path) == [
-        "docs/results/amd-epyc-avx512-bf16-2c/pairs.json: its machine does not say bf16, as its folder does"]
+        "docs/results/amd-epyc-2c/pairs.json: its cpu_kind is ['bf16'], its folder's []",
+        "docs/results/amd-epyc-avx512-bf16-2c/pairs.json: its cpu_kind is ['avx512'], its folder's ['avx512', 'bf16']"]
 
 
 def test_figure_rounding_and_count():
     assert evidence.figure_problem("1.05–1.10×", [1.0512, 1.1049]) is None
+    assert evidence.figure_problem("1.05-1.10", [1.05, 1.10]) is None  # a hyphen after a digit is a range's dash
+    assert evidence.figure_problem("60k steps", 60416) is None  # to the nearest thousand
+    assert evidence.figure_problem("61k", 60416) == "shows 61000 where its evidence has 60416"
     assert evidence.figure_problem("−320.8", -320.8) is None
     assert evidence.figure_problem("1.1×", 1.16) == "shows 1.1 where its evidence has 1.16"
     assert "shows 1 numbers where its evidence has 2" in evidence.figure_problem("24.9", [24.9, 31.0])

@@ -292,7 +292,8 @@ def write_results(rows: list[dict[str, Any]], out_dir: Path, meta: dict[str, Any
     text = (f"# Many-core study: {machine}\n\n"
             f"{settings['env']} ({settings['config']}), {settings['envs_per_process']} envs × {settings['n_steps']} "
             f"steps and a minibatch of {settings['batch_per_process']} samples per process (global figures × "
-            f"processes), fp32 in chunks of 64 at every point (unless set otherwise: {settings['extra'] or 'not'}), "
+            f"processes), fp32 in chunks of 64 at every point"
+            + (f" (unless set otherwise: {' '.join(settings['extra'])})" if settings["extra"] else "") + ", "
             f"{settings['seconds']:g} s per run; versions {meta['versions']}.\n\n"
             + "\n".join(f"- `{f}`: {FAMILY_TEXT[f]}" for f in FAMILIES if any(r["family"] == f for r in rows))
             + f"\n\n{study_table(rows)}\n\n"
@@ -329,7 +330,7 @@ def run_study(families: list[str], counts: list[int], settings: StudySettings, r
     rows: list[dict[str, Any]] = []
     for family, n in points:
         print(f"  {family} × {n}: {settings.seconds:g} s ...", flush=True)
-        rows.append(run_study_point(family, n, settings, runs_dir))
+        rows.append({**run_study_point(family, n, settings, runs_dir), "commit": meta["commit"]})
         r = rows[-1]
         print(f"    failed: {r['error']}" if "error" in r else
               f"    {r['steps_per_second']:,.0f} steps/s over {r['updates']} updates", flush=True)

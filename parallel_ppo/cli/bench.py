@@ -38,8 +38,9 @@ from parallel_ppo.runs import fingerprint
 ROOT = Path(__file__).resolve().parents[2]
 
 
-PROCGEN_CONFIGS = {"envs": "ppo_parallel.yaml", "scaling": "ppo_parallel.yaml", "layouts": "ppo_parallel.yaml",
-                   "autotune": "ppo_parallel.yaml", "learning": "ppo_sequential.yaml", "study": "ppo_parallel.yaml"}
+PROCGEN_CONFIGS = {"roofline": "ppo_sequential.yaml", "speed-check": "ppo_sequential.yaml", "envs": "ppo_parallel.yaml",
+                   "scaling": "ppo_parallel.yaml", "layouts": "ppo_parallel.yaml", "autotune": "ppo_parallel.yaml",
+                   "learning": "ppo_sequential.yaml", "study": "ppo_parallel.yaml"}
 """The default config of each benchmark that takes `--env` (config/, written for Procgen; `default_config`)."""
 
 SPEED_CHECK_DIR = "benchmarks/speed_check_<time>"
@@ -61,7 +62,7 @@ def _add_roofline(sub: Any) -> None:
     r = sub.add_parser("roofline", help="measure the bare network's compute limit (no envs)",
                        description="Forward and PPO-train rates of the bare network on random observations, "
                                    "and the compute limit 1 / (1/forward + n_epochs/train) in env steps/s.")
-    r.add_argument("--config", help="YAML config file (as for train_timed.py)")
+    add_config_flag(r, PROCGEN_CONFIGS["roofline"])
     r.add_argument("--env", metavar="ID", help="Procgen game or gymnasium id (decides the observation shape)")
     r.add_argument("--num-envs", type=int, metavar="N", help="forward batch (env.num_envs)")
     r.add_argument("--batch-size", type=int, metavar="N", help="PPO minibatch (training.batch_size)")
@@ -80,8 +81,9 @@ def _add_speed_check(sub: Any) -> None:
                        description="Measure the compute limit, run train_timed.py briefly with the same "
                                    f"settings, and report steady-state SPS / limit against {SPEED_TARGET}. "
                                    "A measurement: exits 0 whatever the ratio.")
-    s.add_argument("--config", default=str(ROOT / "config" / "ppo_sequential.yaml"), help="YAML config file")
-    s.add_argument("--env", default="starpilot", metavar="ID", help="Procgen game (default starpilot)")
+    add_config_flag(s, PROCGEN_CONFIGS["speed-check"])
+    s.add_argument("--env", default="starpilot", metavar="ID",
+                   help="env id: a Procgen game (default starpilot) or a gymnasium id")
     s.add_argument("--num-envs", type=int, default=16, metavar="N", help="envs (default 16)")
     s.add_argument("--n-steps", type=int, default=64, metavar="N", help="steps per env (default 64)")
     s.add_argument("--batch-size", type=int, default=256, metavar="N", help="minibatch (default 256)")

@@ -43,7 +43,7 @@ class OneLineParser(argparse.ArgumentParser):
             if args[i] == "--":
                 return out + args[i:]
             if (args[i].startswith("--") and action is not None and action.nargs is None
-                    and re.fullmatch(r"-\.?\d.*", follows)):
+                    and re.fullmatch(r"-(\d+\.?\d*|\.\d+)(e-?\d+)?[smhd]?", follows)):
                 out.append(f"{args[i]}={follows}")
                 i += 2
             else:
