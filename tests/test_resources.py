@@ -37,13 +37,16 @@ def test_sampler_counts_children_and_their_peaks():
     """A child's memory shows in the tree totals, and its transient peak in the tree's peak."""
     child = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
         import sys, time
+        sys.stdin.readline()  # the block comes after the sampler's first reading, however slow the machine
         block = bytearray(200 * 2**20)
         del block
         print("ready", flush=True)
         time.sleep(60)
-    """)], stdout=subprocess.PIPE, text=True)
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         sampler = ResourceSampler()  # resets the child's high-water mark: its start-up peak is not counted
+        child.stdin.write("go\n")
+        child.stdin.flush()
         assert child.stdout.readline().strip() == "ready"
         baseline = sampler.peaks["rss_mb"]
         row = sampler.sample()
