@@ -199,19 +199,16 @@ class TrainState:
         self.episode_lengths.extend(result.episode_lengths)
 
 
-def check_checkpoint_fits(cfg: Config, checkpoint: dict[str, Any], path: Path, resume: bool = True) -> None:
+def check_checkpoint_fits(cfg: Config, checkpoint: dict[str, Any], path: Path) -> None:
     """Refuse (RunDataError naming what differs) a checkpoint that a fresh learner of `cfg` could not take: the one
-    check of a resumed run, before it writes a file, and of `eval`, `demo` and `export` (`resume` False: what a
-    policy loads, the network and the counters). Built on the CPU; the global random state is left as it was."""
+    check of a resumed run, before it writes a file (`Policy.load` checks the network it loads into with
+    `check_checkpoint`). Built on the CPU; the global random state is left as it was."""
     check_counts(checkpoint, path)  # first: the world size below is one of them
     obs_shape, _, actions = env_spaces(cfg.env)
     on_cpu = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, device="cpu"))
     with torch.random.fork_rng(devices=[]):
         fresh = TrainState.new(on_cpu, obs_shape, actions, checkpoint.get("world_size", 1))
-    if resume:
-        fresh.check(checkpoint, path)
-    else:
-        check_checkpoint(checkpoint, path, fresh.model)
+    fresh.check(checkpoint, path)
 
 
 class Clock:

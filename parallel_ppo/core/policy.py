@@ -11,12 +11,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from parallel_ppo.core.checkpoint import load_checkpoint
+from parallel_ppo.core.checkpoint import check_checkpoint, load_checkpoint
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import config_from_dict
 from parallel_ppo.core.distributions import most_likely, sample
 from parallel_ppo.core.envs import env_spaces
-from parallel_ppo.core.loop import check_checkpoint_fits
 from parallel_ppo.core.model import autocast, module_device, network
 from parallel_ppo.core.spaces import ActionSpace
 from parallel_ppo.errors import ConfigError, RunDataError
@@ -64,9 +63,9 @@ class Policy:
             cfg = config_from_dict(state["config"])
         except (ConfigError, AttributeError, TypeError) as e:
             raise RunDataError(f"checkpoint {file} holds an unusable config ({e})") from None
-        check_checkpoint_fits(cfg, state, file, resume=False)  # the resumed run's check, of what a policy loads
         obs_shape, _, actions = env_spaces(cfg.env)
         model = network(cfg, obs_shape, actions)
+        check_checkpoint(state, file, model)  # the resumed run's check, of what a policy loads: counters, network
         model.load_state_dict(state["model"])
         model.eval()
         return cls(cfg, model, file, state, seed)
