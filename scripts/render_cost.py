@@ -55,7 +55,7 @@ def positive(text: str) -> int:
 
 
 def main() -> int:
-    from parallel_ppo.bench.study import available_cores, results_slug
+    from parallel_ppo.bench.study import available_cores, machine_results_dir
     from parallel_ppo.runs import fingerprint
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -76,13 +76,11 @@ def main() -> int:
             times[setting].append(float(out.split()[-1]))
             print(f"round {r + 1}: {setting}: {times[setting][-1]:.2f} ms a step", flush=True)
     median = {s: round(statistics.median(t), 2) for s, t in times.items()}
-    hw = fingerprint.hardware()
-    output = args.output or (ROOT / "docs" / "results" / results_slug(hw["cpu_model"], available_cores(), None,
-                                                                      hw["cpu_kind"]) / "render_cost.json")
+    output = args.output or machine_results_dir(ROOT / "docs" / "results") / "render_cost.json"
     evidence = {
-        "machine": f"{hw['cpu_model']} ({', '.join(hw['cpu_kind']) or 'no AVX-512, no native bf16'}), "
-                   f"{available_cores()} cores; MUJOCO_GL={os.environ.get('MUJOCO_GL', 'egl')}",
-        "cpu_kind": hw["cpu_kind"],
+        "machine": f"{fingerprint.describe_cpu()}, {available_cores()} cores; "
+                   f"MUJOCO_GL={os.environ.get('MUJOCO_GL', 'egl')}",
+        "cpu_kind": fingerprint.cpu_kind(),
         "date": datetime.date.today().isoformat(), "commit": fingerprint.source_commit() or "unknown",
         "command": "scripts/render_cost.py " + " ".join(sys.argv[1:]),
         "figures": {**{f"{s}_ms": m for s, m in median.items()},

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from parallel_ppo.bench.study import available_cores, gpu_name, results_slug  # noqa: E402
+from parallel_ppo.bench.study import available_cores, machine_results_dir  # noqa: E402
 from parallel_ppo.runs import fingerprint  # noqa: E402
 
 
@@ -34,12 +34,6 @@ def time_target(target: str, cwd: Path = ROOT) -> tuple[float, int]:
     return time.perf_counter() - start, status
 
 
-def checkout_commit(cwd: Path) -> str:
-    """The commit `cwd` is checked out at (`git describe --always --dirty`)."""
-    out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=cwd, capture_output=True, text=True)
-    return out.stdout.strip() or "unknown"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("targets", nargs="+")
@@ -48,17 +42,15 @@ def main() -> int:
     parser.add_argument("--output", type=Path,
                         help="the evidence file (default: docs/results/<machine>/make_targets.json)")
     args = parser.parse_args()
-    hw, cores = fingerprint.hardware(), available_cores()
-    machine = f"{hw['cpu_model']} ({', '.join(hw['cpu_kind']) or 'no AVX-512, no native bf16'}), {cores} cores"
-    output = args.output or (ROOT / "docs" / "results" / results_slug(hw["cpu_model"], cores, gpu_name(),
-                                                                      hw["cpu_kind"]) / "make_targets.json")
+    machine = f"{fingerprint.describe_cpu()}, {available_cores()} cores"
+    output = args.output or machine_results_dir(ROOT / "docs" / "results") / "make_targets.json"
     old = json.loads(output.read_text()) if output.is_file() else {}
     if old.get("machine", machine) != machine:
         sys.exit(f"time_targets: {output} holds another machine's times ({old['machine']}); name another --output")
     figures = dict(old.get("figures", {}))
     rows = {r[0]: r for r in old.get("tables", {}).get("times", {}).get("rows", [])}
     fresh = " (fresh clone)" if args.cwd.resolve() != ROOT else ""
-    failed, today, commit = False, datetime.date.today().isoformat(), checkout_commit(args.cwd)
+    failed, today, commit = False, datetime.date.today().isoformat(), fingerprint.source_commit(args.cwd) or "unknown"
     call = "scripts/time_targets.py " + " ".join(sys.argv[1:])
     for target in args.targets:
         seconds, status = time_target(target, args.cwd)
@@ -68,7 +60,7 @@ def main() -> int:
         rows[f"make {target}{fresh}"] = [f"make {target}{fresh}", round(seconds), "failed" if status else "passed",
                                          today, commit, call]
     evidence = {
-        "machine": machine, "cpu_kind": hw["cpu_kind"], "date": today, "commit": commit,
+        "machine": machine, "cpu_kind": fingerprint.cpu_kind(), "date": today, "commit": commit,
         "command": "scripts/time_targets.py TARGET...; each row names the call, date and commit that timed it",
         "figures": figures,
         "tables": {"times": {"columns": ["target", "seconds", "result", "date", "commit", "command"],

@@ -152,6 +152,13 @@ def results_slug(cpu_model: str, cores: int, gpu: str | None, kind: Sequence[str
     return "-".join([clean(cpu_model) or "cpu", *kind, f"{cores}c"]) + (f"-{clean(gpu)}" if gpu else "")
 
 
+def machine_results_dir(results_root: Path) -> Path:
+    """This machine's folder under `results_root` (`results_slug`): the study's results and the other evidence
+    measured here go in it."""
+    hw = fingerprint.hardware()
+    return results_root / results_slug(hw["cpu_model"], available_cores(), gpu_name(), hw["cpu_kind"])
+
+
 def check_settings(settings: StudySettings) -> None:
     """Refuse settings that no point could run (ConfigError), before the first run: the layout of one process
     alone and as one worker, as every point of the study builds it."""
@@ -323,7 +330,7 @@ def run_study(families: list[str], counts: list[int], settings: StudySettings, r
     config = Path(settings.config).resolve()  # named from the checkout when in it, so results compare across hosts
     shown = {**asdict(settings), "config": str(config.relative_to(ROOT) if config.is_relative_to(ROOT) else config)}
     identity = {"settings": json.loads(json.dumps(shown)), "cores": cores, "gpu": gpu, "cpu_model": hw["cpu_model"]}
-    out_dir = results_root / results_slug(hw["cpu_model"], cores, gpu, hw["cpu_kind"])
+    out_dir = machine_results_dir(results_root)
     kept = earlier_points(out_dir / "study.json", identity)
     meta = {**identity, "hardware": hw, "versions": fingerprint.versions(), "commit": fingerprint.source_commit(),
             "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}

@@ -50,16 +50,22 @@ def cpu_kind(flags: frozenset[str] | None = None) -> list[str]:
     return [name for name, has in (("avx512", "avx512f" in flags), ("bf16", bool(NATIVE_BF16_FLAGS & flags))) if has]
 
 
-def source_commit() -> str | None:
-    """The commit of the checkout the package runs from (`git describe --always --dirty`), None outside one."""
+def describe_cpu() -> str:
+    """The CPU model with its kind, e.g. `AMD EPYC (avx512, bf16)` or `AMD EPYC (no AVX-512, no native bf16)`."""
+    return f"{cpu_model()} ({', '.join(cpu_kind()) or 'no AVX-512, no native bf16'})"
+
+
+def source_commit(checkout: Path | None = None) -> str | None:
+    """The commit `checkout` (default: the one the package runs from) is at (`git describe --always --dirty`), None
+    outside a git checkout."""
     import subprocess
 
     try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=Path(__file__).resolve().parent,
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=10,
+                             cwd=checkout or Path(__file__).resolve().parent)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
 
 
 def _version(dist: str) -> str | None:
