@@ -44,9 +44,9 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
     (`logging.progress`: a bar on a terminal, else INFO lines on the `parallel_ppo.progress` logger, seen where
     logging is set up); False also turns the progress off unless `overrides` sets it.
 
-    Settings that cannot run raise ConfigError before anything starts (its wording names the command-line flag
-    where a setting has one); a run that stops on an error (a worker that keeps failing, say) raises RunFailed
-    once its checkpoint and summary are written; Ctrl-C (SIGINT) or SIGTERM stops it at the next update and it
+    Settings that cannot run raise ConfigError before anything starts, naming the config key (`section.key`); a
+    run that stops on an error (a worker that keeps failing, say) raises RunFailed once its checkpoint and summary
+    are written; Ctrl-C (SIGINT) or SIGTERM stops it at the next update and it
     returns, its `summary.stop_reason` saying so (KeyboardInterrupt when no update had finished, or on a second
     Ctrl-C). The torch thread count it sets for the learner is restored when it returns.
     """
@@ -57,18 +57,20 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
         flags["run.output_dir"] = str(output_dir)
     if not verbose:
         flags.setdefault("logging.progress", "off")
-    request = Request(config, flags, (), mode == "parallel", False, overwrite, None if resume is None else str(resume))
+    request = Request(config, flags, parallel=mode == "parallel", overwrite=overwrite,
+                      resume=None if resume is None else str(resume))
     threads = torch.get_num_threads()
     try:
         prepared = prepare(request)
         summary, _ = execute(prepared, "parallel_ppo" if verbose else None, interrupt=True)
     finally:
         torch.set_num_threads(threads)
+    run_dir = prepared.plan.run_dir
     if summary["stop_reason"] == "error":
-        raise RunFailed(f"the run in {prepared.run_dir} stopped on an error: {summary['error']}", prepared.run_dir)
+        raise RunFailed(f"the run in {run_dir} stopped on an error: {summary['error']}", run_dir)
     if summary["stop_reason"] == "signal" and not summary["updates"]:
-        raise KeyboardInterrupt(f"the run in {prepared.run_dir} was stopped before its first update")
-    return load_run(prepared.run_dir.name, prepared.run_dir)
+        raise KeyboardInterrupt(f"the run in {run_dir} was stopped before its first update")
+    return load_run(run_dir.name, run_dir)
 
 
 def load_policy(where: str | Path | Run, seed: int = 0) -> Policy:
@@ -81,7 +83,7 @@ def evaluate(policy: Policy | Run | str | Path, episodes: int = 20, levels: str 
     """Play `episodes` complete episodes with a policy (or a run's) on fresh envs. `levels`: "test" (Procgen
     levels the run never trained on), "train" (its own levels, the only set of other envs) or "auto" (None, the
     default: test where the run has levels to hold out, else train)."""
-    from parallel_ppo.core.evaluate import evaluate as play
+    from parallel_ppo.core.evaluate import play_episodes
 
     if not isinstance(policy, Policy):
         policy = load_policy(policy, seed)
@@ -90,7 +92,7 @@ def evaluate(policy: Policy | Run | str | Path, episodes: int = 20, levels: str 
     levels = levels or "auto"
     if levels not in ("auto", "train", "test"):
         raise ConfigError(f"levels must be auto, train or test, got {levels!r}")
-    return play(policy.model, policy.cfg, levels, episodes, num_envs, deterministic, seed)
+    return play_episodes(policy.model, policy.cfg, levels, episodes, num_envs, deterministic, seed)
 
 
 def export(policy: Policy | Run | str | Path, format: str = "onnx", output: str | Path | None = None) -> Path:

@@ -1,7 +1,8 @@
 """Starting a training run, for the command lines and the Python API alike: a `Request` (what to train, before
-any check) becomes a `PreparedRun` (config validated, output directory claimed, learner settings measured, rollout
-source up) in the order that lets a user error stop it before any env, worker or file exists; `execute` trains it
-with the console lines of a run and returns its summary and exit status."""
+any check) becomes a `PreparedRun` (a frozen `RunPlan`: config validated and settled, env spaces read once, output
+directory claimed, learner settings measured; and its rollout source up) in the order that lets a user error stop it
+before any env, worker or file exists; `execute` trains it with the console lines of a run and returns its summary
+and exit status."""
 
 from __future__ import annotations
 
@@ -17,30 +18,25 @@ import psutil
 import torch
 import yaml
 
-from parallel_ppo.bench.learner_settings import LearnerChoice
 from parallel_ppo.core.allocator import retain_freed_memory
-from parallel_ppo.core.checkpoint import load_checkpoint, next_resume_count
+from parallel_ppo.core.checkpoint import JOB_ID, load_checkpoint, next_resume_count
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.configure import build_config, config_from_dict
+from parallel_ppo.core.configure import build_config, config_from_dict, resume_mismatch, validate
+from parallel_ppo.core.envs import EnvSpaces, env_spaces
 from parallel_ppo.core.files import write_text
-from parallel_ppo.core.group import ALONE, Group
+from parallel_ppo.core.group import Group
 from parallel_ppo.core.loop import RolloutSource, check_checkpoint_fits
 from parallel_ppo.core.model import learner_device
 from parallel_ppo.core.pause import pause_point
-from parallel_ppo.core.threads import thread_plan
-from parallel_ppo.engines.distributed import (
-    RESTART_COUNT_VAR,
-    RUN_ID_VAR,
-    TORCHRUN_ID,
-    PeerLost,
-    join,
-    launched_by_torchrun,
-)
+from parallel_ppo.core.threads import ThreadPlan, thread_plan
+from parallel_ppo.engines.distributed import RESTART_COUNT_VAR, RUN_ID_VAR, PeerLost, join, launched_by_torchrun
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs.directory import prepare_run_dir, resolve_run_dir
 from parallel_ppo.runs.report.formatting import fmt_flop
 from parallel_ppo.runs.tracking import start_tracking
-from parallel_ppo.runs.training import RunSetup, train
+from parallel_ppo.runs.training import RunPlan, train_run
+from parallel_ppo.tuning.before_run import tune
+from parallel_ppo.tuning.learner_settings import LearnerChoice
 
 
 @dataclass(frozen=True)
@@ -69,28 +65,22 @@ class Request:
 
 @dataclass(frozen=True)
 class PreparedRun:
-    """A run ready to train: its validated config (learner settings resolved), its directory, the rollout source
-    with its workers up, what was measured before it (`setup`), the checkpoint it resumes, and its group."""
+    """A run ready to train: its plan, the rollout source with its workers up, the learner's choice (for the start
+    line) and its group."""
 
-    cfg: Config
-    run_dir: Path
+    plan: RunPlan
     source: RolloutSource
-    setup: RunSetup
     learner: LearnerChoice
-    resume: dict | None
     group: Group
-    overwrite: bool = False
-    """Whether an earlier run's files in `run_dir` are replaced."""
 
 
-def check_env_and_memory(cfg: Config) -> None:
-    """Build one env and the network once (refusing spaces, networks and settings that do not fit the env), and
-    refuse a rollout that cannot fit in the memory available now, naming its sizes."""
+def check_network_and_memory(cfg: Config, spaces: EnvSpaces) -> None:
+    """Build the network once (refusing networks and settings that do not fit the env), and refuse a rollout that
+    cannot fit in the memory available now, naming its sizes."""
     from parallel_ppo.core.buffer import RolloutBuffer
-    from parallel_ppo.core.envs import env_spaces
     from parallel_ppo.core.model import network
 
-    obs_shape, obs_dtype, actions = env_spaces(cfg.env)
+    obs_shape, obs_dtype, actions = spaces
     try:
         network(cfg, obs_shape, actions)
     except (RuntimeError, MemoryError) as e:  # widths whose weights cannot be allocated
@@ -104,10 +94,6 @@ def check_env_and_memory(cfg: Config) -> None:
             f"the rollout needs {need / 2**30:,.1f} GiB ({cfg.training.n_steps:,} steps × {cfg.env.num_envs:,} "
             f"envs × {per_step:,} bytes) but {available / 2**30:,.1f} GiB of memory is available; "
             f"use fewer steps (training.n_steps) or envs")
-
-
-MUST_MATCH_ON_RESUME = ("env", "model", "training.normalize_obs", "training.obs_clip")
-"""Sections and keys that make the envs and the network: a checkpoint resumes only with the same."""
 
 
 def load_resume(request: Request) -> tuple[str, dict]:
@@ -128,44 +114,10 @@ def load_resume(request: Request) -> tuple[str, dict]:
 
 def check_resume_config(cfg: Config, state: dict, run_dir: Path) -> None:
     """The checkpoint must come from a run with the same envs and network as the config resumed with (fields added
-    since it was made count with their defaults)."""
-    stored, current = config_from_dict(state["config"]).to_dict(), cfg.to_dict()
-    for item in MUST_MATCH_ON_RESUME:
-        section, _, only = item.partition(".")
-        for key, value in current[section].items():
-            if (not only or key == only) and stored[section][key] != value:
-                raise ConfigError(f"checkpoint in {run_dir} was made with {section}.{key}={stored[section][key]!r}, "
-                                  f"not {value!r}; it cannot be resumed so")
-
-
-def measure_learner(cfg: Config, group: Group = ALONE) -> tuple[Config, LearnerChoice, dict | None, dict | None]:
-    """Before any env or worker exists: resolve the learner's `auto` settings (precision, microbatch, device) into
-    a new config, then measure its compute limit (the candidates' measurement already holds it when it ran now)
-    and the machine's arithmetic roofline; each measurement is skipped when `run.limit_seconds` is 0.
-
-    The ranks of a distributed run measure at once, each on its own minibatch (its share of it when the envs are
-    split) and its threads, and all take rank 0's choice; the compute limit and the matmul peaks are rank 0's times
-    the ranks."""
-    from parallel_ppo.bench.learner_settings import choose, matmul_peaks
-    from parallel_ppo.bench.roofline import measure_compute_limit, network_flops
-    from parallel_ppo.core.envs import env_spaces
-
-    seconds = cfg.run.limit_seconds
-    obs_shape, obs_dtype, actions = env_spaces(cfg.env)
-    local = dataclasses.replace(cfg, training=group.local_training(cfg))
-    choice = group.broadcast(choose(local, obs_shape, obs_dtype, actions, seconds))
-    cfg = choice.resolve(cfg)
-    if seconds <= 0:
-        return cfg, choice, None, None
-    local = dataclasses.replace(cfg, training=group.local_training(cfg))
-    limit = choice.limit or measure_compute_limit(local, obs_shape, actions, seconds, obs_dtype=obs_dtype)
-    peaks = matmul_peaks(local)
-    roofline = {**network_flops(local, obs_shape, actions), "peak_gflops": peaks}
-    if group.distributed:  # each rank measured with its own threads, while the others measured too
-        limit = {**limit, "rank_limit_sps": limit["limit_sps"], "limit_sps": limit["limit_sps"] * group.world_size}
-        roofline |= {"rank_peak_gflops": peaks,
-                     "peak_gflops": {k: v * group.world_size for k, v in peaks.items()}}
-    return cfg, choice, limit, roofline
+    since it was made count with their defaults; the fields that must match are those marked `resume`)."""
+    mismatch = resume_mismatch(config_from_dict(state["config"]), cfg)
+    if mismatch:
+        raise ConfigError(f"checkpoint in {run_dir} was made with {mismatch}; it cannot be resumed so")
 
 
 def world_size(request: Request) -> int | None:
@@ -178,26 +130,26 @@ def world_size(request: Request) -> int | None:
     return int(os.environ["WORLD_SIZE"])
 
 
-def restarted_request(request: Request) -> tuple[Request, bool]:
+def restart_of(request: Request, cfg: Config) -> Request | None:
     """A restart continues where the run left off: with `resume_if_exists`, or in a group torchrun restarted, a
-    run directory with a checkpoint is resumed (True: count it as a restart). torchrun's restart resumes only a
-    checkpoint of its own job (TORCHELASTIC_RUN_ID), never an earlier run that happened to be in the directory. A
-    directory without a checkpoint starts as any new run would (refused if it holds a run, unless --overwrite)."""
+    run directory with a checkpoint is resumed (the request to resume it, counted as a restart; None: start as
+    asked). torchrun's restart resumes only a checkpoint of its own job (TORCHELASTIC_RUN_ID), never an earlier run
+    that happened to be in the directory. A directory without a checkpoint starts as any new run would (refused if
+    it holds a run, unless --overwrite)."""
     torchrun_restart = request.distributed and int(os.environ.get(RESTART_COUNT_VAR, "0") or 0) > 0
-    if request.resume or not (request.resume_if_exists or torchrun_restart):
-        return request, False
-    output_dir = build_config(request.config, request.flags, list(request.sets), request.parallel,
-                              world_size(request)).run.output_dir
+    if not (request.resume_if_exists or torchrun_restart):
+        return None
+    output_dir = cfg.run.output_dir
     if not output_dir:
         if request.resume_if_exists:
             raise ConfigError("--resume-if-exists needs --output-dir: the directory to continue the run in")
-        return request, False
+        return None
     checkpoint = Path(output_dir) / "checkpoint.pt"
     if not checkpoint.is_file():
-        return request, False
-    if not request.resume_if_exists and load_checkpoint(checkpoint).get(TORCHRUN_ID) != os.environ.get(RUN_ID_VAR):
-        return request, False
-    return dataclasses.replace(request, config=None, overwrite=False, resume=output_dir), True
+        return None
+    if not request.resume_if_exists and load_checkpoint(checkpoint).get(JOB_ID) != os.environ.get(RUN_ID_VAR):
+        return None
+    return dataclasses.replace(request, config=None, overwrite=False, resume=output_dir)
 
 
 def check_elastic(world: int | None) -> None:
@@ -211,24 +163,33 @@ def check_elastic(world: int | None) -> None:
                           "torchrun's environment on every host (pytorch/pytorch#135712)")
 
 
-def validated_config(request: Request) -> tuple[Config, dict | None, int | None]:
-    """The request's config, validated (and checked against the checkpoint it resumes), that checkpoint, and the
-    ranks of a distributed run."""
-    world, flags, config, resume = world_size(request), dict(request.flags), request.config, None
+def validated_config(request: Request) -> tuple[Config, EnvSpaces, dict | None, Request]:
+    """The request's config, built and validated once (a restart's second build is the resumed run's own config),
+    the env's spaces (read once: a gymnasium env is built for them), the checkpoint it resumes (checked against the
+    config; a restart counted) and the request as it goes on (a restart: the resume of its run directory)."""
+    world = world_size(request)
     check_elastic(world)
-    if request.resume:
-        config, resume = load_resume(request)
-        flags["run.output_dir"] = request.resume
+    restarted = False
+    if request.resume is None:
+        cfg = build_config(request.config, request.flags, list(request.sets), request.parallel, world)
+        resumed = restart_of(request, cfg)
+        restarted, request = resumed is not None, resumed or request
+    resume = None
+    if request.resume is not None:
+        config_file, resume = load_resume(request)
         if resume.get("world_size", 1) != (world or 1):
             raise ConfigError(f"cannot resume: {request.resume} was trained by {resume.get('world_size', 1)} ranks, "
                               f"not {world or 1}; resume it with the same number")
-    cfg = build_config(config, flags, list(request.sets), request.parallel, world)
+        cfg = build_config(config_file, {**request.flags, "run.output_dir": request.resume}, list(request.sets),
+                           request.parallel, world)
     learner_device(cfg)  # a device asked for by name must exist
-    check_env_and_memory(cfg)
+    spaces = env_spaces(cfg.env)
+    check_network_and_memory(cfg, spaces)
     if resume is not None:  # before any file is written: a checkpoint that does not fit changes nothing
         check_resume_config(cfg, resume, Path(request.resume or ""))
-        check_checkpoint_fits(cfg, resume, Path(request.resume or "") / "checkpoint.pt")
-    return cfg, resume, world
+        check_checkpoint_fits(cfg, spaces, resume, Path(request.resume or "") / "checkpoint.pt")
+        resume = {**resume, "restarts": resume.get("restarts", 0) + restarted}
+    return cfg, spaces, resume, request
 
 
 def claim_run_dir(cfg: Config, request: Request, group: Group) -> Path:
@@ -247,35 +208,48 @@ def claim_run_dir(cfg: Config, request: Request, group: Group) -> Path:
 
 def prepare(request: Request) -> PreparedRun:
     """Everything before the first update, checked in the order that lets a user error stop it before any env,
-    worker or file exists: config, memory, output directory, then threads, the limit measurement and the source.
+    worker or file exists: config, spaces, memory, output directory, then threads, the measurements and the source.
     A distributed rank joins the others once its config holds."""
-    request, restarted = restarted_request(request)
-    cfg, resume, _ = validated_config(request)
-    if restarted:
-        resume = {**resume, "restarts": resume.get("restarts", 0) + 1}
+    cfg, spaces, resume, request = validated_config(request)
     group = join(cfg, request.distributed)
     pause_point("start", group.rank)
     try:
         run_dir = claim_run_dir(cfg, request, group)
-        cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, output_dir=str(run_dir)))
-        plan = thread_plan(cfg, request.parallel, group.local_world_size)
-        torch.set_num_threads(plan.learner)
+        threads = thread_plan(cfg, request.parallel, group.local_world_size)
+        torch.set_num_threads(threads.learner)
         retain_freed_memory()
-        cfg, learner, limit, roofline = measure_learner(cfg, group)
-        resumes, offset = next_resume_count(resume), group.rank * cfg.env.num_envs  # ranks continue env indices
-        if request.parallel:
-            from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
-
-            source = ParallelCoordinator(cfg, plan, resumes, offset, group.rank if group.distributed else None)
-        else:
-            from parallel_ppo.core.collect import SequentialCollector
-
-            source = SequentialCollector(cfg, plan.env, resumes, offset)
+        tuning = tune(cfg, spaces, group)
+        plan = RunPlan(settled(cfg, run_dir, tuning.learner, group.world_size), spaces, run_dir, request.mode,
+                       threads.describe(), learner=tuning.learner.to_dict(), compute_limit=tuning.compute_limit,
+                       roofline=tuning.roofline, resume=resume, overwrite=request.overwrite)
+        source = start_source(plan, threads, request.parallel, group)
     except BaseException:
         group.close(wait=False)
         raise
-    setup = RunSetup(plan.describe(), learner.to_dict(), limit, roofline)
-    return PreparedRun(cfg, run_dir, source, setup, learner, resume, group, request.overwrite)
+    return PreparedRun(plan, source, tuning.learner, group)
+
+
+def settled(cfg: Config, run_dir: Path, learner: LearnerChoice, world_size: int) -> Config:
+    """The config the run trains with, made once from the validated one (which stays as it is): the run directory,
+    and the learner's chosen settings in place of `auto` (workers, config.yaml and checkpoints carry them); validated
+    again after this, its last change."""
+    run_cfg = dataclasses.replace(learner.resolve(cfg), run=dataclasses.replace(cfg.run, output_dir=str(run_dir)))
+    validate(run_cfg, world_size)
+    return run_cfg
+
+
+def start_source(plan: RunPlan, threads: ThreadPlan, parallel: bool, group: Group) -> RolloutSource:
+    """The rollout source of this process: the parallel coordinator with its workers, or the sequential collector;
+    a distributed rank's envs continue the global env indices after the ranks before it."""
+    resumes, offset = next_resume_count(plan.resume), group.rank * plan.cfg.env.num_envs
+    if parallel:
+        from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
+
+        rank = group.rank if group.distributed else None
+        return ParallelCoordinator(plan.cfg, plan.spaces, threads, resumes, offset, rank)
+    from parallel_ppo.core.collect import SequentialCollector
+
+    return SequentialCollector(plan.cfg, threads.env, resumes, offset)
 
 
 def execute(run: PreparedRun, prog: str | None, interrupt: bool = False) -> tuple[dict, int]:
@@ -286,9 +260,10 @@ def execute(run: PreparedRun, prog: str | None, interrupt: bool = False) -> tupl
         if run.group.is_main:
             summary = train_main(run, prog, interrupt)
         else:
-            summary = train(run.cfg, run.source, run.run_dir, run.setup, run.resume, run.group)
+            summary = train_run(run.plan, run.source, run.group)
     except PeerLost as e:
-        print(f"{prog or 'parallel_ppo'}: error: {e}; stopping (the last checkpoint in {run.run_dir} is intact)",
+        print(f"{prog or 'parallel_ppo'}: error: {e}; stopping (the last checkpoint in {run.plan.run_dir} is "
+              "intact)",
               file=sys.stderr, flush=True)
         run.group.close(wait=False)
         return {"stop_reason": "error", "error": str(e)}, 1
@@ -307,26 +282,28 @@ def say(prog: str | None, text: str) -> None:
 
 def train_main(run: PreparedRun, prog: str | None, interrupt: bool = False) -> dict:
     """Train with the console lines and output files of a run (a distributed run's rank 0)."""
+    plan = run.plan
     try:
         write_run_start(run, prog)
-        tracker = start_tracking(run.cfg, run.run_dir, run.source.mode, run.resume is not None, run.group.distributed)
+        tracker = start_tracking(plan.cfg, plan.run_dir, run.source.mode, plan.resume is not None,
+                                 run.group.distributed)
     except BaseException:
-        run.source.close()  # the workers are up: `train` would close them, but it never started
+        run.source.close()  # the workers are up: `train_run` would close them, but it never started
         raise
     summary: dict = {"stop_reason": "error"}  # what the tracker is told if training raises
     try:
-        summary = train(run.cfg, run.source, run.run_dir, run.setup, run.resume, run.group, tracker)
+        summary = train_run(plan, run.source, run.group, tracker)
     except KeyboardInterrupt:  # a second Ctrl-C: stop now; the last checkpoint was written atomically
         summary = {"stop_reason": "signal", "signal": "SIGINT"}
         if interrupt:
             raise
-        print(f"\n{prog or 'parallel_ppo'}: interrupted; the last checkpoint in {run.run_dir} is intact",
+        print(f"\n{prog or 'parallel_ppo'}: interrupted; the last checkpoint in {plan.run_dir} is intact",
               file=sys.stderr)
         return summary
     finally:
         if tracker is not None:
             tracker.finish(summary)
-    for line in end_lines(run.cfg, run.run_dir, summary):
+    for line in end_lines(plan.cfg, plan.run_dir, summary):
         if line.startswith(("warning:", "error:")):
             print(f"{prog or 'parallel_ppo'}: {line}", file=sys.stderr, flush=True)
         else:
@@ -336,28 +313,32 @@ def train_main(run: PreparedRun, prog: str | None, interrupt: bool = False) -> d
 
 def write_run_start(run: PreparedRun, prog: str | None) -> None:
     """The run directory with its config.yaml, and the start lines."""
-    if run.resume is None:
-        prepare_run_dir(run.run_dir, run.cfg, run.overwrite)
+    plan = run.plan
+    if plan.resume is None:
+        prepare_run_dir(plan.run_dir, plan.cfg, plan.overwrite)
     else:
-        write_text(run.run_dir / "config.yaml", yaml.safe_dump(run.cfg.to_dict(), sort_keys=False))
-        say(prog, f"resuming {run.run_dir} at update {run.resume['update']}, {run.resume['env_steps']:,} steps, "
-                  f"{run.resume['elapsed']:.0f} s elapsed")
+        write_text(plan.run_dir / "config.yaml", yaml.safe_dump(plan.cfg.to_dict(), sort_keys=False))
+        resume = plan.resume
+        say(prog, f"resuming {plan.run_dir} at update {resume['update']}, {resume['env_steps']:,} steps, "
+                  f"{resume['elapsed']:.0f} s elapsed")
     say(prog, start_line(run))
     say(prog, f"learner {run.learner.describe()}")
 
 
 def start_line(run: PreparedRun) -> str:
     """What runs where: the layout, threads and run directory (for a distributed run, every rank's share)."""
-    cfg, source, group = run.cfg, run.source, run.group
-    threads = ", ".join(f"{k} {v}" for k, v in run.setup.threads.items())
+    cfg, run_dir = run.plan.cfg, run.plan.run_dir
+    source, group = run.source, run.group
+    threads = ", ".join(f"{k} {v}" for k, v in run.plan.threads.items())
     if not group.distributed:
-        return f"{source.mode} run on {cfg.env.id} with {source.layout['num_envs']} envs ({threads} threads) → " \
-               f"{run.run_dir}"
-    n, world, rank_batch = source.layout["num_envs"], group.world_size, group.local_training(cfg).batch_size
+        envs = source.layout["num_envs"]
+        return f"{source.mode} run on {cfg.env.id} with {envs} envs ({threads} threads) → {run_dir}"
+    n, world = source.layout["num_envs"], group.world_size
+    rank_batch = group.local_training(cfg).batch_size
     rule = "split over the ranks" if cfg.distributed.num_envs_total else "per rank, as given"
     return (f"distributed run on {cfg.env.id}: {world} ranks × {n} envs = {world * n} envs (rank r steps envs {n}r "
             f"to {n}r+{n - 1}), each rank a {source.mode} source with {threads} threads; minibatch {world} × "
-            f"{rank_batch} = {world * rank_batch} ({rule}) → {run.run_dir}")
+            f"{rank_batch} = {world * rank_batch} ({rule}) → {run_dir}")
 
 
 def end_lines(cfg: Config, run_dir: Path, summary: dict[str, Any]) -> list[str]:

@@ -29,16 +29,17 @@ sys.path.insert(0, str(ROOT))
 def main() -> int:
     import torch
 
-    from parallel_ppo.bench.learner_settings import resolve
     from parallel_ppo.core.allocator import retain_freed_memory
     from parallel_ppo.core.collect import SequentialCollector
     from parallel_ppo.core.configure import build_config
+    from parallel_ppo.core.envs import env_spaces
     from parallel_ppo.core.loop import TrainState, rollout_batch
     from parallel_ppo.core.model import module_device
     from parallel_ppo.core.ppo import ppo_update
     from parallel_ppo.core.threads import thread_plan
     from parallel_ppo.core.timing import PhaseTimer
     from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
+    from parallel_ppo.tuning.learner_settings import resolve
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--updates", type=int, default=40, help="in all, a multiple of 4: half after each source (and "
@@ -60,7 +61,7 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         sources = [SequentialCollector(cfg, thread_plan(cfg, parallel=False).env)]
         stack.callback(sources[0].close)
-        sources.append(ParallelCoordinator(cfg, plan))
+        sources.append(ParallelCoordinator(cfg, env_spaces(cfg.env), plan))
         stack.callback(sources[1].close)
         state = TrainState.new(cfg, sources[1].obs_shape, sources[1].actions)
         for i in range(args.updates + 2):

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from parallel_ppo.core.configure import build_config
-from parallel_ppo.runs.summary import METRIC_COLUMNS
+from parallel_ppo.runs.metrics import metric_columns
 
 # Three updates of 1,024 env steps: the first takes 9 s (start-up, first touch), the next two 4 s each.
 ROWS = [(1, 1024, 9.0, float("nan")), (2, 2048, 13.0, 20.0), (3, 3072, 17.0, 35.0)]
@@ -24,10 +24,10 @@ def write_run(path: Path, rows: list[tuple[int, int, float, float]] = ROWS, seed
                        False)
     (path / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
     with open(path / "metrics.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=metric_columns())
         writer.writeheader()
         for update, steps, wall, ret in rows:
-            writer.writerow({c: 0.1 for c in METRIC_COLUMNS} | {
+            writer.writerow({c: 0.1 for c in metric_columns()} | {
                 "update": update, "env_steps": steps, "wall_time": wall, "sps": 1024 / 4,
                 "episodic_return_mean": "" if ret != ret else ret, "cpu_percent": 100, "rss_mb": 300})
     summary = {"mode": "sequential", "env_id": "CartPole-v1", "num_workers": 0, "num_envs_per_worker": 8,

@@ -26,6 +26,7 @@ BAD_RUNS = {
     "unknown game": (["--env", "starpylot"], "starpylot"),
     "missing config file": (["--config", "{missing}"], "not found"),
     "malformed config file": (["--config", "{yaml_malformed}"], "not valid YAML"),
+    "--set without a value": (["--set", "training.n_steps"], "argument --set: expects section.key=value"),
 }
 
 
@@ -107,7 +108,7 @@ USER_ERRORS = {
                              ["parallel.num_envs_per_worker (--num-envs-per-worker)", "got 0"], ["env.num_envs"]),
     "total envs that conflict with the layout": (
         "train_parallel_timed.py", ["--num-workers", "2", "--num-envs-per-worker", "4", "--set", "env.num_envs=6"],
-        ["env.num_envs = 6 conflicts", "2 workers × 4 envs per worker = 8"], []),
+        ["env.num_envs (--num-envs) = 6 conflicts", "2 workers × 4 envs per worker = 8"], []),
     "output dir under a file": ("train_parallel_timed.py", ["--output-dir", "{a_file}/run"],
                                 ["cannot create output directory", "is not a directory"], []),
     "output dir that cannot be written": ("train_parallel_timed.py", ["--output-dir", "/proc/parallel_ppo/run"],

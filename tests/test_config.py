@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import re
+import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from parallel_ppo.core.config import Config
-from parallel_ppo.core.configure import build_config, config_from_dict
+from parallel_ppo.cli.flags import FLAGS, with_flags
+from parallel_ppo.core.config import Config, EnvConfig, Rules, config_fields, rules_of
+from parallel_ppo.core.configure import build_config, config_from_dict, get_value, resume_mismatch
 from parallel_ppo.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -257,7 +263,7 @@ def test_a_layout_on_the_command_line_wins_over_the_config_files_total(sets):
     cfg = build_config(ROOT / "config/cartpole.yaml", {"parallel.num_workers": 1}, ["training.batch_size=128", *sets],
                        parallel=True)
     assert cfg.env.num_envs == 4
-    with pytest.raises(ConfigError, match="batch size 256 is larger .* set --batch-size to at most 128"):
+    with pytest.raises(ConfigError, match="batch size 256 is larger .* set training.batch_size to at most 128"):
         build_config(ROOT / "config/cartpole.yaml", {"parallel.num_workers": 1}, [], parallel=True)
 
 
@@ -282,10 +288,12 @@ def test_parallel_mode_refuses_a_conflicting_num_envs(tmp_path, where):
 @pytest.mark.parametrize("key,value,flag", [("parallel.num_workers", -1, "--num-workers"),
                                             ("parallel.num_envs_per_worker", 0, "--num-envs-per-worker")])
 def test_parallel_layout_errors_name_what_was_given(key, value, flag):
-    """A bad layout names the setting and flag the user gave, not the env.num_envs derived from it."""
+    """A bad layout names the setting the user gave, not the env.num_envs derived from it; a command line adds
+    its flag."""
     with pytest.raises(ConfigError) as err:
         build_config(None, {key: value}, [], parallel=True)
-    assert f"{key} ({flag}) must be positive, got {value}" in str(err.value)
+    assert f"{key} must be positive, got {value}" in str(err.value)
+    assert f"{key} ({flag}) must be positive, got {value}" in with_flags(str(err.value))
     assert "env.num_envs" not in str(err.value)
 
 
@@ -333,3 +341,90 @@ def test_shipped_configs_load_and_validate(path):
             assert resolved[section][key] == value, f"{section}.{key}"
     if parallel:
         assert cfg.env.num_envs == cfg.parallel.num_workers * cfg.parallel.num_envs_per_worker
+
+
+OLD_TABLES = ("POSITIVE", "MAXIMUM", "NON_NEGATIVE", "UNIT_INTERVAL", "DURATIONS", "STRING_LISTS", "AUTO_INTS",
+              "CHOICES", "LAYER_WIDTHS", "DEVICES", "FLAGS", "TRACKING_FLAGS", "field_name")
+
+
+def _breaking_value(key: str, rules: Rules) -> Any:
+    """A value of field `key` that its rules refuse (None for a field with no bound, choice or width rule)."""
+    if rules.choices:
+        return "no-such-choice"
+    if rules.widths:
+        return []
+    if rules.maximum is not None:
+        return rules.maximum + 1 if isinstance(get_value(Config(), key), int) else rules.maximum * 2
+    if rules.positive:
+        return 0
+    if rules.non_negative:
+        return -1
+    if rules.unit_interval:
+        return 1.5
+    return None
+
+
+BOUNDED = [(key, value) for key, f in config_fields() if (value := _breaking_value(key, rules_of(f))) is not None]
+
+
+def test_the_rules_live_on_the_fields_only():
+    """The rule tables of old are gone (from core.configure, and the resume list from launch.py): each field's
+    rules are its metadata, a `Rules`, and nothing else is."""
+    from parallel_ppo.core import configure
+
+    assert not [name for name in OLD_TABLES if hasattr(configure, name)]
+    launch = ast.parse((ROOT / "parallel_ppo/launch.py").read_text())
+    assert "MUST_MATCH_ON_RESUME" not in {n.id for n in ast.walk(launch) if isinstance(n, ast.Name)}
+    for key, f in config_fields():
+        assert set(f.metadata) <= {"rules"} and isinstance(rules_of(f), Rules), key
+    assert len(BOUNDED) > 40  # the fields with a bound, a choice or widths (all but flags, names and free text)
+
+
+@pytest.mark.parametrize("key, value", BOUNDED, ids=[key for key, _ in BOUNDED])
+def test_every_rule_on_a_field_is_enforced(key, value):
+    """The one validator applies each field's rules: a value that breaks one is a ConfigError naming the key."""
+    with pytest.raises(ConfigError, match=re.escape(key)) as err:
+        build_config(None, {}, [f"{key}={value}"], parallel=False)
+    assert "\n" not in str(err.value) and "--" not in str(err.value)
+
+
+def test_a_rule_added_as_metadata_is_enforced(monkeypatch):
+    """A rule written on a field is all it takes: no table to add it to."""
+    field = {f.name: f for f in dataclasses.fields(EnvConfig)}["num_levels"]
+    assert build_config(None, {}, ["env.num_levels=200"], parallel=False).env.num_levels == 200
+    rules = dataclasses.replace(rules_of(field), maximum=100)
+    monkeypatch.setattr(field, "metadata", types.MappingProxyType({"rules": rules}))
+    with pytest.raises(ConfigError, match=r"env\.num_levels = 200 is larger than the supported maximum 100"):
+        build_config(None, {}, ["env.num_levels=200"], parallel=False)
+
+
+def test_a_resume_must_keep_the_envs_the_network_and_the_observation_statistics():
+    """What a checkpoint is tied to: every field of env and model, training.normalize_obs and training.obs_clip
+    (`Rules.resume`); any other field may change on resume."""
+    must_match = {key for key, f in config_fields() if rules_of(f).resume}
+    sections = {key for key, _ in config_fields() if key.split(".")[0] in ("env", "model")}
+    assert must_match == sections | {"training.normalize_obs", "training.obs_clip"}
+    stored = Config()
+    assert resume_mismatch(stored, Config()) is None
+    changed = Config()
+    changed.training.learning_rate = 1e-3
+    changed.run.seed = 7
+    assert resume_mismatch(stored, changed) is None
+    changed.training.obs_clip = 5.0
+    assert resume_mismatch(stored, changed) == "training.obs_clip=10.0, not 5.0"
+    changed = Config()
+    changed.model.mlp_hidden = [32]
+    assert resume_mismatch(stored, changed) == "model.mlp_hidden=[64, 64], not [32]"
+
+
+def test_a_command_line_names_a_key_with_its_flag():
+    """The one error line of a command line adds the flag to each key that has one, once, and leaves keys without
+    a flag, keys already named with theirs and `key=value` settings as they are."""
+    assert FLAGS["env.id"] == "--env" and FLAGS["tracking.tags"] == "--wandb-tags"
+    assert FLAGS["parallel.num_envs_per_worker"] == "--num-envs-per-worker" and "training.n_steps" not in FLAGS
+    assert with_flags("set training.batch_size to 8 (training.batch_size, training.n_steps)") == \
+        "set training.batch_size (--batch-size) to 8 (training.batch_size, training.n_steps)"
+    assert with_flags("tracking.tags (--wandb-tags) = 'x'; env.id='a', not 'b'") == \
+        "tracking.tags (--wandb-tags) = 'x'; env.id='a', not 'b'"
+    assert with_flags("eval.num_envs and distributed.num_envs_total") == \
+        "eval.num_envs and distributed.num_envs_total (--num-envs-total)"

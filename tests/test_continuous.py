@@ -247,10 +247,12 @@ def test_spaces_and_ids_the_trainer_cannot_use_are_refused(env_id, words):
 ])
 def test_settings_that_do_not_fit_the_env_are_refused(sets, words):
     from parallel_ppo.core.configure import build_config
-    from parallel_ppo.launch import check_env_and_memory
+    from parallel_ppo.core.envs import env_spaces
+    from parallel_ppo.launch import check_network_and_memory
 
     with pytest.raises(ConfigError, match=words):
-        check_env_and_memory(build_config(str(ROOT / "config" / "cartpole.yaml"), {}, sets, parallel=False))
+        cfg = build_config(str(ROOT / "config" / "cartpole.yaml"), {}, sets, parallel=False)
+        check_network_and_memory(cfg, env_spaces(cfg.env))
 
 
 def test_a_refusal_is_one_line_and_exit_2_before_the_run_directory(train_timed, tmp_path):

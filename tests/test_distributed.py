@@ -23,8 +23,9 @@ from parallel_ppo.core.envs import env_spaces
 from parallel_ppo.core.pause import PAUSE_ENV_VAR
 from parallel_ppo.core.ppo import build_learner
 from parallel_ppo.errors import ConfigError
+from parallel_ppo.runs.metrics import metric_columns
 from parallel_ppo.runs.reading import load_run
-from parallel_ppo.runs.summary import METRIC_COLUMNS, RunSummary
+from parallel_ppo.runs.summary import RunSummary
 
 ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = ["--config", "config/cartpole.yaml", "--set", "logging.progress=off", "--set", "run.limit_seconds=0"]
@@ -85,7 +86,7 @@ def test_envs_total_is_split_over_ranks_and_workers():
     ({"distributed.num_envs_total": 16, "parallel.num_workers": 3}, True, 2, "over 3 workers"),
     ({"distributed.num_envs_total": 16, "training.batch_size": 2}, False, 4, r"size 2 \(the minibatch of all"),
     ({"distributed.num_envs_total": 16, "training.batch_size": 384}, False, 2, "does not divide the rollout"),
-    ({"distributed.num_envs_total": 16}, False, None, "without --distributed"),
+    ({"distributed.num_envs_total": 16}, False, None, "this one is not distributed"),
 ])
 def test_layouts_that_cannot_split_are_refused(flags, parallel, world, message):
     with pytest.raises(ConfigError, match=message):
@@ -140,7 +141,7 @@ def test_two_ranks_take_the_step_of_one_process(one_process, tmp_path, script, l
         assert (out / name).is_file(), name
     assert list((out / "logs").glob("events.out.tfevents.*"))
     with open(out / "metrics.csv", newline="") as f:
-        assert next(csv.reader(f)) == METRIC_COLUMNS
+        assert next(csv.reader(f)) == metric_columns()
     assert load_run("two", out).layout.startswith("2 ranks × ")
     assert stdout.count("distributed run on CartPole-v1") == 1, "rank 0 alone speaks"
 

@@ -14,7 +14,7 @@ import torch
 
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.envs import PROCGEN_EASY_RANGES, eval_levels, normalized_return
-from parallel_ppo.core.evaluate import evaluate
+from parallel_ppo.core.evaluate import play_episodes
 from parallel_ppo.core.model import build_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +57,7 @@ def test_test_levels_are_disjoint_from_training_levels():
     torch.manual_seed(0)
     model = build_model((64, 64, 3), 15, cfg.model)
     for levels, inside in (("test", False), ("train", True)):
-        result = evaluate(model, cfg, levels, episodes=6, num_envs=3, deterministic=False, seed=1)
+        result = play_episodes(model, cfg, levels, episodes=6, num_envs=3, deterministic=False, seed=1)
         assert len(result.returns) == len(result.level_seeds) == 6
         assert all((100 <= s < 105) == inside for s in result.level_seeds), (levels, result.level_seeds)
 
@@ -67,7 +67,7 @@ def test_each_env_plays_its_share_of_episodes():
     cfg = build_config(None, {"env.id": "CartPole-v1"}, ["training.precision=fp32"], False)
     torch.manual_seed(0)
     model = build_model((4,), 2, cfg.model)
-    result = evaluate(model, cfg, "train", episodes=7, num_envs=3, deterministic=True, seed=0)
+    result = play_episodes(model, cfg, "train", episodes=7, num_envs=3, deterministic=True, seed=0)
     assert len(result.returns) == 7 and result.stats()["episodes"] == 7
     assert result.stats()["normalized_mean"] is None
 

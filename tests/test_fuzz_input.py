@@ -94,7 +94,8 @@ NAMED_CASES = {  # what a user gave → what the one line must name
     "config directory": (["--config", "{tmp}"], "is a directory"),
     "duplicate key": (["--config", "{duplicate}"], "the key 'n_steps' is given twice (lines 2 and 3)"),
     "W&B flags without --track": (["--wandb-project", "p", "--wandb-tags", "a"],
-                                  "--wandb-project and --wandb-tags set up W&B tracking, which is off: add --track"),
+                                  "tracking.project (--wandb-project) and tracking.tags (--wandb-tags) set up W&B "
+                                  "tracking, which is off: turn on tracking.wandb (--track)"),
 }
 
 

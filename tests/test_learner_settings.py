@@ -14,17 +14,6 @@ import pytest
 import torch
 from fake_runs import STEADY, write_run
 
-from parallel_ppo.bench import learner_settings
-from parallel_ppo.bench.learner_settings import (
-    ROUNDS,
-    LearnerChoice,
-    candidates,
-    choose,
-    clearly_faster,
-    is_small,
-    pick,
-)
-from parallel_ppo.bench.roofline import Candidate, measure_compute_limit
 from parallel_ppo.cli import compare as compare_cli
 from parallel_ppo.core import model as model_module
 from parallel_ppo.core.config import Config
@@ -34,6 +23,17 @@ from parallel_ppo.core.model import resolve_device
 from parallel_ppo.core.ppo import TrainBatch, build_learner, minibatch_step, ppo_loss
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs import fingerprint
+from parallel_ppo.tuning import learner_settings
+from parallel_ppo.tuning.compute_limit import Candidate, measure_compute_limit
+from parallel_ppo.tuning.learner_settings import (
+    ROUNDS,
+    LearnerChoice,
+    candidates,
+    choose,
+    clearly_faster,
+    is_small,
+    pick,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 OBS, ACTIONS = (64, 64, 3), 15

@@ -17,15 +17,16 @@ import pytest
 import torch
 import yaml
 
-from parallel_ppo.bench.learner_settings import LearnerChoice, cpu_has_native_bf16
 from parallel_ppo.cli.train import make_parser, request_of
 from parallel_ppo.core.checkpoint import load_checkpoint
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config, config_from_dict
 from parallel_ppo.core.envs import make_batch_env
 from parallel_ppo.core.model import build_model
+from parallel_ppo.runs.metrics import metric_columns
 from parallel_ppo.runs.reading import load_run
-from parallel_ppo.runs.summary import METRIC_COLUMNS, RunSummary
+from parallel_ppo.runs.summary import RunSummary
+from parallel_ppo.tuning.learner_settings import LearnerChoice, cpu_has_native_bf16
 
 pytestmark = pytest.mark.slow  # every test here trains or starts trainers
 
@@ -128,7 +129,7 @@ def test_metrics_csv(run):
     with open(run.dir / "metrics.csv", newline="") as f:
         header = next(csv.reader(f))
     assert set(CONTRACT_COLUMNS) <= set(header)
-    assert header == METRIC_COLUMNS
+    assert header == metric_columns()
     rows, summary = run.rows, run.summary
     rollout = run.expected_config().rollout_size
     assert len(rows) == summary["updates"] >= 2

@@ -14,9 +14,10 @@ from sessions import assert_nothing_left, shm_entries, start
 from parallel_ppo.core.checkpoint import load_checkpoint
 from parallel_ppo.core.collect import SequentialCollector
 from parallel_ppo.core.configure import build_config
+from parallel_ppo.core.envs import env_spaces
 from parallel_ppo.core.threads import thread_plan
 from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
-from parallel_ppo.runs.training import RunSetup, train
+from parallel_ppo.runs.training import RunPlan, train_run
 
 pytestmark = pytest.mark.slow  # every test here trains or starts trainers
 
@@ -53,8 +54,12 @@ def _one_update(tmp_path: Path, env_id: str, workers: int,
     out = tmp_path / f"{env_id}_w{workers}"
     out.mkdir()
     cfg = _config(env_id, workers > 0, max(workers, 1), out, extra)
-    source = ParallelCoordinator(cfg, thread_plan(cfg, parallel=True)) if workers else SequentialCollector(cfg, 1)
-    summary = train(cfg, source, out, RunSetup({}))
+    spaces = env_spaces(cfg.env)
+    if workers:
+        source = ParallelCoordinator(cfg, spaces, thread_plan(cfg, parallel=True))
+    else:
+        source = SequentialCollector(cfg, 1)
+    summary = train_run(RunPlan(cfg, spaces, out, source.mode, {}), source)
     assert summary["updates"] == -(-cfg.run.total_steps // cfg.rollout_size)
     buffer = {name: getattr(source.buffer, name).clone() for name in BUFFER_FIELDS}
     checkpoint = load_checkpoint(out / "checkpoint.pt")

@@ -55,13 +55,13 @@ def test_loss_before_any_step_has_unit_ratio():
     batch = normalize_advantages(rollout_batch(model), cfg)
     loss, stats = ppo_loss(model, batch, cfg)
     assert torch.isfinite(loss)
-    assert stats["ratio_mean"].item() == pytest.approx(1.0, abs=1e-6)
-    assert stats["clipfrac"].item() == 0.0
-    assert stats["approx_kl"].item() == pytest.approx(0.0, abs=1e-7)
+    assert stats["losses/ratio_mean"].item() == pytest.approx(1.0, abs=1e-6)
+    assert stats["losses/clipfrac"].item() == 0.0
+    assert stats["losses/approx_kl"].item() == pytest.approx(0.0, abs=1e-7)
     # normalized advantages have mean 0, so the unclipped surrogate at ratio 1 is 0
-    assert stats["policy_loss"].item() == pytest.approx(0.0, abs=1e-6)
+    assert stats["losses/policy_loss"].item() == pytest.approx(0.0, abs=1e-6)
     # the untrained policy head is nearly uniform
-    assert stats["entropy"].item() == pytest.approx(math.log(NUM_ACTIONS), rel=1e-3)
+    assert stats["losses/entropy"].item() == pytest.approx(math.log(NUM_ACTIONS), rel=1e-3)
 
 
 def full_batch_stats(model, batch, cfg):
@@ -94,7 +94,7 @@ def test_microbatches_give_the_minibatch_step(microbatch):
         stats = minibatch_step(model, optimizer, batch, cfg)
         results.append((stats, [p.detach().clone() for p in model.parameters()]))
     (whole_stats, whole_params), (chunk_stats, chunk_params) = results
-    assert whole_stats["clipfrac"] > 0
+    assert whole_stats["losses/clipfrac"] > 0
     assert set(chunk_stats) == set(whole_stats)
     for key, value in whole_stats.items():
         assert chunk_stats[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
@@ -115,15 +115,15 @@ def test_updates_on_the_same_batch_decrease_the_loss():
     history = []
     for _ in range(3):
         result = ppo_update(model, optimizer, batch, cfg, torch.Generator().manual_seed(0))
-        assert set(result) >= {"policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac",
-                               "explained_variance"}
+        assert set(result) >= {f"losses/{name}" for name in ("policy_loss", "value_loss", "entropy", "approx_kl",
+                                                             "clipfrac", "ratio_mean", "explained_variance")}
         history.append(full_batch_stats(model, batch, cfg)[0])
     loss1, stats1 = full_batch_stats(model, batch, cfg)
     assert loss1 < loss0 - 0.05
     assert history[-1] < history[0]
-    assert stats1["policy_loss"] < stats0["policy_loss"]
-    assert stats1["value_loss"] < stats0["value_loss"]
-    assert stats1["approx_kl"] > 0  # the policy moved
+    assert stats1["losses/policy_loss"] < stats0["losses/policy_loss"]
+    assert stats1["losses/value_loss"] < stats0["losses/value_loss"]
+    assert stats1["losses/approx_kl"] > 0  # the policy moved
 
 
 def test_big_steps_are_clipped():
@@ -134,14 +134,14 @@ def test_big_steps_are_clipped():
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
     ppo_update(model, optimizer, batch, cfg, torch.Generator().manual_seed(0))
     _, stats = full_batch_stats(model, batch, cfg)
-    assert stats["clipfrac"] > 0
-    assert stats["approx_kl"] > 1e-3
+    assert stats["losses/clipfrac"] > 0
+    assert stats["losses/approx_kl"] > 1e-3
     # clipfrac matches its definition on the same data
     with torch.no_grad():
         logits, _ = model(batch.obs)
         new_lp = F.log_softmax(logits, -1).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
         ratio = (new_lp - batch.logprobs).exp()
-    assert stats["clipfrac"] == pytest.approx(((ratio - 1).abs() > cfg.clip_coef).float().mean().item())
+    assert stats["losses/clipfrac"] == pytest.approx(((ratio - 1).abs() > cfg.clip_coef).float().mean().item())
 
 
 class TablePolicy(nn.Module):
@@ -170,9 +170,9 @@ def test_clipped_surrogate_value_and_gradients():
     loss, stats = ppo_loss(model, batch, cfg)
 
     expected = torch.max(-adv * ratios, -adv * ratios.clamp(0.8, 1.2)).mean()
-    assert stats["policy_loss"].item() == pytest.approx(expected.item(), rel=1e-5)
-    assert stats["clipfrac"].item() == pytest.approx(4 / 7)
-    assert stats["ratio_mean"].item() == pytest.approx(ratios.mean().item(), rel=1e-5)
+    assert stats["losses/policy_loss"].item() == pytest.approx(expected.item(), rel=1e-5)
+    assert stats["losses/clipfrac"].item() == pytest.approx(4 / 7)
+    assert stats["losses/ratio_mean"].item() == pytest.approx(ratios.mean().item(), rel=1e-5)
 
     loss.backward()
     row_grad = model.logits.grad.abs().sum(1)
@@ -196,12 +196,12 @@ def test_value_loss_clipping():
     _, stats = ppo_loss(model, batch, cfg)
     clipped = new_values.clamp(-0.2, 0.2)
     expected = 0.5 * torch.max((new_values - returns) ** 2, (clipped - returns) ** 2).mean()
-    assert stats["value_loss"].item() == pytest.approx(expected.item(), rel=1e-6)
+    assert stats["losses/value_loss"].item() == pytest.approx(expected.item(), rel=1e-6)
 
     cfg.clip_vloss = False
     _, stats = ppo_loss(model, batch, cfg)
     unclipped = (0.5 * (new_values - returns) ** 2).mean()
-    assert stats["value_loss"].item() == pytest.approx(unclipped.item(), rel=1e-6)
+    assert stats["losses/value_loss"].item() == pytest.approx(unclipped.item(), rel=1e-6)
 
 
 def test_explained_variance():

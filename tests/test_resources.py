@@ -22,13 +22,13 @@ def test_sampler_catches_a_peak_between_samples():
     block = bytearray(300 * 2**20)  # zero-filled: every page is touched
     del block
     row = sampler.sample()
-    assert row["main_rss_mb"] < before["main_rss_mb"] + 150  # it is gone by sampling time ...
+    assert row["system/main_rss_mb"] < before["main_rss_mb"] + 150  # it is gone by sampling time ...
     assert sampler.peaks["main_rss_mb"] >= before["main_rss_mb"] + 250  # ... but the peak saw it
     assert sampler.peaks["rss_mb"] >= before["rss_mb"] + 250
     assert sampler.peaks["pss_mb"] >= before["pss_mb"] + 250
     # the high-water mark restarts at every sample: a quiet interval does not raise the peak again
     quiet = sampler.sample()
-    assert quiet["main_rss_mb"] < before["main_rss_mb"] + 150
+    assert quiet["system/main_rss_mb"] < before["main_rss_mb"] + 150
     sampler.close()
 
 
@@ -50,7 +50,7 @@ def test_sampler_counts_children_and_their_peaks():
         assert child.stdout.readline().strip() == "ready"
         baseline = sampler.peaks["rss_mb"]
         row = sampler.sample()
-        assert row["rss_mb"] > row["main_rss_mb"]  # the child is in the tree
+        assert row["system/rss_mb"] > row["system/main_rss_mb"]  # the child is in the tree
         assert sampler.peaks["rss_mb"] >= baseline + 150
         sampler.close()
     finally:
@@ -118,11 +118,11 @@ def test_mean_cpu_weights_each_sample_by_the_seconds_it_covers(tmp_path, monkeyp
     cfg.logging.tensorboard = False
     hook = training.MetricsHook(cfg, tmp_path, "sequential", None)
     cpu = iter([100.0, 200.0, 50.0])
-    monkeypatch.setattr(hook.sampler, "sample", lambda: {"cpu_percent": next(cpu)})
+    monkeypatch.setattr(hook.sampler, "sample", lambda: {"system/cpu_percent": next(cpu)})
     try:
         hook.finish()  # no update finished: nothing to add, and no mean to report
         assert hook.cpu_samples == [] and hook.mean_cpu_percent is None
-        row = {"update": 1, "env_steps": 10, "wall_time": 1.0}
+        row = {"progress/update": 1, "progress/env_steps": 10, "progress/wall_time": 1.0}
         for t in (103.0, 105.0, 109.0):  # the update at 105 is under SAMPLE_SECONDS after the one at 103
             now[0] = t
             hook.after_update(None, row)

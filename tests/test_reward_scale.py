@@ -12,8 +12,9 @@ import torch
 from parallel_ppo.core.checkpoint import load_checkpoint
 from parallel_ppo.core.collect import SequentialCollector
 from parallel_ppo.core.configure import build_config
+from parallel_ppo.core.envs import env_spaces
 from parallel_ppo.core.reward_scale import RewardScaler
-from parallel_ppo.runs.training import RunSetup, train
+from parallel_ppo.runs.training import RunPlan, train_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,12 +92,14 @@ def _cartpole(out: Path, total_steps: int):
 def test_resume_restores_the_normalization_state(tmp_path):
     """The checkpoint holds the scaler; a resumed run continues its statistics rather than starting afresh."""
     cfg = _cartpole(tmp_path, 2 * 32 * 8)
-    train(cfg, SequentialCollector(cfg, 1), tmp_path, RunSetup({}))
+    source = SequentialCollector(cfg, 1)
+    train_run(RunPlan(cfg, env_spaces(cfg.env), tmp_path, "sequential", {}), source)
     saved = load_checkpoint(tmp_path / "checkpoint.pt")
     state = saved["reward_scaler"]
     assert state["count"] == pytest.approx(1e-4 + 2 * 32 * 8)  # 2 updates × 32 steps × 8 envs
     cfg = _cartpole(tmp_path, 3 * 32 * 8)
-    train(cfg, SequentialCollector(cfg, 1, resumes=1), tmp_path, RunSetup({}), resume=saved)
+    source = SequentialCollector(cfg, 1, resumes=1)
+    train_run(RunPlan(cfg, env_spaces(cfg.env), tmp_path, "sequential", {}, resume=saved), source)
     resumed = load_checkpoint(tmp_path / "checkpoint.pt")["reward_scaler"]
     assert resumed["count"] == pytest.approx(state["count"] + 32 * 8)
     assert resumed["var"] != state["var"]

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from parallel_ppo.bench import learner_settings, roofline
-from parallel_ppo.bench.roofline import Candidate, limit_sps, measure_compute_limit, network_flops
 from parallel_ppo.cli.bench import main
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.envs import PROCGEN_ACTIONS, PROCGEN_OBS_SHAPE
 from parallel_ppo.errors import ConfigError
+from parallel_ppo.tuning import compute_limit, learner_settings
+from parallel_ppo.tuning.compute_limit import Candidate, limit_sps, measure_compute_limit, network_flops
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,13 +49,13 @@ def test_rates_are_positive_and_limit_follows_the_formula(precision: str) -> Non
 def test_candidates_are_timed_in_alternating_rounds(monkeypatch) -> None:
     """ABBA...: each round times every candidate, in reverse order every other round, and keeps its own limit."""
     order = []
-    train = roofline.NetworkSteps.train
+    train = compute_limit.NetworkSteps.train
 
-    def recording(steps: roofline.NetworkSteps, candidate: Candidate):
+    def recording(steps: compute_limit.NetworkSteps, candidate: Candidate):
         order.append(candidate.label)
         return train(steps, candidate)
 
-    monkeypatch.setattr(roofline.NetworkSteps, "train", recording)
+    monkeypatch.setattr(compute_limit.NetworkSteps, "train", recording)
     options = [Candidate("fp32", 0), Candidate("fp32", 2)]
     result = measure_compute_limit(small_config(), PROCGEN_OBS_SHAPE, PROCGEN_ACTIONS, 0.1, candidates=options,
                                    rounds=3, warmup_iters=0, min_iters=1)

@@ -5,6 +5,7 @@ over 400 lines, no function over 50, entry scripts that stay thin."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,12 +15,15 @@ PACKAGE = ROOT / "parallel_ppo"
 LAYERS = {  # subpackage → the subpackages (besides itself and parallel_ppo.errors) it may import
     "core": (),
     "engines": ("core",),
-    "runs": ("core", "engines"),
-    "bench": ("core", "engines", "runs"),
-    "launch": ("core", "engines", "runs", "bench"),
-    "api": ("core", "engines", "runs", "bench", "launch"),
-    "cli": ("core", "engines", "runs", "bench", "launch", "api"),
+    "runs": ("core",),
+    "tuning": ("core", "runs"),
+    "bench": ("core", "engines", "runs", "tuning"),
+    "launch": ("core", "engines", "runs", "tuning"),
+    "api": ("core", "engines", "runs", "tuning", "launch"),
+    "cli": ("core", "engines", "runs", "tuning", "bench", "launch", "api"),
 }
+"""Training (core, engines, runs, tuning, launch, api) never imports the benchmarks, and the run directory's code
+(runs) no engine: what a run measures before it starts is `tuning`, below both launch and bench."""
 
 
 def _module_name(path: Path, package: Path) -> str:
@@ -81,6 +85,16 @@ def test_each_layer_imports_only_the_layers_below_it():
     assert not bad, bad
 
 
+def test_training_imports_no_benchmark_and_runs_no_engine():
+    """The two rules of the layers spelled out (issue 37), checked on the import graph itself."""
+    graph = _imports()
+    training = [m for m in graph if _layer(m) in ("core", "engines", "runs", "tuning", "launch", "api")]
+    assert [f"{m} → {d}" for m in training for d in sorted(graph[m]) if _layer(d) == "bench"] == []
+    runs = [m for m in graph if _layer(m) == "runs"]
+    assert [f"{m} → {d}" for m in runs for d in sorted(graph[m]) if _layer(d) == "engines"] == []
+    assert "parallel_ppo.bench.roofline" in graph["parallel_ppo.cli.bench"]  # the graph sees these imports at all
+
+
 def test_no_module_is_longer_than_400_lines():
     long = [f"{p.relative_to(ROOT)} ({n} lines)" for p in sorted(PACKAGE.rglob("*.py"))
             if (n := len(p.read_text().splitlines())) > 400]
@@ -121,3 +135,44 @@ def test_reading_and_reporting_runs_needs_no_torch():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "False"
+
+
+def trainer_flags() -> set[str]:
+    """The option strings of both trainers' parsers (but --help)."""
+    from parallel_ppo.cli.train import make_parser
+
+    return {option for parallel in (False, True) for option in make_parser("train", parallel)._option_string_actions
+            if option.startswith("--") and option != "--help"}
+
+
+def flags_in_strings(source: str, flags: set[str]) -> list[str]:
+    """The flags that the string literals of `source` name, docstrings and comments aside (what is documented for
+    a reader, not said to a user by the code)."""
+    tree = ast.parse(source)
+    docstrings = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            found += [flag for flag in sorted(flags) if re.search(rf"(?<![\w-]){flag}(?![\w-])", node.value)]
+    return found
+
+
+def test_the_core_names_no_flag_of_the_command_lines():
+    """The core names config keys (`training.batch_size`); only the command lines know their flags and add them to
+    the keys of an error (`cli.flags.with_flags`)."""
+    flags = trainer_flags()
+    assert {"--batch-size", "--env", "--track", "--set", "--distributed"} <= flags
+    found = {path.name: names for path in sorted((PACKAGE / "core").glob("*.py"))
+             if (names := flags_in_strings(path.read_text(), flags))}
+    assert not found
+
+
+def test_the_flag_search_finds_a_flag_in_a_message():
+    """The search above can fail: it finds a flag in a message, f-strings too, but not in a comment or a
+    docstring."""
+    source = '''def f(batch):
+    """Set --batch-size to fix it."""
+    # --batch-size in a comment
+    raise ValueError(f"batch size {batch}: set --batch-size to 8 or --env CartPole-v1")
+'''
+    assert flags_in_strings(source, trainer_flags()) == ["--batch-size", "--env"]

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import parallel_ppo as ppo
+from parallel_ppo.cli.flags import with_flags
 from parallel_ppo.cli.train import make_parser, request_of
 from parallel_ppo.cli.train import run as train_cli
 from parallel_ppo.core.configure import build_config
@@ -106,7 +107,7 @@ def test_track_without_wandb_installed_is_one_line_and_exit_2(tmp_path, monkeypa
 
 @pytest.mark.parametrize("mode, tags, words", [
     ("bogus", [], "W&B setting WANDB_MODE = 'bogus': Input should be 'online', 'offline'"),
-    ("offline", ["x" * 70], "W&B setting tracking.tags (--wandb-tags) = ('xxxx"),
+    ("offline", ["x" * 70], "W&B setting tracking.tags = ('xxxx"),
 ])
 def test_a_bad_wandb_setting_is_named_with_its_value(tmp_path, monkeypatch, mode, tags, words):
     """wandb says only "1 validation error for Settings" in its first line: the setting and its value are named
@@ -127,6 +128,8 @@ def test_a_bad_wandb_setting_is_named_with_its_value(tmp_path, monkeypatch, mode
     message = str(error.value)
     assert words in message and "wandb login" not in message and "\n" not in message, message
     assert not (tmp_path / "run").exists()
+    if tags:  # the trainers' error line names the flag too
+        assert "W&B setting tracking.tags (--wandb-tags) = ('xxxx" in with_flags(message)
 
 
 def _offline_runs(run_dir: Path, run_id: str) -> list[Path]:

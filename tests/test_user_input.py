@@ -134,7 +134,7 @@ def test_the_checks_pass_an_intact_checkpoint_and_leave_the_random_state_alone(r
         expected = torch.rand(3)
         torch.manual_seed(7)
         cfg = build_config(str(run / "config.yaml"), {}, [], parallel=mode == "parallel")
-        check_checkpoint_fits(cfg, load_checkpoint(run / "checkpoint.pt"), run / "checkpoint.pt")
+        check_checkpoint_fits(cfg, env_spaces(cfg.env), load_checkpoint(run / "checkpoint.pt"), run / "checkpoint.pt")
         assert torch.equal(torch.rand(3), expected)
 
 
@@ -167,8 +167,8 @@ def _check(run: Path, edit: Callable[[dict], None]) -> None:
     """The resume's check of `run`'s checkpoint after `edit`."""
     state = load_checkpoint(run / "checkpoint.pt")
     edit(state)
-    check_checkpoint_fits(build_config(str(run / "config.yaml"), {}, [], parallel=False), state,
-                          run / "checkpoint.pt")
+    cfg = build_config(str(run / "config.yaml"), {}, [], parallel=False)
+    check_checkpoint_fits(cfg, env_spaces(cfg.env), state, run / "checkpoint.pt")
 
 
 @pytest.mark.parametrize("kind", MORE)

@@ -12,7 +12,7 @@ import torch
 
 from parallel_ppo.core.collect import SequentialCollector
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.envs import make_batch_env
+from parallel_ppo.core.envs import env_spaces, make_batch_env
 from parallel_ppo.core.model import network
 from parallel_ppo.core.threads import thread_plan
 from parallel_ppo.core.timing import PhaseTimer
@@ -69,7 +69,7 @@ def bench_envs(cfg: Config, seconds: float) -> list[dict[str, Any]]:
         sequential = SequentialCollector(run_cfg, env_threads=thread_plan(run_cfg, parallel=False).env)
         rows.append({"path": "sequential", "policy": policy, "workers": 0, "envs": total,
                      **_collector_rate(sequential, run_cfg, seconds)})
-        parallel = ParallelCoordinator(run_cfg, thread_plan(run_cfg, parallel=True))
+        parallel = ParallelCoordinator(run_cfg, env_spaces(run_cfg.env), thread_plan(run_cfg, parallel=True))
         rows.append({"path": "parallel", "policy": policy, "workers": cfg.parallel.num_workers, "envs": total,
                      **_collector_rate(parallel, run_cfg, seconds)})
     return rows

@@ -132,7 +132,7 @@ def point_row(run: Run, worker_threads: int = 1) -> dict[str, Any]:
 
 
 def add_speedups(rows: list[dict[str, Any]]) -> None:
-    """Speed-up and efficiency of every row against the first (`runs.speedup`, `runs.efficiency`)."""
+    """Speed-up and efficiency of every row against the first (`runs.figures.speedup`, `runs.figures.efficiency`)."""
     base = rows[0]
     for r in rows:
         r["speedup"] = speedup(r["steps_per_second"], base["steps_per_second"])

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from parallel_ppo.bench.roofline import format_table, network_flops, run_roofline_line
+from parallel_ppo.bench.roofline import format_table, run_roofline_line
 from parallel_ppo.bench.scaling import BenchRunCrashed
 from parallel_ppo.bench.speedcheck import SPEED_TARGET
 from parallel_ppo.cli.common import (
@@ -24,6 +24,7 @@ from parallel_ppo.cli.common import (
     fail,
     int_list,
     positive_int,
+    setting_item,
 )
 from parallel_ppo.cli.study import add_study, study
 from parallel_ppo.core.allocator import retain_freed_memory
@@ -66,7 +67,7 @@ def _add_roofline(sub: Any) -> None:
     r.add_argument("--env", metavar="ID", help="Procgen game or gymnasium id (decides the observation shape)")
     r.add_argument("--num-envs", type=int, metavar="N", help="forward batch (env.num_envs)")
     r.add_argument("--batch-size", type=int, metavar="N", help="PPO minibatch (training.batch_size)")
-    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+    r.add_argument("--set", action="append", default=[], type=setting_item, metavar="KEY=VALUE",
                    help="override any config field, e.g. --set training.precision=bf16 (repeatable)")
     r.add_argument("--seconds", type=duration_in("s"), default=20.0, metavar="TIME",
                    help="timed measuring budget, split between forward and train (default 20)")
@@ -88,7 +89,7 @@ def _add_speed_check(sub: Any) -> None:
     s.add_argument("--n-steps", type=int, default=64, metavar="N", help="steps per env (default 64)")
     s.add_argument("--batch-size", type=int, default=256, metavar="N", help="minibatch (default 256)")
     s.add_argument("--n-epochs", type=int, default=3, metavar="N", help="epochs (default 3)")
-    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+    s.add_argument("--set", action="append", default=[], type=setting_item, metavar="KEY=VALUE",
                    help="extra config override for both the limit and the trainer (repeatable)")
     s.add_argument("--seconds", type=duration_in("s"), default=20.0, metavar="TIME",
                    help="timed budget of the limit measurement (default 20)")
@@ -108,7 +109,8 @@ def _add_envs(sub: Any) -> None:
     e.add_argument("--env", metavar="ID", help="Procgen game or gymnasium id")
     e.add_argument("--num-workers", type=int, metavar="W", help="workers of the parallel path")
     e.add_argument("--num-envs-per-worker", type=int, metavar="M", help="envs per worker (total W × M)")
-    e.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
+    e.add_argument("--set", action="append", default=[], type=setting_item, metavar="KEY=VALUE",
+                   help="config override (repeatable)")
     e.add_argument("--seconds", type=duration_in("s"), default=10.0, metavar="TIME", help="per measurement (10)")
     e.add_argument("--output", metavar="FILE.json", help="also write the rows as JSON")
 
@@ -122,7 +124,7 @@ def _add_sweeps(sub: Any) -> None:
         c = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
         add_config_flag(c, PROCGEN_CONFIGS[name])
         c.add_argument("--env", metavar="ID", help="Procgen game or gymnasium id")
-        c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+        c.add_argument("--set", action="append", default=[], type=setting_item, metavar="KEY=VALUE",
                        help="config override passed to every run (repeatable)")
         c.add_argument("--seconds", type=duration_in("s"), default=20.0 if name == "autotune" else 60.0,
                        metavar="TIME", help="wall-clock budget of each run")
@@ -156,7 +158,7 @@ def _add_learning(sub: Any) -> None:
     c.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
                    help="a variant (repeatable; keys as for --set, e.g. fp32:training.precision=fp32); "
                         "default: " + ", ".join(f"{v.label}:{','.join(v.sets)}" for v in DEFAULT_VARIANTS))
-    c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+    c.add_argument("--set", action="append", default=[], type=setting_item, metavar="KEY=VALUE",
                    help="config override passed to every run (repeatable)")
     c.add_argument("--parallel", action="store_true",
                    help="train with the parallel trainer and the config's workers (the same learning per step, "
@@ -204,7 +206,7 @@ def _run_args(args: Any) -> list[str]:
 
 def envs(args: Any, prog: str) -> int:
     from parallel_ppo.bench.envbench import bench_envs, format_env_table
-    from parallel_ppo.bench.learner_settings import resolve
+    from parallel_ppo.tuning.learner_settings import resolve
 
     flags = {"env.id": args.env, "parallel.num_workers": args.num_workers,
              "parallel.num_envs_per_worker": args.num_envs_per_worker}
@@ -297,7 +299,8 @@ def _set_threads(cfg: Config, threads: int | None) -> None:
 def _measure(cfg: Config, seconds: float) -> tuple[Config, dict[str, Any]]:
     """The compute limit of every setting the config leaves `auto`: the config with the one a trainer would keep
     (`pick`), and the result, which carries the physical roofline (network FLOPs, matmul peaks) beside it."""
-    from parallel_ppo.bench.learner_settings import matmul_peaks, measure_candidates
+    from parallel_ppo.tuning.compute_limit import network_flops
+    from parallel_ppo.tuning.learner_settings import matmul_peaks, measure_candidates
 
     obs_shape, obs_dtype, actions = env_spaces(cfg.env)
     result = measure_candidates(cfg, obs_shape, obs_dtype, actions, seconds)

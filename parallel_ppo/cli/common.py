@@ -9,14 +9,24 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from parallel_ppo.cli.flags import with_flags
 from parallel_ppo.core.units import to_unit
 from parallel_ppo.errors import ConfigError
 
 
-def fail(prog: str, error: Exception, status: int) -> int:
-    """Report `error` as the one line `PROG: error: ...` on stderr; returns the exit status to end with."""
-    print(f"{prog}: error: {error}", file=sys.stderr)
+def fail(prog: str, error: Exception, status: int, flags: bool = False) -> int:
+    """Report `error` as the one line `PROG: error: ...` on stderr (`flags`, for the trainers: each config key it
+    names with the trainers' flag for it, `with_flags`); returns the exit status to end with."""
+    print(f"{prog}: error: {with_flags(str(error)) if flags else error}", file=sys.stderr)
     return status
+
+
+def setting_item(text: str) -> str:
+    """argparse type of `--set`: `section.key=value` (the value is read and checked with the config)."""
+    key, eq, _ = text.partition("=")
+    if not eq or "." not in key or not key.strip():
+        raise argparse.ArgumentTypeError(f"expects section.key=value, got {text!r}")
+    return text
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -11,8 +11,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torch import nn
-
 from parallel_ppo.cli.common import OneLineParser, duration_in, fail, positive_int, seed_number
 from parallel_ppo.core.config import Config
 from parallel_ppo.errors import ParallelPPOError
@@ -73,14 +71,6 @@ def demo_parser(prog: str) -> OneLineParser:
     return p
 
 
-def load_policy(where: str) -> tuple[Config, nn.Module, Path, dict[str, Any]]:
-    """(config, model with the checkpoint's weights, run directory, checkpoint) from a run dir or a file."""
-    from parallel_ppo.core.policy import Policy
-
-    policy = Policy.load(where)
-    return policy.cfg, policy.model, policy.run_dir, policy.state
-
-
 def record_eval(run_dir: Path, key: str, entry: dict[str, Any]) -> Path:
     """Merge `entry` under `key` into RUN_DIR/eval.json (earlier evaluations of other kinds are kept)."""
     from parallel_ppo.core.files import write_json
@@ -107,7 +97,8 @@ def captioned(frames: list) -> FrameSink:
 
 
 def eval_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo eval") -> int:
-    from parallel_ppo.core.evaluate import evaluate
+    from parallel_ppo.core.evaluate import play_episodes
+    from parallel_ppo.core.policy import Policy
     from parallel_ppo.runs.video import check_video_path, write_video
 
     args = eval_parser(prog).parse_args(argv)
@@ -115,9 +106,10 @@ def eval_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
     try:
         if args.video:
             check_video_path(Path(args.video))
-        cfg, model, run_dir, checkpoint = load_policy(args.checkpoint)
-        result = evaluate(model, cfg, args.levels, args.episodes, args.num_envs, args.deterministic, args.seed,
-                          frames=captioned(frames) if args.video else None)
+        policy = Policy.load(args.checkpoint)
+        cfg, model, run_dir, checkpoint = policy.cfg, policy.model, policy.run_dir, policy.state
+        result = play_episodes(model, cfg, args.levels, args.episodes, args.num_envs, args.deterministic, args.seed,
+                               frames=captioned(frames) if args.video else None)
         if args.video:
             write_video(Path(args.video), frames, DEFAULT_FPS)
     except ParallelPPOError as e:
@@ -157,19 +149,20 @@ def format_eval(cfg: Config, e: dict[str, Any]) -> str:
 
 
 def demo_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo demo") -> int:
-    from parallel_ppo.core.evaluate import evaluate
+    from parallel_ppo.core.evaluate import play_episodes
+    from parallel_ppo.core.policy import Policy
     from parallel_ppo.runs.video import check_video_path, write_video
 
     args = demo_parser(prog).parse_args(argv)
     frames: list = []
     wanted = math.ceil(args.seconds * args.fps)
     try:
-        cfg, model, run_dir, checkpoint = load_policy(args.checkpoint)
+        policy = Policy.load(args.checkpoint)
+        cfg, model, run_dir, checkpoint = policy.cfg, policy.model, policy.run_dir, policy.state
         output = Path(args.output) if args.output else run_dir / "demo.mp4"
         check_video_path(output)
-        result = evaluate(model, cfg, args.levels, 10**6, 1, args.deterministic, args.seed,
-                          frames=captioned(frames),
-                          until=lambda: len(frames) >= wanted)
+        result = play_episodes(model, cfg, args.levels, 10**6, 1, args.deterministic, args.seed,
+                               frames=captioned(frames), until=lambda: len(frames) >= wanted)
         write_video(output, frames, args.fps)
     except ParallelPPOError as e:
         return fail(prog, e, 2)

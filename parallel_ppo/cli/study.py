@@ -17,7 +17,7 @@ from parallel_ppo.bench.study import (
     run_study,
     study_table,
 )
-from parallel_ppo.cli.common import add_config_flag, duration_in, fail, int_list, positive_int
+from parallel_ppo.cli.common import add_config_flag, duration_in, fail, int_list, positive_int, setting_item
 from parallel_ppo.errors import ConfigError, ParallelPPOError
 
 
@@ -36,7 +36,7 @@ def add_study(sub: Any) -> None:
     c.add_argument("--seconds", type=duration_in("s"), default=30.0, metavar="TIME",
                    help="wall-clock budget of each run (default 30)")
     c.add_argument("--n-steps", type=positive_int, default=64, metavar="N", help="steps per env per rollout (64)")
-    c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+    c.add_argument("--set", action="append", default=[], type=setting_item, metavar="KEY=VALUE",
                    help="config override passed to every run (repeatable)")
     c.add_argument("--runs-dir", default="benchmarks/study", metavar="DIR",
                    help="where the run directories go (default benchmarks/study; not for git)")

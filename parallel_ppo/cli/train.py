@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from parallel_ppo.cli.common import OneLineParser, duration_in, fail
+from parallel_ppo.cli.common import OneLineParser, duration_in, fail, setting_item
+from parallel_ppo.cli.flags import FLAGS, choices_of
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.configure import DEVICES, FLAGS, build_config
+from parallel_ppo.core.configure import build_config
 from parallel_ppo.errors import ConfigError, ParallelPPOError, TrackingError
 from parallel_ppo.runs.directory import default_run_dir, resolve_run_dir
 from parallel_ppo.runs.progress import progress_to_stdout
@@ -41,9 +42,9 @@ def make_parser(prog: str, parallel: bool) -> OneLineParser:
     p.add_argument("--batch-size", type=int, metavar="N",
                    help=f"SGD minibatch size (training.batch_size; {builtin('training.batch_size')})")
     add_layout_flags(p, parallel)
-    p.add_argument("--device", choices=DEVICES,
+    p.add_argument("--device", choices=choices_of("training.device"),
                    help="the learner's device (training.device; default auto: cuda, else mps, else cpu)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--set", action="append", default=[], type=setting_item, metavar="KEY=VALUE",
                    help="override any config field, e.g. --set training.n_steps=64 (repeatable)")
     p.add_argument("--overwrite", action="store_true", help="replace the results of an earlier run in DIR")
     p.add_argument("--resume", metavar="DIR",
@@ -106,8 +107,8 @@ def request_of(args: argparse.Namespace, parallel: bool) -> Request:
     from parallel_ppo.launch import Request
 
     flags = {key: getattr(args, flag[2:].replace("-", "_"), None) for key, flag in FLAGS.items()}
-    return Request(args.config, flags, tuple(args.set), parallel, args.distributed, args.overwrite, args.resume,
-                   args.resume_if_exists)
+    return Request(args.config, flags, tuple(args.set), parallel=parallel, distributed=args.distributed,
+                   overwrite=args.overwrite, resume=args.resume, resume_if_exists=args.resume_if_exists)
 
 
 def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
@@ -131,7 +132,7 @@ def print_config(request: Request, seeds: str | None, prog: str) -> int:
             raise ConfigError("--print-config shows one run's config: give --seed N instead of --seeds")
         cfg = validated_config(request)[0]
     except ParallelPPOError as e:
-        return fail(prog, e, 2)
+        return fail(prog, e, 2, flags=True)
     print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
     return 0
 
@@ -155,8 +156,8 @@ def seed_runs(args: argparse.Namespace, parallel: bool) -> list[Request]:
     parent = Path(args.output_dir or default_run_dir("parallel" if parallel else "sequential"))
     base, out = request_of(args, parallel), []
     for seed in seeds:
-        one = Request(base.config, {**base.flags, "run.seed": seed, "run.output_dir": str(seed_dir(parent, seed))},
-                      base.sets, parallel, overwrite=base.overwrite)
+        flags = {**base.flags, "run.seed": seed, "run.output_dir": str(seed_dir(parent, seed))}
+        one = Request(base.config, flags, base.sets, parallel=parallel, overwrite=base.overwrite)
         resolve_run_dir(build_config(one.config, one.flags, list(one.sets), parallel), "", one.overwrite)
         out.append(one)
     return out
@@ -167,7 +168,7 @@ def run_seeds(args: argparse.Namespace, parallel: bool, prog: str) -> int:
     try:
         runs = seed_runs(args, parallel)
     except ParallelPPOError as e:
-        return fail(prog, e, 2)
+        return fail(prog, e, 2, flags=True)
     for i, one in enumerate(runs, 1):
         print(f"{prog}: seed {one.flags['run.seed']} ({i} of {len(runs)}) → {one.flags['run.output_dir']}",
               flush=True)
@@ -193,13 +194,13 @@ def run_one(request: Request, prog: str) -> int:
     try:
         prepared = prepare(request)
     except ParallelPPOError as e:
-        return 2 if quiet else fail(prog, e, 2)
+        return 2 if quiet else fail(prog, e, 2, flags=True)
     except (RolloutError, PeerLost) as e:
-        return fail(prog, e, 1)
+        return fail(prog, e, 1, flags=True)
     except KeyboardInterrupt:
         print(f"\n{prog}: interrupted before the first update; nothing was trained", file=sys.stderr)
         return 128 + signal.SIGINT
     try:
         return execute(prepared, prog)[1]
     except TrackingError as e:  # W&B tracking that could not start (the run directory is left as it was)
-        return fail(prog, e, 2)
+        return fail(prog, e, 2, flags=True)

@@ -17,6 +17,9 @@ from parallel_ppo.core.files import atomic_write
 from parallel_ppo.errors import RunDataError
 
 FORMAT_VERSION = 1
+JOB_ID = "torchrun_run_id"
+"""The key that records the job (torchrun's run id) that wrote a checkpoint: a restarted group resumes only its own
+run's."""
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:

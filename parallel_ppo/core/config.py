@@ -1,46 +1,90 @@
-"""The typed run configuration: one dataclass per YAML section, each field documented (the docs of `--set`).
-Loading, overriding and validating it is `core.configure`'s job."""
+"""The typed run configuration: one dataclass per YAML section, each field documented (the docs of `--set`) and
+carrying its rules (`Rules`, in the field's metadata). Loading, overriding and validating it is `core.configure`'s
+job."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+PROCGEN_MODES = ("easy", "hard", "extreme", "memory", "exploration")
+"""Procgen's difficulties: the choices of `env.distribution_mode`."""
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What a field's value must satisfy and how a value for it is read: `core.configure` applies them to every
+    field, so a rule is written once, on its field."""
+
+    positive: bool = False
+    non_negative: bool = False
+    maximum: float | None = None
+    unit_interval: bool = False
+    """Within [0, 1]."""
+    choices: tuple[str, ...] = ()
+    unit: str = ""
+    """A duration: the unit of a bare number (`h` or `s`); text with a unit (`90m`, `30s`; core/units.py) is
+    taken too."""
+    auto: bool = False
+    """An integer that also takes `auto` (chosen by measurement before a run)."""
+    names: bool = False
+    """A list of names (strings), which also takes a comma-separated string."""
+    widths: bool = False
+    """A non-empty list of layer widths, each in 1..4096."""
+    resume: bool = False
+    """It makes the envs or the network: a checkpoint resumes only with the same value."""
+    command_line: bool = False
+    """The trainers' command lines set it with a flag of their own."""
+
+
+def setting(default: Any, **rules: Any) -> Any:
+    """A dataclass field with `default` (a list is copied for each instance) and its `Rules` (keywords)."""
+    metadata = {"rules": Rules(**rules)}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def rules_of(f: dataclasses.Field) -> Rules:
+    """The rules of a field (none for one declared without `setting`)."""
+    return f.metadata.get("rules", Rules())
 
 
 @dataclass
 class EnvConfig:
-    id: str = "starpilot"
+    id: str = setting("starpilot", command_line=True, resume=True)
     """Procgen game (e.g. `starpilot`), or any gymnasium id with Box observations (vectors or uint8 HWC images) and
     Discrete or Box actions: classic control (`CartPole-v1`, `Pendulum-v1`), MuJoCo (`HalfCheetah-v5`), Atari
     (`ALE/Breakout-v5`, with the standard preprocessing), or `module:EnvId` for an env a module of yours registers
     (the module is imported in every process that builds envs)."""
-    num_envs: int = 16
+    num_envs: int = setting(16, positive=True, maximum=4096, command_line=True, resume=True)
     """Total envs. Sequential: stepped by the one process. Parallel: derived, workers × envs per worker (a
     different value given for it is refused)."""
-    distribution_mode: str = "easy"
+    distribution_mode: str = setting("easy", choices=PROCGEN_MODES, resume=True)
     """Procgen difficulty: easy, hard, extreme, memory or exploration (exploration plays one fixed hard level
     per game, so num_levels and start_level do not apply; only the games Procgen has one for)."""
-    num_levels: int = 200
+    num_levels: int = setting(200, non_negative=True, maximum=2**31 - 1, resume=True)
     """Procgen: number of distinct levels (0 = unlimited)."""
-    start_level: int = 0
+    start_level: int = setting(0, non_negative=True, maximum=2**31 - 1, resume=True)
     """Procgen: seed of the first level."""
-    env_threads: int = 0
+    env_threads: int = setting(0, non_negative=True, resume=True)
     """Procgen's own stepping threads per process (0 = automatic: 1 in a worker, all cores otherwise)."""
-    pixels: bool = False
+    pixels: bool = setting(False, resume=True)
     """gymnasium's MuJoCo envs: observe RGB frames rendered on the CPU instead of the state vector. Rendering
     happens in the process that steps the env (workers in parallel mode)."""
-    frame_size: int = 84
+    frame_size: int = setting(84, positive=True, maximum=1024, resume=True)
     """Pixels: width and height of the rendered frames. Atari: of the preprocessed grayscale frames."""
-    frame_stack: int = 0
+    frame_stack: int = setting(0, non_negative=True, maximum=64, resume=True)
     """Frames stacked along the channels (0 = automatic: 4 for Atari, 3 for pixels, else 1)."""
-    fast_render: bool = True
-    """Pixels: render without shadows, reflections, skybox and multisampling (about 30× faster on Mesa's software
-    renderer, measured: 52 → 1.5 ms a 84×84 HalfCheetah frame)."""
-    episodic_life: bool = False
+    fast_render: bool = setting(True, resume=True)
+    """Pixels: render without shadows, reflections, skybox and multisampling: many times faster on Mesa's software
+    renderer (`scripts/render_cost.py` measures both; docs/results has its figures)."""
+    episodic_life: bool = setting(False, resume=True)
     """Atari: a life lost ends the episode for learning (the value is not bootstrapped across it) while the game
     plays on, as CleanRL's ppo_atari does; returns in the metrics and in evaluation stay whole games."""
-    fire_reset: bool = False
+    fire_reset: bool = setting(False, resume=True)
     """Atari: press FIRE after every reset (games such as Breakout wait for it), and so after every life lost when
     `episodic_life` ends an episode there, as CleanRL's ppo_atari does; games without FIRE (action 1) start by
     themselves and are left as they are."""
@@ -48,139 +92,138 @@ class EnvConfig:
 
 @dataclass
 class ParallelConfig:
-    num_workers: int = 2
+    num_workers: int = setting(2, positive=True, maximum=512, command_line=True)
     """Worker processes, each stepping its own batch of envs."""
-    num_envs_per_worker: int = 8
+    num_envs_per_worker: int = setting(8, positive=True, command_line=True)
     """Envs in each worker's batch."""
-    worker_threads: int = 1
+    worker_threads: int = setting(1, positive=True)
     """Torch/OpenMP threads in each worker process."""
-    learner_threads: int = 0
+    learner_threads: int = setting(0, non_negative=True)
     """Torch threads of the process that runs the update (0 = automatic: all logical cores)."""
-    start_method: str = "forkserver"
+    start_method: str = setting("forkserver", choices=("spawn", "forkserver"))
     """How workers start: forkserver (forked from a process that loaded torch and Procgen once, so workers
     share that memory; the default) or spawn (each worker imports everything itself)."""
-    worker_timeout: float = 5.0
+    worker_timeout: float = setting(5.0, positive=True, maximum=10**9, unit="s")
     """Seconds a worker may make no progress before it is declared stuck."""
-    max_worker_restarts: int = 3
+    max_worker_restarts: int = setting(3, non_negative=True)
     """Restarts allowed per worker slot before the run stops with an error."""
 
 
 @dataclass
 class ModelConfig:
-    kind: str = "auto"
+    kind: str = setting("auto", choices=("auto", "impala", "nature", "mlp", "random"), resume=True)
     """Network: `impala` (image observations), `nature` (the Nature DQN CNN, as the Atari references use), `mlp`
     (vector observations), `auto` to pick by shape (impala for images), or `random` (uniform actions, no network:
     for measuring raw env throughput). Every network has a categorical head for discrete actions and a diagonal
     Gaussian with a state-independent log-std for continuous ones."""
-    impala_depths: list[int] = field(default_factory=lambda: [16, 32, 32])
+    impala_depths: list[int] = setting([16, 32, 32], widths=True, resume=True)
     """Channels of the IMPALA CNN's three stages."""
-    hidden_size: int = 256
+    hidden_size: int = setting(256, positive=True, maximum=65536, resume=True)
     """Width of the IMPALA or Nature CNN's dense layer."""
-    init: str = "reference"
+    init: str = setting("reference", choices=("reference", "orthogonal"), resume=True)
     """IMPALA CNN weights: `reference` (PyTorch's default init for the convolutions and the dense layer,
     orthogonal heads with gain 0.01 for the actor and 1 for the critic, as CleanRL's ppo_procgen) or
-    `orthogonal` (gain √2 on every layer: activations grow about 3× per stage on Procgen frames and the
-    first value estimates are 2 to 40 in magnitude, their mean over a batch of frames, by seed and game, which
-    value clipping then undoes only 0.2 per update)."""
-    mlp_hidden: list[int] = field(default_factory=lambda: [64, 64])
+    `orthogonal` (gain √2 on every layer: activations grow from stage to stage on Procgen frames, so the first
+    value estimates are large, which value clipping then undoes only `clip_coef` per update)."""
+    mlp_hidden: list[int] = setting([64, 64], widths=True, resume=True)
     """Hidden layer widths of the MLP (separate actor and critic towers)."""
 
 
 @dataclass
 class TrainingConfig:
-    n_steps: int = 128
+    n_steps: int = setting(128, positive=True, maximum=100_000)
     """Steps per env per rollout."""
-    batch_size: int = 256
+    batch_size: int = setting(256, positive=True, command_line=True)
     """SGD minibatch size; must divide n_steps × total envs."""
-    microbatch_size: int | str = "auto"
+    microbatch_size: int | str = setting("auto", non_negative=True, auto=True)
     """Samples per forward/backward pass inside a minibatch (0 = the whole minibatch), or `auto`: 64 unless 128 or
     the whole minibatch is clearly faster, measured on this machine before the run (`learner_settings`); the whole
     minibatch, unmeasured, for a network too small for the choice to matter (CartPole's MLP).
     Gradients add up to the minibatch's, so this trades nothing but memory and cache misses."""
-    n_epochs: int = 3
+    n_epochs: int = setting(3, positive=True)
     """Passes over each rollout."""
-    learning_rate: float = 5e-4
+    learning_rate: float = setting(5e-4, positive=True)
     """Adam learning rate (Adam eps is 1e-5)."""
     anneal_lr: bool = False
     """Linearly anneal the learning rate to 0 over the run (by steps or by duration, whichever is bound)."""
-    anneal_steps: int = 0
+    anneal_steps: int = setting(0, non_negative=True)
     """With `anneal_lr`: anneal over this many env steps instead, wherever the run stops (0 = over the run): a
     1M-step run on a reference's 10M-step schedule, to compare with its curve at 1M. Not below `run.total_steps`."""
-    gamma: float = 0.999
+    gamma: float = setting(0.999, unit_interval=True)
     """Discount factor."""
-    gae_lambda: float = 0.95
+    gae_lambda: float = setting(0.95, unit_interval=True)
     """GAE lambda."""
-    clip_coef: float = 0.2
+    clip_coef: float = setting(0.2, positive=True)
     """PPO ratio clip range."""
     clip_vloss: bool = True
     """Clip the value loss around the old values (by ±clip_coef)."""
     normalize_reward: bool = False
     """Divide rewards by a running std of the discounted return, as the reference Procgen PPOs do (episode
     returns in metrics and reports stay raw)."""
-    reward_clip: float = 10.0
+    reward_clip: float = setting(10.0, positive=True)
     """Clip normalized rewards to ±this (only with normalize_reward)."""
     sign_rewards: bool = False
     """Learn from each reward's sign (−1, 0 or 1), as the Atari references clip rewards (metrics stay raw)."""
-    normalize_obs: bool = False
+    normalize_obs: bool = setting(False, resume=True)
     """Normalize vector observations by a running mean and variance over every observation of every rollout,
     clipped to ±obs_clip. The statistics are part of the policy: updated by the learner after each update from
     the whole rollout (all ranks'), published to workers with the parameters, saved in the checkpoint and used by
     eval, demo and `predict`."""
-    obs_clip: float = 10.0
+    obs_clip: float = setting(10.0, positive=True, resume=True)
     """Clip normalized observations to ±this (only with normalize_obs)."""
-    ent_coef: float = 0.01
+    ent_coef: float = setting(0.01, non_negative=True)
     """Entropy bonus coefficient."""
-    vf_coef: float = 0.5
+    vf_coef: float = setting(0.5, non_negative=True)
     """Value loss coefficient."""
-    max_grad_norm: float = 0.5
+    max_grad_norm: float = setting(0.5, positive=True)
     """Global gradient norm clip."""
     norm_adv: bool = True
     """Normalize advantages per minibatch."""
-    target_kl: float = 0.0
+    target_kl: float = setting(0.0, non_negative=True)
     """Stop the epochs early, after an epoch whose approx KL, the mean over its minibatches (and over the ranks of
     a distributed run), exceeds this (0 = never). CleanRL checks the last minibatch's KL instead."""
-    precision: str = "auto"
+    precision: str = setting("auto", choices=("auto", "fp32", "bf16"))
     """Network arithmetic: fp32, bf16 (autocast; log-probs, losses and optimizer state stay fp32), or `auto`:
     fp32 unless bf16 is clearly faster for this network on this machine, measured before the run
     (`learner_settings`); fp32, unmeasured, on a CPU without native bf16 or for a network too small to matter.
     Which is faster depends on the CPU: much faster with native bf16, slower without."""
-    device: str = "auto"
+    device: str = setting("auto", choices=("auto", "cpu", "cuda", "mps"), command_line=True)
     """Where the learner runs (`--device`): cpu, cuda, mps, or `auto` (cuda, else mps, else cpu). Parallel
     workers always run on the CPU and read the parameters from CPU shared memory."""
 
 
 @dataclass
 class RunConfig:
-    duration: float = 1.0
+    duration: float = setting(1.0, positive=True, maximum=24 * 365, unit="h", command_line=True)
     """Wall-clock budget in hours; the run stops at the first update boundary after it."""
-    total_steps: int = 0
+    total_steps: int = setting(0, non_negative=True, command_line=True)
     """Stop after this many env steps (0 = no step limit)."""
-    seed: int = 1
+    seed: int = setting(1, non_negative=True, maximum=2**31 - 1, command_line=True)
     """Seed for torch, action sampling and envs."""
-    output_dir: str = ""
+    output_dir: str = setting("", command_line=True)
     """Run directory (empty = benchmarks/<mode>_<timestamp>)."""
-    checkpoint_interval: float = 300.0
+    checkpoint_interval: float = setting(300.0, positive=True, maximum=10**9, unit="s")
     """Seconds between checkpoints (one is always written at the end)."""
-    limit_seconds: float = 10.0
+    limit_seconds: float = setting(10.0, non_negative=True, unit="s")
     """Seconds spent measuring the bare network's compute limit before training, so that summary.json can
     report the run's efficiency against it (0 = skip)."""
-    preempt_signal: str = "SIGUSR1"
+    preempt_signal: str = setting("SIGUSR1", choices=("", "SIGUSR1", "SIGUSR2"))
     """The signal a scheduler sends before it stops a job (Slurm: `--signal=USR1@90`); empty: none."""
-    on_preempt: str = "stop"
+    on_preempt: str = setting("stop", choices=("stop", "checkpoint"))
     """What `preempt_signal` does at the next update boundary: `stop` (checkpoint, summary, exit 128 + signal, as
     SIGTERM does) or `checkpoint` (write a checkpoint and train on)."""
 
 
 @dataclass
 class EvalConfig:
-    interval_seconds: float = 0.0
+    interval_seconds: float = setting(0.0, non_negative=True, maximum=10**9, unit="s")
     """Evaluate the policy every this many seconds of training, and once at the end (0 = never). It plays on
     fresh envs of its own, in the learner's process; its time is the `eval` phase of the update after it."""
-    episodes: int = 16
+    episodes: int = setting(16, positive=True)
     """Complete episodes per evaluation."""
-    num_envs: int = 8
+    num_envs: int = setting(8, positive=True)
     """Envs an evaluation plays at once (each plays its share of the episodes)."""
-    levels: str = "auto"
+    levels: str = setting("auto", choices=("auto", "train", "test"))
     """`test`: Procgen levels the run never trains on; `train`: its own levels (or the gymnasium env itself);
     `auto`: test where the run has levels to hold out, else train."""
     deterministic: bool = False
@@ -189,12 +232,12 @@ class EvalConfig:
 
 @dataclass
 class DistributedConfig:
-    num_envs_total: int = 0
+    num_envs_total: int = setting(0, non_negative=True, maximum=2**20, command_line=True)
     """Envs over all ranks of a `--distributed` run, split evenly among them, and then `training.batch_size` is the
     minibatch of all ranks, split too: one global problem shared out (strong scaling). 0, the default: each rank
     runs the env layout and the minibatch given for one process, and the global figures are those × the ranks
     (the scaling rule that keeps each rank's work the same at any rank count)."""
-    timeout_seconds: float = 45.0
+    timeout_seconds: float = setting(45.0, positive=True, maximum=7 * 24 * 3600, unit="s")
     """How long a rank waits on the others in one exchange before it gives up (a rank that hung): with the update
     in progress, under a minute. A rank that died is noticed at once. (The wait for rank 0's logging, checkpoints
     and evaluation after an update has a timeout of an hour.)"""
@@ -204,31 +247,31 @@ class DistributedConfig:
 class LoggingConfig:
     tensorboard: bool = True
     """Write TensorBoard events under <output_dir>/logs."""
-    progress: str = "auto"
+    progress: str = setting("auto", choices=("auto", "on", "off"))
     """Progress of a run while it trains (rank 0 only): `auto` shows a tqdm bar when stdout is a terminal and
     otherwise (a batch job's log: nohup, Slurm, CI) a plain line every `progress_seconds` through Python's logging
     (logger `parallel_ppo.progress`, level INFO; the command lines print it to stdout, and in Python it follows
     your logging setup); `on` is the same, but where nothing handles that logger it prints the lines to stdout
     itself; `off` shows neither."""
-    progress_seconds: float = 30.0
+    progress_seconds: float = setting(30.0, positive=True, maximum=10**9, unit="s")
     """Seconds between two progress lines when stdout is not a terminal (the first update is always logged)."""
-    return_window: int = 100
+    return_window: int = setting(100, positive=True)
     """Episodes in the rolling mean of returns and lengths."""
 
 
 @dataclass
 class TrackingConfig:
-    wandb: bool = False
+    wandb: bool = setting(False, command_line=True)
     """Track the run in Weights & Biases (`--track`; needs `pip install 'parallel_ppo[wandb]'`): the resolved config,
     each update's metrics under their TensorBoard tags, the summary, and eval/demo videos. `WANDB_MODE=offline`
     keeps everything in <output_dir>/wandb (or `WANDB_DIR`) with no network, for a later `wandb sync`."""
-    project: str = "parallel_ppo"
+    project: str = setting("parallel_ppo", command_line=True)
     """W&B project (`--wandb-project`)."""
-    entity: str = ""
+    entity: str = setting("", command_line=True)
     """W&B team or user (`--wandb-entity`; empty: your default entity)."""
-    group: str = ""
+    group: str = setting("", command_line=True)
     """W&B group of the run, e.g. one per experiment or per set of seeds (`--wandb-group`; empty: none)."""
-    tags: list[str] = field(default_factory=list)
+    tags: list[str] = setting([], names=True, command_line=True)
     """W&B tags (`--wandb-tags a,b`; in YAML a list or a comma-separated string)."""
 
 
@@ -251,3 +294,10 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def config_fields() -> Iterator[tuple[str, dataclasses.Field]]:
+    """`(section.key, field)` of every field of every section, in the order of a config file."""
+    for section in dataclasses.fields(Config):
+        for f in dataclasses.fields(section.default_factory):
+            yield f"{section.name}.{f.name}", f

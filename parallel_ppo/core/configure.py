@@ -1,5 +1,6 @@
-"""From YAML, flags and `--set section.key=value` to a validated Config: types checked, values bounded, layouts
-derived (parallel workers × envs, a distributed split), and the first problem named in one ConfigError."""
+"""From YAML, flags and `--set section.key=value` to a validated Config: types checked, values bounded by each
+field's rules (`config.Rules`), layouts derived (parallel workers × envs, a distributed split), and the first problem
+named in one ConfigError. Messages name config keys (`section.key`); a command line adds its flags to them."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from typing import Any
 
 import yaml
 
-from parallel_ppo.core.config import Config
+from parallel_ppo.core.config import Config, Rules, config_fields, rules_of
 from parallel_ppo.core.config_yaml import load_yaml, parse_yaml
-from parallel_ppo.core.envs import PROCGEN_MODES, check_env, eval_levels
+from parallel_ppo.core.envs import check_env, eval_levels
 from parallel_ppo.core.units import to_unit
 from parallel_ppo.errors import ConfigError
 
@@ -57,23 +58,29 @@ def set_value(cfg: Config, dotted: str, value: Any) -> None:
         known = ", ".join(_section_types())
         raise ConfigError(f"unknown config key {dotted!r} (use section.key; sections: {known})")
     section = getattr(cfg, section_name)
-    names = [f.name for f in dataclasses.fields(section)]
-    if key not in names:
-        raise ConfigError(f"unknown config key {dotted!r} (keys of {section_name}: {', '.join(names)})")
-    if dotted in DURATIONS and isinstance(value, str):
+    fields = {f.name: f for f in dataclasses.fields(section)}
+    if key not in fields:
+        raise ConfigError(f"unknown config key {dotted!r} (keys of {section_name}: {', '.join(fields)})")
+    setattr(section, key, _read(dotted, value, getattr(section, key), rules_of(fields[key])))
+
+
+def _read(key: str, value: Any, current: Any, rules: Rules) -> Any:
+    """`value` as field `key` takes it: a duration with a unit in the field's unit, a comma-separated string as a
+    list of names, `auto` where the field takes it, else of the type of the field's `current` value."""
+    if rules.unit and isinstance(value, str):
         try:
-            value = to_unit(value, DURATIONS[dotted])
+            value = to_unit(value, rules.unit)
         except ValueError as e:
-            raise ConfigError(f"{dotted}: {e}") from None
-    if dotted in STRING_LISTS:
-        setattr(section, key, _string_list(dotted, value))
-        return
-    if dotted in AUTO_INTS:
-        if value != "auto" and (not isinstance(value, (int, float)) or isinstance(value, bool)):
-            raise ConfigError(f"{dotted} must be an integer or auto, got {value!r}")
-        setattr(section, key, value if value == "auto" else _coerce(dotted, value, 0))
-        return
-    setattr(section, key, _coerce(dotted, value, getattr(section, key)))
+            raise ConfigError(f"{key}: {e}") from None
+    if rules.names:
+        return _string_list(key, value)
+    if rules.auto:
+        if value == "auto":
+            return value
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ConfigError(f"{key} must be an integer or auto, got {value!r}")
+        return _coerce(key, value, 0)
+    return _coerce(key, value, current)
 
 
 def _string_list(path: str, value: Any) -> list[str]:
@@ -107,7 +114,7 @@ def parse_set(item: str) -> tuple[str, Any]:
     """Split `section.key=value`; the value is read as YAML (so 64, 3e-4, true and [16, 32] work)."""
     key, eq, raw = item.partition("=")
     if not eq or not key.strip():
-        raise ConfigError(f"--set expects section.key=value, got {item!r}")
+        raise ConfigError(f"a setting must be given as section.key=value, got {item!r}")
     try:
         value = parse_yaml(raw) if raw.strip() else ""
     except (yaml.YAMLError, RecursionError):
@@ -115,41 +122,22 @@ def parse_set(item: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
-FLAGS = {
-    "run.duration": "--duration", "run.total_steps": "--total-steps", "run.output_dir": "--output-dir",
-    "env.id": "--env", "run.seed": "--seed", "training.batch_size": "--batch-size", "env.num_envs": "--num-envs",
-    "parallel.num_workers": "--num-workers", "parallel.num_envs_per_worker": "--num-envs-per-worker",
-    "training.device": "--device", "distributed.num_envs_total": "--num-envs-total",
-    "tracking.wandb": "--track", "tracking.project": "--wandb-project", "tracking.entity": "--wandb-entity",
-    "tracking.group": "--wandb-group", "tracking.tags": "--wandb-tags",
-}
-"""Config fields that the trainers' command lines also set, with their flags."""
-TRACKING_FLAGS = ("tracking.project", "tracking.entity", "tracking.group", "tracking.tags")
-"""Fields whose flags mean nothing without `--track`."""
-
-
-def field_name(key: str) -> str:
-    """`section.key`, with its command-line flag where it has one: what a message names for the user to fix."""
-    return f"{key} ({FLAGS[key]})" if key in FLAGS else key
-
-
 LAYOUT = ("parallel.num_workers", "parallel.num_envs_per_worker")
 
 
 def derive_parallel_envs(cfg: Config, given: set[str], on_command_line: set[str], flagged: set[str]) -> None:
-    """Parallel mode: env.num_envs is workers × envs per worker. The `--num-envs` flag (in `flagged`) without the envs
-    per worker is split evenly over the workers; any other value given for it is refused, unless it came from the
+    """Parallel mode: env.num_envs is workers × envs per worker. A total given as a flag (in `flagged`) without the
+    envs per worker is split evenly over the workers; any other value given for it is refused, unless it came from the
     config file and the layout from the command line (which wins over the file's figures)."""
     p = cfg.parallel
     for key, value in ((LAYOUT[0], p.num_workers), (LAYOUT[1], p.num_envs_per_worker)):
         if value <= 0:
-            raise ConfigError(f"{field_name(key)} must be positive, got {value}")
+            raise ConfigError(f"{key} must be positive, got {value}")
     if "env.num_envs" in flagged and LAYOUT[1] not in on_command_line:
         if cfg.env.num_envs <= 0 or cfg.env.num_envs % p.num_workers:
             raise ConfigError(
-                f"{field_name('env.num_envs')} = {cfg.env.num_envs} must split evenly over the {p.num_workers} "
-                f"workers (in parallel mode envs = workers × envs per worker; --num-workers and "
-                f"--num-envs-per-worker set them one by one)")
+                f"env.num_envs = {cfg.env.num_envs} must split evenly over the {p.num_workers} workers (in "
+                f"parallel mode envs = workers × envs per worker; {LAYOUT[0]} and {LAYOUT[1]} set them one by one)")
         p.num_envs_per_worker = cfg.env.num_envs // p.num_workers
     total = p.num_workers * p.num_envs_per_worker
     overridden = "env.num_envs" not in on_command_line and bool(on_command_line & set(LAYOUT))
@@ -161,41 +149,6 @@ def derive_parallel_envs(cfg: Config, given: set[str], on_command_line: set[str]
     cfg.env.num_envs = total
 
 
-POSITIVE = ("run.duration", "env.num_envs", "parallel.num_workers", "parallel.num_envs_per_worker",
-            "parallel.worker_threads", "training.n_steps", "training.batch_size", "training.n_epochs",
-            "model.hidden_size", "logging.return_window", "run.checkpoint_interval", "parallel.worker_timeout",
-            "training.learning_rate", "training.max_grad_norm", "training.clip_coef", "training.reward_clip",
-            "training.obs_clip", "env.frame_size", "eval.episodes", "eval.num_envs", "distributed.timeout_seconds",
-            "logging.progress_seconds")
-MAXIMUM = {"env.num_envs": 4096, "training.n_steps": 100_000, "parallel.num_workers": 512, "run.seed": 2**31 - 1,
-           "distributed.num_envs_total": 2**20, "env.frame_size": 1024, "env.frame_stack": 64,
-           "run.duration": 24 * 365, "env.start_level": 2**31 - 1, "env.num_levels": 2**31 - 1,
-           "model.hidden_size": 65536, "distributed.timeout_seconds": 7 * 24 * 3600,
-           "run.checkpoint_interval": 10**9, "parallel.worker_timeout": 10**9, "eval.interval_seconds": 10**9,
-           "logging.progress_seconds": 10**9}
-NON_NEGATIVE = ("env.num_levels", "env.start_level", "env.env_threads", "env.frame_stack", "parallel.learner_threads",
-                "training.microbatch_size", "parallel.max_worker_restarts", "run.total_steps", "training.anneal_steps",
-                "run.seed", "training.ent_coef", "training.vf_coef", "training.target_kl", "run.limit_seconds",
-                "eval.interval_seconds", "distributed.num_envs_total")
-UNIT_INTERVAL = ("training.gamma", "training.gae_lambda")
-DURATIONS = {"run.duration": "h", "run.checkpoint_interval": "s", "run.limit_seconds": "s",
-             "eval.interval_seconds": "s", "parallel.worker_timeout": "s", "distributed.timeout_seconds": "s",
-             "logging.progress_seconds": "s"}
-"""Time fields, with the unit of a bare number: each also takes text with a unit (`90m`, `30s`; core/units.py)."""
-STRING_LISTS = ("tracking.tags",)
-"""List fields of names (strings), which also take a comma-separated string."""
-AUTO_INTS = ("training.microbatch_size",)
-"""Integer fields that also take `auto` (chosen by measurement before a run)."""
-DEVICES = ("auto", "cpu", "cuda", "mps")
-CHOICES = {"training.precision": ("auto", "fp32", "bf16"), "training.device": DEVICES,
-           "model.kind": ("auto", "impala", "nature", "mlp", "random"),
-           "model.init": ("reference", "orthogonal"),
-           "logging.progress": ("auto", "on", "off"), "parallel.start_method": ("spawn", "forkserver"),
-           "env.distribution_mode": PROCGEN_MODES, "eval.levels": ("auto", "train", "test"),
-           "run.preempt_signal": ("", "SIGUSR1", "SIGUSR2"), "run.on_preempt": ("stop", "checkpoint")}
-LAYER_WIDTHS = ("model.impala_depths", "model.mlp_hidden")
-
-
 def get_value(cfg: Config, key: str) -> Any:
     """The value of `section.key`."""
     section, _, name = key.partition(".")
@@ -205,21 +158,8 @@ def get_value(cfg: Config, key: str) -> Any:
 def validate(cfg: Config, world_size: int = 1) -> None:
     """Raise ConfigError for impossible or unknown settings, naming the first one found (`world_size`: the ranks
     of a distributed run, which share the minibatch when the envs are split over them)."""
-    for key in POSITIVE:
-        if get_value(cfg, key) <= 0:
-            raise ConfigError(f"{field_name(key)} must be positive, got {get_value(cfg, key)}")
-    for key, cap in MAXIMUM.items():
-        if get_value(cfg, key) > cap:
-            raise ConfigError(f"{field_name(key)} = {get_value(cfg, key)} is larger than the supported maximum {cap}")
-    for key in NON_NEGATIVE:
-        if get_value(cfg, key) != "auto" and get_value(cfg, key) < 0:
-            raise ConfigError(f"{field_name(key)} must not be negative, got {get_value(cfg, key)}")
-    for key in UNIT_INTERVAL:
-        if not 0 <= get_value(cfg, key) <= 1:
-            raise ConfigError(f"{key} must be in [0, 1], got {get_value(cfg, key)}")
-    for key, allowed in CHOICES.items():
-        if get_value(cfg, key) not in allowed:
-            raise ConfigError(f"{key} must be one of {', '.join(allowed)}; got {get_value(cfg, key)!r}")
+    for key, f in config_fields():
+        check_rules(key, get_value(cfg, key), rules_of(f))
     if cfg.training.anneal_steps and not cfg.training.anneal_lr:
         raise ConfigError("training.anneal_steps sets how long training.anneal_lr anneals; set anneal_lr true too, "
                           "or anneal_steps 0")
@@ -231,11 +171,36 @@ def validate(cfg: Config, world_size: int = 1) -> None:
         check_wandb()
     if cfg.eval.interval_seconds > 0:
         eval_levels(cfg.env, cfg.eval.levels)
-    for key in LAYER_WIDTHS:
-        widths = get_value(cfg, key)
-        if not widths or any(w <= 0 or w > 4096 for w in widths):
-            raise ConfigError(f"{key} must be a non-empty list of widths in 1..4096, got {widths}")
     _check_rollout(cfg, world_size if cfg.distributed.num_envs_total else 1)
+
+
+def check_rules(key: str, value: Any, rules: Rules) -> None:
+    """Raise ConfigError, naming `key`, its value and the rule, where `value` breaks one of the field's `rules`."""
+    if rules.choices and value not in rules.choices:
+        raise ConfigError(f"{key} must be one of {', '.join(rules.choices)}; got {value!r}")
+    if rules.widths and (not value or any(w <= 0 or w > 4096 for w in value)):
+        raise ConfigError(f"{key} must be a non-empty list of widths in 1..4096, got {value}")
+    if rules.auto and value == "auto":
+        return
+    if rules.positive and value <= 0:
+        raise ConfigError(f"{key} must be positive, got {value}")
+    if rules.maximum is not None and value > rules.maximum:
+        raise ConfigError(f"{key} = {value} is larger than the supported maximum {rules.maximum}")
+    if rules.non_negative and value < 0:
+        raise ConfigError(f"{key} must not be negative, got {value}")
+    if rules.unit_interval and not 0 <= value <= 1:
+        raise ConfigError(f"{key} must be in [0, 1], got {value}")
+
+
+def resume_mismatch(stored: Config, current: Config) -> str | None:
+    """The first field that must match on resume (`Rules.resume`: it makes the envs or the network) whose value in
+    `current` differs from `stored`'s (the config a checkpoint was made with), as `section.key=STORED, not CURRENT`;
+    None where they all match."""
+    for key, f in config_fields():
+        was, now = get_value(stored, key), get_value(current, key)
+        if rules_of(f).resume and was != now:
+            return f"{key}={was!r}, not {now!r}"
+    return None
 
 
 def check_wandb() -> None:
@@ -243,8 +208,7 @@ def check_wandb() -> None:
     try:
         import wandb  # noqa: F401
     except ImportError:
-        raise ConfigError("W&B tracking (--track, tracking.wandb) needs wandb: pip install 'parallel_ppo[wandb]'") \
-            from None
+        raise ConfigError("tracking.wandb needs wandb for W&B tracking: pip install 'parallel_ppo[wandb]'") from None
 
 
 def _check_rollout(cfg: Config, world_size: int = 1) -> None:
@@ -254,11 +218,11 @@ def _check_rollout(cfg: Config, world_size: int = 1) -> None:
     ranks = f" × {world_size} ranks" if world_size > 1 else ""
     sizes = f"({cfg.training.n_steps} steps × {cfg.env.num_envs} envs{ranks} = {rollout})"
     if batch > rollout:
-        raise ConfigError(f"batch size {batch} is larger than the rollout {sizes}: set --batch-size to at most "
-                          f"{rollout}")
+        raise ConfigError(f"batch size {batch} is larger than the rollout {sizes}: set training.batch_size to at "
+                          f"most {rollout}")
     if rollout % batch:
-        raise ConfigError(f"batch size {batch} does not divide the rollout {sizes}: set --batch-size to a divisor "
-                          f"of {rollout}")
+        raise ConfigError(f"batch size {batch} does not divide the rollout {sizes}: set training.batch_size to a "
+                          f"divisor of {rollout}")
     if batch % world_size:  # then each share divides its rank's rollout, as the whole divides all of them
         raise ConfigError(f"batch size {batch} (the minibatch of all ranks) does not split evenly over "
                           f"{world_size} ranks")
@@ -269,17 +233,16 @@ def derive_distributed_envs(cfg: Config, world_size: int, parallel: bool) -> Non
     in parallel mode, over the rank's workers), in place of env.num_envs and the envs per worker from the
     config."""
     total = cfg.distributed.num_envs_total
-    flag = field_name("distributed.num_envs_total")
     if total % world_size:
-        raise ConfigError(f"{flag} = {total} does not split evenly over {world_size} ranks")
+        raise ConfigError(f"distributed.num_envs_total = {total} does not split evenly over {world_size} ranks")
     per_rank = total // world_size
     if parallel:
         workers = cfg.parallel.num_workers
         if workers <= 0:
-            raise ConfigError(f"{field_name('parallel.num_workers')} must be positive, got {workers}")
+            raise ConfigError(f"parallel.num_workers must be positive, got {workers}")
         if per_rank % workers:
-            raise ConfigError(f"{flag} = {total} gives {per_rank} envs per rank, which does not split evenly over "
-                              f"{workers} workers ({field_name('parallel.num_workers')})")
+            raise ConfigError(f"distributed.num_envs_total = {total} gives {per_rank} envs per rank, which does not "
+                              f"split evenly over {workers} workers (parallel.num_workers)")
         cfg.parallel.num_envs_per_worker = per_rank // workers
     cfg.env.num_envs = per_rank
 
@@ -316,15 +279,22 @@ def build_config(
     given |= on_command_line
     if cfg.distributed.num_envs_total:
         if world_size is None:
-            raise ConfigError(f"{field_name('distributed.num_envs_total')} splits envs over the ranks of a "
-                              "--distributed run; without --distributed give the envs of this one process")
+            raise ConfigError("distributed.num_envs_total splits envs over the ranks of a distributed run; this "
+                              "one is not distributed: give the envs of this one process")
         derive_distributed_envs(cfg, world_size, parallel)
     elif parallel:  # each rank of a distributed run without a total takes the layout given for one process
         derive_parallel_envs(cfg, given, on_command_line, {k for k, v in flags.items() if v is not None})
     validate(cfg, world_size or 1)
-    if not cfg.tracking.wandb and (unused := [FLAGS[k] for k in TRACKING_FLAGS if flags.get(k) is not None]):
-        raise ConfigError(f"{' and '.join(unused)} set up W&B tracking, which is off: add --track (tracking.wandb)")
+    unused = [key for key in tracking_settings() if flags.get(key) is not None]
+    if unused and not cfg.tracking.wandb:
+        raise ConfigError(f"{' and '.join(unused)} set up W&B tracking, which is off: turn on tracking.wandb")
     return cfg
+
+
+def tracking_settings() -> list[str]:
+    """The W&B settings besides `tracking.wandb`, which mean nothing while it is off: given as flags then (not in a
+    config file, which may be shared by runs tracked and not), they are refused as a forgotten switch."""
+    return [key for key, _ in config_fields() if key.startswith("tracking.") and key != "tracking.wandb"]
 
 
 def changed_fields(cfg: Config) -> dict[str, dict[str, Any]]:

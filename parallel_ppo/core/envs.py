@@ -7,15 +7,13 @@ import contextlib
 import dataclasses
 import io
 import warnings
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
 from parallel_ppo.core.config import EnvConfig
 from parallel_ppo.core.spaces import ActionSpace
 from parallel_ppo.errors import ConfigError
-
-PROCGEN_MODES = ("easy", "hard", "extreme", "memory", "exploration")
 
 PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball", "fruitbot",
                  "heist", "jumper", "leaper", "maze", "miner", "ninja", "plunder", "starpilot")
@@ -205,16 +203,24 @@ PROCGEN_ACTIONS = 15
 """Every Procgen game shares these (RGB frames, the combined 15-button action set)."""
 
 
-def env_spaces(cfg: EnvConfig) -> tuple[tuple[int, ...], np.dtype, ActionSpace]:
-    """(obs_shape, obs_dtype, actions) without loading Procgen (its assets take ~350 MB per process); a gymnasium
+class EnvSpaces(NamedTuple):
+    """What the trainer needs to know of an env before it builds the network and buffers."""
+
+    obs_shape: tuple[int, ...]
+    obs_dtype: np.dtype
+    actions: ActionSpace
+
+
+def env_spaces(cfg: EnvConfig) -> EnvSpaces:
+    """The env's spaces without loading Procgen (its assets take ~350 MB per process); a gymnasium
     env is built once, which refuses the spaces this trainer cannot learn from (ConfigError)."""
     if cfg.id in PROCGEN_GAMES:
-        return PROCGEN_OBS_SHAPE, np.dtype(np.uint8), ActionSpace(PROCGEN_ACTIONS)
+        return EnvSpaces(PROCGEN_OBS_SHAPE, np.dtype(np.uint8), ActionSpace(PROCGEN_ACTIONS))
     from parallel_ppo.core.gym_envs import GymnasiumBatchEnv
 
     env = GymnasiumBatchEnv(cfg, 1, [0])
     env.close()
-    return env.obs_shape, env.obs_dtype, env.actions
+    return EnvSpaces(env.obs_shape, env.obs_dtype, env.actions)
 
 
 def make_batch_env(cfg: EnvConfig, seed: int, first_env: int, num_envs: int, threads: int,

@@ -15,10 +15,14 @@ from torch import nn
 
 from parallel_ppo.core.config import Config, EnvConfig
 from parallel_ppo.core.envs import episodes_ended, eval_levels, make_batch_env, normalized_return, resolve_levels
+from parallel_ppo.core.metrics import metric
 from parallel_ppo.core.policy import act
 
 EVAL_STREAM = 0xE7A1
 """Seeds eval envs apart from the training envs (which use the streams (resumes, restarts))."""
+
+TEST_RETURN = metric("charts/test_return", "mean return of the evaluation after the update (empty where none ran)",
+                     column="test_return_mean")
 
 
 @dataclass
@@ -55,9 +59,9 @@ FrameSink = Callable[[np.ndarray, float], None]
 """Receives env 0's rendered frame after each of its counted steps, with its episode return so far."""
 
 
-def evaluate(model: nn.Module, cfg: Config, levels: str, episodes: int, num_envs: int, deterministic: bool,
-             seed: int, stream: int = 0, frames: FrameSink | None = None, threads: int = 1,
-             until: Callable[[], bool] | None = None) -> EvalResult:
+def play_episodes(model: nn.Module, cfg: Config, levels: str, episodes: int, num_envs: int, deterministic: bool,
+                  seed: int, stream: int = 0, frames: FrameSink | None = None, threads: int = 1,
+                  until: Callable[[], bool] | None = None) -> EvalResult:
     """Play `episodes` complete episodes on fresh envs and return them.
 
     Each of the `num_envs` envs plays its fixed share of the episodes and no more, so short episodes are not

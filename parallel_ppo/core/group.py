@@ -30,6 +30,8 @@ class Group:
     is_main = True
     distributed = False
     host: str | None = None
+    job_id: str | None = None
+    """The launcher's id of the job (torchrun's run id; None alone), recorded in its checkpoints."""
 
     def local_training(self, cfg: Config) -> TrainingConfig:
         """This process's training settings: the config's, alone."""

@@ -29,7 +29,8 @@ def registry_entry(env_id: str) -> Any:
         try:
             importlib.import_module(module)
         except Exception as e:  # ImportError, or the module failed while registering
-            raise ConfigError(f"--env {env_id}: cannot import module {module!r} ({type(e).__name__}: {e})") from None
+            raise ConfigError(f"env.id = {env_id!r}: cannot import module {module!r} ({type(e).__name__}: {e})") \
+                from None
     if name not in gymnasium.envs.registry:
         import ale_py  # ALE/Breakout-v5, BreakoutNoFrameskip-v4, ...: registered once ale-py's envs are
 

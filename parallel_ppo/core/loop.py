@@ -19,15 +19,28 @@ from parallel_ppo.core.buffer import RolloutBuffer, compute_gae
 from parallel_ppo.core.checkpoint import check_checkpoint, check_counts, next_resume_count
 from parallel_ppo.core.collect import CollectResult, RolloutError, StopCheck
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.envs import env_spaces
+from parallel_ppo.core.envs import EnvSpaces
 from parallel_ppo.core.group import ALONE, AgreedRollout, Group, agree_rollout
+from parallel_ppo.core.metrics import metric
 from parallel_ppo.core.model import learner_device, module_device
 from parallel_ppo.core.normalization import ObsNormalizer
 from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.ppo import TrainBatch, build_learner, ppo_update
 from parallel_ppo.core.reward_scale import RewardScaler
 from parallel_ppo.core.spaces import ActionSpace
-from parallel_ppo.core.timing import PHASES, PhaseTimer
+from parallel_ppo.core.timing import PHASE_METRICS, PHASES, PhaseTimer
+
+UPDATE = metric("progress/update", "updates finished", tensorboard=False)
+ENV_STEPS = metric("progress/env_steps", "env steps collected (all ranks); TensorBoard's step", tensorboard=False)
+WALL_TIME = metric("progress/wall_time", "the run's elapsed seconds at the end of the update", tensorboard=False)
+SPS = metric("charts/SPS", "the update's own env steps per second, logging and checkpoints included", column="sps")
+EPISODIC_RETURN = metric("charts/episodic_return", "mean return of the last logging.return_window episodes",
+                         column="episodic_return_mean")
+EPISODIC_LENGTH = metric("charts/episodic_length", "mean length of the last logging.return_window episodes",
+                         column="episodic_length_mean")
+EPISODES = metric("progress/episodes", "episodes finished", tensorboard=False)
+LEARNING_RATE = metric("charts/learning_rate", "the update's learning rate")
+WORKER_RESTARTS = metric("system/worker_restarts", "worker processes restarted so far", tensorboard=False)
 
 
 class RolloutSource(Protocol):
@@ -199,15 +212,14 @@ class TrainState:
         self.episode_lengths.extend(result.episode_lengths)
 
 
-def check_checkpoint_fits(cfg: Config, checkpoint: dict[str, Any], path: Path) -> None:
+def check_checkpoint_fits(cfg: Config, spaces: EnvSpaces, checkpoint: dict[str, Any], path: Path) -> None:
     """Refuse (RunDataError naming what differs) a checkpoint that a fresh learner of `cfg` could not take: the one
     check of a resumed run, before it writes a file (`Policy.load` checks the network it loads into with
     `check_checkpoint`). Built on the CPU; the global random state is left as it was."""
     check_counts(checkpoint, path)  # first: the world size below is one of them
-    obs_shape, _, actions = env_spaces(cfg.env)
     on_cpu = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, device="cpu"))
     with torch.random.fork_rng(devices=[]):
-        fresh = TrainState.new(on_cpu, obs_shape, actions, checkpoint.get("world_size", 1))
+        fresh = TrainState.new(on_cpu, spaces.obs_shape, spaces.actions, checkpoint.get("world_size", 1))
     fresh.check(checkpoint, path)
 
 
@@ -297,12 +309,13 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
             outcome.stop_reason, outcome.error = "error" if agreed.error is not None else "signal", agreed.error
             outcome.signal = signal.Signals(agreed.signum).name if agreed.signum else None
             break
+        steps_before = state.env_steps
         row = update(cfg, source, state, agreed, timers, group)
         now = time.monotonic()
         phases = timers.pop()
         outcome.add_phases(phases)
-        row |= {"wall_time": clock(now), "sps": row.pop("env_steps_added") / max(now - last_row, 1e-9),  # logs too
-                **{f"time_{name}": seconds for name, seconds in phases.items()}}
+        row |= {WALL_TIME: clock(now), SPS: (state.env_steps - steps_before) / max(now - last_row, 1e-9),  # logs too
+                **{PHASE_METRICS[name]: seconds for name, seconds in phases.items()}}
         for hook in hooks:  # counted in the next row: this row's clock stopped at `now`
             with timers.phase(hook.phase):
                 hook.after_update(state, row)
@@ -334,7 +347,6 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
     timers.add("allreduce", allreduce)
     steps = cfg.rollout_size * group.world_size
     state.record(agreed.result, steps)
-    return {"update": state.update, "env_steps": state.env_steps, "env_steps_added": steps,
-            "episodic_return_mean": mean_or_nan(state.episode_returns),
-            "episodic_length_mean": mean_or_nan(state.episode_lengths), "episodes": state.episodes,
-            "learning_rate": lr, **stats, "worker_restarts": source.restarts}
+    return {UPDATE: state.update, ENV_STEPS: state.env_steps, EPISODIC_RETURN: mean_or_nan(state.episode_returns),
+            EPISODIC_LENGTH: mean_or_nan(state.episode_lengths), EPISODES: state.episodes, LEARNING_RATE: lr,
+            **stats, WORKER_RESTARTS: source.restarts}

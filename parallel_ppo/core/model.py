@@ -4,11 +4,13 @@ with a policy head for discrete or continuous actions, and observation normaliza
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.nn.utils import parameters_to_vector
 
 from parallel_ppo.core.config import Config, ModelConfig
 from parallel_ppo.core.spaces import ActionSpace, as_action_space
@@ -39,8 +41,8 @@ def resolve_device(name: str) -> torch.device:
         return torch.device(available_device())
     present = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
     if not present.get(name, False):
-        raise ConfigError(f"--device {name}: no {name.upper()} device is available to this torch "
-                          f"({torch.__version__}); use --device cpu or auto")
+        raise ConfigError(f"training.device = {name!r}: no {name.upper()} device is available to this torch "
+                          f"({torch.__version__}); set it to cpu or auto")
     return torch.device(name)
 
 
@@ -193,7 +195,7 @@ class UniformPolicy(nn.Module):
 
 class NormalizedObs(nn.Module):
     """A network behind observation normalization: (obs − mean) / std, clipped to ±`clip`. The statistics are
-    buffers set by the learner (`core.obs_norm`), so they travel with the parameters to workers, ranks,
+    buffers set by the learner (`core.normalization`), so they travel with the parameters to workers, ranks,
     checkpoints and every policy loaded from them."""
 
     def __init__(self, net: nn.Module, obs_shape: tuple[int, ...], clip: float) -> None:
@@ -242,3 +244,10 @@ def policy_tensors(model: nn.Module) -> list[torch.Tensor]:
     """What a policy copy needs besides its structure: the parameters, then the buffers (observation statistics),
     in one fixed order, as the coordinator publishes them to its workers."""
     return [*model.parameters(), *model.buffers()]
+
+
+def parameter_checksum(model: nn.Module) -> str:
+    """sha256 (first 16 hex digits) of the model's parameters and buffers (observation statistics) as float32 bytes:
+    equal on every rank of a distributed run, or a bug."""
+    vector = parameters_to_vector(policy_tensors(model)).detach().float().cpu().contiguous()
+    return hashlib.sha256(vector.numpy().tobytes()).hexdigest()[:16]

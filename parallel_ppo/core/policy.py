@@ -15,7 +15,7 @@ from parallel_ppo.core.checkpoint import check_checkpoint, load_checkpoint
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import config_from_dict
 from parallel_ppo.core.distributions import most_likely, sample
-from parallel_ppo.core.envs import env_spaces
+from parallel_ppo.core.envs import EnvSpaces, env_spaces
 from parallel_ppo.core.model import autocast, module_device, network
 from parallel_ppo.core.spaces import ActionSpace
 from parallel_ppo.errors import ConfigError, RunDataError
@@ -48,9 +48,11 @@ class Policy:
     """The checkpoint's counters (update, env_steps, ...) and the rest of what it holds."""
     seed: int = 0
     """Seeds the sampled actions of `predict`."""
+    spaces: EnvSpaces | None = None
+    """The env's spaces (None: read from the config's env)."""
 
     def __post_init__(self) -> None:
-        self.obs_shape, self.obs_dtype, self.actions = env_spaces(self.cfg.env)
+        self.obs_shape, self.obs_dtype, self.actions = self.spaces or env_spaces(self.cfg.env)
         self._rng = np.random.default_rng(self.seed)
 
     @classmethod
@@ -63,12 +65,12 @@ class Policy:
             cfg = config_from_dict(state["config"])
         except (ConfigError, AttributeError, TypeError) as e:
             raise RunDataError(f"checkpoint {file} holds an unusable config ({e})") from None
-        obs_shape, _, actions = env_spaces(cfg.env)
-        model = network(cfg, obs_shape, actions)
+        spaces = env_spaces(cfg.env)
+        model = network(cfg, spaces.obs_shape, spaces.actions)
         check_checkpoint(state, file, model)  # the resumed run's check, of what a policy loads: counters, network
         model.load_state_dict(state["model"])
         model.eval()
-        return cls(cfg, model, file, state, seed)
+        return cls(cfg, model, file, state, seed, spaces)
 
     @property
     def run_dir(self) -> Path:

@@ -12,6 +12,7 @@ from torch import nn
 from parallel_ppo.core.buffer import minibatch_indices
 from parallel_ppo.core.config import Config, TrainingConfig
 from parallel_ppo.core.distributions import log_prob_entropy
+from parallel_ppo.core.metrics import metric
 from parallel_ppo.core.model import autocast, network
 from parallel_ppo.core.spaces import ActionSpace, as_action_space
 
@@ -37,6 +38,20 @@ class TrainBatch:
     def to(self, device: torch.device) -> TrainBatch:
         """The batch on `device` (itself when it is there already)."""
         return TrainBatch(*(getattr(self, f.name).to(device) for f in dataclasses.fields(self)))
+
+
+POLICY_LOSS = metric("losses/policy_loss", "clipped surrogate loss, mean over the update's minibatches",
+                     summary=True)
+VALUE_LOSS = metric("losses/value_loss", "value loss (clipped around the old values if clip_vloss), mean over "
+                    "minibatches", summary=True)
+ENTROPY = metric("losses/entropy", "mean entropy of the policy, mean over minibatches", summary=True)
+APPROX_KL = metric("losses/approx_kl", "approximate KL of the new policy from the old, E[(r − 1) − log r], mean over "
+                   "minibatches", summary=True)
+CLIP_FRACTION = metric("losses/clipfrac", "fraction of samples whose ratio left the clip range", summary=True)
+RATIO_MEAN = metric("losses/ratio_mean", "mean probability ratio new/old (1 at the first minibatch; drifts as the "
+                    "epochs move the policy)", summary=True)
+EXPLAINED_VARIANCE = metric("losses/explained_variance", "1 − Var(returns − values) / Var(returns) of the rollout",
+                            summary=True)
 
 
 class Reducer(Protocol):
@@ -112,12 +127,12 @@ def ppo_loss(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> tuple[
     loss = policy_loss - cfg.ent_coef * entropy + cfg.vf_coef * value_loss
     with torch.no_grad():
         stats = {
-            "policy_loss": policy_loss.detach(),
-            "value_loss": value_loss.detach(),
-            "entropy": entropy.detach(),
-            "approx_kl": ((ratio - 1) - log_ratio).mean(),
-            "clipfrac": ((ratio - 1).abs() > cfg.clip_coef).float().mean(),
-            "ratio_mean": ratio.mean(),
+            POLICY_LOSS: policy_loss.detach(),
+            VALUE_LOSS: value_loss.detach(),
+            ENTROPY: entropy.detach(),
+            APPROX_KL: ((ratio - 1) - log_ratio).mean(),
+            CLIP_FRACTION: ((ratio - 1).abs() > cfg.clip_coef).float().mean(),
+            RATIO_MEAN: ratio.mean(),
         }
     return loss, stats
 
@@ -196,7 +211,7 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBa
             for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + value
             count += 1
-            kl_sum, kl_count = kl_sum + stats["approx_kl"], kl_count + 1
+            kl_sum, kl_count = kl_sum + stats[APPROX_KL], kl_count + 1
         kl = kl_sum / kl_count
         if cfg.target_kl and reducer is not None:
             kl = reducer.mean_(torch.tensor([kl], dtype=torch.float64)).item()
@@ -207,5 +222,5 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBa
         keys = sorted(result)
         means = reducer.mean_(torch.tensor([result[k] for k in keys], dtype=torch.float64)).tolist()
         result = dict(zip(keys, means, strict=True))
-    result["explained_variance"] = explained_variance(data.values, data.returns)
+    result[EXPLAINED_VARIANCE] = explained_variance(data.values, data.returns)
     return result

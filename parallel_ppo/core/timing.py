@@ -7,18 +7,23 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from parallel_ppo.core.metrics import metric
+
 PHASES = ("env", "inference", "sync", "gae", "update", "allreduce", "publish", "eval", "log")
-"""The phases every run reports, in data-flow order (metrics.csv columns `time_<phase>`)."""
+"""The phases every run reports, in data-flow order."""
+PHASE_METRICS = {name: metric(f"time/{name}", f"seconds of the update spent in phase {name}") for name in PHASES}
+"""Each phase's metric: `time/<phase>`, metrics.csv column `time_<phase>`."""
 
 
 class PhaseTimer:
-    """Accumulates wall-clock seconds per named phase."""
+    """Accumulates wall-clock seconds per phase (one of PHASES: each has its declared metric)."""
 
     def __init__(self) -> None:
         self._totals: defaultdict[str, float] = defaultdict(float)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
+        _check(name)
         start = time.perf_counter()
         try:
             yield
@@ -26,11 +31,16 @@ class PhaseTimer:
             self._totals[name] += time.perf_counter() - start
 
     def add(self, name: str, seconds: float) -> None:
+        _check(name)
         self._totals[name] += seconds
 
     def pop(self) -> dict[str, float]:
         """Seconds per phase since the last pop (every name in PHASES present), then reset."""
         out = {name: self._totals.get(name, 0.0) for name in PHASES}
-        out.update({k: v for k, v in self._totals.items() if k not in out})
         self._totals.clear()
         return out
+
+
+def _check(name: str) -> None:
+    if name not in PHASES:
+        raise ValueError(f"phase {name!r} is not one of PHASES ({', '.join(PHASES)}): add it there")

@@ -11,7 +11,6 @@ with nothing to exchange), so the trainer has one loop for every mode.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import signal
 import socket
@@ -38,9 +37,6 @@ RESTART_COUNT_VAR = "TORCHELASTIC_RESTART_COUNT"
 RUN_ID_VAR = "TORCHELASTIC_RUN_ID"
 """Set by torchrun in every rank: its job's id (`--rdzv-id`, or a fresh one with `--standalone`)."""
 
-TORCHRUN_ID = "torchrun_run_id"
-"""The checkpoint key that records the torchrun job that wrote it: a restarted group resumes only its own run."""
-
 FINISH_TIMEOUT = timedelta(hours=1)
 """How long a rank that has finished waits for rank 0's last writes (a final evaluation included)."""
 
@@ -49,13 +45,6 @@ T = TypeVar("T")
 
 class PeerLost(RuntimeError):
     """Another rank died, hung past the collective timeout, or closed its connection: this rank cannot go on."""
-
-
-def checksum(model: nn.Module) -> str:
-    """sha256 (first 16 hex digits) of the model's parameters and buffers (observation statistics) as float32 bytes:
-    equal on every rank, or a bug."""
-    vector = parameters_to_vector(policy_tensors(model)).detach().float().cpu().contiguous()
-    return hashlib.sha256(vector.numpy().tobytes()).hexdigest()[:16]
 
 
 def attempt_store(rank: int, world_size: int, timeout: float) -> dist.Store:
@@ -100,6 +89,7 @@ class Ranks(Group):
         self.local_world_size = int(os.environ["LOCAL_WORLD_SIZE"])
         self.is_main = self.rank == 0
         self.host = socket.gethostname()
+        self.job_id = os.environ.get(RUN_ID_VAR)
         self._seconds = 0.0
         stop_with_launcher()
         try:

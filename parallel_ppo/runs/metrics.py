@@ -11,55 +11,58 @@ from typing import Any, Protocol
 
 import psutil
 
+from parallel_ppo.core import evaluate, loop  # noqa: F401  (declare the metrics of the loop, update, phases, eval)
 from parallel_ppo.core.files import write_text
-from parallel_ppo.core.timing import PHASES
+from parallel_ppo.core.metrics import by_column, by_tag, csv_columns, metric
 from parallel_ppo.runs.progress import Progress
-from parallel_ppo.runs.summary import METRIC_COLUMNS
 
-TB_TAGS = {
-    "episodic_return_mean": "charts/episodic_return",
-    "episodic_length_mean": "charts/episodic_length",
-    "test_return_mean": "charts/test_return",
-    "sps": "charts/SPS",
-    "learning_rate": "charts/learning_rate",
-    "policy_loss": "losses/policy_loss",
-    "value_loss": "losses/value_loss",
-    "entropy": "losses/entropy",
-    "approx_kl": "losses/approx_kl",
-    "clipfrac": "losses/clipfrac",
-    "explained_variance": "losses/explained_variance",
-    **{f"time_{p}": f"time/{p}" for p in PHASES},
-    **{key: f"system/{key}" for key in ("cpu_percent", "main_cpu_percent", "workers_cpu_percent",
-                                        "system_cpu_percent", "rss_mb", "pss_mb", "main_rss_mb", "workers_rss_mb")},
-}
-"""metrics.csv column → TensorBoard tag (CleanRL's names where it has them). Per-worker `worker<i>_cpu_percent`
-and `worker<i>_rss_mb` go to TensorBoard only, as `system/worker<i>_...`."""
+for _name, _doc in (
+    ("cpu_percent", "CPU of the run's processes, 100 = one core busy, averaged since the previous sample"),
+    ("main_cpu_percent", "CPU of the learner's process"),
+    ("workers_cpu_percent", "CPU of the worker processes together"),
+    ("system_cpu_percent", "CPU of the whole machine"),
+    ("rss_mb", "summed resident sets of the run's processes (shared memory counted once per process)"),
+    ("pss_mb", "summed proportional set sizes (shared pages split among the processes)"),
+    ("main_rss_mb", "resident set of the learner's process"),
+    ("workers_rss_mb", "summed resident sets of the workers"),
+):
+    metric(f"system/{_name}", _doc)
+metric("system/worker*_cpu_percent", "CPU of worker <i>", column=None)
+metric("system/worker*_rss_mb", "resident set of worker <i>", column=None)
 
 
-def tagged(row: dict[str, Any]) -> dict[str, float]:
-    """An update's finite values under their TensorBoard tags (TB_TAGS and the per-worker `system/worker<i>_...`)."""
-    tags = {**TB_TAGS, **{k: f"system/{k}" for k in row if k.startswith("worker") and k[6:7].isdigit()}}
-    return {tag: row[key] for key, tag in tags.items() if row.get(key) is not None and math.isfinite(row[key])}
+def metric_columns() -> list[str]:
+    """metrics.csv's columns: every declared metric's that has one (`core.metrics.csv_columns`)."""
+    return csv_columns()
 
 
 class Tracker(Protocol):
-    """An experiment tracker that receives each update's row (`runs.tracking.WandbTracker`)."""
+    """An experiment tracker that receives each update's metrics under their tags (`runs.tracking.WandbTracker`)."""
 
-    def log(self, row: dict[str, Any]) -> None: ...
+    def log(self, tags: dict[str, float], step: int) -> None: ...
 
 
-def truncate_metrics(path: Path, update: int) -> None:
+def truncate_metrics(path: Path, update: int) -> list[tuple[int, float]]:
     """Keep metrics.csv's rows up to `update` (a resumed run repeats the rows after its checkpoint), under the
-    current METRIC_COLUMNS header (a run resumed by a newer version gains its columns, empty in the old rows);
-    rewritten atomically."""
+    current columns (a run resumed by a newer version gains its columns, empty in the old rows); rewritten
+    atomically. Returns the kept rows' (env_steps, wall_time)."""
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     kept = [r for r in rows if (r.get("update") or "").isdigit() and int(r["update"]) <= update]
     out = io.StringIO(newline="")
-    writer = csv.DictWriter(out, fieldnames=METRIC_COLUMNS, extrasaction="ignore", restval="")
+    writer = csv.DictWriter(out, fieldnames=metric_columns(), extrasaction="ignore", restval="")
     writer.writeheader()
     writer.writerows(kept)
     write_text(path, out.getvalue())
+    return [point for r in kept if (point := _steps_and_time(r)) is not None]
+
+
+def _steps_and_time(row: dict[str, Any]) -> tuple[int, float] | None:
+    """A metrics.csv row's (env_steps, wall_time), or None for a row that lacks them (a damaged line)."""
+    try:
+        return int(row["env_steps"]), float(row["wall_time"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 class ResourceSampler:
@@ -138,7 +141,7 @@ class ResourceSampler:
         self._memory(self._tree())
 
     def sample(self) -> dict[str, float]:
-        """Columns for metrics.csv (tree, main, workers, system) and `worker<i>_*` entries for TensorBoard."""
+        """The `system/` metrics now: tree, main, workers, machine, and `system/worker<i>_*` (TensorBoard only)."""
         out = {"cpu_percent": 0.0, "main_cpu_percent": 0.0, "workers_cpu_percent": 0.0}
         alive = {}
         for p in self._tree():
@@ -152,7 +155,7 @@ class ResourceSampler:
         self._procs = alive
         out["system_cpu_percent"] = psutil.cpu_percent(None) * self._cores
         out.update(self._memory(list(alive.values())))
-        return out
+        return {f"system/{name}": value for name, value in out.items()}
 
 
 def _peak_rss_mb(pid: int) -> float | None:
@@ -187,17 +190,21 @@ def _add_by_role(out: dict[str, float], role: str, name: str, value: float) -> N
 
 
 class MetricsLogger:
-    """Writes each update's row to metrics.csv and TensorBoard, shows it on `progress` and sends it to `tracker`."""
+    """Writes each update's row to metrics.csv and TensorBoard, shows it on `progress` and sends it to `tracker`;
+    the row's keys are declared metrics (`core.metrics`), and an undeclared one is refused, naming it."""
 
     def __init__(self, run_dir: Path, tensorboard: bool, progress: Progress | None,
                  resume_after: tuple[int, int] | None = None, tracker: Tracker | None = None) -> None:
         """`resume_after=(update, env_steps)` continues a run: later rows (logged after its checkpoint) go."""
         self.path = run_dir / "metrics.csv"
+        self.logged: list[tuple[int, float]] = []
+        """(env_steps, wall_time) of every row in metrics.csv, the earlier sessions' too, as written."""
         if resume_after is not None and self.path.exists():
-            truncate_metrics(self.path, resume_after[0])
+            self.logged = truncate_metrics(self.path, resume_after[0])
         new = not self.path.exists() or self.path.stat().st_size == 0
+        self._columns = metric_columns()
         self._file = open(self.path, "a", newline="")
-        self._csv = csv.DictWriter(self._file, fieldnames=METRIC_COLUMNS, extrasaction="ignore")
+        self._csv = csv.DictWriter(self._file, fieldnames=self._columns)
         if new:
             self._csv.writeheader()
         self._writer = None
@@ -207,17 +214,27 @@ class MetricsLogger:
             purge = resume_after[1] + 1 if resume_after is not None else None
             self._writer = SummaryWriter(str(run_dir / "logs"), purge_step=purge)
         self._progress, self._tracker = progress, tracker
+        self.last: dict[str, Any] = {}
+        """The last row logged, by key."""
 
     def log(self, row: dict[str, Any]) -> None:
-        self._csv.writerow({k: _csv_value(row.get(k)) for k in METRIC_COLUMNS})
+        columns = by_column(row)
+        if late := sorted(set(columns) - set(self._columns)):
+            raise KeyError(f"metrics {late} were declared after metrics.csv was opened (declare them in a module "
+                           "that runs.metrics imports)")
+        tags = {tag: value for tag, value in by_tag(row).items() if value is not None and math.isfinite(value)}
+        self._csv.writerow({name: _csv_value(columns.get(name)) for name in self._columns})
         self._file.flush()
+        step = int(columns["env_steps"])
         if self._writer is not None:
-            for tag, value in tagged(row).items():
-                self._writer.add_scalar(tag, value, int(row["env_steps"]))
+            for tag, value in tags.items():
+                self._writer.add_scalar(tag, value, step)
         if self._tracker is not None:
-            self._tracker.log(row)
+            self._tracker.log(tags, step)
         if self._progress is not None:
-            self._progress.update(row)
+            self._progress.update(columns)
+        self.logged.append((step, float(_csv_value(float(columns["wall_time"])))))  # as readers of the file see it
+        self.last = row
 
     def close(self) -> None:
         if self._progress is not None:

@@ -22,7 +22,7 @@ from parallel_ppo.core.configure import config_from_dict, load_yaml
 from parallel_ppo.core.timing import PHASES
 from parallel_ppo.errors import ConfigError, RunDataError
 from parallel_ppo.runs.figures import steady_sps
-from parallel_ppo.runs.summary import FINITE_COLUMNS, METRIC_COLUMNS, RunSummary, short_repr
+from parallel_ppo.runs.summary import FINITE_COLUMNS, READ_COLUMNS, RunSummary, short_repr
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,7 @@ def read_metrics(path: Path) -> dict[str, np.ndarray]:
                           "is it a parallel_ppo metrics file?")
     if not body:
         raise RunDataError(f"{path} has a header but no rows (the run logged no update)")
-    wanted = {name: header.index(name) for name in METRIC_COLUMNS if name in header}
+    wanted = {name: header.index(name) for name in header}
     columns = {name: np.empty(len(body)) for name in wanted}
     for i, row in enumerate(body):
         line = i + 2
@@ -239,7 +239,7 @@ def read_metrics(path: Path) -> dict[str, np.ndarray]:
             raise RunDataError(f"{path} line {line} has {len(row)} fields, expected {len(header)} "
                               "(truncated or corrupt)")
         for name, j in wanted.items():
-            columns[name][i] = _cell(path, line, name, row[j])
+            columns[name][i] = _cell(path, line, name, row[j], strict=name in READ_COLUMNS)
     for name in FINITE_COLUMNS:
         bad = np.flatnonzero(~np.isfinite(columns[name]))
         if bad.size:
@@ -253,17 +253,21 @@ def read_metrics(path: Path) -> dict[str, np.ndarray]:
         if bad.size:
             raise RunDataError(f"{path} line {bad[0] + 3}: {name} goes backwards "
                               "(corrupt, or rows of two runs)")
-    for name in METRIC_COLUMNS:
+    for name in READ_COLUMNS:
         columns.setdefault(name, np.full(len(body), np.nan))
     return columns
 
 
-def _cell(path: Path, line: int, column: str, text: str) -> float:
+def _cell(path: Path, line: int, column: str, text: str, strict: bool = True) -> float:
+    """A metrics.csv cell as a number (NaN when empty); text that is not one is refused in a column the readers use
+    (`strict`), and NaN in another."""
     if not text.strip():
         return math.nan
     try:
         return float(text)
     except ValueError:
+        if not strict:
+            return math.nan
         raise RunDataError(f"{path} line {line}: column {column} holds {short_repr(text)}, not a number") from None
 
 

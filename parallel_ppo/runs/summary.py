@@ -19,17 +19,13 @@ RUN_FILES = ("metrics.csv", "summary.json", "checkpoint.pt", "config.yaml", "log
 """What a run directory holds, its evaluations, default demo video and W&B files included (`--overwrite` replaces
 exactly these)."""
 
-METRIC_COLUMNS = [
-    "update", "env_steps", "wall_time", "sps",
-    "episodic_return_mean", "episodic_length_mean", "episodes", "test_return_mean",
-    "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance", "learning_rate",
-    *(f"time_{p}" for p in PHASES),
-    "cpu_percent", "main_cpu_percent", "workers_cpu_percent", "system_cpu_percent",
-    "rss_mb", "pss_mb", "main_rss_mb", "workers_rss_mb", "worker_restarts",
-]
-"""metrics.csv columns, in order (one row per update). `wall_time` is the run's elapsed seconds at the end
-of the update; `sps` is that update's own rate, logging and checkpoints included; `test_return_mean` is the
-mean return of the evaluation run after that update (empty where none ran)."""
+READ_COLUMNS = ("update", "env_steps", "wall_time", "sps", "episodic_return_mean", "episodic_length_mean",
+                "episodes", "test_return_mean", *(f"time_{p}" for p in PHASES), "cpu_percent", "system_cpu_percent",
+                "rss_mb", "pss_mb")
+"""The metrics.csv columns that reading and reporting a run use, each present in what `load_run` returns (NaN where
+an older run lacks it). The writer's columns come from the declared metrics (`core.metrics`, listed in
+docs/run-directory.md); `wall_time` is the run's elapsed seconds at the end of the update, `sps` that update's own
+rate, logging and checkpoints included, `test_return_mean` the mean return of the evaluation after that update."""
 
 MAIN_PHASES = ("env", "inference", "sync", "gae", "update")
 """Phases the comparison breaks wall time into; the rest (publish, log, checkpoint, untimed) is 'other'."""
@@ -114,6 +110,8 @@ class RunSummary:
     """achieved_gflops / peak_gflops."""
     world_size: int = 1
     """Ranks of a distributed run (1 otherwise)."""
+    final_metrics: dict = dataclasses.field(default_factory=dict)
+    """The last update's value of every metric declared with `summary=True` (`core.metrics`), by metrics.csv column."""
     distributed: dict | None = None
     """A distributed run's ranks: the rollout source each runs, its envs, and per rank its host, layout, threads,
     parameter checksum and phase seconds (mode distributed only)."""

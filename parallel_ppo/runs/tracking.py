@@ -22,7 +22,6 @@ from parallel_ppo.core.configure import check_wandb
 from parallel_ppo.core.files import write_text
 from parallel_ppo.errors import ConfigError, TrackingError
 from parallel_ppo.runs.directory import remove_run_files
-from parallel_ppo.runs.metrics import tagged
 from parallel_ppo.runs.video import add_tensorboard_video
 
 RUN_ID_FILE = Path("wandb") / "run_id"
@@ -76,10 +75,10 @@ def _init(cfg: Config, run_dir: Path, run_id: str | None, quiet: bool = False, *
     return run
 
 
-SETTINGS = {"project": "tracking.project (--wandb-project)", "entity": "tracking.entity (--wandb-entity)",
-            "run_group": "tracking.group (--wandb-group)", "run_tags": "tracking.tags (--wandb-tags)",
-            "mode": "WANDB_MODE"}
-"""W&B settings that ours set, by wandb's name: what a message names for the user to fix."""
+SETTINGS = {"project": "tracking.project", "entity": "tracking.entity", "run_group": "tracking.group",
+            "run_tags": "tracking.tags", "mode": "WANDB_MODE"}
+"""W&B settings that ours set, by wandb's name: what a message names for the user to fix (the command lines add
+the flags)."""
 
 
 def _reason(error: Exception, offline: bool) -> str:
@@ -115,8 +114,9 @@ class WandbTracker:
         write_text(run_dir / RUN_ID_FILE, f"{run.id} {'offline' if run.offline else 'online'}\n")
         return cls(run)
 
-    def log(self, row: dict[str, Any]) -> None:
-        self.run.log({**tagged(row), "global_step": int(row["env_steps"])})
+    def log(self, tags: dict[str, float], step: int) -> None:
+        """An update's metrics under their tags, with the env steps as `global_step`."""
+        self.run.log({**tags, "global_step": step})
 
     def finish(self, summary: dict[str, Any]) -> None:
         """Record summary.json's values and close the W&B run, marked failed when the run ended on an error or a

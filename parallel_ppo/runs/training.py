@@ -1,31 +1,30 @@
 """A training run's outputs while and after it trains: the hooks that evaluate, log (metrics.csv, TensorBoard,
-the progress bar or lines, W&B) and checkpoint after each update, and `train`, which runs the core loop with them
-and builds summary.json from what the run measured (every figure by `runs.figures`)."""
+the progress bar or lines, W&B) and checkpoint after each update, the `RunPlan` every mode trains, and `train_run`,
+which runs the core loop with them and builds summary.json from what the run measured (every figure by
+`runs.figures`)."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from parallel_ppo.core.checkpoint import save_checkpoint
+from parallel_ppo.core.checkpoint import JOB_ID, save_checkpoint
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.envs import eval_levels, make_batch_env
-from parallel_ppo.core.evaluate import EvalResult, evaluate
+from parallel_ppo.core.envs import EnvSpaces, eval_levels, make_batch_env
+from parallel_ppo.core.evaluate import TEST_RETURN, EvalResult, play_episodes
 from parallel_ppo.core.files import write_json
 from parallel_ppo.core.group import ALONE, Group
 from parallel_ppo.core.loop import Clock, Hook, Outcome, RolloutSource, StopRequest, TrainState, mean_or_nan, run_loop
-from parallel_ppo.engines.distributed import RUN_ID_VAR, TORCHRUN_ID, checksum
-from parallel_ppo.errors import RunDataError
+from parallel_ppo.core.metrics import declared
+from parallel_ppo.core.model import parameter_checksum
 from parallel_ppo.runs import fingerprint
 from parallel_ppo.runs.figures import compute_figures, return_figures, steady_sps
 from parallel_ppo.runs.metrics import MetricsLogger, ResourceSampler, Tracker
 from parallel_ppo.runs.progress import make_progress
-from parallel_ppo.runs.reading import read_metrics
 from parallel_ppo.runs.summary import RunSummary
 
 BUDGETS = ("duration", "total_steps")
@@ -34,7 +33,7 @@ BUDGETS = ("duration", "total_steps")
 
 class EvalHook:
     """Every `eval.interval_seconds`, plays the learner's policy on fresh envs of its own (held-out test levels by
-    default) and adds `test_return_mean` to that update's row; `final` evaluates once more at the end."""
+    default) and adds its mean return to that update's row (`TEST_RETURN`); `final` evaluates once more at the end."""
 
     phase = "eval"
 
@@ -50,12 +49,12 @@ class EvalHook:
 
     def after_update(self, state: TrainState, row: dict[str, Any]) -> None:
         if time.monotonic() - self.last >= self.cfg.eval.interval_seconds:
-            row["test_return_mean"] = self.run(state).mean
+            row[TEST_RETURN] = self.run(state).mean
 
     def run(self, state: TrainState) -> EvalResult:
         e = self.cfg.eval
-        self.result = evaluate(state.model, self.cfg, e.levels, e.episodes, e.num_envs, e.deterministic,
-                               self.cfg.run.seed, stream=state.update)  # a new set of levels each time
+        self.result = play_episodes(state.model, self.cfg, e.levels, e.episodes, e.num_envs, e.deterministic,
+                                    self.cfg.run.seed, stream=state.update)  # a new set of levels each time
         self.at_update, self.last = state.update, time.monotonic()
         return self.result
 
@@ -97,7 +96,7 @@ class MetricsHook:
     def _sample(self) -> None:
         now = time.monotonic()
         self.resources = self.sampler.sample()
-        self.cpu_samples.append((self.resources["cpu_percent"], now - max(self.sampled, self.started)))
+        self.cpu_samples.append((self.resources["system/cpu_percent"], now - max(self.sampled, self.started)))
         self.sampled = now
 
     def finish(self) -> None:
@@ -119,14 +118,19 @@ class MetricsHook:
 
 class CheckpointHook:
     """Writes checkpoint.pt (atomically) every `run.checkpoint_interval` seconds, and after an update in which the
-    pre-emption signal asked for one (`stop.checkpoint_asked`); `save` writes one now."""
+    pre-emption signal asked for one (`stop.checkpoint_asked`); `save` writes one now, recording the job that
+    wrote it (`group.job_id`: whose restarts may resume it)."""
 
     phase = "log"
 
-    def __init__(self, cfg: Config, path: Path, mode: str, clock: Clock, stop: StopRequest,
-                 world_size: int = 1) -> None:
-        self.cfg, self.path, self.mode, self.clock, self.world_size = cfg, path, mode, clock, world_size
+    def __init__(self, plan: RunPlan, clock: Clock, stop: StopRequest, group: Group) -> None:
+        self.cfg = plan.cfg
+        self.path = plan.run_dir / "checkpoint.pt"
+        self.mode = plan.mode
+        self.clock = clock
         self.stop = stop
+        self.world_size = group.world_size
+        self.job_id = group.job_id
         self.last = time.monotonic()
 
     def after_update(self, state: TrainState, row: dict[str, Any]) -> None:
@@ -135,26 +139,38 @@ class CheckpointHook:
             self.save(state)
 
     def save(self, state: TrainState) -> None:
-        save_checkpoint(self.path, {**state.to_checkpoint(self.cfg, self.mode, self.clock(), self.world_size),
-                                    TORCHRUN_ID: os.environ.get(RUN_ID_VAR)})  # whose restarts may resume it
+        checkpoint = state.to_checkpoint(self.cfg, self.mode, self.clock(), self.world_size)
+        save_checkpoint(self.path, {**checkpoint, JOB_ID: self.job_id})
         self.last = time.monotonic()
 
 
 @dataclass(frozen=True)
-class RunSetup:
-    """What a run settled before its first update, measured once and passed on unchanged (recorded in
-    summary.json): its threads, how the learner's precision, microbatch and device were chosen, the compute
-    limit (`bench.roofline.measure_compute_limit`) and the roofline (the network's FLOPs, the matmul peaks)."""
+class RunPlan:
+    """A run resolved once before its first update and passed on unchanged to every mode: its config (validated, with
+    the learner's settings and the run directory in place), its env spaces, threads and the measurements made before
+    it (recorded in summary.json), and the checkpoint it resumes."""
 
+    cfg: Config
+    spaces: EnvSpaces
+    run_dir: Path
+    mode: str
+    """`sequential`, `parallel` or `distributed`."""
     threads: dict[str, int]
     learner: dict | None = None
+    """How precision, microbatch and device were chosen (`tuning.learner_settings.LearnerChoice.to_dict`)."""
     compute_limit: dict | None = None
+    """The bare network's compute limit (`tuning.compute_limit.measure_compute_limit`)."""
     roofline: dict | None = None
+    """The network's FLOPs and this machine's matmul peaks."""
+    resume: dict | None = None
+    """The checkpoint the run continues from (None: a new run)."""
+    overwrite: bool = False
+    """Whether an earlier run's files in `run_dir` are replaced."""
 
 
 @dataclass
-class _Writers:
-    """Rank 0's hooks (None on the other ranks of a distributed run)."""
+class MainRankHooks:
+    """What rank 0 alone does after each update: evaluate, log, checkpoint (all None on the other ranks)."""
 
     metrics: MetricsHook | None = None
     checkpoints: CheckpointHook | None = None
@@ -173,56 +189,58 @@ class _Writers:
             self.metrics.close()
 
 
-def train(cfg: Config, source: RolloutSource, run_dir: Path, setup: RunSetup, resume: dict | None = None,
-          group: Group = ALONE, tracker: Tracker | None = None) -> dict:
+def train_run(plan: RunPlan, source: RolloutSource, group: Group = ALONE, tracker: Tracker | None = None) -> dict:
     """Train until the duration or step budget is spent (or a signal arrives); returns summary.json's content.
 
-    `resume` is a loaded checkpoint: model, optimizer, counters, RNG states, episode window and elapsed
-    time carry on from it, and metrics rows logged after it are dropped so the CSV stays continuous.
+    A resumed run (`plan.resume`) carries on with the checkpoint's model, optimizer, counters, RNG states, episode
+    window and elapsed time, and metrics rows logged after it are dropped so the CSV stays continuous.
 
     In a distributed run (`group`), every rank starts from rank 0's parameters and trains in step with the others;
     only rank 0 writes (metrics, TensorBoard, checkpoints, evaluation, summary.json with every rank's layout and
-    parameter checksum, and each update's row to `tracker`), the others return only how the run ended. A lost rank
-    raises `distributed.PeerLost` (the last checkpoint stays as it was).
+    parameter checksum, and each update's metrics to `tracker`), the others return only how the run ended. A lost
+    rank raises `distributed.PeerLost` (the last checkpoint stays as it was).
     """
-    run_dir, world = Path(run_dir), group.world_size
-    mode = "distributed" if group.distributed else source.mode
+    cfg, resume = plan.cfg, plan.resume
     stop = StopRequest(not group.distributed, cfg.run.preempt_signal, cfg.run.on_preempt)
-    writers, final_eval, ranks = _Writers(), None, None
+    main_hooks, final_eval, ranks = MainRankHooks(), None, None
     with stop:  # from the first step to the last file: a signal then only asks to stop
         try:
-            state = (TrainState.new(cfg, source.obs_shape, source.actions, world) if resume is None else
-                     TrainState.from_checkpoint(cfg, source.obs_shape, source.actions, resume, world))
+            state = (TrainState.new(cfg, source.obs_shape, source.actions, group.world_size) if resume is None else
+                     TrainState.from_checkpoint(cfg, source.obs_shape, source.actions, resume, group.world_size))
             evals = EvalHook(cfg) if group.is_main and cfg.eval.interval_seconds > 0 else None  # loads its env
             group.broadcast_parameters(state.model)  # the other ranks wait here for that, before their clocks too
             clock = Clock(state.elapsed_before)
             if group.is_main:
-                metrics = MetricsHook(cfg, run_dir, mode, (state.update, state.env_steps) if resume else None, tracker)
-                writers = _Writers(metrics, CheckpointHook(cfg, run_dir / "checkpoint.pt", mode, clock, stop, world),
-                                   evals)
-            outcome = run_loop(cfg, source, state, writers.hooks(), stop, clock, group)
-            writers.training_ended()
+                resume_after = (state.update, state.env_steps) if resume else None
+                metrics = MetricsHook(cfg, plan.run_dir, plan.mode, resume_after, tracker)
+                main_hooks = MainRankHooks(metrics, CheckpointHook(plan, clock, stop, group), evals)
+            outcome = run_loop(cfg, source, state, main_hooks.hooks(), stop, clock, group)
+            main_hooks.training_ended()
             done_before = resume is not None and state.update == resume["update"] and outcome.stop_reason in BUDGETS
             if not done_before:  # a finished run resumed (a requeued job) keeps its files as they are
-                if writers.checkpoints is not None:  # the first file: a rank lost now cannot cost the finished updates
-                    writers.checkpoints.save(state)
-                ranks = group.gather({"rank": group.rank, "host": group.host, **source.layout,
-                                      "source": source.mode, "threads": setup.threads,
-                                      "checksum": checksum(state.model),
-                                      "phase_seconds": outcome.phase_seconds}) if group.distributed else None
-                if writers.evals is not None and outcome.stop_reason in BUDGETS:
-                    final_eval = writers.evals.final(state)  # after the clock stopped: not in wall time or SPS
+                if main_hooks.checkpoints is not None:  # the first file: a rank lost now cannot cost the updates
+                    main_hooks.checkpoints.save(state)
+                ranks = gather_ranks(plan, source, state, outcome, group) if group.distributed else None
+                if main_hooks.evals is not None and outcome.stop_reason in BUDGETS:
+                    final_eval = main_hooks.evals.final(state)  # after the clock stopped: not in wall time or SPS
         finally:
-            writers.close()
+            main_hooks.close()
             source.close()
-        if writers.metrics is None:  # not rank 0: how the run ended is all it reports
+        if main_hooks.metrics is None:  # not rank 0: how the run ended is all it reports
             return {"stop_reason": outcome.stop_reason, "signal": outcome.signal, "error": outcome.error}
-        if done_before and (stored := read_summary(run_dir)) is not None:
+        if done_before and (stored := read_summary(plan.run_dir)) is not None:
             return stored
-        summary = summarize(cfg, source, state, outcome, writers.metrics, setup, run_dir, final_eval,
-                            ranks).to_dict()
-        write_json(run_dir / "summary.json", summary)
+        summary = summarize(plan, source, state, outcome, main_hooks.metrics, final_eval, ranks).to_dict()
+        write_json(plan.run_dir / "summary.json", summary)
     return summary
+
+
+def gather_ranks(plan: RunPlan, source: RolloutSource, state: TrainState, outcome: Outcome,
+                 group: Group) -> list[dict]:
+    """Every rank's host, layout, threads, parameter checksum and phase seconds, on rank 0."""
+    return group.gather({"rank": group.rank, "host": group.host, **source.layout, "source": source.mode,
+                         "threads": plan.threads, "checksum": parameter_checksum(state.model),
+                         "phase_seconds": outcome.phase_seconds})
 
 
 def read_summary(run_dir: Path) -> dict | None:
@@ -233,44 +251,46 @@ def read_summary(run_dir: Path) -> dict | None:
         return None
 
 
-def summarize(cfg: Config, source: RolloutSource, state: TrainState, outcome: Outcome, metrics: MetricsHook,
-              setup: RunSetup, run_dir: Path, final_eval: EvalResult | None = None,
-              ranks: list[dict] | None = None) -> RunSummary:
-    """summary.json's content, its throughput read back from metrics.csv as every reader computes it.
+def final_metrics(row: dict[str, Any]) -> dict[str, float]:
+    """The finite values of the metrics declared for the summary, in the last update's row, by column."""
+    return {m.column or key: value for key, value in row.items()
+            if (m := declared(key)).summary and value is not None and math.isfinite(value)}
+
+
+def summarize(plan: RunPlan, source: RolloutSource, state: TrainState, outcome: Outcome, metrics: MetricsHook,
+              final_eval: EvalResult | None = None, ranks: list[dict] | None = None) -> RunSummary:
+    """summary.json's content, its throughput from the rows logged, as every reader of metrics.csv computes it.
 
     A distributed run (`ranks`: each rank's layout, threads, checksum and phase seconds) counts the envs and
     workers of all ranks, and its phases are rank 0's."""
+    cfg, logged = plan.cfg, metrics.logger.logged
     wall, total = outcome.session_seconds, outcome.session_seconds + state.elapsed_before
-    try:
-        rows = read_metrics(run_dir / "metrics.csv")
-        sps = steady_sps(rows["env_steps"], rows["wall_time"])
-    except RunDataError:  # no update finished
-        sps = None
+    sps = steady_sps([steps for steps, _ in logged], [seconds for _, seconds in logged]) if logged else None
     peaks = metrics.sampler.peaks
     train_return = mean_or_nan(state.episode_returns) if state.episode_returns else None
     layout = dict(source.layout)
     if ranks is not None:
         layout["num_workers"] *= len(ranks)
         layout["num_envs"] *= len(ranks)
+    evaluated = {"test": final_eval.mean, "levels": final_eval.levels} if final_eval is not None else {}
     return RunSummary(
-        mode="distributed" if ranks else source.mode, env_id=cfg.env.id, **layout, total_env_steps=state.env_steps,
+        mode=plan.mode, env_id=cfg.env.id, **layout, total_env_steps=state.env_steps,
         wall_seconds=total, episodes=state.episodes, updates=state.update, stop_reason=outcome.stop_reason,
         precision=cfg.training.precision, peak_rss_mb=peaks["rss_mb"], hardware=fingerprint.hardware(),
         versions=fingerprint.versions(), sps=sps, overall_sps=state.env_steps / total if wall > 0 else None,
         episodic_return_mean=train_return,
         episodic_length_mean=mean_or_nan(state.episode_lengths) if state.episode_lengths else None,
-        error=outcome.error, signal=outcome.signal, threads=setup.threads, peak_pss_mb=peaks["pss_mb"],
+        error=outcome.error, signal=outcome.signal, threads=plan.threads, peak_pss_mb=peaks["pss_mb"],
         peak_main_rss_mb=peaks["main_rss_mb"], peak_worker_rss_mb=peaks["worker_rss_mb"],
         mean_cpu_percent=metrics.mean_cpu_percent,
-        compute_limit=setup.compute_limit, phase_seconds=outcome.phase_seconds,
+        compute_limit=plan.compute_limit, phase_seconds=outcome.phase_seconds,
         phase_fractions={k: v / wall for k, v in outcome.phase_seconds.items()} if wall > 0 else {},
         worker_restarts=source.restarts, resumes=state.resumes, restarts=state.restarts, seed=cfg.run.seed,
-        learner=setup.learner,
-        roofline=setup.roofline, world_size=len(ranks) if ranks else 1,
-        **return_figures(cfg.env, train_return, final_eval.mean if final_eval is not None else None,
-                         final_eval.levels if final_eval is not None else None),
-        eval_levels=final_eval.levels if final_eval is not None else None,
-        **compute_figures(sps, setup.compute_limit, setup.roofline, cfg.training.precision),
+        learner=plan.learner, roofline=plan.roofline, world_size=len(ranks) if ranks else 1,
+        **return_figures(cfg.env, train_return, evaluated.get("test"), evaluated.get("levels")),
+        eval_levels=evaluated.get("levels"),
+        **compute_figures(sps, plan.compute_limit, plan.roofline, cfg.training.precision),
+        final_metrics=final_metrics(metrics.logger.last),
         distributed={"source": source.mode, "num_envs_per_rank": source.layout["num_envs"],
                      "timeout_seconds": cfg.distributed.timeout_seconds, "ranks": ranks} if ranks else None,
     )

@@ -18,7 +18,7 @@ from torch import nn
 from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.collect import CollectResult, RolloutError, StopCheck, never
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.envs import PROCGEN_GAMES, env_spaces
+from parallel_ppo.core.envs import PROCGEN_GAMES, EnvSpaces
 from parallel_ppo.core.model import network, policy_tensors
 from parallel_ppo.core.threads import ThreadPlan
 from parallel_ppo.core.timing import PhaseTimer
@@ -94,15 +94,15 @@ class ParallelCoordinator:
 
     mode = "parallel"
 
-    def __init__(self, cfg: Config, threads: ThreadPlan, resumes: int = 0, env_offset: int = 0,
+    def __init__(self, cfg: Config, spaces: EnvSpaces, threads: ThreadPlan, resumes: int = 0, env_offset: int = 0,
                  rank: int | None = None) -> None:
-        """`env_offset`: the global index of the first env (a distributed rank's share starts there); `rank`: the
-        distributed rank, shown in the process title."""
+        """`spaces`: the env's (`env_spaces`, read once before); `env_offset`: the global index of the first env (a
+        distributed rank's share starts there); `rank`: the distributed rank, shown in the process title."""
         p = cfg.parallel
         self.cfg = cfg
         self.env_threads = threads.env
         self.worker_threads = threads.worker or 1  # a parallel plan always has one; the field is optional
-        self.obs_shape, self.obs_dtype, self.actions = env_spaces(cfg.env)
+        self.obs_shape, self.obs_dtype, self.actions = spaces
         numel = sum(t.numel() for t in policy_tensors(network(cfg, self.obs_shape, self.actions)))
         self.params = torch.zeros(numel).share_memory_()
         self.progress = torch.zeros(p.num_workers, dtype=torch.int64).share_memory_()

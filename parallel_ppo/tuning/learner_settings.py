@@ -22,12 +22,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from parallel_ppo.bench.roofline import Candidate, for_candidate, matmul_peak, measure_compute_limit, network_flops
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.files import write_json
 from parallel_ppo.core.model import learner_device
 from parallel_ppo.core.spaces import ActionSpace, as_action_space
 from parallel_ppo.runs import fingerprint
+from parallel_ppo.tuning.compute_limit import (
+    Candidate,
+    for_candidate,
+    matmul_peak,
+    measure_compute_limit,
+    network_flops,
+)
 
 PRECISIONS = ("fp32", "bf16")
 MICROBATCHES = (64, 128, 0)
@@ -37,7 +43,7 @@ DEFAULT = Candidate("fp32", 64)
 SMALL_DEFAULT = Candidate("fp32", 0)
 """What `auto` keeps, unmeasured, for a network below SMALL_FORWARD_FLOPS: fp32 and the whole minibatch."""
 SMALL_FORWARD_FLOPS = 1e5
-"""Forward FLOPs per sample (`roofline.network_flops`) below which a network keeps SMALL_DEFAULT without a
+"""Forward FLOPs per sample (`compute_limit.network_flops`) below which a network keeps SMALL_DEFAULT without a
 measurement. Below it a training step is mostly per-operation overhead, not arithmetic, so neither setting can win
 by much and a measurement ranks noise. On our AMD EPYC with avx512_bf16 (2 threads, minibatch 256, 5 rounds):
 MLPs of 0.018, 0.068 and 0.27 MFLOP ran bf16 at 0.64, 0.70 and 0.88x fp32, of 0.6, 1.1 and 4.2 MFLOP at 1.14,
@@ -226,7 +232,7 @@ def choose(cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, actions
     for a network too small for the choice to matter (`is_small`); else the cached choice when there is one, else
     a measurement of every candidate in `seconds` (the run's limit budget), whose winner (`pick`) is cached; with
     `seconds` 0 and nothing cached, the default (`preferred`).
-    `measure` is `roofline.measure_compute_limit` or a stand-in with its signature.
+    `measure` is `compute_limit.measure_compute_limit` or a stand-in with its signature.
     """
     device = learner_device(cfg)
     known = {"device": str(device), "device_source": "auto" if cfg.training.device == "auto" else "config",

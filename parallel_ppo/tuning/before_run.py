@@ -1,0 +1,50 @@
+"""What a run measures before it trains: the learner's `auto` settings, the network's compute limit and FLOPs, and
+this machine's matmul peaks, for one process or every rank of a distributed run."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from parallel_ppo.core.config import Config
+from parallel_ppo.core.envs import EnvSpaces
+from parallel_ppo.core.group import ALONE, Group
+from parallel_ppo.tuning.compute_limit import measure_compute_limit, network_flops
+from parallel_ppo.tuning.learner_settings import LearnerChoice, choose, matmul_peaks
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The measurements a run makes before its first update."""
+
+    learner: LearnerChoice
+    compute_limit: dict[str, Any] | None = None
+    """The bare network's compute limit (None when `run.limit_seconds` is 0)."""
+    roofline: dict[str, Any] | None = None
+    """The network's FLOPs and the matmul peaks (GFLOP/s); None when `run.limit_seconds` is 0."""
+
+
+def tune(cfg: Config, spaces: EnvSpaces, group: Group = ALONE) -> Tuning:
+    """Before any env or worker exists: choose the learner's `auto` settings (precision, microbatch, device), then
+    measure the compute limit with them (the candidates' measurement already holds it when it ran now) and the
+    machine's arithmetic roofline; each measurement is skipped when `run.limit_seconds` is 0. `cfg` is not changed.
+
+    The ranks of a distributed run measure at once, each on its own minibatch (its share of it when the envs are
+    split) and its threads, and all take rank 0's choice; the compute limit and the matmul peaks are rank 0's times
+    the ranks."""
+    seconds = cfg.run.limit_seconds
+    local = dataclasses.replace(cfg, training=group.local_training(cfg))
+    choice = group.broadcast(choose(local, spaces.obs_shape, spaces.obs_dtype, spaces.actions, seconds))
+    if seconds <= 0:
+        return Tuning(choice)
+    chosen = choice.resolve(local)
+    limit = choice.limit or measure_compute_limit(chosen, spaces.obs_shape, spaces.actions, seconds,
+                                                  obs_dtype=spaces.obs_dtype)
+    peaks = matmul_peaks(chosen)
+    roofline = {**network_flops(chosen, spaces.obs_shape, spaces.actions), "peak_gflops": peaks}
+    if group.distributed:  # each rank measured with its own threads, while the others measured too
+        limit = {**limit, "rank_limit_sps": limit["limit_sps"], "limit_sps": limit["limit_sps"] * group.world_size}
+        roofline |= {"rank_peak_gflops": peaks,
+                     "peak_gflops": {k: v * group.world_size for k, v in peaks.items()}}
+    return Tuning(choice, limit, roofline)

@@ -1,0 +1,312 @@
+"""The compute limit of PPO on this machine: how fast the bare network runs, with no envs and no trainer.
+
+Each env step costs one forward pass (batched over the envs stepped together) plus `n_epochs` training
+samples (forward, loss, backward, clip, Adam on minibatches), so no trainer of the same network can exceed
+
+    limit_sps = 1 / (1 / forward_rate + n_epochs / train_rate)
+
+env steps per second. `measure_compute_limit` measures both rates on random uint8 observations with the
+model, optimizer, precision and thread count the trainer would use, so a trainer's SPS can be judged as a
+fraction of the limit measured in the same sitting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import psutil
+import torch
+
+from parallel_ppo.core.config import Config
+from parallel_ppo.core.distributions import gaussian_log_prob
+from parallel_ppo.core.model import autocast, learner_device
+from parallel_ppo.core.ppo import TrainBatch, build_learner, minibatch_step, ppo_loss
+from parallel_ppo.core.spaces import ActionSpace, as_action_space
+from parallel_ppo.errors import ConfigError
+
+BUSY_CORES = 0.1
+"""Other processes' load (in cores) above which a measurement is flagged as taken on a busy machine."""
+
+_POOL = 4
+"""Distinct random inputs cycled through, so one batch does not sit in cache between iterations."""
+
+
+class OtherLoad:
+    """Cores kept busy by other processes while a block ran (not this process nor its waited-for children).
+
+    A benchmark on a shared machine is only as good as its quiet: intra-op threads slow down several-fold
+    when another busy process shares their cores, so every measurement records this next to its rates.
+    """
+
+    cores: float = 0.0
+
+    @staticmethod
+    def _busy_seconds() -> float:
+        t = psutil.cpu_times()
+        idle = t.idle + getattr(t, "iowait", 0.0)
+        return sum(t) - idle - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+
+    @staticmethod
+    def _own_seconds() -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def __enter__(self) -> OtherLoad:
+        self._start = (time.perf_counter(), self._busy_seconds(), self._own_seconds())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall, busy, own = self._start
+        wall = time.perf_counter() - wall
+        other = (self._busy_seconds() - busy) - (self._own_seconds() - own)
+        self.cores = max(0.0, other / wall) if wall > 0 else 0.0
+
+
+def _random_obs(rng: torch.Generator, batch: int, obs_shape: tuple[int, ...],
+                dtype: np.dtype) -> torch.Tensor:
+    if dtype == np.uint8:
+        return torch.randint(0, 256, (batch, *obs_shape), dtype=torch.uint8, generator=rng)
+    return torch.randn((batch, *obs_shape), generator=rng)
+
+
+def _timed_loop(step: Callable[[int], None], seconds: float, warmup_iters: int, min_iters: int) -> list[float]:
+    """Call `step(i)` `warmup_iters` times untimed, then until `seconds` have passed (at least `min_iters`);
+    returns the timed iterations' durations in seconds."""
+    for i in range(warmup_iters):
+        step(i)
+    durations: list[float] = []
+    start = time.perf_counter()
+    while len(durations) < min_iters or time.perf_counter() - start < seconds:
+        t0 = time.perf_counter()
+        step(warmup_iters + len(durations))
+        durations.append(time.perf_counter() - t0)
+    return durations
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A learner setting the measurement can compare: arithmetic precision and forward/backward chunk."""
+
+    precision: str
+    microbatch_size: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.precision}/{self.microbatch_size or 'whole'}"
+
+
+def fixed_candidate(cfg: Config) -> Candidate:
+    """The config's own setting (both fields must be resolved: not `auto`)."""
+    t = cfg.training
+    if t.precision == "auto" or t.microbatch_size == "auto":
+        raise ValueError("resolve training.precision and training.microbatch_size first (learner_settings)")
+    return Candidate(t.precision, t.microbatch_size)
+
+
+class NetworkSteps:
+    """One timed iteration of the learner's network for `measure_compute_limit`, on a model and inputs built
+    as the trainer builds them: `forward(precision)` and `train(candidate)` give the step functions."""
+
+    def __init__(self, cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, actions: ActionSpace | int,
+                 forward_batch: int) -> None:
+        self.cfg, self.device = cfg, learner_device(cfg)
+        with torch.random.fork_rng(devices=[]):  # the trainer's initialization, without touching the caller's RNG
+            torch.manual_seed(cfg.run.seed)
+            self.model, self.optimizer = build_learner(obs_shape, actions, cfg, self.device)
+        self.model.train()
+        rng = torch.Generator().manual_seed(cfg.run.seed)
+        self.inputs = [_random_obs(rng, forward_batch, obs_shape, obs_dtype).to(self.device) for _ in range(_POOL)]
+        self.batches = [_random_batch(rng, cfg.training.batch_size, obs_shape, obs_dtype, actions).to(self.device)
+                        for _ in range(_POOL)]
+        self.sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+
+    def forward(self, precision: str) -> Callable[[int], None]:
+        def step(i: int) -> None:
+            with torch.no_grad(), autocast(precision, self.device.type):
+                self.model(self.inputs[i % _POOL])
+            self.sync()
+        return step
+
+    def train(self, candidate: Candidate) -> Callable[[int], None]:
+        tcfg = dataclasses.replace(self.cfg.training, precision=candidate.precision,
+                                   microbatch_size=candidate.microbatch_size)
+
+        def step(i: int) -> None:
+            minibatch_step(self.model, self.optimizer, self.batches[i % _POOL], tcfg)
+            self.sync()
+        return step
+
+
+def measure_compute_limit(cfg: Config, obs_shape: tuple[int, ...], actions: ActionSpace | int, seconds: float = 20.0, *,
+                          rollout_batch: int | None = None, obs_dtype: np.dtype | None = None,
+                          warmup_iters: int = 3, min_iters: int = 3,
+                          candidates: list[Candidate] | None = None, rounds: int = 1) -> dict[str, Any]:
+    """Measure the bare network's inference and training rates and the PPO compute limit they imply.
+
+    - forward: `model(obs)` under `torch.no_grad()` and the autocast of the precision, on `rollout_batch`
+      observations (default `cfg.env.num_envs`, the envs the sequential trainer steps per forward);
+    - train: one PPO minibatch step (`minibatch_step`: forward, loss, backward, grad-norm clip, Adam step) on
+      `cfg.training.batch_size` samples.
+
+    `candidates` (default: the config's own setting) are measured in `rounds` interleaved rounds, so that a
+    slow spell of the machine does not fall on one of them alone; forward once per precision. Rates are
+    batch / median iteration time, and each round's own compute limit is under `round_sps` (for paired
+    comparisons). `seconds` is the timed budget, a fifth of it for the forward passes and the rest for training;
+    warm-up iterations come on top and are not counted. The model and optimizer are built as the trainer builds
+    them (same seed, `build_learner`, on `cfg.training.device`) and run with the torch thread count the caller
+    has set. Returns the fastest candidate's figures (a JSON-serializable dict)
+    with every candidate's rates under `candidates`.
+    """
+    if not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0):
+        raise ConfigError(f"measurement seconds must be a positive number, got {seconds!r}")
+    forward_batch = cfg.env.num_envs if rollout_batch is None else rollout_batch
+    minibatch = cfg.training.batch_size
+    if forward_batch <= 0 or minibatch <= 0:
+        raise ConfigError(f"batch sizes must be positive, got rollout batch {forward_batch}, minibatch {minibatch}")
+    candidates = candidates or [fixed_candidate(cfg)]
+    obs_shape = tuple(int(d) for d in obs_shape)
+    if obs_dtype is None:
+        obs_dtype = np.dtype(np.uint8) if len(obs_shape) == 3 else np.dtype(np.float32)
+    steps = NetworkSteps(cfg, obs_shape, obs_dtype, actions, forward_batch)
+    forward, train, load = _time_candidates(steps, candidates, seconds, rounds, warmup_iters, min_iters)
+    rates = {c: _figures(forward[c.precision], train[c], forward_batch, minibatch, cfg.training.n_epochs)
+             for c in candidates}
+    best = max(candidates, key=lambda c: rates[c]["limit_sps"])
+    return {
+        **rates[best], "n_epochs": cfg.training.n_epochs,
+        "rollout_batch": forward_batch, "minibatch": minibatch, "precision": best.precision,
+        "microbatch_size": best.microbatch_size, "device": str(steps.device), "threads": torch.get_num_threads(),
+        "warmup_iters": warmup_iters, "rounds": rounds, "other_load_cores": load.cores,
+        "candidates": {c.label: rates[c] for c in candidates},
+        "model": type(steps.model).__name__, "parameters": sum(p.numel() for p in steps.model.parameters()),
+        "obs_shape": list(obs_shape), "actions": as_action_space(actions).to_dict(), "env_id": cfg.env.id,
+        "torch": torch.__version__,
+    }
+
+
+Rounds = list[list[float]]
+"""Iteration times (s), one list per interleaved round."""
+
+
+def _time_candidates(steps: NetworkSteps, candidates: list[Candidate], seconds: float, rounds: int, warmup_iters: int,
+                     min_iters: int) -> tuple[dict[str, Rounds], dict[Candidate, Rounds], OtherLoad]:
+    """Each precision's forward and each candidate's training iteration times (s), a list per round, over `rounds`
+    interleaved rounds sharing `seconds` (a fifth for the forwards), in reverse order every other round (ABBA: a
+    drift of the machine's speed favours no candidate), warm-up in the first round only; with the load of other
+    processes meanwhile."""
+    precisions = list(dict.fromkeys(c.precision for c in candidates))
+    forward: dict[str, Rounds] = {p: [] for p in precisions}
+    train: dict[Candidate, Rounds] = {c: [] for c in candidates}
+    forward_share = seconds / 5 / (len(precisions) * rounds)
+    train_share = seconds * 4 / 5 / (len(candidates) * rounds)
+    with OtherLoad() as load:
+        for r in range(rounds):
+            warm, order = (warmup_iters if r == 0 else 0), (-1 if r % 2 else 1)
+            for p in precisions[::order]:
+                forward[p].append(_timed_loop(steps.forward(p), forward_share, warm, min_iters))
+            for c in candidates[::order]:
+                train[c].append(_timed_loop(steps.train(c), train_share, warm, min_iters))
+    return forward, train, load
+
+
+def for_candidate(result: dict[str, Any], candidate: Candidate) -> dict[str, Any]:
+    """A `measure_compute_limit` result told from another of its candidates' point of view."""
+    return {**result, **result["candidates"][candidate.label], "precision": candidate.precision,
+            "microbatch_size": candidate.microbatch_size}
+
+
+def _figures(forward: Rounds, train: Rounds, forward_batch: int, minibatch: int, n_epochs: int) -> dict[str, Any]:
+    """A candidate's rates (batch / median iteration time) and compute limit, from its timed iterations (a list per
+    round), with each round's own compute limit under `round_sps`."""
+    def limit(f: list[float], t: list[float]) -> float:
+        return limit_sps(forward_batch / float(np.median(f)), minibatch / float(np.median(t)), n_epochs)
+
+    every_f, every_t = sum(forward, []), sum(train, [])
+    f_median, t_median = float(np.median(every_f)), float(np.median(every_t))
+    return {"forward_rate": forward_batch / f_median, "train_rate": minibatch / t_median,
+            "limit_sps": limit(every_f, every_t),
+            "round_sps": [limit(f, t) for f, t in zip(forward, train, strict=True)],
+            "forward_ms_median": 1000 * f_median, "train_ms_median": 1000 * t_median, "forward_iters": len(every_f),
+            "train_iters": len(every_t), "forward_seconds": sum(every_f), "train_seconds": sum(every_t)}
+
+
+def _random_batch(rng: torch.Generator, size: int, obs_shape: tuple[int, ...], obs_dtype: np.dtype,
+                  actions: ActionSpace | int) -> TrainBatch:
+    """A minibatch of random frames, actions and targets, shaped like the trainer's."""
+    values = torch.randn(size, generator=rng)
+    space = as_action_space(actions)
+    if space.continuous:
+        taken = torch.randn((size, space.n), generator=rng)
+        logprobs = gaussian_log_prob(torch.zeros(size, 2 * space.n), taken)[0]  # under N(0, 1)
+    else:
+        taken = torch.randint(0, space.n, (size,), generator=rng)
+        logprobs = torch.full((size,), -math.log(space.n))
+    return TrainBatch(obs=_random_obs(rng, size, obs_shape, obs_dtype), actions=taken, logprobs=logprobs,
+                      values=values,
+                      advantages=torch.randn(size, generator=rng),
+                      returns=values + 0.1 * torch.randn(size, generator=rng))
+
+
+def limit_sps(forward_rate: float, train_rate: float, n_epochs: int) -> float:
+    """Env steps per second when every step costs one inference sample plus `n_epochs` training samples."""
+    return 1.0 / (1.0 / forward_rate + n_epochs / train_rate)
+
+
+PEAK_SIZE = 2048
+"""Largest square matmul size for the arithmetic peak (2048³: 17 GFLOP per product, within 3% of 4096³ on our
+CPUs)."""
+
+
+def matmul_peak(dtype: torch.dtype, seconds: float = 1.0, device: torch.device | str = "cpu") -> float:
+    """GFLOP/s of a square matrix product in `dtype` with the current threads: the arithmetic peak that a network's
+    achieved FLOP/s is judged against. The size doubles from 256 up to PEAK_SIZE while a product stays short, so a
+    dtype this CPU has no fast path for (bf16 without AVX-512: ~1 GFLOP/s, 13 s a 2048² product) still takes
+    about `seconds`."""
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    n = 256
+    while True:
+        a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
+        torch.mm(a, b)  # warm-up
+        sync()
+        start = time.perf_counter()
+        torch.mm(a, b)
+        sync()
+        if n >= PEAK_SIZE or 8 * (time.perf_counter() - start) > seconds / 3:  # the next size costs 8×
+            break
+        n *= 2
+
+    def step(i: int) -> None:
+        torch.mm(a, b)
+        sync()
+    return 2 * n**3 / float(np.median(_timed_loop(step, seconds, 0, 3))) / 1e9
+
+
+def network_flops(cfg: Config, obs_shape: tuple[int, ...], actions: ActionSpace | int) -> dict[str, float]:
+    """FLOPs of the network per sample, counted by torch's FlopCounterMode (matrix products and convolutions):
+    `forward_flops` to act, `train_flops` for the PPO loss's forward and backward, and `flops_per_env_step`
+    = forward + n_epochs × train, the work one collected env step costs the trainer."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    batch = 4
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.run.seed)
+        model, _ = build_learner(obs_shape, actions, cfg)
+    rng = torch.Generator().manual_seed(0)
+    obs_dtype = np.dtype(np.uint8) if len(obs_shape) == 3 else np.dtype(np.float32)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(_random_obs(rng, batch, tuple(obs_shape), obs_dtype))
+    forward = counter.get_total_flops() / batch
+    fp32 = dataclasses.replace(cfg.training, precision="fp32")
+    with FlopCounterMode(display=False) as counter:
+        loss, _ = ppo_loss(model, _random_batch(rng, batch, tuple(obs_shape), obs_dtype, actions), fp32)
+        loss.backward()
+    train = counter.get_total_flops() / batch
+    return {"forward_flops": forward, "train_flops": train,
+            "flops_per_env_step": forward + cfg.training.n_epochs * train}
