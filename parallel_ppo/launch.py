@@ -22,12 +22,13 @@ from parallel_ppo.core.allocator import retain_freed_memory
 from parallel_ppo.core.checkpoint import JOB_ID, load_checkpoint, next_resume_count
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config, config_from_dict, resume_mismatch, validate
-from parallel_ppo.core.envs import EnvSpaces, env_spaces
+from parallel_ppo.core.envs import env_spaces
 from parallel_ppo.core.files import write_text
 from parallel_ppo.core.group import Group
 from parallel_ppo.core.loop import RolloutSource, check_checkpoint_fits
 from parallel_ppo.core.model import learner_device
 from parallel_ppo.core.pause import pause_point
+from parallel_ppo.core.spaces import EnvSpaces
 from parallel_ppo.core.threads import ThreadPlan, thread_plan
 from parallel_ppo.engines.distributed import RESTART_COUNT_VAR, RUN_ID_VAR, PeerLost, join, launched_by_torchrun
 from parallel_ppo.errors import ConfigError
@@ -80,9 +81,9 @@ def check_network_and_memory(cfg: Config, spaces: EnvSpaces) -> None:
     from parallel_ppo.core.buffer import RolloutBuffer
     from parallel_ppo.core.model import network
 
-    obs_shape, obs_dtype, actions = spaces
+    obs_shape, obs_dtype, actions, _ = spaces
     try:
-        network(cfg, obs_shape, actions)
+        network(cfg, spaces)
     except (RuntimeError, MemoryError) as e:  # widths whose weights cannot be allocated
         raise ConfigError(f"cannot build the network: {str(e).strip().splitlines()[-1][:200]}; use smaller widths "
                           "(model.hidden_size, model.mlp_hidden, model.impala_depths)") from None
@@ -348,6 +349,8 @@ def end_lines(cfg: Config, run_dir: Path, summary: dict[str, Any]) -> list[str]:
     lines = [f"{summary['stop_reason']} after {summary['total_env_steps']:,} steps in {summary['wall_seconds']:.0f} s "
              f"({'n/a' if sps is None else f'{sps:.0f}'} SPS); mean return {'n/a' if ret is None else f'{ret:.2f}'} "
              f"over the last {window} episodes"]
+    if (success := (summary.get("final_metrics") or {}).get("success_rate")) is not None:
+        lines.append(f"success rate {success:.0%} over the last {window} episodes")
     if summary["normalized_return"] is not None:
         lines.append(f"normalized return {summary['normalized_return']:.3f} (Procgen easy-mode constants)")
     if summary["test_return_mean"] is not None:

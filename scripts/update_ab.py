@@ -63,7 +63,7 @@ def main() -> int:
         stack.callback(sources[0].close)
         sources.append(ParallelCoordinator(cfg, env_spaces(cfg.env), plan))
         stack.callback(sources[1].close)
-        state = TrainState.new(cfg, sources[1].obs_shape, sources[1].actions)
+        state = TrainState.new(cfg, sources[1].spaces)
         for i in range(args.updates + 2):
             source = sources[(i + i // 2) % 2]  # A B B A A B B A ...
             source.collect(state.model, PhaseTimer())

@@ -23,7 +23,7 @@ from parallel_ppo.core.envs import env_spaces, make_batch_env
 from parallel_ppo.core.gym_envs import RENDERER_HELP
 from parallel_ppo.core.model import build_model
 from parallel_ppo.core.normalization import ObsNormalizer, RunningMeanStd
-from parallel_ppo.core.spaces import ActionSpace
+from parallel_ppo.core.spaces import ActionSpace, EnvSpaces
 from parallel_ppo.errors import ConfigError
 
 BOX = ActionSpace(3, (-1.0,) * 3, (1.0,) * 3)
@@ -99,12 +99,13 @@ def test_running_statistics_of_a_split_stream_equal_those_of_the_whole():
 
 def test_observation_statistics_are_published_into_the_network_and_survive_a_checkpoint():
     model = build_model((2,), BOX, ModelConfig(kind="mlp", mlp_hidden=[8]), obs_clip=5.0)
-    normalizer = ObsNormalizer((2,))
+    spaces = EnvSpaces((2,), np.dtype(np.float32), BOX)
+    normalizer = ObsNormalizer(spaces)
     obs = torch.tensor([[[1.0, 10.0], [3.0, 30.0]], [[5.0, 50.0], [7.0, 70.0]]])  # (T, N, 2)
     normalizer.update(obs, model)
     torch.testing.assert_close(model.obs_mean, torch.tensor([4.0, 40.0]), rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(model.obs_std, torch.tensor([math.sqrt(5.0), math.sqrt(500.0)]), rtol=1e-3, atol=0)
-    restored = ObsNormalizer((2,))
+    restored = ObsNormalizer(spaces)
     restored.load_state_dict(normalizer.state_dict())
     assert np.array_equal(restored.stats.mean, normalizer.stats.mean) and restored.stats.count == normalizer.stats.count
     seen = []
@@ -227,7 +228,7 @@ def test_life_and_fire_settings_where_they_do_not_apply_are_refused(cfg, words):
 
 
 @pytest.mark.parametrize("env_id, words", [
-    ("toy_envs:DictObs-v0", "observation space Dict"),
+    ("toy_envs:NestedDictObs-v0", "key 'mode' is Discrete"),
     ("toy_envs:MultiDiscreteActions-v0", "action space MultiDiscrete"),
     ("toy_envs:FloatImages-v0", "float32 images"),
     ("toy_envs:Nope-v0", "is it registered by toy_envs?"),

@@ -151,16 +151,21 @@ PENDULUM = ["--config", "config/mujoco.yaml", "--env", "Pendulum-v1", "--seed", 
             "--set", "training.n_epochs=1", "--total-steps", "1024"]
 """Two updates of 16 Pendulum envs × 32 steps, one minibatch each: a Gaussian policy with observations and rewards
 normalized, the second rollout collected with the statistics the first published."""
+CAMERA = [*PENDULUM[:2], "--env", "toy_envs:CameraReach-v0", *PENDULUM[4:], "--set", "model.kind=auto",
+          "--set", "model.impala_depths=[4]", "--set", "model.hidden_size=16", "--set", "training.normalize_obs=true"]
+"""The same with a dict observation (camera image, vector and scalar keys) through the multi-input network."""
 
 
 @pytest.mark.slow
-def test_two_ranks_with_continuous_actions_and_observation_statistics_take_the_steps_of_one_process(tmp_path):
+@pytest.mark.parametrize("args", [PENDULUM, CAMERA], ids=["pendulum", "dict-camera"])
+def test_two_ranks_with_continuous_actions_and_observation_statistics_take_the_steps_of_one_process(tmp_path, args):
     one, two = tmp_path / "one", tmp_path / "two"
-    code, _, err = finish(start([sys.executable, "train_timed.py", *PENDULUM, "--num-envs", "16", "--output-dir",
-                                 str(one)], cwd=ROOT))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    code, _, err = finish(start([sys.executable, "train_timed.py", *args, "--num-envs", "16", "--output-dir",
+                                 str(one)], cwd=ROOT, env=env))
     assert code == 0, err
-    code, _, err = finish(start([*torchrun("train_timed.py"), *PENDULUM, "--num-envs-total", "16", "--output-dir",
-                                 str(two)], cwd=ROOT))
+    code, _, err = finish(start([*torchrun("train_timed.py"), *args, "--num-envs-total", "16", "--output-dir",
+                                 str(two)], cwd=ROOT, env=env))
     assert code == 0, err
     reference, mine = load_checkpoint(one / "checkpoint.pt"), load_checkpoint(two / "checkpoint.pt")
     assert reference["update"] == mine["update"] == 2
@@ -176,9 +181,8 @@ def test_two_ranks_with_continuous_actions_and_observation_statistics_take_the_s
 def load_initial(out: Path) -> dict[str, torch.Tensor]:
     """The reference run's initial parameters, rebuilt as the trainer builds them (same seed)."""
     cfg = config_from_dict(yaml.safe_load((out / "config.yaml").read_text()))
-    obs_shape, _, actions = env_spaces(cfg.env)
     torch.manual_seed(cfg.run.seed)
-    model, _ = build_learner(obs_shape, actions, cfg)
+    model, _ = build_learner(env_spaces(cfg.env), cfg)
     return model.state_dict()
 
 

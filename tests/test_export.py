@@ -32,13 +32,14 @@ def _checkpoint(path: Path, env_id: str, sets: list[str]) -> Path:
     and means of every size, some beyond the action bounds, a log-std that is not 0) and, with normalize_obs,
     statistics that are not (0, 1). (The continuous run here is an MLP behind normalization: `model.net.actor`.)"""
     cfg = build_config(None, {"env.id": env_id}, ["training.precision=fp32", *sets], False)
-    obs_shape, _, actions = env_spaces(cfg.env)
+    spaces = env_spaces(cfg.env)
+    obs_shape = spaces.obs_shape
     torch.manual_seed(0)
-    model = network(cfg, obs_shape, actions)
+    model = network(cfg, spaces)
     with torch.no_grad():
         for p in model.parameters():  # less for the CNN, whose outputs would reach the hundreds
             p.add_((0.3 if len(obs_shape) == 1 else 0.03) * torch.randn_like(p))
-        if actions.continuous:  # means beyond the bounds too, for the clipped action
+        if spaces.actions.continuous:  # means beyond the bounds too, for the clipped action
             model.net.actor[-1].weight.mul_(8.0)
         if cfg.training.normalize_obs:
             model.obs_mean.copy_(torch.randn(obs_shape))

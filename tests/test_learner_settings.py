@@ -21,6 +21,7 @@ from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.distributions import sample_actions
 from parallel_ppo.core.model import resolve_device
 from parallel_ppo.core.ppo import TrainBatch, build_learner, minibatch_step, ppo_loss
+from parallel_ppo.core.spaces import ActionSpace, EnvSpaces
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs import fingerprint
 from parallel_ppo.tuning import learner_settings
@@ -37,16 +38,18 @@ from parallel_ppo.tuning.learner_settings import (
 
 ROOT = Path(__file__).resolve().parent.parent
 OBS, ACTIONS = (64, 64, 3), 15
+PROCGEN = EnvSpaces(OBS, np.dtype(np.uint8), ActionSpace(ACTIONS))
+CARTPOLE = EnvSpaces((4,), np.dtype(np.float32), ActionSpace(2))
 
 
 class FakeMeasure:
-    """Stands in for `roofline.measure_compute_limit`: each candidate's compute limit comes from `limits`, the same
+    """Stands in for `compute_limit.measure_compute_limit`: each candidate's compute limit comes from `limits`, the same
     in every round."""
 
     def __init__(self, limits: dict[str, float]) -> None:
         self.limits, self.calls = limits, []
 
-    def __call__(self, cfg, obs_shape, num_actions, seconds, *, obs_dtype, candidates, rounds, **iterations):
+    def __call__(self, cfg, spaces, seconds, *, candidates, rounds, **iterations):
         self.calls.append([c.label for c in candidates])
         rates = {c.label: {"forward_rate": 1000.0, "train_rate": 300.0, "limit_sps": self.limits[c.label],
                            "round_sps": [self.limits[c.label]] * rounds} for c in candidates}
@@ -92,7 +95,7 @@ def test_the_fastest_candidate_is_chosen_then_cached(tmp_path):
     cache = tmp_path / "cache.json"
     measure = FakeMeasure(LIMITS)
     cfg = auto_config()
-    choice = choose(cfg, OBS, np.dtype(np.uint8), ACTIONS, 10.0, measure=measure, path=cache)
+    choice = choose(cfg, PROCGEN, 10.0, measure=measure, path=cache)
     assert (choice.precision, choice.microbatch_size, choice.source) == ("bf16", 128, "measured")
     assert choice.rates == LIMITS and choice.limit["limit_sps"] == 230.0
     assert measure.calls == [list(LIMITS)]
@@ -100,12 +103,12 @@ def test_the_fastest_candidate_is_chosen_then_cached(tmp_path):
     t = choice.resolve(cfg).training
     assert (t.precision, t.microbatch_size, t.device) == ("bf16", 128, "cpu") and cfg.training.precision == "auto"
 
-    again = choose(auto_config(), OBS, np.dtype(np.uint8), ACTIONS, 10.0, measure=measure, path=cache)
+    again = choose(auto_config(), PROCGEN, 10.0, measure=measure, path=cache)
     assert (again.precision, again.microbatch_size, again.source) == ("bf16", 128, "cached")
     assert again.rates == LIMITS and again.limit is None and len(measure.calls) == 1  # no second measurement
     assert "from the measurement cached in" in again.describe() and "bf16/128 230" in again.describe()
 
-    other = choose(auto_config(batch_size=512), OBS, np.dtype(np.uint8), ACTIONS, 10.0, measure=measure, path=cache)
+    other = choose(auto_config(batch_size=512), PROCGEN, 10.0, measure=measure, path=cache)
     assert other.source == "measured" and len(measure.calls) == 2  # other settings, another entry
     assert len(json.loads(cache.read_text())) == 2
 
@@ -123,14 +126,14 @@ def test_the_fastest_candidate_is_chosen_then_cached(tmp_path):
       "bf16/whole": 90.0}, "bf16/64"),  # bf16 12% faster; its 128 chunk only 4.5% over its 64
 ])
 def test_the_defaults_stay_unless_beaten_by_more_than_the_margins(limits, chosen, tmp_path):
-    choice = choose(auto_config(), OBS, np.dtype(np.uint8), ACTIONS, 10.0, measure=FakeMeasure(limits),
+    choice = choose(auto_config(), PROCGEN, 10.0, measure=FakeMeasure(limits),
                     path=tmp_path / "c.json")
     assert f"{choice.precision}/{choice.microbatch_size or 'whole'}" == chosen
     assert choice.limit["limit_sps"] == limits[chosen] and choice.limit["precision"] == choice.precision
 
 
 def test_a_fixed_precision_keeps_its_default_chunk(tmp_path):
-    choice = choose(auto_config(precision="bf16"), OBS, np.dtype(np.uint8), ACTIONS, 10.0,
+    choice = choose(auto_config(precision="bf16"), PROCGEN, 10.0,
                     measure=FakeMeasure({"bf16/64": 150.0, "bf16/128": 155.0, "bf16/whole": 140.0}),
                     path=tmp_path / "c.json")
     assert (choice.precision, choice.microbatch_size) == ("bf16", 64)
@@ -142,10 +145,10 @@ def test_a_cached_choice_depends_on_the_machine(tmp_path, monkeypatch, other):
     cache = tmp_path / "cache.json"
     machine = {"cpu_model": "AMD EPYC", "cpu_kind": ["avx512", "bf16"], "logical_cores": 2}
     monkeypatch.setattr("parallel_ppo.runs.fingerprint.hardware", lambda: machine)
-    first = choose(auto_config(), OBS, np.dtype(np.uint8), ACTIONS, 10.0, measure=FakeMeasure(LIMITS), path=cache)
-    assert choose(auto_config(), OBS, np.dtype(np.uint8), ACTIONS, 10.0, measure=refuse, path=cache).source == "cached"
+    first = choose(auto_config(), PROCGEN, 10.0, measure=FakeMeasure(LIMITS), path=cache)
+    assert choose(auto_config(), PROCGEN, 10.0, measure=refuse, path=cache).source == "cached"
     monkeypatch.setattr("parallel_ppo.runs.fingerprint.hardware", lambda: {**machine, **other})
-    choice = choose(auto_config(), OBS, np.dtype(np.uint8), ACTIONS, 10.0, measure=FakeMeasure(
+    choice = choose(auto_config(), PROCGEN, 10.0, measure=FakeMeasure(
         {**LIMITS, "fp32/64": 400.0}), path=cache)
     assert first.source == "measured"
     assert (choice.source, choice.precision, choice.microbatch_size) == ("measured", "fp32", 64)
@@ -154,17 +157,17 @@ def test_a_cached_choice_depends_on_the_machine(tmp_path, monkeypatch, other):
 def test_a_corrupt_cache_is_measured_again_and_rewritten(tmp_path):
     cache = tmp_path / "cache.json"
     cache.write_text("{not json")
-    choice = choose(auto_config(), OBS, np.dtype(np.uint8), ACTIONS, 10.0, measure=FakeMeasure(LIMITS), path=cache)
+    choice = choose(auto_config(), PROCGEN, 10.0, measure=FakeMeasure(LIMITS), path=cache)
     assert choice.source == "measured"
     assert len(json.loads(cache.read_text())) == 1
 
 
 def test_nothing_auto_or_no_budget_measures_nothing(tmp_path):
-    fixed = choose(auto_config(precision="bf16", microbatch_size=0), OBS, np.dtype(np.uint8), ACTIONS, 10.0,
+    fixed = choose(auto_config(precision="bf16", microbatch_size=0), PROCGEN, 10.0,
                    measure=refuse, path=tmp_path / "c.json")
     assert (fixed.precision, fixed.microbatch_size, fixed.source) == ("bf16", 0, "config")
     assert fixed.describe() == "bf16, microbatch whole minibatch, on cpu (auto): as configured"
-    unmeasured = choose(auto_config(), OBS, np.dtype(np.uint8), ACTIONS, 0.0, measure=refuse, path=tmp_path / "c.json")
+    unmeasured = choose(auto_config(), PROCGEN, 0.0, measure=refuse, path=tmp_path / "c.json")
     assert (unmeasured.precision, unmeasured.microbatch_size, unmeasured.source) == ("fp32", 64, "unmeasured")
     assert not (tmp_path / "c.json").exists()
 
@@ -172,7 +175,7 @@ def test_nothing_auto_or_no_budget_measures_nothing(tmp_path):
 def test_an_unwritable_cache_does_not_stop_the_run(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    choice = choose(auto_config(), OBS, np.dtype(np.uint8), ACTIONS, 10.0, measure=FakeMeasure(LIMITS),
+    choice = choose(auto_config(), PROCGEN, 10.0, measure=FakeMeasure(LIMITS),
                     path=blocker / "cache.json")
     assert choice.source == "measured" and choice.cache.startswith("nowhere")
 
@@ -181,7 +184,7 @@ def test_the_real_measurement_picks_among_the_candidates(tmp_path):
     cfg = auto_config(batch_size=8)
     cfg.env.num_envs = 2
     cfg.model.impala_depths, cfg.model.hidden_size = [4, 8, 8], 32  # 4.5 MFLOP a frame: measured
-    choice = choose(cfg, OBS, np.dtype(np.uint8), ACTIONS, 0.3, path=tmp_path / "c.json")
+    choice = choose(cfg, PROCGEN, 0.3, path=tmp_path / "c.json")
     assert set(choice.rates) == {"fp32/whole", "bf16/whole"} and all(r > 0 for r in choice.rates.values())
     rounds = {label: r["round_sps"] for label, r in choice.limit["candidates"].items()}
     assert all(len(r) == ROUNDS and min(r) > 0 for r in rounds.values())
@@ -236,14 +239,14 @@ def test_a_busy_machine_does_not_flip_the_choice(busy_core, monkeypatch, tmp_pat
     now, and a real measurement of two candidates doing the same work (chunks of 64 in a minibatch of 64 are the
     whole minibatch), taken beside the busy process, keeps the default time after time."""
     monkeypatch.setattr(learner_settings, "cpu_has_native_bf16", lambda: False)
-    cartpole = choose(auto_config(), (4,), np.dtype(np.float32), 2, 10.0, measure=refuse, path=tmp_path / "c.json")
+    cartpole = choose(auto_config(), CARTPOLE, 10.0, measure=refuse, path=tmp_path / "c.json")
     assert (cartpole.precision, cartpole.microbatch_size, cartpole.source) == ("fp32", 0, "default")
     cfg = auto_config(batch_size=64)
     cfg.model.mlp_hidden = [256, 256]  # 0.27 MFLOP a sample: above the small-network threshold
-    assert not is_small(cfg, (4,), 2)
+    assert not is_small(cfg, CARTPOLE)
     same = [Candidate("fp32", 64), Candidate("fp32", 0)]
     for _ in range(3):
-        result = measure_compute_limit(cfg, (4,), 2, 0.6, candidates=same, rounds=ROUNDS, warmup_iters=1,
+        result = measure_compute_limit(cfg, CARTPOLE, 0.6, candidates=same, rounds=ROUNDS, warmup_iters=1,
                                        min_iters=1)
         rounds = {label: r["round_sps"] for label, r in result["candidates"].items()}
         assert pick(same, rounds, same[0]) == same[0], rounds
@@ -252,18 +255,18 @@ def test_a_busy_machine_does_not_flip_the_choice(busy_core, monkeypatch, tmp_pat
 
 def test_bf16_is_a_candidate_only_where_it_is_native(monkeypatch, tmp_path):
     monkeypatch.setattr(learner_settings, "cpu_has_native_bf16", lambda: False)
-    alone = choose(auto_config(microbatch_size=64), OBS, np.dtype(np.uint8), ACTIONS, 10.0, measure=refuse,
+    alone = choose(auto_config(microbatch_size=64), PROCGEN, 10.0, measure=refuse,
                    path=tmp_path / "c.json")
     assert (alone.precision, alone.microbatch_size, alone.source, alone.native_bf16) == (
         "fp32", 64, "no-native-bf16", False)
     assert alone.describe() == "fp32, microbatch 64, on cpu (auto): fp32, as no native bf16 on this cpu"
     measure = FakeMeasure(LIMITS)
-    chunks = choose(auto_config(), OBS, np.dtype(np.uint8), ACTIONS, 10.0, measure=measure, path=tmp_path / "c.json")
+    chunks = choose(auto_config(), PROCGEN, 10.0, measure=measure, path=tmp_path / "c.json")
     assert measure.calls == [["fp32/64", "fp32/128", "fp32/whole"]]
     assert (chunks.precision, chunks.source, chunks.native_bf16, chunks.to_dict()["native_bf16"]) == (
         "fp32", "measured", False, False)
     assert "(bf16 not tried: no native bf16 on this cpu): measured now" in chunks.describe()
-    asked = choose(auto_config(precision="bf16"), OBS, np.dtype(np.uint8), ACTIONS, 10.0,
+    asked = choose(auto_config(precision="bf16"), PROCGEN, 10.0,
                    measure=FakeMeasure(LIMITS), path=tmp_path / "c.json")
     assert (asked.precision, asked.native_bf16) == ("bf16", None)  # asked for by name: used, not second-guessed
 
@@ -283,12 +286,12 @@ def test_native_bf16_is_read_from_the_cpu_flags(tmp_path):
 def test_a_small_network_keeps_the_defaults_unmeasured(tmp_path):
     """CartPole's 64-unit MLP (0.018 MFLOP a sample) is not measured, on any CPU; the IMPALA CNN (61 MFLOP) is."""
     cartpole = auto_config(batch_size=256)
-    assert is_small(cartpole, (4,), 2) and not is_small(Config(), OBS, ACTIONS)
-    choice = choose(cartpole, (4,), np.dtype(np.float32), 2, 10.0, measure=refuse, path=tmp_path / "c.json")
+    assert is_small(cartpole, CARTPOLE) and not is_small(Config(), PROCGEN)
+    choice = choose(cartpole, CARTPOLE, 10.0, measure=refuse, path=tmp_path / "c.json")
     assert (choice.precision, choice.microbatch_size, choice.source, choice.native_bf16) == (
         "fp32", 0, "default", True)
     assert "too small for the choice to matter" in choice.describe() and not (tmp_path / "c.json").exists()
-    fixed = choose(auto_config(microbatch_size=128), (4,), np.dtype(np.float32), 2, 10.0, measure=refuse,
+    fixed = choose(auto_config(microbatch_size=128), CARTPOLE, 10.0, measure=refuse,
                    path=tmp_path / "c.json")
     assert (fixed.precision, fixed.microbatch_size, fixed.source) == ("fp32", 128, "default")
 
@@ -297,7 +300,7 @@ def small_learner(seed: int):
     cfg = Config()
     cfg.model.impala_depths, cfg.model.hidden_size = [4, 8, 8], 32
     torch.manual_seed(seed)
-    return build_learner(OBS, ACTIONS, cfg)
+    return build_learner(PROCGEN, cfg)
 
 
 def random_batch(seed: int, size: int = 8) -> TrainBatch:
@@ -331,21 +334,44 @@ def test_bf16_keeps_log_probs_losses_and_optimizer_state_in_fp32(seed):
                        .squeeze(1))
 
 
-def test_auto_device_is_the_cpu_without_an_accelerator(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+def test_auto_device_takes_cuda_then_xpu_mps_directml_then_the_cpu(monkeypatch):
+    from parallel_ppo.core import model
+
+    present = {"cuda": False, "xpu": False, "mps": False}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: present["cuda"])
+    monkeypatch.setattr(torch.xpu, "is_available", lambda: present["xpu"])
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: present["mps"])
+    monkeypatch.setattr(model, "directml_device", lambda: None)
     assert resolve_device("auto") == torch.device("cpu") == resolve_device("cpu")
-    for name in ("cuda", "mps"):
-        with pytest.raises(ConfigError, match=f"no {name.upper()} device is available"):
-            resolve_device(name)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert resolve_device("auto") == torch.device("cuda")  # the accelerator first, when there is one
+    monkeypatch.setattr(model, "directml_device", lambda: "privateuseone:0")
+    assert model.available_device() == "privateuseone:0"
+    for name in ("mps", "xpu", "cuda"):  # each wins over the ones before it
+        present[name] = True
+        assert model.available_device() == name
+
+
+@pytest.mark.parametrize("name, words", [
+    ("cuda", "'cuda': no such device is available"), ("cuda:1", "'cuda:1': no such device"),
+    ("xpu", "'xpu': no such device"), ("mps", "'mps': no such device"),
+    ("privateuseone:0", "'privateuseone:0': no such device"), ("gpu0", "'gpu0' is not a torch device"),
+    ("meta", "holds no data"),
+])
+def test_a_device_that_is_not_here_is_refused_by_name(name, words):
+    try:
+        torch.empty(1, device=name)
+    except Exception:  # not here (a CPU build): refused
+        pass
+    else:
+        if name != "meta":
+            pytest.skip(f"this machine has {name}")
+    with pytest.raises(ConfigError, match=words):
+        resolve_device(name)
 
 
 def test_device_choice_is_recorded(tmp_path):
     cfg = build_config(None, {"training.device": "cpu"}, ["training.precision=fp32", "training.microbatch_size=0"],
                        False)
-    choice = choose(cfg, OBS, np.dtype(np.uint8), ACTIONS, 1.0, path=tmp_path / "c.json")
+    choice = choose(cfg, PROCGEN, 1.0, path=tmp_path / "c.json")
     assert choice.to_dict() == {"precision": "fp32", "microbatch_size": 0, "device": "cpu", "source": "config",
                                 "device_source": "config", "rates": {}, "cache": None, "native_bf16": None}
     assert LearnerChoice(**{**choice.to_dict(), "limit": None}).describe().endswith("on cpu: as configured")

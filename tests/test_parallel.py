@@ -35,6 +35,11 @@ SETTINGS = {
     # second rollout is collected with the statistics the first one published
     "Pendulum-v1": ("config/mujoco.yaml", 4, ["training.n_steps=32", "training.batch_size=32",
                                               "run.total_steps=129", "run.limit_seconds=0"]),
+    # 4 envs × 32 steps of a dict observation (an 8×8 camera image, a vector and a scalar) through the multi-input
+    # network, its vector keys normalized; two updates
+    "toy_envs:CameraReach-v0": ("config/cartpole.yaml", 4, [
+        "training.n_steps=32", "training.batch_size=32", "run.total_steps=129", "run.limit_seconds=0",
+        "model.kind=auto", "model.impala_depths=[4, 8]", "model.hidden_size=32", "training.normalize_obs=true"]),
 }
 
 
@@ -73,6 +78,7 @@ def _one_update(tmp_path: Path, env_id: str, workers: int,
     ("CartPole-v1", (1, 2), ()), ("starpilot", (2,), ()),
     ("CartPole-v1", (2,), ("training.normalize_reward=true",)),  # GAE on rewards scaled by the running std
     ("Pendulum-v1", (1, 2), ()),  # a Gaussian policy, observation normalization
+    ("toy_envs:CameraReach-v0", (1, 2), ()),  # a dict observation: packed rows, the multi-input network
 ])
 def test_parallel_update_equals_sequential(tmp_path, monkeypatch, env_id, worker_counts, extra):
     """Same seed, same envs: 1 or 2 workers collect the sequential rollout and take the same update."""
@@ -80,6 +86,10 @@ def test_parallel_update_equals_sequential(tmp_path, monkeypatch, env_id, worker
     seq_buffer, seq_params = _one_update(tmp_path, env_id, 0, extra)
     if env_id == "CartPole-v1":
         assert seq_buffer["dones"].sum() > 0, "the rollout should cross at least one episode end"
+    if env_id == "toy_envs:CameraReach-v0":
+        assert seq_buffer["obs"].dtype == torch.uint8 and seq_buffer["obs"].shape == (32, 4, 2 * 4 + 8 * 8 * 3)
+        assert seq_params["obs_mean"].shape == (2,) and seq_params["obs_mean"].abs().sum() > 0
+        assert {"cnns.0.0.conv.weight", "mlp.0.weight", "dense.weight"} <= seq_params.keys()
     if env_id == "Pendulum-v1":
         assert seq_buffer["actions"].dtype == torch.float32 and seq_buffer["actions"].shape == (32, 4, 1)
         assert not torch.equal(seq_params["net.log_std"], torch.zeros(1)), "the log-std is learned"

@@ -7,16 +7,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from parallel_ppo.cli.bench import main
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.envs import PROCGEN_ACTIONS, PROCGEN_OBS_SHAPE
+from parallel_ppo.core.spaces import ActionSpace, EnvSpaces
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.tuning import compute_limit, learner_settings
 from parallel_ppo.tuning.compute_limit import Candidate, limit_sps, measure_compute_limit, network_flops
 
 ROOT = Path(__file__).resolve().parent.parent
+PROCGEN = EnvSpaces(PROCGEN_OBS_SHAPE, np.dtype(np.uint8), ActionSpace(PROCGEN_ACTIONS))
+CARTPOLE = EnvSpaces((4,), np.dtype(np.float32), ActionSpace(2))
 
 
 def small_config(precision: str = "fp32") -> Config:
@@ -34,7 +38,7 @@ def small_config(precision: str = "fp32") -> Config:
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_rates_are_positive_and_limit_follows_the_formula(precision: str) -> None:
     cfg = small_config(precision)
-    result = measure_compute_limit(cfg, PROCGEN_OBS_SHAPE, PROCGEN_ACTIONS, seconds=0.2,
+    result = measure_compute_limit(cfg, PROCGEN, seconds=0.2,
                                    warmup_iters=1, min_iters=2)
     assert result["forward_rate"] > 0 and result["train_rate"] > 0
     expected = 1.0 / (1.0 / result["forward_rate"] + 3 / result["train_rate"])
@@ -57,7 +61,7 @@ def test_candidates_are_timed_in_alternating_rounds(monkeypatch) -> None:
 
     monkeypatch.setattr(compute_limit.NetworkSteps, "train", recording)
     options = [Candidate("fp32", 0), Candidate("fp32", 2)]
-    result = measure_compute_limit(small_config(), PROCGEN_OBS_SHAPE, PROCGEN_ACTIONS, 0.1, candidates=options,
+    result = measure_compute_limit(small_config(), PROCGEN, 0.1, candidates=options,
                                    rounds=3, warmup_iters=0, min_iters=1)
     assert order == ["fp32/whole", "fp32/2", "fp32/2", "fp32/whole", "fp32/whole", "fp32/2"]
     for figures in result["candidates"].values():
@@ -67,13 +71,13 @@ def test_candidates_are_timed_in_alternating_rounds(monkeypatch) -> None:
 
 def test_vector_observations_use_the_mlp() -> None:
     cfg = small_config()
-    result = measure_compute_limit(cfg, (4,), 2, seconds=0.05, warmup_iters=1, min_iters=1)
+    result = measure_compute_limit(cfg, CARTPOLE, seconds=0.05, warmup_iters=1, min_iters=1)
     assert result["model"] == "MlpActorCritic" and result["limit_sps"] > 0
 
 
 def test_non_positive_budget_is_a_config_error() -> None:
     with pytest.raises(ConfigError):
-        measure_compute_limit(small_config(), PROCGEN_OBS_SHAPE, PROCGEN_ACTIONS, seconds=0)
+        measure_compute_limit(small_config(), PROCGEN, seconds=0)
 
 
 BAD_INPUT = [["roofline", "--no-such-flag"], ["roofline", "--seconds", "-1"], ["roofline", "--threads", "0"],
@@ -103,7 +107,7 @@ def test_bench_py_bad_flag_exits_2_with_one_line() -> None:
 def test_network_flops_count_the_mlp_by_hand() -> None:
     """CartPole's MLP: two towers 4→64→64→(2 or 1), 2 FLOPs per multiply-add; the update adds the backward."""
     cfg = Config()
-    flops = network_flops(cfg, (4,), 2)
+    flops = network_flops(cfg, CARTPOLE)
     assert flops["forward_flops"] == 2 * (4 * 64 + 64 * 64 + 64 * 2) + 2 * (4 * 64 + 64 * 64 + 64 * 1)
     assert 2 * flops["forward_flops"] < flops["train_flops"] <= 3 * flops["forward_flops"]
     assert flops["flops_per_env_step"] == flops["forward_flops"] + cfg.training.n_epochs * flops["train_flops"]
@@ -112,7 +116,7 @@ def test_network_flops_count_the_mlp_by_hand() -> None:
 def test_network_flops_of_the_impala_cnn() -> None:
     """61.2 MFLOP per 64×64 frame (the figure the design notes measured), about 3× that to learn from it, 0.6 GFLOP
     per step at 3 epochs."""
-    flops = network_flops(Config(), PROCGEN_OBS_SHAPE, PROCGEN_ACTIONS)
+    flops = network_flops(Config(), PROCGEN)
     assert flops["forward_flops"] == pytest.approx(61.2e6, rel=1e-3)
     assert flops["train_flops"] == pytest.approx(3 * flops["forward_flops"], rel=0.05)
     assert flops["flops_per_env_step"] == pytest.approx(0.60e9, rel=0.01)

@@ -45,9 +45,10 @@ def make_run(path: Path, mode: str, sets: tuple[str, ...] = ()) -> Path:
     (path / "metrics.csv").write_text("update,env_steps\n1,256\n")
     (path / "logs").mkdir()
     (path / "logs" / "events.out.tfevents.1.host").write_bytes(b"events")
-    obs_shape, _, actions = env_spaces(cfg.env)
+    spaces = env_spaces(cfg.env)
+    obs_shape = spaces.obs_shape
     with torch.random.fork_rng(devices=[]):
-        state = TrainState.new(cfg, obs_shape, actions)
+        state = TrainState.new(cfg, spaces)
     params, value = state.model(torch.ones(4, *obs_shape))
     (params.sum() + value.sum()).backward()
     state.optimizer.step()
@@ -255,6 +256,6 @@ def test_an_env_that_cannot_start_or_returns_another_shape_is_a_rollout_error():
     source = SequentialCollector(cfg, 1)
     try:
         with pytest.raises(RolloutError, match="^the rollout on toy_envs:WrongShapeReach-v0 failed: ValueError: "):
-            source.collect(network(cfg, source.obs_shape, source.actions), PhaseTimer())
+            source.collect(network(cfg, source.spaces), PhaseTimer())
     finally:
         source.close()

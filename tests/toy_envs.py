@@ -31,8 +31,36 @@ class Reach(gymnasium.Env):
         return self._obs(), -abs(self.target - self.position), False, False, {}
 
 
-class DictObs(Reach):
-    observation_space = spaces.Dict({"x": spaces.Box(-1.0, 1.0, (1,), np.float32)})
+class CameraReach(Reach):
+    """Reach seen as a robot arm task is: a camera image (8×8 RGB, brighter the farther the target is to the right)
+    and the state (the offset to the target, and the step count as a scalar), in a `Dict`; four discrete actions;
+    `info["is_success"]` when the point is within 0.25 of the target, as gymnasium-robotics reports it."""
+
+    observation_space = spaces.Dict({"camera": spaces.Box(0, 255, (8, 8, 3), np.uint8),
+                                     "state": spaces.Box(-3.0, 3.0, (1,), np.float32),
+                                     "steps": spaces.Box(0.0, 20.0, (), np.float32)})
+    action_space = spaces.Discrete(4)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        self.steps = 0
+        return super().reset(seed=seed, options=options)
+
+    def _obs(self) -> dict:
+        offset = self.target - self.position
+        camera = np.full((8, 8, 3), np.clip(128 + 40 * offset, 0, 255), dtype=np.uint8)
+        camera[:, :, 1] = self.np_random.integers(0, 256, (8, 8), dtype=np.uint8)  # noise the policy must ignore
+        return {"camera": camera, "state": np.array([offset], dtype=np.float32),
+                "steps": np.array(self.steps, dtype=np.float32)}
+
+    def step(self, action: int) -> tuple[dict, float, bool, bool, dict]:
+        self.steps += 1
+        self.position += (-0.2, -0.05, 0.05, 0.2)[int(action)]
+        distance = abs(self.target - self.position)
+        return self._obs(), -distance, False, False, {"is_success": float(distance < 0.25)}
+
+
+class NestedDictObs(Reach):
+    observation_space = spaces.Dict({"x": spaces.Box(-1.0, 1.0, (1,), np.float32), "mode": spaces.Discrete(3)})
 
 
 class MultiDiscreteActions(Reach):
@@ -78,7 +106,8 @@ class WrongShapeReach(Reach):
 
 gymnasium.register("Reach-v0", entry_point=Reach, max_episode_steps=20)
 gymnasium.register("SlowReach-v0", entry_point=SlowReach, max_episode_steps=20)
-gymnasium.register("DictObs-v0", entry_point=DictObs, max_episode_steps=20)
+gymnasium.register("CameraReach-v0", entry_point=CameraReach, max_episode_steps=20)
+gymnasium.register("NestedDictObs-v0", entry_point=NestedDictObs, max_episode_steps=20)
 gymnasium.register("MultiDiscreteActions-v0", entry_point=MultiDiscreteActions, max_episode_steps=20)
 gymnasium.register("FloatImages-v0", entry_point=FloatImages, max_episode_steps=20)
 gymnasium.register("FailingReach-v0", entry_point=FailingReach, max_episode_steps=20)

@@ -36,7 +36,7 @@ def _bare_env_rate(cfg: Config, seconds: float) -> float:
 def _collector_rate(source: Any, cfg: Config, seconds: float) -> dict[str, float]:
     """Steps/s of repeated rollouts from a rollout source (after one warm-up rollout), and where time went."""
     torch.manual_seed(cfg.run.seed)
-    model = network(cfg, source.obs_shape, source.actions)
+    model = network(cfg, source.spaces)
     timers = PhaseTimer()
     try:
         source.collect(model, timers)

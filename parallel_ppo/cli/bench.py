@@ -302,11 +302,11 @@ def _measure(cfg: Config, seconds: float) -> tuple[Config, dict[str, Any]]:
     from parallel_ppo.tuning.compute_limit import network_flops
     from parallel_ppo.tuning.learner_settings import matmul_peaks, measure_candidates
 
-    obs_shape, obs_dtype, actions = env_spaces(cfg.env)
-    result = measure_candidates(cfg, obs_shape, obs_dtype, actions, seconds)
+    spaces = env_spaces(cfg.env)
+    result = measure_candidates(cfg, spaces, seconds)
     cfg = dataclasses.replace(cfg, training=dataclasses.replace(
         cfg.training, precision=result["precision"], microbatch_size=result["microbatch_size"]))
-    return cfg, {**result, **network_flops(cfg, obs_shape, actions), "peak_gflops": matmul_peaks(cfg)}
+    return cfg, {**result, **network_flops(cfg, spaces), "peak_gflops": matmul_peaks(cfg)}
 
 
 def roofline(args: Any, prog: str) -> int:

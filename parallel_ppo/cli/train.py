@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from parallel_ppo.cli.common import OneLineParser, duration_in, fail, setting_item
-from parallel_ppo.cli.flags import FLAGS, choices_of
+from parallel_ppo.cli.flags import FLAGS
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.errors import ConfigError, ParallelPPOError, TrackingError
@@ -42,8 +42,9 @@ def make_parser(prog: str, parallel: bool) -> OneLineParser:
     p.add_argument("--batch-size", type=int, metavar="N",
                    help=f"SGD minibatch size (training.batch_size; {builtin('training.batch_size')})")
     add_layout_flags(p, parallel)
-    p.add_argument("--device", choices=choices_of("training.device"),
-                   help="the learner's device (training.device; default auto: cuda, else mps, else cpu)")
+    p.add_argument("--device", metavar="DEVICE",
+                   help="the learner's device: cpu, cuda, cuda:1, xpu, mps, privateuseone:0 (DirectML) "
+                        "(training.device; default auto: cuda, else xpu, mps, DirectML, cpu)")
     p.add_argument("--set", action="append", default=[], type=setting_item, metavar="KEY=VALUE",
                    help="override any config field, e.g. --set training.n_steps=64 (repeatable)")
     p.add_argument("--overwrite", action="store_true", help="replace the results of an earlier run in DIR")

@@ -103,8 +103,9 @@ def _counts_differ(state: Mapping[str, Any]) -> str | None:
     if not (_is_number(state["elapsed"]) and state["elapsed"] >= 0):
         return f"elapsed is {_shown(state['elapsed'])}, not a number of seconds ≥ 0"
     for key, fits, what in (("episode_returns", _is_real, "a number"),
-                            ("episode_lengths", _is_count, "a whole number ≥ 0")):
-        values = state[key]
+                            ("episode_lengths", _is_count, "a whole number ≥ 0"),
+                            ("episode_successes", _is_real, "a number")):
+        values = state.get(key, [])  # episode_successes: absent from checkpoints that predate it
         if not isinstance(values, (list, tuple)):
             return f"{key} is {_shown(values)}, not a list"
         if (bad := next((i for i, v in enumerate(values) if not fits(v)), None)) is not None:

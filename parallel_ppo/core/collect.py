@@ -49,6 +49,8 @@ class CollectResult:
     fresh_envs: list[int] = field(default_factory=list)
     """Envs (columns of the buffer) that began a new episode at this rollout's first step although the last one
     had not ended: a restarted worker's. Their running reward statistics start again."""
+    episode_successes: list[float] = field(default_factory=list)
+    """1.0 or 0.0 for each finished episode whose env reported success (`BatchEnv.successes`)."""
 
 
 class EnvRunner:
@@ -73,6 +75,7 @@ class EnvRunner:
         When `stopping()` turns true, the rollout ends where it is, its buffer half-written."""
         returns: list[float] = []
         lengths: list[int] = []
+        successes: list[float] = []
         t_env = t_inf = 0.0
         device = module_device(model)
         self.rollouts += 1
@@ -81,7 +84,7 @@ class EnvRunner:
                 if t == buf.n_steps // 2:
                     pause_point("rollout", self.rollouts)
                 if stopping():
-                    return CollectResult(returns, lengths, t_env, t_inf)
+                    return CollectResult(returns, lengths, t_env, t_inf, episode_successes=successes)
                 start = time.perf_counter()
                 obs_t = buf.obs[t]
                 obs_t.copy_(torch.from_numpy(self.obs))
@@ -94,7 +97,7 @@ class EnvRunner:
                 buf.values[t] = values.float()
                 mid = time.perf_counter()
                 self.obs, rewards, dones, cut = self.env.step(actions.numpy())
-                self._count_episodes(rewards, dones, returns, lengths)
+                self._count_episodes(rewards, dones, returns, lengths, successes)
                 end = time.perf_counter()
                 buf.rewards[t] = torch.from_numpy(rewards)
                 if cut and self.gamma:
@@ -111,16 +114,20 @@ class EnvRunner:
                 _, last_values = model(torch.from_numpy(self.obs).to(device))
             buf.last_values.copy_(last_values.float())
             t_inf += time.perf_counter() - start
-        return CollectResult(returns, lengths, t_env, t_inf)
+        return CollectResult(returns, lengths, t_env, t_inf, episode_successes=successes)
 
-    def _count_episodes(self, rewards: np.ndarray, dones: np.ndarray, returns: list[float], lengths: list[int]) -> None:
+    def _count_episodes(self, rewards: np.ndarray, dones: np.ndarray, returns: list[float], lengths: list[int],
+                        successes: list[float]) -> None:
         """Add a step to each env's episode (raw rewards); append the return and length of those that ended (whole
-        games with episodic life)."""
+        games with episodic life), and their success where the env reports one."""
         self.ep_return += rewards
         self.ep_length += 1
+        reported = getattr(self.env, "successes", None)
         for i in np.flatnonzero(episodes_ended(self.env, dones)):
             returns.append(float(self.ep_return[i]))
             lengths.append(int(self.ep_length[i]))
+            if reported is not None and not np.isnan(reported[i]):
+                successes.append(float(reported[i]))
             self.ep_return[i] = 0.0
             self.ep_length[i] = 0
 
@@ -153,6 +160,7 @@ class SequentialCollector:
         """`env_offset`: the global index of the first env (a distributed rank's share starts there)."""
         stream = (resumes, 0)
         env = make_batch_env(cfg.env, cfg.run.seed, env_offset, cfg.env.num_envs, env_threads, stream)
+        self.spaces = env.spaces
         self.obs_shape, self.obs_dtype, self.actions = env.obs_shape, env.obs_dtype, env.actions
         self.env_id = cfg.env.id
         try:

@@ -187,8 +187,10 @@ class TrainingConfig:
     fp32 unless bf16 is clearly faster for this network on this machine, measured before the run
     (`learner_settings`); fp32, unmeasured, on a CPU without native bf16 or for a network too small to matter.
     Which is faster depends on the CPU: much faster with native bf16, slower without."""
-    device: str = setting("auto", choices=("auto", "cpu", "cuda", "mps"), command_line=True)
-    """Where the learner runs (`--device`): cpu, cuda, mps, or `auto` (cuda, else mps, else cpu). Parallel
+    device: str = setting("auto", command_line=True)
+    """Where the learner runs (`--device`): any torch device (`cpu`, `cuda`, `cuda:1`, `xpu`, `mps`, DirectML's
+    `privateuseone:0`), or `auto`: CUDA (ROCm builds answer as CUDA), else XPU, else MPS, else DirectML's device
+    when `torch_directml` is installed, else the CPU. Parallel
     workers always run on the CPU and read the parameters from CPU shared memory."""
 
 

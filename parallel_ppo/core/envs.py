@@ -7,12 +7,12 @@ import contextlib
 import dataclasses
 import io
 import warnings
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from parallel_ppo.core.config import EnvConfig
-from parallel_ppo.core.spaces import ActionSpace
+from parallel_ppo.core.spaces import ActionSpace, EnvSpaces
 from parallel_ppo.errors import ConfigError
 
 PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball", "fruitbot",
@@ -107,6 +107,8 @@ class BatchEnv(Protocol):
     obs_shape: tuple[int, ...]
     obs_dtype: np.dtype
     actions: ActionSpace
+    spaces: EnvSpaces
+    """The three above, and a dict observation's layout."""
 
     def reset(self) -> np.ndarray:
         """Start every env; returns observations shaped (num_envs, *obs_shape)."""
@@ -176,6 +178,7 @@ class ProcgenBatchEnv:
         self.obs_shape = tuple(self._env.ob_space["rgb"].shape)
         self.obs_dtype = np.dtype(np.uint8)
         self.actions = ActionSpace(int(self._env.ac_space.eltype.n))
+        self.spaces = EnvSpaces(self.obs_shape, self.obs_dtype, self.actions)
 
     def reset(self) -> np.ndarray:
         _, ob, _ = self._env.observe()
@@ -203,14 +206,6 @@ PROCGEN_ACTIONS = 15
 """Every Procgen game shares these (RGB frames, the combined 15-button action set)."""
 
 
-class EnvSpaces(NamedTuple):
-    """What the trainer needs to know of an env before it builds the network and buffers."""
-
-    obs_shape: tuple[int, ...]
-    obs_dtype: np.dtype
-    actions: ActionSpace
-
-
 def env_spaces(cfg: EnvConfig) -> EnvSpaces:
     """The env's spaces without loading Procgen (its assets take ~350 MB per process); a gymnasium
     env is built once, which refuses the spaces this trainer cannot learn from (ConfigError)."""
@@ -220,7 +215,7 @@ def env_spaces(cfg: EnvConfig) -> EnvSpaces:
 
     env = GymnasiumBatchEnv(cfg, 1, [0])
     env.close()
-    return EnvSpaces(env.obs_shape, env.obs_dtype, env.actions)
+    return env.spaces
 
 
 def make_batch_env(cfg: EnvConfig, seed: int, first_env: int, num_envs: int, threads: int,

@@ -90,10 +90,12 @@ def agree_rollout(group: Group, result: CollectResult, error: str | None, signum
                   started: float, num_envs: int) -> AgreedRollout:
     """One exchange after every rollout: episodes, errors, signals, fresh envs (numbered over all ranks' envs, each
     rank having `num_envs`) and rank 0's clock."""
-    reports = group.gather((error, signum, started, result.episode_returns, result.episode_lengths, result.fresh_envs))
+    reports = group.gather((error, signum, started, result.episode_returns, result.episode_lengths, result.fresh_envs,
+                            result.episode_successes))
     errors = [e if group.world_size == 1 else f"rank {rank}: {e}" for rank, (e, *_) in enumerate(reports) if e]
     merged = CollectResult([r for report in reports for r in report[3]], [n for report in reports for n in report[4]],
                            result.time_env, result.time_inference,
-                           [rank * num_envs + env for rank, report in enumerate(reports) for env in report[5]])
+                           [rank * num_envs + env for rank, report in enumerate(reports) for env in report[5]],
+                           [s for report in reports for s in report[6]])
     signum = max((r[1] for r in reports if r[1]), default=None)
     return AgreedRollout(merged, "; ".join(errors) or None, signum, reports[0][2])

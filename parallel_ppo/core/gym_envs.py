@@ -14,7 +14,8 @@ import gymnasium
 import numpy as np
 
 from parallel_ppo.core.config import EnvConfig
-from parallel_ppo.core.spaces import ActionSpace
+from parallel_ppo.core.observations import DictLayout
+from parallel_ppo.core.spaces import ActionSpace, EnvSpaces
 from parallel_ppo.errors import ConfigError
 
 RENDERER_HELP = ("rendering needs OpenGL on the CPU: Mesa's EGL (Debian/Ubuntu: apt install libegl1 libgl1-mesa-dri; "
@@ -66,6 +67,45 @@ class StackedFrames(gymnasium.Wrapper):
         obs, *rest = self.env.step(action)
         self.frames.append(obs)
         return (np.concatenate(self.frames, axis=-1), *rest)
+
+
+class PackedDict(gymnasium.Wrapper):
+    """A `Dict` observation as one uint8 row by its `layout` (`core.observations`): each image key (uint8
+    (H, W, C)) with its last `k` frames side by side along the channels, each vector key (any numeric Box) as
+    float32 values."""
+
+    def __init__(self, env: Any, k: int) -> None:
+        super().__init__(env)
+        keys = {}
+        for key, space in env.observation_space.spaces.items():
+            image = isinstance(space, gymnasium.spaces.Box) and len(space.shape) == 3
+            if not isinstance(space, gymnasium.spaces.Box) or not np.issubdtype(space.dtype, np.number):
+                raise ConfigError(f"the dict observation's key {key!r} is {space}; supported: Boxes of numbers "
+                                  "(vectors, or uint8 (H, W, C) images)")
+            if image and space.dtype != np.uint8:
+                raise ConfigError(f"the dict observation's image {key!r} is {space.dtype}; images must be uint8 "
+                                  "(H, W, C) in 0..255")
+            h, w, c = space.shape if image else (0, 0, 0)
+            keys[key] = ((h, w, c * k), True) if image else ((max(1, int(np.prod(space.shape))),), False)
+        self.layout = DictLayout.of(keys)
+        self.frames = {p.key: collections.deque(maxlen=k) for p in self.layout.images}
+        self.observation_space = gymnasium.spaces.Box(0, 255, (self.layout.nbytes,), np.uint8)
+
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict]:
+        obs, info = self.env.reset(**kwargs)
+        for key, frames in self.frames.items():
+            frames.extend([obs[key]] * frames.maxlen)
+        return self._packed(obs), info
+
+    def step(self, action: Any) -> tuple:
+        obs, *rest = self.env.step(action)
+        for key, frames in self.frames.items():
+            frames.append(obs[key])
+        return (self._packed(obs), *rest)
+
+    def _packed(self, obs: dict[str, Any]) -> np.ndarray:
+        stacked = {key: np.concatenate(frames, axis=-1) for key, frames in self.frames.items()}
+        return self.layout.pack({**obs, **stacked}, batched=False)
 
 
 class EpisodicLife(gymnasium.Wrapper):
@@ -178,6 +218,12 @@ def make_env(cfg: EnvConfig, render: bool = False) -> Any:
     else:
         env = gymnasium.make(name, **rendered)
     k = frame_stack(cfg, atari)
+    if isinstance(env.observation_space, gymnasium.spaces.Dict):
+        try:
+            return PackedDict(env, k)
+        except ConfigError:
+            env.close()
+            raise
     if k > 1 and len(env.observation_space.shape) != 3:
         env.close()
         raise ConfigError(f"env.frame_stack = {k} stacks image frames, but {cfg.id} observes vectors "
@@ -219,6 +265,15 @@ def _wrapper(env: Any, kind: type) -> Any:
     return env if isinstance(env, kind) else None
 
 
+def episode_successes(final_info: dict[str, Any], num_envs: int) -> np.ndarray:
+    """Per env, the `is_success` its ended episode reported (1.0 or 0.0), NaN where it reported none."""
+    out = np.full(num_envs, np.nan)
+    if "is_success" in final_info:
+        where = np.asarray(final_info.get("_is_success", np.ones(num_envs, dtype=bool)), dtype=bool)
+        out[where] = np.asarray(final_info["is_success"], dtype=np.float64)[where] > 0
+    return out
+
+
 class GymnasiumBatchEnv:
     """Gymnasium envs in a `SyncVectorEnv` that resets finished envs in the same step; continuous actions are
     clipped to the space's bounds here, at the env."""
@@ -235,10 +290,13 @@ class GymnasiumBatchEnv:
         except Exception as e:  # a registered id whose dependencies are missing, a renderer that cannot start
             help_ = f"; {RENDERER_HELP}" if cfg.pixels or render else ""
             raise ConfigError(f"cannot create gymnasium env {cfg.id!r}: {type(e).__name__}: {e}{help_}") from None
+        packed = _wrapper(self._env.envs[0], PackedDict)
+        self.layout = packed.layout if packed is not None else None
+        """A dict observation's layout (None: a Box)."""
         try:
             self.actions = action_space(self._env.single_action_space, cfg.id)
             obs_space = self._env.single_observation_space
-            self.obs_dtype = observation_dtype(obs_space, cfg.id)
+            self.obs_dtype = np.dtype(np.uint8) if packed is not None else observation_dtype(obs_space, cfg.id)
         except ConfigError:
             self._env.close()
             raise
@@ -248,9 +306,16 @@ class GymnasiumBatchEnv:
         self._games = np.zeros(num_envs, dtype=np.int64)
         self.game_over: np.ndarray | None = None
         """With episodic life: where the last step ended a game (its `dones` end lives too); else None."""
+        self.successes = np.full(num_envs, np.nan)
+        """Per env, whether the episode the last step ended was a success (1.0 or 0.0) where the env says so in
+        `info["is_success"]` (gymnasium-robotics and others); NaN elsewhere."""
         if self.actions.continuous:
             self._low, self._high = np.array(self.actions.low), np.array(self.actions.high)
             self._action_dtype = self._env.single_action_space.dtype
+
+    @property
+    def spaces(self) -> EnvSpaces:
+        return EnvSpaces(self.obs_shape, self.obs_dtype, self.actions, self.layout)
 
     def reset(self) -> np.ndarray:
         obs, _ = self._env.reset(seed=self._seeds)
@@ -260,6 +325,7 @@ class GymnasiumBatchEnv:
         if self.actions.continuous:
             actions = np.clip(actions, self._low, self._high).astype(self._action_dtype, copy=False)
         obs, rew, term, trunc, info = self._env.step(actions)
+        self.successes = episode_successes(info.get("final_info", {}), self.num_envs)
         cut = {int(i): np.asarray(info["final_obs"][i], dtype=self.obs_dtype)
                for i in np.flatnonzero(np.logical_and(trunc, np.logical_not(term)))}
         if self._lives:

@@ -19,7 +19,6 @@ from parallel_ppo.core.buffer import RolloutBuffer, compute_gae
 from parallel_ppo.core.checkpoint import check_checkpoint, check_counts, next_resume_count
 from parallel_ppo.core.collect import CollectResult, RolloutError, StopCheck
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.envs import EnvSpaces
 from parallel_ppo.core.group import ALONE, AgreedRollout, Group, agree_rollout
 from parallel_ppo.core.metrics import metric
 from parallel_ppo.core.model import learner_device, module_device
@@ -27,7 +26,7 @@ from parallel_ppo.core.normalization import ObsNormalizer
 from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.ppo import TrainBatch, build_learner, ppo_update
 from parallel_ppo.core.reward_scale import RewardScaler
-from parallel_ppo.core.spaces import ActionSpace
+from parallel_ppo.core.spaces import ActionSpace, EnvSpaces
 from parallel_ppo.core.timing import PHASE_METRICS, PHASES, PhaseTimer
 
 UPDATE = metric("progress/update", "updates finished", tensorboard=False)
@@ -39,6 +38,9 @@ EPISODIC_RETURN = metric("charts/episodic_return", "mean return of the last logg
 EPISODIC_LENGTH = metric("charts/episodic_length", "mean length of the last logging.return_window episodes",
                          column="episodic_length_mean")
 EPISODES = metric("progress/episodes", "episodes finished", tensorboard=False)
+SUCCESS_RATE = metric("charts/success_rate", "fraction of the last logging.return_window episodes that succeeded, "
+                      "of an env that reports success (info is_success); empty for others", column="success_rate",
+                      summary=True)
 LEARNING_RATE = metric("charts/learning_rate", "the update's learning rate")
 WORKER_RESTARTS = metric("system/worker_restarts", "worker processes restarted so far", tensorboard=False)
 
@@ -48,6 +50,7 @@ class RolloutSource(Protocol):
 
     mode: str
     buffer: RolloutBuffer
+    spaces: EnvSpaces
     obs_shape: tuple[int, ...]
     actions: ActionSpace
     layout: dict[str, int]
@@ -139,6 +142,8 @@ class TrainState:
     """Present when `training.normalize_reward` is on."""
     obs_normalizer: ObsNormalizer | None
     """Present when `training.normalize_obs` is on: the float64 statistics behind the network's buffers."""
+    episode_successes: deque[float]
+    """1.0 or 0.0 for the last episodes whose env reported success (none for an env that does not)."""
     update: int = 0
     env_steps: int = 0
     episodes: int = 0
@@ -149,22 +154,23 @@ class TrainState:
     """Resumes that a restart made by itself (torchrun's `--max-restarts`, `--resume-if-exists`)."""
 
     @classmethod
-    def new(cls, cfg: Config, obs_shape: tuple[int, ...], actions: ActionSpace, world_size: int = 1) -> TrainState:
+    def new(cls, cfg: Config, spaces: EnvSpaces, world_size: int = 1) -> TrainState:
         """A fresh learner; the reward scaler follows the envs of all `world_size` ranks."""
         torch.manual_seed(cfg.run.seed)
-        model, optimizer = build_learner(obs_shape, actions, cfg, learner_device(cfg))
+        model, optimizer = build_learner(spaces, cfg, learner_device(cfg))
         window = cfg.logging.return_window
         t = cfg.training
         scaler = RewardScaler(cfg.env.num_envs * world_size, t.gamma, t.reward_clip) if t.normalize_reward else None
         return cls(model, optimizer, torch.Generator().manual_seed(cfg.run.seed), deque(maxlen=window),
-                   deque(maxlen=window), scaler, ObsNormalizer(obs_shape) if t.normalize_obs else None)
+                   deque(maxlen=window), scaler, ObsNormalizer(spaces) if t.normalize_obs else None,
+                   deque(maxlen=window))
 
     @classmethod
-    def from_checkpoint(cls, cfg: Config, obs_shape: tuple[int, ...], actions: ActionSpace,
-                        checkpoint: dict[str, Any], world_size: int = 1) -> TrainState:
+    def from_checkpoint(cls, cfg: Config, spaces: EnvSpaces, checkpoint: dict[str, Any],
+                        world_size: int = 1) -> TrainState:
         """The state saved by `to_checkpoint`, with one more resume counted; a checkpoint that does not fit it is
         a RunDataError (`check`), before anything is loaded."""
-        state = cls.new(cfg, obs_shape, actions, world_size)
+        state = cls.new(cfg, spaces, world_size)
         state.check(checkpoint)
         state.model.load_state_dict(checkpoint["model"])
         state.optimizer.load_state_dict(checkpoint["optimizer"])
@@ -172,6 +178,7 @@ class TrainState:
         torch.set_rng_state(checkpoint["torch_rng"])
         state.episode_returns.extend(checkpoint["episode_returns"])
         state.episode_lengths.extend(checkpoint["episode_lengths"])
+        state.episode_successes.extend(checkpoint.get("episode_successes", []))
         if state.reward_scaler is not None and checkpoint.get("reward_scaler") is not None:
             state.reward_scaler.load_state_dict(checkpoint["reward_scaler"])
         if state.obs_normalizer is not None and checkpoint.get("obs_normalizer") is not None:
@@ -197,6 +204,7 @@ class TrainState:
             "config": cfg.to_dict(), "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "update": self.update, "env_steps": self.env_steps, "episodes": self.episodes, "elapsed": elapsed,
             "episode_returns": list(self.episode_returns), "episode_lengths": list(self.episode_lengths),
+            "episode_successes": list(self.episode_successes),
             "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
             "resumes": self.resumes, "restarts": self.restarts, "mode": mode,
             "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler is not None else None,
@@ -210,6 +218,7 @@ class TrainState:
         self.episodes += len(result.episode_returns)
         self.episode_returns.extend(result.episode_returns)
         self.episode_lengths.extend(result.episode_lengths)
+        self.episode_successes.extend(result.episode_successes)
 
 
 def check_checkpoint_fits(cfg: Config, spaces: EnvSpaces, checkpoint: dict[str, Any], path: Path) -> None:
@@ -219,7 +228,7 @@ def check_checkpoint_fits(cfg: Config, spaces: EnvSpaces, checkpoint: dict[str, 
     check_counts(checkpoint, path)  # first: the world size below is one of them
     on_cpu = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, device="cpu"))
     with torch.random.fork_rng(devices=[]):
-        fresh = TrainState.new(on_cpu, spaces.obs_shape, spaces.actions, checkpoint.get("world_size", 1))
+        fresh = TrainState.new(on_cpu, spaces, checkpoint.get("world_size", 1))
     fresh.check(checkpoint, path)
 
 
@@ -349,4 +358,5 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
     state.record(agreed.result, steps)
     return {UPDATE: state.update, ENV_STEPS: state.env_steps, EPISODIC_RETURN: mean_or_nan(state.episode_returns),
             EPISODIC_LENGTH: mean_or_nan(state.episode_lengths), EPISODES: state.episodes, LEARNING_RATE: lr,
+            SUCCESS_RATE: mean_or_nan(state.episode_successes),
             **stats, WORKER_RESTARTS: source.restarts}

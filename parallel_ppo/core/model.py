@@ -13,7 +13,8 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector
 
 from parallel_ppo.core.config import Config, ModelConfig
-from parallel_ppo.core.spaces import ActionSpace, as_action_space
+from parallel_ppo.core.observations import DictLayout
+from parallel_ppo.core.spaces import ActionSpace, EnvSpaces, as_action_space
 from parallel_ppo.errors import ConfigError
 
 
@@ -26,24 +27,47 @@ def autocast(precision: str, device_type: str = "cpu") -> contextlib.AbstractCon
     return contextlib.nullcontext()
 
 
+def directml_device() -> str | None:
+    """DirectML's torch device (Windows, any DirectX 12 GPU) when `torch_directml` is installed, else None."""
+    try:
+        import torch_directml
+    except ImportError:
+        return None
+    return str(torch_directml.device())
+
+
 def available_device() -> str:
-    """`auto`'s pick: cuda, else mps, else cpu."""
+    """`auto`'s pick: CUDA (ROCm builds answer as CUDA), else XPU, else MPS, else DirectML, else the CPU."""
     if torch.cuda.is_available():
         return "cuda"
+    if hasattr(torch, "xpu") and torch.xpu.is_available():
+        return "xpu"
     if torch.backends.mps.is_available():
         return "mps"
-    return "cpu"
+    return directml_device() or "cpu"
 
 
 def resolve_device(name: str) -> torch.device:
-    """The learner's device for `training.device`; one asked for by name must exist (ConfigError if not)."""
+    """The learner's device for `training.device` (`auto`, or any torch device string); one asked for by name must
+    exist and take a tensor (ConfigError naming it if not)."""
     if name == "auto":
         return torch.device(available_device())
-    present = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
-    if not present.get(name, False):
-        raise ConfigError(f"training.device = {name!r}: no {name.upper()} device is available to this torch "
-                          f"({torch.__version__}); set it to cpu or auto")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"training.device = {name!r} is not a torch device (cpu, cuda, cuda:1, xpu, mps, "
+                          "privateuseone:0, or auto)") from None
+    if device.type == "cpu":
+        return device
+    if device.type == "meta":
+        raise ConfigError("training.device = 'meta' holds no data to train on; set it to cpu, a GPU or auto")
+    try:
+        torch.empty(1, device=device)
+    except Exception as e:  # whatever the backend raises for a device it does not have
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0][:120]
+        raise ConfigError(f"training.device = {name!r}: no such device is available to this torch "
+                          f"({torch.__version__}: {reason}); set it to cpu or auto") from None
+    return device
 
 
 def module_device(model: nn.Module) -> torch.device:
@@ -105,28 +129,38 @@ class ConvStage(nn.Module):
         return self.res1(self.res0(self.pool(self.conv(x))))
 
 
+def impala_stages(frame: tuple[int, ...], depths: list[int],
+                  init: Callable[[nn.Module], nn.Module]) -> tuple[nn.Sequential, int]:
+    """The IMPALA CNN's stages over (H, W, C) frames, and the size of their flattened output."""
+    h, w, c = frame
+    stages = []
+    for depth in depths:
+        stages.append(ConvStage(c, depth, init))
+        c, h, w = depth, (h + 1) // 2, (w + 1) // 2
+    return nn.Sequential(*stages), c * h * w
+
+
+def image_features(stages: nn.Module, frames: torch.Tensor) -> torch.Tensor:
+    """uint8 (B, H, W, C) frames through CNN `stages`, scaled to [0, 1] first, flattened after a ReLU."""
+    x = frames.permute(0, 3, 1, 2).float().mul_(1.0 / 255.0)  # a channels-last view: no transpose copy
+    return torch.relu(stages(x)).flatten(1)
+
+
 class ImpalaActorCritic(nn.Module):
     """IMPALA CNN (Espeholt et al. 2018) over uint8 HWC frames, scaled to [0, 1] inside the network."""
 
     def __init__(self, obs_shape: tuple[int, ...], actions: ActionSpace, cfg: ModelConfig) -> None:
         super().__init__()
-        h, w, c = obs_shape
         init = _torch_default if cfg.init == "reference" else _init  # see ModelConfig.init
-        stages = []
-        for depth in cfg.impala_depths:
-            stages.append(ConvStage(c, depth, init))
-            c, h, w = depth, (h + 1) // 2, (w + 1) // 2
-        self.stages = nn.Sequential(*stages)
-        self.dense = init(nn.Linear(c * h * w, cfg.hidden_size))
+        self.stages, flat = impala_stages(obs_shape, cfg.impala_depths, init)
+        self.dense = init(nn.Linear(flat, cfg.hidden_size))
         self.actor = _init(nn.Linear(cfg.hidden_size, actions.n), gain=0.01)
         self.log_std = log_std_for(actions)
         self.critic = _init(nn.Linear(cfg.hidden_size, 1), gain=1.0)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """uint8 (B, H, W, C) → (policy outputs (B, A or 2n), values (B,))."""
-        x = obs.permute(0, 3, 1, 2).float().mul_(1.0 / 255.0)  # a channels-last view: no transpose copy
-        x = self.stages(x)
-        x = torch.relu(self.dense(torch.relu(x).flatten(1)))
+        x = torch.relu(self.dense(image_features(self.stages, obs)))
         return policy_output(self.actor(x), self.log_std), self.critic(x).squeeze(-1)
 
 
@@ -179,6 +213,49 @@ class MlpActorCritic(nn.Module):
         return policy_output(self.actor(x), self.log_std), self.critic(x).squeeze(-1)
 
 
+class MultiInputActorCritic(nn.Module):
+    """The network of a dict observation (`core.observations`): the IMPALA CNN's stages over each image key, the
+    vector keys side by side through a tanh MLP (normalized first, with `obs_clip`), and one dense layer over all
+    their features for the policy and value heads, as Stable-Baselines3's MultiInputPolicy joins its extractors."""
+
+    def __init__(self, layout: DictLayout, actions: ActionSpace, cfg: ModelConfig,
+                 obs_clip: float | None = None) -> None:
+        super().__init__()
+        self.layout, self.clip = layout, obs_clip
+        init = _torch_default if cfg.init == "reference" else _init  # see ModelConfig.init
+        self.cnns = nn.ModuleList()
+        width = 0
+        for part in layout.images:
+            stages, flat = impala_stages(part.shape, cfg.impala_depths, init)
+            self.cnns.append(stages)
+            width += flat
+        layers: list[nn.Module] = []
+        size = layout.vector_size
+        for hidden in cfg.mlp_hidden if size else []:
+            layers += [_init(nn.Linear(size, hidden)), nn.Tanh()]
+            size = hidden
+        self.mlp = nn.Sequential(*layers)
+        self.dense = init(nn.Linear(width + size, cfg.hidden_size))
+        self.actor = _init(nn.Linear(cfg.hidden_size, actions.n), gain=0.01)
+        self.log_std = log_std_for(actions)
+        self.critic = _init(nn.Linear(cfg.hidden_size, 1), gain=1.0)
+        if obs_clip is not None:  # the statistics of the vector keys (`core.normalization`)
+            self.register_buffer("obs_mean", torch.zeros(layout.vector_size))
+            self.register_buffer("obs_std", torch.ones(layout.vector_size))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Packed uint8 rows (B, nbytes) → (policy outputs (B, A or 2n), values (B,))."""
+        images, vector = self.layout.unpack(obs)
+        features = [image_features(cnn, images[part.key]) for cnn, part in zip(self.cnns, self.layout.images,
+                                                                               strict=True)]
+        if self.layout.vector_size:
+            if self.clip is not None:
+                vector = ((vector - self.obs_mean) / self.obs_std).clamp(-self.clip, self.clip)
+            features.append(self.mlp(vector))
+        x = torch.relu(self.dense(torch.cat(features, dim=1)))
+        return policy_output(self.actor(x), self.log_std), self.critic(x).squeeze(-1)
+
+
 class UniformPolicy(nn.Module):
     """Uniformly random discrete actions (or N(0, 1) continuous ones) and zero values: a no-compute policy for
     measuring raw env throughput."""
@@ -213,11 +290,18 @@ IMAGE_NETWORKS = {"impala": ImpalaActorCritic, "nature": NatureActorCritic}
 
 
 def build_model(obs_shape: tuple[int, ...], actions: ActionSpace | int, cfg: ModelConfig,
-                obs_clip: float | None = None) -> nn.Module:
-    """Pick the network by `cfg.kind` (or by observation rank when `auto`: the IMPALA CNN for images); an int
-    `actions` means that many discrete actions. With `obs_clip`, observations are normalized inside it."""
+                obs_clip: float | None = None, layout: DictLayout | None = None) -> nn.Module:
+    """Pick the network by `cfg.kind` (or by the observation when `auto`: the multi-input network for a dict
+    observation's `layout`, the IMPALA CNN for images, else the MLP); an int `actions` means that many discrete
+    actions. With `obs_clip`, observations (a dict's vector keys) are normalized inside it."""
     actions = as_action_space(actions)
     kind = cfg.kind
+    if layout is not None:
+        if kind not in ("auto", "random"):
+            raise ConfigError(f"model.kind {kind} takes one observation; this env observes a dict "
+                              f"({', '.join(p.key for p in layout.parts)}): use model.kind auto")
+        if kind == "auto":
+            return MultiInputActorCritic(layout, actions, cfg, obs_clip)
     if kind == "auto":
         kind = "impala" if len(obs_shape) == 3 else "mlp"
     if kind in IMAGE_NETWORKS:
@@ -231,13 +315,17 @@ def build_model(obs_shape: tuple[int, ...], actions: ActionSpace | int, cfg: Mod
     return net if obs_clip is None else NormalizedObs(net, obs_shape, obs_clip)
 
 
-def network(cfg: Config, obs_shape: tuple[int, ...], actions: ActionSpace) -> nn.Module:
+def network(cfg: Config, spaces: EnvSpaces) -> nn.Module:
     """The run's network as every process builds it: `build_model` with the config's observation normalization."""
     t = cfg.training
-    if t.normalize_obs and len(obs_shape) == 3:
+    if t.normalize_obs and spaces.layout is None and len(spaces.obs_shape) == 3:
         raise ConfigError(f"training.normalize_obs normalizes vector observations; {cfg.env.id} observes images "
-                          f"{obs_shape}, which the network scales to [0, 1] itself (drop normalize_obs)")
-    return build_model(obs_shape, actions, cfg.model, t.obs_clip if t.normalize_obs else None)
+                          f"{spaces.obs_shape}, which the network scales to [0, 1] itself (drop normalize_obs)")
+    if t.normalize_obs and spaces.layout is not None and not spaces.layout.vector_size:
+        raise ConfigError(f"training.normalize_obs normalizes vector observations; {cfg.env.id}'s dict observation "
+                          "has image keys only (drop normalize_obs)")
+    clip = t.obs_clip if t.normalize_obs else None
+    return build_model(spaces.obs_shape, spaces.actions, cfg.model, clip, spaces.layout)
 
 
 def policy_tensors(model: nn.Module) -> list[torch.Tensor]:

@@ -1,5 +1,6 @@
 """Running statistics and the observation normalizer: the learner's float64 mean and variance of every
-observation seen, published into the network's buffers (`model.NormalizedObs`) once per rollout."""
+observation seen (of a dict observation, its vector keys), published into the network's buffers
+(`model.NormalizedObs`, `model.MultiInputActorCritic`) once per rollout."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+
+from parallel_ppo.core.spaces import EnvSpaces
 
 EPS = 1e-8
 
@@ -34,12 +37,18 @@ class ObsNormalizer:
     them, so all ranks compute the same numbers) after the update that learned from it, and writes mean and std
     into the network, so the next rollout and its update both see the same normalization."""
 
-    def __init__(self, obs_shape: tuple[int, ...]) -> None:
-        self.stats = RunningMeanStd(obs_shape)
+    def __init__(self, spaces: EnvSpaces) -> None:
+        self.spaces = spaces
+        shape = spaces.obs_shape if spaces.layout is None else (spaces.layout.vector_size,)
+        self.stats = RunningMeanStd(shape)
 
     def update(self, obs: torch.Tensor, model: nn.Module) -> None:
-        """Fold in a rollout's observations (T, N, *obs_shape) and publish the result into `model`."""
-        self.stats.update(obs.reshape(-1, *self.stats.mean.shape).double().numpy())
+        """Fold in a rollout's observations (T, N, *obs_shape) and publish the result into `model` (of a dict
+        observation, its vector keys')."""
+        obs = obs.reshape(-1, *self.spaces.obs_shape)
+        if self.spaces.layout is not None:
+            obs = self.spaces.layout.unpack(obs)[1]
+        self.stats.update(obs.double().numpy())
         self.publish(model)
 
     def publish(self, model: nn.Module) -> None:

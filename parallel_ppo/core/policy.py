@@ -3,6 +3,7 @@ acting the way the trainer's own policy acts (`act`), on one observation or a ba
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,9 @@ from parallel_ppo.core.checkpoint import check_checkpoint, load_checkpoint
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import config_from_dict
 from parallel_ppo.core.distributions import most_likely, sample
-from parallel_ppo.core.envs import EnvSpaces, env_spaces
+from parallel_ppo.core.envs import env_spaces
 from parallel_ppo.core.model import autocast, module_device, network
-from parallel_ppo.core.spaces import ActionSpace
+from parallel_ppo.core.spaces import ActionSpace, EnvSpaces
 from parallel_ppo.errors import ConfigError, RunDataError
 
 
@@ -52,7 +53,8 @@ class Policy:
     """The env's spaces (None: read from the config's env)."""
 
     def __post_init__(self) -> None:
-        self.obs_shape, self.obs_dtype, self.actions = self.spaces or env_spaces(self.cfg.env)
+        self.spaces = self.spaces or env_spaces(self.cfg.env)
+        self.obs_shape, self.obs_dtype, self.actions, self.layout = self.spaces
         self._rng = np.random.default_rng(self.seed)
 
     @classmethod
@@ -66,7 +68,7 @@ class Policy:
         except (ConfigError, AttributeError, TypeError) as e:
             raise RunDataError(f"checkpoint {file} holds an unusable config ({e})") from None
         spaces = env_spaces(cfg.env)
-        model = network(cfg, spaces.obs_shape, spaces.actions)
+        model = network(cfg, spaces)
         check_checkpoint(state, file, model)  # the resumed run's check, of what a policy loads: counters, network
         model.load_state_dict(state["model"])
         model.eval()
@@ -81,6 +83,19 @@ class Policy:
         actions); observations as the env gives them (Procgen: uint8 frames H×W×C), normalized inside the network
         when the run normalized them. Sampled actions come from this policy's seeded generator, clipped to the
         action space's bounds as the env would clip them (float32); `deterministic` takes the most likely action."""
+        if self.layout is not None:
+            obs, single = self._packed(obs)
+        else:
+            obs, single = self._checked(obs)
+        batch = obs[None] if single else obs
+        noise = None if deterministic else self.actions.noise([self._rng] * len(batch))
+        actions = act(self.model, self.actions, batch, self.cfg.training.precision, deterministic, noise).numpy()
+        if self.actions.continuous:
+            actions = np.clip(actions, self.actions.low, self.actions.high).astype(np.float32)  # the env's Box dtype
+        return actions[0] if single else actions
+
+    def _checked(self, obs: Any) -> tuple[np.ndarray, bool]:
+        """A Box observation or batch as the network takes it, and whether it was one observation."""
         obs = np.asarray(obs)
         if not np.can_cast(obs.dtype, self.obs_dtype, "same_kind"):
             raise ConfigError(f"predict expects {self.obs_dtype} observations as the env gives them, got {obs.dtype} "
@@ -90,9 +105,19 @@ class Policy:
         if not single and obs.shape[1:] != tuple(self.obs_shape):
             raise ConfigError(f"predict expects an observation of shape {tuple(self.obs_shape)} or a batch of them, "
                               f"got shape {obs.shape}")
-        batch = obs[None] if single else obs
-        noise = None if deterministic else self.actions.noise([self._rng] * len(batch))
-        actions = act(self.model, self.actions, batch, self.cfg.training.precision, deterministic, noise).numpy()
-        if self.actions.continuous:
-            actions = np.clip(actions, self.actions.low, self.actions.high).astype(np.float32)  # the env's Box dtype
-        return actions[0] if single else actions
+        return obs, single
+
+    def _packed(self, obs: Any) -> tuple[np.ndarray, bool]:
+        """A dict observation (`{key: value}`) or batch of them (`{key: values}`) as packed rows, and whether it was
+        one observation (told by an image key's rank, else by a vector key's: at most 1-D for one)."""
+        layout = self.layout
+        if not isinstance(obs, Mapping):
+            keys = ", ".join(p.key for p in layout.parts)
+            raise ConfigError(f"predict expects a dict observation with the keys {keys}, got {type(obs).__name__}")
+        part = (layout.images or layout.vectors)[0]
+        value = np.asarray(obs.get(part.key, ()))
+        single = value.ndim == len(part.shape) if part.image else value.ndim <= 1
+        try:
+            return layout.pack(obs, batched=not single), single
+        except ValueError as e:
+            raise ConfigError(f"predict: {e}") from None

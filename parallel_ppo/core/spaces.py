@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from parallel_ppo.core.observations import DictLayout
 
 
 @dataclass(frozen=True)
@@ -70,3 +74,13 @@ class ActionSpace:
 def as_action_space(actions: ActionSpace | int) -> ActionSpace:
     """An ActionSpace, where a bare int means that many discrete actions."""
     return actions if isinstance(actions, ActionSpace) else ActionSpace(int(actions))
+
+
+class EnvSpaces(NamedTuple):
+    """What the trainer needs to know of an env before it builds the network and buffers."""
+
+    obs_shape: tuple[int, ...]
+    obs_dtype: np.dtype
+    actions: ActionSpace
+    layout: DictLayout | None = None
+    """Where each key of a dict observation sits in the packed uint8 rows of shape `obs_shape` (None: a Box)."""

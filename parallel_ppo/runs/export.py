@@ -186,6 +186,10 @@ def export_policy(where: str | Path | Policy, fmt: str, output: str | Path | Non
     the file reproduces the policy's outputs. Bad input (no checkpoint, unknown format, an unwritable place,
     ONNX packages missing) raises a ParallelPPOError before anything is written."""
     policy = where if isinstance(where, Policy) else Policy.load(where)
+    if policy.layout is not None:
+        raise ConfigError(f"{policy.cfg.env.id} observes a dict ({', '.join(p.key for p in policy.layout.parts)}); "
+                          "exporting a dict-observation policy is not supported yet (load it with "
+                          "parallel_ppo.load_policy and call predict)")
     path = output_path(policy, fmt, output)
     if fmt == "onnx":
         require_onnx()

@@ -14,13 +14,14 @@ from typing import Any
 
 from parallel_ppo.core.checkpoint import JOB_ID, save_checkpoint
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.envs import EnvSpaces, eval_levels, make_batch_env
+from parallel_ppo.core.envs import eval_levels, make_batch_env
 from parallel_ppo.core.evaluate import TEST_RETURN, EvalResult, play_episodes
 from parallel_ppo.core.files import write_json
 from parallel_ppo.core.group import ALONE, Group
 from parallel_ppo.core.loop import Clock, Hook, Outcome, RolloutSource, StopRequest, TrainState, mean_or_nan, run_loop
 from parallel_ppo.core.metrics import declared
 from parallel_ppo.core.model import parameter_checksum
+from parallel_ppo.core.spaces import EnvSpaces
 from parallel_ppo.runs import fingerprint
 from parallel_ppo.runs.figures import compute_figures, return_figures, steady_sps
 from parallel_ppo.runs.metrics import MetricsLogger, ResourceSampler, Tracker
@@ -205,8 +206,8 @@ def train_run(plan: RunPlan, source: RolloutSource, group: Group = ALONE, tracke
     main_hooks, final_eval, ranks = MainRankHooks(), None, None
     with stop:  # from the first step to the last file: a signal then only asks to stop
         try:
-            state = (TrainState.new(cfg, source.obs_shape, source.actions, group.world_size) if resume is None else
-                     TrainState.from_checkpoint(cfg, source.obs_shape, source.actions, resume, group.world_size))
+            state = (TrainState.new(cfg, source.spaces, group.world_size) if resume is None else
+                     TrainState.from_checkpoint(cfg, source.spaces, resume, group.world_size))
             evals = EvalHook(cfg) if group.is_main and cfg.eval.interval_seconds > 0 else None  # loads its env
             group.broadcast_parameters(state.model)  # the other ranks wait here for that, before their clocks too
             clock = Clock(state.elapsed_before)

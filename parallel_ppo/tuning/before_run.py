@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.envs import EnvSpaces
 from parallel_ppo.core.group import ALONE, Group
+from parallel_ppo.core.spaces import EnvSpaces
 from parallel_ppo.tuning.compute_limit import measure_compute_limit, network_flops
 from parallel_ppo.tuning.learner_settings import LearnerChoice, choose, matmul_peaks
 
@@ -35,14 +35,13 @@ def tune(cfg: Config, spaces: EnvSpaces, group: Group = ALONE) -> Tuning:
     the ranks."""
     seconds = cfg.run.limit_seconds
     local = dataclasses.replace(cfg, training=group.local_training(cfg))
-    choice = group.broadcast(choose(local, spaces.obs_shape, spaces.obs_dtype, spaces.actions, seconds))
+    choice = group.broadcast(choose(local, spaces, seconds))
     if seconds <= 0:
         return Tuning(choice)
     chosen = choice.resolve(local)
-    limit = choice.limit or measure_compute_limit(chosen, spaces.obs_shape, spaces.actions, seconds,
-                                                  obs_dtype=spaces.obs_dtype)
+    limit = choice.limit or measure_compute_limit(chosen, spaces, seconds)
     peaks = matmul_peaks(chosen)
-    roofline = {**network_flops(chosen, spaces.obs_shape, spaces.actions), "peak_gflops": peaks}
+    roofline = {**network_flops(chosen, spaces), "peak_gflops": peaks}
     if group.distributed:  # each rank measured with its own threads, while the others measured too
         limit = {**limit, "rank_limit_sps": limit["limit_sps"], "limit_sps": limit["limit_sps"] * group.world_size}
         roofline |= {"rank_peak_gflops": peaks,

@@ -28,7 +28,7 @@ from parallel_ppo.core.config import Config
 from parallel_ppo.core.distributions import gaussian_log_prob
 from parallel_ppo.core.model import autocast, learner_device
 from parallel_ppo.core.ppo import TrainBatch, build_learner, minibatch_step, ppo_loss
-from parallel_ppo.core.spaces import ActionSpace, as_action_space
+from parallel_ppo.core.spaces import EnvSpaces
 from parallel_ppo.errors import ConfigError
 
 BUSY_CORES = 0.1
@@ -69,11 +69,15 @@ class OtherLoad:
         self.cores = max(0.0, other / wall) if wall > 0 else 0.0
 
 
-def _random_obs(rng: torch.Generator, batch: int, obs_shape: tuple[int, ...],
-                dtype: np.dtype) -> torch.Tensor:
-    if dtype == np.uint8:
-        return torch.randint(0, 256, (batch, *obs_shape), dtype=torch.uint8, generator=rng)
-    return torch.randn((batch, *obs_shape), generator=rng)
+def _random_obs(rng: torch.Generator, batch: int, spaces: EnvSpaces) -> torch.Tensor:
+    """`batch` random observations as the env gives them: uint8 frames, normal vectors, or packed dict rows."""
+    if spaces.layout is not None:
+        values = {p.key: _random_obs(rng, batch, EnvSpaces(p.shape, np.dtype(np.uint8 if p.image else np.float32),
+                                                           spaces.actions)).numpy() for p in spaces.layout.parts}
+        return torch.from_numpy(spaces.layout.pack(values))
+    if spaces.obs_dtype == np.uint8:
+        return torch.randint(0, 256, (batch, *spaces.obs_shape), dtype=torch.uint8, generator=rng)
+    return torch.randn((batch, *spaces.obs_shape), generator=rng)
 
 
 def _timed_loop(step: Callable[[int], None], seconds: float, warmup_iters: int, min_iters: int) -> list[float]:
@@ -114,16 +118,15 @@ class NetworkSteps:
     """One timed iteration of the learner's network for `measure_compute_limit`, on a model and inputs built
     as the trainer builds them: `forward(precision)` and `train(candidate)` give the step functions."""
 
-    def __init__(self, cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, actions: ActionSpace | int,
-                 forward_batch: int) -> None:
+    def __init__(self, cfg: Config, spaces: EnvSpaces, forward_batch: int) -> None:
         self.cfg, self.device = cfg, learner_device(cfg)
         with torch.random.fork_rng(devices=[]):  # the trainer's initialization, without touching the caller's RNG
             torch.manual_seed(cfg.run.seed)
-            self.model, self.optimizer = build_learner(obs_shape, actions, cfg, self.device)
+            self.model, self.optimizer = build_learner(spaces, cfg, self.device)
         self.model.train()
         rng = torch.Generator().manual_seed(cfg.run.seed)
-        self.inputs = [_random_obs(rng, forward_batch, obs_shape, obs_dtype).to(self.device) for _ in range(_POOL)]
-        self.batches = [_random_batch(rng, cfg.training.batch_size, obs_shape, obs_dtype, actions).to(self.device)
+        self.inputs = [_random_obs(rng, forward_batch, spaces).to(self.device) for _ in range(_POOL)]
+        self.batches = [_random_batch(rng, cfg.training.batch_size, spaces).to(self.device)
                         for _ in range(_POOL)]
         self.sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
 
@@ -144,8 +147,7 @@ class NetworkSteps:
         return step
 
 
-def measure_compute_limit(cfg: Config, obs_shape: tuple[int, ...], actions: ActionSpace | int, seconds: float = 20.0, *,
-                          rollout_batch: int | None = None, obs_dtype: np.dtype | None = None,
+def measure_compute_limit(cfg: Config, spaces: EnvSpaces, seconds: float = 20.0, *, rollout_batch: int | None = None,
                           warmup_iters: int = 3, min_iters: int = 3,
                           candidates: list[Candidate] | None = None, rounds: int = 1) -> dict[str, Any]:
     """Measure the bare network's inference and training rates and the PPO compute limit they imply.
@@ -171,10 +173,7 @@ def measure_compute_limit(cfg: Config, obs_shape: tuple[int, ...], actions: Acti
     if forward_batch <= 0 or minibatch <= 0:
         raise ConfigError(f"batch sizes must be positive, got rollout batch {forward_batch}, minibatch {minibatch}")
     candidates = candidates or [fixed_candidate(cfg)]
-    obs_shape = tuple(int(d) for d in obs_shape)
-    if obs_dtype is None:
-        obs_dtype = np.dtype(np.uint8) if len(obs_shape) == 3 else np.dtype(np.float32)
-    steps = NetworkSteps(cfg, obs_shape, obs_dtype, actions, forward_batch)
+    steps = NetworkSteps(cfg, spaces, forward_batch)
     forward, train, load = _time_candidates(steps, candidates, seconds, rounds, warmup_iters, min_iters)
     rates = {c: _figures(forward[c.precision], train[c], forward_batch, minibatch, cfg.training.n_epochs)
              for c in candidates}
@@ -186,7 +185,7 @@ def measure_compute_limit(cfg: Config, obs_shape: tuple[int, ...], actions: Acti
         "warmup_iters": warmup_iters, "rounds": rounds, "other_load_cores": load.cores,
         "candidates": {c.label: rates[c] for c in candidates},
         "model": type(steps.model).__name__, "parameters": sum(p.numel() for p in steps.model.parameters()),
-        "obs_shape": list(obs_shape), "actions": as_action_space(actions).to_dict(), "env_id": cfg.env.id,
+        "obs_shape": list(spaces.obs_shape), "actions": spaces.actions.to_dict(), "env_id": cfg.env.id,
         "torch": torch.__version__,
     }
 
@@ -237,18 +236,17 @@ def _figures(forward: Rounds, train: Rounds, forward_batch: int, minibatch: int,
             "train_iters": len(every_t), "forward_seconds": sum(every_f), "train_seconds": sum(every_t)}
 
 
-def _random_batch(rng: torch.Generator, size: int, obs_shape: tuple[int, ...], obs_dtype: np.dtype,
-                  actions: ActionSpace | int) -> TrainBatch:
+def _random_batch(rng: torch.Generator, size: int, spaces: EnvSpaces) -> TrainBatch:
     """A minibatch of random frames, actions and targets, shaped like the trainer's."""
     values = torch.randn(size, generator=rng)
-    space = as_action_space(actions)
+    space = spaces.actions
     if space.continuous:
         taken = torch.randn((size, space.n), generator=rng)
         logprobs = gaussian_log_prob(torch.zeros(size, 2 * space.n), taken)[0]  # under N(0, 1)
     else:
         taken = torch.randint(0, space.n, (size,), generator=rng)
         logprobs = torch.full((size,), -math.log(space.n))
-    return TrainBatch(obs=_random_obs(rng, size, obs_shape, obs_dtype), actions=taken, logprobs=logprobs,
+    return TrainBatch(obs=_random_obs(rng, size, spaces), actions=taken, logprobs=logprobs,
                       values=values,
                       advantages=torch.randn(size, generator=rng),
                       returns=values + 0.1 * torch.randn(size, generator=rng))
@@ -288,7 +286,7 @@ def matmul_peak(dtype: torch.dtype, seconds: float = 1.0, device: torch.device |
     return 2 * n**3 / float(np.median(_timed_loop(step, seconds, 0, 3))) / 1e9
 
 
-def network_flops(cfg: Config, obs_shape: tuple[int, ...], actions: ActionSpace | int) -> dict[str, float]:
+def network_flops(cfg: Config, spaces: EnvSpaces) -> dict[str, float]:
     """FLOPs of the network per sample, counted by torch's FlopCounterMode (matrix products and convolutions):
     `forward_flops` to act, `train_flops` for the PPO loss's forward and backward, and `flops_per_env_step`
     = forward + n_epochs × train, the work one collected env step costs the trainer."""
@@ -297,15 +295,14 @@ def network_flops(cfg: Config, obs_shape: tuple[int, ...], actions: ActionSpace 
     batch = 4
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.run.seed)
-        model, _ = build_learner(obs_shape, actions, cfg)
+        model, _ = build_learner(spaces, cfg)
     rng = torch.Generator().manual_seed(0)
-    obs_dtype = np.dtype(np.uint8) if len(obs_shape) == 3 else np.dtype(np.float32)
     with FlopCounterMode(display=False) as counter, torch.no_grad():
-        model(_random_obs(rng, batch, tuple(obs_shape), obs_dtype))
+        model(_random_obs(rng, batch, spaces))
     forward = counter.get_total_flops() / batch
     fp32 = dataclasses.replace(cfg.training, precision="fp32")
     with FlopCounterMode(display=False) as counter:
-        loss, _ = ppo_loss(model, _random_batch(rng, batch, tuple(obs_shape), obs_dtype, actions), fp32)
+        loss, _ = ppo_loss(model, _random_batch(rng, batch, spaces), fp32)
         loss.backward()
     train = counter.get_total_flops() / batch
     return {"forward_flops": forward, "train_flops": train,

@@ -25,7 +25,7 @@ import torch
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.files import write_json
 from parallel_ppo.core.model import learner_device
-from parallel_ppo.core.spaces import ActionSpace, as_action_space
+from parallel_ppo.core.spaces import EnvSpaces
 from parallel_ppo.runs import fingerprint
 from parallel_ppo.tuning.compute_limit import (
     Candidate,
@@ -91,9 +91,9 @@ def bf16_is_native(device: torch.device) -> bool:
     return True
 
 
-def is_small(cfg: Config, obs_shape: tuple[int, ...], actions: ActionSpace | int) -> bool:
+def is_small(cfg: Config, spaces: EnvSpaces) -> bool:
     """Whether the network is too small for precision or chunk to matter (SMALL_FORWARD_FLOPS)."""
-    return network_flops(cfg, obs_shape, actions)["forward_flops"] < SMALL_FORWARD_FLOPS
+    return network_flops(cfg, spaces)["forward_flops"] < SMALL_FORWARD_FLOPS
 
 
 def candidates(cfg: Config, with_bf16: bool = True) -> list[Candidate]:
@@ -153,10 +153,13 @@ def _digest(cfg: Config, **fields: Any) -> str:
     return hashlib.sha256(json.dumps({**machine, **fields}, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def cache_key(cfg: Config, obs_shape: tuple[int, ...], actions: ActionSpace | int, options: list[Candidate]) -> str:
+def cache_key(cfg: Config, spaces: EnvSpaces, options: list[Candidate]) -> str:
     """What the choice depends on: the machine (`_digest`), the network and batch sizes."""
-    return _digest(cfg, model=dataclasses.asdict(cfg.model), obs_shape=list(obs_shape),
-                   actions=as_action_space(actions).to_dict(), batch_size=cfg.training.batch_size,
+    observation = {"obs_shape": list(spaces.obs_shape)}
+    if spaces.layout is not None:
+        observation["layout"] = spaces.layout.to_dict()
+    return _digest(cfg, model=dataclasses.asdict(cfg.model), **observation,
+                   actions=spaces.actions.to_dict(), batch_size=cfg.training.batch_size,
                    rollout_batch=cfg.env.num_envs, n_epochs=cfg.training.n_epochs,
                    candidates=[c.label for c in options], rule=CACHE_RULE)
 
@@ -224,8 +227,8 @@ class LearnerChoice:
         return f"{text}: {said.get(self.source, 'as configured')}"
 
 
-def choose(cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, actions: ActionSpace | int, seconds: float, *,
-           measure: Measure = measure_compute_limit, path: Path | None = None) -> LearnerChoice:
+def choose(cfg: Config, spaces: EnvSpaces, seconds: float, *, measure: Measure = measure_compute_limit,
+           path: Path | None = None) -> LearnerChoice:
     """Resolve `auto` precision, microbatch and device for this config on this machine (cfg is not changed).
 
     With something to choose: bf16 only on a device that computes it natively (`bf16_is_native`); the defaults
@@ -240,13 +243,13 @@ def choose(cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, actions
     options = candidates(cfg, known["native_bf16"] is not False)
     if len(options) == 1 and known["native_bf16"] is None:
         return LearnerChoice(options[0].precision, options[0].microbatch_size, source="config", **known)
-    if is_small(cfg, obs_shape, actions):  # the same choice on every CPU, native bf16 or not
+    if is_small(cfg, spaces):  # the same choice on every CPU, native bf16 or not
         default = preferred(cfg, options, small=True)
         return LearnerChoice(default.precision, default.microbatch_size, source="default", **known)
     if len(options) == 1:
         return LearnerChoice(options[0].precision, options[0].microbatch_size, source="no-native-bf16", **known)
     path = path or cache_path()
-    key = cache_key(cfg, obs_shape, actions, options)
+    key = cache_key(cfg, spaces, options)
     entry = read_cache(path).get(key)
     if isinstance(entry, dict) and Candidate(entry.get("precision"), entry.get("microbatch_size")) in options:
         return LearnerChoice(entry["precision"], entry["microbatch_size"], source="cached",
@@ -254,7 +257,7 @@ def choose(cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, actions
     if seconds <= 0:
         default = preferred(cfg, options)
         return LearnerChoice(default.precision, default.microbatch_size, source="unmeasured", **known)
-    limit = measure_candidates(cfg, obs_shape, obs_dtype, actions, seconds, measure, options, small=False)
+    limit = measure_candidates(cfg, spaces, seconds, measure, options, small=False)
     rates = {label: r["limit_sps"] for label, r in limit["candidates"].items()}
     choice = LearnerChoice(limit["precision"], limit["microbatch_size"], source="measured", rates=rates,
                            cache=str(path), limit=limit, **known)
@@ -265,9 +268,8 @@ def choose(cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, actions
     return choice
 
 
-def measure_candidates(cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dtype, actions: ActionSpace | int,
-                       seconds: float, measure: Measure = measure_compute_limit, options: list[Candidate] | None = None,
-                       small: bool | None = None) -> dict[str, Any]:
+def measure_candidates(cfg: Config, spaces: EnvSpaces, seconds: float, measure: Measure = measure_compute_limit,
+                       options: list[Candidate] | None = None, small: bool | None = None) -> dict[str, Any]:
     """The compute limit of every setting the config leaves open (`options`, default: `candidates` with bf16 where
     it is native), told from the one a trainer keeps (its precision, microbatch and rates at the top level, every
     candidate's rates under `candidates`): `pick`'s, or the default for a network too small to choose for
@@ -275,10 +277,9 @@ def measure_candidates(cfg: Config, obs_shape: tuple[int, ...], obs_dtype: np.dt
     if options is None:
         options = candidates(cfg, cfg.training.precision != "auto" or bf16_is_native(learner_device(cfg)))
     if len(options) == 1:
-        return measure(cfg, obs_shape, actions, seconds, obs_dtype=obs_dtype, candidates=options)
-    limit = measure(cfg, obs_shape, actions, seconds, obs_dtype=obs_dtype, candidates=options, rounds=ROUNDS,
-                    warmup_iters=1, min_iters=1)
-    if is_small(cfg, obs_shape, actions) if small is None else small:
+        return measure(cfg, spaces, seconds, candidates=options)
+    limit = measure(cfg, spaces, seconds, candidates=options, rounds=ROUNDS, warmup_iters=1, min_iters=1)
+    if is_small(cfg, spaces) if small is None else small:
         return for_candidate(limit, preferred(cfg, options, small=True))
     rounds = {label: r["round_sps"] for label, r in limit["candidates"].items()}
     return for_candidate(limit, pick(options, rounds, preferred(cfg, options)))
@@ -315,6 +316,5 @@ def resolve(cfg: Config, seconds: float) -> tuple[Config, LearnerChoice]:
     """Choose (`choose`) for the config's own env: the config with the choice in place of `auto`, and the choice."""
     from parallel_ppo.core.envs import env_spaces
 
-    obs_shape, obs_dtype, actions = env_spaces(cfg.env)
-    choice = choose(cfg, obs_shape, obs_dtype, actions, seconds)
+    choice = choose(cfg, env_spaces(cfg.env), seconds)
     return choice.resolve(cfg), choice

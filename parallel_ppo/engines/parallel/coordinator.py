@@ -18,8 +18,9 @@ from torch import nn
 from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.collect import CollectResult, RolloutError, StopCheck, never
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.envs import PROCGEN_GAMES, EnvSpaces
+from parallel_ppo.core.envs import PROCGEN_GAMES
 from parallel_ppo.core.model import network, policy_tensors
+from parallel_ppo.core.spaces import EnvSpaces
 from parallel_ppo.core.threads import ThreadPlan
 from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.engines.parallel.worker import (
@@ -102,8 +103,9 @@ class ParallelCoordinator:
         self.cfg = cfg
         self.env_threads = threads.env
         self.worker_threads = threads.worker or 1  # a parallel plan always has one; the field is optional
-        self.obs_shape, self.obs_dtype, self.actions = spaces
-        numel = sum(t.numel() for t in policy_tensors(network(cfg, self.obs_shape, self.actions)))
+        self.spaces = spaces
+        self.obs_shape, self.obs_dtype, self.actions = spaces.obs_shape, spaces.obs_dtype, spaces.actions
+        numel = sum(t.numel() for t in policy_tensors(network(cfg, spaces)))
         self.params = torch.zeros(numel).share_memory_()
         self.progress = torch.zeros(p.num_workers, dtype=torch.int64).share_memory_()
         self.abandon = torch.zeros((), dtype=torch.int64).share_memory_()
@@ -147,7 +149,7 @@ class ParallelCoordinator:
     def _spawn(self, index: int, restart: int) -> _Worker:
         m = self.cfg.parallel.num_envs_per_worker
         spec = WorkerSpec(index=index, first_env=index * m, num_envs=m, stream=(self._resumes, restart),
-                          cfg=self.cfg, obs_shape=self.obs_shape, actions=self.actions, buffer=self.buffer,
+                          cfg=self.cfg, spaces=self.spaces, buffer=self.buffer,
                           params=self.params, progress=self.progress, abandon=self.abandon,
                           env_threads=self.env_threads,
                           torch_threads=self.worker_threads, env_offset=self._env_offset)
@@ -214,6 +216,7 @@ class ParallelCoordinator:
             episode_returns=[x for r in results for x in r.episode_returns],
             episode_lengths=[x for r in results for x in r.episode_lengths],
             time_env=t_env, time_inference=t_inf, fresh_envs=fresh,
+            episode_successes=[x for r in results for x in r.episode_successes],
         )
 
     def _run_rollout(self, stopping: StopCheck) -> list[CollectResult]:

@@ -16,7 +16,7 @@ from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.collect import CollectResult
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.lifetime import signal_on_parent_death
-from parallel_ppo.core.spaces import ActionSpace
+from parallel_ppo.core.spaces import EnvSpaces
 
 
 @dataclass
@@ -28,8 +28,7 @@ class WorkerSpec:
     num_envs: int
     stream: tuple[int, int]  # (resume count, restart count of this slot): seeds fresh envs on each start
     cfg: Config
-    obs_shape: tuple[int, ...]
-    actions: ActionSpace
+    spaces: EnvSpaces
     buffer: RolloutBuffer  # the whole shared buffer; the worker writes only its env slice
     params: torch.Tensor  # flat policy parameters and buffers (`policy_tensors`), written by the coordinator
     progress: torch.Tensor  # int64 per worker: env steps taken, a heartbeat the coordinator watches
@@ -109,12 +108,11 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         cfg = spec.cfg
         first = spec.env_offset + spec.first_env
         env = make_batch_env(cfg.env, cfg.run.seed, first, spec.num_envs, spec.env_threads, spec.stream)
-        if (env.obs_shape, env.actions) != (tuple(spec.obs_shape), spec.actions):
-            raise RuntimeError(f"env spaces {env.obs_shape}/{env.actions.describe()} differ from the coordinator's "
-                               f"{spec.obs_shape}/{spec.actions.describe()}")
+        if env.spaces != spec.spaces:
+            raise RuntimeError(f"env spaces {env.spaces} differ from the coordinator's {spec.spaces}")
         runner = EnvRunner(env, cfg.run.seed, first, cfg.training.precision, spec.stream,
                            cfg.training.gamma)
-        model = network(cfg, spec.obs_shape, spec.actions)
+        model = network(cfg, spec.spaces)
         params = policy_tensors(model)
         buf = spec.buffer.env_slice(spec.first_env, spec.first_env + spec.num_envs)
         progress = spec.progress[spec.index]

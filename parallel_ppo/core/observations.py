@@ -1,0 +1,100 @@
+"""`Dict` observations (a camera image and the robot's state, say) as one row of bytes: every key's value packed
+side by side, vectors as float32 first and then images as uint8, so that everything between the env and the
+network (the rollout buffer, shared memory, workers, minibatches, checkpoints) handles one array as it does for
+a Box observation, and images stay uint8 all the way. The network unpacks the row by the layout (`unpack`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+FLOAT_BYTES = 4
+
+
+@dataclass(frozen=True)
+class Part:
+    """One key of a dict observation: a uint8 (H, W, C) image or a float32 vector, at `offset` bytes in the row."""
+
+    key: str
+    shape: tuple[int, ...]
+    image: bool
+    offset: int
+
+    @property
+    def size(self) -> int:
+        """Values (not bytes) it holds."""
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * (1 if self.image else FLOAT_BYTES)
+
+
+@dataclass(frozen=True)
+class DictLayout:
+    """Where each key of a dict observation sits in its packed row of `nbytes` bytes."""
+
+    parts: tuple[Part, ...]
+    nbytes: int
+
+    @classmethod
+    def of(cls, keys: dict[str, tuple[tuple[int, ...], bool]]) -> DictLayout:
+        """The layout of `{key: (shape, is_image)}`: the vectors first (so each float32 starts on a multiple of 4
+        bytes), then the images, each group in key order; the row padded to a multiple of 4 bytes."""
+        parts, offset = [], 0
+        for image in (False, True):
+            for key in sorted(k for k, (_, is_image) in keys.items() if is_image == image):
+                part = Part(key, tuple(int(d) for d in keys[key][0]), image, offset)
+                parts.append(part)
+                offset += part.nbytes
+        return cls(tuple(parts), -(-offset // FLOAT_BYTES) * FLOAT_BYTES)
+
+    @property
+    def images(self) -> tuple[Part, ...]:
+        return tuple(p for p in self.parts if p.image)
+
+    @property
+    def vectors(self) -> tuple[Part, ...]:
+        return tuple(p for p in self.parts if not p.image)
+
+    @property
+    def vector_size(self) -> int:
+        """The float32 values of every vector key together (the `(vector_size,)` the network's MLP reads)."""
+        return sum(p.size for p in self.vectors)
+
+    def pack(self, obs: dict[str, Any], batched: bool = True) -> np.ndarray:
+        """`{key: array (N, *shape)}` as uint8 rows (N, nbytes); one observation `{key: array shape}` as one row
+        when not `batched`. ValueError naming a missing key or a value of the wrong size."""
+        missing = [p.key for p in self.parts if p.key not in obs]
+        if missing:
+            raise ValueError(f"the observation lacks the key(s) {', '.join(missing)} (it has {', '.join(sorted(obs))})")
+        if not batched:
+            return self.pack({key: np.asarray(value)[None] for key, value in obs.items()})[0]
+        n = len(np.asarray(obs[self.parts[0].key]))
+        rows = np.zeros((n, self.nbytes), dtype=np.uint8)
+        for part in self.parts:
+            value = np.asarray(obs[part.key])
+            fits = value.shape == (n, *part.shape) if part.image else value.size == n * part.size
+            if not fits:
+                raise ValueError(f"observation key {part.key!r} has shape {value.shape}, not ({n}, "
+                                 f"{', '.join(map(str, part.shape))})")
+            flat = np.ascontiguousarray(value.reshape(n, part.size), dtype=np.uint8 if part.image else np.float32)
+            rows[:, part.offset:part.offset + part.nbytes] = flat.view(np.uint8)
+        return rows
+
+    def unpack(self, rows: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """uint8 rows (B, nbytes) → each image key's uint8 (B, H, W, C), and the vector keys' float32 values side by
+        side (B, vector_size)."""
+        rows = rows.contiguous()
+        images = {p.key: rows[:, p.offset:p.offset + p.nbytes].reshape(-1, *p.shape) for p in self.images}
+        end = sum(p.nbytes for p in self.vectors)
+        vector = rows[:, :end].view(torch.float32) if end else rows.new_zeros((len(rows), 0), dtype=torch.float32)
+        return images, vector
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: each key's shape and kind."""
+        return {p.key: {"shape": list(p.shape), "kind": "image" if p.image else "vector"} for p in self.parts}

@@ -1,0 +1,168 @@
+"""`Dict` observations (an image and vectors, as a robot arm's wrist camera and joint state): packed into uint8 rows
+by their layout, unpacked by the multi-input network, acted on by `predict`, and trained in every mode (the
+parallel and distributed equality tests run `toy_envs:CameraReach-v0` too)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import parallel_ppo as ppo
+from parallel_ppo.core.config import Config, EnvConfig
+from parallel_ppo.core.envs import env_spaces, make_batch_env
+from parallel_ppo.core.model import MultiInputActorCritic, build_model, image_features, network
+from parallel_ppo.core.observations import DictLayout
+from parallel_ppo.core.policy import Policy
+from parallel_ppo.core.spaces import ActionSpace
+from parallel_ppo.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+CAMERA = "toy_envs:CameraReach-v0"
+LAYOUT = DictLayout.of({"wrist": ((4, 4, 3), True), "joints": ((3,), False), "cube": ((2,), False),
+                        "top": ((2, 2, 1), True)})
+
+
+def random_obs(n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"wrist": rng.integers(0, 256, (n, 4, 4, 3), dtype=np.uint8), "joints": rng.normal(size=(n, 3)),
+            "cube": rng.normal(size=(n, 2)).astype(np.float32), "top": rng.integers(0, 256, (n, 2, 2, 1), np.uint8)}
+
+
+def test_a_packed_row_unpacks_to_the_same_values_and_floats_start_on_4_bytes():
+    obs = random_obs(5)
+    rows = LAYOUT.pack(obs)
+    assert rows.dtype == np.uint8 and rows.shape == (5, LAYOUT.nbytes) and LAYOUT.nbytes % 4 == 0
+    assert [p.key for p in LAYOUT.parts] == ["cube", "joints", "top", "wrist"]  # vectors first, then images
+    assert all(p.offset % 4 == 0 for p in LAYOUT.vectors)
+    picked = torch.from_numpy(rows)[torch.tensor([4, 1])]  # a minibatch's rows, as the update indexes them
+    images, vector = LAYOUT.unpack(picked)
+    assert torch.equal(images["wrist"], torch.from_numpy(obs["wrist"][[4, 1]]))
+    assert torch.equal(images["top"], torch.from_numpy(obs["top"][[4, 1]]))
+    expected = np.concatenate([obs["cube"], obs["joints"]], axis=1)[[4, 1]].astype(np.float32)
+    assert torch.equal(vector, torch.from_numpy(expected))
+    one = LAYOUT.pack({key: value[2] for key, value in obs.items()}, batched=False)
+    assert np.array_equal(one, rows[2])
+    with pytest.raises(ValueError, match="lacks the key"):
+        LAYOUT.pack({"wrist": obs["wrist"]})
+    with pytest.raises(ValueError, match="'joints' has shape"):
+        LAYOUT.pack({**obs, "joints": obs["joints"][:, :2]})
+
+
+def test_the_multi_input_network_is_its_parts_joined_as_written():
+    """Each image key through its own CNN, the vector keys (normalized, clipped) through the MLP, the features
+    concatenated in layout order into the dense layer, then the heads: computed here by hand from its parts."""
+    cfg = Config().model
+    cfg.impala_depths, cfg.hidden_size, cfg.mlp_hidden = [2], 6, [5]
+    torch.manual_seed(0)
+    net = build_model((LAYOUT.nbytes,), ActionSpace(3), cfg, obs_clip=1.5, layout=LAYOUT)
+    assert isinstance(net, MultiInputActorCritic) and len(net.cnns) == 2
+    net.obs_mean.copy_(torch.tensor([0.5, -0.5, 0.0, 1.0, 2.0]))
+    net.obs_std.copy_(torch.tensor([2.0, 1.0, 0.5, 1.0, 4.0]))
+    obs = random_obs(3, seed=1)
+    rows = torch.from_numpy(LAYOUT.pack(obs))
+    with torch.no_grad():
+        logits, values = net(rows)
+        top = image_features(net.cnns[0], torch.from_numpy(obs["top"]))  # layout.images: top, then wrist
+        wrist = image_features(net.cnns[1], torch.from_numpy(obs["wrist"]))
+        vector = torch.from_numpy(np.concatenate([obs["cube"], obs["joints"]], axis=1).astype(np.float32))
+        vector = ((vector - net.obs_mean) / net.obs_std).clamp(-1.5, 1.5)
+        hidden = torch.tanh(net.mlp[0](vector))
+        x = torch.relu(net.dense(torch.cat([top, wrist, hidden], dim=1)))
+        assert torch.allclose(logits, net.actor(x)) and torch.allclose(values, net.critic(x).squeeze(-1))
+    assert top.shape == (3, 2 * 1 * 1) and wrist.shape == (3, 2 * 2 * 2)
+
+
+def test_the_env_packs_each_key_and_stacks_the_image_keys():
+    cfg = EnvConfig(id=CAMERA, frame_stack=2)
+    spaces = env_spaces(cfg)
+    assert spaces.layout is not None and spaces.obs_dtype == np.uint8
+    assert spaces.layout.to_dict() == {"state": {"shape": [1], "kind": "vector"},
+                                       "steps": {"shape": [1], "kind": "vector"},
+                                       "camera": {"shape": [8, 8, 6], "kind": "image"}}
+    env = make_batch_env(cfg, 1, 0, 2, 1)
+    try:
+        first = env.reset()
+        after, *_ = env.step(np.array([0, 3]))
+    finally:
+        env.close()
+    images, vector = spaces.layout.unpack(torch.from_numpy(np.stack([first, after])).reshape(4, -1))
+    camera = images["camera"].numpy()
+    assert np.array_equal(camera[:2, :, :, :3], camera[:2, :, :, 3:])  # at reset: the first frame twice
+    assert np.array_equal(camera[2:, :, :, :3], camera[:2, :, :, 3:])  # then the previous frame, then the new one
+    assert vector[:2, 1].tolist() == [0.0, 0.0] and vector[2:, 1].tolist() == [1.0, 1.0]  # the step count
+
+
+def test_predict_takes_one_dict_observation_or_a_batch(tmp_path):
+    cfg = Config()
+    cfg.env.id = CAMERA
+    cfg.model.impala_depths, cfg.model.hidden_size = [4], 16
+    cfg.training.precision = "fp32"
+    spaces = env_spaces(cfg.env)
+    torch.manual_seed(0)
+    policy = Policy(cfg, network(cfg, spaces), tmp_path / "checkpoint.pt", {}, spaces=spaces)
+    obs = {"camera": np.zeros((2, 8, 8, 3), np.uint8), "state": np.array([[0.5], [-0.5]], np.float32),
+           "steps": np.array([1.0, 2.0], np.float32)}
+    batch = policy.predict(obs, deterministic=True)
+    assert batch.shape == (2,)
+    one = policy.predict({key: value[1] for key, value in obs.items()}, deterministic=True)
+    assert np.ndim(one) == 0 and one == batch[1]
+    with pytest.raises(ConfigError, match="expects a dict observation"):
+        policy.predict(np.zeros(3))
+    with pytest.raises(ConfigError, match="lacks the key"):
+        policy.predict({"camera": obs["camera"]})
+    with pytest.raises(ConfigError, match="not supported yet"):
+        ppo.export(policy)
+
+
+def test_each_ended_episode_says_whether_it_succeeded_where_the_env_reports_it():
+    env = make_batch_env(EnvConfig(id=CAMERA), 1, 0, 3, 1)
+    try:
+        env.reset()
+        for _ in range(19):
+            env.step(np.array([1, 2, 3]))
+            assert np.isnan(env.successes).all()  # no episode ended
+        _, _, dones, _ = env.step(np.array([1, 2, 3]))  # the 20th step: the time limit
+    finally:
+        env.close()
+    assert dones.all() and set(env.successes.tolist()) <= {0.0, 1.0}
+    cartpole = make_batch_env(EnvConfig(id="CartPole-v1"), 1, 0, 2, 1)
+    try:
+        cartpole.reset()
+        while not cartpole.step(np.array([0, 0]))[2].any():
+            pass
+    finally:
+        cartpole.close()
+    assert np.isnan(cartpole.successes).all()  # CartPole reports no success
+
+
+@pytest.mark.parametrize("sets, words", [
+    (["model.kind=nature"], "takes one observation; this env observes a dict"),
+    (["model.kind=mlp"], "takes one observation; this env observes a dict"),
+])
+def test_networks_that_cannot_read_a_dict_are_refused(sets, words):
+    from parallel_ppo.core.configure import build_config
+
+    cfg = build_config(str(ROOT / "config" / "cartpole.yaml"), {"env.id": CAMERA}, sets, parallel=False)
+    with pytest.raises(ConfigError, match=words):
+        network(cfg, env_spaces(cfg.env))
+
+
+def test_a_dict_env_trains_and_its_policy_loads(tmp_path):
+    overrides = {"env.id": CAMERA, "env.num_envs": 4, "training.n_steps": 16, "training.batch_size": 32,
+                 "run.total_steps": 2 * 64, "run.limit_seconds": 0, "training.precision": "fp32",
+                 "training.microbatch_size": 0, "model.impala_depths": [4], "model.hidden_size": 16,
+                 "training.normalize_obs": True, "logging.tensorboard": False, "model.kind": "auto"}
+    run = ppo.train(str(ROOT / "config" / "cartpole.yaml"), output_dir=tmp_path / "run", overrides=overrides,
+                    verbose=False)
+    assert run.summary.updates == 2 and run.summary.episodes >= 4
+    rates = run.metrics["success_rate"]  # the env reports info["is_success"] at each episode's end (step 20)
+    assert np.isnan(rates[0]) and 0 <= rates[1] <= 1  # none ended in the first 16 steps; 4 in the next
+    assert run.summary.final_metrics["success_rate"] == pytest.approx(rates[-1], abs=1e-6)
+    policy = ppo.load_policy(run)
+    assert policy.layout == env_spaces(EnvConfig(id=CAMERA)).layout
+    assert float(policy.model.obs_std[0]) != 1.0  # the vector keys' statistics were learned and saved
+    result = ppo.evaluate(run, episodes=4, num_envs=2)
+    assert len(result.returns) == 4
