@@ -4,6 +4,7 @@ parallel and distributed equality tests run `toy_envs:CameraReach-v0` too)."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,23 @@ def test_a_packed_row_unpacks_to_the_same_values_and_floats_start_on_4_bytes():
         LAYOUT.pack({"wrist": obs["wrist"]})
     with pytest.raises(ValueError, match="'joints' has shape"):
         LAYOUT.pack({**obs, "joints": obs["joints"][:, :2]})
+    grid = DictLayout.of({"grid": ((3, 4), False), "speed": ((), False)})  # a 2-D vector key, a scalar one
+    assert grid.parts[0].shape == (12,) and grid.is_one({"grid": np.zeros((3, 4)), "speed": np.float32(1)})
+    assert not grid.is_one({"grid": np.zeros((5, 3, 4)), "speed": np.zeros(5)})
+    with pytest.raises(ValueError, match="'grid' has shape"):  # the same size, transposed
+        grid.pack({"grid": np.zeros((5, 4, 3)), "speed": np.zeros(5)})
+
+
+def test_a_checkpoint_for_other_observation_keys_is_refused(tmp_path):
+    from parallel_ppo.core.checkpoint import check_layout
+    from parallel_ppo.errors import RunDataError
+
+    renamed = DictLayout.of({"wrist": ((4, 4, 3), True), "arm": ((3,), False), "cube": ((2,), False),
+                             "top": ((2, 2, 1), True)})
+    check_layout({"observation_layout": LAYOUT.to_dict()}, tmp_path, LAYOUT.to_dict())
+    check_layout({}, tmp_path, LAYOUT.to_dict())  # made before layouts were recorded
+    with pytest.raises(RunDataError, match="was made for the observation"):
+        check_layout({"observation_layout": LAYOUT.to_dict()}, tmp_path, renamed.to_dict())
 
 
 def test_the_multi_input_network_is_its_parts_joined_as_written():
@@ -80,7 +98,7 @@ def test_the_env_packs_each_key_and_stacks_the_image_keys():
     spaces = env_spaces(cfg)
     assert spaces.layout is not None and spaces.obs_dtype == np.uint8
     assert spaces.layout.to_dict() == {"state": {"shape": [1], "kind": "vector"},
-                                       "steps": {"shape": [1], "kind": "vector"},
+                                       "steps": {"shape": [], "kind": "vector"},
                                        "camera": {"shape": [8, 8, 6], "kind": "image"}}
     env = make_batch_env(cfg, 1, 0, 2, 1)
     try:
@@ -113,8 +131,40 @@ def test_predict_takes_one_dict_observation_or_a_batch(tmp_path):
         policy.predict(np.zeros(3))
     with pytest.raises(ConfigError, match="lacks the key"):
         policy.predict({"camera": obs["camera"]})
-    with pytest.raises(ConfigError, match="not supported yet"):
-        ppo.export(policy)
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+def test_a_dict_policy_exports_with_one_input_per_key(tmp_path, fmt):
+    """The exported file takes each key as its own input (a vector key flattened) and gives predict's actions."""
+    import io
+
+    cfg = Config()
+    cfg.env.id = CAMERA
+    cfg.model.impala_depths, cfg.model.hidden_size = [4], 16
+    cfg.training.precision, cfg.training.normalize_obs = "fp32", True
+    spaces = env_spaces(cfg.env)
+    torch.manual_seed(0)
+    policy = Policy(cfg, network(cfg, spaces), tmp_path / "checkpoint.pt", {}, spaces=spaces)
+    policy.model.obs_mean.copy_(torch.tensor([0.5, 3.0]))  # statistics inside the file too
+    from parallel_ppo.runs.export import export_policy
+
+    done = export_policy(policy, fmt, tmp_path / f"policy.{fmt}")
+    assert [spec["name"] for spec in done.metadata["inputs"]] == ["state", "steps", "camera"]
+    rng = np.random.default_rng(3)
+    obs = {"camera": rng.integers(0, 256, (5, 8, 8, 3), dtype=np.uint8),
+           "state": rng.normal(size=(5, 1)).astype(np.float32), "steps": rng.uniform(0, 20, 5).astype(np.float32)}
+    inputs = [obs["state"], obs["steps"].reshape(5, 1), obs["camera"]]
+    if fmt == "onnx":
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(str(done.path), providers=["CPUExecutionProvider"])
+        action = session.run(None, dict(zip(["state", "steps", "camera"], inputs, strict=True)))[0]
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit is deprecated upstream, still complete
+            module = torch.jit.load(io.BytesIO(done.path.read_bytes()))
+        action = module(*map(torch.from_numpy, inputs))[0].numpy()
+    assert np.array_equal(action, policy.predict(obs, deterministic=True))
 
 
 def test_each_ended_episode_says_whether_it_succeeded_where_the_env_reports_it():
@@ -128,6 +178,10 @@ def test_each_ended_episode_says_whether_it_succeeded_where_the_env_reports_it()
     finally:
         env.close()
     assert dones.all() and set(env.successes.tolist()) <= {0.0, 1.0}
+    from parallel_ppo.core.gym_envs import episode_successes
+
+    said = {"is_success": np.array([1.0, None, 0.0, 1.0], dtype=object), "_is_success": np.array([1, 1, 1, 0], bool)}
+    assert np.array_equal(episode_successes(said, 4), [1.0, np.nan, 0.0, np.nan], equal_nan=True)
     cartpole = make_batch_env(EnvConfig(id="CartPole-v1"), 1, 0, 2, 1)
     try:
         cartpole.reset()

@@ -30,9 +30,10 @@ def export_main(argv: list[str] | None = None, prog: str = "python -m parallel_p
     except ExportMismatch as e:
         return fail(prog, e, 1)
     info = done.metadata
-    shape = ", ".join(["batch", *map(str, info["obs_shape"])])
+    inputs = ", ".join(f"{spec['name']} ({', '.join(['batch', *map(str, spec['shape'])])}) {spec['dtype']}"
+                       for spec in info["inputs"])
     print(f"wrote {done.path} ({done.bytes / 1024:.0f} KiB, {done.seconds:.1f} s): {info['env_id']} policy at "
-          f"{info['checkpoint_env_steps']:,} env steps; input obs ({shape}) {info['obs_dtype']}"
+          f"{info['checkpoint_env_steps']:,} env steps; input {inputs}"
           f"{', normalized inside' if info['normalize_obs'] else ''}; outputs {', '.join(info['outputs'])}; "
           f"reproduces the policy to {done.max_difference:.1g}")
     return 0

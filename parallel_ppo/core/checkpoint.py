@@ -66,6 +66,18 @@ def next_resume_count(checkpoint: dict[str, Any] | None) -> int:
     return 0 if checkpoint is None else checkpoint.get("resumes", 0) + 1
 
 
+LAYOUT = "observation_layout"
+"""The key that records a dict observation's layout (`DictLayout.to_dict`; None for a Box)."""
+
+
+def check_layout(state: Mapping[str, Any], path: Path, layout: dict[str, Any] | None) -> None:
+    """Refuse (RunDataError) a checkpoint made for other dict observation keys than the env has now (renamed or
+    reordered keys of the same sizes would load, their features mixed up). Checkpoints that predate it pass."""
+    stored = state.get(LAYOUT, layout)
+    if stored != layout:
+        raise RunDataError(f"checkpoint {path} was made for the observation {stored}, but the env now gives {layout}")
+
+
 def check_checkpoint(state: dict[str, Any], path: Path, model: nn.Module,
                      optimizer: torch.optim.Optimizer | None = None,
                      statistics: Mapping[str, dict[str, Any] | None] | None = None) -> None:

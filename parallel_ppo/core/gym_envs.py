@@ -78,16 +78,20 @@ class PackedDict(gymnasium.Wrapper):
         super().__init__(env)
         keys = {}
         for key, space in env.observation_space.spaces.items():
-            image = isinstance(space, gymnasium.spaces.Box) and len(space.shape) == 3
             if not isinstance(space, gymnasium.spaces.Box) or not np.issubdtype(space.dtype, np.number):
                 raise ConfigError(f"the dict observation's key {key!r} is {space}; supported: Boxes of numbers "
                                   "(vectors, or uint8 (H, W, C) images)")
-            if image and space.dtype != np.uint8:
-                raise ConfigError(f"the dict observation's image {key!r} is {space.dtype}; images must be uint8 "
-                                  "(H, W, C) in 0..255")
-            h, w, c = space.shape if image else (0, 0, 0)
-            keys[key] = ((h, w, c * k), True) if image else ((max(1, int(np.prod(space.shape))),), False)
+            if np.prod(space.shape) == 0:
+                raise ConfigError(f"the dict observation's key {key!r} is empty ({space})")
+            if len(space.shape) == 3 and space.dtype == np.uint8:  # an image; any other Box is read as numbers
+                h, w, c = space.shape
+                keys[key] = ((h, w, c * k), True)
+            else:
+                keys[key] = (tuple(space.shape), False)
         self.layout = DictLayout.of(keys)
+        if k > 1 and not self.layout.images:
+            raise ConfigError(f"env.frame_stack = {k} stacks image frames, but this dict observation has no image "
+                              f"key ({', '.join(keys)})")
         self.frames = {p.key: collections.deque(maxlen=k) for p in self.layout.images}
         self.observation_space = gymnasium.spaces.Box(0, 255, (self.layout.nbytes,), np.uint8)
 
@@ -270,7 +274,8 @@ def episode_successes(final_info: dict[str, Any], num_envs: int) -> np.ndarray:
     out = np.full(num_envs, np.nan)
     if "is_success" in final_info:
         where = np.asarray(final_info.get("_is_success", np.ones(num_envs, dtype=bool)), dtype=bool)
-        out[where] = np.asarray(final_info["is_success"], dtype=np.float64)[where] > 0
+        said = np.asarray(final_info["is_success"], dtype=np.float64)[where]  # None becomes NaN: unknown
+        out[where] = np.where(np.isnan(said), np.nan, said > 0)
     return out
 
 

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from parallel_ppo.core.buffer import RolloutBuffer, compute_gae
-from parallel_ppo.core.checkpoint import check_checkpoint, check_counts, next_resume_count
+from parallel_ppo.core.checkpoint import check_checkpoint, check_counts, check_layout, next_resume_count
 from parallel_ppo.core.collect import CollectResult, RolloutError, StopCheck
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.group import ALONE, AgreedRollout, Group, agree_rollout
@@ -226,6 +226,7 @@ def check_checkpoint_fits(cfg: Config, spaces: EnvSpaces, checkpoint: dict[str, 
     check of a resumed run, before it writes a file (`Policy.load` checks the network it loads into with
     `check_checkpoint`). Built on the CPU; the global random state is left as it was."""
     check_counts(checkpoint, path)  # first: the world size below is one of them
+    check_layout(checkpoint, path, spaces.layout.to_dict() if spaces.layout is not None else None)
     on_cpu = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, device="cpu"))
     with torch.random.fork_rng(devices=[]):
         fresh = TrainState.new(on_cpu, spaces, checkpoint.get("world_size", 1))
@@ -350,7 +351,8 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
         stats = ppo_update(state.model, state.optimizer, data, group.local_training(cfg), state.generator,
                            group.gradients)
         if state.obs_normalizer is not None:  # after the update that learned with the statistics it collected with
-            state.obs_normalizer.update(group.gather_columns(source.buffer.obs), state.model)
+            normalizer = state.obs_normalizer
+            normalizer.update(group.gather_columns(normalizer.values(source.buffer.obs)), state.model)
     allreduce = group.pop_seconds()
     timers.add("update", -allreduce)
     timers.add("allreduce", allreduce)

@@ -31,7 +31,7 @@ def directml_device() -> str | None:
     """DirectML's torch device (Windows, any DirectX 12 GPU) when `torch_directml` is installed, else None."""
     try:
         import torch_directml
-    except ImportError:
+    except Exception:  # not installed, or an install that cannot load: no DirectML
         return None
     return str(torch_directml.device())
 
@@ -59,6 +59,8 @@ def resolve_device(name: str) -> torch.device:
                           "privateuseone:0, or auto)") from None
     if device.type == "cpu":
         return device
+    if device.type == "privateuseone":
+        directml_device()  # importing torch_directml registers its backend
     if device.type == "meta":
         raise ConfigError("training.device = 'meta' holds no data to train on; set it to cpu, a GPU or auto")
     try:
@@ -245,7 +247,11 @@ class MultiInputActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Packed uint8 rows (B, nbytes) → (policy outputs (B, A or 2n), values (B,))."""
-        images, vector = self.layout.unpack(obs)
+        return self.forward_parts(*self.layout.unpack(obs))
+
+    def forward_parts(self, images: dict[str, torch.Tensor], vector: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same from the unpacked observation: uint8 (B, H, W, C) per image key, the vector keys' float32
+        values side by side (B, vector_size)."""
         features = [image_features(cnn, images[part.key]) for cnn, part in zip(self.cnns, self.layout.images,
                                                                                strict=True)]
         if self.layout.vector_size:
@@ -321,6 +327,9 @@ def network(cfg: Config, spaces: EnvSpaces) -> nn.Module:
     if t.normalize_obs and spaces.layout is None and len(spaces.obs_shape) == 3:
         raise ConfigError(f"training.normalize_obs normalizes vector observations; {cfg.env.id} observes images "
                           f"{spaces.obs_shape}, which the network scales to [0, 1] itself (drop normalize_obs)")
+    if t.normalize_obs and spaces.layout is not None and cfg.model.kind == "random":
+        raise ConfigError("training.normalize_obs has nothing to normalize for model.kind random on a dict "
+                          "observation (drop normalize_obs)")
     if t.normalize_obs and spaces.layout is not None and not spaces.layout.vector_size:
         raise ConfigError(f"training.normalize_obs normalizes vector observations; {cfg.env.id}'s dict observation "
                           "has image keys only (drop normalize_obs)")

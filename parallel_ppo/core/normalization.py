@@ -42,13 +42,17 @@ class ObsNormalizer:
         shape = spaces.obs_shape if spaces.layout is None else (spaces.layout.vector_size,)
         self.stats = RunningMeanStd(shape)
 
-    def update(self, obs: torch.Tensor, model: nn.Module) -> None:
-        """Fold in a rollout's observations (T, N, *obs_shape) and publish the result into `model` (of a dict
-        observation, its vector keys')."""
-        obs = obs.reshape(-1, *self.spaces.obs_shape)
-        if self.spaces.layout is not None:
-            obs = self.spaces.layout.unpack(obs)[1]
-        self.stats.update(obs.double().numpy())
+    def values(self, obs: torch.Tensor) -> torch.Tensor:
+        """What the statistics are of, in a rollout's observations (T, N, *obs_shape): the observations, or a dict
+        observation's vector keys (T, N, vector_size) without its images (what the ranks exchange)."""
+        if self.spaces.layout is None:
+            return obs
+        rows = obs.reshape(-1, *self.spaces.obs_shape)
+        return self.spaces.layout.unpack(rows)[1].reshape(*obs.shape[:-1], -1)
+
+    def update(self, values: torch.Tensor, model: nn.Module) -> None:
+        """Fold in a rollout's `values` (T, N, *shape) and publish the result into `model`."""
+        self.stats.update(values.reshape(-1, *self.stats.mean.shape).double().numpy())
         self.publish(model)
 
     def publish(self, model: nn.Module) -> None:

@@ -23,6 +23,8 @@ class Part:
     shape: tuple[int, ...]
     image: bool
     offset: int
+    source_shape: tuple[int, ...] = ()
+    """The shape the env gives a vector key in (a scalar's is ()); its values are packed flattened, as `shape`."""
 
     @property
     def size(self) -> int:
@@ -43,12 +45,15 @@ class DictLayout:
 
     @classmethod
     def of(cls, keys: dict[str, tuple[tuple[int, ...], bool]]) -> DictLayout:
-        """The layout of `{key: (shape, is_image)}`: the vectors first (so each float32 starts on a multiple of 4
-        bytes), then the images, each group in key order; the row padded to a multiple of 4 bytes."""
+        """The layout of `{key: (shape, is_image)}` (a vector key's shape as the env gives it): the vectors first
+        (so each float32 starts on a multiple of 4 bytes), then the images, each group in key order; the row padded
+        to a multiple of 4 bytes."""
         parts, offset = [], 0
         for image in (False, True):
             for key in sorted(k for k, (_, is_image) in keys.items() if is_image == image):
-                part = Part(key, tuple(int(d) for d in keys[key][0]), image, offset)
+                shape = tuple(int(d) for d in keys[key][0])
+                packed = shape if image else (math.prod(shape),)
+                part = Part(key, packed, image, offset, shape)
                 parts.append(part)
                 offset += part.nbytes
         return cls(tuple(parts), -(-offset // FLOAT_BYTES) * FLOAT_BYTES)
@@ -78,10 +83,9 @@ class DictLayout:
         rows = np.zeros((n, self.nbytes), dtype=np.uint8)
         for part in self.parts:
             value = np.asarray(obs[part.key])
-            fits = value.shape == (n, *part.shape) if part.image else value.size == n * part.size
-            if not fits:
-                raise ValueError(f"observation key {part.key!r} has shape {value.shape}, not ({n}, "
-                                 f"{', '.join(map(str, part.shape))})")
+            if value.shape not in ((n, *part.shape), (n, *part.source_shape)):
+                raise ValueError(f"observation key {part.key!r} has shape {value.shape}, not "
+                                 f"{(n, *part.source_shape)}")
             flat = np.ascontiguousarray(value.reshape(n, part.size), dtype=np.uint8 if part.image else np.float32)
             rows[:, part.offset:part.offset + part.nbytes] = flat.view(np.uint8)
         return rows
@@ -96,5 +100,10 @@ class DictLayout:
         return images, vector
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: each key's shape and kind."""
-        return {p.key: {"shape": list(p.shape), "kind": "image" if p.image else "vector"} for p in self.parts}
+        """JSON-ready: each key's shape (as the env gives it) and kind."""
+        return {p.key: {"shape": list(p.source_shape), "kind": "image" if p.image else "vector"} for p in self.parts}
+
+    def is_one(self, obs: dict[str, Any]) -> bool:
+        """Whether `obs` is one observation rather than a batch, told by its first key's shape."""
+        part = self.parts[0]
+        return np.shape(obs.get(part.key, ())) == part.source_shape

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from parallel_ppo.core.checkpoint import check_checkpoint, load_checkpoint
+from parallel_ppo.core.checkpoint import check_checkpoint, check_layout, load_checkpoint
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import config_from_dict
 from parallel_ppo.core.distributions import most_likely, sample
@@ -68,6 +68,7 @@ class Policy:
         except (ConfigError, AttributeError, TypeError) as e:
             raise RunDataError(f"checkpoint {file} holds an unusable config ({e})") from None
         spaces = env_spaces(cfg.env)
+        check_layout(state, file, spaces.layout.to_dict() if spaces.layout is not None else None)
         model = network(cfg, spaces)
         check_checkpoint(state, file, model)  # the resumed run's check, of what a policy loads: counters, network
         model.load_state_dict(state["model"])
@@ -109,14 +110,17 @@ class Policy:
 
     def _packed(self, obs: Any) -> tuple[np.ndarray, bool]:
         """A dict observation (`{key: value}`) or batch of them (`{key: values}`) as packed rows, and whether it was
-        one observation (told by an image key's rank, else by a vector key's: at most 1-D for one)."""
+        one observation (told by the shape of its first key, `DictLayout.is_one`). Images must be uint8, as the env
+        gives them (a float image in [0, 1] would be read as black)."""
         layout = self.layout
         if not isinstance(obs, Mapping):
             keys = ", ".join(p.key for p in layout.parts)
             raise ConfigError(f"predict expects a dict observation with the keys {keys}, got {type(obs).__name__}")
-        part = (layout.images or layout.vectors)[0]
-        value = np.asarray(obs.get(part.key, ()))
-        single = value.ndim == len(part.shape) if part.image else value.ndim <= 1
+        for part in layout.images:
+            if part.key in obs and not np.can_cast(np.asarray(obs[part.key]).dtype, np.uint8, "same_kind"):
+                raise ConfigError(f"predict expects uint8 images as the env gives them; {part.key!r} is "
+                                  f"{np.asarray(obs[part.key]).dtype}")
+        single = layout.is_one(obs)
         try:
             return layout.pack(obs, batched=not single), single
         except ValueError as e:

@@ -3,7 +3,9 @@ TorchScript (`torch.jit.load`), with the run's observation normalization and the
 (uint8 frames scaled to [0, 1]) inside the graph.
 
 The exported function takes `obs`, a batch (any size) of observations as the env gives them: (batch, *obs_shape),
-uint8 for image envs, float32 for vector ones. It returns, in this order (ONNX output names):
+uint8 for image envs, float32 for vector ones; a dict-observation policy takes one input per key instead, named by
+the key and in the order of the metadata's `inputs`: uint8 (batch, H, W, C) for an image key, float32
+(batch, size) for a vector key (its values flattened). It returns, in this order (ONNX output names):
 
 - discrete actions: `action` (batch,) int64, the most likely action (arg-max of the logits); `logits` (batch, A)
   float32, unnormalized log-probabilities; `value` (batch,) float32, the critic's estimate;
@@ -33,6 +35,7 @@ import torch
 from torch import nn
 
 from parallel_ppo.core.files import atomic_write
+from parallel_ppo.core.observations import DictLayout
 from parallel_ppo.core.policy import Policy
 from parallel_ppo.core.spaces import ActionSpace
 from parallel_ppo.errors import ConfigError
@@ -52,16 +55,24 @@ class InferenceGraph(nn.Module):
     """The policy network as a pure function of a batch of observations: (action, logits, value) for discrete
     actions, (action, mean, log_std, value) for continuous ones (see the module's docstring)."""
 
-    def __init__(self, model: nn.Module, actions: ActionSpace) -> None:
+    def __init__(self, model: nn.Module, actions: ActionSpace, layout: DictLayout | None = None) -> None:
         super().__init__()
-        self.model = model
+        self.model, self.layout = model, layout
         self.continuous = actions.continuous
         if actions.continuous:
             self.register_buffer("low", torch.tensor(actions.low, dtype=torch.float32))
             self.register_buffer("high", torch.tensor(actions.high, dtype=torch.float32))
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        params, value = self.model(obs)
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """One batch of observations (a dict observation's keys: one input each, in layout order)."""
+        if self.layout is None:
+            params, value = self.model(inputs[0])
+        else:
+            by_key = dict(zip((p.key for p in self.layout.parts), inputs, strict=True))
+            images = {p.key: by_key[p.key] for p in self.layout.images}
+            vectors = [by_key[p.key].float().flatten(1) for p in self.layout.vectors]
+            vector = torch.cat(vectors, dim=1) if vectors else inputs[0].new_zeros((len(inputs[0]), 0)).float()
+            params, value = self.model.forward_parts(images, vector)
         params, value = params.float(), value.float()
         if not self.continuous:
             return params.argmax(-1), params, value
@@ -110,24 +121,38 @@ def output_path(policy: Policy, fmt: str, output: str | Path | None) -> Path:
     return path
 
 
+def input_specs(policy: Policy) -> list[dict[str, Any]]:
+    """The exported function's inputs: `obs`, or a dict observation's keys (name, shape past the batch, dtype)."""
+    if policy.layout is None:
+        return [{"name": "obs", "shape": list(policy.obs_shape), "dtype": str(policy.obs_dtype)}]
+    return [{"name": p.key, "shape": list(p.shape), "dtype": "uint8" if p.image else "float32"}
+            for p in policy.layout.parts]
+
+
 def metadata(policy: Policy) -> dict[str, Any]:
     """What the file says about itself (JSON under `METADATA_KEY`)."""
     return {"env_id": policy.cfg.env.id, "obs_shape": list(policy.obs_shape), "obs_dtype": str(policy.obs_dtype),
+            "inputs": input_specs(policy),
             "actions": policy.actions.to_dict(), "outputs": list(output_names(policy.actions)),
             "normalize_obs": bool(policy.cfg.training.normalize_obs), "model": policy.cfg.model.kind,
             "checkpoint_update": policy.state.get("update"), "checkpoint_env_steps": policy.state.get("env_steps")}
 
 
-def example_batch(policy: Policy, size: int, seed: int = 0) -> np.ndarray:
-    """`size` made-up observations of the policy's shape and dtype (random frames, or normal vectors)."""
+def example_batch(policy: Policy, size: int, seed: int = 0) -> tuple[np.ndarray, ...]:
+    """`size` made-up observations for each input (`input_specs`): random frames, or normal vectors."""
     rng = np.random.default_rng(seed)
-    shape = (size, *policy.obs_shape)
-    if policy.obs_dtype == np.uint8:
-        return rng.integers(0, 256, size=shape, dtype=np.uint8)
-    return (3.0 * rng.standard_normal(shape)).astype(policy.obs_dtype)
+    out = []
+    for spec in input_specs(policy):
+        shape = (size, *spec["shape"])
+        if spec["dtype"] == "uint8":
+            out.append(rng.integers(0, 256, size=shape, dtype=np.uint8))
+        else:
+            out.append((3.0 * rng.standard_normal(shape)).astype(spec["dtype"]))
+    return tuple(out)
 
 
-def onnx_bytes(graph: InferenceGraph, example: torch.Tensor, names: tuple[str, ...], info: dict[str, Any]) -> bytes:
+def onnx_bytes(graph: InferenceGraph, example: tuple[torch.Tensor, ...], names: tuple[str, ...],
+               info: dict[str, Any]) -> bytes:
     """The graph as an ONNX model (the TorchScript-based exporter: fast, no onnxscript; torch < 2.14 has it), its
     batch dimension dynamic, `info` in its metadata."""
     import onnx
@@ -135,11 +160,12 @@ def onnx_bytes(graph: InferenceGraph, example: torch.Tensor, names: tuple[str, .
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # the legacy exporter's notice
-        torch.onnx.export(graph, (example,), buffer, dynamo=False, input_names=["obs"], output_names=list(names),
-                          dynamic_axes={name: {0: "batch"} for name in ("obs", *names)}, opset_version=OPSET)
+        inputs = [spec["name"] for spec in info["inputs"]]
+        torch.onnx.export(graph, example, buffer, dynamo=False, input_names=inputs, output_names=list(names),
+                          dynamic_axes={name: {0: "batch"} for name in (*inputs, *names)}, opset_version=OPSET)
     model = onnx.load_from_string(buffer.getvalue())
     with torch.no_grad():
-        shapes = [t.shape for t in graph(example)]
+        shapes = [t.shape for t in graph(*example)]
     for output, shape in zip(model.graph.output, shapes, strict=True):  # static sizes past the batch dimension
         for dim, size in zip(output.type.tensor_type.shape.dim[1:], shape[1:], strict=True):
             dim.dim_value = size
@@ -148,34 +174,35 @@ def onnx_bytes(graph: InferenceGraph, example: torch.Tensor, names: tuple[str, .
     return model.SerializeToString()
 
 
-def torchscript_bytes(graph: InferenceGraph, example: torch.Tensor, info: dict[str, Any]) -> bytes:
+def torchscript_bytes(graph: InferenceGraph, example: tuple[torch.Tensor, ...], info: dict[str, Any]) -> bytes:
     """The graph traced to TorchScript, `info` in its extra file `parallel_ppo.json`."""
     buffer = io.BytesIO()
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit is deprecated upstream but still complete
-        traced = torch.jit.trace(graph, (example,))
+        traced = torch.jit.trace(graph, example)
         torch.jit.save(traced, buffer, _extra_files={f"{METADATA_KEY}.json": json.dumps(info)})
     return buffer.getvalue()
 
 
-def run_exported(data: bytes, fmt: str, obs: np.ndarray) -> list[np.ndarray]:
-    """The outputs of an exported file (its bytes) on a batch of observations."""
+def run_exported(data: bytes, fmt: str, obs: tuple[np.ndarray, ...], names: list[str]) -> list[np.ndarray]:
+    """The outputs of an exported file (its bytes) on a batch of observations (one array per input `names`)."""
     if fmt == "onnx":
         import onnxruntime
 
         session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
-        return session.run(None, {"obs": obs})
+        return session.run(None, dict(zip(names, obs, strict=True)))
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore", DeprecationWarning)
         module = torch.jit.load(io.BytesIO(data))
-        return [t.numpy() for t in module(torch.from_numpy(obs))]
+        return [t.numpy() for t in module(*map(torch.from_numpy, obs))]
 
 
-def largest_difference(graph: InferenceGraph, data: bytes, fmt: str, obs: np.ndarray) -> float:
+def largest_difference(graph: InferenceGraph, data: bytes, fmt: str, obs: tuple[np.ndarray, ...],
+                       names: list[str]) -> float:
     """The largest difference between the file's float outputs and the policy's own on `obs` (see `TOLERANCE`)."""
     with torch.no_grad():
-        expected = [t.numpy() for t in graph(torch.from_numpy(obs))]
-    got = run_exported(data, fmt, obs)
+        expected = [t.numpy() for t in graph(*map(torch.from_numpy, obs))]
+    got = run_exported(data, fmt, obs, names)
     pairs = [(e, g) for e, g in zip(expected, got, strict=True) if e.dtype.kind == "f"]
     return max(float(np.max(np.abs(e - g) / np.maximum(1.0, np.abs(e)))) for e, g in pairs)
 
@@ -186,23 +213,20 @@ def export_policy(where: str | Path | Policy, fmt: str, output: str | Path | Non
     the file reproduces the policy's outputs. Bad input (no checkpoint, unknown format, an unwritable place,
     ONNX packages missing) raises a ParallelPPOError before anything is written."""
     policy = where if isinstance(where, Policy) else Policy.load(where)
-    if policy.layout is not None:
-        raise ConfigError(f"{policy.cfg.env.id} observes a dict ({', '.join(p.key for p in policy.layout.parts)}); "
-                          "exporting a dict-observation policy is not supported yet (load it with "
-                          "parallel_ppo.load_policy and call predict)")
     path = output_path(policy, fmt, output)
     if fmt == "onnx":
         require_onnx()
     start = time.perf_counter()
     model = copy.deepcopy(policy.model).cpu().float()  # the policy's own model is left as it was
-    graph = InferenceGraph(model, policy.actions).eval().requires_grad_(False)
+    graph = InferenceGraph(model, policy.actions, policy.layout).eval().requires_grad_(False)
     info = metadata(policy)
-    example = torch.from_numpy(example_batch(policy, 2))
+    names = [spec["name"] for spec in info["inputs"]]
+    example = tuple(map(torch.from_numpy, example_batch(policy, 2)))
     if fmt == "onnx":
         data = onnx_bytes(graph, example, output_names(policy.actions), info)
     else:
         data = torchscript_bytes(graph, example, info)
-    difference = largest_difference(graph, data, fmt, example_batch(policy, 3, seed=1))
+    difference = largest_difference(graph, data, fmt, example_batch(policy, 3, seed=1), names)
     if not difference <= TOLERANCE:
         raise ExportMismatch(f"the exported {fmt} file differs from the policy by {difference:.3g} (> {TOLERANCE})")
     try:

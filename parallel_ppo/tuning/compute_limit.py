@@ -69,6 +69,12 @@ class OtherLoad:
         self.cores = max(0.0, other / wall) if wall > 0 else 0.0
 
 
+def synchronizer(device: torch.device) -> Callable[[], None]:
+    """What waits for `device`'s queued work, so that a timing measures the work and not its launch."""
+    module = getattr(torch, device.type, None) if device.type in ("cuda", "xpu", "mps") else None
+    return module.synchronize if module is not None else (lambda: None)
+
+
 def _random_obs(rng: torch.Generator, batch: int, spaces: EnvSpaces) -> torch.Tensor:
     """`batch` random observations as the env gives them: uint8 frames, normal vectors, or packed dict rows."""
     if spaces.layout is not None:
@@ -128,7 +134,7 @@ class NetworkSteps:
         self.inputs = [_random_obs(rng, forward_batch, spaces).to(self.device) for _ in range(_POOL)]
         self.batches = [_random_batch(rng, cfg.training.batch_size, spaces).to(self.device)
                         for _ in range(_POOL)]
-        self.sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        self.sync = synchronizer(self.device)
 
     def forward(self, precision: str) -> Callable[[int], None]:
         def step(i: int) -> None:
@@ -267,7 +273,7 @@ def matmul_peak(dtype: torch.dtype, seconds: float = 1.0, device: torch.device |
     achieved FLOP/s is judged against. The size doubles from 256 up to PEAK_SIZE while a product stays short, so a
     dtype this CPU has no fast path for (bf16 without AVX-512: ~1 GFLOP/s, 13 s a 2048² product) still takes
     about `seconds`."""
-    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    sync = synchronizer(torch.device(device))
     n = 256
     while True:
         a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)

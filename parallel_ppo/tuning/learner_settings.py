@@ -83,12 +83,12 @@ def cpu_has_native_bf16() -> bool:
 
 def bf16_is_native(device: torch.device) -> bool:
     """Whether bf16 is worth measuring on `device`: the CPU's flags (`cpu_has_native_bf16`), CUDA's own answer; other
-    devices are measured."""
+    devices (XPU, MPS, DirectML) keep fp32, unmeasured (autocast to bf16 is not supported on all of them)."""
     if device.type == "cpu":
         return cpu_has_native_bf16()
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
-    return True
+    return False
 
 
 def is_small(cfg: Config, spaces: EnvSpaces) -> bool:
