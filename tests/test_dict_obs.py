@@ -219,4 +219,6 @@ def test_a_dict_env_trains_and_its_policy_loads(tmp_path):
     assert policy.layout == env_spaces(EnvConfig(id=CAMERA)).layout
     assert float(policy.model.obs_std[0]) != 1.0  # the vector keys' statistics were learned and saved
     result = ppo.evaluate(run, episodes=4, num_envs=2)
-    assert len(result.returns) == 4
+    assert len(result.returns) == 4 and len(result.successes) == 4 and 0 <= result.success_rate <= 1
+    comparison = ppo.compare({"a": run.path, "b": run.path})
+    assert [s.success_rate for s in comparison.stats] == [run.summary.final_metrics["success_rate"]] * 2

@@ -141,11 +141,12 @@ def format_eval(cfg: Config, e: dict[str, Any]) -> str:
     last = e["start_level"] + e["num_levels"] - 1
     where = f" levels {e['start_level']}..{last}" if cfg.env.id in PROCGEN_GAMES else ""
     norm = "" if e["normalized_mean"] is None else f", normalized {e['normalized_mean']:.3f}"
+    success = "" if e.get("success_rate") is None else f"; success rate {e['success_rate']:.0%}"
     return (f"{cfg.env.id}, {e['levels']}{where}, {e['episodes']} episodes, "
             f"{'deterministic' if e['deterministic'] else 'sampled'} actions, checkpoint at "
             f"{e['checkpoint_env_steps']:,} steps\n"
             f"  return mean {e['mean']:.2f} ± {e['std']:.2f} (median {e['median']:.2f}, min {e['min']:.2f}, max "
-            f"{e['max']:.2f}){norm}; mean length {e['mean_length']:.0f} steps; {e['seconds']:.1f} s")
+            f"{e['max']:.2f}){norm}{success}; mean length {e['mean_length']:.0f} steps; {e['seconds']:.1f} s")
 
 
 def demo_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo demo") -> int:

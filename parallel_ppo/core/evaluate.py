@@ -38,10 +38,17 @@ class EvalResult:
     seconds: float
     level_seeds: list[int] = dataclasses.field(default_factory=list)
     """Procgen level seeds the counted episodes started on."""
+    successes: list[float] = dataclasses.field(default_factory=list)
+    """1.0 or 0.0 for each counted episode whose env reported success (none for an env that does not)."""
 
     @property
     def mean(self) -> float:
         return float(np.mean(self.returns))
+
+    @property
+    def success_rate(self) -> float | None:
+        """The fraction of the counted episodes that succeeded, where the env reports success (else None)."""
+        return float(np.mean(self.successes)) if self.successes else None
 
     def stats(self) -> dict[str, object]:
         """eval.json's entry: return statistics, the normalized mean and where the episodes were played."""
@@ -51,7 +58,7 @@ class EvalResult:
             "max": float(r.max()), "episodes": len(r), "mean_length": float(np.mean(self.lengths)),
             "normalized_mean": normalized_return(self.env, float(r.mean())), "levels": self.levels,
             "start_level": self.env.start_level, "num_levels": self.env.num_levels,
-            "deterministic": self.deterministic, "seconds": self.seconds,
+            "deterministic": self.deterministic, "seconds": self.seconds, "success_rate": self.success_rate,
         }
 
 
@@ -77,6 +84,7 @@ def play_episodes(model: nn.Module, cfg: Config, levels: str, episodes: int, num
     start = time.perf_counter()
     returns: list[float] = []
     lengths: list[int] = []
+    successes: list[float] = []
     starts = list(getattr(env, "level_seeds", lambda: [])())
     level_seeds: list[int] = []
     ret, length, done_count = np.zeros(num_envs), np.zeros(num_envs, dtype=np.int64), np.zeros(num_envs, dtype=int)
@@ -97,6 +105,9 @@ def play_episodes(model: nn.Module, cfg: Config, levels: str, episodes: int, num
                     if done_count[i] < shares[i]:
                         returns.append(float(ret[i]))
                         lengths.append(int(length[i]))
+                        reported = getattr(env, "successes", None)
+                        if reported is not None and not np.isnan(reported[i]):
+                            successes.append(float(reported[i]))
                         if starts:
                             level_seeds.append(starts[i])
                         done_count[i] += 1
@@ -105,4 +116,5 @@ def play_episodes(model: nn.Module, cfg: Config, levels: str, episodes: int, num
                         starts[i] = now[i]
     finally:
         env.close()
-    return EvalResult(returns, lengths, levels, env_cfg, deterministic, time.perf_counter() - start, level_seeds)
+    return EvalResult(returns, lengths, levels, env_cfg, deterministic, time.perf_counter() - start, level_seeds,
+                      successes)

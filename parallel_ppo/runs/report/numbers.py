@@ -51,6 +51,8 @@ class RunStats:
     """final_return as Procgen's normalized score (None: not a Procgen game in easy mode)."""
     test_return: float | None
     """The run's last evaluation (summary.json's test_return_mean), None if it had none."""
+    success_rate: float | None
+    """The success rate of its last episodes (summary.json's final_metrics), None where the env reports none."""
     episodes: int
     return_at_equal_time: float | None
     time_to_threshold: float | None
@@ -158,6 +160,7 @@ def _run_stats(run: Run, base: Run, threshold: float | None, equal_time: float) 
         speedup=gain, efficiency=efficiency(gain, run.workers, base.workers),
         final_return=run.final_return, episodes=run.summary.episodes,
         normalized_return=run.summary.normalized_return, test_return=run.summary.test_return_mean,
+        success_rate=run.summary.final_metrics.get("success_rate"),
         return_at_equal_time=return_at(run, equal_time),
         time_to_threshold=None if reached is None else float(run.metrics["wall_time"][reached]),
         steps_to_threshold=None if reached is None else int(run.metrics["env_steps"][reached]),

@@ -48,7 +48,8 @@ def table(cmp: Comparison) -> Table:
     with_pss = any(s.peak_pss_mb is not None for s in cmp.stats)
     if with_pss:
         header.insert(-1, "peak PSS")
-    extra = [(name, key) for name, key in (("normalized", "normalized_return"), ("test return", "test_return"))
+    extra = [(name, key) for name, key in (("normalized", "normalized_return"), ("test return", "test_return"),
+                                           ("success", "success_rate"))
              if any(getattr(s, key) is not None for s in cmp.stats)]
     for name, _ in reversed(extra):
         header.insert(9, name)
@@ -69,11 +70,20 @@ def table(cmp: Comparison) -> Table:
             row.insert(-1, "—" if s.peak_pss_mb is None else fmt_memory(s.peak_pss_mb))
         for _, key in reversed(extra):
             value = getattr(s, key)
-            row.insert(9, "—" if value is None else f"{value:.3f}" if key == "normalized_return" else fmt_return(value))
+            row.insert(9, _extra_cell(key, value))
         if with_flops:
             row.insert(header.index("GFLOP/s (of peak)"), fmt_flops(run.summary))
         rows.append(row)
     return Table(header, rows, left=2)
+
+
+def _extra_cell(key: str, value: float | None) -> str:
+    """A cell of the optional return columns: normalized score, test return or success rate."""
+    if value is None:
+        return "—"
+    if key == "normalized_return":
+        return f"{value:.3f}"
+    return f"{value:.0%}" if key == "success_rate" else fmt_return(value)
 
 
 def phase_table(cmp: Comparison) -> Table:
@@ -311,7 +321,8 @@ def to_json(cmp: Comparison) -> dict[str, Any]:
             "total_env_steps": s.total_env_steps, "wall_seconds": s.wall_seconds, "updates": run.updates,
             "sps": s.sps, "speedup": s.speedup, "efficiency": s.efficiency,
             "final_return": s.final_return, "episodes": s.episodes, "normalized_return": s.normalized_return,
-            "test_return": s.test_return, "test_normalized_return": run.summary.test_normalized_return,
+            "test_return": s.test_return, "success_rate": s.success_rate,
+            "test_normalized_return": run.summary.test_normalized_return,
             "generalization_gap": run.summary.generalization_gap, "eval_levels": run.summary.eval_levels,
             "return_at_equal_time": s.return_at_equal_time,
             "time_to_threshold_seconds": s.time_to_threshold, "steps_to_threshold": s.steps_to_threshold,
