@@ -350,7 +350,7 @@ def end_lines(cfg: Config, run_dir: Path, summary: dict[str, Any]) -> list[str]:
              f"({'n/a' if sps is None else f'{sps:.0f}'} SPS); mean return {'n/a' if ret is None else f'{ret:.2f}'} "
              f"over the last {window} episodes"]
     if (success := (summary.get("final_metrics") or {}).get("success_rate")) is not None:
-        lines.append(f"success rate {success:.0%} over the last {window} episodes")
+        lines.append(f"success rate {success:.0%} (of the recent episodes whose env reported success)")
     if summary["normalized_return"] is not None:
         lines.append(f"normalized return {summary['normalized_return']:.3f} (Procgen easy-mode constants)")
     if summary["test_return_mean"] is not None:

@@ -50,6 +50,9 @@ def test_a_packed_row_unpacks_to_the_same_values_and_floats_start_on_4_bytes():
         LAYOUT.pack({"wrist": obs["wrist"]})
     with pytest.raises(ValueError, match="'joints' has shape"):
         LAYOUT.pack({**obs, "joints": obs["joints"][:, :2]})
+    one = LAYOUT.pack({**{key: value[2] for key, value in obs.items()}, "cube": obs["cube"][2].reshape(2, 1)},
+                      batched=False)  # a (2,) key given as (2, 1): size-1 dimensions aside, it fits
+    assert np.array_equal(one, rows[2])
     grid = DictLayout.of({"grid": ((3, 4), False), "speed": ((), False)})  # a 2-D vector key, a scalar one
     assert grid.parts[0].shape == (12,) and grid.is_one({"grid": np.zeros((3, 4)), "speed": np.float32(1)})
     assert not grid.is_one({"grid": np.zeros((5, 3, 4)), "speed": np.zeros(5)})
@@ -129,6 +132,8 @@ def test_predict_takes_one_dict_observation_or_a_batch(tmp_path):
     assert np.ndim(one) == 0 and one == batch[1]
     with pytest.raises(ConfigError, match="expects a dict observation"):
         policy.predict(np.zeros(3))
+    scalars = policy.predict({"camera": obs["camera"][0], "state": 0.5, "steps": 1.0}, deterministic=True)
+    assert np.ndim(scalars) == 0  # one observation, its (1,) key given as a plain number
     with pytest.raises(ConfigError, match="lacks the key"):
         policy.predict({"camera": obs["camera"]})
 
@@ -150,6 +155,7 @@ def test_a_dict_policy_exports_with_one_input_per_key(tmp_path, fmt):
 
     done = export_policy(policy, fmt, tmp_path / f"policy.{fmt}")
     assert [spec["name"] for spec in done.metadata["inputs"]] == ["state", "steps", "camera"]
+    assert done.metadata["obs_shape"] is None  # not one `obs` input: its keys are the inputs
     rng = np.random.default_rng(3)
     obs = {"camera": rng.integers(0, 256, (5, 8, 8, 3), dtype=np.uint8),
            "state": rng.normal(size=(5, 1)).astype(np.float32), "steps": rng.uniform(0, 20, 5).astype(np.float32)}

@@ -14,7 +14,7 @@ from torch import nn
 from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.distributions import sample
-from parallel_ppo.core.envs import BatchEnv, env_seed, episodes_ended, make_batch_env
+from parallel_ppo.core.envs import BatchEnv, env_seed, episodes_ended, make_batch_env, reported_success
 from parallel_ppo.core.model import autocast, module_device
 from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.timing import PhaseTimer
@@ -122,12 +122,10 @@ class EnvRunner:
         games with episodic life), and their success where the env reports one."""
         self.ep_return += rewards
         self.ep_length += 1
-        reported = getattr(self.env, "successes", None)
         for i in np.flatnonzero(episodes_ended(self.env, dones)):
             returns.append(float(self.ep_return[i]))
             lengths.append(int(self.ep_length[i]))
-            if reported is not None and not np.isnan(reported[i]):
-                successes.append(float(reported[i]))
+            successes += reported_success(self.env, i)
             self.ep_return[i] = 0.0
             self.ep_length[i] = 0
 

@@ -133,6 +133,13 @@ def episodes_ended(env: BatchEnv, dones: np.ndarray) -> np.ndarray:
     return dones if game_over is None else game_over
 
 
+def reported_success(env: BatchEnv, index: int) -> list[float]:
+    """[1.0] or [0.0] where env `index`'s episode just ended and the env said whether it succeeded
+    (`successes`, e.g. gymnasium's `info["is_success"]`); [] otherwise."""
+    successes = getattr(env, "successes", None)
+    return [] if successes is None or np.isnan(successes[index]) else [float(successes[index])]
+
+
 def import_procgen() -> None:
     """Import procgen quietly (it imports the old `gym`, which prints deprecation notices)."""
     with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):

@@ -14,7 +14,14 @@ import numpy as np
 from torch import nn
 
 from parallel_ppo.core.config import Config, EnvConfig
-from parallel_ppo.core.envs import episodes_ended, eval_levels, make_batch_env, normalized_return, resolve_levels
+from parallel_ppo.core.envs import (
+    episodes_ended,
+    eval_levels,
+    make_batch_env,
+    normalized_return,
+    reported_success,
+    resolve_levels,
+)
 from parallel_ppo.core.metrics import metric
 from parallel_ppo.core.policy import act
 
@@ -47,7 +54,7 @@ class EvalResult:
 
     @property
     def success_rate(self) -> float | None:
-        """The fraction of the counted episodes that succeeded, where the env reports success (else None)."""
+        """Of the counted episodes whose env reported success, the fraction that succeeded (None: none reported)."""
         return float(np.mean(self.successes)) if self.successes else None
 
     def stats(self) -> dict[str, object]:
@@ -105,9 +112,7 @@ def play_episodes(model: nn.Module, cfg: Config, levels: str, episodes: int, num
                     if done_count[i] < shares[i]:
                         returns.append(float(ret[i]))
                         lengths.append(int(length[i]))
-                        reported = getattr(env, "successes", None)
-                        if reported is not None and not np.isnan(reported[i]):
-                            successes.append(float(reported[i]))
+                        successes += reported_success(env, i)
                         if starts:
                             level_seeds.append(starts[i])
                         done_count[i] += 1

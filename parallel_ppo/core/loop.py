@@ -38,8 +38,8 @@ EPISODIC_RETURN = metric("charts/episodic_return", "mean return of the last logg
 EPISODIC_LENGTH = metric("charts/episodic_length", "mean length of the last logging.return_window episodes",
                          column="episodic_length_mean")
 EPISODES = metric("progress/episodes", "episodes finished", tensorboard=False)
-SUCCESS_RATE = metric("charts/success_rate", "fraction of the last logging.return_window episodes that succeeded, "
-                      "of an env that reports success (info is_success); empty for others", column="success_rate",
+SUCCESS_RATE = metric("charts/success_rate", "of the last logging.return_window episodes whose env reported success "
+                      "(info is_success), the fraction that succeeded; empty where none did", column="success_rate",
                       summary=True)
 LEARNING_RATE = metric("charts/learning_rate", "the update's learning rate")
 WORKER_RESTARTS = metric("system/worker_restarts", "worker processes restarted so far", tensorboard=False)

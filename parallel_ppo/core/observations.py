@@ -79,11 +79,14 @@ class DictLayout:
             raise ValueError(f"the observation lacks the key(s) {', '.join(missing)} (it has {', '.join(sorted(obs))})")
         if not batched:
             return self.pack({key: np.asarray(value)[None] for key, value in obs.items()})[0]
-        n = len(np.asarray(obs[self.parts[0].key]))
+        first = np.asarray(obs[self.parts[0].key])
+        if first.ndim == 0:
+            raise ValueError(f"observation key {self.parts[0].key!r} is one value, not a batch of them")
+        n = len(first)
         rows = np.zeros((n, self.nbytes), dtype=np.uint8)
         for part in self.parts:
             value = np.asarray(obs[part.key])
-            if value.shape not in ((n, *part.shape), (n, *part.source_shape)):
+            if not _fits(value.shape, n, part):
                 raise ValueError(f"observation key {part.key!r} has shape {value.shape}, not "
                                  f"{(n, *part.source_shape)}")
             flat = np.ascontiguousarray(value.reshape(n, part.size), dtype=np.uint8 if part.image else np.float32)
@@ -104,6 +107,24 @@ class DictLayout:
         return {p.key: {"shape": list(p.source_shape), "kind": "image" if p.image else "vector"} for p in self.parts}
 
     def is_one(self, obs: dict[str, Any]) -> bool:
-        """Whether `obs` is one observation rather than a batch, told by its first key's shape."""
+        """Whether `obs` is one observation rather than a batch, told by its first key's shape (of a vector key:
+        its values, with no more dimensions than the env's shape has)."""
         part = self.parts[0]
-        return np.shape(obs.get(part.key, ())) == part.source_shape
+        shape = np.shape(obs.get(part.key, ()))
+        if part.image:
+            return shape == part.source_shape
+        return math.prod(shape) == part.size and len(shape) <= len(part.source_shape)
+
+
+def _fits(shape: tuple[int, ...], n: int, part: Part) -> bool:
+    """Whether values of `shape` are `n` of `part`'s: an image exactly; a vector key in its own shape or flattened,
+    size-1 dimensions aside (a (1,) value given as a scalar; a transposed one does not fit)."""
+    if not shape or shape[0] != n:
+        return False
+    if part.image:
+        return shape[1:] == part.shape
+
+    def squeezed(dims: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(d for d in dims if d != 1)
+
+    return squeezed(shape[1:]) in (squeezed(part.source_shape), squeezed(part.shape))

@@ -121,6 +121,19 @@ def output_path(policy: Policy, fmt: str, output: str | Path | None) -> Path:
     return path
 
 
+def check_dict_export(policy: Policy) -> None:
+    """A dict policy exports its network with one input per key: refuse (ConfigError) a policy without one
+    (`model.kind: random`), or a key named as an output (the file's names must differ)."""
+    if policy.layout is None:
+        return
+    if not hasattr(policy.model, "forward_parts"):
+        raise ConfigError(f"model.kind {policy.cfg.model.kind} has no network to export for a dict observation")
+    clash = sorted({p.key for p in policy.layout.parts} & set(output_names(policy.actions)))
+    if clash:
+        raise ConfigError(f"the observation key(s) {', '.join(clash)} would share the name of an output of the "
+                          "exported file; rename them in the env")
+
+
 def input_specs(policy: Policy) -> list[dict[str, Any]]:
     """The exported function's inputs: `obs`, or a dict observation's keys (name, shape past the batch, dtype)."""
     if policy.layout is None:
@@ -131,8 +144,9 @@ def input_specs(policy: Policy) -> list[dict[str, Any]]:
 
 def metadata(policy: Policy) -> dict[str, Any]:
     """What the file says about itself (JSON under `METADATA_KEY`)."""
-    return {"env_id": policy.cfg.env.id, "obs_shape": list(policy.obs_shape), "obs_dtype": str(policy.obs_dtype),
-            "inputs": input_specs(policy),
+    box = policy.layout is None  # a dict policy's inputs are its keys (`inputs`), not one `obs`
+    return {"env_id": policy.cfg.env.id, "obs_shape": list(policy.obs_shape) if box else None,
+            "obs_dtype": str(policy.obs_dtype) if box else None, "inputs": input_specs(policy),
             "actions": policy.actions.to_dict(), "outputs": list(output_names(policy.actions)),
             "normalize_obs": bool(policy.cfg.training.normalize_obs), "model": policy.cfg.model.kind,
             "checkpoint_update": policy.state.get("update"), "checkpoint_env_steps": policy.state.get("env_steps")}
@@ -213,6 +227,7 @@ def export_policy(where: str | Path | Policy, fmt: str, output: str | Path | Non
     the file reproduces the policy's outputs. Bad input (no checkpoint, unknown format, an unwritable place,
     ONNX packages missing) raises a ParallelPPOError before anything is written."""
     policy = where if isinstance(where, Policy) else Policy.load(where)
+    check_dict_export(policy)
     path = output_path(policy, fmt, output)
     if fmt == "onnx":
         require_onnx()

@@ -217,7 +217,9 @@ def definitions(cmp: Comparison) -> list[str]:
         f"Baseline: {cmp.baseline}. {SPEEDUP_DEFINITION[0].upper()}{SPEEDUP_DEFINITION[1:]}.",
         f"Final return: the mean episodic return of the {return_window(cmp)} (summary.json). Normalized: "
         "(R - R_min) / (R_max - R_min) with the Procgen paper's easy-mode constants (parallel_ppo/core/envs.py). "
-        "Test return: the run's last evaluation (eval config), on held-out test levels unless it says otherwise.",
+        "Test return: the run's last evaluation (eval config), on held-out test levels unless it says otherwise. "
+        "Success: of the training episodes in the last return window whose env reported success (info is_success), "
+        "the fraction that succeeded.",
         f"Return @ {fmt_duration(cmp.equal_time)}: episodic_return_mean in each run's last metrics row at or "
         f"before {cmp.equal_time:.1f} s, the shortest run's logged duration.",
         f"Time to return: wall time of the first update whose mean return reached {thr}.",
