@@ -66,10 +66,10 @@ def test_a_checkpoint_for_other_observation_keys_is_refused(tmp_path):
 
     renamed = DictLayout.of({"wrist": ((4, 4, 3), True), "arm": ((3,), False), "cube": ((2,), False),
                              "top": ((2, 2, 1), True)})
-    check_layout({"observation_layout": LAYOUT.to_dict()}, tmp_path, LAYOUT.to_dict())
-    check_layout({}, tmp_path, LAYOUT.to_dict())  # made before layouts were recorded
+    check_layout({"observation_layout": LAYOUT.to_dict()}, tmp_path, LAYOUT)
+    check_layout({}, tmp_path, LAYOUT)  # made before layouts were recorded
     with pytest.raises(RunDataError, match="was made for the observation"):
-        check_layout({"observation_layout": LAYOUT.to_dict()}, tmp_path, renamed.to_dict())
+        check_layout({"observation_layout": LAYOUT.to_dict()}, tmp_path, renamed)
 
 
 def test_the_multi_input_network_is_its_parts_joined_as_written():

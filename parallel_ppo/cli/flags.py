@@ -22,11 +22,6 @@ FLAGS = {key: flag_of(key) for key, f in config_fields() if rules_of(f).command_
 """Config fields that the trainers' command lines also set, with their flags."""
 
 
-def choices_of(key: str) -> tuple[str, ...]:
-    """The values config field `section.key` takes, for a flag's `choices`."""
-    return rules_of(dict(config_fields())[key]).choices
-
-
 def with_flags(message: str) -> str:
     """`message` with the flag of each config key it names added at the key's first mention, as
     `training.batch_size (--batch-size)`: what a command line's user fixes. A key already followed by a flag, or

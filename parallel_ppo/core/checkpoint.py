@@ -8,13 +8,16 @@ import pickle
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from parallel_ppo.core.files import atomic_write
 from parallel_ppo.errors import RunDataError
+
+if TYPE_CHECKING:
+    from parallel_ppo.core.observations import DictLayout
 
 FORMAT_VERSION = 1
 JOB_ID = "torchrun_run_id"
@@ -70,12 +73,18 @@ LAYOUT = "observation_layout"
 """The key that records a dict observation's layout (`DictLayout.to_dict`; None for a Box)."""
 
 
-def check_layout(state: Mapping[str, Any], path: Path, layout: dict[str, Any] | None) -> None:
+def layout_entry(layout: DictLayout | None) -> dict[str, Any] | None:
+    """What a checkpoint records under LAYOUT of a dict observation's layout (None for a Box)."""
+    return None if layout is None else layout.to_dict()
+
+
+def check_layout(state: Mapping[str, Any], path: Path, layout: DictLayout | None) -> None:
     """Refuse (RunDataError) a checkpoint made for other dict observation keys than the env has now (renamed or
     reordered keys of the same sizes would load, their features mixed up). Checkpoints that predate it pass."""
-    stored = state.get(LAYOUT, layout)
-    if stored != layout:
-        raise RunDataError(f"checkpoint {path} was made for the observation {stored}, but the env now gives {layout}")
+    current = layout_entry(layout)
+    stored = state.get(LAYOUT, current)
+    if stored != current:
+        raise RunDataError(f"checkpoint {path} was made for the observation {stored}, but the env now gives {current}")
 
 
 def check_checkpoint(state: dict[str, Any], path: Path, model: nn.Module,

@@ -159,7 +159,6 @@ class SequentialCollector:
         stream = (resumes, 0)
         env = make_batch_env(cfg.env, cfg.run.seed, env_offset, cfg.env.num_envs, env_threads, stream)
         self.spaces = env.spaces
-        self.obs_shape, self.obs_dtype, self.actions = env.obs_shape, env.obs_dtype, env.actions
         self.env_id = cfg.env.id
         try:
             self.runner = EnvRunner(env, cfg.run.seed, env_offset, cfg.training.precision, stream, cfg.training.gamma)

@@ -48,25 +48,38 @@ def frame_stack(cfg: EnvConfig, atari: bool) -> int:
     return cfg.frame_stack or (4 if atari else 3 if cfg.pixels else 1)
 
 
+class FrameStack:
+    """The last `k` frames (H, W, C) of one image side by side along the channels (H, W, k·C); at an episode's
+    start, its first frame `k` times."""
+
+    def __init__(self, k: int) -> None:
+        self.frames: collections.deque[np.ndarray] = collections.deque(maxlen=k)
+
+    def start(self, frame: np.ndarray) -> np.ndarray:
+        self.frames.extend([frame] * self.frames.maxlen)
+        return np.concatenate(self.frames, axis=-1)
+
+    def add(self, frame: np.ndarray) -> np.ndarray:
+        self.frames.append(frame)
+        return np.concatenate(self.frames, axis=-1)
+
+
 class StackedFrames(gymnasium.Wrapper):
-    """The last `k` image observations (H, W, C) side by side along the channels (H, W, k·C); at reset, the
-    first observation of the episode `k` times."""
+    """Image observations as their `FrameStack` of `k`."""
 
     def __init__(self, env: Any, k: int) -> None:
         super().__init__(env)
         h, w, c = env.observation_space.shape
         self.observation_space = gymnasium.spaces.Box(0, 255, (h, w, c * k), np.uint8)
-        self.frames: collections.deque[np.ndarray] = collections.deque(maxlen=k)
+        self.stack = FrameStack(k)
 
     def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict]:
         obs, info = self.env.reset(**kwargs)
-        self.frames.extend([obs] * self.frames.maxlen)
-        return np.concatenate(self.frames, axis=-1), info
+        return self.stack.start(obs), info
 
     def step(self, action: Any) -> tuple:
         obs, *rest = self.env.step(action)
-        self.frames.append(obs)
-        return (np.concatenate(self.frames, axis=-1), *rest)
+        return (self.stack.add(obs), *rest)
 
 
 class PackedDict(gymnasium.Wrapper):
@@ -92,24 +105,18 @@ class PackedDict(gymnasium.Wrapper):
         if k > 1 and not self.layout.images:
             raise ConfigError(f"env.frame_stack = {k} stacks image frames, but this dict observation has no image "
                               f"key ({', '.join(keys)})")
-        self.frames = {p.key: collections.deque(maxlen=k) for p in self.layout.images}
+        self.stacks = {p.key: FrameStack(k) for p in self.layout.images}
         self.observation_space = gymnasium.spaces.Box(0, 255, (self.layout.nbytes,), np.uint8)
 
     def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict]:
         obs, info = self.env.reset(**kwargs)
-        for key, frames in self.frames.items():
-            frames.extend([obs[key]] * frames.maxlen)
-        return self._packed(obs), info
+        stacked = {key: stack.start(obs[key]) for key, stack in self.stacks.items()}
+        return self.layout.pack({**obs, **stacked}, batched=False), info
 
     def step(self, action: Any) -> tuple:
         obs, *rest = self.env.step(action)
-        for key, frames in self.frames.items():
-            frames.append(obs[key])
-        return (self._packed(obs), *rest)
-
-    def _packed(self, obs: dict[str, Any]) -> np.ndarray:
-        stacked = {key: np.concatenate(frames, axis=-1) for key, frames in self.frames.items()}
-        return self.layout.pack({**obs, **stacked}, batched=False)
+        stacked = {key: stack.add(obs[key]) for key, stack in self.stacks.items()}
+        return (self.layout.pack({**obs, **stacked}, batched=False), *rest)
 
 
 class EpisodicLife(gymnasium.Wrapper):

@@ -26,7 +26,7 @@ from parallel_ppo.core.normalization import ObsNormalizer
 from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.ppo import TrainBatch, build_learner, ppo_update
 from parallel_ppo.core.reward_scale import RewardScaler
-from parallel_ppo.core.spaces import ActionSpace, EnvSpaces
+from parallel_ppo.core.spaces import EnvSpaces
 from parallel_ppo.core.timing import PHASE_METRICS, PHASES, PhaseTimer
 
 UPDATE = metric("progress/update", "updates finished", tensorboard=False)
@@ -51,8 +51,7 @@ class RolloutSource(Protocol):
     mode: str
     buffer: RolloutBuffer
     spaces: EnvSpaces
-    obs_shape: tuple[int, ...]
-    actions: ActionSpace
+    """The env's observation and action spaces (and a dict observation's layout)."""
     layout: dict[str, int]
     """num_workers, num_envs_per_worker and num_envs, as summary.json records them."""
     restarts: int
@@ -226,7 +225,7 @@ def check_checkpoint_fits(cfg: Config, spaces: EnvSpaces, checkpoint: dict[str, 
     check of a resumed run, before it writes a file (`Policy.load` checks the network it loads into with
     `check_checkpoint`). Built on the CPU; the global random state is left as it was."""
     check_counts(checkpoint, path)  # first: the world size below is one of them
-    check_layout(checkpoint, path, spaces.layout.to_dict() if spaces.layout is not None else None)
+    check_layout(checkpoint, path, spaces.layout)
     on_cpu = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, device="cpu"))
     with torch.random.fork_rng(devices=[]):
         fresh = TrainState.new(on_cpu, spaces, checkpoint.get("world_size", 1))

@@ -191,6 +191,15 @@ class NatureActorCritic(nn.Module):
         return policy_output(self.actor(x), self.log_std), self.critic(x).squeeze(-1)
 
 
+def tanh_layers(size: int, widths: list[int]) -> tuple[list[nn.Module], int]:
+    """Linear + tanh layers of `widths` over `size` inputs (orthogonally initialized), and their output width."""
+    layers: list[nn.Module] = []
+    for hidden in widths:
+        layers += [_init(nn.Linear(size, hidden)), nn.Tanh()]
+        size = hidden
+    return layers, size
+
+
 class MlpActorCritic(nn.Module):
     """Separate tanh MLP towers for actor and critic (CleanRL's classic-control and continuous-control agent)."""
 
@@ -199,11 +208,7 @@ class MlpActorCritic(nn.Module):
         size = math.prod(obs_shape)
 
         def tower(out: int, gain: float) -> nn.Sequential:
-            layers: list[nn.Module] = []
-            width = size
-            for hidden in cfg.mlp_hidden:
-                layers += [_init(nn.Linear(width, hidden)), nn.Tanh()]
-                width = hidden
+            layers, width = tanh_layers(size, cfg.mlp_hidden)
             return nn.Sequential(*layers, _init(nn.Linear(width, out), gain=gain))
 
         self.actor = tower(actions.n, 0.01)
@@ -231,11 +236,7 @@ class MultiInputActorCritic(nn.Module):
             stages, flat = impala_stages(part.shape, cfg.impala_depths, init)
             self.cnns.append(stages)
             width += flat
-        layers: list[nn.Module] = []
-        size = layout.vector_size
-        for hidden in cfg.mlp_hidden if size else []:
-            layers += [_init(nn.Linear(size, hidden)), nn.Tanh()]
-            size = hidden
+        layers, size = tanh_layers(layout.vector_size, cfg.mlp_hidden if layout.vector_size else [])
         self.mlp = nn.Sequential(*layers)
         self.dense = init(nn.Linear(width + size, cfg.hidden_size))
         self.actor = _init(nn.Linear(cfg.hidden_size, actions.n), gain=0.01)

@@ -68,7 +68,7 @@ class Policy:
         except (ConfigError, AttributeError, TypeError) as e:
             raise RunDataError(f"checkpoint {file} holds an unusable config ({e})") from None
         spaces = env_spaces(cfg.env)
-        check_layout(state, file, spaces.layout.to_dict() if spaces.layout is not None else None)
+        check_layout(state, file, spaces.layout)
         model = network(cfg, spaces)
         check_checkpoint(state, file, model)  # the resumed run's check, of what a policy loads: counters, network
         model.load_state_dict(state["model"])

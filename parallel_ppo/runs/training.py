@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from parallel_ppo.core.checkpoint import JOB_ID, LAYOUT, save_checkpoint
+from parallel_ppo.core.checkpoint import JOB_ID, LAYOUT, layout_entry, save_checkpoint
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.envs import eval_levels, make_batch_env
 from parallel_ppo.core.evaluate import TEST_RETURN, EvalResult, play_episodes
@@ -132,7 +132,7 @@ class CheckpointHook:
         self.stop = stop
         self.world_size = group.world_size
         self.job_id = group.job_id
-        self.layout = plan.spaces.layout.to_dict() if plan.spaces.layout is not None else None
+        self.layout = layout_entry(plan.spaces.layout)
         self.last = time.monotonic()
 
     def after_update(self, state: TrainState, row: dict[str, Any]) -> None:

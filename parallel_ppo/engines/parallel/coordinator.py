@@ -104,13 +104,12 @@ class ParallelCoordinator:
         self.env_threads = threads.env
         self.worker_threads = threads.worker or 1  # a parallel plan always has one; the field is optional
         self.spaces = spaces
-        self.obs_shape, self.obs_dtype, self.actions = spaces.obs_shape, spaces.obs_dtype, spaces.actions
         numel = sum(t.numel() for t in policy_tensors(network(cfg, spaces)))
         self.params = torch.zeros(numel).share_memory_()
         self.progress = torch.zeros(p.num_workers, dtype=torch.int64).share_memory_()
         self.abandon = torch.zeros((), dtype=torch.int64).share_memory_()
-        self.buffer = RolloutBuffer.allocate(cfg.training.n_steps, cfg.env.num_envs, self.obs_shape,
-                                             self.obs_dtype, self.actions, shared=True)
+        self.buffer = RolloutBuffer.allocate(cfg.training.n_steps, cfg.env.num_envs, spaces.obs_shape,
+                                             spaces.obs_dtype, spaces.actions, shared=True)
         self.layout = {"num_workers": p.num_workers, "num_envs_per_worker": p.num_envs_per_worker,
                        "num_envs": cfg.env.num_envs}
         self.restarts = 0
