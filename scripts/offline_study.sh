@@ -5,6 +5,7 @@
 # and 16, the CUDA learner at 16, the ranks, then the rest). Results are rewritten after every point, so whatever
 # finished survives a cut-off.
 #   bash scripts/offline_study.sh [RESULTS_DIR] [SECONDS]      (defaults docs/results and 20 s per run)
+# PLAN="threads:1 workers:16 cuda:16" (family:counts, counts comma-separated) runs those points, in that order, instead.
 # Budget: 19 points × (SECONDS + start-up); on a 16-core H100 box each run's start-up was ~25 s (every process
 # imports torch with CUDA), so ~15 minutes at 20 s: split the families over two calls where one call is capped.
 set -uo pipefail
@@ -39,12 +40,16 @@ study() {  # FAMILY "COUNTS"
     python3 bench.py study --seconds "$seconds" --runs-dir /tmp/offline_study_runs --results-dir "$results" \
         --families "$1" --processes "$2" 2>&1 | grep --line-buffered -iE "steps/s|failed|wrote|error|traceback|skipped"
 }
-study threads 1
-study workers "8 16"
-study cuda 16
-study ranks "8 16"
-study workers "1 2 4"
-study cuda "1 4 8"
-study ranks "2 4"
-study threads "2 4 8 16"
+if [ -n "${PLAN:-}" ]; then
+    for point in $PLAN; do study "${point%%:*}" "$(tr , ' ' <<< "${point#*:}")"; done
+else
+    study threads 1
+    study workers "8 16"
+    study cuda 16
+    study ranks "8 16"
+    study workers "1 2 4"
+    study cuda "1 4 8"
+    study ranks "2 4"
+    study threads "2 4 8 16"
+fi
 date +%T
