@@ -40,7 +40,7 @@ ENVS_PER_RANK    ?= 16
 DIST_ENVS        = $(if $(filter command line environment,$(origin ENVS_TOTAL)),--num-envs-total $(ENVS_TOTAL),--num-envs $(ENVS_PER_RANK))
 
 .PHONY: install smoke test test-fast lint docs train train-parallel train-distributed eval demo compare roofline bench-speed bench-envs \
-        bench bench-layouts autotune bench-learning bench-mujoco bench-atari bench-pixels study \
+        bench bench-layouts autotune bench-learning bench-mujoco bench-atari bench-pixels bench-robot study \
         tensorboard \
         clean distclean
 
@@ -189,6 +189,17 @@ PAIR_MINUTES ?= 3
 bench-pixels: install
 	$(PY) scripts/mode_pairs.py --config config/mujoco_pixels.yaml --pairs $(PAIRS) --minutes $(PAIR_MINUTES) \
 		--output-dir $(or $(OUT),benchmarks/pixel_pairs) -- $(ARGS)
+
+## The robot arm (robosuite Lift, the extra `robot`): what a camera frame costs against the physics (fast and default
+## render settings), then sequential against parallel (2 workers) from state and from the wrist camera, PAIRS
+## interleaved pairs of PAIR_MINUTES each → benchmarks/robot/{render_cost.json,state/pairs.md,camera/pairs.md}
+bench-robot: install
+	$(PY) scripts/render_cost.py --env robosuite/Lift --camera robot0_eye_in_hand --steps 100 \
+		--output $(or $(OUT),benchmarks/robot)/render_cost.json
+	$(PY) scripts/mode_pairs.py --config config/robosuite_lift.yaml --pairs $(PAIRS) --minutes $(PAIR_MINUTES) \
+		--output-dir $(or $(OUT),benchmarks/robot)/state -- $(ARGS)
+	$(PY) scripts/mode_pairs.py --config config/robosuite_lift_camera.yaml --pairs $(PAIRS) --minutes $(PAIR_MINUTES) \
+		--output-dir $(or $(OUT),benchmarks/robot)/camera -- $(ARGS)
 
 ## The many-core study: threads, workers, distributed ranks and (with CUDA) a GPU learner at 1, 2, 4, ... logical
 ## cores, STUDY_SECONDS per run, one at a time → docs/results/<cpu>[-avx512][-bf16]-<cores>c[-<gpu>]/study.{md,json,png}

@@ -23,9 +23,11 @@ from parallel_ppo.runs.reading import Run, load_run  # noqa: E402
 
 TRAINERS = {"sequential": ("train_timed.py", "config/ppo_sequential.yaml"),
             "parallel": ("train_parallel_timed.py", "config/ppo_parallel.yaml")}
-HEADER = ["| pair | sequential SPS | parallel SPS | ratio | update s/1k steps seq | par | par/seq | env s/1k seq "
-          "| par | inference s/1k seq | par | eval s/1k seq | par |",
-          "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+PHASES = ("env", "render", "inference", "eval")
+"""The phases shown beside the update, each per 1,000 env steps (parallel: per-worker means)."""
+HEADER = ["| pair | sequential SPS | parallel SPS | ratio | update s/1k steps seq | par | par/seq | "
+          + " | ".join(f"{p} s/1k seq | par" for p in PHASES) + " |",
+          "|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * (2 * len(PHASES))]
 
 
 def per_thousand(run: Run, phase: str) -> float:
@@ -67,7 +69,7 @@ def main() -> int:
         us, uq = per_thousand(s, "update"), per_thousand(q, "update")
         lines.append(f"| {pair} | {s.steady_sps:.1f} | {q.steady_sps:.1f} | {q.steady_sps / s.steady_sps:.3f} | "
                      f"{us:.3f} | {uq:.3f} | {uq / us:.3f} | "
-                     + " | ".join(f"{per_thousand(r, phase):.3f}" for phase in ("env", "inference", "eval")
+                     + " | ".join(f"{per_thousand(r, phase):.3f}" for phase in PHASES
                                   for r in (s, q)) + " |")
         print(lines[-1], flush=True)
         (out / "pairs.md").write_text("\n".join(lines) + "\n")

@@ -1,7 +1,9 @@
-"""What a MuJoCo pixel env costs a step on this CPU: physics alone, and physics + an 84×84 frame with gymnasium's
-default renderer and with `env.fast_render`, each in its own process, interleaved over rounds.
+"""What a MuJoCo pixel env costs a step on this CPU: physics alone, and physics + an 84×84 frame with the default
+renderer and with `env.fast_render`, each in its own process, interleaved over rounds. A gymnasium MuJoCo env
+renders its scene; a robosuite task (`--env robosuite/Lift`) renders the camera `--camera`.
 
     .venv/bin/python scripts/render_cost.py [--env HalfCheetah-v5] [--steps 200] [--rounds 3] [--output FILE]
+    .venv/bin/python scripts/render_cost.py --env robosuite/Lift --camera robot0_eye_in_hand --output FILE
 
 Prints milliseconds per step (the median over rounds) and writes `docs/results/<machine>/render_cost.json`, an
 evidence file for the docs (machine, date, commit, command, figures and a table). A measurement: nothing else should
@@ -24,17 +26,24 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 SETTINGS = {"physics": "physics alone (no frame)",
-            "default": "gymnasium's default renderer (multisampling, shadows, reflections, skybox)",
+            "default": "the default renderer (multisampling, shadows, reflections, skybox)",
             "fast": "`env.fast_render` (the default here): those off"}
 
 
-def time_setting(env_id: str, setting: str, steps: int) -> float:
+def time_setting(env_id: str, setting: str, steps: int, camera: str) -> float:
     """Milliseconds per env step of `setting`, after 20 steps of warm-up, in this process."""
     from parallel_ppo.core.config import EnvConfig
-    from parallel_ppo.core.gym_envs import make_env
+    from parallel_ppo.core.env_families import ROBOSUITE, check_family, family_of, options_of
+    from parallel_ppo.core.gym_envs import RenderClock
 
-    cfg = EnvConfig(id=env_id, pixels=setting != "physics", fast_render=setting == "fast")
-    env = make_env(cfg)
+    family = family_of(env_id)
+    if family is ROBOSUITE:
+        cfg = EnvConfig(id=env_id, options=[] if setting == "physics" else [f"cameras={camera}"],
+                        fast_render=setting == "fast")
+    else:
+        cfg = EnvConfig(id=env_id, pixels=setting != "physics", fast_render=setting == "fast")
+    check_family(cfg)
+    env = family.maker()(cfg, options_of(cfg, family), False, RenderClock())
     env.reset(seed=0)
     for i in range(steps + 20):
         if i == 20:
@@ -63,20 +72,35 @@ def main() -> int:
     parser.add_argument("--steps", type=positive, default=200)
     parser.add_argument("--rounds", type=positive, default=3)
     parser.add_argument("--output", type=Path)
+    parser.add_argument("--camera", default="robot0_eye_in_hand", help="the camera of a robosuite task")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a child process: time one setting, print ms
     args = parser.parse_args()
     if args.one:
-        print(time_setting(args.env, args.one, args.steps))
+        print(time_setting(args.env, args.one, args.steps, args.camera))
         return 0
+    from parallel_ppo.core.env_families import MUJOCO, ROBOSUITE, family_of
+    from parallel_ppo.errors import ConfigError
+
+    try:
+        family = family_of(args.env)
+    except ConfigError as e:
+        print(f"render_cost.py: error: {e}", file=sys.stderr)
+        return 2
+    if family not in (MUJOCO, ROBOSUITE):
+        print(f"render_cost.py: error: {args.env} is a {family.name} env; this times MuJoCo's and robosuite's "
+              "renderers", file=sys.stderr)
+        return 2
     times: dict[str, list[float]] = {s: [] for s in SETTINGS}
     for r in range(args.rounds):
         for setting in list(SETTINGS)[:: 1 if r % 2 == 0 else -1]:
             out = subprocess.run([sys.executable, __file__, "--one", setting, "--env", args.env, "--steps",
-                                  str(args.steps)], capture_output=True, text=True, check=True).stdout
+                                  str(args.steps), "--camera", args.camera],
+                                 capture_output=True, text=True, check=True).stdout
             times[setting].append(float(out.split()[-1]))
             print(f"round {r + 1}: {setting}: {times[setting][-1]:.2f} ms a step", flush=True)
     median = {s: round(statistics.median(t), 2) for s, t in times.items()}
-    output = args.output or machine_results_dir(ROOT / "docs" / "results") / "render_cost.json"
+    name = "render_cost.json" if family is MUJOCO else f"render_cost_{family.name}.json"
+    output = args.output or machine_results_dir(ROOT / "docs" / "results") / name
     evidence = {
         "machine": f"{fingerprint.describe_cpu()}, {available_cores()} cores; "
                    f"MUJOCO_GL={os.environ.get('MUJOCO_GL', 'egl')}",

@@ -205,23 +205,25 @@ def test_a_game_that_ends_in_the_step_after_a_life_lost_is_reset_and_counted():
 
 
 @pytest.mark.parametrize("cfg, words", [
-    (EnvConfig(id="CartPole-v1", episodic_life=True), "apply to Atari games; CartPole-v1 is not one"),
+    (EnvConfig(id="CartPole-v1", episodic_life=True), "applies to atari envs; CartPole-v1 is a gymnasium env"),
     (EnvConfig(id="ALE/Pong-v5", fire_reset=True, frame_size=84), None),
     (EnvConfig(id="ALE/Freeway-v5", fire_reset=True), None),
-    (EnvConfig(id="starpilot", episodic_life=True), "is a Procgen game"),
+    (EnvConfig(id="starpilot", episodic_life=True), "starpilot is a procgen env"),
 ], ids=["not-atari", "pong-fires", "freeway-has-no-fire", "procgen"])
 def test_life_and_fire_settings_where_they_do_not_apply_are_refused(cfg, words):
     """Outside Atari they are refused; an Atari game without FIRE (Freeway) starts by itself and is left as it is."""
-    from parallel_ppo.core.envs import PROCGEN_GAMES, check_env
-    from parallel_ppo.core.gym_envs import FireReset, _wrapper, make_env
+    from parallel_ppo.core.env_families import check_family
+    from parallel_ppo.core.gym_envs import FireReset, _wrapper
+    from parallel_ppo.core.procgen_envs import PROCGEN_GAMES
 
     if words is None:
-        env = make_env(cfg)
+        env = make_batch_env(cfg, 0, 0, 1, 1)
         env.close()
-        assert (_wrapper(env, FireReset) is not None) == cfg.id.endswith("Pong-v5"), "FIRE pressed where there is one"
+        assert (_wrapper(env._env.envs[0], FireReset) is not None) == cfg.id.endswith("Pong-v5"), \
+            "FIRE pressed where there is one"
         return
     with pytest.raises(ConfigError, match=words):
-        check_env(cfg)  # up front, as a benchmark checks every run's config before the first one starts
+        check_family(cfg)  # up front, as a benchmark checks every run's config before the first one starts
     if cfg.id not in PROCGEN_GAMES:  # and where a gymnasium env is built
         with pytest.raises(ConfigError, match=words):
             env_spaces(cfg)
@@ -242,8 +244,8 @@ def test_spaces_and_ids_the_trainer_cannot_use_are_refused(env_id, words):
 @pytest.mark.parametrize("sets, words", [
     (["env.id=starpilot", "training.normalize_obs=true"], "normalizes vector observations"),
     (["env.id=Pendulum-v1", "env.frame_stack=4"], "stacks image frames"),
-    (["env.id=starpilot", "env.pixels=true"], "is a Procgen game"),
-    (["env.id=CartPole-v1", "env.pixels=true"], "is not one"),
+    (["env.id=starpilot", "env.pixels=true"], "starpilot is a procgen env"),
+    (["env.id=CartPole-v1", "env.pixels=true"], "applies to mujoco envs; CartPole-v1 is a gymnasium env"),
     (["env.id=MountainCarContinuous-v0", "model.kind=nature"], "needs image observations"),
 ])
 def test_settings_that_do_not_fit_the_env_are_refused(sets, words):

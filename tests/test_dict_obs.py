@@ -14,7 +14,7 @@ import torch
 import parallel_ppo as ppo
 from parallel_ppo.core.config import Config, EnvConfig
 from parallel_ppo.core.envs import env_spaces, make_batch_env
-from parallel_ppo.core.model import MultiInputActorCritic, build_model, image_features, network
+from parallel_ppo.core.model import DictVectors, MultiInputActorCritic, build_model, image_features, network
 from parallel_ppo.core.observations import DictLayout
 from parallel_ppo.core.policy import Policy
 from parallel_ppo.core.spaces import ActionSpace
@@ -94,6 +94,27 @@ def test_the_multi_input_network_is_its_parts_joined_as_written():
         x = torch.relu(net.dense(torch.cat([top, wrist, hidden], dim=1)))
         assert torch.allclose(logits, net.actor(x)) and torch.allclose(values, net.critic(x).squeeze(-1))
     assert top.shape == (3, 2 * 1 * 1) and wrist.shape == (3, 2 * 2 * 2)
+
+
+def test_a_dict_of_vectors_is_the_mlp_over_its_keys_side_by_side():
+    """Without an image key (Fetch's goals, robosuite's state), `auto` and `mlp` are the MLP's separate towers over
+    the vector keys in layout order, normalized and clipped first."""
+    layout = DictLayout.of({"joints": ((3,), False), "cube": ((2,), False)})
+    cfg = Config().model
+    cfg.mlp_hidden = [4]
+    obs = {k: v for k, v in random_obs(3, seed=2).items() if k in ("joints", "cube")}
+    for kind in ("auto", "mlp"):
+        cfg.kind = kind
+        torch.manual_seed(0)
+        net = build_model((layout.nbytes,), ActionSpace(2, (-1.0, -1.0), (1.0, 1.0)), cfg, obs_clip=1.0,
+                          layout=layout)
+        assert isinstance(net, DictVectors)
+        net.obs_mean.copy_(torch.tensor([0.5, -0.5, 0.0, 1.0, 2.0]))
+        with torch.no_grad():
+            params, values = net(torch.from_numpy(layout.pack(obs)))
+            vector = torch.from_numpy(np.concatenate([obs["cube"], obs["joints"]], axis=1).astype(np.float32))
+            by_hand = net.net(((vector - net.obs_mean) / net.obs_std).clamp(-1.0, 1.0))
+        assert torch.allclose(params, by_hand[0]) and torch.allclose(values, by_hand[1])
 
 
 def test_the_env_packs_each_key_and_stacks_the_image_keys():
@@ -200,7 +221,7 @@ def test_each_ended_episode_says_whether_it_succeeded_where_the_env_reports_it()
 
 @pytest.mark.parametrize("sets, words", [
     (["model.kind=nature"], "takes one observation; this env observes a dict"),
-    (["model.kind=mlp"], "takes one observation; this env observes a dict"),
+    (["model.kind=mlp"], "takes one observation; this env observes a dict .*: use model.kind auto$"),
 ])
 def test_networks_that_cannot_read_a_dict_are_refused(sets, words):
     from parallel_ppo.core.configure import build_config

@@ -10,7 +10,8 @@ from torch import nn
 from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.collect import EnvRunner
 from parallel_ppo.core.config import EnvConfig
-from parallel_ppo.core.envs import PROCGEN_EXPLORATION_GAMES, PROCGEN_GAMES, make_batch_env
+from parallel_ppo.core.envs import make_batch_env
+from parallel_ppo.core.procgen_envs import PROCGEN_EXPLORATION_GAMES, PROCGEN_GAMES
 from parallel_ppo.core.spaces import ActionSpace
 
 

@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from parallel_ppo.core.configure import build_config
-from parallel_ppo.core.envs import PROCGEN_EASY_RANGES, eval_levels, normalized_return
+from parallel_ppo.core.envs import eval_levels
 from parallel_ppo.core.evaluate import play_episodes
 from parallel_ppo.core.model import build_model
+from parallel_ppo.core.procgen_envs import PROCGEN_EASY_RANGES, normalized_return
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--config", "config/ppo_sequential.yaml", "--num-envs", "4", "--batch-size", "32",

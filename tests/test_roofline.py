@@ -12,7 +12,7 @@ import pytest
 
 from parallel_ppo.cli.bench import main
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.envs import PROCGEN_ACTIONS, PROCGEN_OBS_SHAPE
+from parallel_ppo.core.procgen_envs import PROCGEN_ACTIONS, PROCGEN_OBS_SHAPE
 from parallel_ppo.core.spaces import ActionSpace, EnvSpaces
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.tuning import compute_limit, learner_settings

@@ -49,7 +49,7 @@ def _collector_rate(source: Any, cfg: Config, seconds: float) -> dict[str, float
     finally:
         source.close()
     phases = timers.pop()
-    return {"steps_per_second": steps / wall, "env_fraction": phases["env"] / wall,
+    return {"steps_per_second": steps / wall, "env_fraction": (phases["env"] + phases["render"]) / wall,
             "inference_fraction": phases["inference"] / wall, "sync_fraction": phases["sync"] / wall}
 
 

@@ -373,15 +373,16 @@ def layout_name(row: dict[str, Any]) -> str:
 
 def layouts_table(rows: list[dict[str, Any]]) -> str:
     """SPS, speed-up and efficiency against the sequential trainer, and seconds per update by phase (rank 0's for
-    a distributed run): collection = env + inference (a parallel source's: its workers' mean), sync = waiting
+    a distributed run): collection = env + render + inference (a parallel source's: its workers' mean), sync = waiting
     on workers or other ranks."""
     lines = ["| layout | threads | steps/s | speed-up | efficiency | collect (s) | sync (s) | update (s) | "
              "all-reduce (s) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         t = r["phase_means"]
         threads = ", ".join(f"{k} {v}" for k, v in r["threads"].items())
+        collect = t["env"] + t.get("render", 0.0) + t["inference"]
         lines.append(f"| {layout_name(r)} | {threads} | {r['steps_per_second']:,.0f} | {r['speedup']:.2f}× | "
-                     f"{100 * r['efficiency']:.0f}% | {t['env'] + t['inference']:.2f} | {t['sync']:.2f} | "
+                     f"{100 * r['efficiency']:.0f}% | {collect:.2f} | {t['sync']:.2f} | "
                      f"{t['update']:.2f} | {t.get('allreduce', 0.0):.2f} |")
     return "\n".join(lines)
 

@@ -92,7 +92,8 @@ def format_speed_check(result: dict[str, Any]) -> str:
         ("ratio", f"{result['ratio']:.3f} (target {SPEED_TARGET}) → {result['verdict']}"),
         ("per update", f"{trainer['update_seconds']:.2f} s vs ideal {ideal['total']:.2f} s: "
                        f"inference {phases['inference']:.2f} (ideal {ideal['inference']:.2f}), "
-                       f"env {phases['env']:.2f}, update {phases['update']:.2f} (ideal {ideal['update']:.2f}), "
+                       f"env {phases['env']:.2f}, render {phases['render']:.2f}, "
+                       f"update {phases['update']:.2f} (ideal {ideal['update']:.2f}), "
                        f"gae {phases['gae']:.2f}, log {phases['log']:.2f}"),
     ]
     loads = result["other_load_cores"]

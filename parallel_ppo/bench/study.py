@@ -187,7 +187,7 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
             r["efficiency"] = r["speedup"] / (r["processes"] / base["processes"])
 
 
-SHOWN_PHASES = ("env", "inference", "sync", "update", "allreduce")
+SHOWN_PHASES = ("env", "render", "inference", "sync", "update", "allreduce")
 
 
 def study_table(rows: list[dict[str, Any]]) -> str:

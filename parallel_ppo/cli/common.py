@@ -119,22 +119,20 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 def add_config_flag(p: Any, procgen: str) -> None:
     """`--config` of a benchmark whose default config (`procgen`, in config/) is written for Procgen: another env
     takes its family's config instead (`default_config`)."""
-    p.add_argument("--config", help=f"YAML config file (default: config/{procgen} for a Procgen game, else "
-                                    "config/mujoco.yaml, atari.yaml or cartpole.yaml by the env's family)")
+    p.add_argument("--config", help=f"YAML config file (default: config/{procgen} for a Procgen game, else the "
+                                    "shipped config of the env's family: mujoco.yaml, atari.yaml, "
+                                    "robosuite_lift.yaml, fetch.yaml or cartpole.yaml)")
 
 
 def default_config(env_id: str | None, procgen: str) -> str:
     """The config a benchmark uses without `--config`: `procgen` (in config/) for a Procgen game or no env given;
-    for a gymnasium env the shipped config of its family (MuJoCo, Atari, else cartpole.yaml: an MLP for vector
-    observations), so that the Procgen config's held-out test levels and CNN are not forced on it."""
-    from parallel_ppo.core.config import EnvConfig
-    from parallel_ppo.core.envs import PROCGEN_GAMES
-    from parallel_ppo.core.gym_envs import env_family
+    for another env the shipped config of its family (`Family.config`; cartpole.yaml, an MLP for vector
+    observations, for an unknown id), so that the Procgen config's held-out test levels and CNN are not forced on
+    it."""
+    from parallel_ppo.core.env_families import GYMNASIUM, PROCGEN, family_of
 
-    if not env_id or env_id in PROCGEN_GAMES:
-        return str(CONFIG_DIR / procgen)
     try:
-        mujoco, atari = env_family(EnvConfig(id=env_id))
-    except ConfigError:  # an unknown id: the run's config check names it
-        mujoco, atari = False, False
-    return str(CONFIG_DIR / ("mujoco.yaml" if mujoco else "atari.yaml" if atari else "cartpole.yaml"))
+        family = family_of(env_id) if env_id else PROCGEN
+    except ConfigError:  # an unknown id or a missing extra: the run's config check says so
+        family = GYMNASIUM
+    return str(CONFIG_DIR / (procgen if family is PROCGEN else family.config))

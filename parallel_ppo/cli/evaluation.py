@@ -136,10 +136,10 @@ def publish(prog: str, cfg: Config, run_dir: Path, tag: str, frames: list, fps: 
 
 
 def format_eval(cfg: Config, e: dict[str, Any]) -> str:
-    from parallel_ppo.core.envs import PROCGEN_GAMES
+    from parallel_ppo.core.env_families import family_of
 
     last = e["start_level"] + e["num_levels"] - 1
-    where = f" levels {e['start_level']}..{last}" if cfg.env.id in PROCGEN_GAMES else ""
+    where = f" levels {e['start_level']}..{last}" if family_of(cfg.env.id).levels else ""
     norm = "" if e["normalized_mean"] is None else f", normalized {e['normalized_mean']:.3f}"
     success = "" if e.get("success_rate") is None else f"; success rate {e['success_rate']:.0%}"
     return (f"{cfg.env.id}, {e['levels']}{where}, {e['episodes']} episodes, "

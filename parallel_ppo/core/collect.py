@@ -14,7 +14,14 @@ from torch import nn
 from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.distributions import sample
-from parallel_ppo.core.envs import BatchEnv, env_seed, episodes_ended, make_batch_env, reported_success
+from parallel_ppo.core.envs import (
+    BatchEnv,
+    env_seed,
+    episodes_ended,
+    make_batch_env,
+    render_seconds,
+    reported_success,
+)
 from parallel_ppo.core.model import autocast, module_device
 from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.timing import PhaseTimer
@@ -51,6 +58,8 @@ class CollectResult:
     had not ended: a restarted worker's. Their running reward statistics start again."""
     episode_successes: list[float] = field(default_factory=list)
     """1.0 or 0.0 for each finished episode whose env reported success (`BatchEnv.successes`)."""
+    time_render: float = 0.0
+    """Of the envs' step time, the seconds they spent drawing observed frames (not in `time_env`)."""
 
 
 class EnvRunner:
@@ -77,6 +86,7 @@ class EnvRunner:
         lengths: list[int] = []
         successes: list[float] = []
         t_env = t_inf = 0.0
+        drawn = render_seconds(self.env)
         device = module_device(model)
         self.rollouts += 1
         with torch.no_grad():
@@ -84,7 +94,7 @@ class EnvRunner:
                 if t == buf.n_steps // 2:
                     pause_point("rollout", self.rollouts)
                 if stopping():
-                    return CollectResult(returns, lengths, t_env, t_inf, episode_successes=successes)
+                    return self._result(returns, lengths, successes, t_env, t_inf, drawn)
                 start = time.perf_counter()
                 obs_t = buf.obs[t]
                 obs_t.copy_(torch.from_numpy(self.obs))
@@ -114,7 +124,14 @@ class EnvRunner:
                 _, last_values = model(torch.from_numpy(self.obs).to(device))
             buf.last_values.copy_(last_values.float())
             t_inf += time.perf_counter() - start
-        return CollectResult(returns, lengths, t_env, t_inf, episode_successes=successes)
+        return self._result(returns, lengths, successes, t_env, t_inf, drawn)
+
+    def _result(self, returns: list[float], lengths: list[int], successes: list[float], t_env: float, t_inf: float,
+                drawn: float) -> CollectResult:
+        """The rollout's result, the frames drawn since `drawn` (the envs' render_seconds) moved from env to render."""
+        render = render_seconds(self.env) - drawn
+        return CollectResult(returns, lengths, t_env - render, t_inf, time_render=render,
+                             episode_successes=successes)
 
     def _count_episodes(self, rewards: np.ndarray, dones: np.ndarray, returns: list[float], lengths: list[int],
                         successes: list[float]) -> None:
@@ -178,6 +195,7 @@ class SequentialCollector:
         except Exception as e:
             raise RolloutError(f"the rollout on {self.env_id} failed: {one_line(e)}") from e
         timers.add("env", result.time_env)
+        timers.add("render", result.time_render)
         timers.add("inference", result.time_inference)
         return result
 

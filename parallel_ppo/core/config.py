@@ -55,10 +55,11 @@ def rules_of(f: dataclasses.Field) -> Rules:
 @dataclass
 class EnvConfig:
     id: str = setting("starpilot", command_line=True, resume=True)
-    """Procgen game (e.g. `starpilot`), or any gymnasium id with Box observations (vectors or uint8 HWC images) and
-    Discrete or Box actions: classic control (`CartPole-v1`, `Pendulum-v1`), MuJoCo (`HalfCheetah-v5`), Atari
-    (`ALE/Breakout-v5`, with the standard preprocessing), or `module:EnvId` for an env a module of yours registers
-    (the module is imported in every process that builds envs)."""
+    """Procgen game (e.g. `starpilot`), or any gymnasium id with Box or Dict observations (vectors, uint8 HWC
+    images) and Discrete or Box actions: classic control (`CartPole-v1`), MuJoCo (`HalfCheetah-v5`), Atari
+    (`ALE/Breakout-v5`, with the standard preprocessing), gymnasium-robotics (`FetchReachDense-v4`), robosuite
+    (`robosuite/Lift`, options after `?`), or `module:EnvId` for an env a module of yours registers (the module is
+    imported in every process that builds envs). Each family: `core.env_families`."""
     num_envs: int = setting(16, positive=True, maximum=4096, command_line=True, resume=True)
     """Total envs. Sequential: stepped by the one process. Parallel: derived, workers × envs per worker (a
     different value given for it is refused)."""
@@ -84,6 +85,9 @@ class EnvConfig:
     episodic_life: bool = setting(False, resume=True)
     """Atari: a life lost ends the episode for learning (the value is not bootstrapped across it) while the game
     plays on, as CleanRL's ppo_atari does; returns in the metrics and in evaluation stay whole games."""
+    options: list[str] = setting([], names=True, resume=True)
+    """The env family's options as `key=value` (e.g. `[robot=Panda, cameras=robot0_eye_in_hand]`; the id's query,
+    `robosuite/Lift?robot=Panda`, takes them too): docs/envs.md lists each family's."""
     fire_reset: bool = setting(False, resume=True)
     """Atari: press FIRE after every reset (games such as Breakout wait for it), and so after every life lost when
     `episodic_life` ends an episode there, as CleanRL's ppo_atari does; games without FIRE (action 1) start by

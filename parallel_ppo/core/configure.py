@@ -13,7 +13,8 @@ import yaml
 
 from parallel_ppo.core.config import Config, Rules, config_fields, rules_of
 from parallel_ppo.core.config_yaml import load_yaml, parse_yaml
-from parallel_ppo.core.envs import check_env, eval_levels
+from parallel_ppo.core.env_families import check_family
+from parallel_ppo.core.envs import eval_levels
 from parallel_ppo.core.units import to_unit
 from parallel_ppo.errors import ConfigError
 
@@ -166,7 +167,7 @@ def validate(cfg: Config, world_size: int = 1) -> None:
     if 0 < cfg.training.anneal_steps < cfg.run.total_steps:
         raise ConfigError(f"training.anneal_steps ({cfg.training.anneal_steps:,}) is below run.total_steps "
                           f"({cfg.run.total_steps:,}): the steps past it would train at a learning rate of 0")
-    check_env(cfg.env)
+    check_family(cfg.env)
     if cfg.tracking.wandb:
         check_wandb()
     if cfg.eval.interval_seconds > 0:

@@ -18,12 +18,12 @@ from parallel_ppo.core.envs import (
     episodes_ended,
     eval_levels,
     make_batch_env,
-    normalized_return,
     reported_success,
     resolve_levels,
 )
 from parallel_ppo.core.metrics import metric
 from parallel_ppo.core.policy import act
+from parallel_ppo.core.procgen_envs import normalized_return
 
 EVAL_STREAM = 0xE7A1
 """Seeds eval envs apart from the training envs (which use the streams (resumes, restarts))."""

@@ -96,6 +96,6 @@ def agree_rollout(group: Group, result: CollectResult, error: str | None, signum
     merged = CollectResult([r for report in reports for r in report[3]], [n for report in reports for n in report[4]],
                            result.time_env, result.time_inference,
                            [rank * num_envs + env for rank, report in enumerate(reports) for env in report[5]],
-                           [s for report in reports for s in report[6]])
+                           [s for report in reports for s in report[6]], time_render=result.time_render)
     signum = max((r[1] for r in reports if r[1]), default=None)
     return AgreedRollout(merged, "; ".join(errors) or None, signum, reports[0][2])

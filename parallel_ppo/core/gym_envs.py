@@ -1,51 +1,26 @@
-"""Gymnasium envs as a BatchEnv: any registered id (or `module:EnvId`) with Box observations and Discrete or Box
-actions, Atari with the standard preprocessing, and MuJoCo observed through frames rendered on the CPU."""
+"""Gymnasium envs as a BatchEnv: any registered id (or `module:EnvId`) with Box or Dict observations and Discrete or
+Box actions; the makers of the gymnasium families (`core.env_families`): Atari with the standard preprocessing,
+MuJoCo observed through its state or frames rendered on the CPU, any other id as it is."""
 
 from __future__ import annotations
 
 import collections
-import functools
-import importlib
 import os
 import sys
+import time
 from typing import Any
 
 import gymnasium
 import numpy as np
 
 from parallel_ppo.core.config import EnvConfig
+from parallel_ppo.core.env_families import check_family, options_of
 from parallel_ppo.core.observations import DictLayout
 from parallel_ppo.core.spaces import ActionSpace, EnvSpaces
 from parallel_ppo.errors import ConfigError
 
 RENDERER_HELP = ("rendering needs OpenGL on the CPU: Mesa's EGL (Debian/Ubuntu: apt install libegl1 libgl1-mesa-dri; "
                  "the default, MUJOCO_GL=egl) or OSMesa (apt install libosmesa6, then MUJOCO_GL=osmesa)")
-
-
-def registry_entry(env_id: str) -> Any:
-    """gymnasium's EnvSpec for `env_id` (`module:EnvId` imports the module first; Atari ids register ale-py's
-    envs); ConfigError if unknown."""
-    module, _, name = env_id.rpartition(":")
-    if module:
-        try:
-            importlib.import_module(module)
-        except Exception as e:  # ImportError, or the module failed while registering
-            raise ConfigError(f"env.id = {env_id!r}: cannot import module {module!r} ({type(e).__name__}: {e})") \
-                from None
-    if name not in gymnasium.envs.registry:
-        import ale_py  # ALE/Breakout-v5, BreakoutNoFrameskip-v4, ...: registered once ale-py's envs are
-
-        gymnasium.register_envs(ale_py)
-    if name not in gymnasium.envs.registry:
-        hint = f" (is it registered by {module}?)" if module else ""
-        raise ConfigError(f"unknown game or env id {env_id!r}{hint}: use a Procgen game, a gymnasium id such as "
-                          "CartPole-v1, HalfCheetah-v5 or ALE/Breakout-v5, or module:EnvId for your own env")
-    return gymnasium.envs.registry[name]
-
-
-def frame_stack(cfg: EnvConfig, atari: bool) -> int:
-    """Frames stacked along the channels: the config's, or 4 for Atari, 3 for pixels, else 1."""
-    return cfg.frame_stack or (4 if atari else 3 if cfg.pixels else 1)
 
 
 class FrameStack:
@@ -190,55 +165,85 @@ def fast_render(env: Any) -> None:
         viewer.scn.flags[flag] = 0
 
 
-def env_family(cfg: EnvConfig) -> tuple[bool, bool]:
-    """(MuJoCo, Atari): whether `cfg.id` is one of gymnasium's MuJoCo envs or an ale-py game; ConfigError if the
-    id is unknown or a setting of the config applies to neither."""
-    entry_point = str(registry_entry(cfg.id).entry_point)
-    mujoco, atari = "mujoco" in entry_point, "ale_py" in entry_point
-    if (cfg.episodic_life or cfg.fire_reset) and not atari:
-        raise ConfigError(f"env.episodic_life and env.fire_reset apply to Atari games; {cfg.id} is not one")
-    if cfg.pixels and not mujoco:
-        raise ConfigError(f"env.pixels renders gymnasium's MuJoCo envs; {cfg.id} is not one (Atari observes frames "
-                          "already; for your own env, make it observe frames)")
-    return mujoco, atari
+class RenderClock:
+    """Seconds spent drawing observed frames, summed over the envs of a batch that share it."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def time(self, draw: Any, *args: Any, **kwargs: Any) -> Any:
+        """`draw(*args, **kwargs)`, its seconds added."""
+        start = time.perf_counter()
+        try:
+            return draw(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
 
 
-def make_env(cfg: EnvConfig, render: bool = False) -> Any:
-    """One gymnasium env as the trainer steps it: Atari preprocessed, pixels rendered, frames stacked."""
-    name, (mujoco, atari) = cfg.id.rpartition(":")[2], env_family(cfg)
-    rendered = {"render_mode": "rgb_array"} if render else {}
-    if mujoco:
-        quiet_mujoco_deprecations()
-        if render or cfg.pixels:  # headless through EGL unless told otherwise (MuJoCo would try GLFW first)
-            os.environ.setdefault("MUJOCO_GL", "egl")
-    if atari:
-        from gymnasium.wrappers import AtariPreprocessing
+class TimedRender(gymnasium.Wrapper):
+    """`render()` timed on a RenderClock: below `AddRenderObservation`, that is the observation's frame."""
 
-        env = gymnasium.make(name, frameskip=1, **rendered)
-        env = AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=cfg.frame_size, grayscale_obs=True,
-                                 grayscale_newaxis=True, scale_obs=False)
-        if cfg.episodic_life:
-            env = EpisodicLife(env)
-        if cfg.fire_reset and FireReset.applies(env):  # games without FIRE start by themselves
-            env = FireReset(env)
-    elif cfg.pixels:
-        env = gymnasium.make(name, render_mode="rgb_array", width=cfg.frame_size, height=cfg.frame_size)
-        if cfg.fast_render:
-            fast_render(env)
-        env = gymnasium.wrappers.AddRenderObservation(env, render_only=True)
-    else:
-        env = gymnasium.make(name, **rendered)
-    k = frame_stack(cfg, atari)
+    def __init__(self, env: Any, clock: RenderClock) -> None:
+        super().__init__(env)
+        self.clock = clock
+
+    def render(self) -> Any:
+        return self.clock.time(self.env.render)
+
+
+def registered_name(cfg: EnvConfig) -> str:
+    """The id gymnasium registered (`module:EnvId` without its module, which `family_of` imported)."""
+    return cfg.id.rpartition(":")[2]
+
+
+def make_atari(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: RenderClock) -> Any:
+    """An ale-py game preprocessed as the Atari references do: 84×84 grayscale, 4-frame skip, no-op starts."""
+    from gymnasium.wrappers import AtariPreprocessing
+
+    env = gymnasium.make(registered_name(cfg), frameskip=1, **({"render_mode": "rgb_array"} if render else {}))
+    env = AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=cfg.frame_size, grayscale_obs=True,
+                             grayscale_newaxis=True, scale_obs=False)
+    if cfg.episodic_life:
+        env = EpisodicLife(env)
+    if cfg.fire_reset and FireReset.applies(env):  # games without FIRE start by themselves
+        env = FireReset(env)
+    return env
+
+
+def make_mujoco(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: RenderClock) -> Any:
+    """A gymnasium MuJoCo env observing its state, or (`env.pixels`) its frames rendered on the CPU."""
+    quiet_mujoco_deprecations()
+    if render or cfg.pixels:  # headless through EGL unless told otherwise (MuJoCo would try GLFW first)
+        os.environ.setdefault("MUJOCO_GL", "egl")
+    if not cfg.pixels:
+        return make_plain(cfg, options, render, clock)
+    env = gymnasium.make(registered_name(cfg), render_mode="rgb_array", width=cfg.frame_size,
+                         height=cfg.frame_size)
+    if cfg.fast_render:
+        fast_render(env)
+    return gymnasium.wrappers.AddRenderObservation(TimedRender(env, clock), render_only=True)
+
+
+def make_plain(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: RenderClock) -> Any:
+    """Any registered gymnasium id (`module:EnvId` imports the module first) as it is."""
+    return gymnasium.make(registered_name(cfg), **({"render_mode": "rgb_array"} if render else {}))
+
+
+def stacked(env: Any, cfg: EnvConfig, default_stack: int) -> Any:
+    """`env` with its image frames stacked (`env.frame_stack`, 0: `default_stack` for images, else 1) and a dict
+    observation packed into one row; ConfigError (the env closed) for a stack of vectors."""
+    image = isinstance(env.observation_space, gymnasium.spaces.Box) and len(env.observation_space.shape) == 3
+    k = cfg.frame_stack or (default_stack if image else 1)
     if isinstance(env.observation_space, gymnasium.spaces.Dict):
         try:
             return PackedDict(env, k)
         except ConfigError:
             env.close()
             raise
-    if k > 1 and len(env.observation_space.shape) != 3:
+    if k > 1 and not image:
         env.close()
         raise ConfigError(f"env.frame_stack = {k} stacks image frames, but {cfg.id} observes vectors "
-                          f"{env.observation_space.shape} (set env.pixels true to observe frames)")
+                          f"{env.observation_space.shape}")
     return StackedFrames(env, k) if k > 1 else env
 
 
@@ -290,17 +295,24 @@ class GymnasiumBatchEnv:
     """Gymnasium envs in a `SyncVectorEnv` that resets finished envs in the same step; continuous actions are
     clipped to the space's bounds here, at the env."""
 
-    def __init__(self, cfg: EnvConfig, num_envs: int, seeds: list[int], render: bool = False) -> None:
+    def __init__(self, cfg: EnvConfig, seeds: list[int], make: Any, render: bool = False) -> None:
+        """`make(cfg, options, render, clock)` builds one env as its family does (`core.env_families`)."""
         self._seeds, self._id = seeds, cfg.id
+        family = check_family(cfg)
+        options = options_of(cfg, family)
+        self._clock = RenderClock()
+
+        def make_one() -> Any:
+            return stacked(make(cfg, options, render, self._clock), cfg, family.frame_stack)
+
+        num_envs = len(seeds)
         try:
-            self._env = gymnasium.vector.SyncVectorEnv(
-                [functools.partial(make_env, cfg, render) for _ in range(num_envs)],
-                autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP,
-            )
+            self._env = gymnasium.vector.SyncVectorEnv([make_one] * num_envs,
+                                                       autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP)
         except ConfigError:
             raise
         except Exception as e:  # a registered id whose dependencies are missing, a renderer that cannot start
-            help_ = f"; {RENDERER_HELP}" if cfg.pixels or render else ""
+            help_ = f"; {RENDERER_HELP}" if cfg.pixels or render or options.get("cameras") else ""
             raise ConfigError(f"cannot create gymnasium env {cfg.id!r}: {type(e).__name__}: {e}{help_}") from None
         packed = _wrapper(self._env.envs[0], PackedDict)
         self.layout = packed.layout if packed is not None else None
@@ -324,6 +336,10 @@ class GymnasiumBatchEnv:
         if self.actions.continuous:
             self._low, self._high = np.array(self.actions.low), np.array(self.actions.high)
             self._action_dtype = self._env.single_action_space.dtype
+
+    @property
+    def render_seconds(self) -> float:
+        return self._clock.seconds
 
     @property
     def spaces(self) -> EnvSpaces:

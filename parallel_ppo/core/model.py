@@ -220,15 +220,41 @@ class MlpActorCritic(nn.Module):
         return policy_output(self.actor(x), self.log_std), self.critic(x).squeeze(-1)
 
 
-class MultiInputActorCritic(nn.Module):
-    """The network of a dict observation (`core.observations`): the IMPALA CNN's stages over each image key, the
-    vector keys side by side through a tanh MLP (normalized first, with `obs_clip`), and one dense layer over all
-    their features for the policy and value heads, as Stable-Baselines3's MultiInputPolicy joins its extractors."""
+class DictNetwork(nn.Module):
+    """A network of packed dict observations (`core.observations`): it unpacks each row and normalizes the vector
+    keys with `obs_clip`, their statistics being buffers that `core.normalization` sets."""
+
+    def __init__(self, layout: DictLayout, obs_clip: float | None) -> None:
+        super().__init__()
+        self.layout, self.clip = layout, obs_clip
+        if obs_clip is not None:
+            self.register_buffer("obs_mean", torch.zeros(layout.vector_size))
+            self.register_buffer("obs_std", torch.ones(layout.vector_size))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Packed uint8 rows (B, nbytes) → (policy outputs (B, A or 2n), values (B,))."""
+        return self.forward_parts(*self.layout.unpack(obs))
+
+    def forward_parts(self, images: dict[str, torch.Tensor], vector: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same from the unpacked observation: uint8 (B, H, W, C) per image key, the vector keys' float32
+        values side by side (B, vector_size)."""
+        raise NotImplementedError
+
+    def normalized(self, vector: torch.Tensor) -> torch.Tensor:
+        """The vector keys' values, normalized and clipped where the network normalizes them."""
+        if self.clip is None:
+            return vector
+        return ((vector - self.obs_mean) / self.obs_std).clamp(-self.clip, self.clip)
+
+
+class MultiInputActorCritic(DictNetwork):
+    """The network of a dict observation: the IMPALA CNN's stages over each image key, the vector keys side by
+    side through a tanh MLP (normalized first, with `obs_clip`), and one dense layer over all their features for the
+    policy and value heads, as Stable-Baselines3's MultiInputPolicy joins its extractors."""
 
     def __init__(self, layout: DictLayout, actions: ActionSpace, cfg: ModelConfig,
                  obs_clip: float | None = None) -> None:
-        super().__init__()
-        self.layout, self.clip = layout, obs_clip
+        super().__init__(layout, obs_clip)
         init = _torch_default if cfg.init == "reference" else _init  # see ModelConfig.init
         self.cnns = nn.ModuleList()
         width = 0
@@ -242,25 +268,27 @@ class MultiInputActorCritic(nn.Module):
         self.actor = _init(nn.Linear(cfg.hidden_size, actions.n), gain=0.01)
         self.log_std = log_std_for(actions)
         self.critic = _init(nn.Linear(cfg.hidden_size, 1), gain=1.0)
-        if obs_clip is not None:  # the statistics of the vector keys (`core.normalization`)
-            self.register_buffer("obs_mean", torch.zeros(layout.vector_size))
-            self.register_buffer("obs_std", torch.ones(layout.vector_size))
-
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Packed uint8 rows (B, nbytes) → (policy outputs (B, A or 2n), values (B,))."""
-        return self.forward_parts(*self.layout.unpack(obs))
 
     def forward_parts(self, images: dict[str, torch.Tensor], vector: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The same from the unpacked observation: uint8 (B, H, W, C) per image key, the vector keys' float32
-        values side by side (B, vector_size)."""
         features = [image_features(cnn, images[part.key]) for cnn, part in zip(self.cnns, self.layout.images,
                                                                                strict=True)]
         if self.layout.vector_size:
-            if self.clip is not None:
-                vector = ((vector - self.obs_mean) / self.obs_std).clamp(-self.clip, self.clip)
-            features.append(self.mlp(vector))
+            features.append(self.mlp(self.normalized(vector)))
         x = torch.relu(self.dense(torch.cat(features, dim=1)))
         return policy_output(self.actor(x), self.log_std), self.critic(x).squeeze(-1)
+
+
+class DictVectors(DictNetwork):
+    """The MLP over a dict observation without image keys (gymnasium-robotics' goals, robosuite's state): its
+    vector keys side by side, normalized first with `obs_clip`, as one vector observation would be."""
+
+    def __init__(self, layout: DictLayout, actions: ActionSpace, cfg: ModelConfig,
+                 obs_clip: float | None = None) -> None:
+        super().__init__(layout, obs_clip)
+        self.net = MlpActorCritic((layout.vector_size,), actions, cfg)
+
+    def forward_parts(self, images: dict[str, torch.Tensor], vector: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.net(self.normalized(vector))
 
 
 class UniformPolicy(nn.Module):
@@ -298,17 +326,21 @@ IMAGE_NETWORKS = {"impala": ImpalaActorCritic, "nature": NatureActorCritic}
 
 def build_model(obs_shape: tuple[int, ...], actions: ActionSpace | int, cfg: ModelConfig,
                 obs_clip: float | None = None, layout: DictLayout | None = None) -> nn.Module:
-    """Pick the network by `cfg.kind` (or by the observation when `auto`: the multi-input network for a dict
-    observation's `layout`, the IMPALA CNN for images, else the MLP); an int `actions` means that many discrete
+    """Pick the network by `cfg.kind` (or by the observation when `auto`: for a dict observation's `layout` the
+    multi-input network, or the MLP over its vector keys where it has no image, the IMPALA CNN for images, else the
+    MLP); an int `actions` means that many discrete
     actions. With `obs_clip`, observations (a dict's vector keys) are normalized inside it."""
     actions = as_action_space(actions)
     kind = cfg.kind
     if layout is not None:
-        if kind not in ("auto", "random"):
+        vectors_only = not layout.images
+        if kind not in ("auto", "random", *(("mlp",) if vectors_only else ())):
             raise ConfigError(f"model.kind {kind} takes one observation; this env observes a dict "
-                              f"({', '.join(p.key for p in layout.parts)}): use model.kind auto")
-        if kind == "auto":
-            return MultiInputActorCritic(layout, actions, cfg, obs_clip)
+                              f"({', '.join(p.key for p in layout.parts)}): use model.kind auto"
+                              + (" or mlp" if vectors_only else ""))
+        if kind != "random":
+            network_of = DictVectors if vectors_only else MultiInputActorCritic
+            return network_of(layout, actions, cfg, obs_clip)
     if kind == "auto":
         kind = "impala" if len(obs_shape) == 3 else "mlp"
     if kind in IMAGE_NETWORKS:

@@ -1,6 +1,6 @@
 """Running statistics and the observation normalizer: the learner's float64 mean and variance of every
 observation seen (of a dict observation, its vector keys), published into the network's buffers
-(`model.NormalizedObs`, `model.MultiInputActorCritic`) once per rollout."""
+(`model.NormalizedObs`, `model.MultiInputActorCritic`, `model.DictVectors`) once per rollout."""
 
 from __future__ import annotations
 

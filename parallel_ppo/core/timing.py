@@ -9,9 +9,13 @@ from contextlib import contextmanager
 
 from parallel_ppo.core.metrics import metric
 
-PHASES = ("env", "inference", "sync", "gae", "update", "allreduce", "publish", "eval", "log")
-"""The phases every run reports, in data-flow order."""
-PHASE_METRICS = {name: metric(f"time/{name}", f"seconds of the update spent in phase {name}") for name in PHASES}
+PHASES = ("env", "render", "inference", "sync", "gae", "update", "allreduce", "publish", "eval", "log")
+"""The phases every run reports, in data-flow order: `env` is the envs' step (their physics) less the frames they
+draw for their observations (cameras, pixels), which are `render` where the env tells them apart."""
+PHASE_NOTES = {"env": " (the envs' step less the frames they draw)",
+               "render": " (drawing the frames the envs observe: cameras, pixels)"}
+PHASE_METRICS = {name: metric(f"time/{name}", f"seconds of the update spent in phase {name}{PHASE_NOTES.get(name, '')}")
+                 for name in PHASES}
 """Each phase's metric: `time/<phase>`, metrics.csv column `time_<phase>`."""
 
 

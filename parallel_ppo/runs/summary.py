@@ -27,12 +27,13 @@ an older run lacks it). The writer's columns come from the declared metrics (`co
 docs/run-directory.md); `wall_time` is the run's elapsed seconds at the end of the update, `sps` that update's own
 rate, logging and checkpoints included, `test_return_mean` the mean return of the evaluation after that update."""
 
-MAIN_PHASES = ("env", "inference", "sync", "gae", "update")
+MAIN_PHASES = ("env", "render", "inference", "sync", "gae", "update")
 """Phases the comparison breaks wall time into; the rest (publish, log, checkpoint, untimed) is 'other'."""
 
-FINITE_COLUMNS = ("update", "env_steps", "wall_time", "sps", *(f"time_{p}" for p in MAIN_PHASES),
+FINITE_COLUMNS = ("update", "env_steps", "wall_time", "sps", *(f"time_{p}" for p in MAIN_PHASES if p != "render"),
                   "cpu_percent", "rss_mb")
-"""metrics.csv columns that must be present and hold a finite number in every row."""
+"""metrics.csv columns that must be present and hold a finite number in every row (`time_render` is newer than
+some runs)."""
 
 
 @dataclass(frozen=True)

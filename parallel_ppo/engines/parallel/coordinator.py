@@ -18,7 +18,7 @@ from torch import nn
 from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.collect import CollectResult, RolloutError, StopCheck, never
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.envs import PROCGEN_GAMES
+from parallel_ppo.core.env_families import family_of
 from parallel_ppo.core.model import network, policy_tensors
 from parallel_ppo.core.spaces import EnvSpaces
 from parallel_ppo.core.threads import ThreadPlan
@@ -119,7 +119,7 @@ class ParallelCoordinator:
         self._slot_restarts = [0] * p.num_workers
         self._ctx = torch.multiprocessing.get_context(p.start_method)
         if p.start_method == "forkserver":
-            if cfg.env.id in PROCGEN_GAMES:
+            if family_of(cfg.env.id).preload:
                 os.environ.setdefault(PRELOAD_PROCGEN_VAR, cfg.env.id)  # read by the forkserver when it starts
             self._ctx.set_forkserver_preload(["parallel_ppo.engines.parallel.preload"])
         self._workers: list[_Worker | None] = [None] * p.num_workers
@@ -207,14 +207,16 @@ class ParallelCoordinator:
         n = max(len(results), 1)
         t_env = sum(r.time_env for r in results) / n
         t_inf = sum(r.time_inference for r in results) / n
+        t_render = sum(r.time_render for r in results) / n
         timers.add("env", t_env)
+        timers.add("render", t_render)
         timers.add("inference", t_inf)
-        timers.add("sync", max(0.0, wall - t_env - t_inf))
+        timers.add("sync", max(0.0, wall - t_env - t_render - t_inf))
         fresh, self._fresh_envs = sorted(self._fresh_envs), set()
         return CollectResult(
             episode_returns=[x for r in results for x in r.episode_returns],
             episode_lengths=[x for r in results for x in r.episode_lengths],
-            time_env=t_env, time_inference=t_inf, fresh_envs=fresh,
+            time_env=t_env, time_inference=t_inf, time_render=t_render, fresh_envs=fresh,
             episode_successes=[x for r in results for x in r.episode_successes],
         )
 

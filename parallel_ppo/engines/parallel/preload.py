@@ -15,7 +15,7 @@ for sig in IGNORED_SIGNALS:  # a signal to the whole group must not take the for
     signal.signal(sig, signal.SIG_IGN)
 
 if os.environ.get(PRELOAD_PROCGEN_VAR):
-    from parallel_ppo.core.envs import import_procgen
+    from parallel_ppo.core.procgen_envs import import_procgen
 
     import_procgen()
     from procgen import ProcgenGym3Env

@@ -181,7 +181,7 @@ def other_load(run: Run) -> float | None:
 
 def phase_seconds(run: Run) -> dict[str, float]:
     """Total seconds per phase from metrics.csv; `other` is the rest of the logged wall time."""
-    seconds = {p: float(np.sum(run.metrics[f"time_{p}"])) for p in MAIN_PHASES}
+    seconds = {p: float(np.nansum(run.metrics[f"time_{p}"])) for p in MAIN_PHASES}  # NaN: a phase newer than the run
     seconds["other"] = max(0.0, float(run.metrics["wall_time"][-1]) - sum(seconds.values()))
     return seconds
 

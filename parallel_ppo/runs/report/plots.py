@@ -35,7 +35,10 @@ from parallel_ppo.runs.report.text import (
     to_json,
 )
 
-PHASE_COLORS = {"env": "#2ca02c", "inference": "#1f77b4", "sync": "#d62728", "gae": "#9467bd",
+PHASE_LABELS = {"env": "env step (physics)", "render": "render (observed frames)", "inference": "policy inference",
+                "sync": "sync (waiting on workers)", "gae": "GAE", "update": "PPO update",
+                "other": "other (publish, log, checkpoint)"}
+PHASE_COLORS = {"env": "#2ca02c", "render": "#8fd18f", "inference": "#1f77b4", "sync": "#d62728", "gae": "#9467bd",
                 "update": "#ff7f0e", "other": "#b0b0b0"}
 
 
@@ -234,11 +237,10 @@ def plot_phases(cmp: Comparison) -> bytes:
     for ax in (ax_abs, ax_rel):
         ax.grid(axis="x", alpha=0.3)
     handles = [Patch(color=PHASE_COLORS[p]) for p in PHASE_NAMES]
-    names = ["env step", "policy inference", "sync (waiting on workers)", "GAE", "PPO update",
-             "other (publish, log, checkpoint)"]
+    names = [PHASE_LABELS[p] for p in PHASE_NAMES]
     note = None
     if any(r.summary.mode == "parallel" for r in cmp.runs):
-        note = ("parallel runs: env and inference are per-worker means (the workers run concurrently); "
+        note = ("parallel runs: env, render and inference are per-worker means (the workers run concurrently); "
                 "sync is the coordinator's wait beyond that")
     fig.legend(handles, names, loc="outside lower center", ncol=len(names), fontsize=10, title=note,
                title_fontsize=9)

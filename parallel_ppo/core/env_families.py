@@ -1,0 +1,226 @@
+"""Env families in one place: how an env id is recognized, what must be installed for it, which env settings and
+options it takes, which shipped config suits it and which function builds its envs. The rest of the trainer asks
+`family_of(id)`; a new family is one entry in FAMILIES."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import io
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from parallel_ppo.core.config import EnvConfig
+from parallel_ppo.core.procgen_envs import PROCGEN_GAMES, PROCGEN_SPACES, check_procgen
+from parallel_ppo.core.spaces import EnvSpaces
+from parallel_ppo.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Option:
+    """A family's option (`env.options`, or the id's query: `robosuite/Lift?robot=Panda`); a value given is read
+    as the default's type."""
+
+    default: str | int | bool
+    doc: str
+    choices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Family:
+    """One kind of env: everything the trainer needs to know about it."""
+
+    name: str
+    config: str
+    """The shipped config (in config/) a benchmark uses for it without `--config`."""
+    make: str
+    """`module:function` that builds its envs: a BatchEnv maker (Procgen) or one gymnasium env's maker."""
+    settings: tuple[str, ...] = ()
+    """The env settings of FAMILY_SETTINGS it takes."""
+    options: dict[str, Option] = field(default_factory=dict)
+    extra: str = ""
+    """The pip extra that installs it ("" = the base install)."""
+    needs: str = ""
+    """The module that extra installs."""
+    levels: bool = False
+    """Whether it has levels to hold out for a test (Procgen's)."""
+    native: bool = False
+    """Whether `make` builds a whole BatchEnv itself (else one gymnasium env, batched by core.gym_envs)."""
+    spaces: EnvSpaces | None = None
+    """Its spaces, where they are known without building an env."""
+    frame_stack: int = 1
+    """Frames stacked by default (`env.frame_stack` 0) where it observes images."""
+    check: Callable[[EnvConfig], None] | None = None
+    """Its own checks of the env settings (ConfigError), beyond which settings it takes."""
+    preload: bool = False
+    """Whether the forkserver loads its assets once, for every worker to share (Procgen's ~350 MB)."""
+
+    def maker(self) -> Any:
+        """The function `make` names."""
+        module, _, name = self.make.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+
+FAMILY_SETTINGS = {
+    "distribution_mode": "Procgen's difficulty", "num_levels": "Procgen's levels", "start_level": "Procgen's levels",
+    "pixels": "frames rendered from a MuJoCo env", "frame_size": "rendered or preprocessed frames",
+    "frame_stack": "image observations", "fast_render": "MuJoCo's renderer",
+    "episodic_life": "Atari's lives", "fire_reset": "Atari's FIRE button",
+}
+"""The env settings that only some families take (what each is about): a value other than the default is refused
+for a family that does not take it."""
+
+PROCGEN = Family(  # Procgen's 16 games (starpilot, ...): 64×64 frames, 15 actions, held-out test levels
+    "procgen", "ppo_parallel.yaml", "parallel_ppo.core.procgen_envs:ProcgenBatchEnv",
+    settings=("distribution_mode", "num_levels", "start_level"), levels=True, native=True, spaces=PROCGEN_SPACES,
+    check=check_procgen, preload=True)
+ATARI = Family(  # ale-py's games (ALE/Breakout-v5, ...) with the standard preprocessing
+    "atari", "atari.yaml", "parallel_ppo.core.gym_envs:make_atari",
+    settings=("frame_size", "frame_stack", "episodic_life", "fire_reset"),
+    frame_stack=4)
+MUJOCO = Family(  # gymnasium's MuJoCo envs (HalfCheetah-v5, ...), from their state or from frames (env.pixels)
+    "mujoco", "mujoco.yaml", "parallel_ppo.core.gym_envs:make_mujoco",
+    settings=("pixels", "frame_size", "frame_stack", "fast_render"), frame_stack=3)
+ROBOSUITE = Family(  # robosuite's arm tasks (robosuite/Lift?robot=Panda, ...), from state and named cameras
+    "robosuite", "robosuite_lift.yaml", "parallel_ppo.core.robot_envs:make_robosuite",
+    settings=("frame_size", "frame_stack", "fast_render"), extra="robot", needs="robosuite",
+    options={
+        "robot": Option("Panda", "the arm (`Sawyer`, `IIWA`, `Jaco`, `Kinova3`, `UR5e`, ...)"),
+        "cameras": Option("", "cameras observed as uint8 RGB frames of `env.frame_size`, `+` between names "
+                              "(`robot0_eye_in_hand`, `agentview`, `frontview`, ...)"),
+        "object_state": Option(True, "observe the objects' state; off, the cameras must show them"),
+        "reward": Option("dense", "robosuite's staged reward, or `sparse`: 1 on success", ("dense", "sparse")),
+        "horizon": Option(500, "steps an episode lasts: a time limit, so the value is bootstrapped"),
+        "control_freq": Option(20, "actions per simulated second"),
+    })
+ROBOTICS = Family(  # gymnasium-robotics' tasks (FetchReachDense-v4, ...; the extra `robot`), dict observations
+    "gymnasium-robotics", "fetch.yaml", "parallel_ppo.core.gym_envs:make_plain", settings=("frame_stack",))
+GYMNASIUM = Family(  # any other registered id (CartPole-v1, ...), or module:EnvId for one a module of yours registers
+    "gymnasium", "cartpole.yaml", "parallel_ppo.core.gym_envs:make_plain", settings=("frame_stack",))
+
+FAMILIES = (PROCGEN, ATARI, MUJOCO, ROBOSUITE, ROBOTICS, GYMNASIUM)
+PREFIXED = {"robosuite": ROBOSUITE}
+"""Families whose ids are `<prefix>/<task>`, outside gymnasium's registry."""
+
+
+def split_id(env_id: str) -> tuple[str, str]:
+    """(`name`, `query`) of `name?query`."""
+    name, _, query = env_id.partition("?")
+    return name, query
+
+
+def family_of(env_id: str) -> Family:
+    """The family of `env_id` (a query `?key=value&...` aside); ConfigError for an unknown id or a family whose
+    extra is not installed."""
+    name, query = split_id(env_id)
+    prefix, slash, _ = name.partition("/")
+    if name in PROCGEN_GAMES:
+        family = PROCGEN
+    elif slash and prefix in PREFIXED:
+        family = PREFIXED[prefix]
+    else:
+        entry_point = str(registry_entry(name).entry_point)
+        family = (ATARI if "ale_py" in entry_point else ROBOTICS if entry_point.startswith("gymnasium_robotics")
+                  else MUJOCO if "mujoco" in entry_point else GYMNASIUM)
+    if "?" in env_id and not (query and family.options):
+        raise ConfigError(f"env.id = {env_id!r}: " + (f"a {family.name} env takes no options" if not family.options
+                                                       else "nothing after '?' (options are key=value&key=value)"))
+    if family.needs and importlib.util.find_spec(family.needs) is None:
+        raise ConfigError(f"{name} is a {family.name} env, which needs the extra {family.extra!r}: "
+                          f"pip install -e '.[{family.extra}]' (make install EXTRAS={family.extra})")
+    return family
+
+
+def registry_entry(env_id: str) -> Any:
+    """gymnasium's EnvSpec for `env_id` (`module:EnvId` imports the module first; Atari ids register ale-py's
+    envs); ConfigError if unknown."""
+    import gymnasium  # here: a Procgen run needs none of it
+
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except Exception as e:  # ImportError, or the module failed while registering
+            raise ConfigError(f"env.id = {env_id!r}: cannot import module {module!r} ({type(e).__name__}: {e})") \
+                from None
+    for registers in ("ale_py", "gymnasium_robotics"):  # ALE/Breakout-v5, FetchReachDense-v4, ...
+        if name not in gymnasium.envs.registry and importlib.util.find_spec(registers) is not None:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # notices
+                gymnasium.register_envs(importlib.import_module(registers))
+    if name not in gymnasium.envs.registry:
+        hint = f" (is it registered by {module}?)" if module else ""
+        raise ConfigError(f"unknown game or env id {env_id!r}{hint}: use a Procgen game, a gymnasium id such as "
+                          "CartPole-v1, HalfCheetah-v5 or ALE/Breakout-v5, robosuite/Lift or FetchReachDense-v4 "
+                          "(the extra 'robot'), or module:EnvId for your own env")
+    return gymnasium.envs.registry[name]
+
+
+def options_of(cfg: EnvConfig, family: Family | None = None) -> dict[str, Any]:
+    """Every option of the env's family: the defaults, overridden by `env.options`, overridden by the id's query;
+    ConfigError for an unknown key, a key given twice in one of them, or an unreadable value."""
+    family = family or family_of(cfg.id)
+    given: dict[str, str] = {}
+    query = split_id(cfg.id)[1]
+    for source, items in (("env.options", list(cfg.options)), ("env.id", query.split("&") if query else [])):
+        here: dict[str, str] = {}
+        for item in items:
+            key, eq, value = item.partition("=")
+            if not eq or not key:
+                raise ConfigError(f"{source}: {item!r} is not key=value")
+            if key in here:
+                raise ConfigError(f"{source}: option {key!r} is given twice")
+            here[key] = value
+        given |= here
+    unknown = sorted(set(given) - set(family.options))
+    if unknown:
+        known = ", ".join(family.options) or "none"
+        raise ConfigError(f"{cfg.id}: unknown option {unknown[0]!r} for a {family.name} env (its options: {known})")
+    return {key: _read_option(key, option, given.get(key)) for key, option in family.options.items()}
+
+
+def _read_option(key: str, option: Option, text: str | None) -> Any:
+    if text is None:
+        return option.default
+    if isinstance(option.default, bool):
+        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise ConfigError(f"env option {key}={text!r}: expected true or false")
+        return text.lower() in ("true", "1", "yes")
+    if isinstance(option.default, int):
+        try:
+            value = int(text)
+        except ValueError:
+            raise ConfigError(f"env option {key}={text!r}: expected an integer") from None
+        if value <= 0:
+            raise ConfigError(f"env option {key}={value}: must be positive")
+        return value
+    if option.choices and text not in option.choices:
+        raise ConfigError(f"env option {key}={text!r}: expected one of {', '.join(option.choices)}")
+    return text
+
+
+def check_family(cfg: EnvConfig) -> Family:
+    """The env's family, once the settings and options asked for are ones it takes (ConfigError otherwise); the
+    env's spaces are checked where it is first built (`core.envs.env_spaces`)."""
+    family = family_of(cfg.id)
+    defaults = EnvConfig()
+    for name, about in FAMILY_SETTINGS.items():
+        if name not in family.settings and getattr(cfg, name) != getattr(defaults, name):
+            takers = ", ".join(f.name for f in FAMILIES if name in f.settings)
+            raise ConfigError(f"env.{name} ({about}) applies to {takers} envs; {split_id(cfg.id)[0]} is a "
+                              f"{family.name} env")
+    options_of(cfg, family)
+    if family.check is not None:
+        family.check(cfg)
+    return family
+
+
+def options_table(family: Family) -> str:
+    """The markdown table of a family's options (docs/envs.md holds it; a test keeps them equal)."""
+    def shown(default: Any) -> str:
+        return "none" if default == "" else str(default).lower() if isinstance(default, bool) else str(default)
+
+    rows = [f"| `{key}` | `{shown(o.default)}` | {o.doc} |" for key, o in family.options.items()]
+    return "\n".join(["| option | default | what it does |", "|---|---|---|", *rows])
+

@@ -1,0 +1,173 @@
+"""The env families (`core.env_families`): each id's family, its settings and options, what it needs installed, and
+the robot families built, stepped and rendered (robosuite's Lift, gymnasium-robotics' Fetch)."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from parallel_ppo.core import env_families
+from parallel_ppo.core.config import EnvConfig
+from parallel_ppo.core.configure import build_config
+from parallel_ppo.core.env_families import (
+    ATARI,
+    FAMILIES,
+    FAMILY_SETTINGS,
+    GYMNASIUM,
+    MUJOCO,
+    PROCGEN,
+    ROBOSUITE,
+    ROBOTICS,
+    check_family,
+    family_of,
+    options_of,
+)
+from parallel_ppo.core.envs import make_batch_env
+from parallel_ppo.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+LIFT_CAMERA = "robosuite/Lift?cameras=robot0_eye_in_hand&object_state=false&horizon=5"
+
+
+@pytest.mark.parametrize("env_id, family", [
+    ("starpilot", PROCGEN), ("ALE/Breakout-v5", ATARI), ("HalfCheetah-v5", MUJOCO), ("FetchReachDense-v4", ROBOTICS),
+    ("robosuite/Lift", ROBOSUITE), ("robosuite/Lift?robot=Sawyer", ROBOSUITE), ("CartPole-v1", GYMNASIUM),
+    ("toy_envs:CameraReach-v0", GYMNASIUM),
+])
+def test_each_id_belongs_to_its_family(env_id, family):
+    assert family_of(env_id) is family
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=[f.name for f in FAMILIES])
+def test_each_family_has_its_config_maker_and_settings(family):
+    """Its shipped config exists and names an env of this family, its maker imports, its settings are known."""
+    assert set(family.settings) <= set(FAMILY_SETTINGS)
+    assert callable(family.maker())
+    cfg = build_config(str(ROOT / "config" / family.config), {}, [], parallel=False)
+    assert check_family(cfg.env) is family
+
+
+def test_procgen_is_asked_about_in_one_place():
+    """The families decide: no module outside them tests an id against Procgen's games (issue 38, point 2)."""
+    package = ROOT / "parallel_ppo"
+    found = []
+    for path in package.rglob("*.py"):
+        if path.name in ("env_families.py", "procgen_envs.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Name) and node.id == "PROCGEN_GAMES":
+                found.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert found == []
+
+
+def test_options_come_from_the_config_then_the_query_typed_by_their_defaults():
+    cfg = EnvConfig(id="robosuite/Lift?robot=Sawyer&horizon=200",
+                    options=["object_state=false", "reward=sparse", "robot=Panda"])
+    options = options_of(cfg)
+    assert options == {"robot": "Sawyer", "cameras": "", "object_state": False, "reward": "sparse", "horizon": 200,
+                       "control_freq": 20}, "the id's query overrides the config's options"
+
+
+def test_the_options_table_in_the_docs_is_the_declared_one():
+    from parallel_ppo.core.env_families import options_table
+
+    assert options_table(ROBOSUITE) in (ROOT / "docs" / "envs.md").read_text()
+
+
+@pytest.mark.parametrize("cfg, words", [
+    (EnvConfig(id="robosuite/Lift", options=["robot=Panda", "robot=Sawyer"]), "env.options: option 'robot' is given "
+                                                                               "twice"),
+    (EnvConfig(id="robosuite/Lift?gripper=none"), r"unknown option 'gripper' for a robosuite env \(its options: "),
+    (EnvConfig(id="robosuite/Lift?horizon=long"), "horizon='long': expected an integer"),
+    (EnvConfig(id="robosuite/Lift?horizon=0"), "horizon=0: must be positive"),
+    (EnvConfig(id="robosuite/Lift?object_state=maybe"), "expected true or false"),
+    (EnvConfig(id="robosuite/Lift?reward=shaped"), "expected one of dense, sparse"),
+    (EnvConfig(id="robosuite/Lift?robot"), "'robot' is not key=value"),
+    (EnvConfig(id="CartPole-v1", options=["robot=Panda"]), r"options: none"),
+    (EnvConfig(id="CartPole-v1?robot=Panda"), "a gymnasium env takes no options"),
+    (EnvConfig(id="starpilot?"), "a procgen env takes no options"),
+    (EnvConfig(id="robosuite/Lift?"), "nothing after '\\?'"),
+    (EnvConfig(id="robosuite/Lift", episodic_life=True), "applies to atari envs; robosuite/Lift is a robosuite env"),
+    (EnvConfig(id="FetchReachDense-v4", pixels=True), "applies to mujoco envs; FetchReachDense-v4 is a "
+                                                      "gymnasium-robotics env"),
+    (EnvConfig(id="HalfCheetah-v5", num_levels=10), "applies to procgen envs"),
+    (EnvConfig(id="starpilot", frame_stack=2), "starpilot is a procgen env"),
+], ids=["twice", "unknown", "not-int", "not-positive", "not-bool", "not-a-choice", "no-value", "no-options",
+        "query-without-options", "procgen-query", "empty-query",
+        "robosuite-lives", "fetch-pixels", "mujoco-levels", "procgen-stack"])
+def test_settings_and_options_a_family_does_not_take_are_refused(cfg, words):
+    with pytest.raises(ConfigError, match=words):
+        check_family(cfg)
+
+
+def test_a_family_whose_extra_is_missing_says_how_to_install_it(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(env_families.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "robosuite" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"robosuite/Lift is a robosuite env, which needs the extra 'robot': "
+                                          r"pip install -e '\.\[robot\]'"):
+        family_of("robosuite/Lift?robot=Panda")
+
+
+@pytest.mark.parametrize("env_id, words", [
+    ("robosuite/NoSuchTask", "robosuite has no task 'NoSuchTask' (its tasks: "),
+    ("robosuite/Lift?robot=R2D2", "robosuite has no robot 'R2D2'"),
+    ("robosuite/Lift?cameras=nosecam", "robosuite Lift has no camera 'nosecam' (its cameras: "),
+])
+def test_what_robosuite_does_not_have_is_refused_by_name(env_id, words):
+    with pytest.raises(ConfigError, match=words.replace("(", r"\(")):
+        make_batch_env(EnvConfig(id=env_id), 0, 0, 1, 1)
+
+
+def camera(layout, rows: np.ndarray) -> np.ndarray:
+    """The wrist camera's frames in packed observation rows."""
+    return layout.unpack(torch.from_numpy(rows))[0]["robot0_eye_in_hand_image"].numpy()
+
+
+def test_robosuite_lift_steps_from_its_camera_renders_and_reports_success():
+    """The wrist camera's frames (uint8, upright, drawn on the CPU and timed as render) beside the proprioception; an
+    episode of `horizon` steps ends as a time limit (bootstrapped) and says whether the cube was lifted. Each env
+    draws in its own OpenGL context: closing another env (an evaluation's) leaves the frames as they were."""
+    cfg = EnvConfig(id=LIFT_CAMERA, frame_size=16)
+    env, twin = (make_batch_env(cfg, 3, 0, 1, 1, render=True) for _ in range(2))
+    try:
+        layout = env.spaces.layout
+        assert [(p.key, p.shape, p.image) for p in layout.parts] == [
+            ("robot0_proprio-state", (50,), False), ("robot0_eye_in_hand_image", (16, 16, 3), True)]
+        assert env.actions.continuous and env.actions.n == 7
+        first = env.reset()
+        image = camera(layout, first)
+        assert image.dtype == np.uint8 and image.std() > 0, "a drawn frame, not a blank one"
+        twin.reset()
+        still = np.zeros((1, 7), np.float32)
+        twin_frames = [camera(layout, twin.step(still)[0]) for _ in range(2)]
+        twin.close()
+        for t in range(5):
+            obs, rewards, dones, cut = env.step(still)
+            if t < 2:
+                assert np.array_equal(camera(layout, obs), twin_frames[t])
+        assert dones.tolist() == [True] and list(cut) == [0], "the horizon is a time limit: the value bootstraps"
+        assert env.successes.tolist() == [0.0], "a still arm lifts nothing"
+        assert env.render_seconds > 0
+        assert env.frame(0).shape == (256, 256, 3)
+    finally:
+        env.close()
+
+
+def test_fetch_observes_its_goals_as_a_dict_and_reports_success():
+    env = make_batch_env(EnvConfig(id="FetchReachDense-v4"), 0, 0, 2, 1)
+    try:
+        assert [p.key for p in env.spaces.layout.parts] == ["achieved_goal", "desired_goal", "observation"]
+        env.reset()
+        for _ in range(50):  # Fetch's time limit
+            _, rewards, dones, cut = env.step(np.zeros((2, 4), np.float32))
+            assert (rewards <= 0).all(), "the dense reward is minus the distance to the goal"
+        assert dones.all() and sorted(cut) == [0, 1]
+        assert set(env.successes.tolist()) <= {0.0, 1.0}
+    finally:
+        env.close()
