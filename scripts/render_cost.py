@@ -5,7 +5,8 @@ renders its scene; a robosuite task (`--env robosuite/Lift`) renders the camera 
     .venv/bin/python scripts/render_cost.py [--env HalfCheetah-v5] [--steps 200] [--rounds 3] [--output FILE]
     .venv/bin/python scripts/render_cost.py --env robosuite/Lift --camera robot0_eye_in_hand --output FILE
 
-Prints milliseconds per step (the median over rounds) and writes `docs/results/<machine>/render_cost.json`, an
+Prints milliseconds per step (the median over rounds) and writes `docs/results/<machine>/render_cost.json`
+(`render_cost_robosuite.json` for a robosuite task), an
 evidence file for the docs (machine, date, commit, command, figures and a table). A measurement: nothing else should
 run meanwhile.
 """

@@ -60,7 +60,9 @@ def test_procgen_is_asked_about_in_one_place():
         if path.name in ("env_families.py", "procgen_envs.py"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Name) and node.id == "PROCGEN_GAMES":
+            names = ([node.id] if isinstance(node, ast.Name) else [node.attr] if isinstance(node, ast.Attribute)
+                     else [a.name for a in node.names] if isinstance(node, ast.ImportFrom) else [])
+            if "PROCGEN_GAMES" in names:
                 found.append(f"{path.relative_to(package)}:{node.lineno}")
     assert found == []
 
@@ -76,7 +78,9 @@ def test_options_come_from_the_config_then_the_query_typed_by_their_defaults():
 def test_the_options_table_in_the_docs_is_the_declared_one():
     from parallel_ppo.core.env_families import options_table
 
-    assert options_table(ROBOSUITE) in (ROOT / "docs" / "envs.md").read_text()
+    page = (ROOT / "docs" / "envs.md").read_text()
+    between = page.split("<!-- options table: generated from core/env_families.py -->\n")[1].split("\n<!-- /")[0]
+    assert between == options_table(ROBOSUITE)
 
 
 @pytest.mark.parametrize("cfg, words", [
@@ -105,13 +109,21 @@ def test_settings_and_options_a_family_does_not_take_are_refused(cfg, words):
         check_family(cfg)
 
 
-def test_a_family_whose_extra_is_missing_says_how_to_install_it(monkeypatch):
+@pytest.mark.parametrize("env_id, missing, words", [
+    ("robosuite/Lift?robot=Panda", "robosuite", "robosuite/Lift is a robosuite env, which needs the extra 'robot'"),
+    ("FetchSlideDense-v4", "gymnasium_robotics", "FetchSlideDense-v4 looks like a gymnasium-robotics env, which needs "
+                                                 "the extra 'robot'"),
+])
+def test_a_family_whose_extra_is_missing_says_how_to_install_it(monkeypatch, env_id, missing, words):
+    import gymnasium
+
     real = importlib.util.find_spec
     monkeypatch.setattr(env_families.importlib.util, "find_spec",
-                        lambda name, *a: None if name == "robosuite" else real(name, *a))
-    with pytest.raises(ConfigError, match=r"robosuite/Lift is a robosuite env, which needs the extra 'robot': "
-                                          r"pip install -e '\.\[robot\]'"):
-        family_of("robosuite/Lift?robot=Panda")
+                        lambda name, *a: None if name == missing else real(name, *a))
+    monkeypatch.setattr(gymnasium.envs, "registry", {k: v for k, v in gymnasium.envs.registry.items()
+                                                     if not k.startswith("Fetch")})
+    with pytest.raises(ConfigError, match=words + r": pip install -e '\.\[robot\]'"):
+        family_of(env_id)
 
 
 @pytest.mark.parametrize("env_id, words", [

@@ -76,18 +76,20 @@ class EnvConfig:
     """gymnasium's MuJoCo envs: observe RGB frames rendered on the CPU instead of the state vector. Rendering
     happens in the process that steps the env (workers in parallel mode)."""
     frame_size: int = setting(84, positive=True, maximum=1024, resume=True)
-    """Pixels: width and height of the rendered frames. Atari: of the preprocessed grayscale frames."""
+    """Pixels and robosuite's cameras: width and height of the rendered frames. Atari: of the preprocessed grayscale
+    frames."""
     frame_stack: int = setting(0, non_negative=True, maximum=64, resume=True)
-    """Frames stacked along the channels (0 = automatic: 4 for Atari, 3 for pixels, else 1)."""
+    """Frames stacked along the channels, per image key of a dict (0 = automatic: 4 for Atari, 3 for pixels, else
+    1)."""
     fast_render: bool = setting(True, resume=True)
-    """Pixels: render without shadows, reflections, skybox and multisampling: many times faster on Mesa's software
-    renderer (`scripts/render_cost.py` measures both; docs/results has its figures)."""
+    """Pixels and robosuite's cameras: render without shadows, reflections, skybox and multisampling: many times
+    faster on Mesa's software renderer (`scripts/render_cost.py` measures both; docs/results has its figures)."""
     episodic_life: bool = setting(False, resume=True)
     """Atari: a life lost ends the episode for learning (the value is not bootstrapped across it) while the game
     plays on, as CleanRL's ppo_atari does; returns in the metrics and in evaluation stay whole games."""
     options: list[str] = setting([], names=True, resume=True)
-    """The env family's options as `key=value` (e.g. `[robot=Panda, cameras=robot0_eye_in_hand]`; the id's query,
-    `robosuite/Lift?robot=Panda`, takes them too): docs/envs.md lists each family's."""
+    """The env family's options as `key=value` (e.g. `[robot=Panda, cameras=robot0_eye_in_hand]`); the id's query
+    (`robosuite/Lift?robot=Panda`) takes them too and overrides these. docs/envs.md lists each family's."""
     fire_reset: bool = setting(False, resume=True)
     """Atari: press FIRE after every reset (games such as Breakout wait for it), and so after every life lost when
     `episodic_life` ends an episode there, as CleanRL's ppo_atari does; games without FIRE (action 1) start by

@@ -100,6 +100,9 @@ ROBOTICS = Family(  # gymnasium-robotics' tasks (FetchReachDense-v4, ...; the ex
 GYMNASIUM = Family(  # any other registered id (CartPole-v1, ...), or module:EnvId for one a module of yours registers
     "gymnasium", "cartpole.yaml", "parallel_ppo.core.gym_envs:make_plain", settings=("frame_stack",))
 
+ROBOTICS_PREFIXES = ("Fetch", "HandManipulate", "HandReach", "AdroitHand", "PointMaze", "AntMaze", "FrankaKitchen")
+"""How gymnasium-robotics' ids begin: one of these, unknown while it is not installed, is taken as one of its."""
+
 FAMILIES = (PROCGEN, ATARI, MUJOCO, ROBOSUITE, ROBOTICS, GYMNASIUM)
 PREFIXED = {"robosuite": ROBOSUITE}
 """Families whose ids are `<prefix>/<task>`, outside gymnasium's registry."""
@@ -149,6 +152,10 @@ def registry_entry(env_id: str) -> Any:
         if name not in gymnasium.envs.registry and importlib.util.find_spec(registers) is not None:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # notices
                 gymnasium.register_envs(importlib.import_module(registers))
+    if name not in gymnasium.envs.registry and name.startswith(ROBOTICS_PREFIXES) and \
+            importlib.util.find_spec("gymnasium_robotics") is None:
+        raise ConfigError(f"{name} looks like a gymnasium-robotics env, which needs the extra 'robot': "
+                          "pip install -e '.[robot]' (make install EXTRAS=robot)")
     if name not in gymnasium.envs.registry:
         hint = f" (is it registered by {module}?)" if module else ""
         raise ConfigError(f"unknown game or env id {env_id!r}{hint}: use a Procgen game, a gymnasium id such as "

@@ -141,8 +141,8 @@ class FireReset(gymnasium.Wrapper):
 
 
 def quiet_mujoco_deprecations() -> None:
-    """MuJoCo 4 warns on stderr, once per env built, that gymnasium's own model files use deprecated attributes
-    (HalfCheetah's `settotalmass`): nothing a user can act on. Other MuJoCo warnings still print."""
+    """MuJoCo (4.0 did, on HalfCheetah's `settotalmass`) can warn on stderr, once per env built, that gymnasium's own
+    model files use deprecated attributes: nothing a user can act on. Other MuJoCo warnings still print."""
     import mujoco
 
     if mujoco.get_mju_user_warning() is None:
@@ -155,14 +155,19 @@ def _mujoco_warning(message: str) -> None:
 
 
 def fast_render(env: Any) -> None:
-    """Turn off what costs most on a software renderer: multisampling, shadows, reflections and the skybox."""
+    """`fast_scene` for a gymnasium MuJoCo env, before its renderer makes its offscreen buffer."""
+    unwrapped = env.unwrapped
+    fast_scene(unwrapped.model, unwrapped.mujoco_renderer._get_viewer("rgb_array").scn)  # made on first use
+
+
+def fast_scene(model: Any, scene: Any) -> None:
+    """Turn off what costs most on a software renderer: multisampling (in the model: it takes effect where an
+    offscreen buffer is made next), shadows, reflections and the skybox (in the scene)."""
     import mujoco
 
-    unwrapped = env.unwrapped
-    unwrapped.model.vis.quality.offsamples = 0
-    viewer = unwrapped.mujoco_renderer._get_viewer("rgb_array")  # gymnasium's renderer, made on first use
+    model.vis.quality.offsamples = 0
     for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION, mujoco.mjtRndFlag.mjRND_SKYBOX):
-        viewer.scn.flags[flag] = 0
+        scene.flags[flag] = 0
 
 
 class RenderClock:

@@ -14,7 +14,7 @@ import numpy as np
 
 from parallel_ppo.core.config import EnvConfig
 from parallel_ppo.core.env_families import split_id
-from parallel_ppo.core.gym_envs import RenderClock
+from parallel_ppo.core.gym_envs import RenderClock, fast_scene
 from parallel_ppo.errors import ConfigError
 
 VIDEO_CAMERA, VIDEO_SIZE = "agentview", 256
@@ -118,13 +118,9 @@ class RobosuiteEnv(gymnasium.Env):
 
 
 def fast_robosuite_render(sim: Any) -> None:
-    """Turn off what costs most on a software renderer, as `core.gym_envs.fast_render` does for gymnasium's MuJoCo
-    envs: multisampling (the offscreen buffer is made again without it), shadows, reflections and the skybox."""
-    import mujoco
-
+    """`core.gym_envs.fast_scene` for robosuite's offscreen context, whose buffer is then made again without
+    multisampling."""
     context = sim._render_context_offscreen
-    sim.model._model.vis.quality.offsamples = 0
+    fast_scene(sim.model._model, context.scn)
     context.con.free()
     context._set_mujoco_context_and_buffers()
-    for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION, mujoco.mjtRndFlag.mjRND_SKYBOX):
-        context.scn.flags[flag] = 0

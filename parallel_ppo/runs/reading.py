@@ -94,9 +94,11 @@ class Run:
         return float(np.mean(self.metrics["cpu_percent"])) if cpu is None else float(cpu)
 
     def phase_means(self, skip_first: bool = True) -> dict[str, float]:
-        """Mean seconds per update of each `time_*` phase (over the steady updates by default)."""
+        """Mean seconds per update of each `time_*` phase (over the steady updates by default); 0 for a phase the
+        run did not log (one newer than the run)."""
         rows = slice(1 if skip_first and self.updates > 1 else 0, None)
-        return {p: float(np.nanmean(self.metrics[f"time_{p}"][rows])) for p in PHASES}
+        values = {p: self.metrics[f"time_{p}"][rows] for p in PHASES}
+        return {p: float(np.nanmean(v)) if np.isfinite(v).any() else 0.0 for p, v in values.items()}
 
 
 def seed_dir(parent: Path, seed: int) -> Path:
