@@ -131,9 +131,14 @@ def family_of(env_id: str) -> Family:
         raise ConfigError(f"env.id = {env_id!r}: " + (f"a {family.name} env takes no options" if not family.options
                                                        else "nothing after '?' (options are key=value&key=value)"))
     if family.needs and importlib.util.find_spec(family.needs) is None:
-        raise ConfigError(f"{name} is a {family.name} env, which needs the extra {family.extra!r}: "
-                          f"pip install -e '.[{family.extra}]' (make install EXTRAS={family.extra})")
+        raise needs_extra(f"{name} is a {family.name} env", family.extra)
     return family
+
+
+def needs_extra(what: str, extra: str) -> ConfigError:
+    """The refusal of an env whose extra is not installed, with the command that installs it."""
+    return ConfigError(f"{what}, which needs the extra {extra!r}: pip install -e '.[{extra}]' "
+                       f"(make install EXTRAS={extra})")
 
 
 def registry_entry(env_id: str) -> Any:
@@ -154,8 +159,7 @@ def registry_entry(env_id: str) -> Any:
                 gymnasium.register_envs(importlib.import_module(registers))
     if name not in gymnasium.envs.registry and name.startswith(ROBOTICS_PREFIXES) and \
             importlib.util.find_spec("gymnasium_robotics") is None:
-        raise ConfigError(f"{name} looks like a gymnasium-robotics env, which needs the extra 'robot': "
-                          "pip install -e '.[robot]' (make install EXTRAS=robot)")
+        raise needs_extra(f"{name} looks like a gymnasium-robotics env", "robot")
     if name not in gymnasium.envs.registry:
         hint = f" (is it registered by {module}?)" if module else ""
         raise ConfigError(f"unknown game or env id {env_id!r}{hint}: use a Procgen game, a gymnasium id such as "
