@@ -89,6 +89,22 @@ def test_up_to_four_seeds_show_their_range_and_no_winner(tmp_path, n):
     assert f"{n}, range" in console and "| range of seeds |" in markdown and "band: range of seeds" in markdown
 
 
+def test_the_success_rate_is_a_figure_across_seeds_where_the_env_reports_it(tmp_path):
+    """A label whose runs report success gets its success rate across seeds (issue 38, point 6); a comparison where
+    no run reports one shows no such column."""
+    for seed, rate in enumerate([0.5, 0.7, 0.9], 1):
+        write_run(tmp_path / "lift" / f"seed_{seed}", seed=seed, final_metrics={"success_rate": rate})
+    _seed_runs(tmp_path / "plain", [30, 31, 32])
+    cmp = compare(load_groups([("lift", [tmp_path / "lift"]), ("plain", [tmp_path / "plain"])]))
+    lift, plain = cmp.group_stats
+    assert lift.success_rate.values == (0.5, 0.7, 0.9) and lift.success_rate.mean == pytest.approx(0.7)
+    assert plain.success_rate is None
+    markdown = render_markdown(cmp)
+    assert "| success rate: mean |" in markdown and "| 0.7 | 0.7 | [0.5, 0.9] |" in markdown
+    without = compare(load_groups([("plain", [tmp_path / "plain"]), ("other", [_seed_runs(tmp_path / "o", [1, 2])])]))
+    assert "success rate" not in render_markdown(without) + console_summary(without, [])
+
+
 def test_compare_reads_seeds_from_a_parent_directory(tmp_path, capsys):
     a = _seed_runs(tmp_path / "a", [40, 41, 42])
     b = _seed_runs(tmp_path / "b", [30, 31, 32])

@@ -105,9 +105,11 @@ def check_distinct_seeds(groups: Sequence[RunGroup]) -> None:
             seen[seed] = run.path
 
 
-FIGURES = ("final_return", "return_at_equal_steps", "return_at_equal_time", "sps")
+FIGURES = ("final_return", "return_at_equal_steps", "return_at_equal_time", "sps", "success_rate")
 FIGURE_NAMES = {"final_return": "final return", "return_at_equal_steps": "return @ {steps} steps",
-                "return_at_equal_time": "return @ {time}", "sps": "SPS"}
+                "return_at_equal_time": "return @ {time}", "sps": "SPS", "success_rate": "success rate"}
+OPTIONAL_FIGURES = ("success_rate",)
+"""Figures shown only where some label has them (an env that reports success)."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,8 @@ class GroupStats:
     return_at_equal_steps: Estimate | None
     return_at_equal_time: Estimate | None
     sps: Estimate | None
+    success_rate: Estimate | None
+    """The success rate of each seed's last episodes (summary.json's final_metrics)."""
 
     @property
     def interval(self) -> str:
@@ -141,7 +145,13 @@ def group_stats(groups: Sequence[RunGroup], equal_steps: float, equal_time: floa
         return_at_equal_steps=Estimate.of([return_at_step(r, equal_steps) for r in g.runs]),
         return_at_equal_time=Estimate.of([return_at(r, equal_time) for r in g.runs]),
         sps=Estimate.of([r.steady_sps for r in g.runs]),
+        success_rate=Estimate.of([r.summary.final_metrics.get("success_rate") for r in g.runs]),
     ) for g in groups]
+
+
+def shown_figures(stats: Sequence[GroupStats]) -> list[str]:
+    """FIGURES, less the optional ones that no label has."""
+    return [f for f in FIGURES if f not in OPTIONAL_FIGURES or any(getattr(s, f) is not None for s in stats)]
 
 
 def differences(stats: Sequence[GroupStats], figure: str, name: str) -> list[str]:

@@ -151,12 +151,12 @@ def seed_table(cmp: Comparison) -> Table:
     kinds = {g.interval for g in cmp.group_stats}
     word = f"{seeds.LEVEL:.0%} CI" if kinds == {seeds.CI} else "range" if kinds == {seeds.RANGE} else "interval"
     header = ["label", "seeds", "interval"]
-    for figure in seeds.FIGURES:
+    for figure in seeds.shown_figures(cmp.group_stats):
         header += [f"{names[figure]}: mean", "IQM", word]
     rows = []
     for g in cmp.group_stats:
         row = [g.label, str(g.seeds), g.interval]
-        for figure in seeds.FIGURES:
+        for figure in seeds.shown_figures(cmp.group_stats):
             est = getattr(g, figure)
             row += ["-", "-", "-"] if est is None else [
                 seeds.num(est.mean), seeds.num(est.iqm), f"[{seeds.num(est.low)}, {seeds.num(est.high)}]"]
@@ -171,16 +171,18 @@ SEED_CELLS = (f"mean [{seeds.RANGE}] up to {seeds.MIN_CI_SEEDS - 1} seeds, IQM [
 def console_seed_table(cmp: Comparison) -> Table:
     """`seed_table` in brief: one cell per figure, `seeds.short` (see `SEED_CELLS`)."""
     names = seed_figure_names(cmp)
+    shown = seeds.shown_figures(cmp.group_stats)
     rows = [[g.label, f"{g.seeds}, {'range' if g.interval == seeds.RANGE else f'{seeds.LEVEL:.0%} CI'}",
-             *(seeds.short(getattr(g, f)) for f in seeds.FIGURES)] for g in cmp.group_stats]
-    return Table(["label", "seeds", *(names[f] for f in seeds.FIGURES)], rows, left=2)
+             *(seeds.short(getattr(g, f)) for f in shown)] for g in cmp.group_stats]
+    return Table(["label", "seeds", *(names[f] for f in shown)], rows, left=2)
 
 
 def seed_verdict(cmp: Comparison) -> list[str]:
     """Per figure, the best label against each other one (`seeds.differences`): a difference is named only between
     labels of 5 seeds or more whose 95% intervals do not overlap."""
     names = seed_figure_names(cmp)
-    lines = [line for figure in seeds.FIGURES for line in seeds.differences(cmp.group_stats, figure, names[figure])]
+    lines = [line for figure in seeds.shown_figures(cmp.group_stats)
+             for line in seeds.differences(cmp.group_stats, figure, names[figure])]
     return lines or ["Too few labels with the figures to compare across seeds."]
 
 
@@ -251,7 +253,8 @@ def console_summary(cmp: Comparison, written: Sequence[Path]) -> str:
     brief, gone = for_console(table(cmp))
     lines = [brief.text(), *([f"(also in comparison.md: {', '.join(gone)})"] if gone else []), ""]
     if cmp.has_seeds:
-        across, _ = for_console(console_seed_table(cmp), (), [seed_figure_names(cmp)[f] for f in seeds.FIGURES[2:]])
+        droppable = [seed_figure_names(cmp)[f] for f in seeds.shown_figures(cmp.group_stats)[2:]]
+        across, _ = for_console(console_seed_table(cmp), (), droppable)
         lines += [f"Across seeds ({SEED_CELLS}):", across.text(), ""]
     lines += [*(f"  {line}" for line in verdict(cmp)), *(f"  warning: {line}" for line in cmp.warnings)]
     if written:
