@@ -123,4 +123,4 @@ def make_batch_env(cfg: EnvConfig, seed: int, first_env: int, num_envs: int, thr
         return family.maker()(cfg, seeds, threads, render)
     from parallel_ppo.core.gym_envs import GymnasiumBatchEnv
 
-    return GymnasiumBatchEnv(cfg, seeds, family.maker(), render)
+    return GymnasiumBatchEnv(cfg, seeds, render)

@@ -300,11 +300,11 @@ class GymnasiumBatchEnv:
     """Gymnasium envs in a `SyncVectorEnv` that resets finished envs in the same step; continuous actions are
     clipped to the space's bounds here, at the env."""
 
-    def __init__(self, cfg: EnvConfig, seeds: list[int], make: Any, render: bool = False) -> None:
-        """`make(cfg, options, render, clock)` builds one env as its family does (`core.env_families`)."""
+    def __init__(self, cfg: EnvConfig, seeds: list[int], render: bool = False) -> None:
+        """One env per seed, each built by its family's maker (`core.env_families`)."""
         self._seeds, self._id = seeds, cfg.id
         family = check_family(cfg)
-        options = options_of(cfg, family)
+        options, make = options_of(cfg, family), family.maker()
         self._clock = RenderClock()
 
         def make_one() -> Any:
