@@ -96,6 +96,23 @@ def test_the_multi_input_network_is_its_parts_joined_as_written():
     assert top.shape == (3, 2 * 1 * 1) and wrist.shape == (3, 2 * 2 * 2)
 
 
+def test_model_kind_nature_reads_each_image_key_with_the_nature_cnn():
+    """`nature` swaps each image key's CNN for the Nature DQN's convolutions (as SB3's MultiInputPolicy reads
+    images); the rest of the network is the same, and frames under 36×36 are refused."""
+    layout = DictLayout.of({"wrist": ((44, 40, 3), True), "joints": ((3,), False)})
+    cfg = Config().model
+    cfg.kind, cfg.hidden_size, cfg.mlp_hidden = "nature", 6, [5]
+    net = build_model((layout.nbytes,), ActionSpace(3), cfg, obs_clip=None, layout=layout)
+    convs = [m for m in net.cnns[0] if isinstance(m, torch.nn.Conv2d)]
+    assert [(c.kernel_size, c.stride, c.out_channels) for c in convs] == [((8, 8), (4, 4), 32), ((4, 4), (2, 2), 64),
+                                                                          ((3, 3), (1, 1), 64)]
+    frames = torch.zeros(2, 44, 40, 3, dtype=torch.uint8)
+    assert image_features(net.cnns[0], frames).shape == (2, 64 * 2 * 1)  # (44 − 36) // 8 + 1 by (40 − 36) // 8 + 1
+    assert net.dense.in_features == 64 * 2 * 1 + 5
+    with pytest.raises(ConfigError, match="at least 36×36"):
+        build_model((LAYOUT.nbytes,), ActionSpace(3), cfg, layout=LAYOUT)
+
+
 def test_a_dict_of_vectors_is_the_mlp_over_its_keys_side_by_side():
     """Without an image key (Fetch's goals, robosuite's state), `auto` and `mlp` are the MLP's separate towers over
     the vector keys in layout order, normalized and clipped first."""
@@ -220,8 +237,7 @@ def test_each_ended_episode_says_whether_it_succeeded_where_the_env_reports_it()
 
 
 @pytest.mark.parametrize("sets, words", [
-    (["model.kind=nature"], "takes one observation; this env observes a dict"),
-    (["model.kind=mlp"], "takes one observation; this env observes a dict .*: use model.kind auto$"),
+    (["model.kind=mlp"], "cannot read this env's dict observation .*: use model.kind auto or impala or nature$"),
 ])
 def test_networks_that_cannot_read_a_dict_are_refused(sets, words):
     from parallel_ppo.core.configure import build_config

@@ -120,8 +120,10 @@ class ModelConfig:
     kind: str = setting("auto", choices=("auto", "impala", "nature", "mlp", "random"), resume=True)
     """Network: `impala` (image observations), `nature` (the Nature DQN CNN, as the Atari references use), `mlp`
     (vector observations), `auto` to pick by shape (impala for images), or `random` (uniform actions, no network:
-    for measuring raw env throughput). Every network has a categorical head for discrete actions and a diagonal
-    Gaussian with a state-independent log-std for continuous ones."""
+    for measuring raw env throughput). A dict observation's image keys are read by the IMPALA CNN (`auto`,
+    `impala`) or the Nature CNN (`nature`, as Stable-Baselines3's MultiInputPolicy does). Every network has a
+    categorical head for discrete actions and a diagonal Gaussian with a state-independent log-std for continuous
+    ones."""
     impala_depths: list[int] = setting([16, 32, 32], widths=True, resume=True)
     """Channels of the IMPALA CNN's three stages."""
     hidden_size: int = setting(256, positive=True, maximum=65536, resume=True)

@@ -166,28 +166,37 @@ class ImpalaActorCritic(nn.Module):
         return policy_output(self.actor(x), self.log_std), self.critic(x).squeeze(-1)
 
 
+def nature_stages(frame: tuple[int, ...], init: Callable[[nn.Module], nn.Module] = _init
+                  ) -> tuple[nn.Sequential, int]:
+    """The Nature DQN CNN's convolutions (Mnih et al. 2015) over (H, W, C) frames, and the size of their flattened
+    output; ConfigError for frames smaller than the 36×36 they shrink by."""
+    h, w, c = frame
+    if min(h, w) < 36:
+        raise ConfigError(f"the Nature CNN needs frames of at least 36×36 (its convolutions shrink them by 36); "
+                          f"this env has {h}×{w}")
+    convs = nn.Sequential(init(nn.Conv2d(c, 32, 8, stride=4)), nn.ReLU(), init(nn.Conv2d(32, 64, 4, stride=2)),
+                          nn.ReLU(), init(nn.Conv2d(64, 64, 3, stride=1)))
+    return convs, 64 * ((h - 36) // 8 + 1) * ((w - 36) // 8 + 1)
+
+
+CNN_STAGES = {"impala": lambda frame, cfg, init: impala_stages(frame, cfg.impala_depths, init),
+              "nature": lambda frame, cfg, init: nature_stages(frame, init)}
+"""The CNNs an image (or a dict's image key) is read by: `model.kind` → (stages, flattened size) of a frame."""
+
+
 class NatureActorCritic(nn.Module):
-    """The Nature DQN CNN (Mnih et al. 2015) as CleanRL's ppo_atari uses it, over uint8 HWC frame stacks."""
+    """The Nature DQN CNN as CleanRL's ppo_atari uses it, over uint8 HWC frame stacks."""
 
     def __init__(self, obs_shape: tuple[int, ...], actions: ActionSpace, cfg: ModelConfig) -> None:
         super().__init__()
-        h, w, c = obs_shape
-        self.convs = nn.Sequential(
-            _init(nn.Conv2d(c, 32, 8, stride=4)), nn.ReLU(), _init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-            _init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten())
-        if min(h, w) < 36:
-            raise ConfigError(f"model.kind nature needs frames of at least 36×36 (its convolutions shrink them by 36); "
-                              f"this env has {h}×{w}")
-        with torch.no_grad():
-            flat = self.convs(torch.zeros(1, c, h, w)).shape[1]
+        self.convs, flat = nature_stages(obs_shape)
         self.dense = _init(nn.Linear(flat, cfg.hidden_size))
         self.actor = _init(nn.Linear(cfg.hidden_size, actions.n), gain=0.01)
         self.log_std = log_std_for(actions)
         self.critic = _init(nn.Linear(cfg.hidden_size, 1), gain=1.0)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = obs.permute(0, 3, 1, 2).float().mul_(1.0 / 255.0)
-        x = torch.relu(self.dense(self.convs(x)))
+        x = torch.relu(self.dense(image_features(self.convs, obs)))
         return policy_output(self.actor(x), self.log_std), self.critic(x).squeeze(-1)
 
 
@@ -248,18 +257,19 @@ class DictNetwork(nn.Module):
 
 
 class MultiInputActorCritic(DictNetwork):
-    """The network of a dict observation: the IMPALA CNN's stages over each image key, the vector keys side by
-    side through a tanh MLP (normalized first, with `obs_clip`), and one dense layer over all their features for the
-    policy and value heads, as Stable-Baselines3's MultiInputPolicy joins its extractors."""
+    """The network of a dict observation: a CNN over each image key (the IMPALA CNN's stages, or the Nature CNN's
+    with `cnn` nature), the vector keys side by side through a tanh MLP (normalized first, with `obs_clip`), and one
+    dense layer over all their features for the policy and value heads, as Stable-Baselines3's MultiInputPolicy
+    joins its extractors."""
 
     def __init__(self, layout: DictLayout, actions: ActionSpace, cfg: ModelConfig,
-                 obs_clip: float | None = None) -> None:
+                 obs_clip: float | None = None, cnn: str = "impala") -> None:
         super().__init__(layout, obs_clip)
         init = _torch_default if cfg.init == "reference" else _init  # see ModelConfig.init
         self.cnns = nn.ModuleList()
         width = 0
         for part in layout.images:
-            stages, flat = impala_stages(part.shape, cfg.impala_depths, init)
+            stages, flat = CNN_STAGES[cnn](part.shape, cfg, init)
             self.cnns.append(stages)
             width += flat
         layers, size = tanh_layers(layout.vector_size, cfg.mlp_hidden if layout.vector_size else [])
@@ -327,20 +337,21 @@ IMAGE_NETWORKS = {"impala": ImpalaActorCritic, "nature": NatureActorCritic}
 def build_model(obs_shape: tuple[int, ...], actions: ActionSpace | int, cfg: ModelConfig,
                 obs_clip: float | None = None, layout: DictLayout | None = None) -> nn.Module:
     """Pick the network by `cfg.kind` (or by the observation when `auto`: for a dict observation's `layout` the
-    multi-input network, or the MLP over its vector keys where it has no image, the IMPALA CNN for images, else the
-    MLP); an int `actions` means that many discrete
+    multi-input network with the IMPALA CNN, or the MLP over its vector keys where it has no image, the IMPALA CNN
+    for images, else the MLP; `impala` or `nature` picks a dict's CNN); an int `actions` means that many discrete
     actions. With `obs_clip`, observations (a dict's vector keys) are normalized inside it."""
     actions = as_action_space(actions)
     kind = cfg.kind
     if layout is not None:
-        vectors_only = not layout.images
-        if kind not in ("auto", "random", *(("mlp",) if vectors_only else ())):
-            raise ConfigError(f"model.kind {kind} takes one observation; this env observes a dict "
-                              f"({', '.join(p.key for p in layout.parts)}): use model.kind auto"
-                              + (" or mlp" if vectors_only else ""))
+        readers = ("mlp",) if not layout.images else tuple(CNN_STAGES)
+        if kind not in ("auto", "random", *readers):
+            raise ConfigError(f"model.kind {kind} cannot read this env's dict observation "
+                              f"({', '.join(p.key for p in layout.parts)}): use model.kind auto or "
+                              f"{' or '.join(readers)}")
+        if kind != "random" and not layout.images:
+            return DictVectors(layout, actions, cfg, obs_clip)
         if kind != "random":
-            network_of = DictVectors if vectors_only else MultiInputActorCritic
-            return network_of(layout, actions, cfg, obs_clip)
+            return MultiInputActorCritic(layout, actions, cfg, obs_clip, "impala" if kind == "auto" else kind)
     if kind == "auto":
         kind = "impala" if len(obs_shape) == 3 else "mlp"
     if kind in IMAGE_NETWORKS:
