@@ -1,12 +1,15 @@
 """What a MuJoCo pixel env costs a step on this CPU: physics alone, and physics + an 84×84 frame with the default
 renderer and with `env.fast_render`, each in its own process, interleaved over rounds. A gymnasium MuJoCo env
-renders its scene; a robosuite task (`--env robosuite/Lift`) renders the camera `--camera`.
+renders its scene; a robosuite task (`--env robosuite/Lift`) renders the camera `--camera`; Genesis's
+`genesis/FrankaLift` (the extra `genesis`) its wrist camera, with Genesis's one renderer (no fast settings), and the
+seconds each process took to build its scene are kept too.
 
     .venv/bin/python scripts/render_cost.py [--env HalfCheetah-v5] [--steps 200] [--rounds 3] [--output FILE]
     .venv/bin/python scripts/render_cost.py --env robosuite/Lift --camera robot0_eye_in_hand --output FILE
+    .venv/bin/python scripts/render_cost.py --env genesis/FrankaLift --output FILE
 
 Prints milliseconds per step (the median over rounds) and writes `docs/results/<machine>/render_cost.json`
-(`render_cost_robosuite.json` for a robosuite task), an
+(`render_cost_<family>.json` for a robosuite or Genesis task), an
 evidence file for the docs (machine, date, commit, command, figures and a table). A measurement: nothing else should
 run meanwhile.
 """
@@ -29,22 +32,29 @@ sys.path.insert(0, str(ROOT))
 SETTINGS = {"physics": "physics alone (no frame)",
             "default": "the default renderer (multisampling, shadows, reflections, skybox)",
             "fast": "`env.fast_render` (the default here): those off"}
+GENESIS_SETTINGS = {"physics": "physics and inverse kinematics alone (no frame)",
+                    "camera": "with the 84×84 wrist camera's frame"}
 
 
-def time_setting(env_id: str, setting: str, steps: int, camera: str) -> float:
-    """Milliseconds per env step of `setting`, after 20 steps of warm-up, in this process."""
+def time_setting(env_id: str, setting: str, steps: int, camera: str) -> tuple[float, float]:
+    """Milliseconds per env step of `setting`, after 20 steps of warm-up, and the seconds the env took to build, in
+    this process."""
     from parallel_ppo.core.config import EnvConfig
-    from parallel_ppo.core.env_families import ROBOSUITE, check_family, family_of, options_of
+    from parallel_ppo.core.env_families import GENESIS, ROBOSUITE, check_family, family_of, options_of
     from parallel_ppo.core.gym_envs import RenderClock
 
     family = family_of(env_id)
     if family is ROBOSUITE:
         cfg = EnvConfig(id=env_id, options=[] if setting == "physics" else [f"cameras={camera}"],
                         fast_render=setting == "fast")
+    elif family is GENESIS:
+        cfg = EnvConfig(id=env_id, options=[f"wrist_camera={setting == 'camera'}"])
     else:
         cfg = EnvConfig(id=env_id, pixels=setting != "physics", fast_render=setting == "fast")
     check_family(cfg)
+    built = time.perf_counter()
     env = family.maker()(cfg, options_of(cfg, family), False, RenderClock())
+    built = time.perf_counter() - built
     env.reset(seed=0)
     for i in range(steps + 20):
         if i == 20:
@@ -54,7 +64,7 @@ def time_setting(env_id: str, setting: str, steps: int, camera: str) -> float:
             env.reset()
     seconds = time.perf_counter() - start
     env.close()
-    return 1000 * seconds / steps
+    return 1000 * seconds / steps, built
 
 
 def positive(text: str) -> int:
@@ -77,9 +87,9 @@ def main() -> int:
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a child process: time one setting, print ms
     args = parser.parse_args()
     if args.one:
-        print(time_setting(args.env, args.one, args.steps, args.camera))
+        print(*time_setting(args.env, args.one, args.steps, args.camera))
         return 0
-    from parallel_ppo.core.env_families import MUJOCO, ROBOSUITE, family_of
+    from parallel_ppo.core.env_families import GENESIS, MUJOCO, ROBOSUITE, family_of
     from parallel_ppo.errors import ConfigError
 
     try:
@@ -87,19 +97,25 @@ def main() -> int:
     except ConfigError as e:
         print(f"render_cost.py: error: {e}", file=sys.stderr)
         return 2
-    if family not in (MUJOCO, ROBOSUITE):
-        print(f"render_cost.py: error: {args.env} is a {family.name} env; this times MuJoCo's and robosuite's "
-              "renderers", file=sys.stderr)
+    if family not in (MUJOCO, ROBOSUITE, GENESIS):
+        print(f"render_cost.py: error: {args.env} is a {family.name} env; this times the renderers of MuJoCo, "
+              "robosuite and Genesis", file=sys.stderr)
         return 2
-    times: dict[str, list[float]] = {s: [] for s in SETTINGS}
+    settings = GENESIS_SETTINGS if family is GENESIS else SETTINGS
+    times: dict[str, list[float]] = {s: [] for s in settings}
+    builds: list[float] = []
     for r in range(args.rounds):
-        for setting in list(SETTINGS)[:: 1 if r % 2 == 0 else -1]:
+        for setting in list(settings)[:: 1 if r % 2 == 0 else -1]:
             out = subprocess.run([sys.executable, __file__, "--one", setting, "--env", args.env, "--steps",
                                   str(args.steps), "--camera", args.camera],
                                  capture_output=True, text=True, check=True).stdout
-            times[setting].append(float(out.split()[-1]))
-            print(f"round {r + 1}: {setting}: {times[setting][-1]:.2f} ms a step", flush=True)
+            ms, built = map(float, out.split()[-2:])
+            times[setting].append(ms)
+            builds.append(built)
+            print(f"round {r + 1}: {setting}: {ms:.2f} ms a step (built in {built:.1f} s)", flush=True)
     median = {s: round(statistics.median(t), 2) for s, t in times.items()}
+    ratio = {"camera_over_physics": round(median["camera"] / median["physics"], 1)} if family is GENESIS else \
+        {"default_over_fast": round(median["default"] / median["fast"], 1)}
     name = "render_cost.json" if family is MUJOCO else f"render_cost_{family.name}.json"
     output = args.output or machine_results_dir(ROOT / "docs" / "results") / name
     evidence = {
@@ -108,11 +124,11 @@ def main() -> int:
         "cpu_kind": fingerprint.cpu_kind(),
         "date": datetime.date.today().isoformat(), "commit": fingerprint.source_commit() or "unknown",
         "command": "scripts/render_cost.py " + " ".join(sys.argv[1:]),
-        "figures": {**{f"{s}_ms": m for s, m in median.items()},
-                    "default_over_fast": round(median["default"] / median["fast"], 1)},
+        "figures": {**{f"{s}_ms": m for s, m in median.items()}, **ratio,
+                    "build_s": [round(min(builds), 1), round(max(builds), 1)]},
         "tables": {"cost": {"columns": ["setting", "ms a step (median)", "rounds"],
-                            "rows": [[SETTINGS[s], median[s], ", ".join(f"{t:.2f}" for t in times[s])]
-                                     for s in SETTINGS]}},
+                            "rows": [[settings[s], median[s], ", ".join(f"{t:.2f}" for t in times[s])]
+                                     for s in settings]}},
     }
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(evidence, indent=1) + "\n")

@@ -48,6 +48,10 @@ def test_each_family_has_its_config_maker_and_settings(family):
     """Its shipped config exists and names an env of this family, its maker imports, its settings are known."""
     assert set(family.settings) <= set(FAMILY_SETTINGS)
     assert callable(family.maker())
+    if family.needs and importlib.util.find_spec(family.needs) is None:  # Genesis's extra, outside dev (gigabytes)
+        with pytest.raises(ConfigError, match=f"needs the extra '{family.extra}'"):
+            build_config(str(ROOT / "config" / family.config), {}, [], parallel=False)
+        return
     cfg = build_config(str(ROOT / "config" / family.config), {}, [], parallel=False)
     assert check_family(cfg.env) is family
 
@@ -79,8 +83,10 @@ def test_the_options_table_in_the_docs_is_the_declared_one():
     from parallel_ppo.core.env_families import options_table
 
     page = (ROOT / "docs" / "envs.md").read_text()
-    between = page.split("<!-- options table: generated from core/env_families.py -->\n")[1].split("\n<!-- /")[0]
-    assert between == options_table(ROBOSUITE)
+    for family in (f for f in FAMILIES if f.options):
+        marker = f"<!-- options table of {family.name}: generated from core/env_families.py -->\n"
+        assert marker in page, f"docs/envs.md has no options table for {family.name}"
+        assert page.split(marker)[1].split("\n<!-- /")[0] == options_table(family)
 
 
 @pytest.mark.parametrize("cfg, words", [
@@ -109,12 +115,12 @@ def test_settings_and_options_a_family_does_not_take_are_refused(cfg, words):
         check_family(cfg)
 
 
-@pytest.mark.parametrize("env_id, missing, words", [
-    ("robosuite/Lift?robot=Panda", "robosuite", "robosuite/Lift is a robosuite env, which needs the extra 'robot'"),
-    ("FetchSlideDense-v4", "gymnasium_robotics", "FetchSlideDense-v4 looks like a gymnasium-robotics env, which needs "
-                                                 "the extra 'robot'"),
+@pytest.mark.parametrize("env_id, missing, extra, what", [
+    ("robosuite/Lift?robot=Panda", "robosuite", "robot", "robosuite/Lift is a robosuite env"),
+    ("FetchSlideDense-v4", "gymnasium_robotics", "robot", "FetchSlideDense-v4 looks like a gymnasium-robotics env"),
+    ("genesis/FrankaLift", "genesis", "genesis", "genesis/FrankaLift is a genesis env"),
 ])
-def test_a_family_whose_extra_is_missing_says_how_to_install_it(monkeypatch, env_id, missing, words):
+def test_a_family_whose_extra_is_missing_says_how_to_install_it(monkeypatch, env_id, missing, extra, what):
     import gymnasium
 
     real = importlib.util.find_spec
@@ -122,7 +128,8 @@ def test_a_family_whose_extra_is_missing_says_how_to_install_it(monkeypatch, env
                         lambda name, *a: None if name == missing else real(name, *a))
     monkeypatch.setattr(gymnasium.envs, "registry", {k: v for k, v in gymnasium.envs.registry.items()
                                                      if not k.startswith("Fetch")})
-    with pytest.raises(ConfigError, match=words + r": pip install -e '\.\[robot\]'"):
+    with pytest.raises(ConfigError, match=rf"^{what}, which needs the extra '{extra}': pip install -e '\.\[{extra}\]' "
+                                          rf"\(make install EXTRAS={extra}\)$"):
         family_of(env_id)
 
 

@@ -95,6 +95,17 @@ ROBOSUITE = Family(  # robosuite's arm tasks (robosuite/Lift?robot=Panda, ...), 
         "horizon": Option(500, "steps an episode lasts: a time limit, so the value is bootstrapped"),
         "control_freq": Option(20, "actions per simulated second"),
     })
+GENESIS = Family(  # Genesis's CPU backend (genesis/FrankaLift: the Genesis devlog's task; the extra `genesis`)
+    "genesis", "genesis_lift.yaml", "parallel_ppo.core.genesis_envs:make_genesis",
+    settings=("frame_size", "frame_stack"), extra="genesis", needs="genesis",
+    options={
+        "wrist_camera": Option(True, "observe the wrist camera as uint8 RGB frames of `env.frame_size`"),
+        "object_state": Option(False, "observe the cube's position and orientation"),
+        "reward": Option("dense", "reach, grasp and lift stages, or `sparse`: 1 once the cube is lifted",
+                         ("dense", "sparse")),
+        "horizon": Option(200, "steps an episode lasts: a time limit, so the value is bootstrapped"),
+        "control_freq": Option(20, "actions per simulated second"),
+    })
 ROBOTICS = Family(  # gymnasium-robotics' tasks (FetchReachDense-v4, ...; the extra `robot`), dict observations
     "gymnasium-robotics", "fetch.yaml", "parallel_ppo.core.gym_envs:make_plain", settings=("frame_stack",))
 GYMNASIUM = Family(  # any other registered id (CartPole-v1, ...), or module:EnvId for one a module of yours registers
@@ -103,8 +114,8 @@ GYMNASIUM = Family(  # any other registered id (CartPole-v1, ...), or module:Env
 ROBOTICS_PREFIXES = ("Fetch", "HandManipulate", "HandReach", "AdroitHand", "PointMaze", "AntMaze", "FrankaKitchen")
 """How gymnasium-robotics' ids begin: one of these, unknown while it is not installed, is taken as one of its."""
 
-FAMILIES = (PROCGEN, ATARI, MUJOCO, ROBOSUITE, ROBOTICS, GYMNASIUM)
-PREFIXED = {"robosuite": ROBOSUITE}
+FAMILIES = (PROCGEN, ATARI, MUJOCO, ROBOSUITE, GENESIS, ROBOTICS, GYMNASIUM)
+PREFIXED = {"robosuite": ROBOSUITE, "genesis": GENESIS}
 """Families whose ids are `<prefix>/<task>`, outside gymnasium's registry."""
 
 
