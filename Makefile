@@ -64,9 +64,13 @@ EXTRAS          ?= dev
 CHECK_SYSTEM    ?= yes
 HOST_PYTHON      = $(if $(wildcard $(PY)),$(PY),$(or $(PYTHON),$(error $(NO_PYTHON))))
 
-install: $(VENV)/.installed
+# One stamp per set of extras: `make install EXTRAS=genesis` installs that extra into a venv made for dev.
+comma := ,
+STAMP  = $(VENV)/.installed-$(subst $(comma),+,$(EXTRAS))
 
-$(VENV)/.installed: pyproject.toml
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
 	$(if $(filter no,$(CHECK_SYSTEM)),,$(HOST_PYTHON) scripts/check_system.py)
 	test -x $(PY) || $(HOST_PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

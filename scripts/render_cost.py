@@ -119,8 +119,9 @@ def main() -> int:
     name = "render_cost.json" if family is MUJOCO else f"render_cost_{family.name}.json"
     output = args.output or machine_results_dir(ROOT / "docs" / "results") / name
     evidence = {
-        "machine": f"{fingerprint.describe_cpu()}, {available_cores()} cores; "
-                   f"MUJOCO_GL={os.environ.get('MUJOCO_GL', 'egl')}",
+        "machine": f"{fingerprint.describe_cpu()}, {available_cores()} cores; " + (
+            f"Genesis over PYOPENGL_PLATFORM={os.environ.get('PYOPENGL_PLATFORM', 'egl')}" if family is GENESIS
+            else f"MUJOCO_GL={os.environ.get('MUJOCO_GL', 'egl')}"),
         "cpu_kind": fingerprint.cpu_kind(),
         "date": datetime.date.today().isoformat(), "commit": fingerprint.source_commit() or "unknown",
         "command": "scripts/render_cost.py " + " ".join(sys.argv[1:]),

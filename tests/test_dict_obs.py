@@ -111,6 +111,9 @@ def test_model_kind_nature_reads_each_image_key_with_the_nature_cnn():
     assert net.dense.in_features == 64 * 2 * 1 + 5
     with pytest.raises(ConfigError, match="at least 36×36"):
         build_model((LAYOUT.nbytes,), ActionSpace(3), cfg, layout=LAYOUT)
+    vectors = DictLayout.of({"joints": ((3,), False)})
+    with pytest.raises(ConfigError, match="cannot read this env's dict observation .*: use model.kind auto or mlp$"):
+        build_model((vectors.nbytes,), ActionSpace(3), cfg, layout=vectors)
 
 
 def test_a_dict_of_vectors_is_the_mlp_over_its_keys_side_by_side():

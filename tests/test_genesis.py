@@ -3,6 +3,8 @@ built, stepped from its wrist camera, seeded, rendered, and its success reported
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 import torch
@@ -11,10 +13,13 @@ from parallel_ppo.core.config import EnvConfig
 from parallel_ppo.core.envs import make_batch_env
 from parallel_ppo.errors import ConfigError
 
-pytest.importorskip("genesis")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("genesis") is None,
+                                reason="the extra 'genesis' is not installed")
 LIFT = "genesis/FrankaLift?horizon=4"
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # a machine's first scene compiles Genesis's kernels
 def test_franka_lift_steps_from_its_wrist_camera_and_reports_success():
     """Proprioception and the wrist camera's frames (uint8, drawn on the CPU, timed as render); the same seed places
     the cube alike, another elsewhere; a 4-step episode ends as a time limit and says the cube was not lifted."""
@@ -32,7 +37,7 @@ def test_franka_lift_steps_from_its_wrist_camera_and_reports_success():
         assert not np.allclose(cubes[0], cubes[1]), "each env's seed places its cube"
         for _ in range(4):
             obs, rewards, dones, cut = env.step(np.zeros((2, 4), np.float32))
-            assert ((rewards > 0) & (rewards < 1)).all(), "a still, open hand above the cube: reaching reward only"
+            assert ((rewards > 0) & (rewards < 1 / 2.25)).all(), "a still, open hand above the cube: reaching only"
         assert dones.tolist() == [True, True] and sorted(cut) == [0, 1], "the horizon is a time limit"
         assert env.successes.tolist() == [0.0, 0.0]
         assert env.render_seconds > 0

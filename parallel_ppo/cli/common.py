@@ -121,7 +121,7 @@ def add_config_flag(p: Any, procgen: str) -> None:
     takes its family's config instead (`default_config`)."""
     p.add_argument("--config", help=f"YAML config file (default: config/{procgen} for a Procgen game, else the "
                                     "shipped config of the env's family: mujoco.yaml, atari.yaml, "
-                                    "robosuite_lift.yaml, fetch.yaml or cartpole.yaml)")
+                                    "robosuite_lift.yaml, genesis_lift.yaml, fetch.yaml or cartpole.yaml)")
 
 
 def default_config(env_id: str | None, procgen: str) -> str:

@@ -58,8 +58,9 @@ class EnvConfig:
     """Procgen game (e.g. `starpilot`), or any gymnasium id with Box or Dict observations (vectors, uint8 HWC
     images) and Discrete or Box actions: classic control (`CartPole-v1`), MuJoCo (`HalfCheetah-v5`), Atari
     (`ALE/Breakout-v5`, with the standard preprocessing), gymnasium-robotics (`FetchReachDense-v4`), robosuite
-    (`robosuite/Lift`, options after `?`), or `module:EnvId` for an env a module of yours registers (the module is
-    imported in every process that builds envs). Each family: `core.env_families`."""
+    (`robosuite/Lift`, options after `?`), Genesis (`genesis/FrankaLift`), or `module:EnvId` for an env a module of
+    yours registers (the module is imported in every process that builds envs). Each family:
+    `core.env_families`."""
     num_envs: int = setting(16, positive=True, maximum=4096, command_line=True, resume=True)
     """Total envs. Sequential: stepped by the one process. Parallel: derived, workers × envs per worker (a
     different value given for it is refused)."""
@@ -76,8 +77,8 @@ class EnvConfig:
     """gymnasium's MuJoCo envs: observe RGB frames rendered on the CPU instead of the state vector. Rendering
     happens in the process that steps the env (workers in parallel mode)."""
     frame_size: int = setting(84, positive=True, maximum=1024, resume=True)
-    """Pixels and robosuite's cameras: width and height of the rendered frames. Atari: of the preprocessed grayscale
-    frames."""
+    """Pixels and the cameras of robosuite and Genesis: width and height of the rendered frames. Atari: of the
+    preprocessed grayscale frames."""
     frame_stack: int = setting(0, non_negative=True, maximum=64, resume=True)
     """Frames stacked along the channels, per image key of a dict (0 = automatic: 4 for Atari, 3 for pixels, else
     1)."""

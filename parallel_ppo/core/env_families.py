@@ -100,9 +100,9 @@ GENESIS = Family(  # Genesis's CPU backend (genesis/FrankaLift: the Genesis devl
     settings=("frame_size", "frame_stack"), extra="genesis", needs="genesis",
     options={
         "wrist_camera": Option(True, "observe the wrist camera as uint8 RGB frames of `env.frame_size`"),
-        "object_state": Option(False, "observe the cube's position and orientation"),
-        "reward": Option("dense", "reach, grasp and lift stages, or `sparse`: 1 once the cube is lifted",
-                         ("dense", "sparse")),
+        "object_state": Option(False, "observe the cube's position, orientation and offset from the fingertips"),
+        "reward": Option("dense", "robosuite Lift's reach, grasp and lift stages, or `sparse`: 1 while the cube is "
+                                  "lifted", ("dense", "sparse")),
         "horizon": Option(200, "steps an episode lasts: a time limit, so the value is bootstrapped"),
         "control_freq": Option(20, "actions per simulated second"),
     })
@@ -175,7 +175,8 @@ def registry_entry(env_id: str) -> Any:
         hint = f" (is it registered by {module}?)" if module else ""
         raise ConfigError(f"unknown game or env id {env_id!r}{hint}: use a Procgen game, a gymnasium id such as "
                           "CartPole-v1, HalfCheetah-v5 or ALE/Breakout-v5, robosuite/Lift or FetchReachDense-v4 "
-                          "(the extra 'robot'), or module:EnvId for your own env")
+                          "(the extra 'robot'), genesis/FrankaLift (the extra 'genesis'), or module:EnvId for your "
+                          "own env")
     return gymnasium.envs.registry[name]
 
 

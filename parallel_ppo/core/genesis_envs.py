@@ -26,7 +26,8 @@ KV = np.array([450, 450, 350, 350, 200, 200, 200, 10, 10])
 FORCE = np.array([87, 87, 87, 87, 12, 12, 12, 100, 100])
 """Position-control gains and force limits of the Panda's 7 joints and 2 fingers (Genesis's grasping tutorial)."""
 CUBE_HALF, LIFTED = 0.02, 0.04
-"""The cube's half side, and how far its bottom must rise off the ground for the task to succeed (m)."""
+"""The cube's half side, and the height its centre must pass for the task to succeed (m): robosuite Lift's test,
+4 cm above the surface the cube rests on (here the ground)."""
 HAND_TO_TIPS = 0.1034
 """From the hand's origin to the middle of the finger pads, along the hand's axis (m)."""
 MOVE, SUBSTEPS = 0.02, 5
@@ -61,9 +62,10 @@ class FrankaLift(gymnasium.Env):
     2 cm along x, y, z (inverse kinematics holds the hand pointing down), and the fourth value closes the fingers
     where positive. Observations: `proprio` (7 joint angles and velocities, 2 finger openings, the fingertips'
     position), `wrist_image` (uint8, `env.frame_size`) unless `wrist_camera` is off, `object` (the cube's position,
-    orientation and offset from the fingertips) with `object_state`. Reward `dense`: 1 − tanh(10 × distance) from
-    the fingertips to the cube, 0.25 more while both fingers grasp it, 1 once it is lifted; `sparse`: 1 once lifted.
-    An episode lasts `horizon` steps (truncated); `is_success` says whether the cube was lifted at any step."""
+    orientation and offset from the fingertips) with `object_state`. Reward `dense`, robosuite Lift's staged one:
+    (1 − tanh(10 × distance) from the fingertips to the cube, + 0.25 while both fingers grasp it) / 2.25 until the
+    cube is lifted, then 1; `sparse`: 1 while lifted. An episode lasts `horizon` steps (truncated); `is_success` says
+    whether the cube was lifted at any step."""
 
     metadata = {"render_modes": ["rgb_array"]}
 
@@ -158,7 +160,7 @@ class FrankaLift(gymnasium.Env):
             self.scene.step()
         self._steps += 1
         obs = self._observe()
-        lifted = _array(self.cube.get_pos())[2] > CUBE_HALF + LIFTED
+        lifted = _array(self.cube.get_pos())[2] > LIFTED
         self._succeeded = self._succeeded or lifted
         if not self.dense:
             reward = float(lifted)
@@ -166,7 +168,7 @@ class FrankaLift(gymnasium.Env):
             reward = 1.0
         else:
             distance = np.linalg.norm(self._tips() - _array(self.cube.get_pos()))
-            reward = 1.0 - np.tanh(10.0 * distance) + (0.25 if self._grasped() else 0.0)
+            reward = (1.0 - np.tanh(10.0 * distance) + (0.25 if self._grasped() else 0.0)) / 2.25
         return obs, float(reward), False, self._steps >= self.horizon, {"is_success": float(self._succeeded)}
 
     def render(self) -> np.ndarray | None:

@@ -20,7 +20,8 @@ from parallel_ppo.core.spaces import ActionSpace, EnvSpaces
 from parallel_ppo.errors import ConfigError
 
 RENDERER_HELP = ("rendering needs OpenGL on the CPU: Mesa's EGL (Debian/Ubuntu: apt install libegl1 libgl1-mesa-dri; "
-                 "the default, MUJOCO_GL=egl) or OSMesa (apt install libosmesa6, then MUJOCO_GL=osmesa)")
+                 "the default, MUJOCO_GL=egl) or OSMesa (apt install libosmesa6, then MUJOCO_GL=osmesa, or "
+                 "PYOPENGL_PLATFORM=osmesa for Genesis)")
 
 
 class FrameStack:
@@ -317,7 +318,8 @@ class GymnasiumBatchEnv:
         except ConfigError:
             raise
         except Exception as e:  # a registered id whose dependencies are missing, a renderer that cannot start
-            help_ = f"; {RENDERER_HELP}" if cfg.pixels or render or options.get("cameras") else ""
+            cameras = options.get("cameras") or options.get("wrist_camera")  # robosuite's, Genesis's
+            help_ = f"; {RENDERER_HELP}" if cfg.pixels or render or cameras else ""
             raise ConfigError(f"cannot create gymnasium env {cfg.id!r}: {type(e).__name__}: {e}{help_}") from None
         packed = _wrapper(self._env.envs[0], PackedDict)
         self.layout = packed.layout if packed is not None else None
