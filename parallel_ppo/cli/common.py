@@ -119,9 +119,11 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 def add_config_flag(p: Any, procgen: str) -> None:
     """`--config` of a benchmark whose default config (`procgen`, in config/) is written for Procgen: another env
     takes its family's config instead (`default_config`)."""
+    from parallel_ppo.core.env_families import FAMILIES, PROCGEN
+
+    shipped = [f.config for f in FAMILIES if f is not PROCGEN]
     p.add_argument("--config", help=f"YAML config file (default: config/{procgen} for a Procgen game, else the "
-                                    "shipped config of the env's family: mujoco.yaml, atari.yaml, "
-                                    "robosuite_lift.yaml, genesis_lift.yaml, fetch.yaml or cartpole.yaml)")
+                                    f"shipped config of the env's family: {', '.join(shipped[:-1])} or {shipped[-1]})")
 
 
 def default_config(env_id: str | None, procgen: str) -> str:
