@@ -130,8 +130,10 @@ class ModelConfig:
     hidden_size: int = setting(256, positive=True, maximum=65536, resume=True)
     """Width of the IMPALA or Nature CNN's dense layer."""
     init: str = setting("reference", choices=("reference", "orthogonal"), resume=True)
-    """IMPALA CNN weights: `reference` (PyTorch's default init for the convolutions and the dense layer,
-    orthogonal heads with gain 0.01 for the actor and 1 for the critic, as CleanRL's ppo_procgen) or
+    """Weights of the IMPALA CNN, and of a dict observation's CNNs (IMPALA or Nature) and dense layer (the Nature
+    CNN over a single image is always orthogonal, as CleanRL's ppo_atari): `reference` (PyTorch's default init for
+    the convolutions and the dense layer, orthogonal heads with gain 0.01 for the actor and 1 for the critic, as
+    CleanRL's ppo_procgen) or
     `orthogonal` (gain √2 on every layer: activations grow from stage to stage on Procgen frames, so the first
     value estimates are large, which value clipping then undoes only `clip_coef` per update)."""
     mlp_hidden: list[int] = setting([64, 64], widths=True, resume=True)
