@@ -27,6 +27,17 @@ def run_train_timed(*args: str, timeout: float = 600) -> subprocess.CompletedPro
                           text=True, timeout=timeout)
 
 
+@pytest.fixture
+def genesis_taken_as_installed(monkeypatch):
+    """`importlib.util.find_spec` finds the module `genesis` (its extra is outside dev): enough for the family checks
+    of a config, which never import it."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: real("json") if name == "genesis"
+                        else real(name, *a))
+
+
 @pytest.fixture(scope="session")
 def train_timed():
     """The `run_train_timed` helper, as a fixture."""

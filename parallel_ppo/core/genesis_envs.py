@@ -71,6 +71,9 @@ class FrankaLift(gymnasium.Env):
 
     def __init__(self, options: dict[str, Any], size: int, clock: RenderClock, render: bool = False) -> None:
         gs = import_genesis()
+        import genesis.utils.geom as geom
+
+        self._geom = geom
         self.size, self.clock = size, clock
         self.horizon, self.dense = options["horizon"], options["reward"] == "dense"
         self.render_mode = "rgb_array" if render else None
@@ -93,11 +96,9 @@ class FrankaLift(gymnasium.Env):
         self.robot.set_dofs_kv(KV)
         self.robot.set_dofs_force_range(-FORCE, FORCE)
         if self.wrist is not None:  # beside the hand, looking past the fingertips: the fingers at the frame's bottom
-            import genesis.utils.geom as gu
-
-            self.wrist.attach(self.hand, gu.pos_lookat_up_to_T(np.array([0.08, 0.0, -0.03]),
-                                                               np.array([0.0, 0.0, HAND_TO_TIPS + 0.10]),
-                                                               np.array([1.0, 0.0, 0.0])))
+            self.wrist.attach(self.hand, geom.pos_lookat_up_to_T(np.array([0.08, 0.0, -0.03]),
+                                                                 np.array([0.0, 0.0, HAND_TO_TIPS + 0.10]),
+                                                                 np.array([1.0, 0.0, 0.0])))
         box = gymnasium.spaces.Box
         spaces = {"proprio": box(-np.inf, np.inf, (19,), np.float32)}
         if self.wrist is not None:
@@ -112,29 +113,27 @@ class FrankaLift(gymnasium.Env):
 
     def _tips(self) -> np.ndarray:
         """The point between the finger pads."""
-        import genesis.utils.geom as gu
+        return _array(self.hand.get_pos()) + self._geom.quat_to_R(_array(self.hand.get_quat()))[:, 2] * HAND_TO_TIPS
 
-        return _array(self.hand.get_pos()) + gu.quat_to_R(_array(self.hand.get_quat()))[:, 2] * HAND_TO_TIPS
-
-    def _observe(self) -> dict[str, np.ndarray]:
-        q, dq, tips = _array(self.robot.get_dofs_position()), _array(self.robot.get_dofs_velocity()), self._tips()
+    def _observe(self, tips: np.ndarray, cube: np.ndarray) -> dict[str, np.ndarray]:
+        """The observation, given the fingertips' point (`_tips`) and the cube's position now."""
+        q, dq = _array(self.robot.get_dofs_position()), _array(self.robot.get_dofs_velocity())
         out = {"proprio": np.concatenate([q[:7], dq[:7], q[7:9], tips]).astype(np.float32)}
         if self.wrist is not None:  # forced: after a reset no step has moved the camera to the hand yet
             out["wrist_image"] = np.ascontiguousarray(
                 self.clock.time(self.wrist.render, rgb=True, force_render=True)[0], dtype=np.uint8)
         if self.object_state:
-            cube = _array(self.cube.get_pos())
             out["object"] = np.concatenate([cube, _array(self.cube.get_quat()), cube - tips]).astype(np.float32)
         return out
 
-    def _grasped(self) -> bool:
-        """Both fingers touch the cube, and it lies between them."""
+    def _grasped(self, cube: np.ndarray) -> bool:
+        """Both fingers touch the cube (at `cube`), and it lies between them."""
         contacts = self.robot.get_contacts(with_entity=self.cube)
         touched = set(_array(contacts["link_a"]).astype(int)) | set(_array(contacts["link_b"]).astype(int))
         if not {f.idx for f in self.fingers} <= touched:
             return False
         middle = (_array(self.fingers[0].get_pos()) + _array(self.fingers[1].get_pos())) / 2
-        return bool(np.linalg.norm(_array(self.cube.get_pos())[:2] - middle[:2]) < 0.03)
+        return bool(np.linalg.norm(cube[:2] - middle[:2]) < 0.03)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         super().reset(seed=seed)
@@ -145,7 +144,7 @@ class FrankaLift(gymnasium.Env):
         self.cube.set_quat(np.array([1.0, 0.0, 0.0, 0.0]), zero_velocity=True)
         self._joints, self._target = HOME.copy(), _array(self.hand.get_pos())
         self._steps, self._succeeded = 0, False
-        return self._observe(), {}
+        return self._observe(self._tips(), _array(self.cube.get_pos())), {}
 
     def step(self, action: np.ndarray) -> tuple[dict, float, bool, bool, dict]:
         action = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
@@ -159,16 +158,17 @@ class FrankaLift(gymnasium.Env):
         for _ in range(SUBSTEPS):
             self.scene.step()
         self._steps += 1
-        obs = self._observe()
-        lifted = _array(self.cube.get_pos())[2] > LIFTED
+        tips, cube = self._tips(), _array(self.cube.get_pos())
+        obs = self._observe(tips, cube)
+        lifted = cube[2] > LIFTED
         self._succeeded = self._succeeded or lifted
         if not self.dense:
             reward = float(lifted)
         elif lifted:
             reward = 1.0
         else:
-            distance = np.linalg.norm(self._tips() - _array(self.cube.get_pos()))
-            reward = (1.0 - np.tanh(10.0 * distance) + (0.25 if self._grasped() else 0.0)) / 2.25
+            distance = np.linalg.norm(tips - cube)
+            reward = (1.0 - np.tanh(10.0 * distance) + (0.25 if self._grasped(cube) else 0.0)) / 2.25
         return obs, float(reward), False, self._steps >= self.horizon, {"is_success": float(self._succeeded)}
 
     def render(self) -> np.ndarray | None:

@@ -151,12 +151,13 @@ def seed_table(cmp: Comparison) -> Table:
     kinds = {g.interval for g in cmp.group_stats}
     word = f"{seeds.LEVEL:.0%} CI" if kinds == {seeds.CI} else "range" if kinds == {seeds.RANGE} else "interval"
     header = ["label", "seeds", "interval"]
-    for figure in seeds.shown_figures(cmp.group_stats):
+    shown = seeds.shown_figures(cmp.group_stats)
+    for figure in shown:
         header += [f"{names[figure]}: mean", "IQM", word]
     rows = []
     for g in cmp.group_stats:
         row = [g.label, str(g.seeds), g.interval]
-        for figure in seeds.shown_figures(cmp.group_stats):
+        for figure in shown:
             est = getattr(g, figure)
             row += ["-", "-", "-"] if est is None else [
                 seeds.num(est.mean), seeds.num(est.iqm), f"[{seeds.num(est.low)}, {seeds.num(est.high)}]"]
