@@ -140,6 +140,23 @@ def test_what_robosuite_does_not_have_is_refused_by_name(env_id, words):
         make_batch_env(EnvConfig(id=env_id), 0, 0, 1, 1)
 
 
+def _maker_that_cannot_start(cfg, options, render, clock):
+    raise RuntimeError("no OpenGL context")
+
+
+@pytest.mark.parametrize("query, hint", [("?eye=true", True), ("?eye=false", False)])
+def test_a_build_error_names_the_renderer_only_where_a_camera_option_draws_frames(monkeypatch, query, hint):
+    from parallel_ppo.core import gym_envs
+
+    family = env_families.Family("cams", "cartpole.yaml", f"{__name__}:_maker_that_cannot_start",
+                                 options={"eye": env_families.Option(False, "a camera", camera=True)})
+    monkeypatch.setattr(gym_envs, "check_family", lambda cfg: family)
+    monkeypatch.setattr(env_families, "family_of", lambda env_id: family)
+    with pytest.raises(ConfigError, match="RuntimeError: no OpenGL context") as refused:
+        gym_envs.GymnasiumBatchEnv(EnvConfig(id="cams/Task" + query), [0])
+    assert (gym_envs.RENDERER_HELP in str(refused.value)) is hint
+
+
 def camera(layout, rows: np.ndarray) -> np.ndarray:
     """The wrist camera's frames in packed observation rows."""
     return layout.unpack(torch.from_numpy(rows))[0]["robot0_eye_in_hand_image"].numpy()

@@ -26,6 +26,8 @@ class Option:
     default: str | int | bool
     doc: str
     choices: tuple[str, ...] = ()
+    camera: bool = False
+    """Whether a value that is set (not empty, not off) makes the env draw frames: it needs OpenGL."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ ROBOSUITE = Family(  # robosuite's arm tasks (robosuite/Lift?robot=Panda, ...), 
     options={
         "robot": Option("Panda", "the arm (`Sawyer`, `IIWA`, `Jaco`, `Kinova3`, `UR5e`, ...)"),
         "cameras": Option("", "cameras observed as uint8 RGB frames of `env.frame_size`, `+` between names "
-                              "(`robot0_eye_in_hand`, `agentview`, `frontview`, ...)"),
+                              "(`robot0_eye_in_hand`, `agentview`, `frontview`, ...)", camera=True),
         "object_state": Option(True, "observe the objects' state; off, the cameras must show them"),
         "reward": Option("dense", "robosuite's staged reward, or `sparse`: 1 on success", ("dense", "sparse")),
         "horizon": Option(500, "steps an episode lasts: a time limit, so the value is bootstrapped"),
@@ -99,7 +101,7 @@ GENESIS = Family(  # Genesis's CPU backend (genesis/FrankaLift: the Genesis devl
     "genesis", "genesis_lift.yaml", "parallel_ppo.core.genesis_envs:make_genesis",
     settings=("frame_size", "frame_stack"), extra="genesis", needs="genesis",
     options={
-        "wrist_camera": Option(True, "observe the wrist camera as uint8 RGB frames of `env.frame_size`"),
+        "wrist_camera": Option(True, "observe the wrist camera as uint8 RGB frames of `env.frame_size`", camera=True),
         "object_state": Option(False, "observe the cube's position, orientation and offset from the fingertips"),
         "reward": Option("dense", "robosuite Lift's reach, grasp and lift stages, or `sparse`: 1 while the cube is "
                                   "lifted", ("dense", "sparse")),

@@ -318,7 +318,7 @@ class GymnasiumBatchEnv:
         except ConfigError:
             raise
         except Exception as e:  # a registered id whose dependencies are missing, a renderer that cannot start
-            cameras = options.get("cameras") or options.get("wrist_camera")  # robosuite's, Genesis's
+            cameras = any(options[name] for name, option in family.options.items() if option.camera)
             help_ = f"; {RENDERER_HELP}" if cfg.pixels or render or cameras else ""
             raise ConfigError(f"cannot create gymnasium env {cfg.id!r}: {type(e).__name__}: {e}{help_}") from None
         packed = _wrapper(self._env.envs[0], PackedDict)
