@@ -64,7 +64,8 @@ EXTRAS          ?= dev
 CHECK_SYSTEM    ?= yes
 HOST_PYTHON      = $(if $(wildcard $(PY)),$(PY),$(or $(PYTHON),$(error $(NO_PYTHON))))
 
-# One stamp per set of extras: `make install EXTRAS=genesis` installs that extra into a venv made for dev.
+# One stamp per set of extras: `make install EXTRAS=genesis` adds that extra to an existing venv (the targets that
+# need dev install it themselves).
 comma := ,
 STAMP  = $(VENV)/.installed-$(subst $(comma),+,$(EXTRAS))
 

@@ -48,7 +48,7 @@ def time_setting(env_id: str, setting: str, steps: int, camera: str) -> tuple[fl
         cfg = EnvConfig(id=env_id, options=[] if setting == "physics" else [f"cameras={camera}"],
                         fast_render=setting == "fast")
     elif family is GENESIS:
-        cfg = EnvConfig(id=env_id, options=[f"wrist_camera={setting == 'camera'}"])
+        cfg = EnvConfig(id=env_id, options=[f"wrist_camera={setting == 'camera'}", "object_state=true"])
     else:
         cfg = EnvConfig(id=env_id, pixels=setting != "physics", fast_render=setting == "fast")
     check_family(cfg)

@@ -18,6 +18,7 @@ from parallel_ppo.core.env_families import (
     ATARI,
     FAMILIES,
     FAMILY_SETTINGS,
+    GENESIS,
     GYMNASIUM,
     MUJOCO,
     PROCGEN,
@@ -104,10 +105,12 @@ def test_the_options_table_in_the_docs_is_the_declared_one():
                                                       "gymnasium-robotics env"),
     (EnvConfig(id="HalfCheetah-v5", num_levels=10), "applies to procgen envs"),
     (EnvConfig(id="starpilot", frame_stack=2), "starpilot is a procgen env"),
+    (EnvConfig(id="robosuite/Lift?object_state=false"), "cameras and object_state are all off, so nothing observed"),
+    (EnvConfig(id="genesis/FrankaLift", options=["wrist_camera=false"]), "wrist_camera and object_state are all off"),
 ], ids=["twice", "unknown", "not-int", "not-positive", "not-bool", "not-a-choice", "no-value", "no-options",
         "query-without-options", "procgen-query", "empty-query",
-        "robosuite-lives", "fetch-pixels", "mujoco-levels", "procgen-stack"])
-def test_settings_and_options_a_family_does_not_take_are_refused(cfg, words):
+        "robosuite-lives", "fetch-pixels", "mujoco-levels", "procgen-stack", "robosuite-blind", "genesis-blind"])
+def test_settings_and_options_a_family_does_not_take_are_refused(cfg, words, genesis_taken_as_installed):
     with pytest.raises(ConfigError, match=words):
         check_family(cfg)
 
@@ -140,6 +143,12 @@ def test_what_robosuite_does_not_have_is_refused_by_name(env_id, words):
         make_batch_env(EnvConfig(id=env_id), 0, 0, 1, 1)
 
 
+def test_what_genesis_does_not_have_is_refused_by_name(genesis_taken_as_installed):
+    assert family_of("genesis/FrankaLift?wrist_camera=false") is GENESIS
+    with pytest.raises(ConfigError, match=r"^genesis has no task 'Stack' here \(its tasks: FrankaLift\)$"):
+        make_batch_env(EnvConfig(id="genesis/Stack"), 0, 0, 1, 1)
+
+
 def _maker_that_cannot_start(cfg, options, render, clock):
     raise RuntimeError("no OpenGL context")
 
@@ -151,7 +160,6 @@ def test_a_build_error_names_the_renderer_only_where_a_camera_option_draws_frame
     family = env_families.Family("cams", "cartpole.yaml", f"{__name__}:_maker_that_cannot_start",
                                  options={"eye": env_families.Option(False, "a camera", camera=True)})
     monkeypatch.setattr(gym_envs, "check_family", lambda cfg: family)
-    monkeypatch.setattr(env_families, "family_of", lambda env_id: family)
     with pytest.raises(ConfigError, match="RuntimeError: no OpenGL context") as refused:
         gym_envs.GymnasiumBatchEnv(EnvConfig(id="cams/Task" + query), [0])
     assert (gym_envs.RENDERER_HELP in str(refused.value)) is hint

@@ -11,7 +11,6 @@ import torch
 
 from parallel_ppo.core.config import EnvConfig
 from parallel_ppo.core.envs import make_batch_env
-from parallel_ppo.errors import ConfigError
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("genesis") is None,
                                 reason="the extra 'genesis' is not installed")
@@ -51,7 +50,3 @@ def test_franka_lift_steps_from_its_wrist_camera_and_reports_success():
     finally:
         twin.close()
 
-
-def test_what_genesis_does_not_have_is_refused_by_name():
-    with pytest.raises(ConfigError, match=r"genesis has no task 'Stack' here \(its tasks: FrankaLift\)"):
-        make_batch_env(EnvConfig(id="genesis/Stack"), 0, 0, 1, 1)

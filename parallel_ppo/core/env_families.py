@@ -58,6 +58,9 @@ class Family:
     """Its own checks of the env settings (ConfigError), beyond which settings it takes."""
     preload: bool = False
     """Whether the forkserver loads its assets once, for every worker to share (Procgen's ~350 MB)."""
+    sight: tuple[str, ...] = ()
+    """Options of which one at least must be on (set, not off): with all of them off, nothing observed shows the
+    policy the object of its task (a camera or the object's state)."""
 
     def maker(self) -> Any:
         """The function `make` names."""
@@ -96,7 +99,7 @@ ROBOSUITE = Family(  # robosuite's arm tasks (robosuite/Lift?robot=Panda, ...), 
         "reward": Option("dense", "robosuite's staged reward, or `sparse`: 1 on success", ("dense", "sparse")),
         "horizon": Option(500, "steps an episode lasts: a time limit, so the value is bootstrapped"),
         "control_freq": Option(20, "actions per simulated second"),
-    })
+    }, sight=("cameras", "object_state"))
 GENESIS = Family(  # Genesis's CPU backend (genesis/FrankaLift: the Genesis devlog's task; the extra `genesis`)
     "genesis", "genesis_lift.yaml", "parallel_ppo.core.genesis_envs:make_genesis",
     settings=("frame_size", "frame_stack"), extra="genesis", needs="genesis",
@@ -107,7 +110,7 @@ GENESIS = Family(  # Genesis's CPU backend (genesis/FrankaLift: the Genesis devl
                                   "lifted", ("dense", "sparse")),
         "horizon": Option(200, "steps an episode lasts: a time limit, so the value is bootstrapped"),
         "control_freq": Option(20, "actions per simulated second"),
-    })
+    }, sight=("wrist_camera", "object_state"))
 ROBOTICS = Family(  # gymnasium-robotics' tasks (FetchReachDense-v4, ...; the extra `robot`), dict observations
     "gymnasium-robotics", "fetch.yaml", "parallel_ppo.core.gym_envs:make_plain", settings=("frame_stack",))
 GYMNASIUM = Family(  # any other registered id (CartPole-v1, ...), or module:EnvId for one a module of yours registers
@@ -235,7 +238,10 @@ def check_family(cfg: EnvConfig) -> Family:
             takers = ", ".join(f.name for f in FAMILIES if name in f.settings)
             raise ConfigError(f"env.{name} ({about}) applies to {takers} envs; {split_id(cfg.id)[0]} is a "
                               f"{family.name} env")
-    options_of(cfg, family)
+    options = options_of(cfg, family)
+    if family.sight and not any(options[name] for name in family.sight):
+        raise ConfigError(f"{cfg.id}: {' and '.join(family.sight)} are all off, so nothing observed shows the "
+                          f"policy the object of its task: turn one on")
     if family.check is not None:
         family.check(cfg)
     return family
