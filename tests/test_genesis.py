@@ -49,4 +49,3 @@ def test_franka_lift_steps_from_its_wrist_camera_and_reports_success():
         assert np.allclose(twin._env.envs[0].unwrapped.cube.get_pos().numpy(), cubes[0]), "the same seed, the same cube"
     finally:
         twin.close()
-
