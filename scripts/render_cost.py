@@ -36,9 +36,9 @@ GENESIS_SETTINGS = {"physics": "physics and inverse kinematics alone (no frame)"
                     "camera": "with the 84×84 wrist camera's frame"}
 
 
-def time_setting(env_id: str, setting: str, steps: int, camera: str) -> tuple[float, float]:
-    """Milliseconds per env step of `setting`, after 20 steps of warm-up, and the seconds the env took to build, in
-    this process."""
+def time_setting(env_id: str, setting: str, steps: int, camera: str) -> tuple[float, float, str]:
+    """Milliseconds per env step of `setting`, after 20 steps of warm-up, the seconds the env took to build, in
+    this process, and the OpenGL platform it rendered with (Genesis may choose its own once loaded)."""
     from parallel_ppo.core.config import EnvConfig
     from parallel_ppo.core.env_families import GENESIS, ROBOSUITE, check_family, family_of, options_of
     from parallel_ppo.core.gym_envs import RenderClock
@@ -64,7 +64,8 @@ def time_setting(env_id: str, setting: str, steps: int, camera: str) -> tuple[fl
             env.reset()
     seconds = time.perf_counter() - start
     env.close()
-    return 1000 * seconds / steps, built
+    platform = os.environ.get("PYOPENGL_PLATFORM" if family is GENESIS else "MUJOCO_GL", "unset")
+    return 1000 * seconds / steps, built, platform
 
 
 def positive(text: str) -> int:
@@ -104,15 +105,18 @@ def main() -> int:
     settings = GENESIS_SETTINGS if family is GENESIS else SETTINGS
     times: dict[str, list[float]] = {s: [] for s in settings}
     builds: list[float] = []
+    platforms: set[str] = set()
     for r in range(args.rounds):
         for setting in list(settings)[:: 1 if r % 2 == 0 else -1]:
             out = subprocess.run([sys.executable, __file__, "--one", setting, "--env", args.env, "--steps",
                                   str(args.steps), "--camera", args.camera],
                                  capture_output=True, text=True, check=True).stdout
-            ms, built = map(float, out.split()[-2:])
-            times[setting].append(ms)
-            builds.append(built)
-            print(f"round {r + 1}: {setting}: {ms:.2f} ms a step (built in {built:.1f} s)", flush=True)
+            ms, built, platform = out.split()[-3:]
+            times[setting].append(float(ms))
+            builds.append(float(built))
+            if setting != "physics":
+                platforms.add(platform)
+            print(f"round {r + 1}: {setting}: {float(ms):.2f} ms a step (built in {float(built):.1f} s)", flush=True)
     median = {s: round(statistics.median(t), 2) for s, t in times.items()}
     ratio = {"camera_over_physics": round(median["camera"] / median["physics"], 1)} if family is GENESIS else \
         {"default_over_fast": round(median["default"] / median["fast"], 1)}
@@ -120,8 +124,8 @@ def main() -> int:
     output = args.output or machine_results_dir(ROOT / "docs" / "results") / name
     evidence = {
         "machine": f"{fingerprint.describe_cpu()}, {available_cores()} cores; " + (
-            f"Genesis over PYOPENGL_PLATFORM={os.environ.get('PYOPENGL_PLATFORM', 'egl')}" if family is GENESIS
-            else f"MUJOCO_GL={os.environ.get('MUJOCO_GL', 'egl')}"),
+            f"Genesis over PYOPENGL_PLATFORM={'/'.join(sorted(platforms))}" if family is GENESIS
+            else f"MUJOCO_GL={'/'.join(sorted(platforms))}"),
         "cpu_kind": fingerprint.cpu_kind(),
         "date": datetime.date.today().isoformat(), "commit": fingerprint.source_commit() or "unknown",
         "command": "scripts/render_cost.py " + " ".join(sys.argv[1:]),

@@ -14,9 +14,10 @@ from fake_runs import STEADY, write_run
 
 from parallel_ppo.bench.scaling import point_row
 from parallel_ppo.bench.speedcheck import trainer_figures
-from parallel_ppo.runs.figures import efficiency, first_reaching, return_at, speedup, steady_sps
+from parallel_ppo.runs.figures import efficiency, first_reaching, first_return, return_at, speedup, steady_sps
 from parallel_ppo.runs.reading import load_run
 from parallel_ppo.runs.report.numbers import compare
+from parallel_ppo.runs.report.text import definitions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,6 +52,31 @@ def test_return_at_a_wall_time_and_time_to_threshold(tmp_path):
     assert return_at(run, 13.0) == pytest.approx(20.0)
     assert return_at(run, 100.0) == pytest.approx(35.0)
     assert first_reaching(run, 30.0) == 2 and first_reaching(run, 50.0) is None
+    assert first_return(run) == pytest.approx(20.0)  # update 1 finished no episode
+
+
+def test_the_derived_threshold_lies_between_the_highest_start_and_the_best_final(tmp_path):
+    """80% of the way from the highest first logged return to the best final return, so no run has reached it at its
+    first row; none when no run ended above that start; a run without episodes takes no part; a given one wins."""
+    def run(name: str, returns: list[float], seed: int):
+        rows = [(i + 1, 1024 * (i + 1), 9.0 + 4 * i, r) for i, r in enumerate(returns)]
+        episodes = {} if returns[-1] == returns[-1] else {"episodes": 0, "episodic_return_mean": None}
+        return load_run(name, write_run(tmp_path / name, rows, seed=seed, **episodes))
+
+    nan = float("nan")
+    a, b = run("a", [nan, 20.0, 35.0], 1), run("b", [22.0, 21.0, 25.0], 2)
+    none = run("none", [nan, nan, nan], 3)
+    cmp = compare([a, b, none])
+    assert cmp.threshold == pytest.approx(22.0 + 0.8 * (35.0 - 22.0))  # 32.4: b started above a
+    assert [s.time_to_threshold for s in cmp.stats] == [17.0, None, None]
+    assert cmp.threshold_source == "80% of the way from the highest first logged return, 22.0, to the best final return"
+
+    c, d = run("c", [-9.0, -8.9, -9.5], 1), run("d", [-9.5, -9.2, -9.0], 2)  # d ends where c began
+    cmp = compare([c, d])
+    assert cmp.threshold is None and all(s.time_to_threshold is None for s in cmp.stats)
+    assert cmp.threshold_source == "none: no run ended above the highest first logged return (-9.00)"
+    assert "Time to threshold: none; no run ended above the highest first logged return (-9.00)." in definitions(cmp)
+    assert compare([c, d], threshold=-9.2).stats[1].time_to_threshold == 13.0
 
 
 @pytest.mark.slow

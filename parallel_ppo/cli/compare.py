@@ -14,6 +14,7 @@ from parallel_ppo.cli.common import OneLineParser, fail
 from parallel_ppo.errors import ParallelPPOError
 from parallel_ppo.runs.reading import parse_run_spec
 from parallel_ppo.runs.report.make import make_report
+from parallel_ppo.runs.report.numbers import THRESHOLD_SHARE
 
 
 def make_parser(prog: str) -> OneLineParser:
@@ -33,7 +34,8 @@ def make_parser(prog: str) -> OneLineParser:
                    help="run the speed-ups are measured against "
                         "(default: the first sequential run, else the first run)")
     p.add_argument("--threshold", type=float, metavar="RETURN",
-                   help="return for 'time to threshold' (default: 80%% of the best final return)")
+                   help=f"return for 'time to threshold' (default: {THRESHOLD_SHARE * 100:.0f}%% of the way from the "
+                        "highest first logged return to the best final return)")
     return p
 
 

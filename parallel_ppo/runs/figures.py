@@ -67,6 +67,13 @@ def return_at_step(run: Logged, steps: float) -> float | None:
     return None if math.isnan(value) else value
 
 
+def first_return(run: Logged) -> float | None:
+    """The first mean episodic return the run logged (None: no episode finished)."""
+    returns = run.metrics["episodic_return_mean"]
+    logged = returns[np.isfinite(returns)]
+    return float(logged[0]) if logged.size else None
+
+
 def first_reaching(run: Logged, threshold: float | None) -> int | None:
     """Index of the first update whose mean return reached `threshold` (its wall_time and env_steps are the
     time and steps to threshold), None if none did."""

@@ -12,9 +12,9 @@ import numpy as np
 
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs import seeds
-from parallel_ppo.runs.figures import efficiency, first_reaching, return_at, speedup
+from parallel_ppo.runs.figures import efficiency, first_reaching, first_return, return_at, speedup
 from parallel_ppo.runs.reading import Run, RunGroup
-from parallel_ppo.runs.report.formatting import NO_EPISODES, describe_hardware, fmt_duration
+from parallel_ppo.runs.report.formatting import NO_EPISODES, describe_hardware, fmt_duration, fmt_return
 from parallel_ppo.runs.summary import MAIN_PHASES
 
 PHASE_NAMES = (*MAIN_PHASES, "other")
@@ -76,8 +76,9 @@ class Comparison:
     equal_time: float
     """The shortest run's last logged wall time (s): returns are compared at this time."""
     threshold: float | None
-    """Return threshold for 'time to threshold' (None when no run finished an episode)."""
+    """Return threshold for 'time to threshold' (None: none was given and none derived, `threshold_source` says why)."""
     threshold_source: str
+    """Where the threshold comes from, or `none: ` and why there is none."""
     warnings: list[str] = field(default_factory=list)
     groups: list[RunGroup] = field(default_factory=list)
     """The labels as given, each with its runs (seeds); the table above lists every run on its own."""
@@ -136,17 +137,26 @@ def _baseline_label(groups: Sequence[RunGroup], runs: Sequence[Run], baseline: s
     return baseline
 
 
+THRESHOLD_SHARE = 0.8
+"""A derived threshold lies this share of the way from the highest first return to the best final return."""
+
+
 def _threshold(runs: Sequence[Run], threshold: float | None) -> tuple[float | None, str]:
-    """The return threshold for 'time to threshold' and where it comes from: as given, else derived from the best
-    final return, else none (no run finished an episode)."""
-    finals = [r.final_return for r in runs if r.final_return is not None]
+    """The return threshold for 'time to threshold' and where it comes from: as given, else 80% of the way from the
+    highest first logged return of any run to the best final return, so that no run has reached it when it first
+    logs; else none (no run finished an episode, or none ended above that start: no target would mean progress)."""
     if threshold is not None:
         return threshold, "given with --threshold"
-    if finals:
-        best = max(finals)
-        source = "80% of the best final return" if best >= 0 else "20% below the best final return"
-        return best - 0.2 * abs(best), source
-    return None, "none: no run finished an episode"
+    finals = [r.final_return for r in runs if r.final_return is not None]
+    firsts = [f for f in map(first_return, runs) if f is not None]
+    if not finals or not firsts:
+        return None, "none: no run finished an episode"
+    start, best = max(firsts), max(finals)
+    if best <= start:
+        return None, f"none: no run ended above the highest first logged return ({fmt_return(start)})"
+    return (start + THRESHOLD_SHARE * (best - start),
+            f"{THRESHOLD_SHARE:.0%} of the way from the highest first logged return, {fmt_return(start)}, "
+            "to the best final return")
 
 
 def _run_stats(run: Run, base: Run, threshold: float | None, equal_time: float) -> RunStats:

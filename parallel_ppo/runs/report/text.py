@@ -214,8 +214,9 @@ def return_window(cmp: Comparison) -> str:
 
 
 def definitions(cmp: Comparison) -> list[str]:
-    thr = ("no threshold (no run finished an episode)" if cmp.threshold is None
-           else f"{fmt_return(cmp.threshold)} ({cmp.threshold_source})")
+    to_return = (f"Time to threshold: none; {cmp.threshold_source.removeprefix('none: ')}." if cmp.threshold is None
+                 else "Time to return: wall time of the first update whose mean return reached "
+                 f"{fmt_return(cmp.threshold)} ({cmp.threshold_source}).")
     return [
         f"Baseline: {cmp.baseline}. {SPEEDUP_DEFINITION[0].upper()}{SPEEDUP_DEFINITION[1:]}.",
         f"Final return: the mean episodic return of the {return_window(cmp)} (summary.json). Normalized: "
@@ -226,7 +227,7 @@ def definitions(cmp: Comparison) -> list[str]:
         "the fraction that succeeded.",
         f"Return @ {fmt_duration(cmp.equal_time)}: episodic_return_mean in each run's last metrics row at or "
         f"before {cmp.equal_time:.1f} s, the shortest run's logged duration.",
-        f"Time to return: wall time of the first update whose mean return reached {thr}.",
+        to_return,
         "CPU cores busy: mean CPU use of all the run's processes (1.0 = one core fully busy) / logical "
         "cores. Peak RSS: the largest sampled sum of the resident memory of the run's processes, which "
         "counts memory they share once per process; peak PSS splits shared pages among them, so it is "
