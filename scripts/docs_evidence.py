@@ -36,7 +36,8 @@ UNITS = (r"(?:×(?!\s?\d)|x\b|SPS\b|steps/s\b|steps per second|samples/s\b|ms\b|
          r"|s\b|seconds?\b|mins?\b|minutes?\b|h\b|hours?\b"
          r"|%(?!\s(?:of the best|of the way|percentile|bootstrap|interval|confidence)))")
 """Units of measured figures (`84×84` and `8 × 128` are sizes; `80% of the way to the best return` and a `95%
-interval` are definitions). A setting's value with a unit is written as code (`` `10 s` ``, `` `1h` ``), which the check skips."""
+interval` are definitions). A setting's value with a unit is written as code (`` `10 s` ``, `` `1h` ``), which the
+check skips."""
 UNLINKED = re.compile(r"(?<![\w.])[-−+±]?\d[\d,]*(?:\.\d+)?\s?" + UNITS + r"|±\s?\d[\d,]*(?:\.\d+)?")
 GENERATED = ("_comparison.md", "/study.md")
 """Pages that a benchmark writes whole (compare_results' reports, the many-core study): evidence themselves."""
