@@ -111,12 +111,13 @@ def main() -> int:
             out = subprocess.run([sys.executable, __file__, "--one", setting, "--env", args.env, "--steps",
                                   str(args.steps), "--camera", args.camera],
                                  capture_output=True, text=True, check=True).stdout
-            ms, built, platform = out.split()[-3:]
-            times[setting].append(float(ms))
-            builds.append(float(built))
+            *timing, platform = out.split()[-3:]
+            ms, built = map(float, timing)
+            times[setting].append(ms)
+            builds.append(built)
             if setting != "physics":
                 platforms.add(platform)
-            print(f"round {r + 1}: {setting}: {float(ms):.2f} ms a step (built in {float(built):.1f} s)", flush=True)
+            print(f"round {r + 1}: {setting}: {ms:.2f} ms a step (built in {built:.1f} s)", flush=True)
     median = {s: round(statistics.median(t), 2) for s, t in times.items()}
     ratio = {"camera_over_physics": round(median["camera"] / median["physics"], 1)} if family is GENESIS else \
         {"default_over_fast": round(median["default"] / median["fast"], 1)}
