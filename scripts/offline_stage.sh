@@ -4,22 +4,49 @@
 # wheels in .whl/ and the shared libraries Procgen's libenv.so links (libGL and its X11 companions) as Debian
 # packages in .gl/. Both folders are kept out of git (.git/info/exclude). Run it here, with network:
 #   bash scripts/offline_stage.sh [PYTHON_VERSION]      (default 3.12, the version the offline machine runs)
+# With `robot` after the version it stages the robot task instead (`ENV=robosuite/Lift`), in .robot/: robosuite 1.5.2
+# with the Panda arm's assets only (its wheel, 157 MB, is over what a device call carries), MuJoCo 3.3.7, the other
+# wheels the trainer needs beside the GPU image's, and the GL loaders (libEGL, libGL) MuJoCo's EGL renderer opens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py="${1:-3.12}"
-mkdir -p .git/info .whl .gl
-for d in /.whl/ /.gl/; do grep -qxF "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude; done
-
 platforms=()
 for p in manylinux_2_34 manylinux_2_28 manylinux_2_27 manylinux_2_24 manylinux_2_17 manylinux2014 manylinux_2_5 \
          manylinux1; do platforms+=(--platform "${p}_x86_64"); done
+download() {  # DIR PACKAGE...: wheels for the offline machine's Python
+    local dir="$1"; shift
+    for pkg in "$@"; do
+        python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$py" --implementation cp \
+            "${platforms[@]}" -d "$dir" "$pkg"
+    done
+}
+gl_loaders() {  # DIR: the GL loaders (glvnd) and the X11 libraries libGLX links, as Debian packages
+    (cd "$1" && apt-get download libegl1 libgl1 libglx0 libglvnd0 libopengl0 libgles2 libx11-6 libxcb1 libxau6 \
+        libxdmcp6 libbsd0 libmd0)
+}
+mkdir -p .git/info
+if [ "${2:-}" = robot ]; then
+    grep -qxF /.robot/ .git/info/exclude 2>/dev/null || echo /.robot/ >> .git/info/exclude
+    rm -rf .robot /tmp/robot_stage && mkdir -p .robot/whl .robot/deb /tmp/robot_stage
+    download .robot/whl mujoco==3.3.7 pyopengl glfw termcolor gymnasium==1.4.0 farama-notifications setproctitle
+    download /tmp/robot_stage robosuite==1.5.2
+    (cd /tmp/robot_stage && python3 -m zipfile -e robosuite-*.whl site)
+    assets=/tmp/robot_stage/site/robosuite/models/assets  # keep the Panda, its gripper and mount, the arenas
+    rm -rf "$assets/bullet_data"
+    for d in "$assets"/robots/* "$assets"/grippers/meshes/* "$assets"/bases/meshes/*; do
+        case "$(basename "$d")" in panda|panda_gripper|rethink_mount) ;; *) rm -rf "$d" ;; esac
+    done
+    tar -C /tmp/robot_stage/site -cJf .robot/robosuite.tar.xz .
+    gl_loaders .robot/deb
+    du -sh .robot
+    exit 0
+fi
+mkdir -p .whl .gl
+for d in /.whl/ /.gl/; do grep -qxF "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude; done
 # procgen and its gym3 front end; gymnasium; setproctitle. torch, numpy, pyyaml, matplotlib, psutil, tensorboard and
 # imageio are expected on the machine already (they are in the usual GPU images).
-for pkg in procgen-mirror==0.10.7 gym3==0.3.3 gym-notices gymnasium==1.4.0 farama-notifications cffi pycparser \
-           glfw moderngl glcontext setproctitle; do
-    python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$py" --implementation cp \
-        "${platforms[@]}" -d .whl "$pkg"
-done
+download .whl procgen-mirror==0.10.7 gym3==0.3.3 gym-notices gymnasium==1.4.0 farama-notifications cffi pycparser \
+    glfw moderngl glcontext setproctitle
 python3 -m pip wheel -q --no-deps -w .whl gym==0.26.2  # gym has no wheel on PyPI; it is pure Python
 (cd .gl && apt-get download libgl1 libglx0 libglvnd0 libx11-6 libxcb1 libxau6 libxdmcp6 libbsd0 libmd0 libpcre2-8-0 \
     && { apt-get download libglib2.0-0t64 2>/dev/null || apt-get download libglib2.0-0; })  # t64: Debian 13, Ubuntu 24.04

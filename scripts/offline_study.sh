@@ -6,6 +6,8 @@
 # finished survives a cut-off.
 #   bash scripts/offline_study.sh [RESULTS_DIR] [SECONDS]      (defaults docs/results and 20 s per run)
 # PLAN="threads:1 workers:16 cuda:16" (family:counts, counts comma-separated) runs those points, in that order, instead.
+# ENV (and CONFIG) study another task: `ENV=robosuite/Lift` (staged by `offline_stage.sh 3.12 robot` in .robot/, which
+# travels alone: with .whl/ it is over a device call's 64 MiB), `CONFIG=config/robosuite_lift_camera.yaml` its camera.
 # Budget: 19 points × (SECONDS + start-up); on a 16-core H100 box each run's start-up was ~25 s (every process
 # imports torch with CUDA), so ~15 minutes at 20 s: split the families over two calls where one call is capped.
 set -uo pipefail
@@ -13,31 +15,51 @@ cd "$(dirname "$0")/.."
 results="${1:-docs/results}"
 seconds="${2:-20}"
 export PYTHONUNBUFFERED=1
+env="${ENV:-starpilot}"
+site=/tmp/offline_site
 if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/offline_site \
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
         .whl/*.whl >/dev/null 2>&1 || { echo "offline_study: installing .whl failed" >&2; exit 1; }
-    export PYTHONPATH="/tmp/offline_site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
-# Procgen's libenv.so links libGL; copy in only the libraries the machine lacks, from the staged packages.
-libenv=$(python3 -c "import procgen, pathlib; print(pathlib.Path(procgen.__file__).parent / 'data/prebuilt/libenv.so')")
-[ -f "$libenv" ] || { echo "offline_study: procgen is not importable here (stage .whl/ first)" >&2; exit 1; }
-if [ -d .gl ] && ldd "$libenv" | grep -q "not found"; then
-    mkdir -p /tmp/offline_gl/all /tmp/offline_gl/lib
-    for f in .gl/*.deb; do dpkg -x "$f" /tmp/offline_gl/all; done
-    export LD_LIBRARY_PATH="/tmp/offline_gl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    for _ in 1 2 3 4 5; do  # each pass resolves one more level of dependencies
-        for lib in $(ldd "$libenv" | awk '/not found/{print $1}'); do
-            cp -L /tmp/offline_gl/all/usr/lib/x86_64-linux-gnu/"$lib" /tmp/offline_gl/all/lib/x86_64-linux-gnu/"$lib" \
-                /tmp/offline_gl/lib/ 2>/dev/null
+if [ -d .robot ]; then  # robosuite, MuJoCo and the GL loaders, which go to / as the device's notes advise
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
+        .robot/whl/*.whl >/dev/null 2>&1 || { echo "offline_study: installing .robot/whl failed" >&2; exit 1; }
+    tar -C "$site" -xJf .robot/robosuite.tar.xz
+    for f in .robot/deb/lib{egl1,glvnd0,opengl0,gl1,glx0,gles2}_*.deb; do dpkg -x "$f" /; done; ldconfig
+    mkdir -p /tmp/offline_x11
+    for f in .robot/deb/lib{x11-6,xcb1,xau6,xdmcp6,bsd0,md0}_*.deb; do dpkg -x "$f" /tmp/offline_x11; done
+    if ldd /usr/lib/x86_64-linux-gnu/libGLX.so.0 | grep -q "not found"; then
+        export LD_LIBRARY_PATH="/tmp/offline_x11/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
+    nvidia_egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json  # where the GPU image keeps NVIDIA's EGL
+    [ -f "$nvidia_egl" ] && export __EGL_VENDOR_LIBRARY_FILENAMES="$nvidia_egl"
+fi
+[ -d "$site" ] && export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+if [[ "$env" != */* && "$env" != *-v[0-9]* ]]; then  # a Procgen game (gymnasium ids have a version)
+    # Procgen's libenv.so links libGL; copy in only the libraries the machine lacks, from the staged packages.
+    libenv=$(python3 -c "import procgen, pathlib; print(pathlib.Path(procgen.__file__).parent)")/data/prebuilt/libenv.so
+    [ -f "$libenv" ] || { echo "offline_study: procgen is not importable here (stage .whl/ first)" >&2; exit 1; }
+    if [ -d .gl ] && ldd "$libenv" | grep -q "not found"; then
+        mkdir -p /tmp/offline_gl/all /tmp/offline_gl/lib
+        for f in .gl/*.deb; do dpkg -x "$f" /tmp/offline_gl/all; done
+        export LD_LIBRARY_PATH="/tmp/offline_gl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        for _ in 1 2 3 4 5; do  # each pass resolves one more level of dependencies
+            for lib in $(ldd "$libenv" | awk '/not found/{print $1}'); do
+                cp -L /tmp/offline_gl/all/usr/lib/x86_64-linux-gnu/"$lib" \
+                    /tmp/offline_gl/all/lib/x86_64-linux-gnu/"$lib" /tmp/offline_gl/lib/ 2>/dev/null
+            done
         done
-    done
+    fi
+    if ldd "$libenv" | grep "not found"; then
+        echo "offline_study: Procgen cannot load (libraries above)" >&2; exit 1
+    fi
 fi
-if ldd "$libenv" | grep "not found"; then echo "offline_study: Procgen cannot load (libraries above)" >&2; exit 1; fi
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
 
 study() {  # FAMILY "COUNTS"
     date +%T
-    python3 bench.py study --seconds "$seconds" --runs-dir /tmp/offline_study_runs --results-dir "$results" \
+    python3 bench.py study --env "$env" ${CONFIG:+--config "$CONFIG"} --seconds "$seconds" \
+        --runs-dir /tmp/offline_study_runs --results-dir "$results" \
         --families "$1" --processes "$2" 2>&1 | grep --line-buffered -iE "steps/s|failed|wrote|error|traceback|skipped"
 }
 if [ -n "${PLAN:-}" ]; then

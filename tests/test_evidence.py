@@ -93,3 +93,13 @@ def test_figure_rounding_and_count():
     assert evidence.figure_problem("−320.8", -320.8) is None
     assert evidence.figure_problem("1.1×", 1.16) == "shows 1.1 where its evidence has 1.16"
     assert "shows 1 numbers where its evidence has 2" in evidence.figure_problem("24.9", [24.9, 31.0])
+
+
+def test_pages_a_benchmark_writes_whole_are_not_checked_but_the_rest_are(tmp_path):
+    _tree(tmp_path)
+    folder = tmp_path / "docs" / "results" / "m"
+    for name in ("study.md", "study-robosuite_lift.md", "lift_comparison.md", "robot_scaling.md", "studying.md"):
+        (folder / name).write_text("# page\n")
+    checked = {p.name for p in evidence.pages(tmp_path)}
+    assert {"robot_scaling.md", "studying.md", "index.md"} <= checked
+    assert not checked & {"study.md", "study-robosuite_lift.md", "lift_comparison.md"}

@@ -19,6 +19,8 @@ from parallel_ppo.bench.study import (
     merge_rows,
     point_command,
     process_counts,
+    results_files,
+    results_name,
     results_slug,
 )
 from parallel_ppo.core.configure import build_config
@@ -116,6 +118,21 @@ def test_an_earlier_study_is_kept_only_for_the_same_machine_and_settings(tmp_pat
         earlier_points(path, identity)
 
 
+def test_each_task_has_its_own_results_files(tmp_path):
+    """Studies of several tasks on one machine sit side by side: the Procgen study keeps `study`, another config is
+    named by its file and an env other than the config's own by the env too."""
+    def name(config: str, env: str) -> str:
+        return results_name(StudySettings(str(ROOT / "config" / config), env, 30.0))
+
+    assert name("ppo_parallel.yaml", "starpilot") == "study"
+    assert name("ppo_parallel.yaml", "bigfish") == "study-bigfish"
+    assert name("robosuite_lift.yaml", "robosuite/Lift") == "study-robosuite_lift"
+    assert name("robosuite_lift_camera.yaml", "robosuite/Lift") == "study-robosuite_lift_camera"
+    assert name("mujoco.yaml", "Hopper-v5") == "study-mujoco-hopper-v5"
+    files = results_files(tmp_path / "study-fetch")
+    assert files == {ext: tmp_path / f"study-fetch.{ext}" for ext in ("md", "json", "png")}
+
+
 def test_the_rank_minibatch_is_its_own_unless_the_envs_are_split():
     """The distributed scaling rule: a rank learns on `training.batch_size` samples of its own rollout; with
     `distributed.num_envs_total` the minibatch is all ranks' and each takes its share."""
@@ -143,13 +160,14 @@ def test_study_on_this_machine_writes_its_table_and_plots(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     [folder] = list(res.iterdir())
-    study = json.loads((folder / "study.json").read_text())
+    assert sorted(p.name for p in folder.iterdir()) == [f"study-cartpole.{ext}" for ext in ("json", "md", "png")]
+    study = json.loads((folder / "study-cartpole.json").read_text())
     assert folder.name == results_slug(study["cpu_model"], study["cores"], study["gpu"], study["hardware"]["cpu_kind"])
     assert study["date"] and study["command"].endswith(f"--results-dir {res}")
-    assert (folder / "study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (folder / "study-cartpole.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     points = {p["label"]: p for p in study["points"]}
     assert list(points) == ["threads_1", "threads_2"], study["points"]
-    table = (folder / "study.md").read_text()
+    table = (folder / "study-cartpole.md").read_text()
     for p in points.values():
         run = load_run(p["label"], Path(p["run_dir"]))
         base = load_run("base", Path(points["threads_1"]["run_dir"])).steady_sps

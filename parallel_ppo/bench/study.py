@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from parallel_ppo.bench.scaling import BENCH_RUN_SETS, BenchRunCrashed, point_row, run_bench_trainer, trainer_command
+from parallel_ppo.core.config_yaml import load_yaml
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.files import atomic_write, write_json, write_text
 from parallel_ppo.core.timing import PHASES
@@ -159,6 +160,17 @@ def machine_results_dir(results_root: Path) -> Path:
     return results_root / results_slug(hw["cpu_model"], available_cores(), gpu_name(), hw["cpu_kind"])
 
 
+def results_name(settings: StudySettings) -> str:
+    """The stem of the study's files in the machine's folder: `study` for the Procgen study (config/ppo_parallel.yaml
+    on the env it names), else `study-<config>` or, for another env than the config's, `study-<config>-<env>`: the
+    studies of several tasks on one machine sit side by side instead of replacing one another."""
+    config = Path(settings.config)
+    own_env = (load_yaml(config).get("env") or {}).get("id") if config.is_file() else None
+    name = "study" if config.stem == "ppo_parallel" else f"study-{config.stem}"
+    env = re.sub(r"[^a-z0-9]+", "-", settings.env.lower()).strip("-")
+    return name if settings.env == own_env else f"{name}-{env}"
+
+
 def check_settings(settings: StudySettings) -> None:
     """Refuse settings that no point could run (ConfigError), before the first run: the layout of one process
     alone and as one worker, as every point of the study builds it."""
@@ -282,9 +294,15 @@ def earlier_points(path: Path, identity: dict[str, Any]) -> list[dict[str, Any]]
     return points
 
 
-def write_results(rows: list[dict[str, Any]], out_dir: Path, meta: dict[str, Any]) -> None:
-    """study.json, study.md and study.png in `out_dir` for `rows` (measured now, and kept from before)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+def results_files(stem: Path) -> dict[str, Path]:
+    """The study's table, data and plot: `<stem>.md`, `<stem>.json` and `<stem>.png`."""
+    return {ext: stem.parent / f"{stem.name}.{ext}" for ext in ("md", "json", "png")}
+
+
+def write_results(rows: list[dict[str, Any]], stem: Path, meta: dict[str, Any]) -> None:
+    """The study's files (`results_files(stem)`) for `rows` (measured now, and kept from before)."""
+    files = results_files(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
     for r in rows:
         r.pop("speedup", None), r.pop("efficiency", None), r.pop("base", None)
     add_ratios(rows)
@@ -294,7 +312,7 @@ def write_results(rows: list[dict[str, Any]], out_dir: Path, meta: dict[str, Any
                f"{hw['physical_cores']} physical on the host), {hw['memory_gb']} GB"
                + (f", {meta['gpu']}" if meta.get("gpu") else ""))
     sittings = sorted({r["measured_at"][:16] for r in rows})
-    write_json(out_dir / "study.json", {"machine": machine, "date": max(r["measured_at"] for r in rows)[:10], **meta,
+    write_json(files["json"], {"machine": machine, "date": max(r["measured_at"] for r in rows)[:10], **meta,
                                         "points": rows})
     text = (f"# Many-core study: {machine}\n\n"
             f"{settings['env']} ({settings['config']}), {settings['envs_per_process']} envs × {settings['n_steps']} "
@@ -311,14 +329,14 @@ def write_results(rows: list[dict[str, Any]], out_dir: Path, meta: dict[str, Any
             "efficiency = speed-up / (processes / that point's processes). Phases are shares of each run's wall "
             "time.\n\n"
             f"Measured {', '.join(sittings)} with `bench.py study`.\n")
-    write_text(out_dir / "study.md", text)
-    plot_study(rows, out_dir / "study.png", f"Many-core study: {machine}")
+    write_text(files["md"], text)
+    plot_study(rows, files["png"], f"Many-core study: {machine}")
 
 
 def run_study(families: list[str], counts: list[int], settings: StudySettings, runs_dir: Path,
               results_root: Path) -> tuple[Path, list[dict[str, Any]]]:
-    """Run every point, one at a time, rewriting the results folder after each (a machine taken back mid-study
-    leaves the points it finished); returns the folder and the rows measured now."""
+    """Run every point, one at a time, rewriting the results after each (a machine taken back mid-study leaves the
+    points it finished); returns the results' stem (`results_files`) and the rows measured now."""
     gpu = gpu_name()
     if "cuda" in families and gpu is None:
         print("  cuda: skipped (no CUDA device here)", flush=True)
@@ -330,8 +348,8 @@ def run_study(families: list[str], counts: list[int], settings: StudySettings, r
     config = Path(settings.config).resolve()  # named from the checkout when in it, so results compare across hosts
     shown = {**asdict(settings), "config": str(config.relative_to(ROOT) if config.is_relative_to(ROOT) else config)}
     identity = {"settings": json.loads(json.dumps(shown)), "cores": cores, "gpu": gpu, "cpu_model": hw["cpu_model"]}
-    out_dir = machine_results_dir(results_root)
-    kept = earlier_points(out_dir / "study.json", identity)
+    stem = machine_results_dir(results_root) / results_name(settings)
+    kept = earlier_points(results_files(stem)["json"], identity)
     meta = {**identity, "hardware": hw, "versions": fingerprint.versions(), "commit": fingerprint.source_commit(),
             "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
     rows: list[dict[str, Any]] = []
@@ -341,5 +359,5 @@ def run_study(families: list[str], counts: list[int], settings: StudySettings, r
         r = rows[-1]
         print(f"    failed: {r['error']}" if "error" in r else
               f"    {r['steps_per_second']:,.0f} steps/s over {r['updates']} updates", flush=True)
-        write_results(merge_rows(kept, rows), out_dir, meta)
-    return out_dir, rows
+        write_results(merge_rows(kept, rows), stem, meta)
+    return stem, rows

@@ -14,6 +14,7 @@ from parallel_ppo.bench.study import (
     available_cores,
     check_settings,
     process_counts,
+    results_files,
     run_study,
     study_table,
 )
@@ -24,7 +25,7 @@ from parallel_ppo.errors import ConfigError, ParallelPPOError
 def add_study(sub: Any) -> None:
     """Register `study` on bench.py's subcommands."""
     text = ("the many-core study: threads, workers, distributed ranks and a CUDA learner at 1, 2, 4, ... processes, "
-            "written to docs/results/<cpu>[-avx512][-bf16]-<cores>c[-<gpu>]/")
+            "written to docs/results/<cpu>[-avx512][-bf16]-<cores>c[-<gpu>]/study[-<config>[-<env>]].md")
     c = sub.add_parser("study", help=text, description=text[0].upper() + text[1:] + ". Runs one at a time; a "
                        "point that fails is recorded and the rest go on. Points measured before in the same "
                        "results folder and not measured now are kept.")
@@ -60,16 +61,17 @@ def study(args: Any, prog: str) -> int:
                 raise ConfigError(f"{path} exists and is not a directory")
         print(f"{prog}: study of {', '.join(families)} at {counts} processes, {args.seconds:g} s per run, "
               f"one at a time", flush=True)
-        out_dir, rows = run_study([f for f in FAMILIES if f in families], counts, settings, Path(args.runs_dir),
+        stem, rows = run_study([f for f in FAMILIES if f in families], counts, settings, Path(args.runs_dir),
                                   Path(args.results_dir))
     except ParallelPPOError as e:
         return fail(prog, e, 2)
     except OSError as e:  # the results folder could not be written
         return fail(prog, e, 1)
     print(study_table(rows))
-    print(f"wrote {out_dir / 'study.md'}, {out_dir / 'study.json'}, {out_dir / 'study.png'}")
+    files = results_files(stem)
+    print(f"wrote {files['md']}, {files['json']}, {files['png']}")
     failed = [r["label"] for r in rows if "error" in r]
     if failed:
         return fail(prog, BenchRunCrashed(f"{len(failed)} of {len(rows)} points failed ({', '.join(failed)}); their "
-                                          f"errors are in {out_dir / 'study.md'}"), 1)
+                                          f"errors are in {files['md']}"), 1)
     return 0
