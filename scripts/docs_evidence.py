@@ -39,14 +39,15 @@ UNITS = (r"(?:×(?!\s?\d)|x\b|SPS\b|steps/s\b|steps per second|samples/s\b|ms\b|
 interval` are definitions). A setting's value with a unit is written as code (`` `10 s` ``, `` `1h` ``), which the
 check skips."""
 UNLINKED = re.compile(r"(?<![\w.])[-−+±]?\d[\d,]*(?:\.\d+)?\s?" + UNITS + r"|±\s?\d[\d,]*(?:\.\d+)?")
-GENERATED = re.compile(r".*_comparison\.md|study(-.+)?\.md")
-"""Pages that a benchmark writes whole (compare_results' reports, the many-core study's `study[-<task>].md`):
-evidence themselves."""
+GENERATED = re.compile(r".*_comparison\.md|study(-[\w.-]+)?\.md")
+"""Pages that a benchmark writes whole in a machine's results folder (compare_results' reports, the many-core
+study's `study[-<config>][-<env>].md`): evidence themselves."""
 
 
 def pages(root: Path = ROOT) -> list[Path]:
     """README.md and every page under docs/ that a person wrote."""
-    return [root / "README.md", *sorted(p for p in (root / "docs").rglob("*.md") if not GENERATED.fullmatch(p.name))]
+    return [root / "README.md", *sorted(p for p in (root / "docs").rglob("*.md")
+                                        if not (p.parent.parent.name == "results" and GENERATED.fullmatch(p.name)))]
 
 
 def load_evidence(path: Path) -> dict[str, Any]:

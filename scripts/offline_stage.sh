@@ -6,7 +6,8 @@
 #   bash scripts/offline_stage.sh [PYTHON_VERSION]      (default 3.12, the version the offline machine runs)
 # With `robot` after the version it stages the robot task instead (`ENV=robosuite/Lift`), in .robot/: robosuite 1.5.2
 # with the Panda arm's assets only (its wheel, 157 MB, is over what a device call carries), MuJoCo 3.3.7, the other
-# wheels the trainer needs beside the GPU image's, and the GL loaders (libEGL, libGL) MuJoCo's EGL renderer opens.
+# wheels the trainer needs beside the GPU image's (which has torch, numpy, numba, scipy, opencv, pillow, absl-py, etils,
+# h5py, pyyaml, psutil, tensorboard), and the GL loaders (libEGL, libGL) MuJoCo's EGL renderer opens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py="${1:-3.12}"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The many-core study on a machine with no package index, in one command: installs the wheels staged in .whl/ and
-# the libraries staged in .gl/ (scripts/offline_stage.sh) into /tmp, then runs `bench.py study` family by family in
+# The many-core study on a machine with no package index, in one command: installs the wheels staged in .whl/ (or
+# .robot/) and the libraries staged in .gl/ (scripts/offline_stage.sh) into /tmp, and the GL loaders of .robot/ into /
+# where the machine lacks them, then runs `bench.py study` family by family in
 # the order that matters most when the machine may be taken back at any moment (the 1-core base, the workers at 8
 # and 16, the CUDA learner at 16, the ranks, then the rest). Results are rewritten after every point, so whatever
 # finished survives a cut-off.
@@ -25,21 +26,24 @@ if [ -d .robot ]; then  # robosuite, MuJoCo and the GL loaders, which go to / as
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
         .robot/whl/*.whl >/dev/null 2>&1 || { echo "offline_study: installing .robot/whl failed" >&2; exit 1; }
     tar -C "$site" -xJf .robot/robosuite.tar.xz
-    for f in .robot/deb/lib{egl1,glvnd0,opengl0,gl1,glx0,gles2}_*.deb; do dpkg -x "$f" /; done; ldconfig
+    if [[ "$(ldconfig -p)" != *"libEGL.so.1 "* ]]; then  # MuJoCo's EGL needs the loaders; keep the machine's own
+        for f in .robot/deb/lib{egl1,glvnd0,opengl0,gl1,glx0,gles2}_*.deb; do dpkg -x "$f" /; done; ldconfig
+    fi
     mkdir -p /tmp/offline_x11
     for f in .robot/deb/lib{x11-6,xcb1,xau6,xdmcp6,bsd0,md0}_*.deb; do dpkg -x "$f" /tmp/offline_x11; done
-    if ldd /usr/lib/x86_64-linux-gnu/libGLX.so.0 | grep -q "not found"; then
+    if [[ "$(ldd /usr/lib/x86_64-linux-gnu/libGLX.so.0 2>&1)" == *"not found"* ]]; then
         export LD_LIBRARY_PATH="/tmp/offline_x11/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     fi
     nvidia_egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json  # where the GPU image keeps NVIDIA's EGL
     [ -f "$nvidia_egl" ] && export __EGL_VENDOR_LIBRARY_FILENAMES="$nvidia_egl"
 fi
 [ -d "$site" ] && export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
-if [[ "$env" != */* && "$env" != *-v[0-9]* ]]; then  # a Procgen game (gymnasium ids have a version)
+procgen_game="import sys; from parallel_ppo.core.procgen_envs import PROCGEN_GAMES as g; sys.exit(sys.argv[1] not in g)"
+if python3 -c "$procgen_game" "$env"; then
     # Procgen's libenv.so links libGL; copy in only the libraries the machine lacks, from the staged packages.
     libenv=$(python3 -c "import procgen, pathlib; print(pathlib.Path(procgen.__file__).parent)")/data/prebuilt/libenv.so
     [ -f "$libenv" ] || { echo "offline_study: procgen is not importable here (stage .whl/ first)" >&2; exit 1; }
-    if [ -d .gl ] && ldd "$libenv" | grep -q "not found"; then
+    if [ -d .gl ] && [[ "$(ldd "$libenv")" == *"not found"* ]]; then
         mkdir -p /tmp/offline_gl/all /tmp/offline_gl/lib
         for f in .gl/*.deb; do dpkg -x "$f" /tmp/offline_gl/all; done
         export LD_LIBRARY_PATH="/tmp/offline_gl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

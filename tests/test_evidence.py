@@ -100,6 +100,7 @@ def test_pages_a_benchmark_writes_whole_are_not_checked_but_the_rest_are(tmp_pat
     folder = tmp_path / "docs" / "results" / "m"
     for name in ("study.md", "study-robosuite_lift.md", "lift_comparison.md", "robot_scaling.md", "studying.md"):
         (folder / name).write_text("# page\n")
+    (tmp_path / "docs" / "study-guide.md").write_text("# a guide\n")  # not in a machine's results folder
     checked = {p.name for p in evidence.pages(tmp_path)}
-    assert {"robot_scaling.md", "studying.md", "index.md"} <= checked
+    assert {"robot_scaling.md", "studying.md", "index.md", "study-guide.md"} <= checked
     assert not checked & {"study.md", "study-robosuite_lift.md", "lift_comparison.md"}

@@ -161,9 +161,11 @@ def machine_results_dir(results_root: Path) -> Path:
 
 
 def results_name(settings: StudySettings) -> str:
-    """The stem of the study's files in the machine's folder: `study` for the Procgen study (config/ppo_parallel.yaml
-    on the env it names), else `study-<config>` or, for another env than the config's, `study-<config>-<env>`: the
-    studies of several tasks on one machine sit side by side instead of replacing one another."""
+    """The stem of the study's files in the machine's folder, `study[-<config>][-<env>]`: the config's name unless it
+    is ppo_parallel (the Procgen study's), the env's unless it is the config's own (`study` for starpilot on
+    ppo_parallel.yaml, `study-robosuite_lift` for robosuite/Lift on its config, `study-bigfish` for bigfish on
+    ppo_parallel.yaml): the studies of several tasks on one machine sit side by side instead of replacing one
+    another."""
     config = Path(settings.config)
     own_env = (load_yaml(config).get("env") or {}).get("id") if config.is_file() else None
     name = "study" if config.stem == "ppo_parallel" else f"study-{config.stem}"

@@ -25,10 +25,10 @@ from parallel_ppo.errors import ConfigError, ParallelPPOError
 def add_study(sub: Any) -> None:
     """Register `study` on bench.py's subcommands."""
     text = ("the many-core study: threads, workers, distributed ranks and a CUDA learner at 1, 2, 4, ... processes, "
-            "written to docs/results/<cpu>[-avx512][-bf16]-<cores>c[-<gpu>]/study[-<config>[-<env>]].md")
+            "written to docs/results/<cpu>[-avx512][-bf16]-<cores>c[-<gpu>]/study[-<config>][-<env>].md")
     c = sub.add_parser("study", help=text, description=text[0].upper() + text[1:] + ". Runs one at a time; a "
                        "point that fails is recorded and the rest go on. Points measured before in the same "
-                       "results folder and not measured now are kept.")
+                       "results file (same machine and settings) and not measured now are kept.")
     add_config_flag(c, "ppo_parallel.yaml")
     c.add_argument("--env", default="starpilot", metavar="ID", help="Procgen game or gymnasium id (starpilot)")
     c.add_argument("--processes", metavar="LIST", help='process counts (default 1, 2, 4, ... logical cores)')
