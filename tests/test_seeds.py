@@ -139,6 +139,26 @@ def test_a_label_repeating_a_seed_is_one_line_and_exit_2(tmp_path, capsys):
     assert compare(load_groups([("a", [one]), ("b", [again])])).baseline == "a"
 
 
+def test_the_baseline_may_be_one_seed_of_a_label(tmp_path, capsys):
+    """`--baseline LABEL/<directory>` picks one run of a label over seeds (the label alone means its first); a
+    seed that is not there is one line, exit 2, and nothing written."""
+    a, b = _seed_runs(tmp_path / "a", [40, 41, 42]), _seed_runs(tmp_path / "b", [30, 31])
+    groups = load_groups([("a", [a]), ("b", [b])])
+    assert compare(groups).baseline == compare(groups, "a").baseline == "a/seed_1"
+    assert compare(groups, "a/seed_2").baseline == "a/seed_2"
+    out = tmp_path / "cmp"
+    assert compare_cli.main(["--run", f"a={a}", "--run", f"b={b}", "--baseline", "b/seed_2", "--output-dir",
+                             str(out)]) == 0
+    assert json.loads((out / "comparison.json").read_text())["baseline"] == "b/seed_2"
+    capsys.readouterr()
+    for wrong in ("a/seed_9", "c/seed_1"):
+        assert compare_cli.main(["--run", f"a={a}", "--run", f"b={b}", "--baseline", wrong, "--output-dir",
+                                 str(tmp_path / wrong.replace("/", "_"))]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"--baseline {wrong!r} is not one of the runs" in err, err
+        assert not (tmp_path / wrong.replace("/", "_")).exists()
+
+
 def test_a_seed_missing_its_summary_is_one_line_and_exit_2(tmp_path):
     parent = _seed_runs(tmp_path / "a", [40, 41, 42])
     (parent / "seed_2" / "summary.json").unlink()

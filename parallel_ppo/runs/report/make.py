@@ -24,7 +24,7 @@ def check_arguments(specs: list[tuple[str, list[Path]]], baseline: str | None, o
     if len(specs) < 2 and not any(len(dirs) > 1 or (dirs[0].is_dir() and not is_run_dir(dirs[0]))
                                   for _, dirs in specs):
         raise ConfigError("nothing to compare: give at least two runs (--sequential/--parallel or --run)")
-    if baseline is not None and baseline not in labels:
+    if baseline is not None and baseline.rpartition("/")[0] not in labels and baseline not in labels:
         raise ConfigError(f"--baseline {baseline!r} is not one of the runs ({', '.join(labels)})")
     existing = next((p for p in (out_dir, *out_dir.parents) if p.exists()), None)
     if existing is not None and not existing.is_dir():

@@ -125,8 +125,8 @@ def compare(items: Sequence[RunGroup | Run], baseline: str | None = None, thresh
 
 
 def _baseline_label(groups: Sequence[RunGroup], runs: Sequence[Run], baseline: str | None) -> str:
-    """The run the speed-ups are measured against: `baseline` (a multi-seed label stands for its first run), else
-    the first sequential run, else the first run."""
+    """The run the speed-ups are measured against: `baseline` (for a label over seeds, the label alone means its
+    first run and `LABEL/<directory>` names one), else the first sequential run, else the first run."""
     labels = [r.label for r in runs]
     multi = {g.label: g.runs[0].label for g in groups if len(g.runs) > 1}
     baseline = multi.get(baseline, baseline) if baseline is not None else None
