@@ -315,7 +315,7 @@ def write_results(rows: list[dict[str, Any]], stem: Path, meta: dict[str, Any]) 
                + (f", {meta['gpu']}" if meta.get("gpu") else ""))
     sittings = sorted({r["measured_at"][:16] for r in rows})
     write_json(files["json"], {"machine": machine, "date": max(r["measured_at"] for r in rows)[:10], **meta,
-                                        "points": rows})
+                               "points": rows})
     text = (f"# Many-core study: {machine}\n\n"
             f"{settings['env']} ({settings['config']}), {settings['envs_per_process']} envs × {settings['n_steps']} "
             f"steps and a minibatch of {settings['batch_per_process']} samples per process (global figures × "

@@ -62,7 +62,7 @@ def study(args: Any, prog: str) -> int:
         print(f"{prog}: study of {', '.join(families)} at {counts} processes, {args.seconds:g} s per run, "
               f"one at a time", flush=True)
         stem, rows = run_study([f for f in FAMILIES if f in families], counts, settings, Path(args.runs_dir),
-                                  Path(args.results_dir))
+                               Path(args.results_dir))
     except ParallelPPOError as e:
         return fail(prog, e, 2)
     except OSError as e:  # the results folder could not be written
