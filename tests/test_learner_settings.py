@@ -46,8 +46,8 @@ class FakeMeasure:
     """Stands in for `compute_limit.measure_compute_limit`: each candidate's compute limit comes from `limits`, the same
     in every round."""
 
-    def __init__(self, limits: dict[str, float]) -> None:
-        self.limits, self.calls = limits, []
+    def __init__(self, limits: dict[str, float], other_load: float = 0.0) -> None:
+        self.limits, self.calls, self.other_load = limits, [], other_load
 
     def __call__(self, cfg, spaces, seconds, *, candidates, rounds, **iterations):
         self.calls.append([c.label for c in candidates])
@@ -55,7 +55,7 @@ class FakeMeasure:
                            "round_sps": [self.limits[c.label]] * rounds} for c in candidates}
         best = max(candidates, key=lambda c: self.limits[c.label])
         return {**rates[best.label], "precision": best.precision, "microbatch_size": best.microbatch_size,
-                "candidates": rates}
+                "candidates": rates, "other_load_cores": self.other_load}
 
 
 @pytest.fixture(autouse=True)
@@ -220,6 +220,23 @@ def test_the_pick_rule_tells_a_clear_win_from_noise():
     assert sum(clearly_faster(a, b) for a, b in zip(*ties, strict=True)) < 20
     quiet = 100 * np.exp(rng.normal(0, 0.3, (1000, 1)) + rng.normal(0, 0.03, (1000, ROUNDS)))  # 1.5x at ±5%: all do
     assert all(clearly_faster(1.5 * q * np.exp(rng.normal(0, 0.05, ROUNDS)), q) for q in quiet)
+
+
+def test_a_choice_measured_beside_other_work_is_not_cached(tmp_path):
+    """Measured while other processes kept 1.5 cores busy: this run takes the choice, the cache does not, and the
+    next run (on a quiet machine) measures again and caches its own."""
+    cache = tmp_path / "cache.json"
+    busy = FakeMeasure(LIMITS, other_load=1.5)
+    choice = choose(auto_config(), PROCGEN, 10.0, measure=busy, path=cache)
+    assert (choice.precision, choice.microbatch_size, choice.source) == ("bf16", 128, "measured")
+    assert choice.cache.startswith("nowhere (other processes kept 1.50 cores busy") and not cache.exists()
+    assert "measured again next run" in choice.describe()
+    quiet = FakeMeasure(LIMITS)
+    assert choose(auto_config(), PROCGEN, 10.0, measure=quiet, path=cache).source == "measured"
+    assert len(quiet.calls) == 1 and len(json.loads(cache.read_text())) == 1
+    # the ranks of a distributed run measure at once: their load is the run's own, and the choice is cached
+    ranks = choose(auto_config(batch_size=512), PROCGEN, 10.0, measure=busy, path=cache, beside_ranks=True)
+    assert ranks.cache == str(cache) and len(json.loads(cache.read_text())) == 2
 
 
 SPIN = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end:\n    pass\n"

@@ -35,7 +35,7 @@ def tune(cfg: Config, spaces: EnvSpaces, group: Group = ALONE) -> Tuning:
     the ranks."""
     seconds = cfg.run.limit_seconds
     local = dataclasses.replace(cfg, training=group.local_training(cfg))
-    choice = group.broadcast(choose(local, spaces, seconds))
+    choice = group.broadcast(choose(local, spaces, seconds, beside_ranks=group.distributed))
     if seconds <= 0:
         return Tuning(choice)
     chosen = choice.resolve(local)

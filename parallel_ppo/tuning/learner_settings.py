@@ -3,7 +3,8 @@
 The fastest arithmetic and forward/backward chunk differ between CPUs (bf16 autocast is much faster than fp32
 on a CPU with native bf16 and slower on one without), so `auto` measures the candidates on this machine before the run,
 in place of the compute-limit measurement, and keeps the defaults unless another setting is clearly faster
-(`pick`). The choice is cached per hardware fingerprint and settings, so later runs measure only their own.
+(`pick`). The choice is cached per hardware fingerprint and settings, so later runs measure only their own; one
+measured while other processes kept the machine busy is used once, not cached.
 Two rules keep a choice from resting on noise: bf16 is a candidate only where the device computes it natively
 (`bf16_is_native`), and a network too small for the choice to matter keeps the defaults unmeasured (`is_small`).
 """
@@ -28,6 +29,7 @@ from parallel_ppo.core.model import learner_device
 from parallel_ppo.core.spaces import EnvSpaces
 from parallel_ppo.runs import fingerprint
 from parallel_ppo.tuning.compute_limit import (
+    BUSY_CORES,
     Candidate,
     for_candidate,
     matmul_peak,
@@ -228,13 +230,15 @@ class LearnerChoice:
 
 
 def choose(cfg: Config, spaces: EnvSpaces, seconds: float, *, measure: Measure = measure_compute_limit,
-           path: Path | None = None) -> LearnerChoice:
+           path: Path | None = None, beside_ranks: bool = False) -> LearnerChoice:
     """Resolve `auto` precision, microbatch and device for this config on this machine (cfg is not changed).
 
     With something to choose: bf16 only on a device that computes it natively (`bf16_is_native`); the defaults
     for a network too small for the choice to matter (`is_small`); else the cached choice when there is one, else
     a measurement of every candidate in `seconds` (the run's limit budget), whose winner (`pick`) is cached; with
     `seconds` 0 and nothing cached, the default (`preferred`).
+    A choice measured while other processes kept the machine busy is not cached, unless those may be the run's own
+    ranks measuring at the same time (`beside_ranks`, a distributed run).
     `measure` is `compute_limit.measure_compute_limit` or a stand-in with its signature.
     """
     device = learner_device(cfg)
@@ -261,9 +265,13 @@ def choose(cfg: Config, spaces: EnvSpaces, seconds: float, *, measure: Measure =
     rates = {label: r["limit_sps"] for label, r in limit["candidates"].items()}
     choice = LearnerChoice(limit["precision"], limit["microbatch_size"], source="measured", rates=rates,
                            cache=str(path), limit=limit, **known)
-    if not store(path, key, {"precision": choice.precision, "microbatch_size": choice.microbatch_size,
-                              "rates": rates, "cpu": fingerprint.cpu_model(), "torch": torch.__version__,
-                              "threads": torch.get_num_threads()}):
+    busy = float(limit.get("other_load_cores") or 0.0)
+    if busy > BUSY_CORES and not beside_ranks:  # a choice made beside other work would stick for every later run
+        choice.cache = (f"nowhere (other processes kept {busy:.2f} cores busy while it measured: measured again "
+                        "next run)")
+    elif not store(path, key, {"precision": choice.precision, "microbatch_size": choice.microbatch_size,
+                                "rates": rates, "cpu": fingerprint.cpu_model(), "torch": torch.__version__,
+                                "threads": torch.get_num_threads()}):
         choice.cache = f"nowhere ({path} is not writable)"
     return choice
 
