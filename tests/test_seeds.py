@@ -151,9 +151,10 @@ def test_the_baseline_may_be_one_seed_of_a_label(tmp_path, capsys):
                              str(out)]) == 0
     assert json.loads((out / "comparison.json").read_text())["baseline"] == "b/seed_2"
     capsys.readouterr()
-    for wrong in ("a/seed_9", "c/seed_1"):
-        assert compare_cli.main(["--run", f"a={a}", "--run", f"b={b}", "--baseline", wrong, "--output-dir",
-                                 str(tmp_path / wrong.replace("/", "_"))]) == 2
+    single = a / "seed_3"
+    for wrong in ("a/seed_9", "d/seed_1", "c/seed_3"):  # no such seed, no such label, a label of one run
+        assert compare_cli.main(["--run", f"a={a}", "--run", f"b={b}", "--run", f"c={single}", "--baseline", wrong,
+                                 "--output-dir", str(tmp_path / wrong.replace("/", "_"))]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and f"--baseline {wrong!r} is not one of the runs" in err, err
         assert not (tmp_path / wrong.replace("/", "_")).exists()
