@@ -21,13 +21,13 @@ download() {  # DIR PACKAGE...: wheels for the offline machine's Python
             "${platforms[@]}" -d "$dir" "$pkg"
     done
 }
-gl_loaders() {  # DIR: the GL loaders (glvnd) and the X11 libraries libGLX links, as Debian packages
-    (cd "$1" && apt-get download libegl1 libgl1 libglx0 libglvnd0 libopengl0 libgles2 libx11-6 libxcb1 libxau6 \
-        libxdmcp6 libbsd0 libmd0)
+exclude() {  # FOLDER...: kept out of git
+    for d in "$@"; do grep -qxF "/$d/" .git/info/exclude 2>/dev/null || echo "/$d/" >> .git/info/exclude; done
 }
+libgl="libgl1 libglx0 libglvnd0 libx11-6 libxcb1 libxau6 libxdmcp6 libbsd0 libmd0"  # libGL and the X11 ones it links
 mkdir -p .git/info
 if [ "${2:-}" = robot ]; then
-    grep -qxF /.robot/ .git/info/exclude 2>/dev/null || echo /.robot/ >> .git/info/exclude
+    exclude .robot
     rm -rf .robot /tmp/robot_stage && mkdir -p .robot/whl .robot/deb /tmp/robot_stage
     download .robot/whl mujoco==3.3.7 pyopengl glfw termcolor gymnasium==1.4.0 farama-notifications setproctitle
     download /tmp/robot_stage robosuite==1.5.2
@@ -38,17 +38,17 @@ if [ "${2:-}" = robot ]; then
         case "$(basename "$d")" in panda|panda_gripper|rethink_mount) ;; *) rm -rf "$d" ;; esac
     done
     tar -C /tmp/robot_stage/site -cJf .robot/robosuite.tar.xz .
-    gl_loaders .robot/deb
+    (cd .robot/deb && apt-get download $libgl libegl1 libopengl0 libgles2)  # and the loaders MuJoCo's EGL opens
     du -sh .robot
     exit 0
 fi
 mkdir -p .whl .gl
-for d in /.whl/ /.gl/; do grep -qxF "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude; done
+exclude .whl .gl
 # procgen and its gym3 front end; gymnasium; setproctitle. torch, numpy, pyyaml, matplotlib, psutil, tensorboard and
 # imageio are expected on the machine already (they are in the usual GPU images).
 download .whl procgen-mirror==0.10.7 gym3==0.3.3 gym-notices gymnasium==1.4.0 farama-notifications cffi pycparser \
     glfw moderngl glcontext setproctitle
 python3 -m pip wheel -q --no-deps -w .whl gym==0.26.2  # gym has no wheel on PyPI; it is pure Python
-(cd .gl && apt-get download libgl1 libglx0 libglvnd0 libx11-6 libxcb1 libxau6 libxdmcp6 libbsd0 libmd0 libpcre2-8-0 \
+(cd .gl && apt-get download $libgl libpcre2-8-0 \
     && { apt-get download libglib2.0-0t64 2>/dev/null || apt-get download libglib2.0-0; })  # t64: Debian 13, Ubuntu 24.04
 du -sh .whl .gl
