@@ -143,8 +143,9 @@ THRESHOLD_SHARE = 0.8
 
 def _threshold(runs: Sequence[Run], threshold: float | None) -> tuple[float | None, str]:
     """The return threshold for 'time to threshold' and where it comes from: as given, else THRESHOLD_SHARE of the
-    way from the highest first logged return of any run to the best final return, so that no run has reached it when it first
-    logs; else none (no run finished an episode, or none ended above that start: no target would mean progress)."""
+    way from the highest first logged return of any run to the best final return, so that no run has reached it
+    when it first logs; else none (no run finished an episode, or none ended above that start: no target would mean
+    progress)."""
     if threshold is not None:
         return threshold, "given with --threshold"
     finals = [r.final_return for r in runs if r.final_return is not None]
