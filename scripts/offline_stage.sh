@@ -8,6 +8,9 @@
 # with the Panda arm's assets only (its wheel, 157 MB, is over what a device call carries), MuJoCo 3.3.7, the other
 # wheels the trainer needs beside the GPU image's (which has torch, numpy, numba, scipy, opencv, pillow, absl-py, etils,
 # h5py, pyyaml, psutil, tensorboard), and the GL loaders (libEGL, libGL) MuJoCo's EGL renderer opens.
+# With `mesa` it stages, in .mesa/, Mesa's EGL and its software renderer (llvmpipe) from this machine, for drawing the
+# camera on the CPU where a GPU box would draw it on its GPU (`GL=mesa` in offline_study.sh). At 47 MB it travels in
+# a device call of its own, before the one that carries .robot/ (the machine must stay warm between the two).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py="${1:-3.12}"
@@ -26,6 +29,21 @@ exclude() {  # FOLDER...: kept out of git
 }
 libgl="libgl1 libglx0 libglvnd0 libx11-6 libxcb1 libxau6 libxdmcp6 libbsd0 libmd0"  # libGL and the X11 ones it links
 mkdir -p .git/info
+if [ "${2:-}" = mesa ]; then  # Mesa's EGL and software driver from this machine, with every library they link
+    exclude .mesa
+    lib=/usr/lib/x86_64-linux-gnu
+    rm -rf .mesa /tmp/mesa_stage && mkdir -p .mesa /tmp/mesa_stage/lib/dri
+    cp -L "$lib/libEGL_mesa.so.0" /tmp/mesa_stage/lib/ && cp -L "$lib/dri/swrast_dri.so" /tmp/mesa_stage/lib/dri/
+    for f in $(ldd "$lib/libEGL_mesa.so.0" "$lib/dri/swrast_dri.so" | awk '/=> \//{print $3}' | sort -u); do
+        case "$(basename "$f")" in  # not the C and C++ runtimes: the machine's own are newer
+            libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libstdc++.so*|libgcc_s.so*) ;;
+            *) cp -L "$f" /tmp/mesa_stage/lib/ ;;
+        esac
+    done
+    tar -C /tmp/mesa_stage -cJf .mesa/mesa.tar.xz lib
+    du -sh .mesa
+    exit 0
+fi
 if [ "${2:-}" = robot ]; then
     exclude .robot
     rm -rf .robot /tmp/robot_stage && mkdir -p .robot/whl .robot/deb /tmp/robot_stage

@@ -9,6 +9,8 @@
 # PLAN="threads:1 workers:16 cuda:16" (family:counts, counts comma-separated) runs those points, in that order, instead.
 # ENV (and CONFIG) study another task: `ENV=robosuite/Lift` (staged by `offline_stage.sh 3.12 robot` in .robot/, which
 # travels alone: with .whl/ it is over a device call's 64 MiB), `CONFIG=config/robosuite_lift_camera.yaml` its camera.
+# GL=mesa draws the camera with Mesa's llvmpipe on the CPU instead of the GPU (staged by `offline_stage.sh 3.12 mesa`
+# in .mesa/, unpacked to /tmp/offline_mesa by a call that carries it; LP_NUM_THREADS is passed on as set).
 # Budget: 19 points × (SECONDS + start-up); on a 16-core H100 box each run's start-up was ~25 s (every process
 # imports torch with CUDA), so ~15 minutes at 20 s: split the families over two calls where one call is capped.
 set -uo pipefail
@@ -36,6 +38,15 @@ if [ -d .robot ]; then  # robosuite, MuJoCo and the GL loaders, which go to / as
     fi
     nvidia_egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json  # where the GPU image keeps NVIDIA's EGL
     [ -f "$nvidia_egl" ] && export __EGL_VENDOR_LIBRARY_FILENAMES="$nvidia_egl"
+fi
+if [ "${GL:-}" = mesa ]; then  # draw on the CPU with Mesa's llvmpipe (a no-GPU machine's case), staged in .mesa/
+    mesa=/tmp/offline_mesa
+    if [ -f .mesa/mesa.tar.xz ]; then mkdir -p "$mesa"; tar -C "$mesa" -xJf .mesa/mesa.tar.xz; fi
+    [ -f "$mesa/lib/libEGL_mesa.so.0" ] || { echo "offline_study: GL=mesa needs .mesa/ (here or unpacked by an earlier call)" >&2; exit 1; }
+    printf '{"file_format_version":"1.0.0","ICD":{"library_path":"%s/lib/libEGL_mesa.so.0"}}\n' "$mesa" > "$mesa/50_mesa.json"
+    export __EGL_VENDOR_LIBRARY_FILENAMES="$mesa/50_mesa.json" LIBGL_DRIVERS_PATH="$mesa/lib/dri" MUJOCO_GL=egl
+    export LD_LIBRARY_PATH="$mesa/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "offline_study: drawing with Mesa (LP_NUM_THREADS=${LP_NUM_THREADS:-default})"
 fi
 [ -d "$site" ] && export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 procgen_game="import sys; from parallel_ppo.core.procgen_envs import PROCGEN_GAMES as g; sys.exit(sys.argv[1] not in g)"

@@ -13,6 +13,7 @@ import pytest
 from fake_runs import write_run
 
 from parallel_ppo.cli import compare as compare_cli
+from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs.reading import load_groups
 from parallel_ppo.runs.report.numbers import compare
 from parallel_ppo.runs.report.text import console_summary, render_markdown
@@ -137,6 +138,17 @@ def test_a_label_repeating_a_seed_is_one_line_and_exit_2(tmp_path, capsys):
     assert err.count("\n") == 1 and "run label 'a' has two runs of seed 1" in err, err
     assert not out.exists()
     assert compare(load_groups([("a", [one]), ("b", [again])])).baseline == "a"
+
+
+def test_every_run_has_its_own_name_in_the_tables(tmp_path):
+    """Two directories of one name under a label are told apart by their parents; a name that two labels would
+    both give (`a`'s seed_1 and a label `a/seed_1`) is refused before any run is read."""
+    x, y = write_run(tmp_path / "x" / "run", seed=1), write_run(tmp_path / "y" / "run", seed=2)
+    [group] = load_groups([("e", [x, y])])
+    assert [r.label for r in group.runs] == ["e/x/run", "e/y/run"]
+    a = _seed_runs(tmp_path / "a", [40, 41])
+    with pytest.raises(ConfigError, match="both be called 'a/seed_1'"):
+        load_groups([("a", [a]), ("a/seed_1", [tmp_path / "x" / "run"])])
 
 
 def test_the_baseline_may_be_one_seed_of_a_label(tmp_path, capsys):

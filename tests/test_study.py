@@ -12,8 +12,10 @@ from types import SimpleNamespace
 import pytest
 
 from parallel_ppo.bench.study import (
+    DRAWING_VARIABLES,
     StudySettings,
     add_ratios,
+    drawing,
     earlier_points,
     family_points,
     merge_rows,
@@ -113,9 +115,20 @@ def test_an_earlier_study_is_kept_only_for_the_same_machine_and_settings(tmp_pat
     assert [p["label"] for p in earlier_points(path, identity)] == ["threads_1"]
     assert earlier_points(path, {**identity, "settings": {"env": "starpilot", "seconds": 20.0}}) == []
     assert "replacing it" in capsys.readouterr().out
+    mesa = {**identity, "drawing": {"__EGL_VENDOR_LIBRARY_FILENAMES": "50_mesa.json"}}  # frames drawn otherwise
+    assert earlier_points(path, mesa) == [] and earlier_points(path, {**identity, "drawing": None}) != []
     path.write_text("{not json")
     with pytest.raises(RunDataError, match="is not the results of a study"):
         earlier_points(path, identity)
+
+
+def test_the_drawing_variables_set_are_the_studys(monkeypatch):
+    for k in DRAWING_VARIABLES:
+        monkeypatch.delenv(k, raising=False)
+    assert drawing() == {}
+    monkeypatch.setenv("LP_NUM_THREADS", "1")
+    monkeypatch.setenv("HOME", "/x")
+    assert drawing() == {"LP_NUM_THREADS": "1"}
 
 
 def test_each_task_has_its_own_results_files(tmp_path):
@@ -129,6 +142,10 @@ def test_each_task_has_its_own_results_files(tmp_path):
     assert name("robosuite_lift.yaml", "robosuite/Lift") == "study-robosuite_lift"
     assert name("robosuite_lift_camera.yaml", "robosuite/Lift") == "study-robosuite_lift_camera"
     assert name("mujoco.yaml", "Hopper-v5") == "study-mujoco-hopper-v5"
+    mine = tmp_path / "mine.yaml"  # no env.id: its env is the built-in one
+    mine.write_text("training:\n  n_steps: 64\n")
+    default_env = build_config(str(mine), {}, [], parallel=False).env.id
+    assert results_name(StudySettings(str(mine), default_env, 30.0)) == "study-mine"
     files = results_files(tmp_path / "study-fetch")
     assert files == {ext: tmp_path / f"study-fetch.{ext}" for ext in ("md", "json", "png")}
 

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from parallel_ppo.bench.scaling import BENCH_RUN_SETS, BenchRunCrashed, point_row, run_bench_trainer, trainer_command
-from parallel_ppo.core.config_yaml import load_yaml
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.files import atomic_write, write_json, write_text
 from parallel_ppo.core.timing import PHASES
@@ -50,6 +49,16 @@ FAMILY_TEXT = {
 SAME_ARITHMETIC = ("--set", "training.precision=fp32", "--set", "training.microbatch_size=64")
 """Every point does the same arithmetic: `auto` would measure (or find cached) a choice per thread count and
 device, and a point that got bf16 would not compare with one that got fp32. A `--set` of the study's own wins."""
+
+DRAWING_VARIABLES = ("MUJOCO_GL", "PYOPENGL_PLATFORM", "__EGL_VENDOR_LIBRARY_FILENAMES", "LP_NUM_THREADS")
+"""The variables that choose how envs draw their frames: the OpenGL platform, EGL's vendor (a GPU's driver or Mesa's
+software renderer) and the software renderer's threads."""
+
+
+def drawing() -> dict[str, str]:
+    """The drawing variables set in this environment (the runs inherit them): frames drawn another way make
+    another study, never merged with this one."""
+    return {k: os.environ[k] for k in DRAWING_VARIABLES if k in os.environ}
 
 
 @dataclass(frozen=True)
@@ -162,12 +171,13 @@ def machine_results_dir(results_root: Path) -> Path:
 
 def results_name(settings: StudySettings) -> str:
     """The stem of the study's files in the machine's folder, `study[-<config>][-<env>]`: the config's name unless it
-    is ppo_parallel (the Procgen study's), the env's unless it is the config's own (`study` for starpilot on
+    is ppo_parallel (the Procgen study's), the env's unless the config trains it (its env.id, else the built-in
+    one) (`study` for starpilot on
     ppo_parallel.yaml, `study-robosuite_lift` for robosuite/Lift on its config, `study-bigfish` for bigfish on
     ppo_parallel.yaml): the studies of several tasks on one machine sit side by side instead of replacing one
     another."""
     config = Path(settings.config)
-    own_env = (load_yaml(config).get("env") or {}).get("id") if config.is_file() else None
+    own_env = build_config(str(config), {}, [], parallel=False).env.id if config.is_file() else None
     name = "study" if config.stem == "ppo_parallel" else f"study-{config.stem}"
     env = re.sub(r"[^a-z0-9]+", "-", settings.env.lower()).strip("-")
     return name if settings.env == own_env else f"{name}-{env}"
@@ -321,7 +331,9 @@ def write_results(rows: list[dict[str, Any]], stem: Path, meta: dict[str, Any]) 
             f"steps and a minibatch of {settings['batch_per_process']} samples per process (global figures × "
             f"processes), fp32 in chunks of 64 at every point"
             + (f" (unless set otherwise: {' '.join(settings['extra'])})" if settings["extra"] else "") + ", "
-            f"{settings['seconds']:g} s per run; versions {meta['versions']}.\n\n"
+            f"{settings['seconds']:g} s per run; versions {meta['versions']}"
+            + (f"; frames drawn with {' '.join(f'{k}={v}' for k, v in meta['drawing'].items())}"
+               if meta.get("drawing") else "") + ".\n\n"
             + "\n".join(f"- `{f}`: {FAMILY_TEXT[f]}" for f in FAMILIES if any(r["family"] == f for r in rows))
             + f"\n\n{study_table(rows)}\n\n"
             "Steps/s are steady state (from the end of update 1 to the end of the last update) of real training "
@@ -349,7 +361,8 @@ def run_study(families: list[str], counts: list[int], settings: StudySettings, r
     hw, cores = fingerprint.hardware(), available_cores()
     config = Path(settings.config).resolve()  # named from the checkout when in it, so results compare across hosts
     shown = {**asdict(settings), "config": str(config.relative_to(ROOT) if config.is_relative_to(ROOT) else config)}
-    identity = {"settings": json.loads(json.dumps(shown)), "cores": cores, "gpu": gpu, "cpu_model": hw["cpu_model"]}
+    identity = {"settings": json.loads(json.dumps(shown)), "cores": cores, "gpu": gpu, "cpu_model": hw["cpu_model"],
+                "drawing": drawing() or None}
     stem = machine_results_dir(results_root) / results_name(settings)
     kept = earlier_points(results_files(stem)["json"], identity)
     meta = {**identity, "hardware": hw, "versions": fingerprint.versions(), "commit": fingerprint.source_commit(),

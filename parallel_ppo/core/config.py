@@ -72,7 +72,8 @@ class EnvConfig:
     start_level: int = setting(0, non_negative=True, maximum=2**31 - 1, resume=True)
     """Procgen: seed of the first level."""
     env_threads: int = setting(0, non_negative=True, resume=True)
-    """Procgen's own stepping threads per process (0 = automatic: 1 in a worker, all cores otherwise)."""
+    """The env's own threads per process, Procgen's stepping and Mesa's drawing threads (LP_NUM_THREADS, unless
+    set): 0 = automatic, 1 in a worker, all cores otherwise."""
     pixels: bool = setting(False, resume=True)
     """gymnasium's MuJoCo envs: observe RGB frames rendered on the CPU instead of the state vector. Rendering
     happens in the process that steps the env (workers in parallel mode)."""

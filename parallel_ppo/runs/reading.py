@@ -151,15 +151,22 @@ class RunGroup:
 
 def load_groups(specs: Sequence[tuple[str, Sequence[str | Path]]]) -> list[RunGroup]:
     """Load every `(label, directories)`; labels must be unique. A label with several runs names each
-    `LABEL/<directory name>`. Fails on the first bad run."""
-    groups = []
+    `LABEL/<directory name>` (`LABEL/<parent>/<directory name>` where two share a name); every run's name must be
+    unique across the labels. Fails on the first bad run."""
+    named: list[tuple[str, list[str], list[Path]]] = []
     for label, directories in _unique(specs):
         paths = expand_run_dirs([Path(d) for d in directories])
         if len(set(map(os.path.realpath, paths))) != len(paths):
             raise ConfigError(f"run label {label!r} lists the same run directory twice")
         names = [label] if len(paths) == 1 else [f"{label}/{p.name}" for p in paths]
-        groups.append(RunGroup(label, [load_run(name, p) for name, p in zip(names, paths, strict=True)]))
-    return groups
+        if len(set(names)) < len(names):  # seed_1 of two experiments
+            names = [f"{label}/{p.parent.name}/{p.name}" for p in paths]
+        named.append((label, names, paths))
+    every = [n for _, names, _ in named for n in names]
+    if clash := next((n for n in every if every.count(n) > 1), None):
+        raise ConfigError(f"two runs would both be called {clash!r} in the tables: give them other labels")
+    return [RunGroup(label, [load_run(n, p) for n, p in zip(names, paths, strict=True)])
+            for label, names, paths in named]
 
 
 def load_runs(specs: Sequence[tuple[str, str | Path]]) -> list[Run]:

@@ -17,6 +17,7 @@ from parallel_ppo.core.collect import CollectResult
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.lifetime import signal_on_parent_death
 from parallel_ppo.core.spaces import EnvSpaces
+from parallel_ppo.core.threads import draw_with_env_threads
 
 
 @dataclass
@@ -98,6 +99,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
     signal_on_parent_death(signal.SIGKILL)  # it ignores SIGTERM, and must not outlive the run
     setproctitle.setproctitle(process_title(spec))
     torch.set_num_threads(spec.torch_threads)
+    draw_with_env_threads(spec.env_threads)
     retain_freed_memory()
     runner = None
     try:
