@@ -16,6 +16,7 @@ multiprocessing code (a notebook needs nothing).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ import torch
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.evaluate import EvalResult
 from parallel_ppo.core.policy import Policy
+from parallel_ppo.core.threads import OWN_DRAW_THREADS
 from parallel_ppo.errors import ConfigError, RunFailed
 from parallel_ppo.launch import Request, execute, prepare
 from parallel_ppo.runs.reading import Run, load_groups, load_run
@@ -48,7 +50,8 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
     run that stops on an error (a worker that keeps failing, say) raises RunFailed once its checkpoint and summary
     are written; Ctrl-C (SIGINT) or SIGTERM stops it at the next update and it
     returns, its `summary.stop_reason` saying so (KeyboardInterrupt when no update had finished, or on a second
-    Ctrl-C). The torch thread count it sets for the learner is restored when it returns.
+    Ctrl-C). The torch thread count it sets for the learner and the drawing threads it sets for Mesa
+    (LP_NUM_THREADS) are restored when it returns.
     """
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -60,11 +63,17 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
     request = Request(config, flags, parallel=mode == "parallel", overwrite=overwrite,
                       resume=None if resume is None else str(resume))
     threads = torch.get_num_threads()
+    drawing = {k: os.environ.get(k) for k in ("LP_NUM_THREADS", OWN_DRAW_THREADS)}
     try:
         prepared = prepare(request)
         summary, _ = execute(prepared, "parallel_ppo" if verbose else None, interrupt=True)
     finally:
         torch.set_num_threads(threads)
+        for k, v in drawing.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     run_dir = prepared.plan.run_dir
     if summary["stop_reason"] == "error":
         raise RunFailed(f"the run in {run_dir} stopped on an error: {summary['error']}", run_dir)

@@ -29,7 +29,7 @@ from parallel_ppo.core.loop import RolloutSource, check_checkpoint_fits
 from parallel_ppo.core.model import learner_device
 from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.spaces import EnvSpaces
-from parallel_ppo.core.threads import ThreadPlan, draw_with_env_threads, thread_plan
+from parallel_ppo.core.threads import ThreadPlan, draw_with, thread_plan
 from parallel_ppo.engines.distributed import RESTART_COUNT_VAR, RUN_ID_VAR, PeerLost, join, launched_by_torchrun
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs.directory import prepare_run_dir, resolve_run_dir
@@ -186,7 +186,7 @@ def validated_config(request: Request) -> tuple[Config, EnvSpaces, dict | None, 
     learner_device(cfg)  # a device asked for by name must exist
     if not request.parallel:  # before this process draws its first frame (the spaces' probe); workers set their own
         ranks_on_host = int(os.environ["LOCAL_WORLD_SIZE"]) if world else 1  # as the group will read it
-        draw_with_env_threads(thread_plan(cfg, False, ranks_on_host).env)
+        draw_with(thread_plan(cfg, False, ranks_on_host).draw)
     spaces = env_spaces(cfg.env)
     check_network_and_memory(cfg, spaces)
     if resume is not None:  # before any file is written: a checkpoint that does not fit changes nothing

@@ -33,8 +33,13 @@ if [ "${2:-}" = mesa ]; then  # Mesa's EGL and software driver from this machine
     exclude .mesa
     lib=/usr/lib/x86_64-linux-gnu
     rm -rf .mesa /tmp/mesa_stage && mkdir -p .mesa /tmp/mesa_stage/lib/dri
-    cp -L "$lib/libEGL_mesa.so.0" /tmp/mesa_stage/lib/ && cp -L "$lib/dri/swrast_dri.so" /tmp/mesa_stage/lib/dri/
-    for f in $(ldd "$lib/libEGL_mesa.so.0" "$lib/dri/swrast_dri.so" | awk '/=> \//{print $3}' | sort -u); do
+    cp -L "$lib/libEGL_mesa.so.0" /tmp/mesa_stage/lib/
+    cp -L "$lib/dri/swrast_dri.so" /tmp/mesa_stage/lib/dri/
+    links=$(ldd "$lib/libEGL_mesa.so.0" "$lib/dri/swrast_dri.so")
+    if [[ "$links" == *"not found"* ]]; then
+        echo "offline_stage: Mesa lacks libraries here:" >&2; echo "$links" >&2; exit 1
+    fi
+    for f in $(awk '/=> \//{print $3}' <<< "$links" | sort -u); do
         case "$(basename "$f")" in  # not the C and C++ runtimes: the machine's own are newer
             libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libstdc++.so*|libgcc_s.so*) ;;
             *) cp -L "$f" /tmp/mesa_stage/lib/ ;;

@@ -19,6 +19,7 @@ results="${1:-docs/results}"
 seconds="${2:-20}"
 export PYTHONUNBUFFERED=1
 env="${ENV:-starpilot}"
+case "${GL:-}" in ""|mesa) ;; *) echo "offline_study: GL is mesa or unset, not '$GL'" >&2; exit 2 ;; esac
 site=/tmp/offline_site
 if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
@@ -42,11 +43,14 @@ fi
 if [ "${GL:-}" = mesa ]; then  # draw on the CPU with Mesa's llvmpipe (a no-GPU machine's case), staged in .mesa/
     mesa=/tmp/offline_mesa
     if [ -f .mesa/mesa.tar.xz ]; then mkdir -p "$mesa"; tar -C "$mesa" -xJf .mesa/mesa.tar.xz; fi
-    [ -f "$mesa/lib/libEGL_mesa.so.0" ] || { echo "offline_study: GL=mesa needs .mesa/ (here or unpacked by an earlier call)" >&2; exit 1; }
-    printf '{"file_format_version":"1.0.0","ICD":{"library_path":"%s/lib/libEGL_mesa.so.0"}}\n' "$mesa" > "$mesa/50_mesa.json"
+    if [ ! -f "$mesa/lib/libEGL_mesa.so.0" ]; then
+        echo "offline_study: GL=mesa needs .mesa/ (carried here, or unpacked by an earlier call)" >&2; exit 1
+    fi
+    printf '{"file_format_version":"1.0.0","ICD":{"library_path":"%s/lib/libEGL_mesa.so.0"}}\n' "$mesa" \
+        > "$mesa/50_mesa.json"
     export __EGL_VENDOR_LIBRARY_FILENAMES="$mesa/50_mesa.json" LIBGL_DRIVERS_PATH="$mesa/lib/dri" MUJOCO_GL=egl
     export LD_LIBRARY_PATH="$mesa/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    echo "offline_study: drawing with Mesa (LP_NUM_THREADS=${LP_NUM_THREADS:-default})"
+    echo "offline_study: drawing with Mesa, LP_NUM_THREADS ${LP_NUM_THREADS:-as the trainer plans it}"
 fi
 [ -d "$site" ] && export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 procgen_game="import sys; from parallel_ppo.core.procgen_envs import PROCGEN_GAMES as g; sys.exit(sys.argv[1] not in g)"

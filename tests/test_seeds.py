@@ -146,9 +146,11 @@ def test_every_run_has_its_own_name_in_the_tables(tmp_path):
     x, y = write_run(tmp_path / "x" / "run", seed=1), write_run(tmp_path / "y" / "run", seed=2)
     [group] = load_groups([("e", [x, y])])
     assert [r.label for r in group.runs] == ["e/x/run", "e/y/run"]
-    a = _seed_runs(tmp_path / "a", [40, 41])
-    with pytest.raises(ConfigError, match="both be called 'a/seed_1'"):
-        load_groups([("a", [a]), ("a/seed_1", [tmp_path / "x" / "run"])])
+    a, broken = _seed_runs(tmp_path / "a", [40, 41]), tmp_path / "broken"
+    broken.mkdir()
+    (broken / "summary.json").write_text("{not json")  # never read: the names clash first
+    with pytest.raises(ConfigError, match="would both be called 'a/seed_1'"):
+        load_groups([("a", [a]), ("a/seed_1", [broken])])
 
 
 def test_the_baseline_may_be_one_seed_of_a_label(tmp_path, capsys):

@@ -16,6 +16,7 @@ from parallel_ppo.bench.study import (
     StudySettings,
     add_ratios,
     drawing,
+    drawing_tag,
     earlier_points,
     family_points,
     merge_rows,
@@ -26,6 +27,7 @@ from parallel_ppo.bench.study import (
     results_slug,
 )
 from parallel_ppo.core.configure import build_config
+from parallel_ppo.core.threads import OWN_DRAW_THREADS
 from parallel_ppo.engines.distributed import Ranks
 from parallel_ppo.errors import ConfigError, RunDataError
 from parallel_ppo.runs.reading import load_run
@@ -115,27 +117,35 @@ def test_an_earlier_study_is_kept_only_for_the_same_machine_and_settings(tmp_pat
     assert [p["label"] for p in earlier_points(path, identity)] == ["threads_1"]
     assert earlier_points(path, {**identity, "settings": {"env": "starpilot", "seconds": 20.0}}) == []
     assert "replacing it" in capsys.readouterr().out
-    mesa = {**identity, "drawing": {"__EGL_VENDOR_LIBRARY_FILENAMES": "50_mesa.json"}}  # frames drawn otherwise
-    assert earlier_points(path, mesa) == [] and earlier_points(path, {**identity, "drawing": None}) != []
     path.write_text("{not json")
     with pytest.raises(RunDataError, match="is not the results of a study"):
         earlier_points(path, identity)
 
 
-def test_the_drawing_variables_set_are_the_studys(monkeypatch):
-    for k in DRAWING_VARIABLES:
-        monkeypatch.delenv(k, raising=False)
-    assert drawing() == {}
+def test_frames_drawn_another_way_make_another_studys_files(monkeypatch):
+    """The drawing variables the user set name the study's files (the trainer's own LP_NUM_THREADS does not):
+    a study of Mesa's drawing on a GPU box sits beside the GPU's."""
+    for k in (*DRAWING_VARIABLES, OWN_DRAW_THREADS):
+        monkeypatch.setenv(k, "0")
+        monkeypatch.delenv(k)
+    lift = StudySettings(str(ROOT / "config" / "robosuite_lift_camera.yaml"), "robosuite/Lift", 30.0)
+    assert drawing() == {} and results_name(lift, drawing()) == "study-robosuite_lift_camera"
+    monkeypatch.setenv("__EGL_VENDOR_LIBRARY_FILENAMES", "/tmp/offline_mesa/50_mesa.json")
+    monkeypatch.setenv("MUJOCO_GL", "egl")
+    assert results_name(lift, drawing()) == "study-robosuite_lift_camera-mesa"
     monkeypatch.setenv("LP_NUM_THREADS", "1")
-    monkeypatch.setenv("HOME", "/x")
-    assert drawing() == {"LP_NUM_THREADS": "1"}
+    assert results_name(lift, drawing()) == "study-robosuite_lift_camera-mesa-lp1"
+    monkeypatch.setenv(OWN_DRAW_THREADS, "1")  # the trainer's, not the user's
+    assert "LP_NUM_THREADS" not in drawing() and drawing_tag(drawing()) == "-mesa"
+    monkeypatch.setenv("__EGL_VENDOR_LIBRARY_FILENAMES", "/usr/share/glvnd/egl_vendor.d/10_nvidia.json")
+    assert drawing_tag(drawing()) == "" and drawing_tag({"MUJOCO_GL": "osmesa"}) == "-osmesa"
 
 
 def test_each_task_has_its_own_results_files(tmp_path):
     """Studies of several tasks on one machine sit side by side: the Procgen study keeps `study`, another config is
     named by its file and an env other than the config's own by the env too."""
     def name(config: str, env: str) -> str:
-        return results_name(StudySettings(str(ROOT / "config" / config), env, 30.0))
+        return results_name(StudySettings(str(ROOT / "config" / config), env, 30.0), {})
 
     assert name("ppo_parallel.yaml", "starpilot") == "study"
     assert name("ppo_parallel.yaml", "bigfish") == "study-bigfish"
@@ -145,7 +155,7 @@ def test_each_task_has_its_own_results_files(tmp_path):
     mine = tmp_path / "mine.yaml"  # no env.id: its env is the built-in one
     mine.write_text("training:\n  n_steps: 64\n")
     default_env = build_config(str(mine), {}, [], parallel=False).env.id
-    assert results_name(StudySettings(str(mine), default_env, 30.0)) == "study-mine"
+    assert results_name(StudySettings(str(mine), default_env, 30.0), {}) == "study-mine"
     files = results_files(tmp_path / "study-fetch")
     assert files == {ext: tmp_path / f"study-fetch.{ext}" for ext in ("md", "json", "png")}
 

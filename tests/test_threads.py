@@ -8,27 +8,33 @@ from pathlib import Path
 import psutil
 
 from parallel_ppo.core.configure import build_config
-from parallel_ppo.core.threads import OWN_DRAW_THREADS, draw_with_env_threads, thread_plan
+from parallel_ppo.core.threads import OWN_DRAW_THREADS, draw_with, thread_plan, user_draw_threads
 
 CARTPOLE = str(Path(__file__).resolve().parents[1] / "config" / "cartpole.yaml")
 
 
-def test_a_workers_envs_get_one_thread_and_a_sequential_runs_every_core(monkeypatch):
+def test_a_worker_steps_on_one_thread_and_draws_on_its_share_of_the_cores(monkeypatch):
     monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 16)
-    cfg = build_config(CARTPOLE, {}, [], parallel=True)
-    assert thread_plan(cfg, parallel=True).env == 1
-    assert thread_plan(cfg, parallel=False).env == 16
-    assert thread_plan(cfg, parallel=False, ranks_on_host=4).env == 4
-    assert thread_plan(build_config(CARTPOLE, {}, ["env.env_threads=3"], parallel=True), parallel=True).env == 3
+    plan = thread_plan(build_config(CARTPOLE, {}, ["parallel.num_workers=4"], parallel=True), parallel=True)
+    assert (plan.env, plan.draw) == (1, 4)
+    plan = thread_plan(build_config(CARTPOLE, {}, ["parallel.num_workers=32"], parallel=True), parallel=True)
+    assert (plan.env, plan.draw) == (1, 1)
+    sequential = thread_plan(build_config(CARTPOLE, {}, [], parallel=False), parallel=False)
+    assert (sequential.env, sequential.draw) == (16, 16)
+    rank = thread_plan(build_config(CARTPOLE, {}, [], parallel=False), parallel=False, ranks_on_host=4)
+    assert (rank.env, rank.draw) == (4, 4)
+    set_ = thread_plan(build_config(CARTPOLE, {}, ["env.env_threads=3"], parallel=True), parallel=True)
+    assert (set_.env, set_.draw) == (3, 3)
 
 
-def test_mesa_draws_with_the_env_threads_unless_the_user_set_its_own(monkeypatch):
-    monkeypatch.delenv("LP_NUM_THREADS", raising=False)
-    monkeypatch.delenv(OWN_DRAW_THREADS, raising=False)
-    draw_with_env_threads(16)  # a sequential run
-    assert os.environ["LP_NUM_THREADS"] == "16"
-    draw_with_env_threads(1)  # a worker started after it from the same Python inherits ours and replaces it
+def test_mesa_draws_with_the_plan_unless_the_user_set_its_threads(monkeypatch):
+    for name in ("LP_NUM_THREADS", OWN_DRAW_THREADS):  # set, then removed: monkeypatch restores the original
+        monkeypatch.setenv(name, "0")
+        monkeypatch.delenv(name)
+    draw_with(16)  # a sequential run
+    assert os.environ["LP_NUM_THREADS"] == "16" and user_draw_threads() is None
+    draw_with(1)  # a worker started after it from the same Python inherits ours and replaces it
     assert os.environ["LP_NUM_THREADS"] == "1"
     monkeypatch.setenv("LP_NUM_THREADS", "3")  # the user's own
-    draw_with_env_threads(1)
-    assert os.environ["LP_NUM_THREADS"] == "3"
+    draw_with(1)
+    assert os.environ["LP_NUM_THREADS"] == "3" and user_draw_threads() == "3"

@@ -26,8 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from parallel_ppo.bench.scaling import BENCH_RUN_SETS, BenchRunCrashed, point_row, run_bench_trainer, trainer_command
+from parallel_ppo.core.config import EnvConfig
+from parallel_ppo.core.config_yaml import load_yaml
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.files import atomic_write, write_json, write_text
+from parallel_ppo.core.threads import user_draw_threads
 from parallel_ppo.core.timing import PHASES
 from parallel_ppo.errors import ConfigError, ParallelPPOError, RunDataError
 from parallel_ppo.runs import fingerprint
@@ -50,15 +53,34 @@ SAME_ARITHMETIC = ("--set", "training.precision=fp32", "--set", "training.microb
 """Every point does the same arithmetic: `auto` would measure (or find cached) a choice per thread count and
 device, and a point that got bf16 would not compare with one that got fp32. A `--set` of the study's own wins."""
 
-DRAWING_VARIABLES = ("MUJOCO_GL", "PYOPENGL_PLATFORM", "__EGL_VENDOR_LIBRARY_FILENAMES", "LP_NUM_THREADS")
+DRAWING_VARIABLES = ("MUJOCO_GL", "PYOPENGL_PLATFORM", "EGL_PLATFORM", "__EGL_VENDOR_LIBRARY_FILENAMES",
+                     "LIBGL_ALWAYS_SOFTWARE", "GALLIUM_DRIVER", "LIBGL_DRIVERS_PATH", "LP_NUM_THREADS")
 """The variables that choose how envs draw their frames: the OpenGL platform, EGL's vendor (a GPU's driver or Mesa's
-software renderer) and the software renderer's threads."""
+software renderer), Mesa's driver and its software renderer's threads."""
 
 
 def drawing() -> dict[str, str]:
-    """The drawing variables set in this environment (the runs inherit them): frames drawn another way make
-    another study, never merged with this one."""
-    return {k: os.environ[k] for k in DRAWING_VARIABLES if k in os.environ}
+    """The drawing variables set in this environment, which the runs inherit (an LP_NUM_THREADS the trainer set,
+    not the user, left out)."""
+    drawn = {k: os.environ[k] for k in DRAWING_VARIABLES if k in os.environ}
+    if user_draw_threads() is None:
+        drawn.pop("LP_NUM_THREADS", None)
+    return drawn
+
+
+def drawing_tag(drawn: dict[str, str]) -> str:
+    """How the frames were drawn where a variable chose it, for the study's file name: `-mesa` (EGL's vendor is
+    Mesa's alone, or software rendering forced: on a GPU box, the CPU draws), `-osmesa`, `-lp<N>` (Mesa's threads
+    set by the user); "" by default. Studies drawn otherwise sit beside each other instead of replacing one another."""
+    tags = []
+    vendors = [v for v in drawn.get("__EGL_VENDOR_LIBRARY_FILENAMES", "").split(":") if v]
+    if (vendors and all("mesa" in Path(v).name.lower() for v in vendors)) or drawn.get("LIBGL_ALWAYS_SOFTWARE") == "1":
+        tags.append("mesa")
+    if "osmesa" in (drawn.get("MUJOCO_GL"), drawn.get("PYOPENGL_PLATFORM")):
+        tags.append("osmesa")
+    if "LP_NUM_THREADS" in drawn:
+        tags.append(f"lp{drawn['LP_NUM_THREADS']}")
+    return "".join(f"-{t}" for t in tags)
 
 
 @dataclass(frozen=True)
@@ -169,18 +191,18 @@ def machine_results_dir(results_root: Path) -> Path:
     return results_root / results_slug(hw["cpu_model"], available_cores(), gpu_name(), hw["cpu_kind"])
 
 
-def results_name(settings: StudySettings) -> str:
-    """The stem of the study's files in the machine's folder, `study[-<config>][-<env>]`: the config's name unless it
-    is ppo_parallel (the Procgen study's), the env's unless the config trains it (its env.id, else the built-in
-    one) (`study` for starpilot on
-    ppo_parallel.yaml, `study-robosuite_lift` for robosuite/Lift on its config, `study-bigfish` for bigfish on
-    ppo_parallel.yaml): the studies of several tasks on one machine sit side by side instead of replacing one
-    another."""
+def results_name(settings: StudySettings, drawn: dict[str, str]) -> str:
+    """The stem of the study's files in the machine's folder, `study[-<config>][-<env>][<drawing_tag>]`: the
+    config's name unless it is ppo_parallel (the Procgen study's), the env's unless the config trains it (its
+    env.id, else the built-in one), how the frames were drawn where a variable chose it (`drawn`). `study` for
+    starpilot on ppo_parallel.yaml, `study-robosuite_lift` for robosuite/Lift on its config, `study-bigfish` for
+    bigfish on ppo_parallel.yaml: the studies of several tasks on one machine sit side by side instead of replacing
+    one another."""
     config = Path(settings.config)
-    own_env = build_config(str(config), {}, [], parallel=False).env.id if config.is_file() else None
+    own_env = ((load_yaml(config).get("env") or {}).get("id") or EnvConfig().id) if config.is_file() else None
     name = "study" if config.stem == "ppo_parallel" else f"study-{config.stem}"
     env = re.sub(r"[^a-z0-9]+", "-", settings.env.lower()).strip("-")
-    return name if settings.env == own_env else f"{name}-{env}"
+    return (name if settings.env == own_env else f"{name}-{env}") + drawing_tag(drawn)
 
 
 def check_settings(settings: StudySettings) -> None:
@@ -361,12 +383,12 @@ def run_study(families: list[str], counts: list[int], settings: StudySettings, r
     hw, cores = fingerprint.hardware(), available_cores()
     config = Path(settings.config).resolve()  # named from the checkout when in it, so results compare across hosts
     shown = {**asdict(settings), "config": str(config.relative_to(ROOT) if config.is_relative_to(ROOT) else config)}
-    identity = {"settings": json.loads(json.dumps(shown)), "cores": cores, "gpu": gpu, "cpu_model": hw["cpu_model"],
-                "drawing": drawing() or None}
-    stem = machine_results_dir(results_root) / results_name(settings)
+    identity = {"settings": json.loads(json.dumps(shown)), "cores": cores, "gpu": gpu, "cpu_model": hw["cpu_model"]}
+    drawn = drawing()
+    stem = machine_results_dir(results_root) / results_name(settings, drawn)
     kept = earlier_points(results_files(stem)["json"], identity)
-    meta = {**identity, "hardware": hw, "versions": fingerprint.versions(), "commit": fingerprint.source_commit(),
-            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
+    meta = {**identity, "drawing": drawn or None, "hardware": hw, "versions": fingerprint.versions(),
+            "commit": fingerprint.source_commit(), "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
     rows: list[dict[str, Any]] = []
     for family, n in points:
         print(f"  {family} × {n}: {settings.seconds:g} s ...", flush=True)

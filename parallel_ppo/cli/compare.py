@@ -32,8 +32,8 @@ def make_parser(prog: str) -> OneLineParser:
                    help="where the report files go (default: benchmarks/comparison)")
     p.add_argument("--baseline", metavar="LABEL",
                    help="run the speed-ups are measured against: a label (one over seeds means its first run) or "
-                        "LABEL/<run directory> for one of its seeds (default: the first sequential run, else the "
-                        "first run)")
+                        "LABEL/<run directory> for one of its seeds, as the tables name it (default: the first "
+                        "sequential run, else the first run)")
     p.add_argument("--threshold", type=float, metavar="RETURN",
                    help=f"return for 'time to threshold' (default: {THRESHOLD_SHARE * 100:.0f}%% of the way from the "
                         "highest first logged return to the best final return)")

@@ -18,8 +18,9 @@ class ThreadPlan:
     learner: int
     """torch threads of the process that runs the update (and, sequentially, the inference)."""
     env: int
-    """The env's own threads in each process that owns envs: Procgen's stepping threads and the drawing threads of
-    Mesa's software OpenGL (`draw_with_env_threads`)."""
+    """Procgen's stepping threads in each process that owns envs."""
+    draw: int
+    """Drawing threads of Mesa's software OpenGL in each process that owns envs (`draw_with`)."""
     worker: int | None = None
     """torch threads of each worker process (None: sequential, no workers)."""
 
@@ -27,18 +28,20 @@ class ThreadPlan:
         """The plan as summary.json and the start line show it."""
         if self.worker is None:
             return {"learner": self.learner, "env": self.env}
-        return {"learner": self.learner, "worker": self.worker, "env_per_worker": self.env}
+        return {"learner": self.learner, "worker": self.worker, "env_per_worker": self.env,
+                "draw_per_worker": self.draw}
 
 
 def thread_plan(cfg: Config, parallel: bool, ranks_on_host: int = 1) -> ThreadPlan:
     """Configured counts, or automatic ones (0): the learner and a sequential trainer's envs get every logical
-    core (shared evenly among the ranks of a distributed run on this host); a worker's envs get one thread,
-    since W workers already fill the cores."""
+    core (shared evenly among the ranks of a distributed run on this host); a worker's envs step on one thread,
+    since W workers already fill the cores, and draw on its share of the cores (at least one)."""
     cores = max(1, (psutil.cpu_count(logical=True) or 1) // ranks_on_host)
-    learner = cfg.parallel.learner_threads or cores
+    learner, env = cfg.parallel.learner_threads or cores, cfg.env.env_threads
     if parallel:
-        return ThreadPlan(learner=learner, env=cfg.env.env_threads or 1, worker=cfg.parallel.worker_threads)
-    return ThreadPlan(learner=learner, env=cfg.env.env_threads or cores)
+        share = env or max(1, cores // cfg.parallel.num_workers)
+        return ThreadPlan(learner=learner, env=env or 1, draw=share, worker=cfg.parallel.worker_threads)
+    return ThreadPlan(learner=learner, env=env or cores, draw=env or cores)
 
 
 OWN_DRAW_THREADS = "PARALLEL_PPO_LP_NUM_THREADS"
@@ -46,12 +49,17 @@ OWN_DRAW_THREADS = "PARALLEL_PPO_LP_NUM_THREADS"
 one of ours is replaced by the plan of the process at hand (a worker started after a sequential run in one Python)."""
 
 
-def draw_with_env_threads(env_threads: int) -> None:
+def draw_with(threads: int) -> None:
     """Mesa's software OpenGL (llvmpipe), which draws MuJoCo's and Genesis's frames where there is no GPU, starts a
     drawing thread per core in every process that draws: 16 workers on 16 cores start 256. This process draws with
-    its plan's env threads instead (one in a worker), unless the user set LP_NUM_THREADS. Mesa reads it once per
-    process, so this precedes the process's first frame. Measured (Lift's wrist camera): 16 workers on 16 cores made
-    1.14 times the steps/s with one thread each; 2 workers on 2 cores the same."""
+    `threads` instead (its plan's `draw`), unless the user set LP_NUM_THREADS. Mesa reads it once per process, so
+    this precedes the process's first frame. Measured on Lift's wrist camera (one run a point): 16 workers on 16
+    cores made 1.14 times the steps/s with one thread each; 2 workers on 2 cores the same within run-to-run noise."""
+    if user_draw_threads() is None:
+        os.environ["LP_NUM_THREADS"] = os.environ[OWN_DRAW_THREADS] = str(threads)
+
+
+def user_draw_threads() -> str | None:
+    """LP_NUM_THREADS where the user set it (not this package)."""
     current = os.environ.get("LP_NUM_THREADS")
-    if current is None or current == os.environ.get(OWN_DRAW_THREADS):
-        os.environ["LP_NUM_THREADS"] = os.environ[OWN_DRAW_THREADS] = str(env_threads)
+    return None if current is None or current == os.environ.get(OWN_DRAW_THREADS) else current

@@ -101,7 +101,7 @@ class ParallelCoordinator:
         distributed rank's share starts there); `rank`: the distributed rank, shown in the process title."""
         p = cfg.parallel
         self.cfg = cfg
-        self.env_threads = threads.env
+        self.env_threads, self.draw_threads = threads.env, threads.draw
         self.worker_threads = threads.worker or 1  # a parallel plan always has one; the field is optional
         self.spaces = spaces
         numel = sum(t.numel() for t in policy_tensors(network(cfg, spaces)))
@@ -150,7 +150,7 @@ class ParallelCoordinator:
         spec = WorkerSpec(index=index, first_env=index * m, num_envs=m, stream=(self._resumes, restart),
                           cfg=self.cfg, spaces=self.spaces, buffer=self.buffer,
                           params=self.params, progress=self.progress, abandon=self.abandon,
-                          env_threads=self.env_threads,
+                          env_threads=self.env_threads, draw_threads=self.draw_threads,
                           torch_threads=self.worker_threads, env_offset=self._env_offset)
         parent, child = self._ctx.Pipe(duplex=True)
         process = self._ctx.Process(target=worker_main, args=(spec, child), name=f"ppo-worker-{index}",

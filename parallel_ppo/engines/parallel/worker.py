@@ -17,7 +17,7 @@ from parallel_ppo.core.collect import CollectResult
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.lifetime import signal_on_parent_death
 from parallel_ppo.core.spaces import EnvSpaces
-from parallel_ppo.core.threads import draw_with_env_threads
+from parallel_ppo.core.threads import draw_with
 
 
 @dataclass
@@ -35,6 +35,7 @@ class WorkerSpec:
     progress: torch.Tensor  # int64 per worker: env steps taken, a heartbeat the coordinator watches
     abandon: torch.Tensor  # one int64, set by the coordinator when the run stops: end the rollout where it is
     env_threads: int  # Procgen stepping threads
+    draw_threads: int  # Mesa's software OpenGL's drawing threads (`draw_with`)
     torch_threads: int  # torch/OpenMP threads
     env_offset: int = 0  # global index of this rank's first env (distributed runs): seeds follow global indices
 
@@ -99,7 +100,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
     signal_on_parent_death(signal.SIGKILL)  # it ignores SIGTERM, and must not outlive the run
     setproctitle.setproctitle(process_title(spec))
     torch.set_num_threads(spec.torch_threads)
-    draw_with_env_threads(spec.env_threads)
+    draw_with(spec.draw_threads)
     retain_freed_memory()
     runner = None
     try:
