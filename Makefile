@@ -208,7 +208,8 @@ bench-robot: install
 
 ## The many-core study: threads, workers, distributed ranks and (with CUDA) a GPU learner at 1, 2, 4, ... logical
 ## cores, STUDY_SECONDS per run, one at a time → docs/results/<cpu>[-avx512][-bf16]-<cores>c[-<gpu>]/study.{md,json,png}
-## (study-<config>.* or study-<env>.* for another task: ENV=robosuite/Lift). ARGS="--families workers --processes '8 16'" for a part.
+## (study-<config>.* or study-<env>.* for another task: ENV=robosuite/Lift; -mesa, -lp<N> where drawn otherwise).
+## ARGS="--families workers --processes '8 16'" for a part.
 study: install
 	$(PY) bench.py study --env $(ENV) --seconds $(STUDY_SECONDS) $(ARGS)
 
