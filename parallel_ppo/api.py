@@ -50,8 +50,8 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
     run that stops on an error (a worker that keeps failing, say) raises RunFailed once its checkpoint and summary
     are written; Ctrl-C (SIGINT) or SIGTERM stops it at the next update and it
     returns, its `summary.stop_reason` saying so (KeyboardInterrupt when no update had finished, or on a second
-    Ctrl-C). The torch thread count it sets for the learner and the drawing threads it sets for Mesa
-    (LP_NUM_THREADS) are restored when it returns.
+    Ctrl-C). The torch thread count it sets for the learner, and LP_NUM_THREADS as it was (the drawing threads it
+    sets for Mesa), are put back when it returns.
     """
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")

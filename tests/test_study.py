@@ -67,6 +67,7 @@ def test_a_point_of_p_processes_uses_p_cores_and_the_same_work_per_process(famil
             assert flag(cmd, "--num-envs") == "32" and given["env.env_threads"] == "4"
         else:
             assert flag(cmd, "--num-workers") == "4" and flag(cmd, "--num-envs-per-worker") == "8"
+            assert given["env.env_threads"] == "1", "a worker steps and draws on one thread, not a share of all cores"
     assert flag(cmd, "--device") == ("cuda" if family == "cuda" else "cpu")
 
 

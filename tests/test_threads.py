@@ -23,6 +23,8 @@ def test_a_worker_steps_on_one_thread_and_draws_on_its_share_of_the_cores(monkey
     assert (sequential.env, sequential.draw) == (16, 16)
     rank = thread_plan(build_config(CARTPOLE, {}, [], parallel=False), parallel=False, ranks_on_host=4)
     assert (rank.env, rank.draw) == (4, 4)
+    ranks = thread_plan(build_config(CARTPOLE, {}, ["parallel.num_workers=2"], parallel=True), True, ranks_on_host=4)
+    assert (ranks.env, ranks.draw) == (1, 2), "2 workers of each of 4 ranks on 16 cores"
     set_ = thread_plan(build_config(CARTPOLE, {}, ["env.env_threads=3"], parallel=True), parallel=True)
     assert (set_.env, set_.draw) == (3, 3)
 

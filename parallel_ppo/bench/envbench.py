@@ -14,15 +14,13 @@ from parallel_ppo.core.collect import SequentialCollector
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.envs import env_spaces, make_batch_env
 from parallel_ppo.core.model import network
-from parallel_ppo.core.threads import draw_with, thread_plan
+from parallel_ppo.core.threads import thread_plan
 from parallel_ppo.core.timing import PhaseTimer
 
 
 def _bare_env_rate(cfg: Config, seconds: float) -> float:
     """Steps/s of the env batch alone, with random actions drawn by numpy."""
-    plan = thread_plan(cfg, parallel=False)
-    draw_with(plan.draw)
-    env = make_batch_env(cfg.env, cfg.run.seed, 0, cfg.env.num_envs, plan.env)
+    env = make_batch_env(cfg.env, cfg.run.seed, 0, cfg.env.num_envs, thread_plan(cfg, parallel=False).env)
     rng = np.random.default_rng(cfg.run.seed)
     try:
         env.reset()

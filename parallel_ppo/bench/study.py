@@ -74,12 +74,13 @@ def drawing_tag(drawn: dict[str, str]) -> str:
     set by the user); "" by default. Studies drawn otherwise sit beside each other instead of replacing one another."""
     tags = []
     vendors = [v for v in drawn.get("__EGL_VENDOR_LIBRARY_FILENAMES", "").split(":") if v]
-    if (vendors and all("mesa" in Path(v).name.lower() for v in vendors)) or drawn.get("LIBGL_ALWAYS_SOFTWARE") == "1":
+    forced = drawn.get("LIBGL_ALWAYS_SOFTWARE", "").lower() in ("1", "true", "yes")
+    if (vendors and all("mesa" in Path(v).name.lower() for v in vendors)) or forced:
         tags.append("mesa")
     if "osmesa" in (drawn.get("MUJOCO_GL"), drawn.get("PYOPENGL_PLATFORM")):
         tags.append("osmesa")
     if "LP_NUM_THREADS" in drawn:
-        tags.append(f"lp{drawn['LP_NUM_THREADS']}")
+        tags.append("lp" + re.sub(r"[^a-z0-9]+", "-", drawn["LP_NUM_THREADS"].lower()).strip("-"))
     return "".join(f"-{t}" for t in tags)
 
 
@@ -116,9 +117,10 @@ def point_command(family: str, processes: int, settings: StudySettings, out: Pat
     elif family == "ranks":  # the distributed scaling rule: envs and minibatch per rank; one thread each
         cmd = [*trainer_command(0, processes), "--num-envs", str(m), "--device", "cpu",
                "--set", "parallel.learner_threads=1", "--set", "env.env_threads=1"]
-    else:  # the learner gets as many threads as there are workers: the run uses `processes` cores
+    else:  # the learner gets as many threads as there are workers, each worker one: the run uses `processes` cores
         cmd = [*trainer_command(processes), "--num-workers", str(processes), "--num-envs-per-worker", str(m),
                "--set", "parallel.worker_threads=1", "--set", f"parallel.learner_threads={processes}",
+               "--set", "env.env_threads=1",
                "--set", f"env.num_envs={layout['envs']}", "--device", "cuda" if family == "cuda" else "cpu"]
     batch = settings.batch_per_process if family == "ranks" else layout["batch_size"]
     return [*cmd, "--config", settings.config, "--env", settings.env, "--batch-size", str(batch),
@@ -383,11 +385,12 @@ def run_study(families: list[str], counts: list[int], settings: StudySettings, r
     hw, cores = fingerprint.hardware(), available_cores()
     config = Path(settings.config).resolve()  # named from the checkout when in it, so results compare across hosts
     shown = {**asdict(settings), "config": str(config.relative_to(ROOT) if config.is_relative_to(ROOT) else config)}
-    identity = {"settings": json.loads(json.dumps(shown)), "cores": cores, "gpu": gpu, "cpu_model": hw["cpu_model"]}
-    drawn = drawing()
+    drawn = drawing()  # names the files where a variable chose it, and a study drawn otherwise is not merged
+    identity = {"settings": json.loads(json.dumps(shown)), "cores": cores, "gpu": gpu, "cpu_model": hw["cpu_model"],
+                "drawing": drawn or None}
     stem = machine_results_dir(results_root) / results_name(settings, drawn)
     kept = earlier_points(results_files(stem)["json"], identity)
-    meta = {**identity, "drawing": drawn or None, "hardware": hw, "versions": fingerprint.versions(),
+    meta = {**identity, "hardware": hw, "versions": fingerprint.versions(),
             "commit": fingerprint.source_commit(), "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
     rows: list[dict[str, Any]] = []
     for family, n in points:

@@ -32,7 +32,7 @@ from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.envs import env_spaces
 from parallel_ppo.core.files import write_json
-from parallel_ppo.core.threads import thread_plan
+from parallel_ppo.core.threads import draw_with, thread_plan
 from parallel_ppo.errors import ConfigError, ParallelPPOError
 from parallel_ppo.runs import fingerprint
 
@@ -214,6 +214,7 @@ def envs(args: Any, prog: str) -> int:
         cfg = build_config(args.config, flags, args.set, parallel=True)
         _check_output(args.output)
         torch.set_num_threads(thread_plan(cfg, parallel=True).learner)
+        draw_with(thread_plan(cfg, parallel=False).draw)  # this process draws as the sequential trainer does
         cfg, choice = resolve(cfg, cfg.run.limit_seconds)
         print(f"{prog}: network {choice.describe()}", flush=True)
         print(f"{prog}: {cfg.env.id}, {cfg.env.num_envs} envs, {args.seconds:g} s per measurement ...", flush=True)
