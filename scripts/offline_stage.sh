@@ -9,7 +9,7 @@
 # wheels the trainer needs beside the GPU image's (which has torch, numpy, numba, scipy, opencv, pillow, absl-py, etils,
 # h5py, pyyaml, psutil, tensorboard), and the GL loaders (libEGL, libGL) MuJoCo's EGL renderer opens.
 # With `mesa` it stages, in .mesa/, Mesa's EGL and its software renderer (llvmpipe) from this machine, for drawing the
-# camera on the CPU where a GPU box would draw it on its GPU (`GL=mesa` in offline_study.sh). At 47 MB it travels in
+# camera on the CPU where a GPU box would draw it on its GPU (`GL=mesa` in offline_study.sh). At 45 MB it travels in
 # a device call of its own, before the one that carries .robot/ (the machine must stay warm between the two).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -12,10 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from parallel_ppo.bench.study import (
-    DRAWING_VARIABLES,
     StudySettings,
     add_ratios,
-    drawing,
     drawing_tag,
     earlier_points,
     family_points,
@@ -30,6 +28,7 @@ from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.threads import OWN_DRAW_THREADS
 from parallel_ppo.engines.distributed import Ranks
 from parallel_ppo.errors import ConfigError, RunDataError
+from parallel_ppo.runs.fingerprint import DRAWING_VARIABLES, drawing
 from parallel_ppo.runs.reading import load_run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -30,7 +30,6 @@ from parallel_ppo.core.config import EnvConfig
 from parallel_ppo.core.config_yaml import load_yaml
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.files import atomic_write, write_json, write_text
-from parallel_ppo.core.threads import user_draw_threads
 from parallel_ppo.core.timing import PHASES
 from parallel_ppo.errors import ConfigError, ParallelPPOError, RunDataError
 from parallel_ppo.runs import fingerprint
@@ -52,21 +51,6 @@ FAMILY_TEXT = {
 SAME_ARITHMETIC = ("--set", "training.precision=fp32", "--set", "training.microbatch_size=64")
 """Every point does the same arithmetic: `auto` would measure (or find cached) a choice per thread count and
 device, and a point that got bf16 would not compare with one that got fp32. A `--set` of the study's own wins."""
-
-DRAWING_VARIABLES = ("MUJOCO_GL", "PYOPENGL_PLATFORM", "EGL_PLATFORM", "__EGL_VENDOR_LIBRARY_FILENAMES",
-                     "LIBGL_ALWAYS_SOFTWARE", "GALLIUM_DRIVER", "LIBGL_DRIVERS_PATH", "LP_NUM_THREADS")
-"""The variables that choose how envs draw their frames: the OpenGL platform, EGL's vendor (a GPU's driver or Mesa's
-software renderer), Mesa's driver and its software renderer's threads."""
-
-
-def drawing() -> dict[str, str]:
-    """The drawing variables set in this environment, which the runs inherit (an LP_NUM_THREADS the trainer set,
-    not the user, left out)."""
-    drawn = {k: os.environ[k] for k in DRAWING_VARIABLES if k in os.environ}
-    if user_draw_threads() is None:
-        drawn.pop("LP_NUM_THREADS", None)
-    return drawn
-
 
 def drawing_tag(drawn: dict[str, str]) -> str:
     """How the frames were drawn where a variable chose it, for the study's file name: `-mesa` (EGL's vendor is
@@ -385,7 +369,7 @@ def run_study(families: list[str], counts: list[int], settings: StudySettings, r
     hw, cores = fingerprint.hardware(), available_cores()
     config = Path(settings.config).resolve()  # named from the checkout when in it, so results compare across hosts
     shown = {**asdict(settings), "config": str(config.relative_to(ROOT) if config.is_relative_to(ROOT) else config)}
-    drawn = drawing()  # names the files where a variable chose it, and a study drawn otherwise is not merged
+    drawn = fingerprint.drawing()  # names the files where a variable chose it; a study drawn otherwise is not merged
     identity = {"settings": json.loads(json.dumps(shown)), "cores": cores, "gpu": gpu, "cpu_model": hw["cpu_model"],
                 "drawing": drawn or None}
     stem = machine_results_dir(results_root) / results_name(settings, drawn)

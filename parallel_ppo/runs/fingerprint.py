@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import os
 import platform
 import sys
 from pathlib import Path
 
 import psutil
+
+from parallel_ppo.core.threads import user_draw_threads
 
 
 @functools.cache
@@ -97,3 +100,18 @@ def versions() -> dict:
         "gymnasium": _version("gymnasium"),
         "platform": f"{sys.platform}-{platform.machine()}",
     }
+
+
+DRAWING_VARIABLES = ("MUJOCO_GL", "PYOPENGL_PLATFORM", "EGL_PLATFORM", "__EGL_VENDOR_LIBRARY_FILENAMES",
+                     "LIBGL_ALWAYS_SOFTWARE", "GALLIUM_DRIVER", "LIBGL_DRIVERS_PATH", "LP_NUM_THREADS")
+"""The variables that choose how envs draw their frames: the OpenGL platform, EGL's vendor (a GPU's driver or Mesa's
+software renderer), Mesa's driver and its software renderer's threads."""
+
+
+def drawing() -> dict[str, str]:
+    """The drawing variables set in this environment, which the runs inherit (an LP_NUM_THREADS the trainer set,
+    not the user, left out)."""
+    drawn = {k: os.environ[k] for k in DRAWING_VARIABLES if k in os.environ}
+    if user_draw_threads() is None:
+        drawn.pop("LP_NUM_THREADS", None)
+    return drawn
