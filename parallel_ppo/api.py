@@ -16,7 +16,6 @@ multiprocessing code (a notebook needs nothing).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ import torch
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.evaluate import EvalResult
 from parallel_ppo.core.policy import Policy
-from parallel_ppo.core.threads import OWN_DRAW_THREADS
+from parallel_ppo.core.threads import draw_threads_kept
 from parallel_ppo.errors import ConfigError, RunFailed
 from parallel_ppo.launch import Request, execute, prepare
 from parallel_ppo.runs.reading import Run, load_groups, load_run
@@ -63,17 +62,12 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
     request = Request(config, flags, parallel=mode == "parallel", overwrite=overwrite,
                       resume=None if resume is None else str(resume))
     threads = torch.get_num_threads()
-    drawing = {k: os.environ.get(k) for k in ("LP_NUM_THREADS", OWN_DRAW_THREADS)}
     try:
-        prepared = prepare(request)
-        summary, _ = execute(prepared, "parallel_ppo" if verbose else None, interrupt=True)
+        with draw_threads_kept():
+            prepared = prepare(request)
+            summary, _ = execute(prepared, "parallel_ppo" if verbose else None, interrupt=True)
     finally:
         torch.set_num_threads(threads)
-        for k, v in drawing.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     run_dir = prepared.plan.run_dir
     if summary["stop_reason"] == "error":
         raise RunFailed(f"the run in {run_dir} stopped on an error: {summary['error']}", run_dir)

@@ -8,7 +8,7 @@ from pathlib import Path
 import psutil
 
 from parallel_ppo.core.configure import build_config
-from parallel_ppo.core.threads import OWN_DRAW_THREADS, draw_with, thread_plan, user_draw_threads
+from parallel_ppo.core.threads import OWN_DRAW_THREADS, draw_threads_kept, draw_with, thread_plan, user_draw_threads
 
 CARTPOLE = str(Path(__file__).resolve().parents[1] / "config" / "cartpole.yaml")
 
@@ -40,3 +40,13 @@ def test_mesa_draws_with_the_plan_unless_the_user_set_its_threads(monkeypatch):
     monkeypatch.setenv("LP_NUM_THREADS", "3")  # the user's own
     draw_with(1)
     assert os.environ["LP_NUM_THREADS"] == "3" and user_draw_threads() == "3"
+
+
+def test_the_drawing_threads_are_put_back_after_a_run_in_this_python(monkeypatch):
+    monkeypatch.setenv("LP_NUM_THREADS", "0")
+    monkeypatch.delenv("LP_NUM_THREADS")
+    monkeypatch.setenv(OWN_DRAW_THREADS, "5")
+    with draw_threads_kept():
+        draw_with(16)
+        assert os.environ["LP_NUM_THREADS"] == "16"
+    assert "LP_NUM_THREADS" not in os.environ and os.environ[OWN_DRAW_THREADS] == "5"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import psutil
@@ -57,6 +59,20 @@ def draw_with(threads: int) -> None:
     cores made 1.14 times the steps/s with one thread each; 2 workers on 2 cores the same within run-to-run noise."""
     if user_draw_threads() is None:
         os.environ["LP_NUM_THREADS"] = os.environ[OWN_DRAW_THREADS] = str(threads)
+
+
+@contextlib.contextmanager
+def draw_threads_kept() -> Iterator[None]:
+    """LP_NUM_THREADS (and the marker of ours) as they were before the block, put back after it."""
+    kept = {k: os.environ.get(k) for k in ("LP_NUM_THREADS", OWN_DRAW_THREADS)}
+    try:
+        yield
+    finally:
+        for k, v in kept.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def user_draw_threads() -> str | None:

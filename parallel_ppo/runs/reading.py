@@ -162,11 +162,12 @@ def load_groups(specs: Sequence[tuple[str, Sequence[str | Path]]]) -> list[RunGr
         if len(set(names)) < len(names):  # seed_1 of two experiments
             names = [f"{label}/{p.parent.name}/{p.name}" for p in paths]
         named.append((label, names, paths))
-    every = [(n, p) for _, names, paths in named for n, p in zip(names, paths, strict=True)]
-    for i, (name, path) in enumerate(every):
-        if other := next((p for n, p in every[i + 1:] if n == name), None):
-            raise ConfigError(f"{path} and {other} would both be called {name!r} in the tables: give them labels "
-                              "that tell them apart")
+    seen: dict[str, Path] = {}
+    for name, path in ((n, p) for _, names, paths in named for n, p in zip(names, paths, strict=True)):
+        if name in seen:
+            raise ConfigError(f"{seen[name]} and {path} would both be called {name!r} in the tables: give them "
+                              "labels that tell them apart")
+        seen[name] = path
     return [RunGroup(label, [load_run(n, p) for n, p in zip(names, paths, strict=True)])
             for label, names, paths in named]
 
