@@ -78,13 +78,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet $(PIP_INDEX) -e '.[$(EXTRAS)]'
 	touch $@
 
-## Every test (what CI runs), two test files at a time (TEST_WORKERS=1: one); `make test-fast` skips the ones
-## marked slow (they train or start trainers).
+## Every test (what CI runs), two test files at a time (TEST_WORKERS=1: one); `make test-fast`, the edit-test loop,
+## skips the ones marked slow (they train, start trainers or build simulators for seconds).
 test: install
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-fast: install
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
 
 lint: install
 	$(VENV)/bin/ruff check .

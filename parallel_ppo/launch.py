@@ -22,15 +22,15 @@ from parallel_ppo.core.allocator import retain_freed_memory
 from parallel_ppo.core.checkpoint import JOB_ID, load_checkpoint, next_resume_count
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config, config_from_dict, resume_mismatch, validate
-from parallel_ppo.core.envs import env_spaces
 from parallel_ppo.core.files import write_text
 from parallel_ppo.core.group import Group
 from parallel_ppo.core.loop import RolloutSource, check_checkpoint_fits
 from parallel_ppo.core.model import learner_device
 from parallel_ppo.core.pause import pause_point
-from parallel_ppo.core.spaces import EnvSpaces
 from parallel_ppo.core.threads import ThreadPlan, draw_with, thread_plan
 from parallel_ppo.engines.distributed import RESTART_COUNT_VAR, RUN_ID_VAR, PeerLost, join, launched_by_torchrun
+from parallel_ppo.envs.batch import env_spaces
+from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs.directory import prepare_run_dir, resolve_run_dir
 from parallel_ppo.runs.report.formatting import fmt_flop
@@ -164,10 +164,10 @@ def check_elastic(world: int | None) -> None:
                           "torchrun's environment on every host (pytorch/pytorch#135712)")
 
 
-def validated_config(request: Request) -> tuple[Config, EnvSpaces, dict | None, Request]:
+def validated_config(request: Request) -> tuple[Config, dict | None, Request, bool]:
     """The request's config, built and validated once (a restart's second build is the resumed run's own config),
-    the env's spaces (read once: a gymnasium env is built for them), the checkpoint it resumes (checked against the
-    config; a restart counted) and the request as it goes on (a restart: the resume of its run directory)."""
+    the checkpoint it resumes, the request as it goes on (a restart: the resume of its run directory) and whether
+    it is a restart. It builds no env and sets nothing in this process (`checked_spaces` goes on from here)."""
     world = world_size(request)
     check_elastic(world)
     restarted = False
@@ -184,16 +184,20 @@ def validated_config(request: Request) -> tuple[Config, EnvSpaces, dict | None, 
         cfg = build_config(config_file, {**request.flags, "run.output_dir": request.resume}, list(request.sets),
                            request.parallel, world)
     learner_device(cfg)  # a device asked for by name must exist
-    if not request.parallel:  # before this process draws its first frame (the spaces' probe); workers set their own
-        ranks_on_host = int(os.environ["LOCAL_WORLD_SIZE"]) if world else 1  # as the group will read it
-        draw_with(thread_plan(cfg, False, ranks_on_host).draw)
+    return cfg, resume, request, restarted
+
+
+def checked_spaces(cfg: Config, resume: dict | None, request: Request,
+                   restarted: bool) -> tuple[EnvSpaces, dict | None]:
+    """After `validated_config`: the env's spaces (read once: a gymnasium env is built for them), the network and
+    rollout checked against them, and the checkpoint resumed checked against the config (a restart counted)."""
     spaces = env_spaces(cfg.env)
     check_network_and_memory(cfg, spaces)
     if resume is not None:  # before any file is written: a checkpoint that does not fit changes nothing
         check_resume_config(cfg, resume, Path(request.resume or ""))
         check_checkpoint_fits(cfg, spaces, resume, Path(request.resume or "") / "checkpoint.pt")
         resume = {**resume, "restarts": resume.get("restarts", 0) + restarted}
-    return cfg, spaces, resume, request
+    return spaces, resume
 
 
 def claim_run_dir(cfg: Config, request: Request, group: Group) -> Path:
@@ -214,7 +218,12 @@ def prepare(request: Request) -> PreparedRun:
     """Everything before the first update, checked in the order that lets a user error stop it before any env,
     worker or file exists: config, spaces, memory, output directory, then threads, the measurements and the source.
     A distributed rank joins the others once its config holds."""
-    cfg, spaces, resume, request = validated_config(request)
+    cfg, resume, request, restarted = validated_config(request)
+    # The run's envs start here: this process's drawing threads (LP_NUM_THREADS, read by Mesa once per process)
+    # precede its first frame, the spaces' probe; a parallel run's workers set their own
+    if not request.parallel:
+        draw_with(thread_plan(cfg, False, int(os.environ["LOCAL_WORLD_SIZE"]) if request.distributed else 1).draw)
+    spaces, resume = checked_spaces(cfg, resume, request, restarted)
     group = join(cfg, request.distributed)
     pause_point("start", group.rank)
     try:
@@ -326,6 +335,8 @@ def write_run_start(run: PreparedRun, prog: str | None) -> None:
         say(prog, f"resuming {plan.run_dir} at update {resume['update']}, {resume['env_steps']:,} steps, "
                   f"{resume['elapsed']:.0f} s elapsed")
     say(prog, start_line(run))
+    if watchdog := getattr(run.source, "describe_watchdog", None):  # worker processes: when one counts as hung
+        say(prog, watchdog())
     say(prog, f"learner {run.learner.describe()}")
 
 

@@ -53,7 +53,7 @@ if [ "${GL:-}" = mesa ]; then  # draw on the CPU with Mesa's llvmpipe (a no-GPU 
     echo "offline_study: drawing with Mesa, LP_NUM_THREADS ${LP_NUM_THREADS:-as the trainer plans it}"
 fi
 [ -d "$site" ] && export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
-procgen_game="import sys; from parallel_ppo.core.procgen_envs import PROCGEN_GAMES as g; sys.exit(sys.argv[1] not in g)"
+procgen_game="import sys; from parallel_ppo.envs.procgen_envs import PROCGEN_GAMES as g; sys.exit(sys.argv[1] not in g)"
 if python3 -c "$procgen_game" "$env"; then
     # Procgen's libenv.so links libGL; copy in only the libraries the machine lacks, from the staged packages.
     libenv=$(python3 -c "import procgen, pathlib; print(pathlib.Path(procgen.__file__).parent)")/data/prebuilt/libenv.so

@@ -40,8 +40,8 @@ def time_setting(env_id: str, setting: str, steps: int, camera: str) -> tuple[fl
     """Milliseconds per env step of `setting`, after 20 steps of warm-up, the seconds the env took to build, in
     this process, and the OpenGL platform it rendered with (Genesis may choose its own once loaded)."""
     from parallel_ppo.core.config import EnvConfig
-    from parallel_ppo.core.env_families import GENESIS, ROBOSUITE, check_family, family_of, options_of
-    from parallel_ppo.core.gym_envs import RenderClock
+    from parallel_ppo.envs.families import GENESIS, ROBOSUITE, check_family, family_of, options_of
+    from parallel_ppo.envs.gym_envs import RenderClock
 
     family = family_of(env_id)
     if family is ROBOSUITE:
@@ -90,7 +90,7 @@ def main() -> int:
     if args.one:
         print(*time_setting(args.env, args.one, args.steps, args.camera))
         return 0
-    from parallel_ppo.core.env_families import GENESIS, MUJOCO, ROBOSUITE, family_of
+    from parallel_ppo.envs.families import GENESIS, MUJOCO, ROBOSUITE, family_of
     from parallel_ppo.errors import ConfigError
 
     try:

@@ -76,6 +76,7 @@ def test_env_bench_reports_every_path(tmp_path):
         assert 0 <= r["env_fraction"] + r["inference_fraction"] + r["sync_fraction"] <= 1.05
 
 
+@pytest.mark.slow  # starts bench.py (a Python that imports torch)
 def test_sweep_rejects_bad_input_before_running(tmp_path):
     proc = subprocess.run([sys.executable, "bench.py", "scaling", "--workers", "1 zero",
                            "--output-dir", str(tmp_path / "s")], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -110,6 +111,7 @@ def test_the_package_runs_outside_a_checkout(tmp_path):
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["updates"] == 2
 
 
+@pytest.mark.slow  # starts bench.py (a Python that imports torch)
 def test_layouts_refuse_envs_that_do_not_split_before_running(tmp_path):
     proc = subprocess.run([sys.executable, "bench.py", "layouts", "--config", "config/cartpole.yaml", "--envs", "16",
                            "--processes", "2 3", "--output-dir", str(tmp_path / "l")], cwd=ROOT, capture_output=True,

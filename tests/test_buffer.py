@@ -12,9 +12,9 @@ from torch import nn
 from parallel_ppo.core.buffer import RolloutBuffer, minibatch_indices
 from parallel_ppo.core.collect import EnvRunner
 from parallel_ppo.core.config import EnvConfig, ModelConfig
-from parallel_ppo.core.envs import make_batch_env
 from parallel_ppo.core.model import build_model
-from parallel_ppo.core.procgen_envs import ProcgenBatchEnv
+from parallel_ppo.envs.batch import make_batch_env
+from parallel_ppo.envs.procgen_envs import ProcgenBatchEnv
 
 FIELDS = ("obs", "actions", "logprobs", "values", "rewards", "dones", "last_values")
 

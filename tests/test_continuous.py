@@ -19,11 +19,11 @@ from conftest import ROOT
 from parallel_ppo.core.checkpoint import load_checkpoint
 from parallel_ppo.core.config import EnvConfig, ModelConfig
 from parallel_ppo.core.distributions import log_prob_entropy, most_likely, sample
-from parallel_ppo.core.envs import env_spaces, make_batch_env
-from parallel_ppo.core.gym_envs import RENDERER_HELP
 from parallel_ppo.core.model import build_model
 from parallel_ppo.core.normalization import ObsNormalizer, RunningMeanStd
-from parallel_ppo.core.spaces import ActionSpace, EnvSpaces
+from parallel_ppo.envs.batch import env_spaces, make_batch_env
+from parallel_ppo.envs.gym_envs import RENDERER_HELP
+from parallel_ppo.envs.spaces import ActionSpace, EnvSpaces
 from parallel_ppo.errors import ConfigError
 
 BOX = ActionSpace(3, (-1.0,) * 3, (1.0,) * 3)
@@ -149,7 +149,7 @@ def test_each_env_family_builds_and_steps(cfg, obs_shape, obs_dtype, actions):
 def test_episodic_life_ends_learning_episodes_at_each_life_and_counts_whole_games():
     """Breakout from a random policy: every life lost sets `dones` while the game plays on (the lives left fall one
     at a time, never back to 5), and only the last life ends a game as the metrics and evaluation count it."""
-    from parallel_ppo.core.envs import episodes_ended
+    from parallel_ppo.envs.batch import episodes_ended
 
     env = make_batch_env(EnvConfig(id="BreakoutNoFrameskip-v4", episodic_life=True, fire_reset=True), 1, 0, 1, 1)
     ale = env._env.envs[0].unwrapped.ale
@@ -194,7 +194,7 @@ class _TwoLives(gym.Env):
 def test_a_game_that_ends_in_the_step_after_a_life_lost_is_reset_and_counted():
     """The no-op step that follows a life lost can end the game itself (a time limit): then the wrapper resets
     for real and counts the game, instead of handing back a finished game's frame."""
-    from parallel_ppo.core.gym_envs import EpisodicLife
+    from parallel_ppo.envs.gym_envs import EpisodicLife
 
     env = EpisodicLife(_TwoLives())
     env.reset()
@@ -212,9 +212,9 @@ def test_a_game_that_ends_in_the_step_after_a_life_lost_is_reset_and_counted():
 ], ids=["not-atari", "pong-fires", "freeway-has-no-fire", "procgen"])
 def test_life_and_fire_settings_where_they_do_not_apply_are_refused(cfg, words):
     """Outside Atari they are refused; an Atari game without FIRE (Freeway) starts by itself and is left as it is."""
-    from parallel_ppo.core.env_families import check_family
-    from parallel_ppo.core.gym_envs import FireReset, _wrapper
-    from parallel_ppo.core.procgen_envs import PROCGEN_GAMES
+    from parallel_ppo.envs.families import check_family
+    from parallel_ppo.envs.gym_envs import FireReset, _wrapper
+    from parallel_ppo.envs.procgen_envs import PROCGEN_GAMES
 
     if words is None:
         env = make_batch_env(cfg, 0, 0, 1, 1)
@@ -250,7 +250,7 @@ def test_spaces_and_ids_the_trainer_cannot_use_are_refused(env_id, words):
 ])
 def test_settings_that_do_not_fit_the_env_are_refused(sets, words):
     from parallel_ppo.core.configure import build_config
-    from parallel_ppo.core.envs import env_spaces
+    from parallel_ppo.envs.batch import env_spaces
     from parallel_ppo.launch import check_network_and_memory
 
     with pytest.raises(ConfigError, match=words):
@@ -258,6 +258,7 @@ def test_settings_that_do_not_fit_the_env_are_refused(sets, words):
         check_network_and_memory(cfg, env_spaces(cfg.env))
 
 
+@pytest.mark.slow  # starts a trainer
 def test_a_refusal_is_one_line_and_exit_2_before_the_run_directory(train_timed, tmp_path):
     out = tmp_path / "run"
     proc = train_timed("--config", "config/cartpole.yaml", "--env", "starpilot", "--set", "training.normalize_obs=true",

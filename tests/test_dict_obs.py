@@ -13,11 +13,11 @@ import torch
 
 import parallel_ppo as ppo
 from parallel_ppo.core.config import Config, EnvConfig
-from parallel_ppo.core.envs import env_spaces, make_batch_env
 from parallel_ppo.core.model import DictVectors, MultiInputActorCritic, build_model, image_features, network
-from parallel_ppo.core.observations import DictLayout
 from parallel_ppo.core.policy import Policy
-from parallel_ppo.core.spaces import ActionSpace
+from parallel_ppo.envs.batch import env_spaces, make_batch_env
+from parallel_ppo.envs.observations import DictLayout
+from parallel_ppo.envs.spaces import ActionSpace
 from parallel_ppo.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -225,7 +225,7 @@ def test_each_ended_episode_says_whether_it_succeeded_where_the_env_reports_it()
     finally:
         env.close()
     assert dones.all() and set(env.successes.tolist()) <= {0.0, 1.0}
-    from parallel_ppo.core.gym_envs import episode_successes
+    from parallel_ppo.envs.gym_envs import episode_successes
 
     said = {"is_success": np.array([1.0, None, 0.0, 1.0], dtype=object), "_is_success": np.array([1, 1, 1, 0], bool)}
     assert np.array_equal(episode_successes(said, 4), [1.0, np.nan, 0.0, np.nan], equal_nan=True)
@@ -250,6 +250,22 @@ def test_networks_that_cannot_read_a_dict_are_refused(sets, words):
         network(cfg, env_spaces(cfg.env))
 
 
+CAMERA_OBSERVATION = {"obs_shape": [200], "dtype": "uint8", "keys": {
+    "state": {"shape": [1], "dtype": "float32"}, "steps": {"shape": [], "dtype": "float32"},
+    "camera": {"shape": [8, 8, 3], "dtype": "uint8"}}}
+"""summary.json's `observation` for CameraReach: 2 float32s then the 8×8×3 frame packed in 200 bytes, and each key."""
+
+
+def test_summary_records_a_dict_observations_keys_beside_its_packed_row():
+    from parallel_ppo.runs.summary import observation_record
+
+    record = observation_record(env_spaces(EnvConfig(id=CAMERA)))
+    assert record == CAMERA_OBSERVATION and list(record["keys"]) == ["state", "steps", "camera"]  # the row's order
+    assert observation_record(env_spaces(EnvConfig(id="CartPole-v1"))) == {"obs_shape": [4], "dtype": "float32",
+                                                                           "keys": None}
+
+
+@pytest.mark.slow  # trains
 def test_a_dict_env_trains_and_its_policy_loads(tmp_path):
     overrides = {"env.id": CAMERA, "env.num_envs": 4, "training.n_steps": 16, "training.batch_size": 32,
                  "run.total_steps": 2 * 64, "run.limit_seconds": 0, "training.precision": "fp32",
@@ -261,6 +277,7 @@ def test_a_dict_env_trains_and_its_policy_loads(tmp_path):
     rates = run.metrics["success_rate"]  # the env reports info["is_success"] at each episode's end (step 20)
     assert np.isnan(rates[0]) and 0 <= rates[1] <= 1  # none ended in the first 16 steps; 4 in the next
     assert run.summary.final_metrics["success_rate"] == pytest.approx(rates[-1], abs=1e-6)
+    assert run.summary.observation == CAMERA_OBSERVATION  # summary.json's layout by key, read back
     policy = ppo.load_policy(run)
     assert policy.layout == env_spaces(EnvConfig(id=CAMERA)).layout
     assert float(policy.model.obs_std[0]) != 1.0  # the vector keys' statistics were learned and saved

@@ -19,9 +19,9 @@ from sessions import assert_nothing_left, session_pids, sessions_of, shm_entries
 
 from parallel_ppo.core.checkpoint import load_checkpoint
 from parallel_ppo.core.configure import build_config, config_from_dict
-from parallel_ppo.core.envs import env_spaces
 from parallel_ppo.core.pause import PAUSE_ENV_VAR
 from parallel_ppo.core.ppo import build_learner
+from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs.metrics import metric_columns
 from parallel_ppo.runs.reading import load_run
@@ -66,6 +66,7 @@ def params(out: Path) -> dict[str, torch.Tensor]:
 
 
 # ------------------------------------------------------------------------------------------- without torchrun
+@pytest.mark.slow  # starts a trainer
 def test_distributed_needs_torchrun(train_timed, tmp_path):
     proc = train_timed("--distributed", *CARTPOLE, "--output-dir", str(tmp_path / "run"))
     assert proc.returncode == 2

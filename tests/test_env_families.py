@@ -1,20 +1,25 @@
-"""The env families (`core.env_families`): each id's family, its settings and options, what it needs installed, and
+"""The env families (`envs.families`): each id's family, its settings and options, what it needs installed, and
 the robot families built, stepped and rendered (robosuite's Lift, gymnasium-robotics' Fetch)."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from parallel_ppo.core import env_families
 from parallel_ppo.core.config import EnvConfig
 from parallel_ppo.core.configure import build_config
-from parallel_ppo.core.env_families import (
+from parallel_ppo.envs import families
+from parallel_ppo.envs.batch import make_batch_env
+from parallel_ppo.envs.families import (
     ATARI,
     FAMILIES,
     FAMILY_SETTINGS,
@@ -28,7 +33,6 @@ from parallel_ppo.core.env_families import (
     family_of,
     options_of,
 )
-from parallel_ppo.core.envs import make_batch_env
 from parallel_ppo.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +63,7 @@ def test_procgen_is_asked_about_in_one_place():
     package = ROOT / "parallel_ppo"
     found = []
     for path in package.rglob("*.py"):
-        if path.name in ("env_families.py", "procgen_envs.py"):
+        if path.name in ("families.py", "procgen_envs.py"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([node.id] if isinstance(node, ast.Name) else [node.attr] if isinstance(node, ast.Attribute)
@@ -67,6 +71,47 @@ def test_procgen_is_asked_about_in_one_place():
             if "PROCGEN_GAMES" in names:
                 found.append(f"{path.relative_to(package)}:{node.lineno}")
     assert found == []
+
+
+def test_the_parallel_engine_names_no_family():
+    """What a family loads once for the workers to share is its own `preload`: the engine asks the family for it and
+    names no simulator in its code (comments and docstrings aside)."""
+    simulators = ("procgen", "atari", "mujoco", "robosuite", "genesis")
+    found = []
+    for path in (ROOT / "parallel_ppo" / "engines").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.id] if isinstance(node, ast.Name) else [node.attr] if isinstance(node, ast.Attribute)
+                     else [node.module or "", *(a.name for a in node.names)] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            found += [f"{path.name}:{node.lineno} {n}" for n in names if any(s in n.lower() for s in simulators)]
+    assert found == []
+
+
+def test_a_family_preloads_what_it_declares(monkeypatch):
+    """`preload(id)` calls the id's family's hook with the id (Procgen's loads the game's assets), and nothing for a
+    family that has none."""
+    from parallel_ppo.envs.procgen_envs import preload_procgen
+
+    assert PROCGEN.preload is preload_procgen
+    assert [f.name for f in FAMILIES if f.preload is not None] == ["procgen"]
+    called = []
+    monkeypatch.setattr(families, "PROCGEN", dataclasses.replace(PROCGEN, preload=called.append))
+    families.preload("starpilot")
+    families.preload("CartPole-v1")
+    assert called == ["starpilot"]
+
+
+@pytest.mark.slow  # a Python that imports torch and, for starpilot, Procgen
+@pytest.mark.parametrize("env_id", ["starpilot", None])
+def test_the_forkserver_loads_what_the_family_preloads(env_id):
+    """The module the forkserver imports at its start calls the family's preload for the env the coordinator names
+    (Procgen's assets, loaded once for every worker to share); with none named, it loads no env."""
+    from parallel_ppo.engines.parallel.worker import PRELOAD_ENV_VAR
+
+    env = {k: v for k, v in os.environ.items() if k != PRELOAD_ENV_VAR} | ({PRELOAD_ENV_VAR: env_id} if env_id else {})
+    code = "import sys, parallel_ppo.engines.parallel.preload; print('procgen' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(env_id is not None)
 
 
 def test_options_come_from_the_config_then_the_query_typed_by_their_defaults():
@@ -78,11 +123,11 @@ def test_options_come_from_the_config_then_the_query_typed_by_their_defaults():
 
 
 def test_the_options_table_in_the_docs_is_the_declared_one():
-    from parallel_ppo.core.env_families import options_table
+    from parallel_ppo.envs.families import options_table
 
     page = (ROOT / "docs" / "envs.md").read_text()
     for family in (f for f in FAMILIES if f.options):
-        marker = f"<!-- options table of {family.name}: generated from core/env_families.py -->\n"
+        marker = f"<!-- options table of {family.name}: generated from envs/families.py -->\n"
         assert marker in page, f"docs/envs.md has no options table for {family.name}"
         assert page.split(marker)[1].split("\n<!-- /")[0] == options_table(family)
 
@@ -124,7 +169,7 @@ def test_a_family_whose_extra_is_missing_says_how_to_install_it(monkeypatch, env
     import gymnasium
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(env_families.importlib.util, "find_spec",
+    monkeypatch.setattr(families.importlib.util, "find_spec",
                         lambda name, *a: None if name == missing else real(name, *a))
     monkeypatch.setattr(gymnasium.envs, "registry", {k: v for k, v in gymnasium.envs.registry.items()
                                                      if not k.startswith("Fetch")})
@@ -136,7 +181,8 @@ def test_a_family_whose_extra_is_missing_says_how_to_install_it(monkeypatch, env
 @pytest.mark.parametrize("env_id, words", [
     ("robosuite/NoSuchTask", "robosuite has no task 'NoSuchTask' (its tasks: "),
     ("robosuite/Lift?robot=R2D2", "robosuite has no robot 'R2D2'"),
-    ("robosuite/Lift?cameras=nosecam", "robosuite Lift has no camera 'nosecam' (its cameras: "),
+    pytest.param("robosuite/Lift?cameras=nosecam", "robosuite Lift has no camera 'nosecam' (its cameras: ",
+                 marks=pytest.mark.slow),  # builds the Lift simulator to list its cameras: seconds
 ])
 def test_what_robosuite_does_not_have_is_refused_by_name(env_id, words):
     with pytest.raises(ConfigError, match=words.replace("(", r"\(")):
@@ -155,10 +201,10 @@ def _maker_that_cannot_start(cfg, options, render, clock):
 
 @pytest.mark.parametrize("query, hint", [("?eye=true", True), ("?eye=false", False)])
 def test_a_build_error_names_the_renderer_only_where_a_camera_option_draws_frames(monkeypatch, query, hint):
-    from parallel_ppo.core import gym_envs
+    from parallel_ppo.envs import gym_envs
 
-    family = env_families.Family("cams", "cartpole.yaml", f"{__name__}:_maker_that_cannot_start",
-                                 options={"eye": env_families.Option(False, "a camera", camera=True)})
+    family = families.Family("cams", "cartpole.yaml", f"{__name__}:_maker_that_cannot_start",
+                                 options={"eye": families.Option(False, "a camera", camera=True)})
     monkeypatch.setattr(gym_envs, "check_family", lambda cfg: family)
     with pytest.raises(ConfigError, match="RuntimeError: no OpenGL context") as refused:
         gym_envs.GymnasiumBatchEnv(EnvConfig(id="cams/Task" + query), [0])
@@ -170,6 +216,7 @@ def camera(layout, rows: np.ndarray) -> np.ndarray:
     return layout.unpack(torch.from_numpy(rows))[0]["robot0_eye_in_hand_image"].numpy()
 
 
+@pytest.mark.slow  # builds two robosuite simulators and draws their frames: seconds
 def test_robosuite_lift_steps_from_its_camera_renders_and_reports_success():
     """The wrist camera's frames (uint8, upright, drawn on the CPU and timed as render) beside the proprioception; an
     episode of `horizon` steps ends as a time limit (bootstrapped) and says whether the cube was lifted. Each env
@@ -196,6 +243,32 @@ def test_robosuite_lift_steps_from_its_camera_renders_and_reports_success():
         assert env.successes.tolist() == [0.0], "a still arm lifts nothing"
         assert env.render_seconds > 0
         assert env.frame(0).shape == (256, 256, 3)
+    finally:
+        env.close()
+
+
+@pytest.mark.slow  # builds a robosuite simulator and its OpenGL context twice: seconds
+def test_robosuite_fast_render_draws_without_a_shadow_map_and_the_same_frames():
+    """`env.fast_render` turns shadows off, so its offscreen context is made without the model's shadow map (4096²:
+    64 MB of memory per env under llvmpipe): the frames are those drawn with one, to the bit."""
+    env = make_batch_env(EnvConfig(id=LIFT_CAMERA, frame_size=32), 3, 0, 1, 1, render=True)
+    try:
+        suite_env = env._env.envs[0].unwrapped
+        sim = suite_env._env.sim
+        context = sim._render_context_offscreen
+        assert context.con.shadowSize == 0
+        env.reset()
+        env.step(np.full((1, 7), 0.5, np.float32))
+
+        def frames() -> list[np.ndarray]:
+            return [sim.render(camera_name="robot0_eye_in_hand", width=32, height=32), suite_env.render()]
+
+        without = frames()
+        sim.model._model.vis.quality.shadowsize = 4096  # the model's own, as the default renderer makes it
+        context.con.free()
+        context._set_mujoco_context_and_buffers()
+        assert context.con.shadowSize == 4096
+        assert all(np.array_equal(a, b) for a, b in zip(without, frames(), strict=True))
     finally:
         env.close()
 

@@ -10,9 +10,9 @@ from torch import nn
 from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.collect import EnvRunner
 from parallel_ppo.core.config import EnvConfig
-from parallel_ppo.core.envs import make_batch_env
-from parallel_ppo.core.procgen_envs import PROCGEN_EXPLORATION_GAMES, PROCGEN_GAMES
-from parallel_ppo.core.spaces import ActionSpace
+from parallel_ppo.envs.batch import make_batch_env
+from parallel_ppo.envs.procgen_envs import PROCGEN_EXPLORATION_GAMES, PROCGEN_GAMES
+from parallel_ppo.envs.spaces import ActionSpace
 
 
 def test_procgen_game_lists_match_procgen():

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from parallel_ppo.core.configure import build_config
-from parallel_ppo.core.envs import eval_levels
 from parallel_ppo.core.evaluate import play_episodes
 from parallel_ppo.core.model import build_model
-from parallel_ppo.core.procgen_envs import PROCGEN_EASY_RANGES, normalized_return
+from parallel_ppo.envs.batch import eval_levels
+from parallel_ppo.envs.procgen_envs import PROCGEN_EASY_RANGES, normalized_return
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--config", "config/ppo_sequential.yaml", "--num-envs", "4", "--batch-size", "32",
@@ -48,6 +48,7 @@ def test_normalized_return_uses_the_easy_mode_constants():
     assert PROCGEN_EASY_RANGES["jumper"] == PROCGEN_EASY_RANGES["leaper"] == (3.0, 10.0)
 
 
+@pytest.mark.slow  # plays 12 Procgen episodes to their end: seconds
 def test_test_levels_are_disjoint_from_training_levels():
     """Each counted episode's level seed lies outside the training range (and inside it for `train`)."""
     cfg = build_config(None, {"env.id": "starpilot"}, ["training.precision=fp32", "env.num_levels=5",

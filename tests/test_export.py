@@ -14,9 +14,9 @@ import parallel_ppo
 from parallel_ppo.cli import main
 from parallel_ppo.core.checkpoint import save_checkpoint
 from parallel_ppo.core.configure import build_config
-from parallel_ppo.core.envs import env_spaces
 from parallel_ppo.core.model import network
 from parallel_ppo.core.policy import Policy
+from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.runs import export
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
@@ -160,3 +160,52 @@ def test_bad_input_is_one_line_and_exit_2_and_writes_nothing(runs, tmp_path, cap
     assert err.startswith("parallel-ppo export: error: ") and "Traceback" not in err
     assert {p: sorted(p.iterdir()) for p in before} == before
 
+
+def _dict_policy(tmp_path: Path, keys: dict[str, tuple[tuple[int, ...], bool]]) -> Policy:
+    """An untrained dict-observation policy (the IMPALA CNN and the MLP side by side) over `keys` (a robosuite-like
+    camera key, a key with a dash, one named as a Python keyword), four discrete actions."""
+    from parallel_ppo.envs.observations import DictLayout
+    from parallel_ppo.envs.spaces import ActionSpace, EnvSpaces
+
+    cfg = build_config(None, {"env.id": "CartPole-v1"}, ["training.precision=fp32", "model.impala_depths=[4]",
+                                                         "model.hidden_size=16"], False)
+    layout = DictLayout.of(keys)
+    spaces = EnvSpaces((layout.nbytes,), np.dtype(np.uint8), ActionSpace(4), layout)
+    torch.manual_seed(0)
+    return Policy(cfg, network(cfg, spaces), tmp_path / "checkpoint.pt", {}, spaces=spaces)
+
+
+def test_a_dict_policys_files_take_each_key_by_name(tmp_path):
+    """ONNX takes each key as the input of its name; TorchScript as the keyword argument `argument_name` makes of it
+    (or by position, in the metadata's order), and both give the policy's own outputs."""
+    import onnxruntime
+
+    keys = {"robot0_eye_in_hand_image": ((6, 6, 3), True), "object-state": ((3,), False), "class": ((2,), False)}
+    policy = _dict_policy(tmp_path, keys)
+    rng = np.random.default_rng(5)
+    obs = {"robot0_eye_in_hand_image": rng.integers(0, 256, (4, 6, 6, 3), dtype=np.uint8),
+           "object-state": rng.normal(size=(4, 3)).astype(np.float32),
+           "class": rng.normal(size=(4, 2)).astype(np.float32)}
+    with torch.no_grad():
+        params, value = policy.model(torch.from_numpy(policy.layout.pack(obs)))
+    expected = [policy.predict(obs, deterministic=True), params.numpy(), value.numpy()]
+    onnx_file = export.export_policy(policy, "onnx", tmp_path / "p.onnx")
+    script = export.export_policy(policy, "torchscript", tmp_path / "p.pt")
+    inputs = onnx_file.metadata["inputs"]
+    assert inputs == script.metadata["inputs"]
+    assert [(i["name"], i["argument"]) for i in inputs] == [
+        ("class", "_class"), ("object-state", "object_state"), ("robot0_eye_in_hand_image", "robot0_eye_in_hand_image")]
+    session = onnxruntime.InferenceSession(str(onnx_file.path), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == [i["name"] for i in inputs]  # the keys, as before
+    module = torch.jit.load(str(script.path))
+    by_name = {i["argument"]: torch.from_numpy(obs[i["name"]]) for i in inputs}
+    runs = {"onnx": session.run(None, obs), "torchscript": [t.numpy() for t in module(**by_name)],
+            "positional": [t.numpy() for t in module(*(by_name[i["argument"]] for i in inputs))]}
+    for fmt, got in runs.items():
+        np.testing.assert_array_equal(got[0], expected[0], err_msg=fmt)
+        for e, g in zip(expected[1:], got[1:], strict=True):
+            assert float(np.max(np.abs(e - g) / np.maximum(1.0, np.abs(e)))) <= export.TOLERANCE, fmt
+    clash = _dict_policy(tmp_path, {"a-b": ((2,), False), "a_b": ((2,), False)})
+    with pytest.raises(parallel_ppo.ConfigError, match="key.s. a-b, a_b cannot each be one argument"):
+        export.export_policy(clash, "torchscript", tmp_path / "clash.pt")
+    assert not (tmp_path / "clash.pt").exists()

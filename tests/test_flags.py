@@ -14,8 +14,8 @@ from parallel_ppo.cli.evaluation import demo_parser
 from parallel_ppo.cli.train import make_parser, request_of
 from parallel_ppo.cli.train import run as run_trainer
 from parallel_ppo.core.configure import build_config
-from parallel_ppo.core.envs import eval_levels, resolve_levels
 from parallel_ppo.core.units import to_unit
+from parallel_ppo.envs.batch import eval_levels, resolve_levels
 from parallel_ppo.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]

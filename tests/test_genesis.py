@@ -1,4 +1,4 @@
-"""Genesis's FrankaLift (`core.genesis_envs`), where the extra `genesis` is installed (it is outside dev: gigabytes):
+"""Genesis's FrankaLift (`envs.genesis_envs`), where the extra `genesis` is installed (it is outside dev: gigabytes):
 built, stepped from its wrist camera, seeded, rendered, and its success reported."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from parallel_ppo.core.config import EnvConfig
-from parallel_ppo.core.envs import make_batch_env
+from parallel_ppo.envs.batch import make_batch_env
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("genesis") is None,
                                 reason="the extra 'genesis' is not installed")

@@ -48,6 +48,7 @@ def test_a_second_metric_for_one_column_is_refused(monkeypatch):
         metrics.metric("charts/entropy", "another entropy")
 
 
+@pytest.mark.slow  # a Python that imports torch and the trainer
 def test_the_column_order_does_not_depend_on_the_import_order():
     code = ("import parallel_ppo.core.evaluate, parallel_ppo.runs.training; "
             "from parallel_ppo.runs.metrics import metric_columns; print(','.join(metric_columns()))")
@@ -113,7 +114,7 @@ gymnasium.register("CountedCartPole-v0", entry_point=CountedCartPole, max_episod
 '''
 
 
-@pytest.mark.parametrize("mode", ["sequential", "parallel"])
+@pytest.mark.parametrize("mode", ["sequential", pytest.param("parallel", marks=pytest.mark.slow)])  # workers
 def test_each_env_is_built_once_before_the_first_rollout(tmp_path, monkeypatch, mode):
     """One construction per env, plus at most one for its spaces, in every process together (the parallel
     workers build theirs in their own processes, seen through the file they append to)."""

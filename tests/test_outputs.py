@@ -21,8 +21,8 @@ from parallel_ppo.cli.train import make_parser, request_of
 from parallel_ppo.core.checkpoint import load_checkpoint
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config, config_from_dict
-from parallel_ppo.core.envs import make_batch_env
 from parallel_ppo.core.model import build_model
+from parallel_ppo.envs.batch import make_batch_env
 from parallel_ppo.runs.metrics import metric_columns
 from parallel_ppo.runs.reading import load_run
 from parallel_ppo.runs.summary import RunSummary

@@ -14,9 +14,9 @@ from sessions import assert_nothing_left, shm_entries, start
 from parallel_ppo.core.checkpoint import load_checkpoint
 from parallel_ppo.core.collect import SequentialCollector
 from parallel_ppo.core.configure import build_config
-from parallel_ppo.core.envs import env_spaces
 from parallel_ppo.core.threads import thread_plan
 from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
+from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.runs.training import RunPlan, train_run
 
 pytestmark = pytest.mark.slow  # every test here trains or starts trainers

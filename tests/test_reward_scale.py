@@ -12,8 +12,8 @@ import torch
 from parallel_ppo.core.checkpoint import load_checkpoint
 from parallel_ppo.core.collect import SequentialCollector
 from parallel_ppo.core.configure import build_config
-from parallel_ppo.core.envs import env_spaces
 from parallel_ppo.core.reward_scale import RewardScaler
+from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.runs.training import RunPlan, train_run
 
 ROOT = Path(__file__).resolve().parents[1]

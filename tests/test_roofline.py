@@ -12,8 +12,8 @@ import pytest
 
 from parallel_ppo.cli.bench import main
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.procgen_envs import PROCGEN_ACTIONS, PROCGEN_OBS_SHAPE
-from parallel_ppo.core.spaces import ActionSpace, EnvSpaces
+from parallel_ppo.envs.procgen_envs import PROCGEN_ACTIONS, PROCGEN_OBS_SHAPE
+from parallel_ppo.envs.spaces import ActionSpace, EnvSpaces
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.tuning import compute_limit, learner_settings
 from parallel_ppo.tuning.compute_limit import Candidate, limit_sps, measure_compute_limit, network_flops
@@ -97,6 +97,7 @@ def test_bad_input_exits_2_with_one_line(args: list[str], capsys: pytest.Capture
     assert len(lines) == 1 and "error" in lines[0]
 
 
+@pytest.mark.slow  # starts bench.py (a Python that imports torch)
 def test_bench_py_bad_flag_exits_2_with_one_line() -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "bench.py"), "roofline", "--no-such-flag"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
@@ -126,6 +127,8 @@ def test_roofline_reports_candidates_flops_and_peaks(tmp_path, capsys, monkeypat
     """Both precisions are measured (on a CPU with native bf16, faked here) and shown; the result is told from the
     setting a trainer keeps, which for CartPole's small MLP is the unmeasured default, fp32."""
     monkeypatch.setattr(learner_settings, "cpu_has_native_bf16", lambda: True)
+    peak = learner_settings.matmul_peak  # each peak measured for a tenth of the trainer's second: as real, cheaper
+    monkeypatch.setattr(learner_settings, "matmul_peak", lambda dtype, seconds, device: peak(dtype, 0.1, device))
     out = tmp_path / "r.json"
     status = main(["roofline", "--env", "CartPole-v1", "--seconds", "0.3", "--batch-size", "64",
                    "--output", str(out)])

@@ -1,6 +1,6 @@
 """The package's shape holds by test, not by care: no import cycle, each layer imports only the layers below it
-(the training core nothing of the engines, the run analysis, the benchmarks or the command lines), no module
-over 400 lines, no function over 50, entry scripts that stay thin."""
+(the envs nothing of the training core, the training core nothing of the engines, the run analysis, the benchmarks
+or the command lines), no module over 400 lines, no function over 50, entry scripts that stay thin."""
 
 from __future__ import annotations
 
@@ -13,17 +13,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "parallel_ppo"
 LAYERS = {  # subpackage → the subpackages (besides itself and parallel_ppo.errors) it may import
-    "core": (),
-    "engines": ("core",),
-    "runs": ("core",),
-    "tuning": ("core", "runs"),
-    "bench": ("core", "engines", "runs", "tuning"),
-    "launch": ("core", "engines", "runs", "tuning"),
-    "api": ("core", "engines", "runs", "tuning", "launch"),
-    "cli": ("core", "engines", "runs", "tuning", "bench", "launch", "api"),
+    "envs": (),
+    "core": ("envs",),
+    "engines": ("envs", "core"),
+    "runs": ("envs", "core"),
+    "tuning": ("envs", "core", "runs"),
+    "bench": ("envs", "core", "engines", "runs", "tuning"),
+    "launch": ("envs", "core", "engines", "runs", "tuning"),
+    "api": ("envs", "core", "engines", "runs", "tuning", "launch"),
+    "cli": ("envs", "core", "engines", "runs", "tuning", "bench", "launch", "api"),
 }
-"""Training (core, engines, runs, tuning, launch, api) never imports the benchmarks, and the run directory's code
-(runs) no engine: what a run measures before it starts is `tuning`, below both launch and bench."""
+"""The envs (their config section, spaces, families and simulators) are the lowest layer: the core trains on them
+and they know nothing of it. Training (envs, core, engines, runs, tuning, launch, api) never imports the
+benchmarks, and the run directory's code (runs) no engine: what a run measures before it starts is `tuning`,
+below both launch and bench."""
 
 
 def _module_name(path: Path, package: Path) -> str:
@@ -88,7 +91,7 @@ def test_each_layer_imports_only_the_layers_below_it():
 def test_training_imports_no_benchmark_and_runs_no_engine():
     """The two rules of the layers spelled out (issue 37), checked on the import graph itself."""
     graph = _imports()
-    training = [m for m in graph if _layer(m) in ("core", "engines", "runs", "tuning", "launch", "api")]
+    training = [m for m in graph if _layer(m) in ("envs", "core", "engines", "runs", "tuning", "launch", "api")]
     assert [f"{m} → {d}" for m in training for d in sorted(graph[m]) if _layer(d) == "bench"] == []
     runs = [m for m in graph if _layer(m) == "runs"]
     assert [f"{m} → {d}" for m in runs for d in sorted(graph[m]) if _layer(d) == "engines"] == []
@@ -158,11 +161,12 @@ def flags_in_strings(source: str, flags: set[str]) -> list[str]:
 
 
 def test_the_core_names_no_flag_of_the_command_lines():
-    """The core names config keys (`training.batch_size`); only the command lines know their flags and add them to
-    the keys of an error (`cli.flags.with_flags`)."""
+    """The core and the envs name config keys (`training.batch_size`); only the command lines know their flags and
+    add them to the keys of an error (`cli.flags.with_flags`)."""
     flags = trainer_flags()
     assert {"--batch-size", "--env", "--track", "--set", "--distributed"} <= flags
-    found = {path.name: names for path in sorted((PACKAGE / "core").glob("*.py"))
+    found = {f"{path.parent.name}/{path.name}": names
+             for path in sorted([*(PACKAGE / "core").glob("*.py"), *(PACKAGE / "envs").glob("*.py")])
              if (names := flags_in_strings(path.read_text(), flags))}
     assert not found
 

@@ -102,6 +102,7 @@ def test_a_later_call_replaces_its_points_and_keeps_the_others():
         ("threads_1", 100.0), ("threads_2", 180.0), ("workers_2", 150.0), ("workers_4", 260.0)]
 
 
+@pytest.mark.slow  # starts bench.py (a Python that imports torch)
 def test_bad_families_are_refused_before_anything_runs(tmp_path):
     proc = subprocess.run([sys.executable, "bench.py", "study", "--families", "threads,gpu", "--runs-dir",
                            str(tmp_path / "runs"), "--results-dir", str(tmp_path / "res")],

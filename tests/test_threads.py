@@ -7,14 +7,23 @@ from pathlib import Path
 
 import psutil
 
+from parallel_ppo.bench.scaling import default_worker_counts
+from parallel_ppo.bench.study import available_cores
 from parallel_ppo.core.configure import build_config
-from parallel_ppo.core.threads import OWN_DRAW_THREADS, draw_threads_kept, draw_with, thread_plan, user_draw_threads
+from parallel_ppo.core.threads import (
+    OWN_DRAW_THREADS,
+    draw_threads_kept,
+    draw_with,
+    thread_plan,
+    usable_cpus,
+    user_draw_threads,
+)
 
 CARTPOLE = str(Path(__file__).resolve().parents[1] / "config" / "cartpole.yaml")
 
 
 def test_a_worker_steps_on_one_thread_and_draws_on_its_share_of_the_cores(monkeypatch):
-    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 16)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     plan = thread_plan(build_config(CARTPOLE, {}, ["parallel.num_workers=4"], parallel=True), parallel=True)
     assert (plan.env, plan.draw) == (1, 4)
     plan = thread_plan(build_config(CARTPOLE, {}, ["parallel.num_workers=32"], parallel=True), parallel=True)
@@ -27,6 +36,23 @@ def test_a_worker_steps_on_one_thread_and_draws_on_its_share_of_the_cores(monkey
     assert (ranks.env, ranks.draw) == (1, 2), "2 workers of each of 4 ranks on 16 cores"
     set_ = thread_plan(build_config(CARTPOLE, {}, ["env.env_threads=3"], parallel=True), parallel=True)
     assert (set_.env, set_.draw) == (3, 3)
+
+
+def test_the_plan_counts_the_cpus_this_process_may_use_not_the_machines(monkeypatch):
+    """A Slurm job or container pinned to 2 of 64 CPUs plans for 2 (its affinity mask); without a mask (macOS,
+    Windows), for the machine's."""
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 64)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 7}, raising=False)
+    assert usable_cpus() == 2
+    automatic = ["parallel.learner_threads=0"]  # cartpole.yaml sets 1
+    sequential = thread_plan(build_config(CARTPOLE, {}, automatic, parallel=False), parallel=False)
+    assert (sequential.learner, sequential.env, sequential.draw) == (2, 2, 2)
+    parallel = thread_plan(build_config(CARTPOLE, {}, [*automatic, "parallel.num_workers=4"], parallel=True), True)
+    assert (parallel.learner, parallel.env, parallel.draw) == (2, 1, 1)
+    assert default_worker_counts() == [1, 2] and available_cores() == 2  # the sweeps' defaults too
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    assert usable_cpus() == 64
 
 
 def test_mesa_draws_with_the_plan_unless_the_user_set_its_threads(monkeypatch):
@@ -50,3 +76,25 @@ def test_the_drawing_threads_are_put_back_after_a_run_in_this_python(monkeypatch
         draw_with(16)
         assert os.environ["LP_NUM_THREADS"] == "16"
     assert "LP_NUM_THREADS" not in os.environ and os.environ[OWN_DRAW_THREADS] == "5"
+
+
+def test_validating_a_config_sets_no_drawing_threads_and_a_run_sets_them_before_its_first_frame(tmp_path,
+                                                                                                monkeypatch):
+    """Validation (`--print-config` runs it too) changes nothing in this process; a sequential run sets the drawing
+    threads of its plan before the spaces' probe (Mesa reads them once per process), and the API puts them back."""
+    import parallel_ppo as ppo
+    from parallel_ppo import launch
+
+    for name in ("LP_NUM_THREADS", OWN_DRAW_THREADS):
+        monkeypatch.setenv(name, "0")
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    launch.checked_spaces(*launch.validated_config(launch.Request(CARTPOLE)))
+    assert "LP_NUM_THREADS" not in os.environ
+    probe, seen = launch.env_spaces, []
+    monkeypatch.setattr(launch, "env_spaces", lambda env: seen.append(os.environ.get("LP_NUM_THREADS")) or probe(env))
+    tiny = {"run.total_steps": 16 * 8, "training.n_steps": 16, "training.batch_size": 64, "run.limit_seconds": 0,
+            "training.precision": "fp32", "logging.tensorboard": False}
+    ppo.train(CARTPOLE, output_dir=tmp_path / "run", overrides=tiny, verbose=False)
+    assert seen == ["3"], "the plan's drawing threads (3 usable CPUs), set before the probe"
+    assert "LP_NUM_THREADS" not in os.environ and OWN_DRAW_THREADS not in os.environ

@@ -51,7 +51,9 @@ def test_a_batch_jobs_log_gets_a_plain_progress_line_every_interval(tmp_path):
     text = log.read_text()
     assert "\r" not in text
     progress = [line for line in text.splitlines() if " update " in line]
-    assert 3 <= len(progress) <= 5, text  # at about 0, 4, 8 and 12 s: one per interval, not one per update
+    # at about 0, 4, 8 and 12 s: one per interval, not one per update (over 10 of them). At least the first and one
+    # interval later, however long a loaded machine takes for the first update (3 needs it done within ~5 s)
+    assert 2 <= len(progress) <= 5, text
     assert all(LINE.fullmatch(line) for line in progress), progress
     assert progress[0].split(": ", 1)[1].startswith("update 1 |"), "the first update is always logged"
 

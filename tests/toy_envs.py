@@ -3,6 +3,7 @@ continuous-control task that PPO learns in seconds, and envs with spaces the tra
 
 from __future__ import annotations
 
+import os
 import time
 
 import gymnasium
@@ -79,6 +80,37 @@ class SlowReach(Reach):
         return super().step(action)
 
 
+class SlowResetReach(Reach):
+    """Reach whose every reset after the first computes for RESET_SECONDS (as a robosuite reset or a first JIT
+    compilation does): a worker that takes no step for that long, yet is alive."""
+
+    RESET_SECONDS = 4.0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        self.resets = getattr(self, "resets", 0) + 1
+        if self.resets > 1:
+            end = time.thread_time() + self.RESET_SECONDS  # CPU time: however busy the machine, this much work
+            while time.thread_time() < end:
+                pass
+        return super().reset(seed=seed, options=options)
+
+
+class HangingReach(Reach):
+    """Reach whose 30th step hangs for good (sleeps: no step, no CPU), once: the first process to get there
+    creates the file named by $HANGING_REACH_FLAG and hangs; every later one (the restarted worker) runs on."""
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.steps = getattr(self, "steps", 0) + 1
+        if self.steps == 30:
+            try:
+                os.close(os.open(os.environ["HANGING_REACH_FLAG"], os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                pass
+            else:
+                time.sleep(3600)
+        return super().step(action)
+
+
 class FailingReach(Reach):
     """Reach whose simulator fails on each env's 40th step: an error of the user's env, not of the trainer."""
 
@@ -110,6 +142,8 @@ gymnasium.register("CameraReach-v0", entry_point=CameraReach, max_episode_steps=
 gymnasium.register("NestedDictObs-v0", entry_point=NestedDictObs, max_episode_steps=20)
 gymnasium.register("MultiDiscreteActions-v0", entry_point=MultiDiscreteActions, max_episode_steps=20)
 gymnasium.register("FloatImages-v0", entry_point=FloatImages, max_episode_steps=20)
+gymnasium.register("SlowResetReach-v0", entry_point=SlowResetReach, max_episode_steps=20)
+gymnasium.register("HangingReach-v0", entry_point=HangingReach, max_episode_steps=20)
 gymnasium.register("FailingReach-v0", entry_point=FailingReach, max_episode_steps=20)
 gymnasium.register("UnreachableReach-v0", entry_point=UnreachableReach, max_episode_steps=20)
 gymnasium.register("WrongShapeReach-v0", entry_point=WrongShapeReach, max_episode_steps=20)

@@ -12,10 +12,10 @@ import torch
 
 from parallel_ppo.core.collect import SequentialCollector
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.envs import env_spaces, make_batch_env
 from parallel_ppo.core.model import network
 from parallel_ppo.core.threads import thread_plan
 from parallel_ppo.core.timing import PhaseTimer
+from parallel_ppo.envs.batch import env_spaces, make_batch_env
 
 
 def _bare_env_rate(cfg: Config, seconds: float) -> float:

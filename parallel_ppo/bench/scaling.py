@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from parallel_ppo.core.files import atomic_write, write_json, write_text
+from parallel_ppo.core.threads import usable_cpus
 from parallel_ppo.core.timing import PHASES
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs.figures import efficiency, speedup
@@ -239,10 +240,10 @@ def best_layout(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def default_worker_counts() -> list[int]:
-    """1, 2, 4, ... up to the physical core count (which is included even when not a power of two)."""
+    """1, 2, 4, ... up to the physical cores this process may use (`usable_cpus`), included if not a power of 2."""
     import psutil
 
-    cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+    cores = min(psutil.cpu_count(logical=False) or psutil.cpu_count() or 1, usable_cpus())
     counts = [1]
     while counts[-1] * 2 <= cores:
         counts.append(counts[-1] * 2)

@@ -16,7 +16,6 @@ is recorded with its error and the study goes on, so one failure never loses the
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import time
@@ -30,6 +29,7 @@ from parallel_ppo.core.config import EnvConfig
 from parallel_ppo.core.config_yaml import load_yaml
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.files import atomic_write, write_json, write_text
+from parallel_ppo.core.threads import usable_cpus
 from parallel_ppo.core.timing import PHASES
 from parallel_ppo.errors import ConfigError, ParallelPPOError, RunDataError
 from parallel_ppo.runs import fingerprint
@@ -132,10 +132,7 @@ def run_study_point(family: str, processes: int, settings: StudySettings, runs_d
 
 def available_cores() -> int:
     """The cores this process may run on (its affinity mask: a container's or a job's share, not the host's)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    return usable_cpus()
 
 
 def process_counts(cores: int) -> list[int]:

@@ -30,9 +30,9 @@ from parallel_ppo.cli.study import add_study, study
 from parallel_ppo.core.allocator import retain_freed_memory
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config
-from parallel_ppo.core.envs import env_spaces
 from parallel_ppo.core.files import write_json
 from parallel_ppo.core.threads import draw_with, thread_plan
+from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.errors import ConfigError, ParallelPPOError
 from parallel_ppo.runs import fingerprint
 
@@ -72,7 +72,7 @@ def _add_roofline(sub: Any) -> None:
     r.add_argument("--seconds", type=duration_in("s"), default=20.0, metavar="TIME",
                    help="timed measuring budget, split between forward and train (default 20)")
     r.add_argument("--threads", type=int, metavar="N",
-                   help="torch threads (default: the trainer's learner threads, all logical cores)")
+                   help="torch threads (default: the trainer's learner threads, every logical CPU it may use)")
     r.add_argument("--output", metavar="FILE.json", help="also write the result as JSON")
     r.add_argument("--run", metavar="DIR", help="also show a finished run's achieved FLOP/s against the peak")
 
@@ -132,7 +132,7 @@ def _add_sweeps(sub: Any) -> None:
                        help=f"where the runs and results go (default benchmarks/{name})")
         if name == "scaling":
             c.add_argument("--workers", metavar="LIST",
-                           help='worker counts, e.g. "1 2 4" (default 1, 2, 4, ... physical cores)')
+                           help='worker counts, e.g. "1 2 4" (default 1, 2, 4, ... usable physical cores)')
             c.add_argument("--envs-per-worker", default="8", metavar="LIST", help='e.g. "8" or "4 8 16"')
             c.add_argument("--no-sequential", action="store_true", help="skip the sequential reference point")
             c.add_argument("--no-distributed", action="store_true",

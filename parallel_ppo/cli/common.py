@@ -119,7 +119,7 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 def add_config_flag(p: Any, procgen: str) -> None:
     """`--config` of a benchmark whose default config (`procgen`, in config/) is written for Procgen: another env
     takes its family's config instead (`default_config`)."""
-    from parallel_ppo.core.env_families import FAMILIES, PROCGEN
+    from parallel_ppo.envs.families import FAMILIES, PROCGEN
 
     shipped = [f.config for f in FAMILIES if f is not PROCGEN]
     p.add_argument("--config", help=f"YAML config file (default: config/{procgen} for a Procgen game, else the "
@@ -131,7 +131,7 @@ def default_config(env_id: str | None, procgen: str) -> str:
     for another env the shipped config of its family (`Family.config`; cartpole.yaml, an MLP for vector
     observations, for an unknown id), so that the Procgen config's held-out test levels and CNN are not forced on
     it."""
-    from parallel_ppo.core.env_families import GYMNASIUM, PROCGEN, family_of
+    from parallel_ppo.envs.families import GYMNASIUM, PROCGEN, family_of
 
     try:
         family = family_of(env_id) if env_id else PROCGEN

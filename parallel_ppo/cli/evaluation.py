@@ -136,7 +136,7 @@ def publish(prog: str, cfg: Config, run_dir: Path, tag: str, frames: list, fps: 
 
 
 def format_eval(cfg: Config, e: dict[str, Any]) -> str:
-    from parallel_ppo.core.env_families import family_of
+    from parallel_ppo.envs.families import family_of
 
     last = e["start_level"] + e["num_levels"] - 1
     where = f" levels {e['start_level']}..{last}" if family_of(cfg.env.id).levels else ""

@@ -31,7 +31,7 @@ def add_study(sub: Any) -> None:
                        "results file (same machine and settings) and not measured now are kept.")
     add_config_flag(c, "ppo_parallel.yaml")
     c.add_argument("--env", default="starpilot", metavar="ID", help="Procgen game or gymnasium id (starpilot)")
-    c.add_argument("--processes", metavar="LIST", help='process counts (default 1, 2, 4, ... logical cores)')
+    c.add_argument("--processes", metavar="LIST", help='process counts (default 1, 2, 4, ... usable CPUs)')
     c.add_argument("--families", default=",".join(FAMILIES), metavar="LIST",
                    help=f"which families to run (default {','.join(FAMILIES)}; cuda only where CUDA is available)")
     c.add_argument("--seconds", type=duration_in("s"), default=30.0, metavar="TIME",

@@ -126,12 +126,14 @@ def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
 def print_config(request: Request, seeds: str | None, prog: str) -> int:
     """`--print-config`: the config the run would train with, as YAML on stdout, checked as a run checks it (a
     resumed run's own config under the flags, its checkpoint's match, the ranks under torchrun)."""
-    from parallel_ppo.launch import validated_config
+    from parallel_ppo.launch import checked_spaces, validated_config
 
     try:
         if seeds is not None:
             raise ConfigError("--print-config shows one run's config: give --seed N instead of --seeds")
-        cfg = validated_config(request)[0]
+        checked = validated_config(request)
+        checked_spaces(*checked)
+        cfg = checked[0]
     except ParallelPPOError as e:
         return fail(prog, e, 2, flags=True)
     print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from parallel_ppo.core.spaces import ActionSpace, as_action_space
+from parallel_ppo.envs.spaces import ActionSpace, as_action_space
 
 
 @dataclass

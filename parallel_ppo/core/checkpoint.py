@@ -17,7 +17,7 @@ from parallel_ppo.core.files import atomic_write
 from parallel_ppo.errors import RunDataError
 
 if TYPE_CHECKING:
-    from parallel_ppo.core.observations import DictLayout
+    from parallel_ppo.envs.observations import DictLayout
 
 FORMAT_VERSION = 1
 JOB_ID = "torchrun_run_id"

@@ -14,7 +14,10 @@ from torch import nn
 from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.distributions import sample
-from parallel_ppo.core.envs import (
+from parallel_ppo.core.model import autocast, module_device
+from parallel_ppo.core.pause import pause_point
+from parallel_ppo.core.timing import PhaseTimer
+from parallel_ppo.envs.batch import (
     BatchEnv,
     env_seed,
     episodes_ended,
@@ -22,9 +25,6 @@ from parallel_ppo.core.envs import (
     render_seconds,
     reported_success,
 )
-from parallel_ppo.core.model import autocast, module_device
-from parallel_ppo.core.pause import pause_point
-from parallel_ppo.core.timing import PhaseTimer
 
 StopCheck = Callable[[], bool]
 """Asked once per step: True when the run is stopping, so the rollout is abandoned (its data is never used)."""

@@ -13,9 +13,9 @@ import yaml
 
 from parallel_ppo.core.config import Config, Rules, config_fields, rules_of
 from parallel_ppo.core.config_yaml import load_yaml, parse_yaml
-from parallel_ppo.core.env_families import check_family
-from parallel_ppo.core.envs import eval_levels
 from parallel_ppo.core.units import to_unit
+from parallel_ppo.envs.batch import eval_levels
+from parallel_ppo.envs.families import check_family
 from parallel_ppo.errors import ConfigError
 
 
@@ -68,19 +68,19 @@ def set_value(cfg: Config, dotted: str, value: Any) -> None:
 def _read(key: str, value: Any, current: Any, rules: Rules) -> Any:
     """`value` as field `key` takes it: a duration with a unit in the field's unit, a comma-separated string as a
     list of names, `auto` where the field takes it, else of the type of the field's `current` value."""
+    if rules.auto and value == "auto":
+        return value
     if rules.unit and isinstance(value, str):
         try:
             value = to_unit(value, rules.unit)
         except ValueError as e:
-            raise ConfigError(f"{key}: {e}") from None
+            raise ConfigError(f"{key}: {e}{' (or auto)' if rules.auto else ''}") from None
     if rules.names:
         return _string_list(key, value)
     if rules.auto:
-        if value == "auto":
-            return value
         if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise ConfigError(f"{key} must be an integer or auto, got {value!r}")
-        return _coerce(key, value, 0)
+            raise ConfigError(f"{key} must be {'a duration' if rules.unit else 'an integer'} or auto, got {value!r}")
+        return _coerce(key, value, 0.0 if rules.unit else 0)
     return _coerce(key, value, current)
 
 

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import torch
 
-from parallel_ppo.core.spaces import ActionSpace
+from parallel_ppo.envs.spaces import ActionSpace
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 

@@ -14,22 +14,24 @@ import numpy as np
 from torch import nn
 
 from parallel_ppo.core.config import Config, EnvConfig
-from parallel_ppo.core.envs import (
+from parallel_ppo.core.metrics import metric
+from parallel_ppo.core.policy import act
+from parallel_ppo.envs.batch import (
     episodes_ended,
     eval_levels,
     make_batch_env,
     reported_success,
     resolve_levels,
 )
-from parallel_ppo.core.metrics import metric
-from parallel_ppo.core.policy import act
-from parallel_ppo.core.procgen_envs import normalized_return
+from parallel_ppo.envs.procgen_envs import normalized_return
 
 EVAL_STREAM = 0xE7A1
 """Seeds eval envs apart from the training envs (which use the streams (resumes, restarts))."""
 
 TEST_RETURN = metric("charts/test_return", "mean return of the evaluation after the update (empty where none ran)",
                      column="test_return_mean")
+EVAL_METRICS = (TEST_RETURN,)
+"""The in-training evaluation's metrics, as the writers ask for them."""
 
 
 @dataclass

@@ -26,8 +26,8 @@ from parallel_ppo.core.normalization import ObsNormalizer
 from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.ppo import TrainBatch, build_learner, ppo_update
 from parallel_ppo.core.reward_scale import RewardScaler
-from parallel_ppo.core.spaces import EnvSpaces
 from parallel_ppo.core.timing import PHASE_METRICS, PHASES, PhaseTimer
+from parallel_ppo.envs.spaces import EnvSpaces
 
 UPDATE = metric("progress/update", "updates finished", tensorboard=False)
 ENV_STEPS = metric("progress/env_steps", "env steps collected (all ranks); TensorBoard's step", tensorboard=False)
@@ -43,6 +43,9 @@ SUCCESS_RATE = metric("charts/success_rate", "of the last logging.return_window 
                       summary=True)
 LEARNING_RATE = metric("charts/learning_rate", "the update's learning rate")
 WORKER_RESTARTS = metric("system/worker_restarts", "worker processes restarted so far", tensorboard=False)
+LOOP_METRICS = (UPDATE, ENV_STEPS, WALL_TIME, SPS, EPISODIC_RETURN, EPISODIC_LENGTH, EPISODES, SUCCESS_RATE,
+                LEARNING_RATE, WORKER_RESTARTS)
+"""The loop's metrics (declared above, by the loop that computes them), as the writers ask for them."""
 
 
 class RolloutSource(Protocol):

@@ -1,6 +1,8 @@
 """Metrics declared where their values are computed: each producer declares its keys (`metric`) next to the code that
-computes them and puts values in an update's row under those keys; the writers (`runs.metrics`) derive the
-metrics.csv column, the TensorBoard tag and W&B key, and summary.json's `final_metrics` from the declaration.
+computes them, lists them by name (`core.loop.LOOP_METRICS`, `core.ppo.UPDATE_METRICS`, ...) and puts values in an
+update's row under those keys; the writers (`runs.metrics.RUN_METRICS`) ask for those lists by name, not for a module
+to be imported for what its import declares, and derive the metrics.csv column, the TensorBoard tag and W&B key, and
+summary.json's `final_metrics` from the declaration.
 
 A key is `namespace/name`: the TensorBoard tag and W&B key as they are (CleanRL's `charts/`, `losses/`), and the
 metrics.csv column `name` (`time/env` → `time_env`), or the column given where the file's older name differs
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,8 +74,11 @@ NAMESPACES = ("progress", "charts", "losses", "time", "system")
 """metrics.csv's column order: by namespace (others last), then by where each is declared (`Metric.declared_at`)."""
 
 
-def csv_columns() -> list[str]:
-    """metrics.csv's columns."""
+def csv_columns(asked: Iterable[str]) -> list[str]:
+    """metrics.csv's columns, in `ordered`'s order: those of the metrics `asked` for (KeyError naming one that was
+    never declared) and of any other declared before the file opens (one added in a line where it is computed)."""
+    for key in asked:
+        declared(key)
     return [m.column for m in ordered() if m.column is not None and "*" not in m.key]
 
 

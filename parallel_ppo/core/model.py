@@ -13,8 +13,8 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector
 
 from parallel_ppo.core.config import Config, ModelConfig
-from parallel_ppo.core.observations import DictLayout
-from parallel_ppo.core.spaces import ActionSpace, EnvSpaces, as_action_space
+from parallel_ppo.envs.observations import DictLayout
+from parallel_ppo.envs.spaces import ActionSpace, EnvSpaces, as_action_space
 from parallel_ppo.errors import ConfigError
 
 
@@ -230,7 +230,7 @@ class MlpActorCritic(nn.Module):
 
 
 class DictNetwork(nn.Module):
-    """A network of packed dict observations (`core.observations`): it unpacks each row and normalizes the vector
+    """A network of packed dict observations (`envs.observations`): it unpacks each row and normalizes the vector
     keys with `obs_clip`, their statistics being buffers that `core.normalization` sets."""
 
     def __init__(self, layout: DictLayout, obs_clip: float | None) -> None:

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from parallel_ppo.core.spaces import EnvSpaces
+from parallel_ppo.envs.spaces import EnvSpaces
 
 EPS = 1e-8
 

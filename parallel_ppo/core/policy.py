@@ -16,9 +16,9 @@ from parallel_ppo.core.checkpoint import check_checkpoint, check_layout, load_ch
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import config_from_dict
 from parallel_ppo.core.distributions import most_likely, sample
-from parallel_ppo.core.envs import env_spaces
 from parallel_ppo.core.model import autocast, module_device, network
-from parallel_ppo.core.spaces import ActionSpace, EnvSpaces
+from parallel_ppo.envs.batch import env_spaces
+from parallel_ppo.envs.spaces import ActionSpace, EnvSpaces
 from parallel_ppo.errors import ConfigError, RunDataError
 
 

@@ -14,7 +14,7 @@ from parallel_ppo.core.config import Config, TrainingConfig
 from parallel_ppo.core.distributions import log_prob_entropy
 from parallel_ppo.core.metrics import metric
 from parallel_ppo.core.model import autocast, network
-from parallel_ppo.core.spaces import EnvSpaces
+from parallel_ppo.envs.spaces import EnvSpaces
 
 
 @dataclass
@@ -52,6 +52,8 @@ RATIO_MEAN = metric("losses/ratio_mean", "mean probability ratio new/old (1 at t
                     "epochs move the policy)", summary=True)
 EXPLAINED_VARIANCE = metric("losses/explained_variance", "1 − Var(returns − values) / Var(returns) of the rollout",
                             summary=True)
+UPDATE_METRICS = (POLICY_LOSS, VALUE_LOSS, ENTROPY, APPROX_KL, CLIP_FRACTION, RATIO_MEAN, EXPLAINED_VARIANCE)
+"""The update's metrics (declared above, where it computes them), as the writers ask for them."""
 
 
 class Reducer(Protocol):

@@ -7,8 +7,6 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import psutil
-
 from parallel_ppo.core.config import Config
 
 
@@ -34,11 +32,21 @@ class ThreadPlan:
                 "draw_per_worker": self.draw}
 
 
+def usable_cpus() -> int:
+    """The logical CPUs this process may run on: its affinity mask (a Slurm job's, a `taskset`'s or a container's
+    cpuset share, not the host's), or every CPU of the machine where the platform has no mask (macOS, Windows).
+    Every decision made by counting cores (threads, default worker and process counts) counts these."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def thread_plan(cfg: Config, parallel: bool, ranks_on_host: int = 1) -> ThreadPlan:
-    """Configured counts, or automatic ones (0): the learner and a sequential trainer's envs get every logical
-    core (shared evenly among the ranks of a distributed run on this host); a worker's envs step on one thread,
-    since W workers already fill the cores, and draw on its share of the cores (at least one)."""
-    cores = max(1, (psutil.cpu_count(logical=True) or 1) // ranks_on_host)
+    """Configured counts, or automatic ones (0): the learner and a sequential trainer's envs get every usable
+    logical CPU (`usable_cpus`; shared evenly among the ranks of a distributed run on this host); a worker's envs
+    step on one thread, since W workers already fill the cores, and draw on its share of the cores (at least one)."""
+    cores = max(1, usable_cpus() // ranks_on_host)
     learner, env = cfg.parallel.learner_threads or cores, cfg.env.env_threads
     if parallel:
         share = env or max(1, cores // cfg.parallel.num_workers)

@@ -3,9 +3,11 @@ TorchScript (`torch.jit.load`), with the run's observation normalization and the
 (uint8 frames scaled to [0, 1]) inside the graph.
 
 The exported function takes `obs`, a batch (any size) of observations as the env gives them: (batch, *obs_shape),
-uint8 for image envs, float32 for vector ones; a dict-observation policy takes one input per key instead, named by
-the key and in the order of the metadata's `inputs`: uint8 (batch, H, W, C) for an image key, float32
-(batch, size) for a vector key (its values flattened). It returns, in this order (ONNX output names):
+uint8 for image envs, float32 for vector ones; a dict-observation policy takes one input per key instead, in the
+order of the metadata's `inputs`: uint8 (batch, H, W, C) for an image key, float32 (batch, size) for a vector key
+(its values flattened). ONNX names each input by its key; TorchScript's `forward` takes one argument per key, by
+position or by the name `argument_name` makes of the key (the key itself where it is a usable name), each input's
+`argument` in the metadata. It returns, in this order (ONNX output names):
 
 - discrete actions: `action` (batch,) int64, the most likely action (arg-max of the logits); `logits` (batch, A)
   float32, unnormalized log-probabilities; `value` (batch,) float32, the critic's estimate;
@@ -22,8 +24,11 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import inspect
 import io
 import json
+import keyword
+import re
 import time
 import warnings
 from dataclasses import dataclass
@@ -35,9 +40,9 @@ import torch
 from torch import nn
 
 from parallel_ppo.core.files import atomic_write
-from parallel_ppo.core.observations import DictLayout
 from parallel_ppo.core.policy import Policy
-from parallel_ppo.core.spaces import ActionSpace
+from parallel_ppo.envs.observations import DictLayout
+from parallel_ppo.envs.spaces import ActionSpace
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs.directory import check_writable
 
@@ -49,6 +54,20 @@ METADATA_KEY = "parallel_ppo"
 TOLERANCE = 1e-4
 """The most an exported file's outputs may differ from the policy's own on the check batch (absolutely below 1,
 relatively above: float32 rounding grows with the values)."""
+RESERVED = frozenset({"self", "torch", "math", "_", "aten", "attribute", "CONSTANTS", "fork", "getattr", "inf", "nan",
+                      "infj", "nanj", "ops", "__torch__", "uninitialized", "unchecked_cast"})
+"""Names a TorchScript argument cannot take as they are (besides Python's keywords): the module's own `self`, the
+namespaces its saved code refers to, and the names TorchScript's code printer reserves (it would rename them)."""
+
+
+def argument_name(key: str) -> str:
+    """A dict observation key as the exported TorchScript `forward`'s argument name: the key with every character
+    other than an ASCII letter, digit or `_` replaced by `_` (`object-state` → `object_state`), then `_` put in front
+    while the name is empty, starts with a digit, or is a Python keyword or in `RESERVED` (`class` → `_class`)."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", key)
+    while not name or name[0].isdigit() or keyword.iskeyword(name) or name in RESERVED:
+        name = "_" + name
+    return name
 
 
 class InferenceGraph(nn.Module):
@@ -78,6 +97,23 @@ class InferenceGraph(nn.Module):
             return params.argmax(-1), params, value
         mean, log_std = params.chunk(2, dim=-1)
         return torch.minimum(torch.maximum(mean, self.low), self.high), mean, log_std, value
+
+
+class NamedInputs(nn.Module):
+    """`graph` behind a `forward` of one parameter per input, named `names`: the TorchScript trace names the traced
+    forward's arguments after the Python one's parameters (a `*inputs` forward's would be `argument_1`, ...)."""
+
+    def __init__(self, graph: InferenceGraph, names: list[str]) -> None:
+        super().__init__()
+        self.graph = graph
+
+        def forward(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return self.graph(*inputs)
+
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        signature = inspect.Signature([inspect.Parameter(name, kind) for name in names])
+        forward.__signature__ = signature  # type: ignore[attr-defined]
+        self.forward = forward
 
 
 def output_names(actions: ActionSpace) -> tuple[str, ...]:
@@ -137,9 +173,21 @@ def check_dict_export(policy: Policy) -> None:
 def input_specs(policy: Policy) -> list[dict[str, Any]]:
     """The exported function's inputs: `obs`, or a dict observation's keys (name, shape past the batch, dtype)."""
     if policy.layout is None:
-        return [{"name": "obs", "shape": list(policy.obs_shape), "dtype": str(policy.obs_dtype)}]
-    return [{"name": p.key, "shape": list(p.shape), "dtype": "uint8" if p.image else "float32"}
-            for p in policy.layout.parts]
+        return [{"name": "obs", "argument": "obs", "shape": list(policy.obs_shape), "dtype": str(policy.obs_dtype)}]
+    return [{"name": p.key, "argument": argument_name(p.key), "shape": list(p.shape),
+             "dtype": "uint8" if p.image else "float32"} for p in policy.layout.parts]
+
+
+def check_arguments(specs: list[dict[str, Any]], taken: list[str] | None = None) -> None:
+    """Refuse (ConfigError) keys whose TorchScript argument names (`argument_name`) coincide or, once the file is
+    loaded back (`taken`: the names its `forward` takes), were renamed by TorchScript."""
+    names = [spec["argument"] for spec in specs]
+    same = sorted({spec["name"] for spec in specs if names.count(spec["argument"]) > 1})
+    renamed = [spec["name"] for spec, name in zip(specs, taken or names, strict=True) if name != spec["argument"]]
+    if same or renamed:
+        raise ConfigError(f"the observation key(s) {', '.join(same or renamed)} cannot each be one argument of the "
+                          f"TorchScript file ({'the same name' if same else 'a name TorchScript reserves'}); "
+                          "rename them in the env")
 
 
 def metadata(policy: Policy) -> dict[str, Any]:
@@ -189,34 +237,39 @@ def onnx_bytes(graph: InferenceGraph, example: tuple[torch.Tensor, ...], names: 
 
 
 def torchscript_bytes(graph: InferenceGraph, example: tuple[torch.Tensor, ...], info: dict[str, Any]) -> bytes:
-    """The graph traced to TorchScript, `info` in its extra file `parallel_ppo.json`."""
+    """The graph traced to TorchScript, its `forward` taking one argument per input named by the input's `argument`
+    (`NamedInputs`), `info` in its extra file `parallel_ppo.json`."""
+    check_arguments(info["inputs"])
     buffer = io.BytesIO()
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit is deprecated upstream but still complete
-        traced = torch.jit.trace(graph, example)
+        traced = torch.jit.trace(NamedInputs(graph, [spec["argument"] for spec in info["inputs"]]), example)
         torch.jit.save(traced, buffer, _extra_files={f"{METADATA_KEY}.json": json.dumps(info)})
     return buffer.getvalue()
 
 
-def run_exported(data: bytes, fmt: str, obs: tuple[np.ndarray, ...], names: list[str]) -> list[np.ndarray]:
-    """The outputs of an exported file (its bytes) on a batch of observations (one array per input `names`)."""
+def run_exported(data: bytes, fmt: str, obs: tuple[np.ndarray, ...], specs: list[dict[str, Any]]) -> list[np.ndarray]:
+    """The outputs of an exported file (its bytes) on a batch of observations (one array per input of `specs`), each
+    given by name: ONNX's input `name`, TorchScript's keyword `argument`."""
     if fmt == "onnx":
         import onnxruntime
 
         session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
-        return session.run(None, dict(zip(names, obs, strict=True)))
+        return session.run(None, {spec["name"]: x for spec, x in zip(specs, obs, strict=True)})
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore", DeprecationWarning)
         module = torch.jit.load(io.BytesIO(data))
-        return [t.numpy() for t in module(*map(torch.from_numpy, obs))]
+        check_arguments(specs, [arg.name for arg in module.forward.schema.arguments[1:]])  # past `self`
+        kwargs = {spec["argument"]: torch.from_numpy(x) for spec, x in zip(specs, obs, strict=True)}
+        return [t.numpy() for t in module(**kwargs)]
 
 
 def largest_difference(graph: InferenceGraph, data: bytes, fmt: str, obs: tuple[np.ndarray, ...],
-                       names: list[str]) -> float:
+                       specs: list[dict[str, Any]]) -> float:
     """The largest difference between the file's float outputs and the policy's own on `obs` (see `TOLERANCE`)."""
     with torch.no_grad():
         expected = [t.numpy() for t in graph(*map(torch.from_numpy, obs))]
-    got = run_exported(data, fmt, obs, names)
+    got = run_exported(data, fmt, obs, specs)
     pairs = [(e, g) for e, g in zip(expected, got, strict=True) if e.dtype.kind == "f"]
     return max(float(np.max(np.abs(e - g) / np.maximum(1.0, np.abs(e)))) for e, g in pairs)
 
@@ -235,13 +288,12 @@ def export_policy(where: str | Path | Policy, fmt: str, output: str | Path | Non
     model = copy.deepcopy(policy.model).cpu().float()  # the policy's own model is left as it was
     graph = InferenceGraph(model, policy.actions, policy.layout).eval().requires_grad_(False)
     info = metadata(policy)
-    names = [spec["name"] for spec in info["inputs"]]
     example = tuple(map(torch.from_numpy, example_batch(policy, 2)))
     if fmt == "onnx":
         data = onnx_bytes(graph, example, output_names(policy.actions), info)
     else:
         data = torchscript_bytes(graph, example, info)
-    difference = largest_difference(graph, data, fmt, example_batch(policy, 3, seed=1), names)
+    difference = largest_difference(graph, data, fmt, example_batch(policy, 3, seed=1), info["inputs"])
     if not difference <= TOLERANCE:
         raise ExportMismatch(f"the exported {fmt} file differs from the policy by {difference:.3g} (> {TOLERANCE})")
     try:

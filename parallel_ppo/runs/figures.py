@@ -10,7 +10,7 @@ from typing import Protocol
 import numpy as np
 
 from parallel_ppo.core.config import EnvConfig
-from parallel_ppo.core.procgen_envs import normalized_return
+from parallel_ppo.envs.procgen_envs import normalized_return
 
 
 class Logged(Protocol):

@@ -11,12 +11,15 @@ from typing import Any, Protocol
 
 import psutil
 
-from parallel_ppo.core import evaluate, loop  # noqa: F401  (declare the metrics of the loop, update, phases, eval)
+from parallel_ppo.core.evaluate import EVAL_METRICS
 from parallel_ppo.core.files import write_text
+from parallel_ppo.core.loop import LOOP_METRICS
 from parallel_ppo.core.metrics import by_column, by_tag, csv_columns, metric
+from parallel_ppo.core.ppo import UPDATE_METRICS
+from parallel_ppo.core.timing import PHASE_METRICS
 from parallel_ppo.runs.progress import Progress
 
-for _name, _doc in (
+SYSTEM_METRICS = tuple(metric(f"system/{name}", doc) for name, doc in (
     ("cpu_percent", "CPU of the run's processes, 100 = one core busy, averaged since the previous sample"),
     ("main_cpu_percent", "CPU of the learner's process"),
     ("workers_cpu_percent", "CPU of the worker processes together"),
@@ -25,15 +28,17 @@ for _name, _doc in (
     ("pss_mb", "summed proportional set sizes (shared pages split among the processes)"),
     ("main_rss_mb", "resident set of the learner's process"),
     ("workers_rss_mb", "summed resident sets of the workers"),
-):
-    metric(f"system/{_name}", _doc)
-metric("system/worker*_cpu_percent", "CPU of worker <i>", column=None)
-metric("system/worker*_rss_mb", "resident set of worker <i>", column=None)
+)) + (metric("system/worker*_cpu_percent", "CPU of worker <i>", column=None),
+      metric("system/worker*_rss_mb", "resident set of worker <i>", column=None))
+"""The `system/` metrics `ResourceSampler` computes."""
+
+RUN_METRICS = (*LOOP_METRICS, *UPDATE_METRICS, *PHASE_METRICS.values(), *EVAL_METRICS, *SYSTEM_METRICS)
+"""The metrics of a run's rows, asked for by name from the modules that declare them where they are computed."""
 
 
 def metric_columns() -> list[str]:
-    """metrics.csv's columns: every declared metric's that has one (`core.metrics.csv_columns`)."""
-    return csv_columns()
+    """metrics.csv's columns: those of RUN_METRICS, and of any other declared metric (`core.metrics.csv_columns`)."""
+    return csv_columns(RUN_METRICS)
 
 
 class Tracker(Protocol):
@@ -220,8 +225,8 @@ class MetricsLogger:
     def log(self, row: dict[str, Any]) -> None:
         columns = by_column(row)
         if late := sorted(set(columns) - set(self._columns)):
-            raise KeyError(f"metrics {late} were declared after metrics.csv was opened (declare them in a module "
-                           "that runs.metrics imports)")
+            raise KeyError(f"metrics {late} were declared after metrics.csv was opened (list them in the "
+                           "declaring module's metrics, which runs.metrics.RUN_METRICS asks for)")
         tags = {tag: value for tag, value in by_tag(row).items() if value is not None and math.isfinite(value)}
         self._csv.writerow({name: _csv_value(columns.get(name)) for name in self._columns})
         self._file.flush()

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from parallel_ppo.core.timing import PHASES
 from parallel_ppo.errors import RunDataError
 
@@ -116,6 +118,11 @@ class RunSummary:
     distributed: dict | None = None
     """A distributed run's ranks: the rollout source each runs, its envs, and per rank its host, layout, threads,
     parameter checksum and phase seconds (mode distributed only)."""
+    observation: dict | None = None
+    """What the env observes (`observation_record`): `obs_shape` and `dtype`, the packed row the rollout buffer
+    holds per env step (a dict observation's keys packed side by side as bytes, so a state run of robosuite Lift
+    shows `[240]`: 60 float32s), and `keys`, a dict observation's layout by key (each key's `shape` as the env
+    gives it and its `dtype`; null for a Box). `compute_limit.obs_shape` is that packed row too."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, with non-finite floats as None."""
@@ -148,6 +155,16 @@ class RunSummary:
         if summary.wall_seconds <= 0 or summary.updates <= 0:
             raise RunDataError(f"{path} describes a run that never finished an update")
         return summary
+
+
+def observation_record(spaces: Any) -> dict[str, Any]:
+    """summary.json's `observation` for an env's `EnvSpaces`: the packed buffer row (`obs_shape`, `dtype`) and,
+    for a dict observation, each key's shape (as the env gives it) and dtype, in the row's order (vectors as
+    float32, then images as uint8)."""
+    layout = spaces.layout
+    keys = None if layout is None else {
+        p.key: {"shape": list(p.source_shape), "dtype": "uint8" if p.image else "float32"} for p in layout.parts}
+    return {"obs_shape": [int(d) for d in spaces.obs_shape], "dtype": np.dtype(spaces.obs_dtype).name, "keys": keys}
 
 
 def _has_type(value: Any, hint: Any) -> bool:

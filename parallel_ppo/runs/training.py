@@ -14,19 +14,19 @@ from typing import Any
 
 from parallel_ppo.core.checkpoint import JOB_ID, LAYOUT, layout_entry, save_checkpoint
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.envs import eval_levels, make_batch_env
 from parallel_ppo.core.evaluate import TEST_RETURN, EvalResult, play_episodes
 from parallel_ppo.core.files import write_json
 from parallel_ppo.core.group import ALONE, Group
 from parallel_ppo.core.loop import Clock, Hook, Outcome, RolloutSource, StopRequest, TrainState, mean_or_nan, run_loop
 from parallel_ppo.core.metrics import declared
 from parallel_ppo.core.model import parameter_checksum
-from parallel_ppo.core.spaces import EnvSpaces
+from parallel_ppo.envs.batch import eval_levels, make_batch_env
+from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.runs import fingerprint
 from parallel_ppo.runs.figures import compute_figures, return_figures, steady_sps
 from parallel_ppo.runs.metrics import MetricsLogger, ResourceSampler, Tracker
 from parallel_ppo.runs.progress import make_progress
-from parallel_ppo.runs.summary import RunSummary
+from parallel_ppo.runs.summary import RunSummary, observation_record
 
 BUDGETS = ("duration", "total_steps")
 """Stop reasons that mean the run met its budget."""
@@ -295,4 +295,5 @@ def summarize(plan: RunPlan, source: RolloutSource, state: TrainState, outcome: 
         final_metrics=final_metrics(metrics.logger.last),
         distributed={"source": source.mode, "num_envs_per_rank": source.layout["num_envs"],
                      "timeout_seconds": cfg.distributed.timeout_seconds, "ranks": ranks} if ranks else None,
+        observation=observation_record(plan.spaces),
     )

@@ -9,7 +9,7 @@ from typing import Any
 
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.group import ALONE, Group
-from parallel_ppo.core.spaces import EnvSpaces
+from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.tuning.compute_limit import measure_compute_limit, network_flops
 from parallel_ppo.tuning.learner_settings import LearnerChoice, choose, matmul_peaks
 

@@ -28,7 +28,7 @@ from parallel_ppo.core.config import Config
 from parallel_ppo.core.distributions import gaussian_log_prob
 from parallel_ppo.core.model import autocast, learner_device
 from parallel_ppo.core.ppo import TrainBatch, build_learner, minibatch_step, ppo_loss
-from parallel_ppo.core.spaces import EnvSpaces
+from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.errors import ConfigError
 
 BUSY_CORES = 0.1
@@ -49,9 +49,15 @@ class OtherLoad:
 
     @staticmethod
     def _busy_seconds() -> float:
-        t = psutil.cpu_times()
-        idle = t.idle + getattr(t, "iowait", 0.0)
-        return sum(t) - idle - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+        """Busy CPU seconds of the CPUs this process may run on (its affinity mask): other jobs pinned to other
+        CPUs of the host are not load on ours."""
+        per_cpu = psutil.cpu_times(percpu=True)
+        try:
+            mine = [per_cpu[i] for i in os.sched_getaffinity(0) if i < len(per_cpu)] or per_cpu
+        except (AttributeError, OSError):
+            mine = per_cpu
+        return sum(sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0)
+                   - getattr(t, "guest_nice", 0.0) for t in mine)
 
     @staticmethod
     def _own_seconds() -> float:
@@ -229,7 +235,8 @@ def for_candidate(result: dict[str, Any], candidate: Candidate) -> dict[str, Any
 
 def _figures(forward: Rounds, train: Rounds, forward_batch: int, minibatch: int, n_epochs: int) -> dict[str, Any]:
     """A candidate's rates (batch / median iteration time) and compute limit, from its timed iterations (a list per
-    round), with each round's own compute limit under `round_sps`."""
+    round), with each round's own compute limit under `round_sps` and the limit its fastest iterations imply under
+    `best_sps` (other processes' load only ever adds time, so this is what load disturbs least)."""
     def limit(f: list[float], t: list[float]) -> float:
         return limit_sps(forward_batch / float(np.median(f)), minibatch / float(np.median(t)), n_epochs)
 
@@ -238,6 +245,7 @@ def _figures(forward: Rounds, train: Rounds, forward_batch: int, minibatch: int,
     return {"forward_rate": forward_batch / f_median, "train_rate": minibatch / t_median,
             "limit_sps": limit(every_f, every_t),
             "round_sps": [limit(f, t) for f, t in zip(forward, train, strict=True)],
+            "best_sps": limit_sps(forward_batch / min(every_f), minibatch / min(every_t), n_epochs),
             "forward_ms_median": 1000 * f_median, "train_ms_median": 1000 * t_median, "forward_iters": len(every_f),
             "train_iters": len(every_t), "forward_seconds": sum(every_f), "train_seconds": sum(every_t)}
 

@@ -4,7 +4,9 @@ The fastest arithmetic and forward/backward chunk differ between CPUs (bf16 auto
 on a CPU with native bf16 and slower on one without), so `auto` measures the candidates on this machine before the run,
 in place of the compute-limit measurement, and keeps the defaults unless another setting is clearly faster
 (`pick`). The choice is cached per hardware fingerprint and settings, so later runs measure only their own; one
-measured while other processes kept the machine busy is used once, not cached.
+measured while other processes kept the machine busy is used once, not cached, and made from each candidate's
+fastest iterations as well as from the rounds (load only ever adds time: a 2.6x gain must not be lost to a round
+that another process slowed).
 Two rules keep a choice from resting on noise: bf16 is a candidate only where the device computes it natively
 (`bf16_is_native`), and a network too small for the choice to matter keeps the defaults unmeasured (`is_small`).
 """
@@ -26,7 +28,7 @@ import torch
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.files import write_json
 from parallel_ppo.core.model import learner_device
-from parallel_ppo.core.spaces import EnvSpaces
+from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.runs import fingerprint
 from parallel_ppo.tuning.compute_limit import (
     BUSY_CORES,
@@ -129,13 +131,28 @@ def clearly_faster(other: list[float], base: list[float]) -> bool:
     return bool(ratios.min() > 1 + MARGIN and float(np.median(ratios)) - 1 > spread)
 
 
-def pick(options: list[Candidate], rounds: dict[str, list[float]], default: Candidate) -> Candidate:
+def faster_at_best(other: float, base: float) -> bool:
+    """Whether a candidate whose fastest iterations imply compute limit `other` beats one whose imply `base` by more
+    than MARGIN: the rule on a busy machine, where another process may slow any round but never speeds one up."""
+    return other > (1 + MARGIN) * base
+
+
+def pick(options: list[Candidate], rounds: dict[str, list[float]], default: Candidate,
+         best: dict[str, float] | None = None) -> Candidate:
     """The candidate to keep, given each one's compute limit per interleaved round (by label): per precision, the
     default chunk unless another is `clearly_faster`; then the default precision unless another (at its chunk)
-    is."""
+    is. With `best` (each one's compute limit from its fastest iterations: a measurement beside other work), a
+    candidate that is `faster_at_best` wins too."""
+    def gain(c: Candidate, base: Candidate) -> float:
+        if best is not None:
+            return best[c.label] / best[base.label]
+        return float(np.median(np.divide(rounds[c.label], rounds[base.label])))
+
     def better(base: Candidate, rivals: list[Candidate]) -> Candidate:
-        best = max(rivals, key=lambda c: float(np.median(np.divide(rounds[c.label], rounds[base.label]))))
-        return best if clearly_faster(rounds[best.label], rounds[base.label]) else base
+        top = max(rivals, key=lambda c: gain(c, base))
+        won = clearly_faster(rounds[top.label], rounds[base.label]) or (
+            best is not None and faster_at_best(best[top.label], best[base.label]))
+        return top if won else base
 
     per_precision = {}
     for precision in dict.fromkeys(c.precision for c in options):
@@ -195,6 +212,12 @@ class LearnerChoice:
     """With precision `auto`: whether the device computes bf16 natively (bf16 was a candidate); None otherwise."""
     limit: dict[str, Any] | None = None
     """The chosen candidate's full compute-limit measurement, when measured now."""
+    busy_cores: float | None = None
+    """Cores other processes kept busy while it measured (None: nothing measured now). Above BUSY_CORES the choice
+    is not cached, and the fastest iterations count too (`pick`), except beside a distributed run's own ranks, which
+    measure at once: there the rounds alone decide, and the choice is cached."""
+    stored: bool = False
+    """Whether the measured choice was written to the cache (`cache`)."""
 
     def resolve(self, cfg: Config) -> Config:
         """`cfg` with these settings in place of `auto` (a new config: workers, config.yaml and checkpoints carry
@@ -206,7 +229,8 @@ class LearnerChoice:
         """summary.json's `learner` entry."""
         return {"precision": self.precision, "microbatch_size": self.microbatch_size, "device": self.device,
                 "source": self.source, "device_source": self.device_source, "rates": self.rates,
-                "cache": self.cache, "native_bf16": self.native_bf16}
+                "cache": self.cache, "stored": self.stored, "native_bf16": self.native_bf16,
+                "busy_cores": self.busy_cores}
 
     def describe(self) -> str:
         """One line for the start of a run."""
@@ -219,7 +243,14 @@ class LearnerChoice:
         if self.native_bf16 is False and self.source in ("measured", "cached", "unmeasured"):
             text += f" (bf16 not tried: {no_bf16})"
         rule = f"the default unless beaten by over {MARGIN:.0%} in each of {ROUNDS} rounds"
-        said = {"measured": f"measured now, compute limit SPS {ranked} ({rule}); cached in {self.cache}",
+        busy = (self.busy_cores or 0.0) > BUSY_CORES
+        if busy and not self.stored:
+            rule += " or at its fastest iterations, which other processes' load slows least"
+        where = (f"cached in {self.cache}" if self.stored else
+                 "not cached: the next run measures again" if busy else f"not cached: {self.cache} is not writable")
+        measured = (f"measured now{f' while other processes kept {self.busy_cores:.2f} cores busy' if busy else ''}, "
+                    f"compute limit SPS {ranked} ({rule}); {where}")
+        said = {"measured": measured,
                 "cached": f"from the measurement cached in {self.cache} ({ranked}, {rule}; delete it to measure "
                           "again)",
                 "unmeasured": "auto without a measurement (run.limit_seconds is 0)",
@@ -261,27 +292,25 @@ def choose(cfg: Config, spaces: EnvSpaces, seconds: float, *, measure: Measure =
     if seconds <= 0:
         default = preferred(cfg, options)
         return LearnerChoice(default.precision, default.microbatch_size, source="unmeasured", **known)
-    limit = measure_candidates(cfg, spaces, seconds, measure, options, small=False)
+    limit = measure_candidates(cfg, spaces, seconds, measure, options, small=False, beside_ranks=beside_ranks)
     rates = {label: r["limit_sps"] for label, r in limit["candidates"].items()}
     choice = LearnerChoice(limit["precision"], limit["microbatch_size"], source="measured", rates=rates,
-                           cache=str(path), limit=limit, **known)
-    busy = float(limit.get("other_load_cores") or 0.0)
-    if busy > BUSY_CORES and not beside_ranks:  # a choice made beside other work would stick for every later run
-        choice.cache = (f"nowhere (other processes kept {busy:.2f} cores busy while it measured: measured again "
-                        "next run)")
-    elif not store(path, key, {"precision": choice.precision, "microbatch_size": choice.microbatch_size,
-                                "rates": rates, "cpu": fingerprint.cpu_model(), "torch": torch.__version__,
-                                "threads": torch.get_num_threads()}):
-        choice.cache = f"nowhere ({path} is not writable)"
+                           cache=str(path), limit=limit, busy_cores=float(limit.get("other_load_cores") or 0.0),
+                           **known)
+    if choice.busy_cores <= BUSY_CORES or beside_ranks:  # one made beside other work would stick for later runs
+        choice.stored = store(path, key, {"precision": choice.precision, "microbatch_size": choice.microbatch_size,
+                                          "rates": rates, "cpu": fingerprint.cpu_model(), "torch": torch.__version__,
+                                          "threads": torch.get_num_threads()})
     return choice
 
 
 def measure_candidates(cfg: Config, spaces: EnvSpaces, seconds: float, measure: Measure = measure_compute_limit,
-                       options: list[Candidate] | None = None, small: bool | None = None) -> dict[str, Any]:
+                       options: list[Candidate] | None = None, small: bool | None = None,
+                       beside_ranks: bool = False) -> dict[str, Any]:
     """The compute limit of every setting the config leaves open (`options`, default: `candidates` with bf16 where
     it is native), told from the one a trainer keeps (its precision, microbatch and rates at the top level, every
-    candidate's rates under `candidates`): `pick`'s, or the default for a network too small to choose for
-    (`small`, default: `is_small`)."""
+    candidate's rates under `candidates`): `pick_measured`'s, or the default for a network too small to choose for
+    (`small`, default: `is_small`). `beside_ranks`: the load is a distributed run's own ranks measuring at once."""
     if options is None:
         options = candidates(cfg, cfg.training.precision != "auto" or bf16_is_native(learner_device(cfg)))
     if len(options) == 1:
@@ -289,8 +318,19 @@ def measure_candidates(cfg: Config, spaces: EnvSpaces, seconds: float, measure: 
     limit = measure(cfg, spaces, seconds, candidates=options, rounds=ROUNDS, warmup_iters=1, min_iters=1)
     if is_small(cfg, spaces) if small is None else small:
         return for_candidate(limit, preferred(cfg, options, small=True))
+    return for_candidate(limit, pick_measured(limit, options, preferred(cfg, options), beside_ranks))
+
+
+def pick_measured(limit: dict[str, Any], options: list[Candidate], default: Candidate,
+                  beside_ranks: bool = False) -> Candidate:
+    """`pick` on a `measure_compute_limit` result of `options`: by its rounds, and by each candidate's fastest
+    iterations too where other processes kept the machine busy while it measured (not a distributed run's own
+    ranks, `beside_ranks`: that choice is cached, so the stricter rule alone decides it)."""
     rounds = {label: r["round_sps"] for label, r in limit["candidates"].items()}
-    return for_candidate(limit, pick(options, rounds, preferred(cfg, options)))
+    best = None
+    if float(limit.get("other_load_cores") or 0.0) > BUSY_CORES and not beside_ranks:
+        best = {label: r.get("best_sps", r["limit_sps"]) for label, r in limit["candidates"].items()}
+    return pick(options, rounds, default, best)
 
 
 def store(path: Path, key: str, entry: dict[str, Any]) -> bool:
@@ -322,7 +362,7 @@ def matmul_peaks(cfg: Config, seconds: float = 1.0, path: Path | None = None) ->
 
 def resolve(cfg: Config, seconds: float) -> tuple[Config, LearnerChoice]:
     """Choose (`choose`) for the config's own env: the config with the choice in place of `auto`, and the choice."""
-    from parallel_ppo.core.envs import env_spaces
+    from parallel_ppo.envs.batch import env_spaces
 
     choice = choose(cfg, env_spaces(cfg.env), seconds)
     return choice.resolve(cfg), choice

@@ -18,13 +18,13 @@ from torch import nn
 from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.collect import CollectResult, RolloutError, StopCheck, never
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.env_families import family_of
 from parallel_ppo.core.model import network, policy_tensors
-from parallel_ppo.core.spaces import EnvSpaces
 from parallel_ppo.core.threads import ThreadPlan
 from parallel_ppo.core.timing import PhaseTimer
+from parallel_ppo.engines.parallel.watchdog import Watchdog, auto_bound, cpu_seconds, in_seconds
+from parallel_ppo.engines.parallel.watchdog import rule as watchdog_rule
 from parallel_ppo.engines.parallel.worker import (
-    PRELOAD_PROCGEN_VAR,
+    PRELOAD_ENV_VAR,
     Collect,
     Done,
     Failed,
@@ -33,6 +33,8 @@ from parallel_ppo.engines.parallel.worker import (
     WorkerSpec,
     worker_main,
 )
+from parallel_ppo.envs.families import family_of
+from parallel_ppo.envs.spaces import EnvSpaces
 
 STARTUP_TIMEOUT = 180.0
 """Seconds a new worker may take to import, build its envs and report ready."""
@@ -114,15 +116,15 @@ class ParallelCoordinator:
                        "num_envs": cfg.env.num_envs}
         self.restarts = 0
         self._fresh_envs: set[int] = set()
-        self._resumes = resumes
-        self._env_offset = env_offset
+        self._resumes, self._env_offset, self._rank = resumes, env_offset, rank
         self._slot_restarts = [0] * p.num_workers
         self._ctx = torch.multiprocessing.get_context(p.start_method)
         if p.start_method == "forkserver":
-            if family_of(cfg.env.id).preload:
-                os.environ.setdefault(PRELOAD_PROCGEN_VAR, cfg.env.id)  # read by the forkserver when it starts
+            if family_of(cfg.env.id).preload is not None:
+                os.environ.setdefault(PRELOAD_ENV_VAR, cfg.env.id)  # read by the forkserver when it starts
             self._ctx.set_forkserver_preload(["parallel_ppo.engines.parallel.preload"])
         self._workers: list[_Worker | None] = [None] * p.num_workers
+        self._start_seconds = [0.0] * p.num_workers
         who = "coordinator" if rank is None else f"coordinator rank {rank}"
         setproctitle.setproctitle(f"parallel_ppo {who} ({p.num_workers} workers × {p.num_envs_per_worker} envs, "
                                   f"{cfg.env.id})")
@@ -143,6 +145,22 @@ class ParallelCoordinator:
         except BaseException:
             self.close()
             raise
+        self.watchdog = Watchdog(self._bound())
+
+    # -- the watchdog -----------------------------------------------------------------------------------
+    def _bound(self) -> float:
+        """Seconds a worker may neither step nor compute (`parallel.worker_timeout`, or `auto`'s measured bound)."""
+        timeout = self.cfg.parallel.worker_timeout
+        return auto_bound(max(self._start_seconds)) if timeout == "auto" else float(timeout)
+
+    def describe_watchdog(self) -> str:
+        """One line for the start of a run: how long a worker may neither step nor compute, and why."""
+        whose = "a worker" if self._rank is None else f"rank {self._rank}'s worker"
+        line = f"{whose} that neither steps nor computes for {in_seconds(self.watchdog.bound)} is restarted"
+        if self.cfg.parallel.worker_timeout != "auto":
+            return f"{line} (parallel.worker_timeout)"
+        return (f"{line} (parallel.worker_timeout auto: {watchdog_rule()}; the slowest worker built and reset its "
+                f"envs in {max(self._start_seconds):.1f} s)")
 
     # -- worker lifecycle -------------------------------------------------------------------------------
     def _spawn(self, index: int, restart: int) -> _Worker:
@@ -169,6 +187,7 @@ class ParallelCoordinator:
             raise WorkerError(f"worker {index} was not ready after {STARTUP_TIMEOUT:.0f} s")
         message = _try_recv(worker.conn)
         if isinstance(message, Ready):
+            self._start_seconds[index] = message.start_seconds
             return
         if isinstance(message, Failed):
             raise WorkerError(f"worker {index} failed to start: {message.summary}")
@@ -192,6 +211,7 @@ class ParallelCoordinator:
             self._workers[index] = self._spawn(index, restart=self._slot_restarts[index])
             try:
                 self._await_ready(index)
+                self.watchdog.bound = max(self.watchdog.bound, self._bound())  # a slower start: more room
                 return
             except _Died as e:
                 why = str(e)
@@ -225,10 +245,11 @@ class ParallelCoordinator:
 
         Once `stopping()` is true, the rollout is abandoned: the workers end theirs where they are, and one that
         died (a signal to the whole group may have reached it) is not replaced. The results are then partial."""
-        timeout = self.cfg.parallel.worker_timeout
+        watchdog = self.watchdog
         pending = set(range(len(self._workers)))
         results: dict[int, CollectResult] = {}
-        heard: dict[int, tuple[int, float]] = {}
+        for i in pending:
+            watchdog.forget(i)
         self.abandon.fill_(0)
         for i in pending:
             self._request(i)
@@ -240,7 +261,7 @@ class ParallelCoordinator:
                 w = self._workers[i]
                 handles[w.conn] = i
                 handles[w.process.sentinel] = i
-            ready = wait(list(handles), timeout=min(0.5, timeout))
+            ready = wait(list(handles), timeout=min(0.5, watchdog.bound))
             now = time.monotonic()
             for i in sorted({handles[h] for h in ready}):
                 w = self._workers[i]
@@ -251,24 +272,22 @@ class ParallelCoordinator:
                     w.process.join(1.0)
                     self._replace(i, f"died ({describe_exit(w.process.exitcode)})")
                     self._request(i)
-                    heard.pop(i, None)
+                    watchdog.forget(i)
                 elif isinstance(message, Done):
                     results[i] = message.result
                     pending.discard(i)
                 elif isinstance(message, Failed):
                     raise WorkerError(f"worker {i} failed: {message.summary}")
             for i in list(pending):
-                steps = int(self.progress[i])
-                last_steps, since = heard.get(i, (-1, now))
-                if steps != last_steps:
-                    heard[i] = (steps, now)
-                elif self.abandon:  # never restarted now; one that stays silent is stopped by force in `close`
-                    if now - since > ABANDON_GRACE:
+                steps, cpu = int(self.progress[i]), cpu_seconds(self._workers[i].process.pid)
+                if self.abandon:  # never restarted now; one that stays stepless is stopped by force in `close`
+                    if watchdog.read(i, steps, cpu, now)[1] > ABANDON_GRACE:
                         pending.discard(i)
-                elif now - since > timeout:
-                    self._replace(i, f"made no progress for {timeout:.0f} s")
+                elif why := watchdog.hung(i, steps, cpu, now):
+                    auto = " auto" if self.cfg.parallel.worker_timeout == "auto" else ""
+                    self._replace(i, f"{why} (parallel.worker_timeout{auto})")
                     self._request(i)
-                    heard.pop(i, None)
+                    watchdog.forget(i)
         return [results[i] for i in sorted(results)]
 
     def _request(self, index: int) -> None:

@@ -1,7 +1,8 @@
 """Imported once by the forkserver that forks every worker, so workers share these pages copy-on-write.
 
-torch (~150 MB private per process) and, for Procgen runs, the game assets (~350 MB per process) are loaded
-here once instead of once per worker: with W workers the tree holds one copy, not W.
+torch (~150 MB private per process) and what the env's family preloads (`envs.families.Family.preload`: a game's
+assets, say, hundreds of MB per process) are loaded here once instead of once per worker: with W workers the tree
+holds one copy, not W. The coordinator names the env in PRELOAD_ENV_VAR before the forkserver starts.
 """
 
 import os
@@ -9,18 +10,15 @@ import signal
 
 import torch  # noqa: F401
 
-from parallel_ppo.engines.parallel.worker import IGNORED_SIGNALS, PRELOAD_PROCGEN_VAR
+from parallel_ppo.engines.parallel.worker import IGNORED_SIGNALS, PRELOAD_ENV_VAR
 
 for sig in IGNORED_SIGNALS:  # a signal to the whole group must not take the forkserver (it ends with its parent)
     signal.signal(sig, signal.SIG_IGN)
 
-if os.environ.get(PRELOAD_PROCGEN_VAR):
-    from parallel_ppo.core.procgen_envs import import_procgen
+if os.environ.get(PRELOAD_ENV_VAR):
+    from parallel_ppo.envs.families import preload
 
-    import_procgen()
-    from procgen import ProcgenGym3Env
-
-    ProcgenGym3Env(num=1, env_name=os.environ[PRELOAD_PROCGEN_VAR], num_threads=0).close()  # loads the assets
+    preload(os.environ[PRELOAD_ENV_VAR])
 
 try:
     import setproctitle

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -16,8 +17,8 @@ from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.collect import CollectResult
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.lifetime import signal_on_parent_death
-from parallel_ppo.core.spaces import EnvSpaces
 from parallel_ppo.core.threads import draw_with
+from parallel_ppo.envs.spaces import EnvSpaces
 
 
 @dataclass
@@ -34,7 +35,7 @@ class WorkerSpec:
     params: torch.Tensor  # flat policy parameters and buffers (`policy_tensors`), written by the coordinator
     progress: torch.Tensor  # int64 per worker: env steps taken, a heartbeat the coordinator watches
     abandon: torch.Tensor  # one int64, set by the coordinator when the run stops: end the rollout where it is
-    env_threads: int  # Procgen stepping threads
+    env_threads: int  # the env's own stepping threads
     draw_threads: int  # Mesa's software OpenGL's drawing threads (`draw_with`)
     torch_threads: int  # torch/OpenMP threads
     env_offset: int = 0  # global index of this rank's first env (distributed runs): seeds follow global indices
@@ -56,6 +57,7 @@ class Ready:
     """Worker → coordinator: envs and policy built; waiting for Collect."""
 
     pid: int
+    start_seconds: float  # building and resetting its envs took this long: the watchdog's unit (`watchdog`)
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,10 @@ class Failed:
     traceback: str
 
 
-PRELOAD_PROCGEN_VAR = "PARALLEL_PPO_PRELOAD_PROCGEN"
-"""Set to a Procgen game before the forkserver starts, it loads the game assets there once for all workers."""
+PRELOAD_ENV_VAR = "PARALLEL_PPO_PRELOAD_ENV"
+"""Set to the env id before the forkserver starts, where the env's family has a `preload`
+(`envs.families.Family`): the forkserver's module (`preload`) calls it there once, for every worker to share
+what it loads."""
 
 IGNORED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 """A scheduler's stop or pre-emption signal reaches the whole process group; the coordinator alone decides."""
@@ -105,22 +109,23 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
     runner = None
     try:
         from parallel_ppo.core.collect import EnvRunner
-        from parallel_ppo.core.envs import make_batch_env
         from parallel_ppo.core.model import network, policy_tensors
+        from parallel_ppo.envs.batch import make_batch_env
 
         cfg = spec.cfg
         first = spec.env_offset + spec.first_env
+        started = time.perf_counter()
         env = make_batch_env(cfg.env, cfg.run.seed, first, spec.num_envs, spec.env_threads, spec.stream)
         if env.spaces != spec.spaces:
             raise RuntimeError(f"env spaces {env.spaces} differ from the coordinator's {spec.spaces}")
-        runner = EnvRunner(env, cfg.run.seed, first, cfg.training.precision, spec.stream,
-                           cfg.training.gamma)
+        runner = EnvRunner(env, cfg.run.seed, first, cfg.training.precision, spec.stream, cfg.training.gamma)
+        start_seconds = time.perf_counter() - started
         model = network(cfg, spec.spaces)
         params = policy_tensors(model)
         buf = spec.buffer.env_slice(spec.first_env, spec.first_env + spec.num_envs)
         progress = spec.progress[spec.index]
         fail_at = _injected_fault(spec.index)
-        conn.send(Ready(os.getpid()))
+        conn.send(Ready(os.getpid(), start_seconds))
         rollouts = 0
         while True:
             message = conn.recv()  # blocks in the kernel between rollouts: no busy-waiting

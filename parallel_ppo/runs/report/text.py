@@ -221,7 +221,7 @@ def definitions(cmp: Comparison) -> list[str]:
         f"Baseline: {cmp.baseline}. {SPEEDUP_DEFINITION[0].upper()}{SPEEDUP_DEFINITION[1:]}.",
         f"Final return: the mean episodic return of the {return_window(cmp)} (summary.json). Normalized: "
         "(R - R_min) / (R_max - R_min) with the Procgen paper's easy-mode constants "
-        "(parallel_ppo/core/procgen_envs.py). "
+        "(parallel_ppo/envs/procgen_envs.py). "
         "Test return: the run's last evaluation (eval config), on held-out test levels unless it says otherwise. "
         "Success: of the training episodes in the last return window whose env reported success (info is_success), "
         "the fraction that succeeded.",

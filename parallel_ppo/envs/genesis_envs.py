@@ -11,9 +11,9 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from parallel_ppo.core.config import EnvConfig
-from parallel_ppo.core.env_families import split_id
-from parallel_ppo.core.gym_envs import RenderClock
+from parallel_ppo.envs.config import EnvConfig
+from parallel_ppo.envs.families import split_id
+from parallel_ppo.envs.gym_envs import RenderClock
 from parallel_ppo.errors import ConfigError
 
 TASKS = ("FrankaLift",)
@@ -53,7 +53,7 @@ def import_genesis() -> Any:
 
 
 def make_genesis(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: RenderClock) -> gymnasium.Env:
-    """`genesis/<Task>` with the family's options (`core.env_families.GENESIS`)."""
+    """`genesis/<Task>` with the family's options (`envs.families.GENESIS`)."""
     task = split_id(cfg.id)[0].partition("/")[2]
     if task not in TASKS:
         raise ConfigError(f"genesis has no task {task!r} here (its tasks: {', '.join(TASKS)})")

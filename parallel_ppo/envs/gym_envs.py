@@ -1,5 +1,5 @@
 """Gymnasium envs as a BatchEnv: any registered id (or `module:EnvId`) with Box or Dict observations and Discrete or
-Box actions; the makers of the gymnasium families (`core.env_families`): Atari with the standard preprocessing,
+Box actions; the makers of the gymnasium families (`envs.families`): Atari with the standard preprocessing,
 MuJoCo observed through its state or frames rendered on the CPU, any other id as it is."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from parallel_ppo.core.config import EnvConfig
-from parallel_ppo.core.env_families import check_family, options_of
-from parallel_ppo.core.observations import DictLayout
-from parallel_ppo.core.spaces import ActionSpace, EnvSpaces
+from parallel_ppo.envs.config import EnvConfig
+from parallel_ppo.envs.families import check_family, options_of
+from parallel_ppo.envs.observations import DictLayout
+from parallel_ppo.envs.spaces import ActionSpace, EnvSpaces
 from parallel_ppo.errors import ConfigError
 
 RENDERER_HELP = ("rendering needs OpenGL on the CPU: Mesa's EGL (Debian/Ubuntu: apt install libegl1 libgl1-mesa-dri; "
@@ -59,7 +59,7 @@ class StackedFrames(gymnasium.Wrapper):
 
 
 class PackedDict(gymnasium.Wrapper):
-    """A `Dict` observation as one uint8 row by its `layout` (`core.observations`): each image key (uint8
+    """A `Dict` observation as one uint8 row by its `layout` (`envs.observations`): each image key (uint8
     (H, W, C)) with its last `k` frames side by side along the channels, each vector key (any numeric Box) as
     float32 values."""
 
@@ -302,7 +302,7 @@ class GymnasiumBatchEnv:
     clipped to the space's bounds here, at the env."""
 
     def __init__(self, cfg: EnvConfig, seeds: list[int], render: bool = False) -> None:
-        """One env per seed, each built by its family's maker (`core.env_families`)."""
+        """One env per seed, each built by its family's maker (`envs.families`)."""
         self._seeds, self._id = seeds, cfg.id
         family = check_family(cfg)
         options, make = options_of(cfg, family), family.maker()

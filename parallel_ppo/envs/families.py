@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from parallel_ppo.core.config import EnvConfig
-from parallel_ppo.core.procgen_envs import PROCGEN_GAMES, PROCGEN_SPACES, check_procgen
-from parallel_ppo.core.spaces import EnvSpaces
+from parallel_ppo.envs.config import EnvConfig
+from parallel_ppo.envs.procgen_envs import PROCGEN_GAMES, PROCGEN_SPACES, check_procgen, preload_procgen
+from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.errors import ConfigError
 
 
@@ -49,15 +49,17 @@ class Family:
     levels: bool = False
     """Whether it has levels to hold out for a test (Procgen's)."""
     native: bool = False
-    """Whether `make` builds a whole BatchEnv itself (else one gymnasium env, batched by core.gym_envs)."""
+    """Whether `make` builds a whole BatchEnv itself (else one gymnasium env, batched by envs.gym_envs)."""
     spaces: EnvSpaces | None = None
     """Its spaces, where they are known without building an env."""
     frame_stack: int = 1
     """Frames stacked by default (`env.frame_stack` 0) where it observes images."""
     check: Callable[[EnvConfig], None] | None = None
     """Its own checks of the env settings (ConfigError), beyond which settings it takes."""
-    preload: bool = False
-    """Whether the forkserver loads its assets once, for every worker to share (Procgen's ~350 MB)."""
+    preload: Callable[[str], None] | None = None
+    """What loads, given the env id, what its envs use that every worker can share (Procgen's game assets, ~350 MB
+    per process): the parallel engine calls it once in the process it forks the workers from (`preload`). None:
+    nothing to share."""
     sight: tuple[str, ...] = ()
     """Options of which one at least must be on (set, not off): with all of them off, nothing observed shows the
     policy the object of its task (a camera or the object's state)."""
@@ -78,18 +80,18 @@ FAMILY_SETTINGS = {
 for a family that does not take it."""
 
 PROCGEN = Family(  # Procgen's 16 games (starpilot, ...): 64×64 frames, 15 actions, held-out test levels
-    "procgen", "ppo_parallel.yaml", "parallel_ppo.core.procgen_envs:ProcgenBatchEnv",
+    "procgen", "ppo_parallel.yaml", "parallel_ppo.envs.procgen_envs:ProcgenBatchEnv",
     settings=("distribution_mode", "num_levels", "start_level"), levels=True, native=True, spaces=PROCGEN_SPACES,
-    check=check_procgen, preload=True)
+    check=check_procgen, preload=preload_procgen)
 ATARI = Family(  # ale-py's games (ALE/Breakout-v5, ...) with the standard preprocessing
-    "atari", "atari.yaml", "parallel_ppo.core.gym_envs:make_atari",
+    "atari", "atari.yaml", "parallel_ppo.envs.gym_envs:make_atari",
     settings=("frame_size", "frame_stack", "episodic_life", "fire_reset"),
     frame_stack=4)
 MUJOCO = Family(  # gymnasium's MuJoCo envs (HalfCheetah-v5, ...), from their state or from frames (env.pixels)
-    "mujoco", "mujoco.yaml", "parallel_ppo.core.gym_envs:make_mujoco",
+    "mujoco", "mujoco.yaml", "parallel_ppo.envs.gym_envs:make_mujoco",
     settings=("pixels", "frame_size", "frame_stack", "fast_render"), frame_stack=3)
 ROBOSUITE = Family(  # robosuite's arm tasks (robosuite/Lift?robot=Panda, ...), from state and named cameras
-    "robosuite", "robosuite_lift.yaml", "parallel_ppo.core.robot_envs:make_robosuite",
+    "robosuite", "robosuite_lift.yaml", "parallel_ppo.envs.robot_envs:make_robosuite",
     settings=("frame_size", "frame_stack", "fast_render"), extra="robot", needs="robosuite",
     options={
         "robot": Option("Panda", "the arm (`Sawyer`, `IIWA`, `Jaco`, `Kinova3`, `UR5e`, ...)"),
@@ -101,7 +103,7 @@ ROBOSUITE = Family(  # robosuite's arm tasks (robosuite/Lift?robot=Panda, ...), 
         "control_freq": Option(20, "actions per simulated second"),
     }, sight=("cameras", "object_state"))
 GENESIS = Family(  # Genesis's CPU backend (genesis/FrankaLift: the Genesis devlog's task; the extra `genesis`)
-    "genesis", "genesis_lift.yaml", "parallel_ppo.core.genesis_envs:make_genesis",
+    "genesis", "genesis_lift.yaml", "parallel_ppo.envs.genesis_envs:make_genesis",
     settings=("frame_size", "frame_stack"), extra="genesis", needs="genesis",
     options={
         "wrist_camera": Option(True, "observe the wrist camera as uint8 RGB frames of `env.frame_size`", camera=True),
@@ -112,9 +114,9 @@ GENESIS = Family(  # Genesis's CPU backend (genesis/FrankaLift: the Genesis devl
         "control_freq": Option(20, "actions per simulated second"),
     }, sight=("wrist_camera", "object_state"))
 ROBOTICS = Family(  # gymnasium-robotics' tasks (FetchReachDense-v4, ...; the extra `robot`), dict observations
-    "gymnasium-robotics", "fetch.yaml", "parallel_ppo.core.gym_envs:make_plain", settings=("frame_stack",))
+    "gymnasium-robotics", "fetch.yaml", "parallel_ppo.envs.gym_envs:make_plain", settings=("frame_stack",))
 GYMNASIUM = Family(  # any other registered id (CartPole-v1, ...), or module:EnvId for one a module of yours registers
-    "gymnasium", "cartpole.yaml", "parallel_ppo.core.gym_envs:make_plain", settings=("frame_stack",))
+    "gymnasium", "cartpole.yaml", "parallel_ppo.envs.gym_envs:make_plain", settings=("frame_stack",))
 
 ROBOTICS_PREFIXES = ("Fetch", "HandManipulate", "HandReach", "AdroitHand", "PointMaze", "AntMaze", "FrankaKitchen")
 """How gymnasium-robotics' ids begin: one of these, unknown while it is not installed, is taken as one of its."""
@@ -149,6 +151,14 @@ def family_of(env_id: str) -> Family:
     if family.needs and importlib.util.find_spec(family.needs) is None:
         raise needs_extra(f"{name} is a {family.name} env", family.extra)
     return family
+
+
+def preload(env_id: str) -> None:
+    """Load, in this process, what the envs of `env_id` let the processes forked from it share (its family's
+    `preload`; nothing for a family that has none)."""
+    load = family_of(env_id).preload
+    if load is not None:
+        load(env_id)
 
 
 def needs_extra(what: str, extra: str) -> ConfigError:
@@ -230,7 +240,7 @@ def _read_option(key: str, option: Option, text: str | None) -> Any:
 
 def check_family(cfg: EnvConfig) -> Family:
     """The env's family, once the settings and options asked for are ones it takes (ConfigError otherwise); the
-    env's spaces are checked where it is first built (`core.envs.env_spaces`)."""
+    env's spaces are checked where it is first built (`envs.batch.env_spaces`)."""
     family = family_of(cfg.id)
     defaults = EnvConfig()
     for name, about in FAMILY_SETTINGS.items():

@@ -8,8 +8,8 @@ import warnings
 
 import numpy as np
 
-from parallel_ppo.core.config import EnvConfig
-from parallel_ppo.core.spaces import ActionSpace, EnvSpaces
+from parallel_ppo.envs.config import EnvConfig
+from parallel_ppo.envs.spaces import ActionSpace, EnvSpaces
 from parallel_ppo.errors import ConfigError
 
 PROCGEN_GAMES = ("bigfish", "bossfight", "caveflyer", "chaser", "climber", "coinrun", "dodgeball", "fruitbot",
@@ -65,6 +65,15 @@ def import_procgen() -> None:
     with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
         warnings.simplefilter("ignore")
         import procgen  # noqa: F401
+
+
+def preload_procgen(env_id: str) -> None:
+    """Procgen's preload (`Family.preload`): load the game assets (~350 MB per process) in this process, so that
+    the processes forked from it share them."""
+    import_procgen()
+    from procgen import ProcgenGym3Env
+
+    ProcgenGym3Env(num=1, env_name=env_id, num_threads=0).close()
 
 
 class ProcgenBatchEnv:

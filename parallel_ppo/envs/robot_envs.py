@@ -12,9 +12,9 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from parallel_ppo.core.config import EnvConfig
-from parallel_ppo.core.env_families import split_id
-from parallel_ppo.core.gym_envs import RenderClock, fast_scene
+from parallel_ppo.envs.config import EnvConfig
+from parallel_ppo.envs.families import split_id
+from parallel_ppo.envs.gym_envs import RenderClock, fast_scene
 from parallel_ppo.errors import ConfigError
 
 VIDEO_CAMERA, VIDEO_SIZE = "agentview", 256
@@ -35,7 +35,7 @@ def import_robosuite() -> Any:
 
 
 def make_robosuite(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: RenderClock) -> gymnasium.Env:
-    """`robosuite/<Task>` with the family's options (`core.env_families.ROBOSUITE`)."""
+    """`robosuite/<Task>` with the family's options (`envs.families.ROBOSUITE`)."""
     return RobosuiteEnv(split_id(cfg.id)[0].partition("/")[2], options, cfg.frame_size, cfg.fast_render, clock,
                         render)
 
@@ -118,9 +118,11 @@ class RobosuiteEnv(gymnasium.Env):
 
 
 def fast_robosuite_render(sim: Any) -> None:
-    """`core.gym_envs.fast_scene` for robosuite's offscreen context, whose buffer is then made again without
-    multisampling."""
+    """`envs.gym_envs.fast_scene` for robosuite's offscreen context, whose buffer is then made again without
+    multisampling, and without the shadow map that shadows off leave unused (the model's 4096² one: 64 MB of
+    memory per env under Mesa's llvmpipe; the frames are the same to the bit)."""
     context = sim._render_context_offscreen
     fast_scene(sim.model._model, context.scn)
+    sim.model._model.vis.quality.shadowsize = 0
     context.con.free()
     context._set_mujoco_context_and_buffers()

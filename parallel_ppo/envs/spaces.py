@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 if TYPE_CHECKING:
-    from parallel_ppo.core.observations import DictLayout
+    from parallel_ppo.envs.observations import DictLayout
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
-"""Batched environments behind one small protocol, built by their family (`core.env_families`): Procgen's native
-gym3 API in `core.procgen_envs`, gymnasium envs (classic control, MuJoCo, Atari, robot arms, any registered id) in
-`core.gym_envs`."""
+"""Batched environments behind one small protocol, built by their family (`envs.families`): Procgen's native
+gym3 API in `envs.procgen_envs`, gymnasium envs (classic control, MuJoCo, Atari, robot arms, any registered id) in
+`envs.gym_envs`."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Protocol
 
 import numpy as np
 
-from parallel_ppo.core.config import EnvConfig
-from parallel_ppo.core.env_families import family_of
-from parallel_ppo.core.procgen_envs import LEVEL_LIMIT
-from parallel_ppo.core.spaces import ActionSpace, EnvSpaces
+from parallel_ppo.envs.config import EnvConfig
+from parallel_ppo.envs.families import family_of
+from parallel_ppo.envs.procgen_envs import LEVEL_LIMIT
+from parallel_ppo.envs.spaces import ActionSpace, EnvSpaces
 from parallel_ppo.errors import ConfigError
 
 TEST_LEVELS = 1_000_000
@@ -121,6 +121,6 @@ def make_batch_env(cfg: EnvConfig, seed: int, first_env: int, num_envs: int, thr
     family = family_of(cfg.id)
     if family.native:
         return family.maker()(cfg, seeds, threads, render)
-    from parallel_ppo.core.gym_envs import GymnasiumBatchEnv
+    from parallel_ppo.envs.gym_envs import GymnasiumBatchEnv
 
     return GymnasiumBatchEnv(cfg, seeds, render)

@@ -1,0 +1,96 @@
+"""The worker watchdog: a worker that steps or computes is alive, one that does neither for its bound is hung."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from parallel_ppo.engines.parallel.watchdog import CEILING, FACTOR, FLOOR, Watchdog, auto_bound, cpu_seconds
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_auto_bound_follows_the_measured_start_with_a_floor():
+    assert auto_bound(0.05) == FLOOR
+    assert auto_bound(7.0) == FACTOR * 7.0 > FLOOR
+
+
+def test_steps_or_cpu_time_count_as_progress_and_neither_does_not():
+    dog = Watchdog(bound=10.0)
+    assert dog.read(0, steps=0, cpu=1.0, now=100.0) == (0.0, 0.0)  # the first reading marks the start
+    assert dog.read(0, steps=5, cpu=1.0, now=130.0) == (0.0, 0.0)  # it stepped
+    assert dog.read(0, steps=5, cpu=4.0, now=160.0) == (0.0, 30.0)  # no step for 30 s, but 3 s of CPU: a long reset
+    assert dog.hung(0, steps=5, cpu=4.0, now=165.0) is None
+    assert dog.read(0, steps=5, cpu=4.01, now=170.0) == (10.0, 40.0)  # a trickle of CPU is not work
+    assert dog.hung(0, steps=5, cpu=4.02, now=171.0) == "neither stepped nor computed for 10 s"
+    dog.forget(0)  # a restarted worker starts afresh
+    assert dog.read(0, steps=0, cpu=0.0, now=172.0) == (0.0, 0.0)
+
+
+def test_a_share_of_a_core_is_measured_over_the_whole_silence():
+    """A worker that uses under 5% of a core while it takes no step is idle however long it is watched: small
+    readings do not add up to progress once the silence is long."""
+    dog = Watchdog(bound=20.0)
+    dog.read(1, steps=3, cpu=0.0, now=0.0)
+    for second in range(1, 31):
+        idle, _ = dog.read(1, steps=3, cpu=0.01 * second, now=float(second))
+    assert idle == 30.0
+    assert dog.read(1, steps=3, cpu=2.0, now=31.0) == (0.0, 31.0)  # then it works: busy again, still no step
+
+
+def test_computing_forever_without_a_step_is_a_hang_too():
+    dog = Watchdog(bound=2.0)
+    assert dog.ceiling == CEILING and Watchdog(bound=500.0).ceiling == 1000.0
+    assert all(dog.hung(2, steps=7, cpu=float(t), now=float(t)) is None for t in range(0, int(CEILING) + 1, 10))
+    assert dog.hung(2, steps=7, cpu=CEILING + 1, now=CEILING + 1) == "computed without taking a step for 600 s"
+
+
+def test_a_gone_process_has_no_cpu_time():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert cpu_seconds(child.pid) is None
+    assert cpu_seconds(os.getpid()) > 0
+
+
+def _trainer(tmp_path: Path, env_id: str, timeout: str, steps: int,
+             extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **(extra_env or {}),
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    args = ["--config", "config/mujoco.yaml", "--env", f"toy_envs:{env_id}", "--num-workers", "2",
+            "--num-envs-per-worker", "1", "--total-steps", str(steps), "--set", "training.n_steps=32",
+            "--set", "training.batch_size=64", "--set", "training.n_epochs=1", "--set", "run.limit_seconds=0",
+            "--set", "logging.tensorboard=false", "--set", f"parallel.worker_timeout={timeout}",
+            "--set", "training.normalize_obs=false", "--output-dir", str(tmp_path / "run")]
+    return subprocess.run([sys.executable, "train_parallel_timed.py", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_a_long_reset_beside_busy_processes_is_not_a_hang(tmp_path):
+    """Each worker's reset computes for 4 s with the cores taken by two spinning processes: it takes no step for
+    longer than the 1-second bound, but it computes, so it is not restarted."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        out = _trainer(tmp_path, "SlowResetReach-v0", "1s", 64)
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    assert out.returncode == 0, out.stderr
+    assert "a worker that neither steps nor computes for 1 s is restarted (parallel.worker_timeout)" in out.stdout
+    assert "restarting" not in out.stderr, out.stderr
+
+
+@pytest.mark.slow
+def test_a_hung_worker_is_restarted_after_its_bound(tmp_path):
+    out = _trainer(tmp_path, "HangingReach-v0", "2", 128, {"HANGING_REACH_FLAG": str(tmp_path / "hung")})
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "hung").exists(), "no worker hung"
+    assert "neither stepped nor computed for 2 s (parallel.worker_timeout); restarting it with fresh envs (1/3)" \
+        in out.stderr, out.stderr
+    summary = (tmp_path / "run" / "summary.json").read_text()
+    assert '"worker_restarts": 1' in summary
