@@ -48,15 +48,16 @@ class FakeMeasure:
     in every round."""
 
     def __init__(self, limits: dict[str, float], other_load: float = 0.0) -> None:
-        self.limits, self.calls, self.other_load = limits, [], other_load
+        self.limits, self.calls, self.other_load, self.threads = limits, [], other_load, []
 
     def __call__(self, cfg, spaces, seconds, *, candidates, rounds, **iterations):
         self.calls.append([c.label for c in candidates])
+        self.threads.append(torch.get_num_threads())
         rates = {c.label: {"forward_rate": 1000.0, "train_rate": 300.0, "limit_sps": self.limits[c.label],
                            "round_sps": [self.limits[c.label]] * rounds} for c in candidates}
         best = max(candidates, key=lambda c: self.limits[c.label])
         return {**rates[best.label], "precision": best.precision, "microbatch_size": best.microbatch_size,
-                "candidates": rates, "other_load_cores": self.other_load}
+                "candidates": rates, "other_load_cores": self.other_load, "threads": torch.get_num_threads()}
 
 
 @pytest.fixture(autouse=True)
@@ -233,7 +234,14 @@ def test_a_choice_measured_beside_other_work_is_not_cached(tmp_path):
     next run (on a quiet machine) measures again and caches its own."""
     cache = tmp_path / "cache.json"
     busy = FakeMeasure(LIMITS, other_load=1.5)
-    choice = choose(auto_config(), PROCGEN, 10.0, measure=busy, path=cache)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        choice = choose(auto_config(), PROCGEN, 10.0, measure=busy, path=cache)
+        assert busy.threads == [2, 1] and torch.get_num_threads() == 2  # measured again on one thread, then restored
+    finally:
+        torch.set_num_threads(threads)
+    assert "cores busy, on one thread (such load" in choice.describe() and choice.measured_threads == 1
     assert (choice.precision, choice.microbatch_size, choice.source) == ("bf16", 128, "measured")
     assert not choice.to_dict()["stored"] and not cache.exists()
     assert "measured now while other processes kept 1.50 cores busy" in choice.describe()
@@ -426,7 +434,7 @@ def test_device_choice_is_recorded(tmp_path):
     choice = choose(cfg, PROCGEN, 1.0, path=tmp_path / "c.json")
     assert choice.to_dict() == {"precision": "fp32", "microbatch_size": 0, "device": "cpu", "source": "config",
                                 "device_source": "config", "rates": {}, "cache": None, "stored": False,
-                                "native_bf16": None, "busy_cores": None}
+                                "native_bf16": None, "busy_cores": None, "measured_threads": None}
     assert LearnerChoice(**{**choice.to_dict(), "limit": None}).describe().endswith("on cpu: as configured")
 
 

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from parallel_ppo.core.files import atomic_write, write_json, write_text
 from parallel_ppo.core.threads import usable_cpus
 from parallel_ppo.core.timing import PHASES
@@ -77,8 +79,6 @@ def run_bench_trainer(cmd: list[str], name: str, timeout: float | None = None) -
 def stop_tree(child: subprocess.Popen, grace: float = 10.0) -> None:
     """SIGTERM to `child` and every process under it (a trainer then writes its checkpoint and frees its shared
     memory), SIGKILL to those left after `grace` seconds; then read what remains of its output."""
-    import psutil
-
     try:
         procs = [psutil.Process(child.pid), *psutil.Process(child.pid).children(recursive=True)]
     except psutil.NoSuchProcess:
@@ -238,12 +238,11 @@ def write_scaling(rows: list[dict[str, Any]], out_dir: Path, title: str) -> None
 def best_layout(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return max(rows, key=lambda r: r["steps_per_second"])
 
-
 def default_worker_counts() -> list[int]:
     """1, 2, 4, ... up to the physical cores this process may use (`usable_cpus`), included if not a power of 2."""
-    import psutil
-
-    cores = min(psutil.cpu_count(logical=False) or psutil.cpu_count() or 1, usable_cpus())
+    logical = psutil.cpu_count() or 1
+    physical = psutil.cpu_count(logical=False) or logical
+    cores = max(1, min(physical, usable_cpus() * physical // logical))  # the cores under the usable CPUs
     counts = [1]
     while counts[-1] * 2 <= cores:
         counts.append(counts[-1] * 2)

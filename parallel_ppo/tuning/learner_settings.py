@@ -213,6 +213,8 @@ class LearnerChoice:
     measure at once: there the rounds alone decide, and the choice is cached."""
     stored: bool = False
     """Whether the measured choice was written to the cache (`cache`)."""
+    measured_threads: int | None = None
+    """The torch threads it was measured on (one where other load made it measure again: `on_one_thread`)."""
 
     def resolve(self, cfg: Config) -> Config:
         """`cfg` with these settings in place of `auto` (a new config: workers, config.yaml and checkpoints carry
@@ -225,7 +227,7 @@ class LearnerChoice:
         return {"precision": self.precision, "microbatch_size": self.microbatch_size, "device": self.device,
                 "source": self.source, "device_source": self.device_source, "rates": self.rates,
                 "cache": self.cache, "stored": self.stored, "native_bf16": self.native_bf16,
-                "busy_cores": self.busy_cores}
+                "busy_cores": self.busy_cores, "measured_threads": self.measured_threads}
 
     def describe(self) -> str:
         """One line for the start of a run."""
@@ -243,8 +245,10 @@ class LearnerChoice:
             rule += " or at its fastest iterations, which other processes' load slows least"
         where = (f"cached in {self.cache}" if self.stored else
                  "not cached: the next run measures again" if busy else f"not cached: {self.cache} is not writable")
-        measured = (f"measured now{f' while other processes kept {self.busy_cores:.2f} cores busy' if busy else ''}, "
-                    f"compute limit SPS {ranked} ({rule}); {where}")
+        how = f" while other processes kept {self.busy_cores:.2f} cores busy" if busy else ""
+        if busy and self.measured_threads == 1 and not self.stored:
+            how += ", on one thread (such load stalls a step on several threads unevenly)"
+        measured = f"measured now{how}, compute limit SPS {ranked} ({rule}); {where}"
         said = {"measured": measured,
                 "cached": f"from the measurement cached in {self.cache} ({ranked}, {rule}; delete it to measure "
                           "again)",
@@ -291,7 +295,7 @@ def choose(cfg: Config, spaces: EnvSpaces, seconds: float, *, measure: Measure =
     rates = {label: r["limit_sps"] for label, r in limit["candidates"].items()}
     choice = LearnerChoice(limit["precision"], limit["microbatch_size"], source="measured", rates=rates,
                            cache=str(path), limit=limit, busy_cores=float(limit.get("other_load_cores") or 0.0),
-                           **known)
+                           measured_threads=limit.get("threads"), **known)
     if choice.busy_cores <= BUSY_CORES or beside_ranks:  # one made beside other work would stick for later runs
         choice.stored = store(path, key, {"precision": choice.precision, "microbatch_size": choice.microbatch_size,
                                           "rates": rates, "cpu": fingerprint.cpu_model(), "torch": torch.__version__,
@@ -310,10 +314,35 @@ def measure_candidates(cfg: Config, spaces: EnvSpaces, seconds: float, measure: 
         options = candidates(cfg, cfg.training.precision != "auto" or bf16_is_native(learner_device(cfg)))
     if len(options) == 1:
         return measure(cfg, spaces, seconds, candidates=options)
-    limit = measure(cfg, spaces, seconds, candidates=options, rounds=ROUNDS, warmup_iters=1, min_iters=1)
+    def measured() -> dict[str, Any]:
+        return measure(cfg, spaces, seconds, candidates=options, rounds=ROUNDS, warmup_iters=1, min_iters=1)
+
+    limit = measured()
+    if busy(limit) and not beside_ranks and torch.get_num_threads() > 1 and learner_device(cfg).type == "cpu":
+        limit = on_one_thread(measured)
     if is_small(cfg, spaces) if small is None else small:
         return for_candidate(limit, preferred(cfg, options, small=True))
     return for_candidate(limit, pick_measured(limit, options, preferred(cfg, options), beside_ranks))
+
+
+def on_one_thread(measured: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """`measured()` again on one torch thread: what a measurement on several threads that other processes kept busy
+    is replaced by. A multi-threaded step stalls whenever one of its threads loses its core (its partners spin,
+    waiting), and settings with more steps per minibatch stall more, so that ranking is the load's: on our 2-core AMD
+    EPYC beside two spinning processes, two threads ranked fp32 on whole minibatches 2.6x chunks of 64 and bf16
+    0.3-0.4x, where quietly they are 0.96x and 1.4-1.7x. One thread is slowed alike whatever it runs, and ranked these
+    settings as two threads do on a quiet machine (bf16 on whole minibatches first, fp32 on whole minibatches last)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return measured()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def busy(limit: dict[str, Any]) -> bool:
+    """Whether other processes kept the machine busy (over BUSY_CORES) while `limit` was measured."""
+    return float(limit.get("other_load_cores") or 0.0) > BUSY_CORES
 
 
 def pick_measured(limit: dict[str, Any], options: list[Candidate], default: Candidate,
@@ -323,7 +352,7 @@ def pick_measured(limit: dict[str, Any], options: list[Candidate], default: Cand
     ranks, `beside_ranks`: that choice is cached, so the stricter rule alone decides it)."""
     rounds = {label: r["round_sps"] for label, r in limit["candidates"].items()}
     best = None
-    if float(limit.get("other_load_cores") or 0.0) > BUSY_CORES and not beside_ranks:
+    if busy(limit) and not beside_ranks:
         best = {label: r.get("best_sps", r["limit_sps"]) for label, r in limit["candidates"].items()}
     return pick(options, rounds, default, best)
 
