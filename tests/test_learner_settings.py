@@ -52,7 +52,7 @@ class FakeMeasure:
 
     def __call__(self, cfg, spaces, seconds, *, candidates, rounds, **iterations):
         self.calls.append([c.label for c in candidates])
-        self.threads.append(torch.get_num_threads())
+        self.threads.append((torch.get_num_threads(), seconds))
         rates = {c.label: {"forward_rate": 1000.0, "train_rate": 300.0, "limit_sps": self.limits[c.label],
                            "round_sps": [self.limits[c.label]] * rounds} for c in candidates}
         best = max(candidates, key=lambda c: self.limits[c.label])
@@ -238,7 +238,8 @@ def test_a_choice_measured_beside_other_work_is_not_cached(tmp_path):
     torch.set_num_threads(2)
     try:
         choice = choose(auto_config(), PROCGEN, 10.0, measure=busy, path=cache)
-        assert busy.threads == [2, 1] and torch.get_num_threads() == 2  # measured again on one thread, then restored
+        assert busy.threads == [(2, 10.0), (1, 10.0 * learner_settings.BUSY_BUDGET)]  # again on one thread, longer
+        assert torch.get_num_threads() == 2  # then restored
     finally:
         torch.set_num_threads(threads)
     assert "cores busy, on one thread (such load" in choice.describe() and choice.measured_threads == 1

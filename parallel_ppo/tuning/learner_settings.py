@@ -314,15 +314,20 @@ def measure_candidates(cfg: Config, spaces: EnvSpaces, seconds: float, measure: 
         options = candidates(cfg, cfg.training.precision != "auto" or bf16_is_native(learner_device(cfg)))
     if len(options) == 1:
         return measure(cfg, spaces, seconds, candidates=options)
-    def measured() -> dict[str, Any]:
-        return measure(cfg, spaces, seconds, candidates=options, rounds=ROUNDS, warmup_iters=1, min_iters=1)
+    def measured(budget: float = seconds) -> dict[str, Any]:
+        return measure(cfg, spaces, budget, candidates=options, rounds=ROUNDS, warmup_iters=1, min_iters=1)
 
     limit = measured()
     if busy(limit) and not beside_ranks and torch.get_num_threads() > 1 and learner_device(cfg).type == "cpu":
-        limit = on_one_thread(measured)
+        limit = on_one_thread(lambda: measured(BUSY_BUDGET * seconds))
     if is_small(cfg, spaces) if small is None else small:
         return for_candidate(limit, preferred(cfg, options, small=True))
     return for_candidate(limit, pick_measured(limit, options, preferred(cfg, options), beside_ranks))
+
+
+BUSY_BUDGET = 3
+"""A measurement on one thread beside other work (`on_one_thread`) takes this many times the run's budget: its
+fastest iterations, which decide there, need enough iterations to include some the load left alone."""
 
 
 def on_one_thread(measured: Callable[[], dict[str, Any]]) -> dict[str, Any]:
