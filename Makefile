@@ -34,7 +34,8 @@ TEST_WORKERS     ?= 2
 STUDY_SECONDS    ?= 30
 CHECKPOINT       ?= benchmarks/parallel_$(TAG)
 TB_HOST          ?= 127.0.0.1
-# `make bench` sweeps WORKERS only when given on the command line; by default 1, 2, 4, ... physical cores.
+# `make bench` sweeps WORKERS only when given on the command line; by default 1, 2, 4, ... the physical cores under
+# the CPUs this process may use.
 BENCH_WORKERS    = $(if $(filter command line,$(origin WORKERS)),--workers "$(WORKERS)",)
 ENVS_PER_RANK    ?= 16
 DIST_ENVS        = $(if $(filter command line environment,$(origin ENVS_TOTAL)),--num-envs-total $(ENVS_TOTAL),--num-envs $(ENVS_PER_RANK))
@@ -206,8 +207,8 @@ bench-robot: install
 	$(PY) scripts/mode_pairs.py --config config/robosuite_lift_camera.yaml --pairs $(PAIRS) --minutes $(PAIR_MINUTES) \
 		--output-dir $(or $(OUT),benchmarks/robot)/camera -- $(ARGS)
 
-## The many-core study: threads, workers, distributed ranks and (with CUDA) a GPU learner at 1, 2, 4, ... logical
-## cores, STUDY_SECONDS per run, one at a time → docs/results/<cpu>[-avx512][-bf16]-<cores>c[-<gpu>]/study.{md,json,png}
+## The many-core study: threads, workers, distributed ranks and (with CUDA) a GPU learner at 1, 2, 4, ... usable
+## logical CPUs, STUDY_SECONDS per run, one at a time → docs/results/<cpu>[-avx512][-bf16]-<cores>c[-<gpu>]/study.{md,json,png}
 ## (study-<config>.* or study-<env>.* for another task: ENV=robosuite/Lift; -mesa, -lp<N> where drawn otherwise).
 ## ARGS="--families workers --processes '8 16'" for a part.
 study: install

@@ -73,8 +73,8 @@ class EnvConfig:
     """Procgen: seed of the first level."""
     env_threads: int = setting(0, non_negative=True, resume=True)
     """The env's own threads per process, Procgen's stepping and Mesa's drawing threads (LP_NUM_THREADS, unless
-    set): 0 = automatic, the cores (a distributed rank: its share of the host's) in a sequential process; in a
-    worker one to step and its share of those cores (cores / workers, at least one) to draw."""
+    set): 0 = automatic, the CPUs this process may use (a distributed rank: its share of them) in a sequential
+    process; in a worker one to step and its share of those CPUs (CPUs / workers, at least one) to draw."""
     pixels: bool = setting(False, resume=True)
     """gymnasium's MuJoCo envs: observe RGB frames rendered on the CPU instead of the state vector. Rendering
     happens in the process that steps the env (workers in parallel mode)."""
