@@ -10,6 +10,8 @@ suite) to see whether load changes the choice.
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 import tempfile
 import time
@@ -36,8 +38,12 @@ def main() -> int:
     args = parser.parse_args()
     try:
         cfg = build_config(args.config, {}, [], parallel=True)
-        if args.output and not Path(args.output).resolve().parent.is_dir():
-            raise ConfigError(f"--output {args.output}: no such folder")
+        out = Path(args.output) if args.output else None
+        if out is not None and (out.is_dir() or not out.resolve().parent.is_dir()
+                                or not os.access(out.resolve().parent, os.W_OK)):
+            raise ConfigError(f"--output {args.output}: not a file in a writable folder")
+        if args.seconds is not None and not (math.isfinite(args.seconds) and args.seconds > 0):
+            raise ConfigError(f"--seconds must be a positive number, got {args.seconds}")
         spaces = env_spaces(cfg.env)
     except ParallelPPOError as e:
         print(f"learner_choice: error: {e}", file=sys.stderr)
@@ -59,10 +65,14 @@ def main() -> int:
             rounds_rule = kept.label
         result = {"config": args.config, "rounds_rule_pick": rounds_rule, "date": time.strftime("%Y-%m-%d %H:%M"),
                   "threads": torch.get_num_threads(),
-                  "choice": choice.to_dict(), "best_sps": {
+                  "choice": choice.to_dict(), "ranking": (choice.limit or {}).get("ranking"), "best_sps": {
                       label: r.get("best_sps") for label, r in measured.items()},
                   "hardware": fingerprint.hardware()}
-        write_json(Path(args.output), result)
+        try:
+            write_json(Path(args.output), result)
+        except OSError as e:
+            print(f"learner_choice: error: cannot write {args.output}: {e.strerror}", file=sys.stderr)
+            return 2
     return 0
 
 

@@ -238,11 +238,12 @@ def write_scaling(rows: list[dict[str, Any]], out_dir: Path, title: str) -> None
 def best_layout(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return max(rows, key=lambda r: r["steps_per_second"])
 
+
 def default_worker_counts() -> list[int]:
     """1, 2, 4, ... up to the physical cores this process may use (`usable_cpus`), included if not a power of 2."""
     logical = psutil.cpu_count() or 1
     physical = psutil.cpu_count(logical=False) or logical
-    cores = max(1, min(physical, usable_cpus() * physical // logical))  # the cores under the usable CPUs
+    cores = max(1, min(physical, usable_cpus() * physical // logical))  # about the cores the usable CPUs belong to
     counts = [1]
     while counts[-1] * 2 <= cores:
         counts.append(counts[-1] * 2)

@@ -37,6 +37,30 @@ BUSY_CORES = 0.1
 _POOL = 4
 """Distinct random inputs cycled through, so one batch does not sit in cache between iterations."""
 
+BUSY_BUDGET = 3
+"""A measurement on one thread beside other work (`on_one_thread`) takes this many times the run's budget: its
+fastest iterations, which decide there, need enough iterations to include some the load left alone."""
+
+
+def on_one_thread(measured: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """`measured()` on one torch thread: how settings measured on several threads beside other work are ranked
+    again (the run's compute limit stays the first measurement's). A multi-threaded step stalls whenever one of its
+    threads loses its core (its partners spin, waiting), and settings with more steps per minibatch stall more, so
+    that ranking is the load's: on our 2-core AMD EPYC beside two spinning processes, two threads ranked fp32 on
+    whole minibatches 2.6x chunks of 64 and bf16 0.3-0.4x, where quietly they are 0.96x and 1.4-1.7x. One thread is
+    slowed alike whatever it runs, and ranked these settings as two threads do on a quiet machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return measured()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def busy(limit: dict[str, Any]) -> bool:
+    """Whether other processes kept the machine busy (over BUSY_CORES) while `limit` was measured."""
+    return float(limit.get("other_load_cores") or 0.0) > BUSY_CORES
+
 
 class OtherLoad:
     """Cores kept busy by other processes while a block ran (not this process nor its waited-for children).

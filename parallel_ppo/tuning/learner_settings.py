@@ -31,12 +31,15 @@ from parallel_ppo.core.model import learner_device
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.runs import fingerprint
 from parallel_ppo.tuning.compute_limit import (
+    BUSY_BUDGET,
     BUSY_CORES,
     Candidate,
+    busy,
     for_candidate,
     matmul_peak,
     measure_compute_limit,
     network_flops,
+    on_one_thread,
 )
 
 PRECISIONS = ("fp32", "bf16")
@@ -64,7 +67,7 @@ ROUNDS = 7
 does not fall on one candidate alone, and the rounds' ratios tell a gain from the noise (`clearly_faster`). One
 timed iteration per candidate and round at least: six IMPALA candidates at minibatch 256 take 20-30 s on a 2-core
 CPU, once per machine and settings."""
-CACHE_RULE = 3
+CACHE_RULE = 4
 """Part of the cache key: choices made by an earlier rule (one median per candidate, a 3% precision margin) are not
 reused."""
 CACHE_DIR_VARIABLE = "PARALLEL_PPO_CACHE_DIR"
@@ -154,6 +157,7 @@ def pick(options: list[Candidate], rounds: dict[str, list[float]], default: Cand
             return best[c.label] / best[default.label]
         return float(np.median(np.divide(rounds[c.label], rounds[default.label])))
 
+    default = default if default in options else options[0]
     winners = [c for c in options if c != default and wins(c)]
     return max(winners, key=gain) if winners else default
 
@@ -214,7 +218,8 @@ class LearnerChoice:
     stored: bool = False
     """Whether the measured choice was written to the cache (`cache`)."""
     measured_threads: int | None = None
-    """The torch threads it was measured on (one where other load made it measure again: `on_one_thread`)."""
+    """1 where other load made the candidates be ranked on one thread (`on_one_thread`; `rates` are then those); None
+    where they were measured on the run's own threads."""
 
     def resolve(self, cfg: Config) -> Config:
         """`cfg` with these settings in place of `auto` (a new config: workers, config.yaml and checkpoints carry
@@ -246,8 +251,9 @@ class LearnerChoice:
         where = (f"cached in {self.cache}" if self.stored else
                  "not cached: the next run measures again" if busy else f"not cached: {self.cache} is not writable")
         how = f" while other processes kept {self.busy_cores:.2f} cores busy" if busy else ""
-        if busy and self.measured_threads == 1 and not self.stored:
-            how += ", on one thread (such load stalls a step on several threads unevenly)"
+        if self.measured_threads == 1:
+            how += (", ranked on one thread (such load stalls a step on several threads unevenly; the run trains on "
+                    "its own)")
         measured = f"measured now{how}, compute limit SPS {ranked} ({rule}); {where}"
         said = {"measured": measured,
                 "cached": f"from the measurement cached in {self.cache} ({ranked}, {rule}; delete it to measure "
@@ -292,11 +298,12 @@ def choose(cfg: Config, spaces: EnvSpaces, seconds: float, *, measure: Measure =
         default = preferred(cfg, options)
         return LearnerChoice(default.precision, default.microbatch_size, source="unmeasured", **known)
     limit = measure_candidates(cfg, spaces, seconds, measure, options, small=False, beside_ranks=beside_ranks)
-    rates = {label: r["limit_sps"] for label, r in limit["candidates"].items()}
+    ranking = limit.get("ranking")
+    rates = ranking["rates"] if ranking else {label: r["limit_sps"] for label, r in limit["candidates"].items()}
     choice = LearnerChoice(limit["precision"], limit["microbatch_size"], source="measured", rates=rates,
                            cache=str(path), limit=limit, busy_cores=float(limit.get("other_load_cores") or 0.0),
-                           measured_threads=limit.get("threads"), **known)
-    if choice.busy_cores <= BUSY_CORES or beside_ranks:  # one made beside other work would stick for later runs
+                           measured_threads=1 if ranking else None, **known)
+    if not busy(limit) or beside_ranks:  # one made beside other work would stick for later runs
         choice.stored = store(path, key, {"precision": choice.precision, "microbatch_size": choice.microbatch_size,
                                           "rates": rates, "cpu": fingerprint.cpu_model(), "torch": torch.__version__,
                                           "threads": torch.get_num_threads()})
@@ -314,40 +321,20 @@ def measure_candidates(cfg: Config, spaces: EnvSpaces, seconds: float, measure: 
         options = candidates(cfg, cfg.training.precision != "auto" or bf16_is_native(learner_device(cfg)))
     if len(options) == 1:
         return measure(cfg, spaces, seconds, candidates=options)
+
     def measured(budget: float = seconds) -> dict[str, Any]:
         return measure(cfg, spaces, budget, candidates=options, rounds=ROUNDS, warmup_iters=1, min_iters=1)
 
-    limit = measured()
-    if busy(limit) and not beside_ranks and torch.get_num_threads() > 1 and learner_device(cfg).type == "cpu":
-        limit = on_one_thread(lambda: measured(BUSY_BUDGET * seconds))
+    limit = ranked = measured()
     if is_small(cfg, spaces) if small is None else small:
         return for_candidate(limit, preferred(cfg, options, small=True))
-    return for_candidate(limit, pick_measured(limit, options, preferred(cfg, options), beside_ranks))
-
-
-BUSY_BUDGET = 3
-"""A measurement on one thread beside other work (`on_one_thread`) takes this many times the run's budget: its
-fastest iterations, which decide there, need enough iterations to include some the load left alone."""
-
-
-def on_one_thread(measured: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """`measured()` again on one torch thread: what a measurement on several threads that other processes kept busy
-    is replaced by. A multi-threaded step stalls whenever one of its threads loses its core (its partners spin,
-    waiting), and settings with more steps per minibatch stall more, so that ranking is the load's: on our 2-core AMD
-    EPYC beside two spinning processes, two threads ranked fp32 on whole minibatches 2.6x chunks of 64 and bf16
-    0.3-0.4x, where quietly they are 0.96x and 1.4-1.7x. One thread is slowed alike whatever it runs, and ranked these
-    settings as two threads do on a quiet machine (bf16 on whole minibatches first, fp32 on whole minibatches last)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return measured()
-    finally:
-        torch.set_num_threads(threads)
-
-
-def busy(limit: dict[str, Any]) -> bool:
-    """Whether other processes kept the machine busy (over BUSY_CORES) while `limit` was measured."""
-    return float(limit.get("other_load_cores") or 0.0) > BUSY_CORES
+    if busy(limit) and not beside_ranks and torch.get_num_threads() > 1 and learner_device(cfg).type == "cpu":
+        ranked = on_one_thread(lambda: measured(BUSY_BUDGET * seconds))
+    result = for_candidate(limit, pick_measured(ranked, options, preferred(cfg, options), beside_ranks))
+    if ranked is not limit:  # the run's own threads' figures stay its compute limit; one thread only ranked them
+        result["ranking"] = {"threads": 1, "other_load_cores": ranked["other_load_cores"],
+                             "rates": {label: r["limit_sps"] for label, r in ranked["candidates"].items()}}
+    return result
 
 
 def pick_measured(limit: dict[str, Any], options: list[Candidate], default: Candidate,

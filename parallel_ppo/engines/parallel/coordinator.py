@@ -280,6 +280,7 @@ class ParallelCoordinator:
                     raise WorkerError(f"worker {i} failed: {message.summary}")
             for i in list(pending):
                 steps, cpu = int(self.progress[i]), cpu_seconds(self._workers[i].process.pid)
+                now = time.monotonic()  # a restart above may have taken seconds: read each slot at its own time
                 if self.abandon:  # never restarted now; one that stays stepless is stopped by force in `close`
                     if watchdog.read(i, steps, cpu, now)[1] > ABANDON_GRACE:
                         pending.discard(i)
