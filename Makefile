@@ -41,7 +41,7 @@ ENVS_PER_RANK    ?= 16
 DIST_ENVS        = $(if $(filter command line environment,$(origin ENVS_TOTAL)),--num-envs-total $(ENVS_TOTAL),--num-envs $(ENVS_PER_RANK))
 
 .PHONY: install smoke test test-fast lint docs train train-parallel train-distributed eval demo compare roofline bench-speed bench-envs \
-        bench bench-layouts autotune bench-learning bench-mujoco bench-atari bench-pixels bench-robot study \
+        bench bench-layouts autotune bench-learning bench-mujoco bench-atari bench-pixels bench-robot camera-recipe-speed study \
         tensorboard \
         clean distclean
 
@@ -206,6 +206,14 @@ bench-robot: install
 		--output-dir $(or $(OUT),benchmarks/robot)/state -- $(ARGS)
 	$(PY) scripts/mode_pairs.py --config config/robosuite_lift_camera.yaml --pairs $(PAIRS) --minutes $(PAIR_MINUTES) \
 		--output-dir $(or $(OUT),benchmarks/robot)/camera -- $(ARGS)
+
+## What the camera recipe's privileged critic and frame shift cost in speed: config/robosuite_lift_camera.yaml against
+## itself without them (the critic reading the actor's keys, no shift), PAIRS interleaved pairs of PAIR_MINUTES each
+## → benchmarks/camera_recipe_speed/pairs.{md,json}
+camera-recipe-speed: install
+	$(PY) scripts/setting_pairs.py --config config/robosuite_lift_camera.yaml --pairs $(PAIRS) \
+		--minutes $(PAIR_MINUTES) --output-dir $(or $(OUT),benchmarks/camera_recipe_speed) --b "recipe: $(ARGS)" \
+		--a "plain: --set training.augment_shift=0 --set model.critic_keys=[robot0_eye_in_hand_image,robot0_proprio-state] $(ARGS)"
 
 ## The many-core study: threads, workers, distributed ranks and (with CUDA) a GPU learner at 1, 2, 4, ... usable
 ## logical CPUs, STUDY_SECONDS per run, one at a time → docs/results/<cpu>[-avx512][-bf16]-<cores>c[-<gpu>]/study.{md,json,png}

@@ -45,7 +45,8 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
     (`logging.progress`: a bar on a terminal, else INFO lines on the `parallel_ppo.progress` logger, seen where
     logging is set up); False also turns the progress off unless `overrides` sets it.
 
-    Settings that cannot run raise ConfigError before anything starts, naming the config key (`section.key`); a
+    Settings that cannot run raise ConfigError before anything starts, naming the config key (`section.key`) (an
+    entry of `logging.episode_info` that the env gives as no number: when the first such episode ends); a
     run that stops on an error (a worker that keeps failing, say) raises RunFailed once its checkpoint and summary
     are written; Ctrl-C (SIGINT) or SIGTERM stops it at the next update and it
     returns, its `summary.stop_reason` saying so (KeyboardInterrupt when no update had finished, or on a second

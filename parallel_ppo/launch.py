@@ -35,7 +35,7 @@ from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs.directory import prepare_run_dir, resolve_run_dir
 from parallel_ppo.runs.report.formatting import fmt_flop
 from parallel_ppo.runs.tracking import start_tracking
-from parallel_ppo.runs.training import RunPlan, train_run
+from parallel_ppo.runs.training import RunPlan, eval_views, train_run
 from parallel_ppo.tuning.before_run import tune
 from parallel_ppo.tuning.learner_settings import LearnerChoice
 
@@ -76,8 +76,9 @@ class PreparedRun:
 
 
 def check_network_and_memory(cfg: Config, spaces: EnvSpaces) -> None:
-    """Build the network once (refusing networks and settings that do not fit the env), and refuse a rollout that
-    cannot fit in the memory available now, naming its sizes."""
+    """Build the network and the augmentation once (refusing settings that do not fit the env), and refuse a rollout
+    that cannot fit in the memory available now, naming its sizes."""
+    from parallel_ppo.core.augment import random_shift
     from parallel_ppo.core.buffer import RolloutBuffer
     from parallel_ppo.core.model import network
 
@@ -87,6 +88,7 @@ def check_network_and_memory(cfg: Config, spaces: EnvSpaces) -> None:
     except (RuntimeError, MemoryError) as e:  # widths whose weights cannot be allocated
         raise ConfigError(f"cannot build the network: {str(e).strip().splitlines()[-1][:200]}; use smaller widths "
                           "(model.hidden_size, model.mlp_hidden, model.impala_depths)") from None
+    random_shift(cfg, spaces)  # the augmentation's keys are the env's image keys
     per_step = RolloutBuffer.bytes_per_step(obs_shape, obs_dtype, actions) + 8  # + the advantages and returns
     need = cfg.rollout_size * per_step
     available = psutil.virtual_memory().available
@@ -193,6 +195,7 @@ def checked_spaces(cfg: Config, resume: dict | None, request: Request,
     rollout checked against them, and the checkpoint resumed checked against the config (a restart counted)."""
     spaces = env_spaces(cfg.env)
     check_network_and_memory(cfg, spaces)
+    eval_views(cfg, spaces)  # eval.video's views must be the env's
     if resume is not None:  # before any file is written: a checkpoint that does not fit changes nothing
         check_resume_config(cfg, resume, Path(request.resume or ""))
         check_checkpoint_fits(cfg, spaces, resume, Path(request.resume or "") / "checkpoint.pt")

@@ -35,6 +35,18 @@ def test_console_tables_fit_120_columns_and_the_files_keep_every_column(tmp_path
         assert column in markdown
 
 
+def test_the_console_table_keeps_the_success_rate_where_the_env_reports_one(tmp_path: Path) -> None:
+    """The success rate is the last column the console leaves out for width: here the test return goes instead."""
+    extra = {"normalized_return": 0.5, "test_return_mean": 31.5, "peak_pss_mb": 2100.0,
+             "final_metrics": {"success_rate": 0.5}}
+    specs = [(label, [write_run(tmp_path / label / f"seed_{s}", seed=s, **extra) for s in (1, 2)])
+             for label in ("a-rather-long-label-one", "another-long-label")]
+    tables = console_summary(compare(load_groups(specs)), []).split("\n  ")[0]
+    results = tables.split("\n\n")[0]
+    assert "success" in results and "50%" in results and "test return" in results.splitlines()[-1], results
+    assert max(map(len, tables.splitlines())) <= CONSOLE_WIDTH, tables
+
+
 def _warnings(tmp_path: Path, runs: dict[str, dict]) -> str:
     """The comparison's warnings over runs written with `write_run(**runs[label])`."""
     groups = load_groups([(label, [write_run(tmp_path / label, **kw)]) for label, kw in runs.items()])

@@ -13,9 +13,11 @@ import torch
 
 import parallel_ppo as ppo
 from parallel_ppo.core.config import Config, EnvConfig
-from parallel_ppo.core.model import DictVectors, MultiInputActorCritic, build_model, image_features, network
+from parallel_ppo.core.dict_networks import DictVectors, MultiInputActorCritic
+from parallel_ppo.core.model import build_model, network
+from parallel_ppo.core.networks import image_features
 from parallel_ppo.core.policy import Policy
-from parallel_ppo.envs.batch import env_spaces, make_batch_env
+from parallel_ppo.envs.batch import env_spaces, make_batch_env, reported_success
 from parallel_ppo.envs.observations import DictLayout
 from parallel_ppo.envs.spaces import ActionSpace
 from parallel_ppo.errors import ConfigError
@@ -220,27 +222,27 @@ def test_each_ended_episode_says_whether_it_succeeded_where_the_env_reports_it()
         env.reset()
         for _ in range(19):
             env.step(np.array([1, 2, 3]))
-            assert np.isnan(env.successes).all()  # no episode ended
+            assert [reported_success(env, i) for i in range(3)] == [[], [], []]  # no episode ended
         _, _, dones, _ = env.step(np.array([1, 2, 3]))  # the 20th step: the time limit
+        assert dones.all() and all(reported_success(env, i) in ([0.0], [1.0]) for i in range(3))
+        env._final_info = {"is_success": np.array([2.0, None, 0.0, 1.0], dtype=object),  # as gymnasium gathers them:
+                           "_is_success": np.array([1, 1, 1, 0], bool)}  # the values, and which envs had one
+        assert [reported_success(env, i) for i in range(3)] == [[1.0], [], [0.0]]  # None: not reported
     finally:
         env.close()
-    assert dones.all() and set(env.successes.tolist()) <= {0.0, 1.0}
-    from parallel_ppo.envs.gym_envs import episode_successes
-
-    said = {"is_success": np.array([1.0, None, 0.0, 1.0], dtype=object), "_is_success": np.array([1, 1, 1, 0], bool)}
-    assert np.array_equal(episode_successes(said, 4), [1.0, np.nan, 0.0, np.nan], equal_nan=True)
     cartpole = make_batch_env(EnvConfig(id="CartPole-v1"), 1, 0, 2, 1)
     try:
         cartpole.reset()
-        while not cartpole.step(np.array([0, 0]))[2].any():
+        while not (dones := cartpole.step(np.array([0, 0]))[2]).any():
             pass
+        assert [reported_success(cartpole, i) for i in np.flatnonzero(dones)] == [[]] * dones.sum()  # none reported
     finally:
         cartpole.close()
-    assert np.isnan(cartpole.successes).all()  # CartPole reports no success
 
 
 @pytest.mark.parametrize("sets, words", [
-    (["model.kind=mlp"], "cannot read this env's dict observation .*: use model.kind auto or impala or nature$"),
+    (["model.kind=mlp"], "cannot read this env's dict observation .*: use model.kind auto or impala or nature or "
+                         "spatial$"),
 ])
 def test_networks_that_cannot_read_a_dict_are_refused(sets, words):
     from parallel_ppo.core.configure import build_config

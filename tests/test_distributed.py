@@ -153,13 +153,17 @@ PENDULUM = ["--config", "config/mujoco.yaml", "--env", "Pendulum-v1", "--seed", 
 """Two updates of 16 Pendulum envs × 32 steps, one minibatch each: a Gaussian policy with observations and rewards
 normalized, the second rollout collected with the statistics the first published."""
 CAMERA = [*PENDULUM[:2], "--env", "toy_envs:CameraReach-v0", *PENDULUM[4:], "--set", "model.kind=auto",
-          "--set", "model.impala_depths=[4]", "--set", "model.hidden_size=16", "--set", "training.normalize_obs=true"]
-"""The same with a dict observation (camera image, vector and scalar keys) through the multi-input network."""
+          "--set", "model.impala_depths=[4]", "--set", "model.hidden_size=16", "--set", "training.normalize_obs=true",
+          "--set", "logging.episode_info=[distance_to_goal]", "--set", "model.actor_keys=[camera,state]"]
+"""The same with a dict observation (camera image, vector and scalar keys) through an asymmetric actor-critic (the
+critic reads `steps` too), and a final-info entry of the user's logged besides the env's success."""
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("args", [PENDULUM, CAMERA], ids=["pendulum", "dict-camera"])
 def test_two_ranks_with_continuous_actions_and_observation_statistics_take_the_steps_of_one_process(tmp_path, args):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     one, two = tmp_path / "one", tmp_path / "two"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
     code, _, err = finish(start([sys.executable, "train_timed.py", *args, "--num-envs", "16", "--output-dir",
@@ -177,6 +181,15 @@ def test_two_ranks_with_continuous_actions_and_observation_statistics_take_the_s
                                    torch.as_tensor(reference["obs_normalizer"][name]), rtol=1e-6, atol=1e-6)
     ranks = json.loads((two / "summary.json").read_text())["distributed"]["ranks"]
     assert len({r["checksum"] for r in ranks}) == 1
+    if args == CAMERA:  # every rank's episodes in the windows, written by rank 0 as one process writes them
+        finals = [json.loads((out / "summary.json").read_text())["final_metrics"] for out in (one, two)]
+        for column in ("success_rate", "episode_distance_to_goal"):
+            assert finals[1][column] == pytest.approx(finals[0][column], rel=1e-5)
+            assert float(rows(two)[-1][column]) == pytest.approx(finals[0][column], rel=1e-5)
+        events = EventAccumulator(str(two / "logs"))
+        events.Reload()
+        assert events.Scalars("episode/distance_to_goal")[-1].value == pytest.approx(
+            finals[0]["episode_distance_to_goal"], rel=1e-5)
 
 
 def load_initial(out: Path) -> dict[str, torch.Tensor]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import sys
@@ -78,7 +79,10 @@ def _one_update(tmp_path: Path, env_id: str, workers: int,
     ("CartPole-v1", (1, 2), ()), ("starpilot", (2,), ()),
     ("CartPole-v1", (2,), ("training.normalize_reward=true",)),  # GAE on rewards scaled by the running std
     ("Pendulum-v1", (1, 2), ()),  # a Gaussian policy, observation normalization
-    ("toy_envs:CameraReach-v0", (1, 2), ()),  # a dict observation: packed rows, the multi-input network
+    # a dict observation: packed rows, the multi-input network; and a final-info entry of the user's to log
+    ("toy_envs:CameraReach-v0", (1, 2), ("logging.episode_info=[distance_to_goal]",)),
+    # an asymmetric actor-critic (the critic reads `steps` too) and frames shifted in the update
+    ("toy_envs:CameraReach-v0", (2,), ("model.actor_keys=[camera,state]", "training.augment_shift=2")),
 ])
 def test_parallel_update_equals_sequential(tmp_path, monkeypatch, env_id, worker_counts, extra):
     """Same seed, same envs: 1 or 2 workers collect the sequential rollout and take the same update."""
@@ -86,7 +90,9 @@ def test_parallel_update_equals_sequential(tmp_path, monkeypatch, env_id, worker
     seq_buffer, seq_params = _one_update(tmp_path, env_id, 0, extra)
     if env_id == "CartPole-v1":
         assert seq_buffer["dones"].sum() > 0, "the rollout should cross at least one episode end"
-    if env_id == "toy_envs:CameraReach-v0":
+    if env_id == "toy_envs:CameraReach-v0" and extra[0].startswith("model.actor_keys"):
+        assert {"cnns.0.0.conv.weight", "actor_mlp.0.weight", "critic_mlp.0.weight"} <= seq_params.keys()
+    elif env_id == "toy_envs:CameraReach-v0":
         assert seq_buffer["obs"].dtype == torch.uint8 and seq_buffer["obs"].shape == (32, 4, 2 * 4 + 8 * 8 * 3)
         assert seq_params["obs_mean"].shape == (2,) and seq_params["obs_mean"].abs().sum() > 0
         assert {"cnns.0.0.conv.weight", "mlp.0.weight", "dense.weight"} <= seq_params.keys()
@@ -106,6 +112,21 @@ def test_parallel_update_equals_sequential(tmp_path, monkeypatch, env_id, worker
         assert params.keys() == seq_params.keys()
         for key in params:
             torch.testing.assert_close(params[key], seq_params[key], rtol=1e-4, atol=1e-5)
+    if env_id == "toy_envs:CameraReach-v0" and extra[0].startswith("logging"):  # success and distance_to_goal reach
+        # metrics.csv and the summary alike
+        _same_episode_statistics([tmp_path / f"{env_id}_w{workers}" for workers in (0, *worker_counts)])
+
+
+def _same_episode_statistics(runs: list[Path]) -> None:
+    """The runs' last rows and summaries hold the same success rate and mean distance_to_goal."""
+    figures = []
+    for out in runs:
+        with open(out / "metrics.csv", newline="") as f:
+            last = list(csv.DictReader(f))[-1]
+        final = json.loads((out / "summary.json").read_text())["final_metrics"]
+        figures.append([float(last[c]) for c in ("success_rate", "episode_distance_to_goal")])
+        assert [final["success_rate"], final["episode_distance_to_goal"]] == pytest.approx(figures[-1], rel=1e-5)
+    assert all(f == pytest.approx(figures[0], rel=1e-5) for f in figures), figures
 
 
 def _launch(tmp_path: Path, extra: list[str], env_extra: dict[str, str] | None = None):

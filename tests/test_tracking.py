@@ -67,7 +67,7 @@ def test_progress_lines_keep_their_interval_and_on_prints_them_without_a_logging
             lines.update(_row(update))
         lines.close()
     assert [r.getMessage() for r in caplog.records] == [
-        "update 1 | 256 steps | 512 SPS | return - | 0:00:00 elapsed, 0:59:59 left"]
+        "update 1 | 256 steps | 512 SPS | no episode finished yet | 0:00:00 elapsed, 0:59:59 left"]
     assert make_progress("off", "sequential", 3600, 0, 30) is None
     saved = LOGGER.level, LOGGER.propagate, list(LOGGER.handlers)
     shown = make_progress("on", "sequential", 3600, 1024, 0)  # stdout is captured: not a terminal

@@ -103,6 +103,8 @@ INCONSISTENT = {  # what a trial of bad checkpoints found: each crashed or hung 
                       "generator is not a random generator's state"),
     "non-numeric episode_returns": (_set(("episode_returns",), ["abc", 1.0]),
                                     "corrupt: episode_returns[0] is 'abc', not a number"),
+    "non-numeric episode_info": (_set(("episode_info",), {"is_success": [1.0, "abc"]}),
+                                 "corrupt: episode_info['is_success'][1] is 'abc', not a number"),
     "random bytes": (None, "is not a checkpoint: it is corrupt"),
 }
 

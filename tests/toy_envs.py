@@ -35,7 +35,8 @@ class Reach(gymnasium.Env):
 class CameraReach(Reach):
     """Reach seen as a robot arm task is: a camera image (8×8 RGB, brighter the farther the target is to the right)
     and the state (the offset to the target, and the step count as a scalar), in a `Dict`; four discrete actions;
-    `info["is_success"]` when the point is within 0.25 of the target, as gymnasium-robotics reports it."""
+    `info["is_success"]` when the point is within 0.25 of the target, as gymnasium-robotics reports it, and in the
+    final info (step 20) `distance_to_goal`, a user's own statistic."""
 
     observation_space = spaces.Dict({"camera": spaces.Box(0, 255, (8, 8, 3), np.uint8),
                                      "state": spaces.Box(-3.0, 3.0, (1,), np.float32),
@@ -57,7 +58,43 @@ class CameraReach(Reach):
         self.steps += 1
         self.position += (-0.2, -0.05, 0.05, 0.2)[int(action)]
         distance = abs(self.target - self.position)
-        return self._obs(), -distance, False, False, {"is_success": float(distance < 0.25)}
+        final = {"distance_to_goal": distance} if self.steps == 20 else {}
+        return self._obs(), -distance, False, False, {"is_success": float(distance < 0.25), **final}
+
+
+class GoalReach(Reach):
+    """Reach whose final info (step 20, where its time limit ends the episode) holds a user's own statistics:
+    `distance_to_goal`, how far from the target the point ended, only where the target was right of 0, and `label`,
+    a word (`near` or `far`: no number to log)."""
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        self.steps = 0
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+        obs, reward, terminated, truncated, _ = super().step(action)
+        self.steps += 1
+        info = {}
+        if self.steps == 20:
+            info = {"label": "near" if reward > -0.25 else "far"} | ({"distance_to_goal": -reward} if self.target > 0
+                                                                      else {})
+        return obs, reward, terminated, truncated, info
+
+
+class RenderedCameraReach(CameraReach):
+    """CameraReach with a third-person render (`render_mode="rgb_array"`): a 48×64 frame, blue, its width's
+    first columns white up to the point's position, for the videos of `demo` and evaluation."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 15}
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        self.render_mode = render_mode
+
+    def render(self) -> np.ndarray:
+        frame = np.zeros((48, 64, 3), dtype=np.uint8)
+        frame[..., 2] = 200
+        frame[:, :int(np.clip(32 + 10 * self.position, 0, 64))] = 255
+        return frame
 
 
 class NestedDictObs(Reach):
@@ -139,6 +176,8 @@ class WrongShapeReach(Reach):
 gymnasium.register("Reach-v0", entry_point=Reach, max_episode_steps=20)
 gymnasium.register("SlowReach-v0", entry_point=SlowReach, max_episode_steps=20)
 gymnasium.register("CameraReach-v0", entry_point=CameraReach, max_episode_steps=20)
+gymnasium.register("GoalReach-v0", entry_point=GoalReach, max_episode_steps=20)
+gymnasium.register("RenderedCameraReach-v0", entry_point=RenderedCameraReach, max_episode_steps=20)
 gymnasium.register("NestedDictObs-v0", entry_point=NestedDictObs, max_episode_steps=20)
 gymnasium.register("MultiDiscreteActions-v0", entry_point=MultiDiscreteActions, max_episode_steps=20)
 gymnasium.register("FloatImages-v0", entry_point=FloatImages, max_episode_steps=20)

@@ -1,5 +1,6 @@
 """`python -m parallel_ppo eval` (a checkpoint's return on training or test levels, eval.json, an optional
-video) and `python -m parallel_ppo demo` (a video of the agent playing)."""
+video) and `python -m parallel_ppo demo` (a video of the agent playing: the env's render, what the policy sees, or
+both side by side, `--views`)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,11 @@ import math
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from parallel_ppo.cli.common import OneLineParser, duration_in, fail, positive_int, seed_number
 from parallel_ppo.core.config import Config
-from parallel_ppo.errors import ParallelPPOError
-
-if TYPE_CHECKING:
-    from parallel_ppo.core.evaluate import FrameSink
+from parallel_ppo.errors import ConfigError, ParallelPPOError
 
 DEFAULT_FPS = 15
 MAX_DEMO_SECONDS = 3600.0
@@ -33,6 +31,21 @@ def _common(p: OneLineParser) -> None:
     p.add_argument("--seed", type=seed_number, default=0, metavar="N", help="seed of the eval envs and actions (0)")
 
 
+def view_names(text: str) -> list[str]:
+    """argparse type: the views of a video, comma-separated."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"name one view or more (env, agent, an image key), got {text!r}")
+    return names
+
+
+def _views(p: OneLineParser, video: str) -> None:
+    p.add_argument("--views", type=view_names, metavar="LIST", help=f"what {video} shows of env 0, side by side, left "
+                   "to right, comma-separated: env (its own render, the default), agent (every image the policy "
+                   "observes, as it receives it: resized and stacked, the newest frame of a stack; upscaled to the "
+                   "render's height), or one image key of a dict observation (robot0_eye_in_hand_image)")
+
+
 def eval_parser(prog: str) -> OneLineParser:
     p = OneLineParser(prog=prog, description="Play a trained policy for complete episodes on its training or test "
                       "levels; print the returns and record them in RUN_DIR/eval.json.")
@@ -40,6 +53,7 @@ def eval_parser(prog: str) -> OneLineParser:
     p.add_argument("--episodes", type=positive_int, default=20, metavar="N", help="complete episodes (20)")
     p.add_argument("--num-envs", type=positive_int, default=8, metavar="N", help="envs played at once (8)")
     p.add_argument("--video", metavar="FILE.mp4|FILE.gif", help="also write env 0's episodes as a video")
+    _views(p, "--video")
     return p
 
 
@@ -68,6 +82,7 @@ def demo_parser(prog: str) -> OneLineParser:
     p.add_argument("--output", metavar="FILE.mp4|FILE.gif", help="default RUN_DIR/demo.mp4")
     p.add_argument("--fps", type=demo_fps, default=DEFAULT_FPS, metavar="N", help=f"frames/s ({DEFAULT_FPS}; at most "
                    f"{MAX_FPS})")
+    _views(p, "the video")
     return p
 
 
@@ -89,27 +104,24 @@ def record_eval(run_dir: Path, key: str, entry: dict[str, Any]) -> Path:
     return path
 
 
-def captioned(frames: list) -> FrameSink:
-    """A frame sink that keeps each frame with its episode return so far drawn on it."""
-    from parallel_ppo.runs.video import stamp
-
-    return lambda frame, ret: frames.append(stamp(frame, f"R {ret:g}"))
-
-
 def eval_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo eval") -> int:
     from parallel_ppo.core.evaluate import play_episodes
     from parallel_ppo.core.policy import Policy
-    from parallel_ppo.runs.video import check_video_path, write_video
+    from parallel_ppo.envs.views import ENV_VIEW, Views
+    from parallel_ppo.runs.video import captioned, check_video_path, write_video
 
     args = eval_parser(prog).parse_args(argv)
     frames: list = []
     try:
+        if args.views and not args.video:
+            raise ConfigError("--views chooses what the video shows; add --video FILE.mp4")
         if args.video:
             check_video_path(Path(args.video))
         policy = Policy.load(args.checkpoint)
         cfg, model, run_dir, checkpoint = policy.cfg, policy.model, policy.run_dir, policy.state
+        views = Views.chosen(args.views or [ENV_VIEW], policy.spaces, cfg.env, "--views", cfg.model.actor_keys)
         result = play_episodes(model, cfg, args.levels, args.episodes, args.num_envs, args.deterministic, args.seed,
-                               frames=captioned(frames) if args.video else None)
+                               frames=captioned(frames) if args.video else None, views=views)
         if args.video:
             write_video(Path(args.video), frames, DEFAULT_FPS)
     except ParallelPPOError as e:
@@ -152,7 +164,8 @@ def format_eval(cfg: Config, e: dict[str, Any]) -> str:
 def demo_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo demo") -> int:
     from parallel_ppo.core.evaluate import play_episodes
     from parallel_ppo.core.policy import Policy
-    from parallel_ppo.runs.video import check_video_path, write_video
+    from parallel_ppo.envs.views import ENV_VIEW, Views
+    from parallel_ppo.runs.video import captioned, check_video_path, write_video
 
     args = demo_parser(prog).parse_args(argv)
     frames: list = []
@@ -162,13 +175,14 @@ def demo_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
         cfg, model, run_dir, checkpoint = policy.cfg, policy.model, policy.run_dir, policy.state
         output = Path(args.output) if args.output else run_dir / "demo.mp4"
         check_video_path(output)
+        views = Views.chosen(args.views or [ENV_VIEW], policy.spaces, cfg.env, "--views", cfg.model.actor_keys)
         result = play_episodes(model, cfg, args.levels, 10**6, 1, args.deterministic, args.seed,
-                               frames=captioned(frames), until=lambda: len(frames) >= wanted)
+                               frames=captioned(frames), until=lambda: len(frames) >= wanted, views=views)
         write_video(output, frames, args.fps)
     except ParallelPPOError as e:
         return fail(prog, e, 2)
     done = ", ".join(f"{r:g}" for r in result.returns) or "none finished"
-    print(f"wrote {output}: {len(frames)} frames at {args.fps} fps of {cfg.env.id} ({result.levels} levels); "
-          f"returns of the episodes it shows: {done}")
+    print(f"wrote {output}: {len(frames)} frames at {args.fps} fps of {cfg.env.id} ({result.levels} levels; "
+          f"{' | '.join(views.names)}); returns of the episodes it shows: {done}")
     publish(prog, cfg, run_dir, "videos/demo", frames, args.fps, checkpoint["env_steps"], str(output))
     return 0

@@ -14,7 +14,7 @@ from parallel_ppo.cli.common import OneLineParser, duration_in, fail, setting_it
 from parallel_ppo.cli.flags import FLAGS
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config
-from parallel_ppo.errors import ConfigError, ParallelPPOError, TrackingError
+from parallel_ppo.errors import ConfigError, ParallelPPOError
 from parallel_ppo.runs.directory import default_run_dir, resolve_run_dir
 from parallel_ppo.runs.progress import progress_to_stdout
 from parallel_ppo.runs.reading import seed_dir
@@ -205,5 +205,5 @@ def run_one(request: Request, prog: str) -> int:
         return 128 + signal.SIGINT
     try:
         return execute(prepared, prog)[1]
-    except TrackingError as e:  # W&B tracking that could not start (the run directory is left as it was)
-        return fail(prog, e, 2, flags=True)
+    except ParallelPPOError as e:  # W&B that could not start (nothing written), an info entry to log that is no number
+        return 2 if quiet else fail(prog, e, 2, flags=True)

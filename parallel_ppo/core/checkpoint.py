@@ -123,10 +123,14 @@ def _counts_differ(state: Mapping[str, Any]) -> str | None:
         return f"world_size is {_shown(state['world_size'])}, not a whole number ≥ 1"
     if not (_is_number(state["elapsed"]) and state["elapsed"] >= 0):
         return f"elapsed is {_shown(state['elapsed'])}, not a number of seconds ≥ 0"
-    for key, fits, what in (("episode_returns", _is_real, "a number"),
-                            ("episode_lengths", _is_count, "a whole number ≥ 0"),
-                            ("episode_successes", _is_real, "a number")):
-        values = state.get(key, [])  # episode_successes: absent from checkpoints that predate it
+    windows = state.get("episode_info", {})  # absent from older checkpoints (their success window: episode_successes)
+    if not isinstance(windows, Mapping) or not all(isinstance(key, str) for key in windows):
+        return f"episode_info is {_shown(windows)}, not a dict of final-info entries"
+    for key, values, fits, what in (
+            ("episode_returns", state.get("episode_returns", []), _is_real, "a number"),
+            ("episode_lengths", state.get("episode_lengths", []), _is_count, "a whole number ≥ 0"),
+            ("episode_successes", state.get("episode_successes", []), _is_real, "a number"),
+            *((f"episode_info[{name!r}]", window, _is_real, "a number") for name, window in windows.items())):
         if not isinstance(values, (list, tuple)):
             return f"{key} is {_shown(values)}, not a list"
         if (bad := next((i for i, v in enumerate(values) if not fits(v)), None)) is not None:

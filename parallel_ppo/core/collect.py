@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,16 +14,17 @@ from torch import nn
 from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.distributions import sample
+from parallel_ppo.core.episodes import info_keys
 from parallel_ppo.core.model import autocast, module_device
 from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.envs.batch import (
     BatchEnv,
     env_seed,
+    episode_info,
     episodes_ended,
     make_batch_env,
     render_seconds,
-    reported_success,
 )
 
 StopCheck = Callable[[], bool]
@@ -56,19 +57,40 @@ class CollectResult:
     fresh_envs: list[int] = field(default_factory=list)
     """Envs (columns of the buffer) that began a new episode at this rollout's first step although the last one
     had not ended: a restarted worker's. Their running reward statistics start again."""
-    episode_successes: list[float] = field(default_factory=list)
-    """1.0 or 0.0 for each finished episode whose env reported success (`BatchEnv.successes`)."""
     time_render: float = 0.0
     """Of the envs' step time, the seconds they spent drawing observed frames (not in `time_env`)."""
+    episode_info: dict[str, list[float]] = field(default_factory=dict)
+    """Per final-info entry collected (`core.episodes`), its value in each finished episode whose info had it."""
+    not_numbers: dict[str, str] = field(default_factory=dict)
+    """Entries that a finished episode's info gave as something else than a number, as they looked (refused)."""
+    reward_sum: float = 0.0
+    """The raw rewards of every env step of the rollout, summed."""
+
+    @classmethod
+    def merged(cls, parts: Sequence[CollectResult], time_env: float, time_inference: float, time_render: float,
+               fresh_envs: list[int]) -> CollectResult:
+        """One result of several sources' (workers', ranks'): their episodes in order, their info entries by name
+        and their rewards, with the timings and fresh envs given."""
+        out = cls([], [], time_env, time_inference, fresh_envs, time_render)
+        for part in parts:
+            out.episode_returns += part.episode_returns
+            out.episode_lengths += part.episode_lengths
+            for key, values in part.episode_info.items():
+                out.episode_info.setdefault(key, []).extend(values)
+            out.not_numbers = {**part.not_numbers, **out.not_numbers}
+            out.reward_sum += part.reward_sum
+        return out
 
 
 class EnvRunner:
     """A BatchEnv with its current observations, per-env action generators and running episode totals."""
 
     def __init__(self, env: BatchEnv, seed: int, first_env: int, precision: str = "fp32",
-                 stream: tuple[int, ...] = (0, 0), gamma: float = 0.0) -> None:
-        """`gamma` discounts the value bootstrapped where a time limit cut an episode (0: no bootstrap)."""
+                 stream: tuple[int, ...] = (0, 0), gamma: float = 0.0, info_keys: Sequence[str] = ()) -> None:
+        """`gamma` discounts the value bootstrapped where a time limit cut an episode (0: no bootstrap); `info_keys`:
+        the final-info entries read from each ended episode (`core.episodes.info_keys`)."""
         self.env = env
+        self.info_keys = tuple(info_keys)
         self.precision = precision
         self.gamma = gamma
         self.rngs = [np.random.default_rng(env_seed(seed, first_env + i, stream) ^ 0x5EED)
@@ -78,13 +100,16 @@ class EnvRunner:
         self.ep_length = np.zeros(env.num_envs, dtype=np.int64)
         self.rollouts = 0
 
+    @classmethod
+    def for_run(cls, env: BatchEnv, cfg: Config, first_env: int, stream: tuple[int, ...]) -> EnvRunner:
+        """The runner of a run's envs (`cfg`: its seed, precision, discount and final-info entries to read)."""
+        return cls(env, cfg.run.seed, first_env, cfg.training.precision, stream, cfg.training.gamma, info_keys(cfg))
+
     def collect(self, model: nn.Module, buf: RolloutBuffer, progress: torch.Tensor | None = None,
                 stopping: StopCheck = never) -> CollectResult:
         """Fill `buf` (n_steps × this runner's envs) with one rollout of `model`; `progress` counts steps done.
         When `stopping()` turns true, the rollout ends where it is, its buffer half-written."""
-        returns: list[float] = []
-        lengths: list[int] = []
-        successes: list[float] = []
+        result = CollectResult([], [], 0.0, 0.0)
         t_env = t_inf = 0.0
         drawn = render_seconds(self.env)
         device = module_device(model)
@@ -94,7 +119,7 @@ class EnvRunner:
                 if t == buf.n_steps // 2:
                     pause_point("rollout", self.rollouts)
                 if stopping():
-                    return self._result(returns, lengths, successes, t_env, t_inf, drawn)
+                    return self._result(result, t_env, t_inf, drawn)
                 start = time.perf_counter()
                 obs_t = buf.obs[t]
                 obs_t.copy_(torch.from_numpy(self.obs))
@@ -107,7 +132,7 @@ class EnvRunner:
                 buf.values[t] = values.float()
                 mid = time.perf_counter()
                 self.obs, rewards, dones, cut = self.env.step(actions.numpy())
-                self._count_episodes(rewards, dones, returns, lengths, successes)
+                self._count_episodes(rewards, dones, result)
                 end = time.perf_counter()
                 buf.rewards[t] = torch.from_numpy(rewards)
                 if cut and self.gamma:
@@ -124,25 +149,28 @@ class EnvRunner:
                 _, last_values = model(torch.from_numpy(self.obs).to(device))
             buf.last_values.copy_(last_values.float())
             t_inf += time.perf_counter() - start
-        return self._result(returns, lengths, successes, t_env, t_inf, drawn)
+        return self._result(result, t_env, t_inf, drawn)
 
-    def _result(self, returns: list[float], lengths: list[int], successes: list[float], t_env: float, t_inf: float,
-                drawn: float) -> CollectResult:
-        """The rollout's result, the frames drawn since `drawn` (the envs' render_seconds) moved from env to render."""
-        render = render_seconds(self.env) - drawn
-        return CollectResult(returns, lengths, t_env - render, t_inf, time_render=render,
-                             episode_successes=successes)
+    def _result(self, result: CollectResult, t_env: float, t_inf: float, drawn: float) -> CollectResult:
+        """The rollout's result with its timings, the frames drawn since `drawn` (the envs' render_seconds) moved from
+        env to render."""
+        result.time_render = render_seconds(self.env) - drawn
+        result.time_env, result.time_inference = t_env - result.time_render, t_inf
+        return result
 
-    def _count_episodes(self, rewards: np.ndarray, dones: np.ndarray, returns: list[float], lengths: list[int],
-                        successes: list[float]) -> None:
-        """Add a step to each env's episode (raw rewards); append the return and length of those that ended (whole
-        games with episodic life), and their success where the env reports one."""
+    def _count_episodes(self, rewards: np.ndarray, dones: np.ndarray, result: CollectResult) -> None:
+        """Add a step to each env's episode (raw rewards) and to the rollout's reward sum; add to `result` the return
+        and length of the episodes that ended (whole games with episodic life) and their final info's entries."""
         self.ep_return += rewards
         self.ep_length += 1
+        result.reward_sum += float(rewards.sum(dtype=np.float64))
         for i in np.flatnonzero(episodes_ended(self.env, dones)):
-            returns.append(float(self.ep_return[i]))
-            lengths.append(int(self.ep_length[i]))
-            successes += reported_success(self.env, i)
+            result.episode_returns.append(float(self.ep_return[i]))
+            result.episode_lengths.append(int(self.ep_length[i]))
+            numbers, not_numbers = episode_info(self.env, i, self.info_keys)
+            for key, value in numbers.items():
+                result.episode_info.setdefault(key, []).append(value)
+            result.not_numbers.update(not_numbers)
             self.ep_return[i] = 0.0
             self.ep_length[i] = 0
 
@@ -178,7 +206,7 @@ class SequentialCollector:
         self.spaces = env.spaces
         self.env_id = cfg.env.id
         try:
-            self.runner = EnvRunner(env, cfg.run.seed, env_offset, cfg.training.precision, stream, cfg.training.gamma)
+            self.runner = EnvRunner.for_run(env, cfg, env_offset, stream)
         except Exception as e:  # the user's env failed in reset(), as a parallel worker that fails to start
             with contextlib.suppress(Exception):
                 env.close()

@@ -37,15 +37,18 @@ class ParallelConfig:
 
 @dataclass
 class ModelConfig:
-    kind: str = setting("auto", choices=("auto", "impala", "nature", "mlp", "random"), resume=True)
+    kind: str = setting("auto", choices=("auto", "impala", "nature", "spatial", "mlp", "random"), resume=True)
     """Network: `impala` (image observations), `nature` (the Nature DQN CNN, as the Atari references use), `mlp`
     (vector observations), `auto` to pick by shape (impala for images), or `random` (uniform actions, no network:
     for measuring raw env throughput). A dict observation's image keys are read by the IMPALA CNN (`auto`,
     `impala`) or the Nature CNN (`nature`, as Stable-Baselines3's MultiInputPolicy does). Every network has a
     categorical head for discrete actions and a diagonal Gaussian with a state-independent log-std for continuous
-    ones."""
+    ones. `spatial` reads a dict's image keys with a small CNN ending in a spatial softmax (keypoints: where things
+    are in the frame, for manipulation)."""
     impala_depths: list[int] = setting([16, 32, 32], widths=True, resume=True)
     """Channels of the IMPALA CNN's three stages."""
+    keypoints: int = setting(32, positive=True, maximum=1024, resume=True)
+    """Keypoints of `kind: spatial`'s spatial softmax (each an x and a y)."""
     hidden_size: int = setting(256, positive=True, maximum=65536, resume=True)
     """Width of the IMPALA or Nature CNN's dense layer."""
     init: str = setting("reference", choices=("reference", "orthogonal"), resume=True)
@@ -57,6 +60,16 @@ class ModelConfig:
     value estimates are large, which value clipping then undoes only `clip_coef` per update)."""
     mlp_hidden: list[int] = setting([64, 64], widths=True, resume=True)
     """Hidden layer widths of the MLP (separate actor and critic towers)."""
+    actor_keys: list[str] = setting([], names=True, resume=True)
+    """Keys of a dict observation the policy reads (empty: every key), e.g. what a real robot has: its wrist camera
+    and proprioception. `predict`, `eval`, `demo` and an exported file need only these."""
+    critic_keys: list[str] = setting([], names=True, resume=True)
+    """Keys of a dict observation the value function reads (empty: every key): the actor's and privileged ones that
+    only a simulator has, such as robosuite's `object-state` (an asymmetric actor-critic, Pinto et al. 2017). The
+    privileged keys are collected and normalized as any other, but never reach the policy."""
+    share_encoder: bool = setting(True, resume=True)
+    """Actor and critic read each image key through one CNN, trained by both losses; false gives each its own CNNs
+    (twice the image work). Where both read the same keys and share, the network is the single multi-input one."""
 
 
 @dataclass
@@ -107,6 +120,13 @@ class TrainingConfig:
     """Value loss coefficient."""
     max_grad_norm: float = setting(0.5, positive=True)
     """Global gradient norm clip."""
+    augment_shift: int = setting(0, non_negative=True, maximum=64)
+    """Random shift of image observations in the update (DrQ, RAD): each frame of a minibatch moved by up to this
+    many pixels in each direction, the edge pixels repeated (pad and random crop), drawn from the update's seeded
+    generator; 0 is off. Frames are shifted only where the loss reads them: collection, the normalizer and the
+    policy's actions see them as the env gave them."""
+    augment_keys: list[str] = setting([], names=True)
+    """The image keys of a dict observation that `augment_shift` moves (empty: every image key)."""
     norm_adv: bool = True
     """Normalize advantages per minibatch."""
     target_kl: float = setting(0.0, non_negative=True)
@@ -160,6 +180,15 @@ class EvalConfig:
     `auto`: test where the run has levels to hold out, else train."""
     deterministic: bool = False
     """Take the most likely action instead of sampling."""
+    video: list[str] = setting([], names=True)
+    """Views of env 0 that each evaluation records as a video in TensorBoard (tag `videos/eval`, an animated GIF
+    under Images), side by side, left to right, as `demo --views` shows them: `env` (the env's own render, a
+    third-person camera), `agent` (every image the policy observes, as it receives it: resized and stacked, the
+    newest frame of a stack, never augmented; each image key of a dict observation, such as robosuite's wrist
+    camera) or one image key by name. Empty, the default: no video, and no rendering for it."""
+    video_frames: int = setting(300, positive=True, maximum=100_000)
+    """Most frames of an evaluation's video (its first ones, shown at 15 frames/s); drawing and encoding them counts
+    in the `eval` phase."""
 
 
 @dataclass
@@ -189,6 +218,12 @@ class LoggingConfig:
     """Seconds between two progress lines when stdout is not a terminal (the first update is always logged)."""
     return_window: int = setting(100, positive=True)
     """Episodes in the rolling mean of returns and lengths."""
+    episode_info: list[str] = setting([], names=True)
+    """Numeric entries of an episode's final info (the info of the step that ended it) to log, e.g.
+    `[distance_to_goal]`: each one's mean over the last `return_window` episodes whose info had it is the metric
+    `episode/<key>` (metrics.csv `episode_<key>`, TensorBoard, summary.json's `final_metrics`, compare_results'
+    table across seeds). An entry that is not a number stops the run. `is_success` is always logged, where an env
+    reports it, as `charts/success_rate`."""
 
 
 @dataclass

@@ -13,6 +13,7 @@ import yaml
 
 from parallel_ppo.core.config import Config, Rules, config_fields, rules_of
 from parallel_ppo.core.config_yaml import load_yaml, parse_yaml
+from parallel_ppo.core.episodes import check_names
 from parallel_ppo.core.units import to_unit
 from parallel_ppo.envs.batch import eval_levels
 from parallel_ppo.envs.families import check_family
@@ -168,10 +169,14 @@ def validate(cfg: Config, world_size: int = 1) -> None:
         raise ConfigError(f"training.anneal_steps ({cfg.training.anneal_steps:,}) is below run.total_steps "
                           f"({cfg.run.total_steps:,}): the steps past it would train at a learning rate of 0")
     check_family(cfg.env)
+    check_names(cfg.logging.episode_info)
     if cfg.tracking.wandb:
         check_wandb()
     if cfg.eval.interval_seconds > 0:
         eval_levels(cfg.env, cfg.eval.levels)
+        if cfg.eval.video and not cfg.logging.tensorboard:
+            raise ConfigError("eval.video records each evaluation's video in TensorBoard; set logging.tensorboard "
+                              "true, or eval.video empty")
     _check_rollout(cfg, world_size if cfg.distributed.num_envs_total else 1)
 
 

@@ -1,6 +1,7 @@
 """Evaluation: a policy played on its training levels or on held-out test levels, counting complete episodes
-only, with Procgen's normalized score and, on request, video frames. Used by `eval`, `demo` and the trainer's
-periodic evaluation; it always builds envs of its own, never touching the training envs.
+only, with Procgen's normalized score and, on request, video frames (the env's render, what the policy sees, or
+both side by side: `envs.views`). Used by `eval`, `demo` and the trainer's periodic evaluation; it always builds
+envs of its own, never touching the training envs.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from parallel_ppo.envs.batch import (
     resolve_levels,
 )
 from parallel_ppo.envs.procgen_envs import normalized_return
+from parallel_ppo.envs.spaces import EnvSpaces
+from parallel_ppo.envs.views import Views
 
 EVAL_STREAM = 0xE7A1
 """Seeds eval envs apart from the training envs (which use the streams (resumes, restarts))."""
@@ -71,24 +74,33 @@ class EvalResult:
         }
 
 
-FrameSink = Callable[[np.ndarray, float], None]
-"""Receives env 0's rendered frame after each of its counted steps, with its episode return so far."""
+FrameSink = Callable[[np.ndarray, float], bool | None]
+"""Receives env 0's frame after each of its counted steps, with its episode return so far; returns True once it
+wants no more (an evaluation's video of at most N frames), so no more are drawn."""
+
+
+def eval_views(cfg: Config, spaces: EnvSpaces) -> Views | None:
+    """What the video of each evaluation during training shows (`eval.video`; None: no video, or no evaluation), for
+    an env of `spaces`; ConfigError naming the setting for a view the env has not."""
+    if not cfg.eval.video or cfg.eval.interval_seconds <= 0:
+        return None
+    return Views.chosen(cfg.eval.video, spaces, cfg.env, "eval.video", cfg.model.actor_keys)
 
 
 def play_episodes(model: nn.Module, cfg: Config, levels: str, episodes: int, num_envs: int, deterministic: bool,
                   seed: int, stream: int = 0, frames: FrameSink | None = None, threads: int = 1,
-                  until: Callable[[], bool] | None = None) -> EvalResult:
+                  until: Callable[[], bool] | None = None, views: Views | None = None) -> EvalResult:
     """Play `episodes` complete episodes on fresh envs and return them.
 
     Each of the `num_envs` envs plays its fixed share of the episodes and no more, so short episodes are not
-    over-counted (stopping all envs at the first N finished episodes would favour them); episodes in progress
-    when the last share is done are not counted. `until` may end it early (a demo of S seconds).
-    """
+    over-counted (stopping all envs at the first N finished episodes would favour them); episodes in progress when
+    the last share is done are not counted. `until` may end it early (a demo of S seconds). `frames` receives env
+    0's `views` side by side (None: its render) after each of its counted steps, until it returns True."""
     levels = resolve_levels(cfg.env, levels)
     env_cfg = eval_levels(cfg.env, levels)
     num_envs = max(1, min(num_envs, episodes))
     shares = np.array([episodes // num_envs + (i < episodes % num_envs) for i in range(num_envs)])
-    env = make_batch_env(env_cfg, seed, 0, num_envs, threads, (EVAL_STREAM, stream), render=frames is not None)
+    env = make_batch_env(env_cfg, seed, 0, num_envs, threads, (EVAL_STREAM, stream), render=_renders(frames, views))
     rng = np.random.default_rng([seed, EVAL_STREAM, stream])
     start = time.perf_counter()
     returns: list[float] = []
@@ -97,7 +109,7 @@ def play_episodes(model: nn.Module, cfg: Config, levels: str, episodes: int, num
     starts = list(getattr(env, "level_seeds", lambda: [])())
     level_seeds: list[int] = []
     ret, length, done_count = np.zeros(num_envs), np.zeros(num_envs, dtype=np.int64), np.zeros(num_envs, dtype=int)
-    obs = env.reset()
+    obs, recording = env.reset(), frames is not None
     try:
         while (done_count < shares).any() and not (until and until()):
             actions = act(model, env.actions, obs, cfg.training.precision, deterministic,
@@ -105,8 +117,8 @@ def play_episodes(model: nn.Module, cfg: Config, levels: str, episodes: int, num
             obs, rewards, dones, _ = env.step(actions.numpy())
             ret += rewards
             length += 1
-            if frames is not None and done_count[0] < shares[0]:
-                frames(env.frame(0), float(ret[0]))
+            if recording and done_count[0] < shares[0]:
+                recording = not frames(env.frame(0) if views is None else views.frame(env, obs[0]), float(ret[0]))
             ended = episodes_ended(env, dones)
             if ended.any():
                 now = list(getattr(env, "level_seeds", lambda: [])())
@@ -125,3 +137,8 @@ def play_episodes(model: nn.Module, cfg: Config, levels: str, episodes: int, num
         env.close()
     return EvalResult(returns, lengths, levels, env_cfg, deterministic, time.perf_counter() - start, level_seeds,
                       successes)
+
+
+def _renders(frames: FrameSink | None, views: Views | None) -> bool:
+    """Whether the eval envs must draw their render: for frames of the env's own view."""
+    return frames is not None and (views is None or views.renders)

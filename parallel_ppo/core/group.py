@@ -88,14 +88,13 @@ class AgreedRollout:
 
 def agree_rollout(group: Group, result: CollectResult, error: str | None, signum: int | None,
                   started: float, num_envs: int) -> AgreedRollout:
-    """One exchange after every rollout: episodes, errors, signals, fresh envs (numbered over all ranks' envs, each
-    rank having `num_envs`) and rank 0's clock."""
-    reports = group.gather((error, signum, started, result.episode_returns, result.episode_lengths, result.fresh_envs,
-                            result.episode_successes))
-    errors = [e if group.world_size == 1 else f"rank {rank}: {e}" for rank, (e, *_) in enumerate(reports) if e]
-    merged = CollectResult([r for report in reports for r in report[3]], [n for report in reports for n in report[4]],
-                           result.time_env, result.time_inference,
-                           [rank * num_envs + env for rank, report in enumerate(reports) for env in report[5]],
-                           [s for report in reports for s in report[6]], time_render=result.time_render)
-    signum = max((r[1] for r in reports if r[1]), default=None)
-    return AgreedRollout(merged, "; ".join(errors) or None, signum, reports[0][2])
+    """One exchange after every rollout: episodes (returns, lengths, final-info entries by name), rewards, errors,
+    signals, fresh envs (numbered over all ranks' envs, each rank having `num_envs`) and rank 0's clock."""
+    reports = group.gather({"error": error, "signum": signum, "started": started, "result": result})
+    errors = [e if group.world_size == 1 else f"rank {rank}: {e}"
+              for rank, r in enumerate(reports) if (e := r["error"])]
+    fresh = [rank * num_envs + env for rank, r in enumerate(reports) for env in r["result"].fresh_envs]
+    merged = CollectResult.merged([r["result"] for r in reports], result.time_env, result.time_inference,
+                                  result.time_render, fresh)
+    signum = max((r["signum"] for r in reports if r["signum"]), default=None)
+    return AgreedRollout(merged, "; ".join(errors) or None, signum, reports[0]["started"])

@@ -15,10 +15,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from parallel_ppo.core.augment import random_shift
 from parallel_ppo.core.buffer import RolloutBuffer, compute_gae
 from parallel_ppo.core.checkpoint import check_checkpoint, check_counts, check_layout, next_resume_count
 from parallel_ppo.core.collect import CollectResult, RolloutError, StopCheck
 from parallel_ppo.core.config import Config
+from parallel_ppo.core.episodes import EpisodeWindows, info_keys, refuse_not_numbers
 from parallel_ppo.core.group import ALONE, AgreedRollout, Group, agree_rollout
 from parallel_ppo.core.metrics import metric
 from parallel_ppo.core.model import learner_device, module_device
@@ -27,6 +29,7 @@ from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.ppo import TrainBatch, build_learner, ppo_update
 from parallel_ppo.core.reward_scale import RewardScaler
 from parallel_ppo.core.timing import PHASE_METRICS, PHASES, PhaseTimer
+from parallel_ppo.envs.batch import SUCCESS
 from parallel_ppo.envs.spaces import EnvSpaces
 
 UPDATE = metric("progress/update", "updates finished", tensorboard=False)
@@ -38,13 +41,15 @@ EPISODIC_RETURN = metric("charts/episodic_return", "mean return of the last logg
 EPISODIC_LENGTH = metric("charts/episodic_length", "mean length of the last logging.return_window episodes",
                          column="episodic_length_mean")
 EPISODES = metric("progress/episodes", "episodes finished", tensorboard=False)
+REWARD_PER_STEP = metric("charts/reward_per_step", "mean raw reward per env step of the update's rollout (all envs): "
+                         "progress to see before the first episodes end")
 SUCCESS_RATE = metric("charts/success_rate", "of the last logging.return_window episodes whose env reported success "
                       "(info is_success), the fraction that succeeded; empty where none did", column="success_rate",
                       summary=True)
 LEARNING_RATE = metric("charts/learning_rate", "the update's learning rate")
 WORKER_RESTARTS = metric("system/worker_restarts", "worker processes restarted so far", tensorboard=False)
-LOOP_METRICS = (UPDATE, ENV_STEPS, WALL_TIME, SPS, EPISODIC_RETURN, EPISODIC_LENGTH, EPISODES, SUCCESS_RATE,
-                LEARNING_RATE, WORKER_RESTARTS)
+LOOP_METRICS = (UPDATE, ENV_STEPS, WALL_TIME, SPS, EPISODIC_RETURN, EPISODIC_LENGTH, EPISODES, REWARD_PER_STEP,
+                SUCCESS_RATE, LEARNING_RATE, WORKER_RESTARTS)
 """The loop's metrics (declared above, by the loop that computes them), as the writers ask for them."""
 
 
@@ -144,8 +149,9 @@ class TrainState:
     """Present when `training.normalize_reward` is on."""
     obs_normalizer: ObsNormalizer | None
     """Present when `training.normalize_obs` is on: the float64 statistics behind the network's buffers."""
-    episode_successes: deque[float]
-    """1.0 or 0.0 for the last episodes whose env reported success (none for an env that does not)."""
+    episode_info: EpisodeWindows
+    """The final-info entries of the last episodes (`core.episodes`): is_success's 1.0 or 0.0, and those of
+    `logging.episode_info`."""
     update: int = 0
     env_steps: int = 0
     episodes: int = 0
@@ -165,7 +171,7 @@ class TrainState:
         scaler = RewardScaler(cfg.env.num_envs * world_size, t.gamma, t.reward_clip) if t.normalize_reward else None
         return cls(model, optimizer, torch.Generator().manual_seed(cfg.run.seed), deque(maxlen=window),
                    deque(maxlen=window), scaler, ObsNormalizer(spaces) if t.normalize_obs else None,
-                   deque(maxlen=window))
+                   EpisodeWindows(info_keys(cfg), window, {SUCCESS: SUCCESS_RATE}))
 
     @classmethod
     def from_checkpoint(cls, cfg: Config, spaces: EnvSpaces, checkpoint: dict[str, Any],
@@ -180,7 +186,8 @@ class TrainState:
         torch.set_rng_state(checkpoint["torch_rng"])
         state.episode_returns.extend(checkpoint["episode_returns"])
         state.episode_lengths.extend(checkpoint["episode_lengths"])
-        state.episode_successes.extend(checkpoint.get("episode_successes", []))
+        state.episode_info.load_state_dict(checkpoint.get("episode_info", {SUCCESS: checkpoint.get(
+            "episode_successes", [])}))  # episode_successes: the success window of checkpoints before episode_info
         if state.reward_scaler is not None and checkpoint.get("reward_scaler") is not None:
             state.reward_scaler.load_state_dict(checkpoint["reward_scaler"])
         if state.obs_normalizer is not None and checkpoint.get("obs_normalizer") is not None:
@@ -206,7 +213,7 @@ class TrainState:
             "config": cfg.to_dict(), "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "update": self.update, "env_steps": self.env_steps, "episodes": self.episodes, "elapsed": elapsed,
             "episode_returns": list(self.episode_returns), "episode_lengths": list(self.episode_lengths),
-            "episode_successes": list(self.episode_successes),
+            "episode_info": self.episode_info.state_dict(),
             "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
             "resumes": self.resumes, "restarts": self.restarts, "mode": mode,
             "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler is not None else None,
@@ -220,7 +227,7 @@ class TrainState:
         self.episodes += len(result.episode_returns)
         self.episode_returns.extend(result.episode_returns)
         self.episode_lengths.extend(result.episode_lengths)
-        self.episode_successes.extend(result.episode_successes)
+        self.episode_info.extend(result.episode_info)
 
 
 def check_checkpoint_fits(cfg: Config, spaces: EnvSpaces, checkpoint: dict[str, Any], path: Path) -> None:
@@ -321,6 +328,7 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
             outcome.stop_reason, outcome.error = "error" if agreed.error is not None else "signal", agreed.error
             outcome.signal = signal.Signals(agreed.signum).name if agreed.signum else None
             break
+        refuse_not_numbers(agreed.result.not_numbers, cfg.env.id)  # every rank alike: it has every rank's episodes
         steps_before = state.env_steps
         row = update(cfg, source, state, agreed, timers, group)
         now = time.monotonic()
@@ -351,7 +359,7 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
     with timers.phase("update"):
         pause_point("update", state.update + 1)
         stats = ppo_update(state.model, state.optimizer, data, group.local_training(cfg), state.generator,
-                           group.gradients)
+                           group.gradients, random_shift(cfg, source.spaces))
         if state.obs_normalizer is not None:  # after the update that learned with the statistics it collected with
             normalizer = state.obs_normalizer
             normalizer.update(group.gather_columns(normalizer.values(source.buffer.obs)), state.model)
@@ -362,5 +370,5 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
     state.record(agreed.result, steps)
     return {UPDATE: state.update, ENV_STEPS: state.env_steps, EPISODIC_RETURN: mean_or_nan(state.episode_returns),
             EPISODIC_LENGTH: mean_or_nan(state.episode_lengths), EPISODES: state.episodes, LEARNING_RATE: lr,
-            SUCCESS_RATE: mean_or_nan(state.episode_successes),
+            REWARD_PER_STEP: agreed.result.reward_sum / steps, **state.episode_info.row(),
             **stats, WORKER_RESTARTS: source.restarts}

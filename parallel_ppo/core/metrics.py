@@ -22,10 +22,11 @@ class Metric:
     """One declared metric."""
 
     key: str
-    """`namespace/name`; a `*` stands for a number (`system/worker*_cpu_percent`, one per worker)."""
+    """`namespace/name`; a `*` stands for a number (`system/worker*_cpu_percent`, one per worker), `{name}` for a name
+    of letters, digits and `_` (`episode/{name}`, one per final-info entry a run logs)."""
     doc: str
     column: str | None
-    """Its metrics.csv column (None: TensorBoard and W&B only)."""
+    """Its metrics.csv column (None: TensorBoard and W&B only); a `{name}` in it is the key's (`episode_{name}`)."""
     tensorboard: bool
     """Whether TensorBoard and W&B get it (the counters are their step axis instead)."""
     summary: bool
@@ -59,15 +60,34 @@ def metric(key: str, doc: str, *, column: str | None = "", tensorboard: bool = T
     return key
 
 
+NAME = r"\w+"
+"""What a pattern's `{name}` stands for: letters, digits and `_`."""
+
+
+def _pattern(key: str) -> str | None:
+    """The regular expression of a pattern key (`*`, `{name}`), None for a plain key."""
+    if "*" not in key and "{name}" not in key:
+        return None
+    return re.escape(key).replace(r"\*", r"\d+").replace(r"\{name\}", f"(?P<name>{NAME})")
+
+
 def declared(key: str) -> Metric:
-    """The declaration of `key` (a pattern's for a numbered key); KeyError naming an undeclared one."""
+    """The declaration of `key` (a pattern's for a numbered or named key); KeyError naming an undeclared one."""
     found = REGISTRY.get(key)
     if found is not None:
         return found
     for pattern, m in REGISTRY.items():
-        if "*" in pattern and re.fullmatch(re.escape(pattern).replace(r"\*", r"\d+"), key):
+        if (regex := _pattern(pattern)) and re.fullmatch(regex, key):
             return m
     raise KeyError(f"metric {key!r} was never declared (declare it with core.metrics.metric where it is computed)")
+
+
+def column_of(key: str) -> str | None:
+    """The metrics.csv column of the declared metric `key` (None: none), a named key's name put in its pattern's."""
+    m = declared(key)
+    if m.column is None or "{name}" not in m.column:
+        return m.column
+    return m.column.replace("{name}", re.fullmatch(_pattern(m.key) or "", key)["name"])
 
 
 NAMESPACES = ("progress", "charts", "losses", "time", "system")
@@ -79,7 +99,7 @@ def csv_columns(asked: Iterable[str]) -> list[str]:
     never declared) and of any other declared before the file opens (one added in a line where it is computed)."""
     for key in asked:
         declared(key)
-    return [m.column for m in ordered() if m.column is not None and "*" not in m.key]
+    return [m.column for m in ordered() if m.column is not None and _pattern(m.key) is None]
 
 
 def ordered() -> list[Metric]:
@@ -94,7 +114,7 @@ def ordered() -> list[Metric]:
 
 def by_column(row: dict[str, Any]) -> dict[str, Any]:
     """An update's row under its metrics.csv column names (what the progress display and metrics.csv read)."""
-    return {m.column: value for key, value in row.items() if (m := declared(key)).column is not None}
+    return {column: value for key, value in row.items() if (column := column_of(key)) is not None}
 
 
 def by_tag(row: dict[str, Any]) -> dict[str, Any]:

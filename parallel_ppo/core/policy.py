@@ -76,6 +76,11 @@ class Policy:
         return cls(cfg, model, file, state, seed, spaces)
 
     @property
+    def needed_keys(self) -> tuple[str, ...] | None:
+        """The keys of a dict observation the policy reads (its actor's: `model.actor_keys`), None for others."""
+        return getattr(self.model, "actor_keys", None)
+
+    @property
     def run_dir(self) -> Path:
         return self.checkpoint.parent
 
@@ -110,8 +115,9 @@ class Policy:
 
     def _packed(self, obs: Any) -> tuple[np.ndarray, bool]:
         """A dict observation (`{key: value}`) or batch of them (`{key: values}`) as packed rows, and whether it was
-        one observation (told by the shape of its first key, `DictLayout.is_one`). Images must be uint8, as the env
-        gives them (a float image in [0, 1] would be read as black)."""
+        one observation (told by the shape of its first key, `DictLayout.is_one`). Only the actor's keys are needed
+        (a critic's own are packed as zeros, which the actor never reads). Images must be uint8, as the env gives them
+        (a float image in [0, 1] would be read as black)."""
         layout = self.layout
         if not isinstance(obs, Mapping):
             keys = ", ".join(p.key for p in layout.parts)
@@ -122,6 +128,6 @@ class Policy:
                                   f"{np.asarray(obs[part.key]).dtype}")
         single = layout.is_one(obs)
         try:
-            return layout.pack(obs, batched=not single), single
+            return layout.pack(obs, batched=not single, needed=self.needed_keys), single
         except ValueError as e:
             raise ConfigError(f"predict: {e}") from None

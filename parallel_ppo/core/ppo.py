@@ -65,6 +65,12 @@ class Reducer(Protocol):
     def mean_(self, tensor: torch.Tensor) -> torch.Tensor: ...
 
 
+class Augment(Protocol):
+    """Augments a minibatch's observations (`core.augment.RandomShift`), drawing from the update's generator."""
+
+    def __call__(self, obs: torch.Tensor, generator: torch.Generator) -> torch.Tensor: ...
+
+
 def build_learner(spaces: EnvSpaces, cfg: Config,
                   device: torch.device | None = None) -> tuple[nn.Module, torch.optim.Optimizer]:
     """The network (initialized on the CPU, so every device starts from the same weights) and its Adam optimizer
@@ -195,8 +201,10 @@ def average_gradients(model: nn.Module, reducer: Reducer, max_norm: float) -> No
 
 
 def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBatch, cfg: TrainingConfig,
-               generator: torch.Generator, reducer: Reducer | None = None) -> dict[str, float]:
-    """`n_epochs` passes of minibatch SGD over `data`; returns the statistics averaged over minibatches.
+               generator: torch.Generator, reducer: Reducer | None = None,
+               augment: Augment | None = None) -> dict[str, float]:
+    """`n_epochs` passes of minibatch SGD over `data`; returns the statistics averaged over minibatches. With
+    `augment` (`core.augment`), each minibatch's observations are augmented first, drawing from `generator`.
 
     With a `reducer` (data-parallel learners, each with its share of every minibatch): gradients are averaged
     before each step, the KL that may stop an epoch early is every learner's mean, and so are the statistics."""
@@ -209,7 +217,10 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBa
         if reducer is not None and cfg.norm_adv:
             moments = advantage_moments([data.advantages[idx] for idx in minibatches], reducer)
         for idx, minibatch_moments in zip(minibatches, moments, strict=True):
-            stats = minibatch_step(model, optimizer, data[idx], cfg, reducer, minibatch_moments)
+            batch = data[idx]
+            if augment is not None:
+                batch = dataclasses.replace(batch, obs=augment(batch.obs, generator))
+            stats = minibatch_step(model, optimizer, batch, cfg, reducer, minibatch_moments)
             for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + value
             count += 1

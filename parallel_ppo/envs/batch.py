@@ -5,6 +5,7 @@ gym3 API in `envs.procgen_envs`, gymnasium envs (classic control, MuJoCo, Atari,
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
@@ -53,7 +54,8 @@ class BatchEnv(Protocol):
     """`num_envs` envs stepped together. `step` auto-resets finished envs and returns the new first obs. An env
     whose `dones` are not the ends of scored episodes (Atari's episodic life) also has `game_over`: see
     `episodes_ended`; one that draws frames for its observations (cameras, pixels) has `render_seconds`, the
-    seconds spent drawing them since it was built: see `render_seconds`."""
+    seconds spent drawing them since it was built: see `render_seconds`; one whose episodes end with an info
+    (gymnasium's) has `final_info(index, keys)`: see `episode_info`."""
 
     num_envs: int
     obs_shape: tuple[int, ...]
@@ -85,11 +87,39 @@ def episodes_ended(env: BatchEnv, dones: np.ndarray) -> np.ndarray:
     return dones if game_over is None else game_over
 
 
+SUCCESS = "is_success"
+"""The final-info entry that says whether an episode succeeded (gymnasium-robotics' convention, and this project's
+robot families): read wherever an env reports it, as 1.0 or 0.0."""
+
+
+def episode_info(env: BatchEnv, index: int, keys: Sequence[str]) -> tuple[dict[str, float], dict[str, str]]:
+    """The entries `keys` of the final info of env `index`'s episode that the last step ended (`final_info`, where
+    the env keeps one), as numbers (`SUCCESS` as 1.0 or 0.0); an entry it lacks, or holds as None or NaN, is left
+    out. Apart: each entry that is not a number (a word, a list, a dict), as it looks, for the trainer to refuse."""
+    final_info = getattr(env, "final_info", None)
+    numbers: dict[str, float] = {}
+    not_numbers: dict[str, str] = {}
+    for key, value in ({} if final_info is None else final_info(index, keys)).items():
+        if not _is_number(value):
+            shown = repr(value)
+            not_numbers[key] = f"{shown[:40]}{'…' if len(shown) > 40 else ''} ({type(value).__name__})"
+        elif value is not None and not np.isnan(number := float(np.asarray(value).reshape(()))):
+            numbers[key] = float(number > 0) if key == SUCCESS else number
+    return numbers, not_numbers
+
+
+def _is_number(value: object) -> bool:
+    """Whether an info entry is a number: a bool, int, float or numpy number, or an array of one (None counts, as
+    a number not given)."""
+    if value is None or isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)):
+        return True
+    return isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "biuf"
+
+
 def reported_success(env: BatchEnv, index: int) -> list[float]:
     """[1.0] or [0.0] where env `index`'s episode just ended and the env said whether it succeeded
-    (`successes`, e.g. gymnasium's `info["is_success"]`); [] otherwise."""
-    successes = getattr(env, "successes", None)
-    return [] if successes is None or np.isnan(successes[index]) else [float(successes[index])]
+    (`info["is_success"]`); [] otherwise."""
+    return list(episode_info(env, index, (SUCCESS,))[0].values())
 
 
 def render_seconds(env: BatchEnv) -> float:

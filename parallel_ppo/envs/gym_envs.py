@@ -8,6 +8,7 @@ import collections
 import os
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium
@@ -287,16 +288,6 @@ def _wrapper(env: Any, kind: type) -> Any:
     return env if isinstance(env, kind) else None
 
 
-def episode_successes(final_info: dict[str, Any], num_envs: int) -> np.ndarray:
-    """Per env, the `is_success` its ended episode reported (1.0 or 0.0), NaN where it reported none."""
-    out = np.full(num_envs, np.nan)
-    if "is_success" in final_info:
-        where = np.asarray(final_info.get("_is_success", np.ones(num_envs, dtype=bool)), dtype=bool)
-        said = np.asarray(final_info["is_success"], dtype=np.float64)[where]  # None becomes NaN: unknown
-        out[where] = np.where(np.isnan(said), np.nan, said > 0)
-    return out
-
-
 class GymnasiumBatchEnv:
     """Gymnasium envs in a `SyncVectorEnv` that resets finished envs in the same step; continuous actions are
     clipped to the space's bounds here, at the env."""
@@ -337,9 +328,9 @@ class GymnasiumBatchEnv:
         self._games = np.zeros(num_envs, dtype=np.int64)
         self.game_over: np.ndarray | None = None
         """With episodic life: where the last step ended a game (its `dones` end lives too); else None."""
-        self.successes = np.full(num_envs, np.nan)
-        """Per env, whether the episode the last step ended was a success (1.0 or 0.0) where the env says so in
-        `info["is_success"]` (gymnasium-robotics and others); NaN elsewhere."""
+        self._final_info: dict[str, Any] = {}
+        """The last step's `info["final_info"]`: per entry, the values of the envs whose episode it ended, and the
+        mask `_entry` of those that had the entry."""
         if self.actions.continuous:
             self._low, self._high = np.array(self.actions.low), np.array(self.actions.high)
             self._action_dtype = self._env.single_action_space.dtype
@@ -360,13 +351,23 @@ class GymnasiumBatchEnv:
         if self.actions.continuous:
             actions = np.clip(actions, self._low, self._high).astype(self._action_dtype, copy=False)
         obs, rew, term, trunc, info = self._env.step(actions)
-        self.successes = episode_successes(info.get("final_info", {}), self.num_envs)
+        self._final_info = info.get("final_info", {})
         cut = {int(i): np.asarray(info["final_obs"][i], dtype=self.obs_dtype)
                for i in np.flatnonzero(np.logical_and(trunc, np.logical_not(term)))}
         if self._lives:
             games = np.array([w.games for w in self._lives])
             self.game_over, self._games = games > self._games, games
         return obs.astype(self.obs_dtype, copy=False), rew.astype(np.float32), np.logical_or(term, trunc), cut
+
+    def final_info(self, index: int, keys: Sequence[str]) -> dict[str, Any]:
+        """The entries `keys` of the info that env `index` returned on the step that ended its episode, where the last
+        step ended one and the entry was there (a nested dict entry as gymnasium gathers it, over all envs)."""
+        found = {}
+        for key in keys:
+            values, had = self._final_info.get(key), self._final_info.get(f"_{key}")
+            if values is not None and had is not None and had[index]:
+                found[key] = values if isinstance(values, dict) else values[index]
+        return found
 
     def frame(self, index: int) -> np.ndarray:
         """The RGB frame of env `index` now (needs `render`, or pixels)."""

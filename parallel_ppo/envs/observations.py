@@ -71,20 +71,25 @@ class DictLayout:
         """The float32 values of every vector key together (the `(vector_size,)` the network's MLP reads)."""
         return sum(p.size for p in self.vectors)
 
-    def pack(self, obs: dict[str, Any], batched: bool = True) -> np.ndarray:
+    def pack(self, obs: dict[str, Any], batched: bool = True, needed: tuple[str, ...] | None = None) -> np.ndarray:
         """`{key: array (N, *shape)}` as uint8 rows (N, nbytes); one observation `{key: array shape}` as one row
-        when not `batched`. ValueError naming a missing key or a value of the wrong size."""
-        missing = [p.key for p in self.parts if p.key not in obs]
+        when not `batched`. With `needed`, the other keys may be missing (their bytes left 0). ValueError naming a
+        missing key or a value of the wrong size."""
+        needed = tuple(p.key for p in self.parts) if needed is None else needed
+        missing = [key for key in needed if key not in obs]
         if missing:
             raise ValueError(f"the observation lacks the key(s) {', '.join(missing)} (it has {', '.join(sorted(obs))})")
         if not batched:
-            return self.pack({key: np.asarray(value)[None] for key, value in obs.items()})[0]
-        first = np.asarray(obs[self.parts[0].key])
+            return self.pack({key: np.asarray(value)[None] for key, value in obs.items()}, needed=needed)[0]
+        given = [p for p in self.parts if p.key in obs]
+        if not given:
+            raise ValueError("the observation has none of the keys " + ", ".join(p.key for p in self.parts))
+        first = np.asarray(obs[given[0].key])
         if first.ndim == 0:
-            raise ValueError(f"observation key {self.parts[0].key!r} is one value, not a batch of them")
+            raise ValueError(f"observation key {given[0].key!r} is one value, not a batch of them")
         n = len(first)
         rows = np.zeros((n, self.nbytes), dtype=np.uint8)
-        for part in self.parts:
+        for part in given:
             value = np.asarray(obs[part.key])
             if not _fits(value.shape, n, part):
                 raise ValueError(f"observation key {part.key!r} has shape {value.shape}, not "
@@ -107,9 +112,9 @@ class DictLayout:
         return {p.key: {"shape": list(p.source_shape), "kind": "image" if p.image else "vector"} for p in self.parts}
 
     def is_one(self, obs: dict[str, Any]) -> bool:
-        """Whether `obs` is one observation rather than a batch, told by its first key's shape (of a vector key:
-        its values, with no more dimensions than the env's shape has)."""
-        part = self.parts[0]
+        """Whether `obs` is one observation rather than a batch, told by the shape of its first key present (of a
+        vector key: its values, with no more dimensions than the env's shape has)."""
+        part = next((p for p in self.parts if p.key in obs), self.parts[0])
         shape = np.shape(obs.get(part.key, ()))
         if part.image:
             return shape == part.source_shape

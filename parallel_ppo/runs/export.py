@@ -5,7 +5,8 @@ TorchScript (`torch.jit.load`), with the run's observation normalization and the
 The exported function takes `obs`, a batch (any size) of observations as the env gives them: (batch, *obs_shape),
 uint8 for image envs, float32 for vector ones; a dict-observation policy takes one input per key instead, in the
 order of the metadata's `inputs`: uint8 (batch, H, W, C) for an image key, float32 (batch, size) for a vector key
-(its values flattened). ONNX names each input by its key; TorchScript's `forward` takes one argument per key, by
+(its values flattened), only the keys the actor reads where the critic reads more (`model.actor_keys`). ONNX names
+each input by its key; TorchScript's `forward` takes one argument per key, by
 position or by the name `argument_name` makes of the key (the key itself where it is a usable name), each input's
 `argument` in the metadata. It returns, in this order (ONNX output names):
 
@@ -13,6 +14,9 @@ position or by the name `argument_name` makes of the key (the key itself where i
   float32, unnormalized log-probabilities; `value` (batch,) float32, the critic's estimate;
 - continuous actions: `action` (batch, n) float32, the Gaussian's mean clipped to the action space's bounds;
   `mean` (batch, n) and `log_std` (batch, n) float32, the Gaussian before clipping; `value` (batch,) float32.
+
+A policy whose critic reads keys its actor does not (privileged simulator state) has no `value` output: the file
+takes what the robot observes.
 
 To sample as the trainer does: a categorical over `logits` (softmax, then draw), or `mean + exp(log_std) * noise`
 with standard normal noise, clipped to the bounds. Everything is computed in float32 (a bf16 run too). The file's
@@ -74,29 +78,40 @@ class InferenceGraph(nn.Module):
     """The policy network as a pure function of a batch of observations: (action, logits, value) for discrete
     actions, (action, mean, log_std, value) for continuous ones (see the module's docstring)."""
 
-    def __init__(self, model: nn.Module, actions: ActionSpace, layout: DictLayout | None = None) -> None:
+    def __init__(self, model: nn.Module, actions: ActionSpace, layout: DictLayout | None = None,
+                 keys: tuple[str, ...] | None = None, value: bool = True) -> None:
         super().__init__()
-        self.model, self.layout = model, layout
+        self.model, self.layout, self.value = model, layout, value
+        self.keys = keys if keys is not None or layout is None else tuple(p.key for p in layout.parts)
         self.continuous = actions.continuous
         if actions.continuous:
             self.register_buffer("low", torch.tensor(actions.low, dtype=torch.float32))
             self.register_buffer("high", torch.tensor(actions.high, dtype=torch.float32))
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """One batch of observations (a dict observation's keys: one input each, in layout order)."""
+        """One batch of observations (a dict observation's `keys`: one input each, in layout order; a vector key
+        the actor does not read is zeros, an image key absent)."""
         if self.layout is None:
             params, value = self.model(inputs[0])
         else:
-            by_key = dict(zip((p.key for p in self.layout.parts), inputs, strict=True))
-            images = {p.key: by_key[p.key] for p in self.layout.images}
-            vectors = [by_key[p.key].float().flatten(1) for p in self.layout.vectors]
-            vector = torch.cat(vectors, dim=1) if vectors else inputs[0].new_zeros((len(inputs[0]), 0)).float()
-            params, value = self.model.forward_parts(images, vector)
-        params, value = params.float(), value.float()
+            by_key = dict(zip(self.keys, inputs, strict=True))
+            images = {p.key: by_key[p.key] for p in self.layout.images if p.key in by_key}
+            batch = inputs[0].shape[0]  # traced as the input's size: any batch
+            vectors = [by_key[p.key].float().flatten(1) if p.key in by_key else inputs[0].new_zeros((batch, p.size),
+                                                                                                  dtype=torch.float32)
+                       for p in self.layout.vectors]
+            vector = torch.cat(vectors, 1) if vectors else inputs[0].new_zeros((batch, 0), dtype=torch.float32)
+            if self.value:
+                params, value = self.model.forward_parts(images, vector)
+            else:
+                params, value = self.model.forward_actor(images, vector), None
+        params = params.float()
+        tail = (value.float(),) if value is not None else ()
         if not self.continuous:
-            return params.argmax(-1), params, value
+            return params.argmax(-1), params, *tail
         mean, log_std = params.chunk(2, dim=-1)
-        return torch.minimum(torch.maximum(mean, self.low), self.high), mean, log_std, value
+        return torch.minimum(torch.maximum(mean, self.low), self.high), mean, log_std, *tail
+
 
 
 class NamedInputs(nn.Module):
@@ -116,9 +131,24 @@ class NamedInputs(nn.Module):
         self.forward = forward
 
 
-def output_names(actions: ActionSpace) -> tuple[str, ...]:
-    """The exported function's outputs, in order."""
-    return ("action", "mean", "log_std", "value") if actions.continuous else ("action", "logits", "value")
+def output_names(actions: ActionSpace, value: bool = True) -> tuple[str, ...]:
+    """The exported function's outputs, in order (no `value` for a critic that reads more than the actor)."""
+    names = ("action", "mean", "log_std", "value") if actions.continuous else ("action", "logits", "value")
+    return names if value else names[:-1]
+
+
+def exported_keys(policy: Policy) -> tuple[str, ...] | None:
+    """The keys of a dict policy's inputs: the actor's, in layout order (None for an array observation)."""
+    if policy.layout is None:
+        return None
+    needed = policy.needed_keys
+    return tuple(p.key for p in policy.layout.parts if needed is None or p.key in needed)
+
+
+def exports_value(policy: Policy) -> bool:
+    """Whether the file has the critic's `value`: not where the critic reads keys the actor does not."""
+    critic = getattr(policy.model, "critic_keys", ())
+    return set(critic) <= set(exported_keys(policy) or ())
 
 
 @dataclass
@@ -164,7 +194,7 @@ def check_dict_export(policy: Policy) -> None:
         return
     if not hasattr(policy.model, "forward_parts"):
         raise ConfigError(f"model.kind {policy.cfg.model.kind} has no network to export for a dict observation")
-    clash = sorted({p.key for p in policy.layout.parts} & set(output_names(policy.actions)))
+    clash = sorted(set(exported_keys(policy) or ()) & set(output_names(policy.actions, exports_value(policy))))
     if clash:
         raise ConfigError(f"the observation key(s) {', '.join(clash)} would share the name of an output of the "
                           "exported file; rename them in the env")
@@ -174,8 +204,9 @@ def input_specs(policy: Policy) -> list[dict[str, Any]]:
     """The exported function's inputs: `obs`, or a dict observation's keys (name, shape past the batch, dtype)."""
     if policy.layout is None:
         return [{"name": "obs", "argument": "obs", "shape": list(policy.obs_shape), "dtype": str(policy.obs_dtype)}]
+    keys = exported_keys(policy) or ()
     return [{"name": p.key, "argument": argument_name(p.key), "shape": list(p.shape),
-             "dtype": "uint8" if p.image else "float32"} for p in policy.layout.parts]
+             "dtype": "uint8" if p.image else "float32"} for p in policy.layout.parts if p.key in keys]
 
 
 def check_arguments(specs: list[dict[str, Any]], taken: list[str] | None = None) -> None:
@@ -195,7 +226,7 @@ def metadata(policy: Policy) -> dict[str, Any]:
     box = policy.layout is None  # a dict policy's inputs are its keys (`inputs`), not one `obs`
     return {"env_id": policy.cfg.env.id, "obs_shape": list(policy.obs_shape) if box else None,
             "obs_dtype": str(policy.obs_dtype) if box else None, "inputs": input_specs(policy),
-            "actions": policy.actions.to_dict(), "outputs": list(output_names(policy.actions)),
+            "actions": policy.actions.to_dict(), "outputs": list(output_names(policy.actions, exports_value(policy))),
             "normalize_obs": bool(policy.cfg.training.normalize_obs), "model": policy.cfg.model.kind,
             "checkpoint_update": policy.state.get("update"), "checkpoint_env_steps": policy.state.get("env_steps")}
 
@@ -286,11 +317,12 @@ def export_policy(where: str | Path | Policy, fmt: str, output: str | Path | Non
         require_onnx()
     start = time.perf_counter()
     model = copy.deepcopy(policy.model).cpu().float()  # the policy's own model is left as it was
-    graph = InferenceGraph(model, policy.actions, policy.layout).eval().requires_grad_(False)
+    graph = InferenceGraph(model, policy.actions, policy.layout, exported_keys(policy),
+                           exports_value(policy)).eval().requires_grad_(False)
     info = metadata(policy)
     example = tuple(map(torch.from_numpy, example_batch(policy, 2)))
     if fmt == "onnx":
-        data = onnx_bytes(graph, example, output_names(policy.actions), info)
+        data = onnx_bytes(graph, example, tuple(info["outputs"]), info)
     else:
         data = torchscript_bytes(graph, example, info)
     difference = largest_difference(graph, data, fmt, example_batch(policy, 3, seed=1), info["inputs"])

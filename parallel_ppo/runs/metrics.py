@@ -6,15 +6,17 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import psutil
 
+from parallel_ppo.core.episodes import info_metric
 from parallel_ppo.core.evaluate import EVAL_METRICS
 from parallel_ppo.core.files import write_text
 from parallel_ppo.core.loop import LOOP_METRICS
-from parallel_ppo.core.metrics import by_column, by_tag, csv_columns, metric
+from parallel_ppo.core.metrics import by_column, by_tag, column_of, csv_columns, metric
 from parallel_ppo.core.ppo import UPDATE_METRICS
 from parallel_ppo.core.timing import PHASE_METRICS
 from parallel_ppo.runs.progress import Progress
@@ -36,9 +38,10 @@ RUN_METRICS = (*LOOP_METRICS, *UPDATE_METRICS, *PHASE_METRICS.values(), *EVAL_ME
 """The metrics of a run's rows, asked for by name from the modules that declare them where they are computed."""
 
 
-def metric_columns() -> list[str]:
-    """metrics.csv's columns: those of RUN_METRICS, and of any other declared metric (`core.metrics.csv_columns`)."""
-    return csv_columns(RUN_METRICS)
+def metric_columns(episode_info: Sequence[str] = ()) -> list[str]:
+    """metrics.csv's columns: those of RUN_METRICS, and of any other declared metric (`core.metrics.csv_columns`),
+    then one per final-info entry the run logs (`logging.episode_info`: `episode_<key>`)."""
+    return csv_columns(RUN_METRICS) + [column_of(info_metric(key)) for key in episode_info]
 
 
 class Tracker(Protocol):
@@ -47,15 +50,15 @@ class Tracker(Protocol):
     def log(self, tags: dict[str, float], step: int) -> None: ...
 
 
-def truncate_metrics(path: Path, update: int) -> list[tuple[int, float]]:
+def truncate_metrics(path: Path, update: int, columns: list[str]) -> list[tuple[int, float]]:
     """Keep metrics.csv's rows up to `update` (a resumed run repeats the rows after its checkpoint), under the
     current columns (a run resumed by a newer version gains its columns, empty in the old rows); rewritten
-    atomically. Returns the kept rows' (env_steps, wall_time)."""
+    atomically. Returns the kept rows' (env_steps, wall_time). `columns`: the current ones."""
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     kept = [r for r in rows if (r.get("update") or "").isdigit() and int(r["update"]) <= update]
     out = io.StringIO(newline="")
-    writer = csv.DictWriter(out, fieldnames=metric_columns(), extrasaction="ignore", restval="")
+    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore", restval="")
     writer.writeheader()
     writer.writerows(kept)
     write_text(path, out.getvalue())
@@ -199,15 +202,17 @@ class MetricsLogger:
     the row's keys are declared metrics (`core.metrics`), and an undeclared one is refused, naming it."""
 
     def __init__(self, run_dir: Path, tensorboard: bool, progress: Progress | None,
-                 resume_after: tuple[int, int] | None = None, tracker: Tracker | None = None) -> None:
-        """`resume_after=(update, env_steps)` continues a run: later rows (logged after its checkpoint) go."""
+                 resume_after: tuple[int, int] | None = None, tracker: Tracker | None = None,
+                 episode_info: Sequence[str] = ()) -> None:
+        """`resume_after=(update, env_steps)` continues a run: later rows (logged after its checkpoint) go.
+        `episode_info`: the final-info entries the run logs (`logging.episode_info`), a column each."""
         self.path = run_dir / "metrics.csv"
+        self._columns = metric_columns(episode_info)
         self.logged: list[tuple[int, float]] = []
         """(env_steps, wall_time) of every row in metrics.csv, the earlier sessions' too, as written."""
         if resume_after is not None and self.path.exists():
-            self.logged = truncate_metrics(self.path, resume_after[0])
+            self.logged = truncate_metrics(self.path, resume_after[0], self._columns)
         new = not self.path.exists() or self.path.stat().st_size == 0
-        self._columns = metric_columns()
         self._file = open(self.path, "a", newline="")
         self._csv = csv.DictWriter(self._file, fieldnames=self._columns)
         if new:

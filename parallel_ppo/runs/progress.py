@@ -37,13 +37,27 @@ def fmt_time(seconds: float) -> str:
 
 
 def describe(row: dict[str, Any], budget_seconds: float, total_steps: int) -> str:
-    """`update 12 | 24,576/100,000 steps | 231 SPS | return 5.40 | 0:01:46 elapsed, 0:05:27 left`."""
-    elapsed, ret = row["wall_time"], row.get("episodic_return_mean")
+    """`update 12 | 24,576/100,000 steps | 231 SPS | return 5.40 | success 45% | 0:01:46 elapsed, 0:05:27 left`
+    (the success rate where the env reports one); before the first episode ends, `no episode finished yet` and the
+    mean reward per env step of the update's rollout instead of the return."""
+    elapsed = row["wall_time"]
     steps = f"{row['env_steps']:,}" + (f"/{total_steps:,}" if total_steps else "")
     left = time_left(elapsed, row["env_steps"], budget_seconds, total_steps)
-    shown = "-" if ret is None or math.isnan(ret) else f"{ret:.2f}"
-    return (f"update {row['update']} | {steps} steps | {row['sps']:.0f} SPS | return {shown} | "
+    return (f"update {row['update']} | {steps} steps | {row['sps']:.0f} SPS | {_episodes(row)} | "
             f"{fmt_time(elapsed)} elapsed, {fmt_time(left)} left")
+
+
+def _episodes(row: dict[str, Any]) -> str:
+    """The episodes' part of a progress line: the mean return and success rate, or the reward so far."""
+    ret, success, reward = (row.get(c) for c in ("episodic_return_mean", "success_rate", "reward_per_step"))
+    if _known(ret):
+        return f"return {ret:.2f}" + (f" | success {success:.0%}" if _known(success) else "")
+    per_step = f" (reward {reward:.3g} per step)" if _known(reward) else ""
+    return f"no episode finished yet{per_step}"
+
+
+def _known(value: Any) -> bool:
+    return value is not None and not math.isnan(value)
 
 
 class ProgressBar:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from parallel_ppo.core.episodes import COLUMN_PREFIX, info_metric
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs.figures import return_at, return_at_step
 from parallel_ppo.runs.reading import Run, RunGroup
@@ -109,7 +110,8 @@ FIGURES = ("final_return", "return_at_equal_steps", "return_at_equal_time", "sps
 FIGURE_NAMES = {"final_return": "final return", "return_at_equal_steps": "return @ {steps} steps",
                 "return_at_equal_time": "return @ {time}", "sps": "SPS", "success_rate": "success rate"}
 OPTIONAL_FIGURES = ("success_rate",)
-"""Figures shown only where some label has them (an env that reports success)."""
+"""Figures shown only where some label has them (an env that reports success), as are the episode statistics: the
+`episode_<key>` entries of summary.json's final_metrics (`logging.episode_info`), named `episode/<key>`."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,13 @@ class GroupStats:
     sps: Estimate | None
     success_rate: Estimate | None
     """The success rate of each seed's last episodes (summary.json's final_metrics)."""
+    episode_info: dict[str, Estimate | None] = field(default_factory=dict)
+    """Each episode statistic's final value (summary.json's final_metrics `episode_<key>`) across seeds, by that
+    key, where some seed has it."""
+
+    def figure(self, name: str) -> Estimate | None:
+        """One of FIGURES, or an episode statistic (`episode_<key>`)."""
+        return self.episode_info.get(name) if name.startswith(COLUMN_PREFIX) else getattr(self, name)
 
     @property
     def interval(self) -> str:
@@ -146,19 +155,28 @@ def group_stats(groups: Sequence[RunGroup], equal_steps: float, equal_time: floa
         return_at_equal_time=Estimate.of([return_at(r, equal_time) for r in g.runs]),
         sps=Estimate.of([r.steady_sps for r in g.runs]),
         success_rate=Estimate.of([r.summary.final_metrics.get("success_rate") for r in g.runs]),
+        episode_info={key: Estimate.of([r.summary.final_metrics.get(key) for r in g.runs])
+                      for key in sorted({k for r in g.runs for k in r.summary.final_metrics
+                                         if k.startswith(COLUMN_PREFIX)})},
     ) for g in groups]
 
 
 def shown_figures(stats: Sequence[GroupStats]) -> list[str]:
-    """FIGURES, less the optional ones that no label has."""
-    return [f for f in FIGURES if f not in OPTIONAL_FIGURES or any(getattr(s, f) is not None for s in stats)]
+    """FIGURES, less the optional ones that no label has, then the episode statistics some label has."""
+    extra = sorted({key for s in stats for key, est in s.episode_info.items() if est is not None})
+    return [f for f in FIGURES if f not in OPTIONAL_FIGURES or any(s.figure(f) is not None for s in stats)] + extra
+
+
+def figure_name(figure: str) -> str:
+    """How the tables name a figure: FIGURE_NAMES' (to format), or an episode statistic's metric key."""
+    return FIGURE_NAMES.get(figure) or info_metric(figure.removeprefix(COLUMN_PREFIX))
 
 
 def differences(stats: Sequence[GroupStats], figure: str, name: str) -> list[str]:
     """For one figure: the label with the highest IQM (or mean, `Estimate.center`) against each other label. A
     difference is named only where both have `MIN_CI_SEEDS` seeds or more and their 95% intervals do not overlap;
     with fewer seeds the line asks for more instead."""
-    have = [(s.label, getattr(s, figure)) for s in stats if getattr(s, figure) is not None]
+    have = [(s.label, s.figure(figure)) for s in stats if s.figure(figure) is not None]
     if len(have) < 2:
         return []
     have.sort(key=lambda item: -item[1].center)

@@ -14,11 +14,11 @@ from typing import Any
 
 from parallel_ppo.core.checkpoint import JOB_ID, LAYOUT, layout_entry, save_checkpoint
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.evaluate import TEST_RETURN, EvalResult, play_episodes
+from parallel_ppo.core.evaluate import TEST_RETURN, EvalResult, eval_views, play_episodes
 from parallel_ppo.core.files import write_json
 from parallel_ppo.core.group import ALONE, Group
 from parallel_ppo.core.loop import Clock, Hook, Outcome, RolloutSource, StopRequest, TrainState, mean_or_nan, run_loop
-from parallel_ppo.core.metrics import declared
+from parallel_ppo.core.metrics import column_of, declared
 from parallel_ppo.core.model import parameter_checksum
 from parallel_ppo.envs.batch import eval_levels, make_batch_env
 from parallel_ppo.envs.spaces import EnvSpaces
@@ -27,6 +27,7 @@ from parallel_ppo.runs.figures import compute_figures, return_figures, steady_sp
 from parallel_ppo.runs.metrics import MetricsLogger, ResourceSampler, Tracker
 from parallel_ppo.runs.progress import make_progress
 from parallel_ppo.runs.summary import RunSummary, observation_record
+from parallel_ppo.runs.video import EVAL_VIDEO_TAG, VIDEO_FPS, add_tensorboard_video, captioned
 
 BUDGETS = ("duration", "total_steps")
 """Stop reasons that mean the run met its budget."""
@@ -34,15 +35,17 @@ BUDGETS = ("duration", "total_steps")
 
 class EvalHook:
     """Every `eval.interval_seconds`, plays the learner's policy on fresh envs of its own (held-out test levels by
-    default) and adds its mean return to that update's row (`TEST_RETURN`); `final` evaluates once more at the end."""
+    default) and adds its mean return to that update's row (`TEST_RETURN`), and where `eval.video` asks for one, a
+    video of env 0 to TensorBoard (`EVAL_VIDEO_TAG`); `final` evaluates once more at the end."""
 
     phase = "eval"
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, run_dir: Path, spaces: EnvSpaces) -> None:
         """Builds and closes one eval env first, before the clock starts: loading the env's code and assets (Procgen's
         take ~2 s) then counts as setup in every mode, not as the first evaluation of a process without training
         envs of its own (the parallel coordinator)."""
-        self.cfg = cfg
+        self.cfg, self.run_dir = cfg, run_dir
+        self.views = eval_views(cfg, spaces)
         make_batch_env(eval_levels(cfg.env, cfg.eval.levels), cfg.run.seed, 0, 1, 1).close()
         self.last = time.monotonic()
         self.result: EvalResult | None = None
@@ -53,9 +56,13 @@ class EvalHook:
             row[TEST_RETURN] = self.run(state).mean
 
     def run(self, state: TrainState) -> EvalResult:
-        e = self.cfg.eval
+        e, frames = self.cfg.eval, []
+        sink = captioned(frames, e.video_frames) if self.views is not None else None
         self.result = play_episodes(state.model, self.cfg, e.levels, e.episodes, e.num_envs, e.deterministic,
-                                    self.cfg.run.seed, stream=state.update)  # a new set of levels each time
+                                    self.cfg.run.seed, stream=state.update,  # a new set of levels each time
+                                    frames=sink, views=self.views)
+        if frames:
+            add_tensorboard_video(self.run_dir / "logs", EVAL_VIDEO_TAG, frames, VIDEO_FPS, state.env_steps)
         self.at_update, self.last = state.update, time.monotonic()
         return self.result
 
@@ -82,7 +89,8 @@ class MetricsHook:
         self.started = time.monotonic()  # the first sample's CPU is the mean since the sampler's first reading
         progress = make_progress(cfg.logging.progress, mode, cfg.run.duration * 3600, cfg.run.total_steps,
                                  cfg.logging.progress_seconds)
-        self.logger = MetricsLogger(run_dir, cfg.logging.tensorboard, progress, resume_after, tracker)
+        self.logger = MetricsLogger(run_dir, cfg.logging.tensorboard, progress, resume_after, tracker,
+                                    cfg.logging.episode_info)
         self.cpu_samples: list[tuple[float, float]] = []
         """(CPU percent, the seconds it is the mean of) per sample."""
         self.resources: dict[str, float] = {}
@@ -209,7 +217,8 @@ def train_run(plan: RunPlan, source: RolloutSource, group: Group = ALONE, tracke
         try:
             state = (TrainState.new(cfg, source.spaces, group.world_size) if resume is None else
                      TrainState.from_checkpoint(cfg, source.spaces, resume, group.world_size))
-            evals = EvalHook(cfg) if group.is_main and cfg.eval.interval_seconds > 0 else None  # loads its env
+            evals = (EvalHook(cfg, plan.run_dir, source.spaces)  # loads its env
+                     if group.is_main and cfg.eval.interval_seconds > 0 else None)
             group.broadcast_parameters(state.model)  # the other ranks wait here for that, before their clocks too
             clock = Clock(state.elapsed_before)
             if group.is_main:
@@ -255,8 +264,8 @@ def read_summary(run_dir: Path) -> dict | None:
 
 def final_metrics(row: dict[str, Any]) -> dict[str, float]:
     """The finite values of the metrics declared for the summary, in the last update's row, by column."""
-    return {m.column or key: value for key, value in row.items()
-            if (m := declared(key)).summary and value is not None and math.isfinite(value)}
+    return {column_of(key) or key: value for key, value in row.items()
+            if declared(key).summary and value is not None and math.isfinite(value)}
 
 
 def summarize(plan: RunPlan, source: RolloutSource, state: TrainState, outcome: Outcome, metrics: MetricsHook,

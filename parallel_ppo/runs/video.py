@@ -1,12 +1,12 @@
 """Video files from RGB frames (MP4 through PyAV's bundled ffmpeg, GIF through Pillow), the same videos in
 TensorBoard events (as GIFs: no moviepy), and a caption drawn onto a frame with a tiny built-in font, so no screen,
-system ffmpeg or font file is needed."""
+system ffmpeg or font file is needed. (What a frame shows, the env's render or what the policy sees: `envs.views`.)"""
 
 from __future__ import annotations
 
 import io
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +15,10 @@ from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs.directory import check_writable
 
 VIDEO_SUFFIXES = (".mp4", ".gif")
+VIDEO_FPS = 15
+"""Frames per second of eval videos (and of a demo's by default)."""
+EVAL_VIDEO_TAG = "videos/eval"
+"""TensorBoard tag of the video of each evaluation during training (`eval.video`)."""
 
 _GLYPHS = {  # 3 × 5 pixels, rows top to bottom
     "0": "111101101101111", "1": "010110010010111", "2": "111001111100111", "3": "111001111001111",
@@ -40,6 +44,25 @@ def stamp(frame: np.ndarray, text: str, scale: int = 4) -> np.ndarray:
     return out
 
 
+def captioned(frames: list, most: int | None = None) -> Callable[[np.ndarray, float], bool]:
+    """A frame sink (`core.evaluate.FrameSink`) that keeps each frame in `frames` with its episode return so far
+    drawn on it, up to `most` frames (None: no limit); it says True once it has them all."""
+
+    def keep(frame: np.ndarray, ret: float) -> bool:
+        frames.append(stamp(frame, f"R {ret:g}"))
+        return most is not None and len(frames) >= most
+
+    return keep
+
+
+def even_sides(frames: np.ndarray) -> np.ndarray:
+    """Frames (..., H, W, 3) with a black row or column added where a side is odd: H.264's 4:2:0 colour needs even
+    sides (a frame of a policy's images beside an env's render may have an odd one)."""
+    h, w = frames.shape[-3:-1]
+    pad = [(0, 0)] * (frames.ndim - 3) + [(0, h % 2), (0, w % 2), (0, 0)]
+    return np.pad(frames, pad) if h % 2 or w % 2 else frames
+
+
 def check_video_path(path: Path) -> None:
     """Refuse an unsupported suffix or an unwritable place before anything runs."""
     if path.suffix.lower() not in VIDEO_SUFFIXES:
@@ -60,7 +83,7 @@ def write_video(path: Path, frames: Sequence[np.ndarray], fps: int) -> None:
     stack = np.stack(frames)
     try:
         if path.suffix.lower() == ".mp4":
-            iio.imwrite(tmp, stack, plugin="pyav", codec="libx264", fps=fps)
+            iio.imwrite(tmp, even_sides(stack), plugin="pyav", codec="libx264", fps=fps)
         else:
             iio.imwrite(tmp, stack, duration=1000 / fps, loop=0)
         os.replace(tmp, path)

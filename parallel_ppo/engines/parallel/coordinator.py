@@ -233,12 +233,7 @@ class ParallelCoordinator:
         timers.add("inference", t_inf)
         timers.add("sync", max(0.0, wall - t_env - t_render - t_inf))
         fresh, self._fresh_envs = sorted(self._fresh_envs), set()
-        return CollectResult(
-            episode_returns=[x for r in results for x in r.episode_returns],
-            episode_lengths=[x for r in results for x in r.episode_lengths],
-            time_env=t_env, time_inference=t_inf, time_render=t_render, fresh_envs=fresh,
-            episode_successes=[x for r in results for x in r.episode_successes],
-        )
+        return CollectResult.merged(results, t_env, t_inf, t_render, fresh)
 
     def _run_rollout(self, stopping: StopCheck) -> list[CollectResult]:
         """Wake every worker and wait for all; dead or stuck workers are replaced and re-collect their slice.

@@ -118,7 +118,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         env = make_batch_env(cfg.env, cfg.run.seed, first, spec.num_envs, spec.env_threads, spec.stream)
         if env.spaces != spec.spaces:
             raise RuntimeError(f"env spaces {env.spaces} differ from the coordinator's {spec.spaces}")
-        runner = EnvRunner(env, cfg.run.seed, first, cfg.training.precision, spec.stream, cfg.training.gamma)
+        runner = EnvRunner.for_run(env, cfg, first, spec.stream)
         start_seconds = time.perf_counter() - started
         model = network(cfg, spec.spaces)
         params = policy_tensors(model)

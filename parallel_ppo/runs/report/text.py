@@ -140,8 +140,8 @@ def verdict(cmp: Comparison) -> list[str]:
 
 
 def seed_figure_names(cmp: Comparison) -> dict[str, str]:
-    return {k: v.format(steps=f"{cmp.equal_steps:,.0f}", time=fmt_duration(cmp.equal_time))
-            for k, v in seeds.FIGURE_NAMES.items()}
+    return {f: seeds.figure_name(f).format(steps=f"{cmp.equal_steps:,.0f}", time=fmt_duration(cmp.equal_time))
+            for f in [*seeds.FIGURES, *seeds.shown_figures(cmp.group_stats)]}
 
 
 def seed_table(cmp: Comparison) -> Table:
@@ -158,7 +158,7 @@ def seed_table(cmp: Comparison) -> Table:
     for g in cmp.group_stats:
         row = [g.label, str(g.seeds), g.interval]
         for figure in shown:
-            est = getattr(g, figure)
+            est = g.figure(figure)
             row += ["-", "-", "-"] if est is None else [
                 seeds.num(est.mean), seeds.num(est.iqm), f"[{seeds.num(est.low)}, {seeds.num(est.high)}]"]
         rows.append(row)
@@ -174,7 +174,7 @@ def console_seed_table(cmp: Comparison) -> Table:
     names = seed_figure_names(cmp)
     shown = seeds.shown_figures(cmp.group_stats)
     rows = [[g.label, f"{g.seeds}, {'range' if g.interval == seeds.RANGE else f'{seeds.LEVEL:.0%} CI'}",
-             *(seeds.short(getattr(g, f)) for f in shown)] for g in cmp.group_stats]
+             *(seeds.short(g.figure(f)) for f in shown)] for g in cmp.group_stats]
     return Table(["label", "seeds", *(names[f] for f in shown)], rows, left=2)
 
 
@@ -356,7 +356,7 @@ def to_json(cmp: Comparison) -> dict[str, Any]:
 def _seeds_json(cmp: Comparison) -> dict[str, Any]:
     labels = []
     for group, g in zip(cmp.groups, cmp.group_stats, strict=True):
-        figures = {f: None if getattr(g, f) is None else vars(getattr(g, f)) for f in seeds.FIGURES}
+        figures = {f: None if g.figure(f) is None else vars(g.figure(f)) for f in [*seeds.FIGURES, *g.episode_info]}
         labels.append({"label": g.label, "seeds": g.seeds, "interval": g.interval,
                        "runs": [r.label for r in group.runs], **figures})
     return {"across_seeds": {"equal_env_steps": cmp.equal_steps, "min_seeds_for_ci": seeds.MIN_CI_SEEDS,

@@ -1,0 +1,209 @@
+"""The networks of a dict observation (packed rows, `envs.observations`): the multi-input network (a CNN per image
+key, an MLP over the vector keys, one dense layer), its asymmetric form whose critic reads keys the actor does not,
+and the MLP over a dict of vectors. The actor reads `model.actor_keys`, the critic `model.critic_keys`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from parallel_ppo.core.config import ModelConfig
+from parallel_ppo.core.networks import (
+    CNN_STAGES,
+    MlpActorCritic,
+    image_features,
+    log_std_for,
+    orthogonal,
+    policy_output,
+    tanh_layers,
+    torch_default,
+)
+from parallel_ppo.envs.observations import DictLayout
+from parallel_ppo.envs.spaces import ActionSpace
+from parallel_ppo.errors import ConfigError
+
+
+def head_keys(layout: DictLayout, cfg: ModelConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The keys the actor and the critic read (`model.actor_keys`, `model.critic_keys`; empty: every key), in the
+    layout's order; ConfigError for a key the observation lacks, or a critic that does not read an actor key."""
+    every = [p.key for p in layout.parts]
+    for name, keys in (("actor_keys", cfg.actor_keys), ("critic_keys", cfg.critic_keys)):
+        unknown = [k for k in keys if k not in every]
+        if unknown:
+            raise ConfigError(f"model.{name}: {', '.join(unknown)} is not a key of this env's observation "
+                              f"(its keys: {', '.join(every)})")
+    actor = tuple(k for k in every if not cfg.actor_keys or k in cfg.actor_keys)
+    critic = tuple(k for k in every if not cfg.critic_keys or k in cfg.critic_keys)
+    missing = [k for k in actor if k not in critic]
+    if missing:
+        raise ConfigError(f"model.critic_keys lacks the actor's {', '.join(missing)}: the critic reads what the actor "
+                          "reads, and more")
+    return actor, critic
+
+
+def vector_ranges(layout: DictLayout, keys: tuple[str, ...]) -> list[tuple[int, int]]:
+    """Where `keys`' values lie in the vector of every vector key side by side: (start, end) ranges, adjacent ones
+    merged."""
+    ranges: list[tuple[int, int]] = []
+    start = 0
+    for part in layout.vectors:
+        if part.key in keys:
+            if ranges and ranges[-1][1] == start:
+                ranges[-1] = (ranges[-1][0], start + part.size)
+            else:
+                ranges.append((start, start + part.size))
+        start += part.size
+    return ranges
+
+
+class DictNetwork(nn.Module):
+    """A network of packed dict observations (`envs.observations`): it unpacks each row and normalizes the vector
+    keys with `obs_clip`, their statistics being buffers that `core.normalization` sets. Its actor reads
+    `actor_keys`, its critic `critic_keys` (`head_keys`)."""
+
+    def __init__(self, layout: DictLayout, obs_clip: float | None, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.layout, self.clip = layout, obs_clip
+        self.actor_keys, self.critic_keys = head_keys(layout, cfg)
+        self.actor_ranges, self.critic_ranges = (vector_ranges(layout, self.actor_keys),
+                                                 vector_ranges(layout, self.critic_keys))
+        if obs_clip is not None:
+            self.register_buffer("obs_mean", torch.zeros(layout.vector_size))
+            self.register_buffer("obs_std", torch.ones(layout.vector_size))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Packed uint8 rows (B, nbytes) → (policy outputs (B, A or 2n), values (B,))."""
+        return self.forward_parts(*self.layout.unpack(obs))
+
+    def forward_parts(self, images: dict[str, torch.Tensor], vector: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same from the unpacked observation: uint8 (B, H, W, C) per image key, the vector keys' float32
+        values side by side (B, vector_size)."""
+        raise NotImplementedError
+
+    def forward_actor(self, images: dict[str, torch.Tensor], vector: torch.Tensor) -> torch.Tensor:
+        """The policy outputs alone, from the actor's keys (the others' values are not read)."""
+        return self.forward_parts(images, vector)[0]
+
+    def picked(self, vector: torch.Tensor, ranges: list[tuple[int, int]]) -> torch.Tensor:
+        """The columns of the vector keys' values (B, vector_size) in `ranges`, side by side."""
+        if ranges == [(0, self.layout.vector_size)]:
+            return vector
+        return torch.cat([vector[:, a:b] for a, b in ranges], dim=1) if ranges else vector[:, :0]
+
+    def normalized(self, vector: torch.Tensor) -> torch.Tensor:
+        """The vector keys' values, normalized and clipped where the network normalizes them."""
+        if self.clip is None:
+            return vector
+        return ((vector - self.obs_mean) / self.obs_std).clamp(-self.clip, self.clip)
+
+    def image_readers(self, keys: tuple[str, ...], cnn: str, cfg: ModelConfig,
+                      init: Callable[[nn.Module], nn.Module]) -> tuple[list[str], nn.ModuleList, int]:
+        """The image keys among `keys`, a CNN for each, and the width of their features side by side."""
+        names, cnns, width = [], nn.ModuleList(), 0
+        for part in self.layout.images:
+            if part.key in keys:
+                stages, flat = CNN_STAGES[cnn](part.shape, cfg, init)
+                names.append(part.key)
+                cnns.append(stages)
+                width += flat
+        return names, cnns, width
+
+
+class MultiInputActorCritic(DictNetwork):
+    """The network of a dict observation: a CNN over each image key (the IMPALA CNN's stages, or the Nature CNN's
+    with `cnn` nature), the vector keys side by side through a tanh MLP (normalized first, with `obs_clip`), and one
+    dense layer over all their features for the policy and value heads, as Stable-Baselines3's MultiInputPolicy
+    joins its extractors."""
+
+    def __init__(self, layout: DictLayout, actions: ActionSpace, cfg: ModelConfig,
+                 obs_clip: float | None = None, cnn: str = "impala") -> None:
+        super().__init__(layout, obs_clip, cfg)
+        init = torch_default if cfg.init == "reference" else orthogonal  # see ModelConfig.init
+        self.images, self.cnns, width = self.image_readers(self.actor_keys, cnn, cfg, init)
+        vectors = sum(b - a for a, b in self.actor_ranges)
+        layers, size = tanh_layers(vectors, cfg.mlp_hidden if vectors else [])
+        self.mlp = nn.Sequential(*layers)
+        self.dense = init(nn.Linear(width + size, cfg.hidden_size))
+        self.actor = orthogonal(nn.Linear(cfg.hidden_size, actions.n), gain=0.01)
+        self.log_std = log_std_for(actions)
+        self.critic = orthogonal(nn.Linear(cfg.hidden_size, 1), gain=1.0)
+
+    def forward_parts(self, images: dict[str, torch.Tensor], vector: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = [image_features(cnn, images[key]) for cnn, key in zip(self.cnns, self.images, strict=True)]
+        if self.actor_ranges:
+            features.append(self.mlp(self.picked(self.normalized(vector), self.actor_ranges)))
+        x = torch.relu(self.dense(torch.cat(features, dim=1)))
+        return policy_output(self.actor(x), self.log_std), self.critic(x).squeeze(-1)
+
+
+class AsymmetricActorCritic(DictNetwork):
+    """The multi-input network with a head of its own for the actor and for the critic: each reads its keys (the
+    critic privileged ones too: `model.critic_keys`) through the image keys' CNNs (one per key for both heads with
+    `model.share_encoder`, else each head's own), a tanh MLP over its vector keys, and its own dense layer."""
+
+    def __init__(self, layout: DictLayout, actions: ActionSpace, cfg: ModelConfig,
+                 obs_clip: float | None = None, cnn: str = "impala") -> None:
+        super().__init__(layout, obs_clip, cfg)
+        init = torch_default if cfg.init == "reference" else orthogonal  # see ModelConfig.init
+        self.share = cfg.share_encoder
+        self.critic_images, self.cnns, critic_width = self.image_readers(self.critic_keys, cnn, cfg, init)
+        self.actor_images, actor_cnns, actor_width = self.image_readers(self.actor_keys, cnn, cfg, init)
+        self.actor_cnns = nn.ModuleList() if self.share else actor_cnns  # shared: the critic's CNNs of the keys
+
+        def head(ranges: list[tuple[int, int]], width: int) -> tuple[nn.Sequential, nn.Module]:
+            vectors = sum(b - a for a, b in ranges)
+            layers, size = tanh_layers(vectors, cfg.mlp_hidden if vectors else [])
+            return nn.Sequential(*layers), init(nn.Linear(width + size, cfg.hidden_size))
+
+        self.actor_mlp, self.actor_dense = head(self.actor_ranges, actor_width)
+        self.critic_mlp, self.critic_dense = head(self.critic_ranges, critic_width)
+        self.actor = orthogonal(nn.Linear(cfg.hidden_size, actions.n), gain=0.01)
+        self.log_std = log_std_for(actions)
+        self.critic = orthogonal(nn.Linear(cfg.hidden_size, 1), gain=1.0)
+
+    def forward_parts(self, images: dict[str, torch.Tensor], vector: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        vector = self.normalized(vector)
+        seen = {key: image_features(cnn, images[key]) for cnn, key in zip(self.cnns, self.critic_images, strict=True)}
+        values = self._head(seen, self.critic_images, self.picked(vector, self.critic_ranges), self.critic_mlp,
+                            self.critic_dense)
+        return self._actor(images, vector, seen if self.share else None), self.critic(values).squeeze(-1)
+
+    def forward_actor(self, images: dict[str, torch.Tensor], vector: torch.Tensor) -> torch.Tensor:
+        return self._actor(images, self.normalized(vector), None)
+
+    def _actor(self, images: dict[str, torch.Tensor], vector: torch.Tensor,
+               seen: dict[str, torch.Tensor] | None) -> torch.Tensor:
+        """The policy outputs from the actor's keys (`seen`: the shared CNNs' features, where computed already)."""
+        if seen is None:
+            cnns = self.actor_cnns if not self.share else [self.cnns[self.critic_images.index(k)]
+                                                            for k in self.actor_images]
+            seen = {key: image_features(cnn, images[key]) for cnn, key in zip(cnns, self.actor_images, strict=True)}
+        x = self._head(seen, self.actor_images, self.picked(vector, self.actor_ranges), self.actor_mlp,
+                       self.actor_dense)
+        return policy_output(self.actor(x), self.log_std)
+
+    @staticmethod
+    def _head(features: dict[str, torch.Tensor], keys: list[str], vector: torch.Tensor, mlp: nn.Module,
+              dense: nn.Module) -> torch.Tensor:
+        """A head's features: its image keys' CNN features and its vector keys' MLP, through its dense layer."""
+        parts = [features[key] for key in keys]
+        if len(mlp):  # layers only where the head reads vector keys
+            parts.append(mlp(vector))
+        return torch.relu(dense(torch.cat(parts, dim=1)))
+
+
+class DictVectors(DictNetwork):
+    """The MLP over a dict observation without image keys (gymnasium-robotics' goals, robosuite's state): its
+    vector keys side by side, normalized first with `obs_clip`, as one vector observation would be."""
+
+    def __init__(self, layout: DictLayout, actions: ActionSpace, cfg: ModelConfig,
+                 obs_clip: float | None = None) -> None:
+        super().__init__(layout, obs_clip, cfg)
+        self.net = MlpActorCritic((sum(b - a for a, b in self.actor_ranges),), actions, cfg,
+                                  sum(b - a for a, b in self.critic_ranges))
+
+    def forward_parts(self, images: dict[str, torch.Tensor], vector: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        vector = self.normalized(vector)
+        return self.net.heads(self.picked(vector, self.actor_ranges), self.picked(vector, self.critic_ranges))

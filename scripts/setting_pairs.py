@@ -1,0 +1,106 @@
+"""Two settings of one config in interleaved pairs: the parallel trainer with settings A, then with settings B (ABBA
+order: every second pair starts with B), N times, and the ratio B/A of their steady-state SPS and their phases per
+1,000 env steps. What a setting costs in speed, measured in one sitting.
+
+    .venv/bin/python scripts/setting_pairs.py --config config/robosuite_lift_camera.yaml --pairs 3 --minutes 4 \\
+        --a "unshifted: --set training.augment_shift=0" --b "recipe:" --output-dir benchmarks/shift_speed
+
+(`make camera-recipe-speed` runs the camera recipe against itself without the privileged critic and the shift.)
+
+Each of --a and --b is `LABEL: ARGS...` (trainer arguments; none for the config as it is). Writes <output-dir>/pairs.md
+after every pair and <output-dir>/pairs.json (machine, date, commit, command, each run's figures) at the end. A
+measurement: exits 0 whatever the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from parallel_ppo.bench.study import available_cores  # noqa: E402
+from parallel_ppo.runs import fingerprint  # noqa: E402
+from parallel_ppo.runs.reading import Run, load_run  # noqa: E402
+
+PHASES = ("env", "render", "inference", "update", "sync")
+"""The phases shown per 1,000 env steps (the workers': per-worker means)."""
+
+
+def per_thousand(run: Run, phase: str) -> float:
+    """Seconds of `phase` per 1,000 env steps over the steady updates (update 1 left out; all of a 1-update run)."""
+    steps, first = run.metrics["env_steps"], 1 if run.updates > 1 else 0
+    span = float(steps[-1] - (steps[0] if first else 0))
+    return 1000 * float(run.metrics[f"time_{phase}"][first:].sum()) / span
+
+
+def variant(text: str) -> tuple[str, list[str]]:
+    """`LABEL: ARGS...` → (label, argument list)."""
+    label, colon, args = text.partition(":")
+    if not colon or not label.strip():
+        raise argparse.ArgumentTypeError(f"expects LABEL: ARGS..., got {text!r}")
+    return label.strip(), shlex.split(args)
+
+
+def train(config: str, run_dir: Path, minutes: float, args: list[str]) -> Run:
+    cmd = [sys.executable, str(ROOT / "train_parallel_timed.py"), "--config", str(ROOT / config), "--duration",
+           f"{minutes / 60:.6f}", "--output-dir", str(run_dir), "--overwrite", "--set", "logging.progress=off", *args]
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"setting_pairs.py: error: the run in {run_dir} failed (exit {proc.returncode}): "
+                 f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}")
+    return load_run(run_dir.name, run_dir)
+
+
+def figures(run: Run) -> dict[str, float]:
+    return {"sps": round(float(run.steady_sps), 2),
+            **{f"{phase}_s_per_1k": round(per_thousand(run, phase), 4) for phase in PHASES}}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", required=True)
+    p.add_argument("--a", type=variant, required=True, metavar="'LABEL: ARGS'")
+    p.add_argument("--b", type=variant, required=True, metavar="'LABEL: ARGS'")
+    p.add_argument("--pairs", type=int, default=3, choices=range(1, 101), metavar="N")
+    p.add_argument("--minutes", type=float, default=4.0)
+    p.add_argument("--output-dir", default="benchmarks/setting_pairs")
+    args = p.parse_args()
+    (a, a_args), (b, b_args) = args.a, args.b
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [f"| pair | {a} SPS | {b} SPS | {b}/{a} | " + " | ".join(f"{ph} s/1k {a} | {b}" for ph in PHASES) + " |",
+             "|---:|---:|---:|---:|" + "---:|" * (2 * len(PHASES))]
+    pairs = []
+    for pair in range(1, args.pairs + 1):
+        order = [(a, a_args), (b, b_args)] if pair % 2 else [(b, b_args), (a, a_args)]  # ABBA
+        runs = {}
+        for label, extra in order:
+            print(f"pair {pair}: {label} for {args.minutes:g} min ...", flush=True)
+            runs[label] = figures(train(args.config, out / f"{label}_{pair}", args.minutes, extra))
+        pairs.append({**runs, "ratio": round(runs[b]["sps"] / runs[a]["sps"], 4), "order": [x for x, _ in order]})
+        lines.append(f"| {pair} | {runs[a]['sps']:.1f} | {runs[b]['sps']:.1f} | {pairs[-1]['ratio']:.3f} | "
+                     + " | ".join(f"{runs[x][f'{ph}_s_per_1k']:.3f}" for ph in PHASES for x in (a, b)) + " |")
+        print(lines[-1], flush=True)
+        (out / "pairs.md").write_text("\n".join(lines) + "\n")
+    ratios = [pair["ratio"] for pair in pairs]
+    evidence = {"machine": f"{fingerprint.describe_cpu()}, {available_cores()} cores",
+                "date": datetime.date.today().isoformat(), "commit": fingerprint.source_commit() or "unknown",
+                "command": shlex.join(["scripts/setting_pairs.py", *sys.argv[1:]]), "config": args.config,
+                "minutes": args.minutes, "a": {"label": a, "args": a_args}, "b": {"label": b, "args": b_args},
+                "pairs": pairs, "ratios": ratios, "ratio_median": statistics.median(ratios), "ratio_min": min(ratios)}
+    (out / "pairs.json").write_text(json.dumps(evidence, indent=1) + "\n")
+    print("\n".join(lines))
+    print(f"{b}/{a} SPS: median {evidence['ratio_median']:.3f}, lowest {evidence['ratio_min']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

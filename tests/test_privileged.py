@@ -1,0 +1,169 @@
+"""An actor and a critic that read different keys of a dict observation (the critic privileged state a real robot
+does not have), and the random shift of frames in the update: the actor never reads a critic-only key, a policy acts
+and exports without them, the shift moves whole frames by whole pixels from the update's seeded generator, and
+settings that cannot work are refused in one line. Equality with an asymmetric critic and the shift: the parallel
+and distributed equality tests run them."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from parallel_ppo.cli.train import run as train_cli
+from parallel_ppo.core.augment import RandomShift, shift_frames
+from parallel_ppo.core.config import Config, ModelConfig
+from parallel_ppo.core.dict_networks import AsymmetricActorCritic, DictVectors, MultiInputActorCritic
+from parallel_ppo.core.model import build_model, network
+from parallel_ppo.core.policy import Policy
+from parallel_ppo.envs.batch import env_spaces
+from parallel_ppo.envs.observations import DictLayout
+from parallel_ppo.envs.spaces import ActionSpace
+from parallel_ppo.errors import ConfigError
+
+LAYOUT = DictLayout.of({"wrist": ((6, 6, 3), True), "joints": ((3,), False), "cube": ((2,), False),
+                        "top": ((4, 4, 1), True)})
+ACTOR = ["wrist", "joints"]
+CONTINUOUS = ActionSpace(2, (-1.0, -1.0), (1.0, 1.0))
+
+
+def rows(n: int, seed: int, layout: DictLayout = LAYOUT) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {p.key: (rng.integers(0, 256, (n, *p.shape), dtype=np.uint8) if p.image
+                    else rng.normal(size=(n, p.size)).astype(np.float32)) for p in layout.parts}
+
+
+def model_config(**changes: object) -> ModelConfig:
+    return dataclasses.replace(ModelConfig(impala_depths=[4], hidden_size=16, mlp_hidden=[8]), **changes)
+
+
+@pytest.mark.parametrize("share", [True, False], ids=["shared-cnn", "own-cnns"])
+@pytest.mark.parametrize("layout", [LAYOUT, DictLayout.of({"joints": ((3,), False), "cube": ((2,), False)})],
+                         ids=["images-and-vectors", "vectors"])
+def test_the_actor_never_reads_a_critic_only_key(share, layout):
+    """Changing only the critic's own keys (`cube`, `top`) changes the values and leaves the action distribution
+    exactly as it was; the actor's own forward computes the same outputs from the actor's keys alone."""
+    torch.manual_seed(0)
+    actor = [k for k in ACTOR if k in {p.key for p in layout.parts}]
+    net = build_model((layout.nbytes,), CONTINUOUS, model_config(actor_keys=actor, share_encoder=share), 5.0, layout)
+    assert isinstance(net, AsymmetricActorCritic if layout.images else DictVectors)
+    net.obs_mean.copy_(torch.linspace(-1, 1, layout.vector_size))
+    obs = rows(5, 1, layout)
+    other = {**obs, **{k: v for k, v in rows(5, 2, layout).items() if k not in actor}}
+    params, values = net(torch.from_numpy(layout.pack(obs)))
+    params_other, values_other = net(torch.from_numpy(layout.pack(other)))
+    assert torch.equal(params, params_other)
+    assert not torch.allclose(values, values_other), "the critic reads its own keys"
+    images, vector = layout.unpack(torch.from_numpy(layout.pack(obs)))
+    torch.testing.assert_close(net.forward_actor(images, vector), params)
+    (params.sum() + values.sum()).backward()
+    if layout.images:
+        assert net.cnns[0][0].conv.weight.grad.abs().sum() > 0
+
+
+def test_one_key_list_for_both_heads_is_the_multi_input_network_over_those_keys():
+    net = build_model((LAYOUT.nbytes,), CONTINUOUS, model_config(actor_keys=ACTOR, critic_keys=ACTOR), None, LAYOUT)
+    assert isinstance(net, MultiInputActorCritic) and len(net.cnns) == 1
+    obs = rows(3, 1)
+    changed = {**obs, "cube": obs["cube"] + 1, "top": 255 - obs["top"]}
+    assert all(torch.equal(a, b) for a, b in zip(net(torch.from_numpy(LAYOUT.pack(obs))),
+                                                 net(torch.from_numpy(LAYOUT.pack(changed))), strict=True))
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"actor_keys": ["wrist", "gripper"]}, "model.actor_keys: gripper is not a key"),
+    ({"actor_keys": ACTOR, "critic_keys": ["joints", "cube"]}, "model.critic_keys lacks the actor's wrist"),
+])
+def test_key_lists_that_cannot_work_are_refused(changes, words):
+    with pytest.raises(ConfigError, match=words):
+        build_model((LAYOUT.nbytes,), CONTINUOUS, model_config(**changes), None, LAYOUT)
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript"])
+def test_a_policy_acts_and_exports_without_the_critics_own_keys(tmp_path, fmt):
+    """`predict` and the exported file take the actor's keys alone (the file has no `value`: the critic reads
+    more); a missing actor key is named."""
+    from parallel_ppo.runs.export import export_policy, run_exported
+
+    cfg = Config()
+    cfg.env.id, cfg.model.actor_keys = "toy_envs:CameraReach-v0", ["camera", "state"]
+    cfg.model.impala_depths, cfg.model.hidden_size = [4], 16
+    cfg.training.precision, cfg.training.normalize_obs = "fp32", True
+    spaces = env_spaces(cfg.env)
+    torch.manual_seed(0)
+    policy = Policy(cfg, network(cfg, spaces), tmp_path / "checkpoint.pt", {}, spaces=spaces)
+    policy.model.obs_mean.copy_(torch.tensor([0.5, 3.0]))
+    rng = np.random.default_rng(3)
+    obs = {"camera": rng.integers(0, 256, (5, 8, 8, 3), dtype=np.uint8),
+           "state": rng.normal(size=(5, 1)).astype(np.float32)}
+    actions = policy.predict(obs, deterministic=True)
+    assert np.array_equal(actions, policy.predict({**obs, "steps": np.full(5, 7.0, np.float32)}, deterministic=True))
+    assert policy.predict({k: v[0] for k, v in obs.items()}, deterministic=True) == actions[0]
+    with pytest.raises(ConfigError, match=r"lacks the key\(s\) state"):
+        policy.predict({"camera": obs["camera"]})
+    done = export_policy(policy, fmt, tmp_path / f"policy.{fmt}")
+    specs = done.metadata["inputs"]
+    assert [spec["name"] for spec in specs] == ["state", "camera"] and done.metadata["outputs"] == ["action", "logits"]
+    outputs = run_exported(done.path.read_bytes(), fmt, (obs["state"], obs["camera"]), specs)
+    assert len(outputs) == 2 and np.array_equal(outputs[0], actions)
+
+
+def test_a_shifted_frame_is_the_padded_frame_cropped_at_the_shift():
+    """Against numpy's edge padding and a crop: each frame its own shift, channels moved together, uint8 kept."""
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (6, 7, 5, 3), dtype=np.uint8)
+    shifts = np.array([[0, 0], [2, -2], [-2, 1], [1, 2], [-1, -1], [2, 2]])
+    out = shift_frames(torch.from_numpy(frames), torch.from_numpy(shifts))
+    assert out.dtype == torch.uint8 and out.shape == frames.shape
+    for frame, (dy, dx), moved in zip(frames, shifts, out.numpy(), strict=True):
+        padded = np.pad(frame, ((2, 2), (2, 2), (0, 0)), mode="edge")
+        assert np.array_equal(moved, padded[2 + dy:2 + dy + 7, 2 + dx:2 + dx + 5])
+
+
+def test_the_shift_moves_only_the_chosen_image_keys_and_follows_the_generator():
+    obs = torch.from_numpy(LAYOUT.pack(rows(64, 3)))
+    shift = RandomShift(2, LAYOUT, ["wrist"])
+    first = shift(obs, torch.Generator().manual_seed(5))
+    assert torch.equal(first, shift(obs, torch.Generator().manual_seed(5))), "seeded: the same shifts"
+    assert not torch.equal(first, shift(obs, torch.Generator().manual_seed(6)))
+    before, after = LAYOUT.unpack(obs), LAYOUT.unpack(first)
+    assert torch.equal(before[1], after[1]) and torch.equal(before[0]["top"], after[0]["top"])
+    assert not torch.equal(before[0]["wrist"], after[0]["wrist"])
+    assert torch.equal(obs, torch.from_numpy(LAYOUT.pack(rows(64, 3)))), "the rollout's rows are left alone"
+
+
+CARTPOLE = ["--env", "CartPole-v1", "--total-steps", "1"]
+CAMERA = ["--env", "toy_envs:CameraReach-v0", "--total-steps", "1"]
+
+
+@pytest.mark.parametrize("argv, words", [
+    ([*CAMERA, "--set", "model.actor_keys=[camera,gripper]"], "model.actor_keys: gripper is not a key"),
+    ([*CAMERA, "--set", "model.actor_keys=[camera,state]", "--set", "model.critic_keys=[state,steps]"],
+     "model.critic_keys lacks the actor's camera"),
+    ([*CARTPOLE, "--set", "model.critic_keys=[x]"], "name keys of a dict observation"),
+    ([*CAMERA, "--set", "training.augment_shift=4", "--set", "training.augment_keys=[state]"],
+     "state is not one (image keys: camera)"),
+    ([*CARTPOLE, "--set", "training.augment_shift=4"], "moves image observations"),
+])
+def test_settings_that_cannot_work_are_refused_in_one_line(argv, words, tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # toy_envs
+    status = train_cli([*argv, "--output-dir", str(tmp_path / "run")], parallel=False, prog="train_timed.py")
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and words in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_spatial_softmax_gives_where_each_keypoint_is():
+    """One hot spot per map: its keypoint is that spot's position in [0, 1]; the spatial CNN reads a dict's images."""
+    from parallel_ppo.core.networks import SpatialSoftmax
+
+    maps = torch.full((1, 2, 5, 9), -1e4)
+    maps[0, 0, 4, 0] = maps[0, 1, 1, 6] = 0.0
+    assert SpatialSoftmax()(maps)[0].tolist() == pytest.approx([0.0, 0.75, 1.0, 0.25])  # x of each, then y
+    layout = DictLayout.of({"wrist": ((20, 20, 3), True), "joints": ((3,), False)})
+    net = build_model((layout.nbytes,), CONTINUOUS, model_config(kind="spatial", keypoints=4), None, layout)
+    params, values = net(torch.from_numpy(layout.pack(rows(2, 0, layout))))
+    assert params.shape == (2, 4) and values.shape == (2,) and net.dense.in_features == 8 + 8
