@@ -30,13 +30,6 @@ HEADER = ["| pair | sequential SPS | parallel SPS | ratio | update s/1k steps se
           "|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * (2 * len(PHASES))]
 
 
-def per_thousand(run: Run, phase: str) -> float:
-    """Seconds of `phase` per 1,000 env steps over the steady updates (update 1 left out; all of a 1-update run)."""
-    steps, first = run.metrics["env_steps"], 1 if run.updates > 1 else 0
-    span = float(steps[-1] - (steps[0] if first else 0))
-    return 1000 * float(run.metrics[f"time_{phase}"][first:].sum()) / span
-
-
 def train(mode: str, run_dir: Path, minutes: float, extra: list[str], config: str | None) -> Run:
     script, shipped = TRAINERS[mode]
     config = config or shipped
@@ -66,10 +59,10 @@ def main() -> int:
             print(f"pair {pair}: {mode} for {args.minutes:g} min ...", flush=True)
             runs[mode] = train(mode, out / f"{mode}_{pair}", args.minutes, extra, args.config)
         s, q = runs["sequential"], runs["parallel"]
-        us, uq = per_thousand(s, "update"), per_thousand(q, "update")
+        us, uq = s.per_thousand_steps("update"), q.per_thousand_steps("update")
         lines.append(f"| {pair} | {s.steady_sps:.1f} | {q.steady_sps:.1f} | {q.steady_sps / s.steady_sps:.3f} | "
                      f"{us:.3f} | {uq:.3f} | {uq / us:.3f} | "
-                     + " | ".join(f"{per_thousand(r, phase):.3f}" for phase in PHASES
+                     + " | ".join(f"{r.per_thousand_steps(phase):.3f}" for phase in PHASES
                                   for r in (s, q)) + " |")
         print(lines[-1], flush=True)
         (out / "pairs.md").write_text("\n".join(lines) + "\n")

@@ -34,13 +34,6 @@ PHASES = ("env", "render", "inference", "update", "sync")
 """The phases shown per 1,000 env steps (the workers': per-worker means)."""
 
 
-def per_thousand(run: Run, phase: str) -> float:
-    """Seconds of `phase` per 1,000 env steps over the steady updates (update 1 left out; all of a 1-update run)."""
-    steps, first = run.metrics["env_steps"], 1 if run.updates > 1 else 0
-    span = float(steps[-1] - (steps[0] if first else 0))
-    return 1000 * float(run.metrics[f"time_{phase}"][first:].sum()) / span
-
-
 def variant(text: str) -> tuple[str, list[str]]:
     """`LABEL: ARGS...` → (label, argument list)."""
     label, colon, args = text.partition(":")
@@ -61,7 +54,7 @@ def train(config: str, run_dir: Path, minutes: float, args: list[str]) -> Run:
 
 def figures(run: Run) -> dict[str, float]:
     return {"sps": round(float(run.steady_sps), 2),
-            **{f"{phase}_s_per_1k": round(per_thousand(run, phase), 4) for phase in PHASES}}
+            **{f"{phase}_s_per_1k": round(run.per_thousand_steps(phase), 4) for phase in PHASES}}
 
 
 def main() -> int:

@@ -6,6 +6,7 @@ refused in one line. tests/test_parallel.py and tests/test_distributed.py check 
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import numpy as np
@@ -92,6 +93,11 @@ def test_a_users_entry_reaches_every_writer_the_checkpoint_and_the_comparison(tm
     resumed = ppo.train(resume=run.path, overrides={"run.total_steps": 4 * 64}, verbose=False)
     after = load_checkpoint(resumed.path / "checkpoint.pt")["episode_info"]["distance_to_goal"]
     assert after[:len(windows["distance_to_goal"])] == windows["distance_to_goal"]  # the window went on
+    ppo.train(resume=run.path, overrides={"run.total_steps": 5 * 64, "logging.episode_info": []}, verbose=False)
+    with open(run.path / "metrics.csv", newline="") as f:
+        kept = list(csv.DictReader(f))
+    assert kept[2]["episode_distance_to_goal"] == rows[2]["episode_distance_to_goal"] != ""  # not logged now, kept
+    assert kept[-1]["episode_distance_to_goal"] == "" and len(kept) == 5
 
 
 def test_a_checkpoint_from_before_episode_info_keeps_its_success_window(tmp_path):
@@ -109,14 +115,31 @@ def test_a_checkpoint_from_before_episode_info_keeps_its_success_window(tmp_path
     (["logging.episode_info=[distance_to_goal"], "'[distance_to_goal' is not the name of an info entry"),
     (["logging.episode_info=[is_success]"], "is_success is always read"),
     (["logging.episode_info=[a, a]"], "names a twice"),
-    (["logging.episode_info=[label]"], "label in the final info of toy_envs:GoalReach-v0's episodes is '"),
 ])
 def test_a_bad_entry_to_log_is_refused_in_one_line(tmp_path, capsys, sets, words):
-    """A malformed or impossible setting before anything starts; an entry the env gives as a word when the first
-    episode ends (update 2)."""
-    argv = ["--config", MUJOCO, "--env", GOAL, "--num-envs", "4", "--set", "training.n_steps=16", "--batch-size",
-            "32", "--total-steps", "192", "--set", "run.limit_seconds=0", "--set", "logging.progress=off",
-            "--output-dir", str(tmp_path / "run"), *(item for s in sets for item in ("--set", s))]
-    assert train_cli(argv, parallel=False, prog="train_timed.py") == 2
+    """A malformed or impossible setting, before anything starts."""
+    assert train_cli([*goal_run(tmp_path), *(item for s in sets for item in ("--set", s))], parallel=False,
+                     prog="train_timed.py") == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("train_timed.py: error: logging.episode_info") and words in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_entry_the_env_gives_as_a_word_stops_the_run_with_its_files_written(tmp_path, capsys):
+    """Found when the first episodes end (update 2): the run stops as after an env's error, in one line, its
+    checkpoint and summary written."""
+    assert train_cli([*goal_run(tmp_path), "--set", "logging.episode_info=[label]"], parallel=False,
+                     prog="train_timed.py") == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("train_timed.py: error: label in the final info of "
+                                                    "toy_envs:GoalReach-v0's episodes is '") and "not a number" in err
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["stop_reason"] == "error" and summary["updates"] == 1
+    assert (tmp_path / "run" / "checkpoint.pt").is_file()
+
+
+def goal_run(tmp_path: Path) -> list[str]:
+    """A sequential run of 4 GoalReach envs, 16 steps an update, whose episodes end in its second update."""
+    return ["--config", MUJOCO, "--env", GOAL, "--num-envs", "4", "--set", "training.n_steps=16", "--batch-size",
+            "32", "--total-steps", "192", "--set", "run.limit_seconds=0", "--set", "logging.progress=off",
+            "--output-dir", str(tmp_path / "run")]

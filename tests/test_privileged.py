@@ -123,16 +123,41 @@ def test_a_shifted_frame_is_the_padded_frame_cropped_at_the_shift():
         assert np.array_equal(moved, padded[2 + dy:2 + dy + 7, 2 + dx:2 + dx + 5])
 
 
-def test_the_shift_moves_only_the_chosen_image_keys_and_follows_the_generator():
+def test_the_shift_moves_only_the_chosen_image_keys_by_their_draws():
     obs = torch.from_numpy(LAYOUT.pack(rows(64, 3)))
     shift = RandomShift(2, LAYOUT, ["wrist"])
-    first = shift(obs, torch.Generator().manual_seed(5))
-    assert torch.equal(first, shift(obs, torch.Generator().manual_seed(5))), "seeded: the same shifts"
-    assert not torch.equal(first, shift(obs, torch.Generator().manual_seed(6)))
+    draws = shift.draw(8, 8, 3, torch.Generator().manual_seed(5))
+    assert draws.shape == (8, 8, 3, 1, 2) and draws.abs().max() == 2
+    assert torch.equal(draws, shift.draw(8, 8, 3, torch.Generator().manual_seed(5))), "seeded: the same shifts"
+    first = shift(obs, draws.flatten(0, 1)[:, 0])
+    assert torch.equal(first, shift(obs, draws.flatten(0, 1)[:, 0])) and not torch.equal(
+        first, shift(obs, draws.flatten(0, 1)[:, 1])), "each epoch its own draws"
     before, after = LAYOUT.unpack(obs), LAYOUT.unpack(first)
     assert torch.equal(before[1], after[1]) and torch.equal(before[0]["top"], after[0]["top"])
     assert not torch.equal(before[0]["wrist"], after[0]["wrist"])
     assert torch.equal(obs, torch.from_numpy(LAYOUT.pack(rows(64, 3)))), "the rollout's rows are left alone"
+
+
+def test_the_update_learns_from_shifted_frames(monkeypatch, tmp_path):
+    """A run with `augment_shift` hands every minibatch of every epoch to the shift, and learns something else
+    than the same run without it."""
+    import parallel_ppo as ppo
+
+    calls = []
+    original = RandomShift.__call__
+    monkeypatch.setattr(RandomShift, "__call__", lambda self, obs, draws: calls.append(len(obs)) or original(
+        self, obs, draws))
+    overrides = {"env.id": "toy_envs:CameraReach-v0", "env.num_envs": 4, "training.n_steps": 16,
+                 "training.batch_size": 32, "training.n_epochs": 2, "run.total_steps": 64, "run.limit_seconds": 0,
+                 "training.precision": "fp32", "training.microbatch_size": 0, "model.impala_depths": [4],
+                 "model.hidden_size": 16, "logging.tensorboard": False, "model.kind": "auto"}
+    params = {}
+    for shift in (0, 2):
+        run = ppo.train(str(Path(__file__).parents[1] / "config" / "cartpole.yaml"), output_dir=tmp_path / str(shift),
+                        overrides={**overrides, "training.augment_shift": shift}, verbose=False)
+        params[shift] = torch.load(run.path / "checkpoint.pt", weights_only=True)["model"]
+    assert calls == [32] * 2 * 2, "2 minibatches × 2 epochs of the one update, none without the setting"
+    assert any(not torch.equal(params[0][k], params[2][k]) for k in params[0])
 
 
 CARTPOLE = ["--env", "CartPole-v1", "--total-steps", "1"]

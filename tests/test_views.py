@@ -175,7 +175,8 @@ def test_each_evaluation_during_training_adds_its_video_to_tensorboard(tmp_path)
     state.update, state.env_steps = 3, 48
     hook = EvalHook(cfg, tmp_path, spaces)
     assert len(hook.run(state).returns) == 2
-    acc = EventAccumulator(str(tmp_path / "logs"), size_guidance={"images": 0})
+    assert not list((tmp_path / "logs").glob("events.*")), "beside the run's scalars: a directory of their own"
+    acc = EventAccumulator(str(tmp_path / "logs" / "eval_video"), size_guidance={"images": 0})
     acc.Reload()
     (image,) = acc.Images(EVAL_VIDEO_TAG)
     assert image.step == 48 and (image.height, image.width) == (MIN_HEIGHT, MIN_HEIGHT)

@@ -4,6 +4,7 @@ cropping back at a random offset. Frames stay uint8; a dict observation's images
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from parallel_ppo.core.config import Config
@@ -23,25 +24,35 @@ def shift_frames(frames: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
 
 class RandomShift:
     """Shifts the frames of a minibatch's observations (image observations, or the chosen image keys of a dict
-    observation's packed rows) by up to `pad` pixels, each frame its own shift from the update's generator."""
+    observation's packed rows) by up to `pad` pixels, each frame by its own shift (`draw`)."""
 
     def __init__(self, pad: int, layout: DictLayout | None, keys: list[str]) -> None:
         self.pad, self.layout = pad, layout
         self.parts = [p for p in layout.images if not keys or p.key in keys] if layout is not None else []
 
-    def __call__(self, obs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """`obs` (B, *obs_shape) with its frames shifted: a new tensor, `obs` unchanged."""
+    def draw(self, steps: int, envs: int, epochs: int, generator: torch.Generator) -> torch.Tensor:
+        """The shifts of a rollout of `steps` × `envs` (every rank's envs: each rank takes its own columns, so a
+        sample's shift is the one it has in one process) for each of the update's `epochs`: (steps, envs, epochs,
+        frames, 2) whole pixels (dy, dx) in [-pad, pad], a frame for each image moved."""
+        frames = max(1, len(self.parts))
+        return torch.randint(-self.pad, self.pad + 1, (steps, envs, epochs, frames, 2), generator=generator)
+
+    def __call__(self, obs: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
+        """`obs` (B, *obs_shape) with its frames moved by `shifts` (B, frames, 2): a new tensor, `obs` unchanged."""
+        shifts = shifts.to(obs.device)
         if self.layout is None:
-            return shift_frames(obs, self._shifts(obs, generator))
+            return shift_frames(obs, shifts[:, 0])
         out, (images, _) = obs.clone(), self.layout.unpack(obs)
-        for part in self.parts:
-            moved = shift_frames(images[part.key], self._shifts(obs, generator))
+        for i, part in enumerate(self.parts):
+            moved = shift_frames(images[part.key], shifts[:, i])
             out[:, part.offset:part.offset + part.nbytes] = moved.reshape(len(obs), -1)
         return out
 
-    def _shifts(self, obs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """(B, 2) whole-pixel shifts in [-pad, pad], drawn on the CPU (one stream on every device)."""
-        return torch.randint(-self.pad, self.pad + 1, (len(obs), 2), generator=generator).to(obs.device)
+
+def update_generator(seed: int, update: int) -> torch.Generator:
+    """The augmentation's random stream for the update after `update` of a run seeded `seed`: the same on every rank
+    and after a resume, whatever else the run drew (the minibatches' permutations differ with a rank's share)."""
+    return torch.Generator().manual_seed(int(np.random.SeedSequence([seed, update]).generate_state(1)[0]))
 
 
 def random_shift(cfg: Config, spaces: EnvSpaces) -> RandomShift | None:

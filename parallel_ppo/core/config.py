@@ -50,7 +50,7 @@ class ModelConfig:
     keypoints: int = setting(32, positive=True, maximum=1024, resume=True)
     """Keypoints of `kind: spatial`'s spatial softmax (each an x and a y)."""
     hidden_size: int = setting(256, positive=True, maximum=65536, resume=True)
-    """Width of the IMPALA or Nature CNN's dense layer."""
+    """Width of the dense layer over a CNN's features (each head's own where actor and critic have one each)."""
     init: str = setting("reference", choices=("reference", "orthogonal"), resume=True)
     """Weights of the IMPALA CNN, and of a dict observation's CNNs (IMPALA or Nature) and dense layer (the Nature
     CNN over a single image is always orthogonal, as CleanRL's ppo_atari): `reference` (PyTorch's default init for
@@ -122,8 +122,8 @@ class TrainingConfig:
     """Global gradient norm clip."""
     augment_shift: int = setting(0, non_negative=True, maximum=64)
     """Random shift of image observations in the update (DrQ, RAD): each frame of a minibatch moved by up to this
-    many pixels in each direction, the edge pixels repeated (pad and random crop), drawn from the update's seeded
-    generator; 0 is off. Frames are shifted only where the loss reads them: collection, the normalizer and the
+    many pixels in each direction, the edge pixels repeated (pad and random crop), drawn from a stream seeded by
+    `run.seed` and the update's number; 0 is off. Frames are shifted only where the loss reads them: collection, the normalizer and the
     policy's actions see them as the env gave them."""
     augment_keys: list[str] = setting([], names=True)
     """The image keys of a dict observation that `augment_shift` moves (empty: every image key)."""

@@ -99,16 +99,25 @@ class DictNetwork(nn.Module):
         return ((vector - self.obs_mean) / self.obs_std).clamp(-self.clip, self.clip)
 
     def image_readers(self, keys: tuple[str, ...], cnn: str, cfg: ModelConfig,
-                      init: Callable[[nn.Module], nn.Module]) -> tuple[list[str], nn.ModuleList, int]:
-        """The image keys among `keys`, a CNN for each, and the width of their features side by side."""
-        names, cnns, width = [], nn.ModuleList(), 0
+                      init: Callable[[nn.Module], nn.Module]) -> tuple[list[str], nn.ModuleList, list[int]]:
+        """The image keys among `keys`, a CNN for each, and the width of each one's features."""
+        names, cnns, widths = [], nn.ModuleList(), []
         for part in self.layout.images:
             if part.key in keys:
                 stages, flat = CNN_STAGES[cnn](part.shape, cfg, init)
                 names.append(part.key)
                 cnns.append(stages)
-                width += flat
-        return names, cnns, width
+                widths.append(flat)
+        return names, cnns, widths
+
+
+def vector_head(ranges: list[tuple[int, int]], width: int, cfg: ModelConfig,
+                init: Callable[[nn.Module], nn.Module]) -> tuple[nn.Sequential, nn.Module]:
+    """A head's tanh MLP over the vector keys in `ranges` (none where it reads none) and its dense layer over those
+    and `width` image features."""
+    vectors = sum(b - a for a, b in ranges)
+    layers, size = tanh_layers(vectors, cfg.mlp_hidden if vectors else [])
+    return nn.Sequential(*layers), init(nn.Linear(width + size, cfg.hidden_size))
 
 
 class MultiInputActorCritic(DictNetwork):
@@ -121,11 +130,8 @@ class MultiInputActorCritic(DictNetwork):
                  obs_clip: float | None = None, cnn: str = "impala") -> None:
         super().__init__(layout, obs_clip, cfg)
         init = torch_default if cfg.init == "reference" else orthogonal  # see ModelConfig.init
-        self.images, self.cnns, width = self.image_readers(self.actor_keys, cnn, cfg, init)
-        vectors = sum(b - a for a, b in self.actor_ranges)
-        layers, size = tanh_layers(vectors, cfg.mlp_hidden if vectors else [])
-        self.mlp = nn.Sequential(*layers)
-        self.dense = init(nn.Linear(width + size, cfg.hidden_size))
+        self.images, self.cnns, widths = self.image_readers(self.actor_keys, cnn, cfg, init)
+        self.mlp, self.dense = vector_head(self.actor_ranges, sum(widths), cfg, init)
         self.actor = orthogonal(nn.Linear(cfg.hidden_size, actions.n), gain=0.01)
         self.log_std = log_std_for(actions)
         self.critic = orthogonal(nn.Linear(cfg.hidden_size, 1), gain=1.0)
@@ -148,17 +154,14 @@ class AsymmetricActorCritic(DictNetwork):
         super().__init__(layout, obs_clip, cfg)
         init = torch_default if cfg.init == "reference" else orthogonal  # see ModelConfig.init
         self.share = cfg.share_encoder
-        self.critic_images, self.cnns, critic_width = self.image_readers(self.critic_keys, cnn, cfg, init)
-        self.actor_images, actor_cnns, actor_width = self.image_readers(self.actor_keys, cnn, cfg, init)
-        self.actor_cnns = nn.ModuleList() if self.share else actor_cnns  # shared: the critic's CNNs of the keys
-
-        def head(ranges: list[tuple[int, int]], width: int) -> tuple[nn.Sequential, nn.Module]:
-            vectors = sum(b - a for a, b in ranges)
-            layers, size = tanh_layers(vectors, cfg.mlp_hidden if vectors else [])
-            return nn.Sequential(*layers), init(nn.Linear(width + size, cfg.hidden_size))
-
-        self.actor_mlp, self.actor_dense = head(self.actor_ranges, actor_width)
-        self.critic_mlp, self.critic_dense = head(self.critic_ranges, critic_width)
+        self.critic_images, self.cnns, widths = self.image_readers(self.critic_keys, cnn, cfg, init)
+        self.actor_images = [key for key in self.critic_images if key in self.actor_keys]  # the critic reads more
+        actor_width = sum(w for key, w in zip(self.critic_images, widths, strict=True) if key in self.actor_keys)
+        self.actor_cnns = nn.ModuleList()  # shared: the critic's CNNs of the actor's keys
+        if not self.share:
+            _, self.actor_cnns, _ = self.image_readers(self.actor_keys, cnn, cfg, init)
+        self.actor_mlp, self.actor_dense = vector_head(self.actor_ranges, actor_width, cfg, init)
+        self.critic_mlp, self.critic_dense = vector_head(self.critic_ranges, sum(widths), cfg, init)
         self.actor = orthogonal(nn.Linear(cfg.hidden_size, actions.n), gain=0.01)
         self.log_std = log_std_for(actions)
         self.critic = orthogonal(nn.Linear(cfg.hidden_size, 1), gain=1.0)

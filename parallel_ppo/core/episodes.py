@@ -50,12 +50,14 @@ def check_names(names: Sequence[str], key: str = "logging.episode_info") -> None
         raise ConfigError(f"{key} names {', '.join(twice)} twice")
 
 
-def refuse_not_numbers(not_numbers: Mapping[str, str], env_id: str) -> None:
-    """Refuse (ConfigError) final-info entries to log that an env gave as something else than a number."""
-    if not_numbers:
-        key, shown = sorted(not_numbers.items())[0]
-        raise ConfigError(f"logging.episode_info: {key} in the final info of {env_id}'s episodes is {shown}, not a "
-                          "number; name numeric entries only")
+def not_numbers_error(not_numbers: Mapping[str, str], env_id: str) -> str | None:
+    """The error of a rollout whose episodes ended with final-info entries to log that are not numbers (one line,
+    naming the first), None where there are none."""
+    if not not_numbers:
+        return None
+    key, shown = sorted(not_numbers.items())[0]
+    why = "" if key == SUCCESS else "; logging.episode_info logs numeric entries only"
+    return f"{key} in the final info of {env_id}'s episodes is {' '.join(shown.split())}, not a number{why}"
 
 
 class EpisodeWindows:

@@ -15,12 +15,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from parallel_ppo.core.augment import random_shift
+from parallel_ppo.core.augment import random_shift, update_generator
 from parallel_ppo.core.buffer import RolloutBuffer, compute_gae
 from parallel_ppo.core.checkpoint import check_checkpoint, check_counts, check_layout, next_resume_count
 from parallel_ppo.core.collect import CollectResult, RolloutError, StopCheck
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.episodes import EpisodeWindows, info_keys, refuse_not_numbers
+from parallel_ppo.core.episodes import EpisodeWindows, info_keys, not_numbers_error
 from parallel_ppo.core.group import ALONE, AgreedRollout, Group, agree_rollout
 from parallel_ppo.core.metrics import metric
 from parallel_ppo.core.model import learner_device, module_device
@@ -324,11 +324,12 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
             result, error = CollectResult([], [], 0.0, 0.0), str(e)
         with timers.phase("sync"):
             agreed = agree_rollout(group, result, error, stop.signum, started, cfg.env.num_envs)
-        if agreed.error is not None or agreed.signum is not None:  # a signal abandons the rollout, not its update
-            outcome.stop_reason, outcome.error = "error" if agreed.error is not None else "signal", agreed.error
+        # every rank alike: the result has every rank's episodes
+        error = agreed.error or not_numbers_error(agreed.result.not_numbers, cfg.env.id)
+        if error is not None or agreed.signum is not None:  # a signal abandons the rollout, not its update
+            outcome.stop_reason, outcome.error = "error" if error is not None else "signal", error
             outcome.signal = signal.Signals(agreed.signum).name if agreed.signum else None
             break
-        refuse_not_numbers(agreed.result.not_numbers, cfg.env.id)  # every rank alike: it has every rank's episodes
         steps_before = state.env_steps
         row = update(cfg, source, state, agreed, timers, group)
         now = time.monotonic()
@@ -358,8 +359,13 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
         data = rollout_batch(source.buffer, cfg, state.reward_scaler, group).to(module_device(state.model))
     with timers.phase("update"):
         pause_point("update", state.update + 1)
+        augment, draws = random_shift(cfg, source.spaces), None
+        if augment is not None:  # every rank draws every env's shifts and takes its own: those of one process
+            steps, envs = source.buffer.rewards.shape
+            draws = group.own_columns(augment.draw(steps, envs * group.world_size, cfg.training.n_epochs,
+                                                   update_generator(cfg.run.seed, state.update))).flatten(0, 1)
         stats = ppo_update(state.model, state.optimizer, data, group.local_training(cfg), state.generator,
-                           group.gradients, random_shift(cfg, source.spaces))
+                           group.gradients, augment, draws)
         if state.obs_normalizer is not None:  # after the update that learned with the statistics it collected with
             normalizer = state.obs_normalizer
             normalizer.update(group.gather_columns(normalizer.values(source.buffer.obs)), state.model)

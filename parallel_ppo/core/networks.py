@@ -193,6 +193,7 @@ class MlpActorCritic(nn.Module):
         """The towers on their own inputs (a critic that reads more than the actor: `critic_size` wide)."""
         return policy_output(self.actor(actor_in), self.log_std), self.critic(critic_in).squeeze(-1)
 
+
 class UniformPolicy(nn.Module):
     """Uniformly random discrete actions (or N(0, 1) continuous ones) and zero values: a no-compute policy for
     measuring raw env throughput."""

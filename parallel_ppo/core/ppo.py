@@ -66,9 +66,9 @@ class Reducer(Protocol):
 
 
 class Augment(Protocol):
-    """Augments a minibatch's observations (`core.augment.RandomShift`), drawing from the update's generator."""
+    """Augments a minibatch's observations by its samples' draws (`core.augment.RandomShift`)."""
 
-    def __call__(self, obs: torch.Tensor, generator: torch.Generator) -> torch.Tensor: ...
+    def __call__(self, obs: torch.Tensor, draws: torch.Tensor) -> torch.Tensor: ...
 
 
 def build_learner(spaces: EnvSpaces, cfg: Config,
@@ -201,16 +201,17 @@ def average_gradients(model: nn.Module, reducer: Reducer, max_norm: float) -> No
 
 
 def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBatch, cfg: TrainingConfig,
-               generator: torch.Generator, reducer: Reducer | None = None,
-               augment: Augment | None = None) -> dict[str, float]:
+               generator: torch.Generator, reducer: Reducer | None = None, augment: Augment | None = None,
+               draws: torch.Tensor | None = None) -> dict[str, float]:
     """`n_epochs` passes of minibatch SGD over `data`; returns the statistics averaged over minibatches. With
-    `augment` (`core.augment`), each minibatch's observations are augmented first, drawing from `generator`.
+    `augment` (`core.augment`), each minibatch's observations are augmented first, in epoch e by their samples'
+    `draws[:, e]` (a row per sample of `data`).
 
     With a `reducer` (data-parallel learners, each with its share of every minibatch): gradients are averaged
     before each step, the KL that may stop an epoch early is every learner's mean, and so are the statistics."""
     totals: dict[str, float] = {}
     count = 0
-    for _ in range(cfg.n_epochs):
+    for epoch in range(cfg.n_epochs):
         kl_sum, kl_count = 0.0, 0
         minibatches = list(minibatch_indices(len(data), cfg.batch_size, generator))
         moments: list[tuple[float, float] | None] = [None] * len(minibatches)
@@ -219,7 +220,7 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBa
         for idx, minibatch_moments in zip(minibatches, moments, strict=True):
             batch = data[idx]
             if augment is not None:
-                batch = dataclasses.replace(batch, obs=augment(batch.obs, generator))
+                batch = dataclasses.replace(batch, obs=augment(batch.obs, draws[idx, epoch]))
             stats = minibatch_step(model, optimizer, batch, cfg, reducer, minibatch_moments)
             for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + value

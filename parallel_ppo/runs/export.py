@@ -113,7 +113,6 @@ class InferenceGraph(nn.Module):
         return torch.minimum(torch.maximum(mean, self.low), self.high), mean, log_std, *tail
 
 
-
 class NamedInputs(nn.Module):
     """`graph` behind a `forward` of one parameter per input, named `names`: the TorchScript trace names the traced
     forward's arguments after the Python one's parameters (a `*inputs` forward's would be `argument_1`, ...)."""

@@ -65,6 +65,14 @@ def truncate_metrics(path: Path, update: int, columns: list[str]) -> list[tuple[
     return [point for r in kept if (point := _steps_and_time(r)) is not None]
 
 
+def earlier_columns(path: Path, columns: list[str]) -> list[str]:
+    """The columns of an earlier session's metrics.csv that `columns` lacks (an entry of `logging.episode_info` it
+    logged and this one does not): kept, so that a resume loses none of its values."""
+    with open(path, newline="") as f:
+        header = next(csv.reader(f), [])
+    return [c for c in header if c and c not in columns]
+
+
 def _steps_and_time(row: dict[str, Any]) -> tuple[int, float] | None:
     """A metrics.csv row's (env_steps, wall_time), or None for a row that lacks them (a damaged line)."""
     try:
@@ -211,6 +219,7 @@ class MetricsLogger:
         self.logged: list[tuple[int, float]] = []
         """(env_steps, wall_time) of every row in metrics.csv, the earlier sessions' too, as written."""
         if resume_after is not None and self.path.exists():
+            self._columns += earlier_columns(self.path, self._columns)
             self.logged = truncate_metrics(self.path, resume_after[0], self._columns)
         new = not self.path.exists() or self.path.stat().st_size == 0
         self._file = open(self.path, "a", newline="")

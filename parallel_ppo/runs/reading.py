@@ -93,6 +93,13 @@ class Run:
         cpu = self.summary.mean_cpu_percent
         return float(np.mean(self.metrics["cpu_percent"])) if cpu is None else float(cpu)
 
+    def per_thousand_steps(self, phase: str) -> float:
+        """Seconds of `phase` per 1,000 env steps over the steady updates (update 1 left out; all of a 1-update
+        run)."""
+        steps, first = self.metrics["env_steps"], 1 if self.updates > 1 else 0
+        span = float(steps[-1] - (steps[0] if first else 0))
+        return 1000 * float(self.metrics[f"time_{phase}"][first:].sum()) / span
+
     def phase_means(self, skip_first: bool = True) -> dict[str, float]:
         """Mean seconds per update of each `time_*` phase (over the steady updates by default); 0 for a phase the
         run did not log (one newer than the run)."""

@@ -62,7 +62,10 @@ class EvalHook:
                                     self.cfg.run.seed, stream=state.update,  # a new set of levels each time
                                     frames=sink, views=self.views)
         if frames:
-            add_tensorboard_video(self.run_dir / "logs", EVAL_VIDEO_TAG, frames, VIDEO_FPS, state.env_steps)
+            # a directory of their own: TensorBoard reads a directory's newest event file only, and the run's
+            # scalars go on in theirs (one writer a video; each file is whole before the next one starts)
+            add_tensorboard_video(self.run_dir / "logs" / "eval_video", EVAL_VIDEO_TAG, frames, VIDEO_FPS,
+                                  state.env_steps)
         self.at_update, self.last = state.update, time.monotonic()
         return self.result
 
