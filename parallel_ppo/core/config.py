@@ -123,8 +123,8 @@ class TrainingConfig:
     augment_shift: int = setting(0, non_negative=True, maximum=64)
     """Random shift of image observations in the update (DrQ, RAD): each frame of a minibatch moved by up to this
     many pixels in each direction, the edge pixels repeated (pad and random crop), drawn from a stream seeded by
-    `run.seed` and the update's number; 0 is off. Frames are shifted only where the loss reads them: collection, the normalizer and the
-    policy's actions see them as the env gave them."""
+    `run.seed` and the update's number; 0 is off. Frames are shifted only where the loss reads them: collection,
+    the normalizer and the policy's actions see them as the env gave them."""
     augment_keys: list[str] = setting([], names=True)
     """The image keys of a dict observation that `augment_shift` moves (empty: every image key)."""
     norm_adv: bool = True
