@@ -8,8 +8,8 @@ order: every second pair starts with B), N times, and the ratio B/A of their ste
 (`make camera-recipe-speed` runs the camera recipe against itself without the privileged critic and the shift.)
 
 Each of --a and --b is `LABEL: ARGS...` (trainer arguments; none for the config as it is). Writes <output-dir>/pairs.md
-after every pair and <output-dir>/pairs.json (machine, date, commit, command, each run's figures) at the end. A
-measurement: exits 0 whatever the ratios.
+after every pair and <output-dir>/pairs.json at the end: an evidence file for docs/results (machine, date, commit,
+command, the ratios, the table). A measurement: exits 0 whatever the ratios.
 """
 
 from __future__ import annotations
@@ -57,6 +57,22 @@ def figures(run: Run) -> dict[str, float]:
             **{f"{phase}_s_per_1k": round(run.per_thousand_steps(phase), 4) for phase in PHASES}}
 
 
+def evidence_of(args: argparse.Namespace, pairs: list[dict]) -> dict:
+    """The sitting as an evidence file: machine, date, commit, command, the ratios and the pairs' table."""
+    (a, a_args), (b, b_args) = args.a, args.b
+    ratios = [pair["ratio"] for pair in pairs]
+    columns = ["pair", f"{a} SPS", f"{b} SPS", f"{b}/{a}", *(f"{ph} s/1k {x}" for ph in PHASES for x in (a, b))]
+    rows = [[i, pair[a]["sps"], pair[b]["sps"], pair["ratio"], *(pair[x][f"{ph}_s_per_1k"] for ph in PHASES
+                                                                 for x in (a, b))] for i, pair in enumerate(pairs, 1)]
+    return {"machine": f"{fingerprint.describe_cpu()}, {available_cores()} cores", "cpu_kind": fingerprint.cpu_kind(),
+            "date": datetime.date.today().isoformat(), "commit": fingerprint.source_commit() or "unknown",
+            "command": shlex.join(["scripts/setting_pairs.py", *sys.argv[1:]]), "config": args.config,
+            "minutes": args.minutes, "a": {"label": a, "args": a_args}, "b": {"label": b, "args": b_args},
+            "figures": {"ratios": ratios, "ratio_median": statistics.median(ratios), "ratio_min": min(ratios),
+                        "ratio_max": max(ratios), "ratio_range": [min(ratios), max(ratios)]},
+            "tables": {"pairs": {"columns": columns, "rows": rows}}}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", required=True)
@@ -83,15 +99,11 @@ def main() -> int:
                      + " | ".join(f"{runs[x][f'{ph}_s_per_1k']:.3f}" for ph in PHASES for x in (a, b)) + " |")
         print(lines[-1], flush=True)
         (out / "pairs.md").write_text("\n".join(lines) + "\n")
-    ratios = [pair["ratio"] for pair in pairs]
-    evidence = {"machine": f"{fingerprint.describe_cpu()}, {available_cores()} cores",
-                "date": datetime.date.today().isoformat(), "commit": fingerprint.source_commit() or "unknown",
-                "command": shlex.join(["scripts/setting_pairs.py", *sys.argv[1:]]), "config": args.config,
-                "minutes": args.minutes, "a": {"label": a, "args": a_args}, "b": {"label": b, "args": b_args},
-                "pairs": pairs, "ratios": ratios, "ratio_median": statistics.median(ratios), "ratio_min": min(ratios)}
+    evidence = evidence_of(args, pairs)
     (out / "pairs.json").write_text(json.dumps(evidence, indent=1) + "\n")
     print("\n".join(lines))
-    print(f"{b}/{a} SPS: median {evidence['ratio_median']:.3f}, lowest {evidence['ratio_min']:.3f}")
+    found = evidence["figures"]
+    print(f"{b}/{a} SPS: median {found['ratio_median']:.3f}, lowest {found['ratio_min']:.3f}")
     return 0
 
 

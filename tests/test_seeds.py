@@ -4,6 +4,7 @@ on the trainers, and the learning benchmark's files."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -208,6 +209,12 @@ def test_trainer_runs_each_seed_into_its_directory(tmp_path):
     for seed in (1, 2):
         summary = json.loads((out / f"seed_{seed}" / "summary.json").read_text())
         assert summary["seed"] == seed and summary["total_env_steps"] == 512
+    shutil.rmtree(out / "seed_2")  # a session that stopped before seed 2: the same command goes on
+    proc = subprocess.run([*proc.args, "--resume-if-exists"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert f"resuming {out / 'seed_1'} at update 2, 512 steps" in proc.stdout, "seed 1 had ended: it stops at once"
+    for seed in (1, 2):
+        assert json.loads((out / f"seed_{seed}" / "summary.json").read_text())["total_env_steps"] == 512
 
 
 @pytest.mark.slow

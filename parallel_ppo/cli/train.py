@@ -141,15 +141,16 @@ def print_config(request: Request, seeds: str | None, prog: str) -> int:
 
 
 def seed_runs(args: argparse.Namespace, parallel: bool) -> list[Request]:
-    """`--seeds`: one request per seed, each checked (config and run directory) before any trains."""
+    """`--seeds`: one request per seed, each checked (config and run directory) before any trains; with
+    `--resume-if-exists`, a seed whose directory has a checkpoint goes on from it (one that ended, at once)."""
     from parallel_ppo.launch import Request
 
     if args.distributed:
         raise ConfigError("--seeds trains seeds one after another in one process; under torchrun launch one "
                           "--distributed run per seed")
-    if args.seed is not None or args.resume or args.resume_if_exists:
+    if args.seed is not None or args.resume:
         raise ConfigError("--seeds runs several seeds; drop --seed and --resume (resume one seed's directory "
-                          "on its own)")
+                          "on its own, or all with --resume-if-exists)")
     try:
         seeds = [int(v) for v in args.seeds.replace(",", " ").split()]
     except ValueError:
@@ -160,8 +161,10 @@ def seed_runs(args: argparse.Namespace, parallel: bool) -> list[Request]:
     base, out = request_of(args, parallel), []
     for seed in seeds:
         flags = {**base.flags, "run.seed": seed, "run.output_dir": str(seed_dir(parent, seed))}
-        one = Request(base.config, flags, base.sets, parallel=parallel, overwrite=base.overwrite)
-        resolve_run_dir(build_config(one.config, one.flags, list(one.sets), parallel), "", one.overwrite)
+        one = Request(base.config, flags, base.sets, parallel=parallel, overwrite=base.overwrite,
+                      resume_if_exists=base.resume_if_exists)
+        if not (one.resume_if_exists and (seed_dir(parent, seed) / "checkpoint.pt").is_file()):
+            resolve_run_dir(build_config(one.config, one.flags, list(one.sets), parallel), "", one.overwrite)
         out.append(one)
     return out
 

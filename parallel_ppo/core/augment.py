@@ -14,12 +14,19 @@ from parallel_ppo.errors import ConfigError
 
 
 def shift_frames(frames: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
-    """uint8 (B, H, W, C) frames, frame b moved by `shifts[b]` = (dy, dx) pixels, edge pixels repeated."""
-    b, h, w = frames.shape[:3]
-    rows = (torch.arange(h, device=frames.device) + shifts[:, :1]).clamp_(0, h - 1)  # (B, H)
-    cols = (torch.arange(w, device=frames.device) + shifts[:, 1:]).clamp_(0, w - 1)  # (B, W)
-    batch = torch.arange(b, device=frames.device)[:, None, None]
-    return frames[batch, rows[:, :, None], cols[:, None, :]]
+    """uint8 (B, H, W, C) frames, frame b moved by `shifts[b]` = (dy, dx) pixels, edge pixels repeated: the frames
+    padded by their edges once, then each one's window copied (several times faster than gathering every pixel by
+    index)."""
+    h, w = frames.shape[1:3]
+    pad = int(shifts.abs().max()) if len(shifts) else 0
+    if pad == 0:
+        return frames.clone()
+    rows = torch.cat([frames[:, :1].expand(-1, pad, -1, -1), frames, frames[:, -1:].expand(-1, pad, -1, -1)], 1)
+    padded = torch.cat([rows[:, :, :1].expand(-1, -1, pad, -1), rows, rows[:, :, -1:].expand(-1, -1, pad, -1)], 2)
+    out = torch.empty_like(frames)
+    for i, (dy, dx) in enumerate(shifts.tolist()):
+        out[i] = padded[i, pad + dy:pad + dy + h, pad + dx:pad + dx + w]
+    return out
 
 
 class RandomShift:
