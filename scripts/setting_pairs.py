@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -52,8 +53,11 @@ def train(config: str, run_dir: Path, minutes: float, args: list[str]) -> Run:
     return load_run(run_dir.name, run_dir)
 
 
-def figures(run: Run) -> dict[str, float]:
-    return {"sps": round(float(run.steady_sps), 2),
+def figures(run: Run) -> dict[str, Any]:
+    """A run's steady SPS, its phases per 1,000 env steps and its learner settings (`precision/chunk`)."""
+    learner = run.summary.learner or {}
+    chunk = learner.get("microbatch_size") or "whole"
+    return {"sps": round(float(run.steady_sps), 2), "learner": f"{learner.get('precision', '?')}/{chunk}",
             **{f"{phase}_s_per_1k": round(run.per_thousand_steps(phase), 4) for phase in PHASES}}
 
 
@@ -61,9 +65,10 @@ def evidence_of(args: argparse.Namespace, pairs: list[dict]) -> dict:
     """The sitting as an evidence file: machine, date, commit, command, the ratios and the pairs' table."""
     (a, a_args), (b, b_args) = args.a, args.b
     ratios = [pair["ratio"] for pair in pairs]
-    columns = ["pair", f"{a} SPS", f"{b} SPS", f"{b}/{a}", *(f"{ph} s/1k {x}" for ph in PHASES for x in (a, b))]
-    rows = [[i, pair[a]["sps"], pair[b]["sps"], pair["ratio"], *(pair[x][f"{ph}_s_per_1k"] for ph in PHASES
-                                                                 for x in (a, b))] for i, pair in enumerate(pairs, 1)]
+    columns = ["pair", f"{a} SPS", f"{b} SPS", f"{b}/{a}", f"learner {a}", f"learner {b}",
+               *(f"{ph} s/1k {x}" for ph in PHASES for x in (a, b))]
+    rows = [[i, pair[a]["sps"], pair[b]["sps"], pair["ratio"], pair[a]["learner"], pair[b]["learner"],
+             *(pair[x][f"{ph}_s_per_1k"] for ph in PHASES for x in (a, b))] for i, pair in enumerate(pairs, 1)]
     return {"machine": f"{fingerprint.describe_cpu()}, {available_cores()} cores", "cpu_kind": fingerprint.cpu_kind(),
             "date": datetime.date.today().isoformat(), "commit": fingerprint.source_commit() or "unknown",
             "command": shlex.join(["scripts/setting_pairs.py", *sys.argv[1:]]), "config": args.config,

@@ -193,7 +193,8 @@ def test_a_seed_missing_its_summary_is_one_line_and_exit_2(tmp_path):
 def test_trainer_seeds_flag_refuses_bad_lists(capsys):
     from parallel_ppo.cli.train import run
 
-    for argv in (["--seeds", "1,x"], ["--seeds", "1,1"], ["--seeds", "1,2", "--seed", "3"]):
+    for argv in (["--seeds", "1,x"], ["--seeds", "1,1"], ["--seeds", "1,2", "--seed", "3"],
+                 ["--seeds", "1,2", "--resume-if-exists"]):  # without --output-dir: nothing to go on from
         assert run(argv, parallel=False, prog="train_timed.py") == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--seeds" in err, err
@@ -210,8 +211,10 @@ def test_trainer_runs_each_seed_into_its_directory(tmp_path):
         summary = json.loads((out / f"seed_{seed}" / "summary.json").read_text())
         assert summary["seed"] == seed and summary["total_env_steps"] == 512
     shutil.rmtree(out / "seed_2")  # a session that stopped before seed 2: the same command goes on
+    before = (out / "seed_1" / "metrics.csv").read_text()
     proc = subprocess.run([*proc.args, "--resume-if-exists"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
+    assert (out / "seed_1" / "metrics.csv").read_text() == before, "seed 1 had ended: no update more"
     assert f"resuming {out / 'seed_1'} at update 2, 512 steps" in proc.stdout, "seed 1 had ended: it stops at once"
     for seed in (1, 2):
         assert json.loads((out / f"seed_{seed}" / "summary.json").read_text())["total_env_steps"] == 512

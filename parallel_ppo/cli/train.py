@@ -54,7 +54,8 @@ def make_parser(prog: str, parallel: bool) -> OneLineParser:
                    help="continue the run in --output-dir if it has a checkpoint, else start it there: the same "
                         "command serves a requeued job (under torchrun, a restarted group does this by itself)")
     p.add_argument("--seeds", metavar="LIST",
-                   help="train once per seed (e.g. 1,2,3), one after another, into OUTPUT_DIR/seed_<n>")
+                   help="train once per seed (e.g. 1,2,3), one after another, into OUTPUT_DIR/seed_<n>; with "
+                        "--resume-if-exists, each seed with a checkpoint goes on from it")
     p.add_argument("--print-config", action="store_true",
                    help="print the config this command resolves to (YAML, as config.yaml) and exit; `auto` values "
                         "are chosen by measurement when a run starts")
@@ -142,7 +143,8 @@ def print_config(request: Request, seeds: str | None, prog: str) -> int:
 
 def seed_runs(args: argparse.Namespace, parallel: bool) -> list[Request]:
     """`--seeds`: one request per seed, each checked (config and run directory) before any trains; with
-    `--resume-if-exists`, a seed whose directory has a checkpoint goes on from it (one that ended, at once)."""
+    `--resume-if-exists`, a seed whose directory has a checkpoint goes on from it (one that ended, at once), its
+    checkpoint checked when its turn comes."""
     from parallel_ppo.launch import Request
 
     if args.distributed:
@@ -151,6 +153,9 @@ def seed_runs(args: argparse.Namespace, parallel: bool) -> list[Request]:
     if args.seed is not None or args.resume:
         raise ConfigError("--seeds runs several seeds; drop --seed and --resume (resume one seed's directory "
                           "on its own, or all with --resume-if-exists)")
+    if args.resume_if_exists and not args.output_dir:
+        raise ConfigError("--seeds with --resume-if-exists needs --output-dir: the directory whose seed_<n> runs "
+                          "go on")
     try:
         seeds = [int(v) for v in args.seeds.replace(",", " ").split()]
     except ValueError:
@@ -208,5 +213,5 @@ def run_one(request: Request, prog: str) -> int:
         return 128 + signal.SIGINT
     try:
         return execute(prepared, prog)[1]
-    except ParallelPPOError as e:  # W&B that could not start (nothing written), an info entry to log that is no number
+    except ParallelPPOError as e:  # W&B that could not start (nothing written)
         return 2 if quiet else fail(prog, e, 2, flags=True)

@@ -42,12 +42,12 @@ class RandomShift:
         sample's shift is the one it has in one process) for each of the update's `epochs`: (steps, envs, epochs,
         frames, 2) whole pixels (dy, dx) in [-pad, pad], a frame for each image moved."""
         frames = max(1, len(self.parts))
-        return torch.randint(-self.pad, self.pad + 1, (steps, envs, epochs, frames, 2), generator=generator)
+        return torch.randint(-self.pad, self.pad + 1, (steps, envs, epochs, frames, 2), generator=generator,
+                             dtype=torch.int8)
 
     def __call__(self, obs: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
         """`obs` (B, *obs_shape) with its frames moved by `shifts` (B, frames, 2): a new tensor, `obs` unchanged."""
-        shifts = shifts.to(obs.device)
-        if self.layout is None:
+        if self.layout is None:  # the shifts stay on the CPU: their values pick each frame's window
             return shift_frames(obs, shifts[:, 0])
         out, (images, _) = obs.clone(), self.layout.unpack(obs)
         for i, part in enumerate(self.parts):
@@ -56,10 +56,15 @@ class RandomShift:
         return out
 
 
+AUGMENT_STREAM = 0xA5
+"""Tells the augmentation's seed sequences from the envs' (`envs.batch.env_seed`), made of the same numbers."""
+
+
 def update_generator(seed: int, update: int) -> torch.Generator:
     """The augmentation's random stream for the update after `update` of a run seeded `seed`: the same on every rank
     and after a resume, whatever else the run drew (the minibatches' permutations differ with a rank's share)."""
-    return torch.Generator().manual_seed(int(np.random.SeedSequence([seed, update]).generate_state(1)[0]))
+    stream = np.random.SeedSequence([seed, update], spawn_key=(AUGMENT_STREAM,))  # not an env's seed's stream
+    return torch.Generator().manual_seed(int(stream.generate_state(1)[0]))
 
 
 def random_shift(cfg: Config, spaces: EnvSpaces) -> RandomShift | None:

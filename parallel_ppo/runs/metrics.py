@@ -66,11 +66,12 @@ def truncate_metrics(path: Path, update: int, columns: list[str]) -> list[tuple[
 
 
 def earlier_columns(path: Path, columns: list[str]) -> list[str]:
-    """The columns of an earlier session's metrics.csv that `columns` lacks (an entry of `logging.episode_info` it
-    logged and this one does not): kept, so that a resume loses none of its values."""
+    """The final-info columns (`episode_<key>`) of an earlier session's metrics.csv that `columns` lacks (an entry
+    of `logging.episode_info` it logged and this one does not): kept, so that a resume loses none of its values."""
+    prefix = column_of(info_metric("key"))[:-len("key")]
     with open(path, newline="") as f:
         header = next(csv.reader(f), [])
-    return [c for c in header if c and c not in columns]
+    return [c for c in header if c.startswith(prefix) and c not in columns]
 
 
 def _steps_and_time(row: dict[str, Any]) -> tuple[int, float] | None:

@@ -6,7 +6,8 @@ in place of the compute-limit measurement, and keeps the defaults unless another
 (`pick`). The choice is cached per hardware fingerprint and settings, so later runs measure only their own; one
 measured while other processes kept the machine busy is used once, not cached, and made from each candidate's
 fastest iterations as well as from the rounds (load only ever adds time: a 2.6x gain must not be lost to a round
-that another process slowed).
+that another process slowed); a quiet one from the rounds, or from a large median gain that the fastest iterations
+confirm (one disturbed round must not keep a 1.5x gain out).
 Two rules keep a choice from resting on noise: bf16 is a candidate only where the device computes it natively
 (`bf16_is_native`), and a network too small for the choice to matter keeps the defaults unmeasured (`is_small`).
 """
@@ -67,9 +68,9 @@ ROUNDS = 7
 does not fall on one candidate alone, and the rounds' ratios tell a gain from the noise (`clearly_faster`). One
 timed iteration per candidate and round at least: six IMPALA candidates at minibatch 256 take 20-30 s on a 2-core
 CPU, once per machine and settings."""
-CACHE_RULE = 4
-"""Part of the cache key: choices made by an earlier rule (one median per candidate, a 3% precision margin) are not
-reused."""
+CACHE_RULE = 5
+"""Part of the cache key: choices made by an earlier rule (one median per candidate, a 3% precision margin; the
+rounds alone on a quiet machine) are not reused."""
 CACHE_DIR_VARIABLE = "PARALLEL_PPO_CACHE_DIR"
 
 Measure = Callable[..., dict[str, Any]]
@@ -141,21 +142,25 @@ def faster_at_best(other: float, base: float) -> bool:
 
 
 def pick(options: list[Candidate], rounds: dict[str, list[float]], default: Candidate,
-         best: dict[str, float] | None = None) -> Candidate:
+         best: dict[str, float] | None = None, busy: bool = False) -> Candidate:
     """The candidate to keep, given each one's compute limit per interleaved round (by label): the default unless
-    another is `clearly_faster` than it or, with `best` (each one's compute limit from its fastest iterations: a
-    measurement beside other work), `faster_at_best`; of several that are, the fastest against the default (the
-    median of the rounds' ratios; with `best`, the ratio of the fastest iterations). Every candidate meets the
-    default itself, so bf16 on whole minibatches 1.5x faster is not lost where bf16 at the default chunk wins by
-    less than the rule asks."""
+    another is `clearly_faster` than it or, with `best` (each one's compute limit from its fastest iterations),
+    `faster_at_best`: alone where other work kept the machine `busy`, else with a median gain of the rounds over
+    twice MARGIN too (a quiet measurement that one disturbed round kept from a 1.5x gain); of several that win, the
+    fastest against the default (the median of the rounds' ratios; busy, the ratio of the fastest iterations).
+    Every candidate meets the default itself, so bf16 on whole minibatches 1.5x faster is not lost where bf16 at the
+    default chunk wins by less than the rule asks."""
+    def median_gain(c: Candidate) -> float:
+        return float(np.median(np.divide(rounds[c.label], rounds[default.label])))
+
     def wins(c: Candidate) -> bool:
-        return clearly_faster(rounds[c.label], rounds[default.label]) or (
-            best is not None and faster_at_best(best[c.label], best[default.label]))
+        if clearly_faster(rounds[c.label], rounds[default.label]):
+            return True
+        at_best = best is not None and faster_at_best(best[c.label], best[default.label])
+        return at_best and (busy or median_gain(c) > 1 + 2 * MARGIN)
 
     def gain(c: Candidate) -> float:
-        if best is not None:
-            return best[c.label] / best[default.label]
-        return float(np.median(np.divide(rounds[c.label], rounds[default.label])))
+        return best[c.label] / best[default.label] if best is not None and busy else median_gain(c)
 
     default = default if default in options else options[0]
     winners = [c for c in options if c != default and wins(c)]
@@ -248,6 +253,8 @@ class LearnerChoice:
         busy = (self.busy_cores or 0.0) > BUSY_CORES
         if busy and not self.stored:
             rule += " or at its fastest iterations, which other processes' load slows least"
+        elif not busy:
+            rule += f", or by over {2 * MARGIN:.0%} in their median and {MARGIN:.0%} at its fastest iterations"
         where = (f"cached in {self.cache}" if self.stored else
                  "not cached: the next run measures again" if busy else f"not cached: {self.cache} is not writable")
         how = f" while other processes kept {self.busy_cores:.2f} cores busy" if busy else ""
@@ -343,10 +350,9 @@ def pick_measured(limit: dict[str, Any], options: list[Candidate], default: Cand
     iterations too where other processes kept the machine busy while it measured (not a distributed run's own
     ranks, `beside_ranks`: that choice is cached, so the stricter rule alone decides it)."""
     rounds = {label: r["round_sps"] for label, r in limit["candidates"].items()}
-    best = None
-    if busy(limit) and not beside_ranks:
-        best = {label: r.get("best_sps", r["limit_sps"]) for label, r in limit["candidates"].items()}
-    return pick(options, rounds, default, best)
+    best = None if beside_ranks else {label: r.get("best_sps", r["limit_sps"]) for label, r in
+                                      limit["candidates"].items()}
+    return pick(options, rounds, default, best, busy(limit) and not beside_ranks)
 
 
 def store(path: Path, key: str, entry: dict[str, Any]) -> bool:
