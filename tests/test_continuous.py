@@ -340,3 +340,34 @@ def test_the_random_policy_and_small_frames_with_the_nature_cnn():
     assert hasattr(model, "obs_mean"), "the statistics have somewhere to go whatever the network"
     with pytest.raises(ConfigError, match="at least 36×36"):
         build_model((32, 32, 4), ActionSpace(4), ModelConfig(kind="nature"))
+
+
+@pytest.mark.parametrize("other", ["collected", "closed-beside"])
+def test_frames_stay_drawn_when_another_env_is_freed_or_closed(other):
+    """MuJoCo frees a render context's GL objects into whichever OpenGL context is current: a closed env that the
+    collector freed later, or another env closed beside the live ones, once turned every later frame black."""
+    import gc
+
+    cfg = EnvConfig(id="HalfCheetah-v5", pixels=True, frame_size=32)
+    _renderer_or_skip(cfg)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        probe = make_batch_env(cfg, 1, 0, 1, 1)
+        probe.reset()
+        if other == "collected":
+            probe.close()
+            del probe
+        env = make_batch_env(cfg, 1, 0, 2, 1)
+        env.reset()
+        if other == "collected":
+            gc.collect()
+        else:
+            probe.close()
+        for _ in range(3):  # past the frames stacked before
+            obs, _, _, _ = env.step(env.actions.sample_uniform(np.random.default_rng(0), 2))
+        assert obs[..., -3:].std() > 0, "the newest frames show something"
+        env.close()
+    finally:
+        if collecting:
+            gc.enable()

@@ -157,9 +157,10 @@ def _mujoco_warning(message: str) -> None:
 
 
 def fast_render(env: Any) -> None:
-    """`fast_scene` for a gymnasium MuJoCo env, before its renderer makes its offscreen buffer."""
+    """`fast_scene` for a gymnasium MuJoCo env, multisampling off before its renderer makes its offscreen buffer."""
     unwrapped = env.unwrapped
-    fast_scene(unwrapped.model, unwrapped.mujoco_renderer._get_viewer("rgb_array").scn)  # made on first use
+    unwrapped.model.vis.quality.offsamples = 0  # the viewer, made on first use, makes the buffer
+    fast_scene(unwrapped.model, unwrapped.mujoco_renderer._get_viewer("rgb_array").scn)
 
 
 def fast_scene(model: Any, scene: Any) -> None:
@@ -185,6 +186,27 @@ class RenderClock:
             return draw(*args, **kwargs)
         finally:
             self.seconds += time.perf_counter() - start
+
+
+class OwnContext(gymnasium.Wrapper):
+    """A gymnasium MuJoCo env that draws in its own OpenGL context and frees its GL objects there when closed.
+    MuJoCo draws in, and frees into, whichever context is current: another env's (the last one made), none after
+    any env closes, or, when the garbage collector frees a closed env's render context later, the live env's,
+    whose buffers it then deletes: every frame after that read back black, without an error."""
+
+    def _viewers(self) -> list[Any]:
+        return list(self.env.unwrapped.mujoco_renderer._viewers.values())
+
+    def render(self) -> Any:
+        for viewer in self._viewers():
+            viewer.make_context_current()
+        return self.env.render()
+
+    def close(self) -> None:
+        for viewer in self._viewers():
+            viewer.make_context_current()
+            viewer.con.free()  # now, in its own context: its later destructor frees nothing
+        super().close()
 
 
 class TimedRender(gymnasium.Wrapper):
@@ -223,12 +245,13 @@ def make_mujoco(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: Re
     if render or cfg.pixels:  # headless through EGL unless told otherwise (MuJoCo would try GLFW first)
         os.environ.setdefault("MUJOCO_GL", "egl")
     if not cfg.pixels:
-        return make_plain(cfg, options, render, clock)
+        env = make_plain(cfg, options, render, clock)
+        return OwnContext(env) if render else env
     env = gymnasium.make(registered_name(cfg), render_mode="rgb_array", width=cfg.frame_size,
                          height=cfg.frame_size)
     if cfg.fast_render:
         fast_render(env)
-    return gymnasium.wrappers.AddRenderObservation(TimedRender(env, clock), render_only=True)
+    return gymnasium.wrappers.AddRenderObservation(TimedRender(OwnContext(env), clock), render_only=True)
 
 
 def make_plain(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: RenderClock) -> Any:
@@ -297,10 +320,10 @@ class GymnasiumBatchEnv:
         self._seeds, self._id = seeds, cfg.id
         family = check_family(cfg)
         options, make = options_of(cfg, family), family.maker()
-        self._clock = RenderClock()
+        self._clock = clock = RenderClock()
 
-        def make_one() -> Any:
-            return stacked(make(cfg, options, render, self._clock), cfg, family.frame_stack)
+        def make_one() -> Any:  # not holding `self`: a closed batch env is freed at once, not by the collector
+            return stacked(make(cfg, options, render, clock), cfg, family.frame_stack)
 
         num_envs = len(seeds)
         try:
