@@ -189,21 +189,17 @@ class RenderClock:
 
 
 class OwnContext(gymnasium.Wrapper):
-    """A gymnasium MuJoCo env that draws in its own OpenGL context and frees its GL objects there when closed.
-    MuJoCo draws in, and frees into, whichever context is current: another env's (the last one made), none after
-    any env closes, or, when the garbage collector frees a closed env's render context later, the live env's,
-    whose buffers it then deletes: every frame after that read back black, without an error."""
-
-    def _viewers(self) -> list[Any]:
-        return list(self.env.unwrapped.mujoco_renderer._viewers.values())
+    """A gymnasium MuJoCo env that draws in its own OpenGL context and frees its GL objects there at close. MuJoCo
+    uses whichever context is current: a closed env's render context freed later by the garbage collector deleted
+    the live env's buffers, and every later frame read back black, without an error."""
 
     def render(self) -> Any:
-        for viewer in self._viewers():
+        for viewer in self.env.unwrapped.mujoco_renderer._viewers.values():
             viewer.make_context_current()
         return self.env.render()
 
     def close(self) -> None:
-        for viewer in self._viewers():
+        for viewer in self.env.unwrapped.mujoco_renderer._viewers.values():
             viewer.make_context_current()
             viewer.con.free()  # now, in its own context: its later destructor frees nothing
         super().close()
