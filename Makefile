@@ -32,6 +32,7 @@ ENVS_TOTAL       ?= 16
 PROCS            ?= 2
 TEST_WORKERS     ?= 2
 STUDY_SECONDS    ?= 30
+SIM_SECONDS      ?= 60
 CHECKPOINT       ?= benchmarks/parallel_$(TAG)
 TB_HOST          ?= 127.0.0.1
 # `make bench` sweeps WORKERS only when given on the command line; by default 1, 2, 4, ... the physical cores under
@@ -41,7 +42,7 @@ ENVS_PER_RANK    ?= 16
 DIST_ENVS        = $(if $(filter command line environment,$(origin ENVS_TOTAL)),--num-envs-total $(ENVS_TOTAL),--num-envs $(ENVS_PER_RANK))
 
 .PHONY: install smoke test test-fast lint docs train train-parallel train-distributed eval demo compare roofline bench-speed bench-envs \
-        bench bench-layouts autotune bench-learning bench-mujoco bench-atari bench-pixels bench-robot camera-recipe-speed study \
+        bench bench-layouts autotune bench-learning bench-mujoco bench-atari bench-pixels bench-robot camera-recipe-speed overlap-speed study study-sim \
         tensorboard \
         clean distclean
 
@@ -215,12 +216,26 @@ camera-recipe-speed: install
 		--minutes $(PAIR_MINUTES) --output-dir $(or $(OUT),benchmarks/camera_recipe_speed) --b "recipe: $(ARGS)" \
 		--a "plain: --set training.augment_shift=0 --set model.critic_keys=[robot0_eye_in_hand_image,robot0_proprio-state] $(ARGS)"
 
+## robosuite Lift from state: the sequential trainer against 2 overlapped workers (parallel.overlap), in PAIRS
+## interleaved pairs of PAIR_MINUTES → benchmarks/overlap_speed/pairs.{md,json}
+overlap-speed: install
+	$(PY) scripts/setting_pairs.py --config config/robosuite_lift.yaml --pairs $(PAIRS) --minutes $(PAIR_MINUTES) \
+		--output-dir $(or $(OUT),benchmarks/overlap_speed) --sequential-a --a "sequential: $(ARGS)" \
+		--b "overlapped: --set parallel.overlap=true $(ARGS)"
+
 ## The many-core study: threads, workers, distributed ranks and (with CUDA) a GPU learner at 1, 2, 4, ... usable
 ## logical CPUs, STUDY_SECONDS per run, one at a time → docs/results/<cpu>[-avx512][-bf16]-<cores>c[-<gpu>]/study.{md,json,png}
 ## (study-<config>.* or study-<env>.* for another task: ENV=robosuite/Lift; -mesa, -lp<N> where drawn otherwise).
 ## ARGS="--families workers --processes '8 16'" for a part.
 study: install
 	$(PY) bench.py study --env $(ENV) --seconds $(STUDY_SECONDS) $(ARGS)
+
+## The study simulated on this machine's cores: robosuite Lift from state with its physics a sleep of 7 ms a step
+## (sim/Sleep, config/sim_lift.yaml), synchronous workers against overlapped ones at 1, 2, 4, 8 and 16, so 16 workers
+## fit 2 cores → docs/results/<machine>/study-sim_lift.{md,json,png}, marked simulated.
+study-sim: install
+	$(PY) bench.py study --config config/sim_lift.yaml --env sim/Sleep --families threads,workers,overlap \
+		--processes "1 2 4 8 16" --seconds $(SIM_SECONDS) $(ARGS)
 
 ## A trained policy on held-out test levels: make eval CHECKPOINT=benchmarks/parallel_1h ARGS="--episodes 50"
 eval: install

@@ -1,11 +1,12 @@
-"""Two settings of one config in interleaved pairs: the parallel trainer with settings A, then with settings B (ABBA
-order: every second pair starts with B), N times, and the ratio B/A of their steady-state SPS and their phases per
+"""Two settings of one config in interleaved pairs: the parallel trainer with settings A (or, with --sequential-a, the
+sequential trainer), then the parallel trainer with settings B (ABBA order: every second pair starts with B), N times, and the ratio B/A of their steady-state SPS and their phases per
 1,000 env steps. What a setting costs in speed, measured in one sitting.
 
     .venv/bin/python scripts/setting_pairs.py --config config/robosuite_lift_camera.yaml --pairs 3 --minutes 4 \\
         --a "unshifted: --set training.augment_shift=0" --b "recipe:" --output-dir benchmarks/shift_speed
 
-(`make camera-recipe-speed` runs the camera recipe against itself without the privileged critic and the shift.)
+(`make camera-recipe-speed` runs the camera recipe against itself without the privileged critic and the shift;
+`make overlap-speed` the sequential trainer against overlapped workers on robosuite Lift from state.)
 
 Each of --a and --b is `LABEL: ARGS...` (trainer arguments; none for the config as it is). Writes <output-dir>/pairs.md
 after every pair and <output-dir>/pairs.json at the end: an evidence file for docs/results (machine, date, commit,
@@ -43,8 +44,9 @@ def variant(text: str) -> tuple[str, list[str]]:
     return label.strip(), shlex.split(args)
 
 
-def train(config: str, run_dir: Path, minutes: float, args: list[str]) -> Run:
-    cmd = [sys.executable, str(ROOT / "train_parallel_timed.py"), "--config", str(ROOT / config), "--duration",
+def train(config: str, run_dir: Path, minutes: float, args: list[str], sequential: bool = False) -> Run:
+    script = "train_timed.py" if sequential else "train_parallel_timed.py"
+    cmd = [sys.executable, str(ROOT / script), "--config", str(ROOT / config), "--duration",
            f"{minutes / 60:.6f}", "--output-dir", str(run_dir), "--overwrite", "--set", "logging.progress=off", *args]
     proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
@@ -61,6 +63,11 @@ def figures(run: Run) -> dict[str, Any]:
             **{f"{phase}_s_per_1k": round(run.per_thousand_steps(phase), 4) for phase in PHASES}}
 
 
+def trainer(args: argparse.Namespace, label: str) -> str:
+    """Which trainer ran the variant `label`."""
+    return "sequential" if args.sequential_a and label == args.a[0] else "parallel"
+
+
 def evidence_of(args: argparse.Namespace, pairs: list[dict]) -> dict:
     """The sitting as an evidence file: machine, date, commit, command, the ratios and the pairs' table."""
     (a, a_args), (b, b_args) = args.a, args.b
@@ -72,7 +79,8 @@ def evidence_of(args: argparse.Namespace, pairs: list[dict]) -> dict:
     return {"machine": f"{fingerprint.describe_cpu()}, {available_cores()} cores", "cpu_kind": fingerprint.cpu_kind(),
             "date": datetime.date.today().isoformat(), "commit": fingerprint.source_commit() or "unknown",
             "command": shlex.join(["scripts/setting_pairs.py", *sys.argv[1:]]), "config": args.config,
-            "minutes": args.minutes, "a": {"label": a, "args": a_args}, "b": {"label": b, "args": b_args},
+            "minutes": args.minutes, "a": {"label": a, "args": a_args, "trainer": trainer(args, a)},
+            "b": {"label": b, "args": b_args, "trainer": trainer(args, b)},
             "figures": {"ratios": ratios, "ratio_median": statistics.median(ratios), "ratio_min": min(ratios),
                         "ratio_max": max(ratios), "ratio_range": [min(ratios), max(ratios)]},
             "tables": {"pairs": {"columns": columns, "rows": rows}}}
@@ -83,6 +91,7 @@ def main() -> int:
     p.add_argument("--config", required=True)
     p.add_argument("--a", type=variant, required=True, metavar="'LABEL: ARGS'")
     p.add_argument("--b", type=variant, required=True, metavar="'LABEL: ARGS'")
+    p.add_argument("--sequential-a", action="store_true", help="A runs the sequential trainer (train_timed.py)")
     p.add_argument("--pairs", type=int, default=3, choices=range(1, 101), metavar="N")
     p.add_argument("--minutes", type=float, default=4.0)
     p.add_argument("--output-dir", default="benchmarks/setting_pairs")
@@ -98,7 +107,8 @@ def main() -> int:
         runs = {}
         for label, extra in order:
             print(f"pair {pair}: {label} for {args.minutes:g} min ...", flush=True)
-            runs[label] = figures(train(args.config, out / f"{label}_{pair}", args.minutes, extra))
+            sequential = args.sequential_a and label == a
+            runs[label] = figures(train(args.config, out / f"{label}_{pair}", args.minutes, extra, sequential))
         pairs.append({**runs, "ratio": round(runs[b]["sps"] / runs[a]["sps"], 4), "order": [x for x, _ in order]})
         lines.append(f"| {pair} | {runs[a]['sps']:.1f} | {runs[b]['sps']:.1f} | {pairs[-1]['ratio']:.3f} | "
                      + " | ".join(f"{runs[x][f'{ph}_s_per_1k']:.3f}" for ph in PHASES for x in (a, b)) + " |")

@@ -123,14 +123,19 @@ def test_layouts_refuse_envs_that_do_not_split_before_running(tmp_path):
 
 @pytest.mark.slow  # four short CartPole runs
 def test_setting_pairs_writes_an_evidence_file(tmp_path):
-    """scripts/setting_pairs.py: one pair of two settings, its table and an evidence file docs/results can use."""
+    """scripts/setting_pairs.py: one pair of two settings (here the sequential trainer against overlapped workers,
+    as `make overlap-speed` runs them), its table and an evidence file docs/results can use."""
     out = tmp_path / "pairs"
     proc = subprocess.run([sys.executable, "scripts/setting_pairs.py", "--config", "config/cartpole.yaml", "--pairs",
-                           "1", "--minutes", "0.02", "--a", "small:", "--b", "big: --set training.n_epochs=8",
+                           "1", "--minutes", "0.02", "--sequential-a", "--a", "small:",
+                           "--b", "big: --set training.n_epochs=8 --set parallel.overlap=true",
                            "--output-dir", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     evidence = json.loads((out / "pairs.json").read_text())
     assert {"machine", "cpu_kind", "date", "commit", "command", "figures", "tables"} <= set(evidence)
+    assert (evidence["a"]["trainer"], evidence["b"]["trainer"]) == ("sequential", "parallel")
+    modes = [json.loads((out / run / "summary.json").read_text())["mode"] for run in ("small_1", "big_1")]
+    assert modes == ["sequential", "parallel"]
     (row,) = evidence["tables"]["pairs"]["rows"]
     assert row[3] == pytest.approx(row[2] / row[1], rel=1e-2) == evidence["figures"]["ratio_median"]
     assert row[4] == row[5] == "fp32/whole" and "| 1 |" in (out / "pairs.md").read_text()

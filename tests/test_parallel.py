@@ -15,7 +15,9 @@ from sessions import assert_nothing_left, shm_entries, start
 from parallel_ppo.core.checkpoint import load_checkpoint
 from parallel_ppo.core.collect import SequentialCollector
 from parallel_ppo.core.configure import build_config
+from parallel_ppo.core.model import network
 from parallel_ppo.core.threads import thread_plan
+from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.runs.training import RunPlan, train_run
@@ -115,6 +117,55 @@ def test_parallel_update_equals_sequential(tmp_path, monkeypatch, env_id, worker
     if env_id == "toy_envs:CameraReach-v0" and extra[0].startswith("logging"):  # success and distance_to_goal reach
         # metrics.csv and the summary alike
         _same_episode_statistics([tmp_path / f"{env_id}_w{workers}" for workers in (0, *worker_counts)])
+
+
+@pytest.mark.parametrize("lag", [0, 1])
+def test_overlapped_first_update_equals_sequential(tmp_path, monkeypatch, lag):
+    """The overlapped path's first update is on-policy, whatever the lag: it equals the sequential trainer's (with a
+    lag of 1, the workers are already collecting the next rollout when the run stops, and that one is abandoned)."""
+    monkeypatch.chdir(ROOT)
+    seq_buffer, seq_params = _one_update(tmp_path, "CartPole-v1", 0, ())
+    (tmp_path / "CartPole-v1_w0").rename(tmp_path / "sequential")
+    buffer, params = _one_update(tmp_path, "CartPole-v1", 2, ("parallel.overlap=true", f"parallel.policy_lag={lag}"))
+    for name in BUFFER_FIELDS:
+        torch.testing.assert_close(buffer[name], seq_buffer[name], rtol=1e-5, atol=1e-5)
+    for key in params:
+        torch.testing.assert_close(params[key], seq_params[key], rtol=1e-4, atol=1e-5)
+    summary = json.loads((tmp_path / "CartPole-v1_w2" / "summary.json").read_text())
+    assert summary["policy_lag"] == 0 and summary["final_metrics"]["policy_lag"] == 0
+
+
+def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypatch):
+    """With overlap, the rollout returned by collect k was collected with the parameters given to collect k-1:
+    it holds exactly what a synchronous coordinator collects when given those parameters at its k-th call."""
+    monkeypatch.chdir(ROOT)
+    cfg = _config("CartPole-v1", True, 2, tmp_path, ())
+    models = []
+    for i in range(3):  # three different parameter sets, as three updates would leave
+        torch.manual_seed(i)
+        models.append(network(cfg, env_spaces(cfg.env)))
+
+    def rollouts(overlap: bool, given: list[int]) -> tuple[list[dict[str, torch.Tensor]], list[int]]:
+        cfg = _config("CartPole-v1", True, 2, tmp_path, (f"parallel.overlap={str(overlap).lower()}",))
+        source = ParallelCoordinator(cfg, env_spaces(cfg.env), thread_plan(cfg, parallel=True))
+        try:
+            out, lags = [], []
+            for index in given:
+                source.collect(models[index], PhaseTimer())
+                out.append({name: getattr(source.buffer, name).clone() for name in BUFFER_FIELDS})
+                lags.append(source.policy_lag)
+            return out, lags
+        finally:
+            source.close()
+
+    overlapped, lags = rollouts(True, [0, 1, 2])
+    synchronous, sync_lags = rollouts(False, [0, 0, 1])  # what the overlapped workers acted with
+    assert lags == [0, 1, 1] and sync_lags == [0, 0, 0]
+    for k, (ours, theirs) in enumerate(zip(overlapped, synchronous, strict=True)):
+        for name in BUFFER_FIELDS:
+            torch.testing.assert_close(ours[name], theirs[name], rtol=1e-5, atol=1e-5, msg=f"rollout {k}: {name}")
+    assert not torch.equal(overlapped[2]["logprobs"], rollouts(False, [0, 1, 2])[0][2]["logprobs"]), \
+        "the third rollout of a synchronous run with the same models differs (it acts with the newest)"
 
 
 def _same_episode_statistics(runs: list[Path]) -> None:

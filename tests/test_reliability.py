@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import signal
 import sys
@@ -14,6 +15,8 @@ import psutil
 import pytest
 from sessions import assert_nothing_left, session_pids, shm_entries, start
 
+from parallel_ppo.core.pause import PAUSE_ENV_VAR
+
 pytestmark = pytest.mark.slow  # every test here trains or starts trainers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,13 +25,14 @@ ROOT = Path(__file__).resolve().parents[1]
 class Run:
     """A trainer subprocess in its own session, so that every process it spawns can be found."""
 
-    def __init__(self, tmp_path: Path, script: str, args: list[str], out: Path | None = None) -> None:
+    def __init__(self, tmp_path: Path, script: str, args: list[str], out: Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.out = out or tmp_path / "run"
         self.shm_before = shm_entries()
         cmd = [sys.executable, script, "--set", "logging.tensorboard=false", *args]
         if "--resume" not in args:
             cmd += ["--output-dir", str(self.out)]
-        self.proc = start(cmd, cwd=ROOT)
+        self.proc = start(cmd, cwd=ROOT, env={**os.environ, **(env or {})})
 
     def rows(self) -> list[dict[str, str]]:
         path = self.out / "metrics.csv"
@@ -89,6 +93,29 @@ def test_killed_worker_is_restarted_and_run_finishes(tmp_path):
     assert summary["total_env_steps"] >= 30000
     steps = [int(r["env_steps"]) for r in run.rows()]
     assert steps == sorted(steps) and steps[1] - steps[0] == 256 * 8, "every update is a full rollout"
+    run.assert_nothing_left()
+
+
+def test_worker_killed_during_an_overlapped_update_is_restarted_and_nothing_is_lost(tmp_path):
+    """The coordinator is held in update 2 while the workers collect rollout 3; a worker killed then is replaced
+    when the coordinator next waits, and re-collects its slice: every update is a full rollout, one update behind."""
+    held = tmp_path / "held"
+    run = Run(tmp_path, PARALLEL, [*CARTPOLE, "--total-steps", "8192", "--set", "parallel.overlap=true"],
+              env={PAUSE_ENV_VAR: f"update:2:{held}"})
+    deadline = time.monotonic() + 180
+    while not held.exists():
+        assert run.proc.poll() is None and time.monotonic() < deadline, run.proc.communicate()[1]
+        time.sleep(0.02)
+    run.worker(1).kill()
+    code, err = run.finish()
+    assert code == 0, err
+    assert "worker 1 died (killed by SIGKILL); restarting" in err
+    summary = run.summary()
+    assert summary["stop_reason"] == "total_steps" and summary["worker_restarts"] == 1
+    assert summary["total_env_steps"] == 8192 and summary["policy_lag"] == 1
+    rows = run.rows()
+    assert [int(r["env_steps"]) for r in rows] == [2048, 4096, 6144, 8192], "every update is a full rollout"
+    assert [int(r["policy_lag"]) for r in rows] == [0, 1, 1, 1]
     run.assert_nothing_left()
 
 

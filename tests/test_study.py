@@ -13,17 +13,16 @@ import pytest
 
 from parallel_ppo.bench.study import (
     StudySettings,
-    add_ratios,
     drawing_tag,
     earlier_points,
     family_points,
     merge_rows,
     point_command,
     process_counts,
-    results_files,
     results_name,
     results_slug,
 )
+from parallel_ppo.bench.study_pages import add_ratios, results_files
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.threads import OWN_DRAW_THREADS
 from parallel_ppo.engines.distributed import Ranks
@@ -45,13 +44,17 @@ def sets(cmd: list[str]) -> dict[str, str]:
 
 def test_points_cover_powers_of_two_up_to_the_cores_and_ranks_start_at_two():
     assert process_counts(16) == [1, 2, 4, 8, 16] and process_counts(6) == [1, 2, 4, 6] and process_counts(1) == [1]
-    assert family_points(["threads", "ranks"], [1, 2, 4]) == [
+    assert family_points(["threads", "ranks"], [1, 2, 4], cores=4) == [
         ("threads", 1), ("threads", 2), ("threads", 4), ("ranks", 2), ("ranks", 4)]
+    # past the cores (a simulated study's sleeping workers), only the worker families run
+    assert family_points(["threads", "workers", "overlap", "ranks"], [1, 2, 16], cores=2) == [
+        ("threads", 1), ("threads", 2), ("workers", 1), ("workers", 2), ("workers", 16), ("overlap", 1),
+        ("overlap", 2), ("overlap", 16), ("ranks", 2)]
 
 
-@pytest.mark.parametrize("family", ["threads", "workers", "ranks", "cuda"])
+@pytest.mark.parametrize("family", ["threads", "workers", "overlap", "ranks", "cuda"])
 def test_a_point_of_p_processes_uses_p_cores_and_the_same_work_per_process(family, tmp_path):
-    cmd = point_command(family, 4, SETTINGS, tmp_path / "run")
+    cmd = point_command(family, 4, SETTINGS, tmp_path / "run", cores=16)
     given = sets(cmd)
     assert given["training.n_steps"] == "64" and flag(cmd, "--env") == "starpilot"
     assert given["eval.interval_seconds"] == "0" and given["run.limit_seconds"] == "0"
@@ -60,14 +63,22 @@ def test_a_point_of_p_processes_uses_p_cores_and_the_same_work_per_process(famil
         assert flag(cmd, "--nproc_per_node") == "4" and "--distributed" in cmd and "--num-envs-total" not in cmd
         assert flag(cmd, "--num-envs") == "8" and flag(cmd, "--batch-size") == "128"
         assert given["parallel.learner_threads"] == "1"
-    else:  # one process's 8 envs and 128 samples, × 4
-        assert flag(cmd, "--batch-size") == "512" and given["parallel.learner_threads"] == "4"
+    else:  # one process's 8 envs and 128 samples, × 4; an overlapped learner gets the cores the workers leave
+        learner = "12" if family == "overlap" else "4"
+        assert flag(cmd, "--batch-size") == "512" and given["parallel.learner_threads"] == learner
         if family == "threads":
             assert flag(cmd, "--num-envs") == "32" and given["env.env_threads"] == "4"
         else:
             assert flag(cmd, "--num-workers") == "4" and flag(cmd, "--num-envs-per-worker") == "8"
             assert given["env.env_threads"] == "1", "a worker steps and draws on one thread, not a share of all cores"
+            assert given["parallel.overlap"] == str(family == "overlap").lower()
     assert flag(cmd, "--device") == ("cuda" if family == "cuda" else "cpu")
+
+
+def test_a_learner_never_gets_more_threads_than_the_cores(tmp_path):
+    cmd = point_command("workers", 16, SETTINGS, tmp_path / "run", cores=2)
+    assert sets(cmd)["parallel.learner_threads"] == "2" and flag(cmd, "--num-workers") == "16"
+    assert sets(point_command("overlap", 16, SETTINGS, tmp_path / "run", cores=2))["parallel.learner_threads"] == "1"
 
 
 def test_results_folder_names_the_cpu_cores_and_gpu():
@@ -178,24 +189,26 @@ def test_the_rank_minibatch_is_its_own_unless_the_envs_are_split():
 
 @pytest.mark.slow
 def test_study_on_this_machine_writes_its_table_and_plots(tmp_path):
-    """The threads family at 1 and 2 with tiny budgets: the table holds SPS, speed-up, efficiency and the phase
-    split of every point, each figure the run's own (the other families' commands are checked above; a
-    distributed run by the per-rank rule runs in test_bench_suite's sweep)."""
+    """A simulated study (sim/Sleep, 1 ms a step), threads and overlap at 1 and 2 with tiny budgets: the table holds
+    SPS, speed-up, efficiency and the phase split of every point, each figure the run's own, and says it is
+    simulated (the other families' commands are checked above; a distributed run by the per-rank rule runs in
+    test_bench_suite's sweep)."""
     res = tmp_path / "results"
-    proc = subprocess.run([sys.executable, "bench.py", "study", "--config", "config/cartpole.yaml", "--env",
-                           "CartPole-v1", "--processes", "1 2", "--families", "threads", "--seconds", "2",
-                           "--n-steps", "16", "--runs-dir", str(tmp_path / "runs"), "--results-dir", str(res)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "bench.py", "study", "--config", "config/sim_lift.yaml", "--env",
+                           "sim/Sleep", "--set", "env.options=[step_ms=1]", "--processes", "1 2", "--families",
+                           "threads,overlap", "--seconds", "2", "--n-steps", "16", "--runs-dir", str(tmp_path / "runs"),
+                           "--results-dir", str(res)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     [folder] = list(res.iterdir())
-    assert sorted(p.name for p in folder.iterdir()) == [f"study-cartpole.{ext}" for ext in ("json", "md", "png")]
-    study = json.loads((folder / "study-cartpole.json").read_text())
+    assert sorted(p.name for p in folder.iterdir()) == [f"study-sim_lift.{ext}" for ext in ("json", "md", "png")]
+    study = json.loads((folder / "study-sim_lift.json").read_text())
     assert folder.name == results_slug(study["cpu_model"], study["cores"], study["gpu"], study["hardware"]["cpu_kind"])
-    assert study["date"] and study["command"].endswith(f"--results-dir {res}")
-    assert (folder / "study-cartpole.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert study["date"] and study["command"].endswith(f"--results-dir {res}") and study["simulated"]
+    assert (folder / "study-sim_lift.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     points = {p["label"]: p for p in study["points"]}
-    assert list(points) == ["threads_1", "threads_2"], study["points"]
-    table = (folder / "study-cartpole.md").read_text()
+    assert list(points) == ["threads_1", "threads_2", "overlap_1", "overlap_2"], study["points"]
+    table = (folder / "study-sim_lift.md").read_text()
+    assert table.startswith("# Simulated many-core study") and "**Simulated.**" in table
     for p in points.values():
         run = load_run(p["label"], Path(p["run_dir"]))
         base = load_run("base", Path(points["threads_1"]["run_dir"])).steady_sps
@@ -204,4 +217,5 @@ def test_study_on_this_machine_writes_its_table_and_plots(tmp_path):
         assert p["efficiency"] == pytest.approx(p["speedup"] / p["processes"])
         assert f"| {p['family']} | {p['processes']} |" in table and f"{p['speedup']:.2f}×" in table
         assert p["phase_fractions"] and p["phase_fractions"] == run.summary.phase_fractions
+        assert run.summary.policy_lag == (1 if p["family"] == "overlap" and run.summary.updates > 1 else 0)
     assert points["threads_2"]["batch_size"] == 256 and points["threads_2"]["envs"] == 16, "2 × one process's work"

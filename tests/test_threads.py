@@ -38,6 +38,21 @@ def test_a_worker_steps_on_one_thread_and_draws_on_its_share_of_the_cores(monkey
     assert (set_.env, set_.draw) == (3, 3)
 
 
+def test_an_overlapped_learner_gets_the_cores_its_workers_leave(monkeypatch):
+    """Overlapped workers step through the update: an automatic learner takes the cores they leave, at least one;
+    a synchronous one every core; a configured count is kept."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+
+    def learner(*sets: str) -> int:
+        return thread_plan(build_config(CARTPOLE, {}, ["parallel.learner_threads=0", *sets], True), True).learner
+
+    assert learner("parallel.num_workers=4") == 16
+    assert learner("parallel.num_workers=4", "parallel.overlap=true") == 12
+    assert learner("parallel.num_workers=16", "parallel.overlap=true") == 1
+    assert learner("parallel.num_workers=32", "parallel.overlap=true") == 1
+    assert learner("parallel.num_workers=4", "parallel.overlap=true", "parallel.learner_threads=3") == 3
+
+
 def test_the_plan_counts_the_cpus_this_process_may_use_not_the_machines(monkeypatch):
     """A Slurm job or container pinned to 2 of 64 CPUs plans for 2 (its affinity mask); without a mask (macOS,
     Windows), for the machine's."""

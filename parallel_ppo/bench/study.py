@@ -1,16 +1,21 @@
 """The many-core study (`bench.py study`, `make study`): one command that measures what parallelism buys on this
 machine, and writes a small table and plots under docs/results/<cpu>[-avx512][-bf16]-<cores>c[-<gpu>]/.
 
-Four families of short timed training runs on the same task, at 1, 2, 4, ... processes (up to the logical cores):
+Five families of short timed training runs on the same task, at 1, 2, 4, ... processes (up to the logical cores):
 - `threads`: one sequential learner with that many intra-op threads (the contrast);
 - `workers`: the parallel trainer with that many worker processes, the learner on the CPU;
+- `overlap`: the same, the workers collecting the next rollout while the learner updates (`parallel.overlap`);
 - `ranks`: that many distributed ranks (torchrun, gloo), each a sequential collector and learner;
 - `cuda`: the parallel trainer with that many CPU workers feeding a CUDA learner (only where CUDA is available).
 
-Every point of P processes uses P cores (a learner's threads are P, a rank's 1), and every family keeps each
-process's work the same as it grows (the scaling rule of `per_process_layout`): 8 envs and a minibatch of
-`batch_per_process` samples per process, the global figures derived. A point that crashes or hangs
+Every point of P processes uses P cores (a learner's threads are P, at most the usable cores, or for an overlapped
+learner the cores its workers leave, at least one; a rank's 1), and every family keeps each process's work the same
+as it grows (the scaling rule of `per_process_layout`): 8 envs and a minibatch of `batch_per_process` samples per
+process, the global figures derived. A point that crashes or hangs
 is recorded with its error and the study goes on, so one failure never loses the rest of a scarce machine's time.
+
+A simulated study (`make study-sim`: the sim family, whose step sleeps for the physics time) runs the worker
+families past the cores: sleeping workers leave the cores to the trainer's own work. Its pages say so.
 """
 
 from __future__ import annotations
@@ -25,28 +30,17 @@ from pathlib import Path
 from typing import Any
 
 from parallel_ppo.bench.scaling import BENCH_RUN_SETS, BenchRunCrashed, point_row, run_bench_trainer, trainer_command
+from parallel_ppo.bench.study_pages import FAMILIES, results_files, write_results
 from parallel_ppo.core.config import EnvConfig
 from parallel_ppo.core.config_yaml import load_yaml
 from parallel_ppo.core.configure import build_config
-from parallel_ppo.core.files import atomic_write, write_json, write_text
-from parallel_ppo.core.threads import usable_cpus
-from parallel_ppo.core.timing import PHASES
+from parallel_ppo.core.threads import overlapped_learner_threads, usable_cpus
+from parallel_ppo.envs.families import family_of
 from parallel_ppo.errors import ConfigError, ParallelPPOError, RunDataError
 from parallel_ppo.runs import fingerprint
 from parallel_ppo.runs.reading import load_run
 
 ROOT = Path(__file__).resolve().parents[2]
-
-FAMILIES = ("threads", "workers", "ranks", "cuda")
-"""The study's families of runs, in the order they run and are shown."""
-
-FAMILY_TEXT = {
-    "threads": "1 process, N intra-op threads (sequential trainer, CPU)",
-    "workers": "N worker processes, learner on the CPU (parallel trainer)",
-    "ranks": "N distributed ranks, each a sequential collector and learner (torchrun, gloo)",
-    "cuda": "N CPU worker processes, learner on CUDA (parallel trainer, --device cuda)",
-}
-
 
 SAME_ARITHMETIC = ("--set", "training.precision=fp32", "--set", "training.microbatch_size=64")
 """Every point does the same arithmetic: `auto` would measure (or find cached) a choice per thread count and
@@ -91,20 +85,21 @@ def per_process_layout(settings: StudySettings, processes: int) -> dict[str, int
     return {"envs": settings.envs_per_process * processes, "batch_size": settings.batch_per_process * processes}
 
 
-def point_command(family: str, processes: int, settings: StudySettings, out: Path) -> list[str]:
-    """The trainer command of one study point."""
+def point_command(family: str, processes: int, settings: StudySettings, out: Path, cores: int) -> list[str]:
+    """The trainer command of one study point on a machine of `cores` usable cores."""
     layout = per_process_layout(settings, processes)
     m = settings.envs_per_process
+    learner = overlapped_learner_threads(cores, processes) if family == "overlap" else min(processes, cores)
     if family == "threads":
         cmd = [*trainer_command(0), "--num-envs", str(layout["envs"]), "--device", "cpu",
                "--set", f"parallel.learner_threads={processes}", "--set", f"env.env_threads={processes}"]
     elif family == "ranks":  # the distributed scaling rule: envs and minibatch per rank; one thread each
         cmd = [*trainer_command(0, processes), "--num-envs", str(m), "--device", "cpu",
                "--set", "parallel.learner_threads=1", "--set", "env.env_threads=1"]
-    else:  # the learner gets as many threads as there are workers, each worker one: the run uses `processes` cores
+    else:  # the learner gets as many threads as there are workers (up to the cores; overlapped: those they leave)
         cmd = [*trainer_command(processes), "--num-workers", str(processes), "--num-envs-per-worker", str(m),
-               "--set", "parallel.worker_threads=1", "--set", f"parallel.learner_threads={processes}",
-               "--set", "env.env_threads=1",
+               "--set", "parallel.worker_threads=1", "--set", f"parallel.learner_threads={learner}",
+               "--set", "env.env_threads=1", "--set", f"parallel.overlap={str(family == 'overlap').lower()}",
                "--set", f"env.num_envs={layout['envs']}", "--device", "cuda" if family == "cuda" else "cpu"]
     batch = settings.batch_per_process if family == "ranks" else layout["batch_size"]
     return [*cmd, "--config", settings.config, "--env", settings.env, "--batch-size", str(batch),
@@ -112,14 +107,15 @@ def point_command(family: str, processes: int, settings: StudySettings, out: Pat
             "--output-dir", str(out), "--overwrite", *BENCH_RUN_SETS, *SAME_ARITHMETIC, *settings.extra]
 
 
-def run_study_point(family: str, processes: int, settings: StudySettings, runs_dir: Path) -> dict[str, Any]:
+def run_study_point(family: str, processes: int, settings: StudySettings, runs_dir: Path,
+                    cores: int) -> dict[str, Any]:
     """One timed run, as a row of the study; a run that fails or hangs becomes a row with its error."""
     label = f"{family}_{processes}"
     out = runs_dir / label
     row: dict[str, Any] = {"family": family, "processes": processes, "label": label,
                            "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
     try:
-        run_bench_trainer(point_command(family, processes, settings, out), label,
+        run_bench_trainer(point_command(family, processes, settings, out, cores), label,
                           timeout=3 * settings.seconds + 120)
         run = load_run(label, out)
     except (BenchRunCrashed, ParallelPPOError) as e:
@@ -143,10 +139,12 @@ def process_counts(cores: int) -> list[int]:
     return counts if counts[-1] == cores else [*counts, cores]
 
 
-def family_points(families: list[str], counts: list[int]) -> list[tuple[str, int]]:
+def family_points(families: list[str], counts: list[int], cores: int) -> list[tuple[str, int]]:
     """The (family, processes) points to run: a distributed run of one rank is the sequential trainer, so ranks
-    start at 2."""
-    return [(f, n) for f in families for n in counts if not (f == "ranks" and n == 1)]
+    start at 2; threads and ranks compute, so they stop at the `cores` (workers go past them only where the
+    count asks: a simulated study's sleeping ones)."""
+    return [(f, n) for f in families for n in counts
+            if not (f == "ranks" and n == 1) and not (f in ("threads", "ranks") and n > cores)]
 
 
 def gpu_name() -> str | None:
@@ -188,6 +186,11 @@ def results_name(settings: StudySettings, drawn: dict[str, str]) -> str:
     return (name if settings.env == own_env else f"{name}-{env}") + drawing_tag(drawn)
 
 
+def simulated(env_id: str) -> bool:
+    """Whether the study's env is the sim family's (its step a sleep: `envs.sim_envs`)."""
+    return family_of(env_id).name == "sim"
+
+
 def check_settings(settings: StudySettings) -> None:
     """Refuse settings that no point could run (ConfigError), before the first run: the layout of one process
     alone and as one worker, as every point of the study builds it."""
@@ -197,93 +200,6 @@ def check_settings(settings: StudySettings) -> None:
     build_config(settings.config, flags, sets, parallel=False)
     build_config(settings.config, {**flags, "parallel.num_workers": 1, "parallel.num_envs_per_worker": m}, sets,
                  parallel=True)
-
-
-def add_ratios(rows: list[dict[str, Any]]) -> None:
-    """Speed-up and efficiency of every measured row. The base of the CPU families is one process with one
-    thread (`threads_1`), so efficiency = speed-up / processes; the CUDA family's base is its own first point
-    (a GPU is not a core). Without `threads_1`, each family's first point is its base."""
-    ok = [r for r in rows if "error" not in r]
-    one_core = next((r for r in ok if r["label"] == "threads_1"), None)
-    for family in FAMILIES:
-        members = [r for r in ok if r["family"] == family]
-        if not members:
-            continue
-        base = one_core if one_core is not None and family != "cuda" else members[0]
-        for r in members:
-            r["base"] = base["label"]
-            r["speedup"] = r["steps_per_second"] / base["steps_per_second"]
-            r["efficiency"] = r["speedup"] / (r["processes"] / base["processes"])
-
-
-SHOWN_PHASES = ("env", "render", "inference", "sync", "update", "allreduce")
-
-
-def study_table(rows: list[dict[str, Any]]) -> str:
-    """The markdown table: SPS, speed-up, efficiency and the phase split of every point."""
-    head = ["family", "processes", "envs", "minibatch", "learner", "updates", "steps/s", "vs", "speed-up",
-            "efficiency", *(f"{p} %" for p in SHOWN_PHASES), "other %"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
-    for r in rows:
-        if "error" in r:
-            lines.append(f"| {r['family']} | {r['processes']} | failed: {r['error']} |" + " |" * (len(head) - 3))
-            continue
-        fractions = r["phase_fractions"]
-        shown = [100 * fractions.get(p, 0.0) for p in SHOWN_PHASES]
-        other = max(0.0, 100 * sum(fractions.get(p, 0.0) for p in PHASES) - sum(shown))
-        learner = f"{r['device']}, {r['threads'].get('learner', '?')} thr, {r.get('precision', '?')}"
-        lines.append("| " + " | ".join([
-            r["family"], str(r["processes"]), str(r["envs"]), str(r.get("batch_size", "-")), learner,
-            str(r["updates"]), f"{r['steps_per_second']:,.0f}", r["base"], f"{r['speedup']:.2f}×",
-            f"{100 * r['efficiency']:.0f}%", *(f"{v:.0f}" for v in shown), f"{other:.0f}"]) + " |")
-    return "\n".join(lines)
-
-
-def plot_study(rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    """Steps/s and efficiency against processes per family, and the phase split of every point."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ok = [r for r in rows if "error" not in r]
-    fig, axes = plt.subplots(1, 3, figsize=(18, 5.4))
-    for family in FAMILIES:
-        pts = [r for r in ok if r["family"] == family]
-        if pts:
-            n = [r["processes"] for r in pts]
-            axes[0].plot(n, [r["steps_per_second"] for r in pts], "o-", label=family)
-            axes[1].plot(n, [100 * r["efficiency"] for r in pts], "o-", label=family)
-    base = next((r for r in ok if r["label"] == "threads_1"), None)
-    top = max([r["processes"] for r in ok] + [1])
-    if base is not None:
-        axes[0].plot([1, top], [base["steps_per_second"], top * base["steps_per_second"]], "k--", lw=1,
-                     label="ideal (1 core × N)")
-    counts = sorted({r["processes"] for r in ok})
-    for ax in axes[:2]:
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(counts, [str(n) for n in counts])
-        ax.set_xlabel("processes (threads, workers or ranks)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    axes[0].set(ylabel="env steps/s (steady state)", title="Throughput")
-    axes[1].axhline(100, color="k", ls="--", lw=1)
-    axes[1].set(ylabel="efficiency (%)", title="Efficiency = speed-up / processes (each against its 'vs' point)")
-    ax = axes[2]
-    labels = [r["label"] for r in ok]
-    bottom = [0.0] * len(ok)
-    for phase in PHASES:
-        values = [100 * r["phase_fractions"].get(phase, 0.0) for r in ok]
-        if any(values):
-            ax.bar(labels, values, bottom=bottom, label=phase)
-            bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-    ax.set(ylabel="share of wall time (%)", title="Where the time goes", ylim=(0, 105))
-    ax.tick_params(axis="x", rotation=60, labelsize=7)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.suptitle(title)
-    fig.tight_layout()
-    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
-    plt.close(fig)
 
 
 def merge_rows(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -311,47 +227,6 @@ def earlier_points(path: Path, identity: dict[str, Any]) -> list[dict[str, Any]]
     return points
 
 
-def results_files(stem: Path) -> dict[str, Path]:
-    """The study's table, data and plot: `<stem>.md`, `<stem>.json` and `<stem>.png`."""
-    return {ext: stem.parent / f"{stem.name}.{ext}" for ext in ("md", "json", "png")}
-
-
-def write_results(rows: list[dict[str, Any]], stem: Path, meta: dict[str, Any]) -> None:
-    """The study's files (`results_files(stem)`) for `rows` (measured now, and kept from before)."""
-    files = results_files(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    for r in rows:
-        r.pop("speedup", None), r.pop("efficiency", None), r.pop("base", None)
-    add_ratios(rows)
-    hw, settings = meta["hardware"], meta["settings"]
-    kind = f" ({', '.join(hw['cpu_kind'])})" if hw.get("cpu_kind") else ""
-    machine = (f"{hw['cpu_model']}{kind}, {meta['cores']} cores ({hw['logical_cores']} logical / "
-               f"{hw['physical_cores']} physical on the host), {hw['memory_gb']} GB"
-               + (f", {meta['gpu']}" if meta.get("gpu") else ""))
-    sittings = sorted({r["measured_at"][:16] for r in rows})
-    write_json(files["json"], {"machine": machine, "date": max(r["measured_at"] for r in rows)[:10], **meta,
-                               "points": rows})
-    text = (f"# Many-core study: {machine}\n\n"
-            f"{settings['env']} ({settings['config']}), {settings['envs_per_process']} envs × {settings['n_steps']} "
-            f"steps and a minibatch of {settings['batch_per_process']} samples per process (global figures × "
-            f"processes), fp32 in chunks of 64 at every point"
-            + (f" (unless set otherwise: {' '.join(settings['extra'])})" if settings["extra"] else "") + ", "
-            f"{settings['seconds']:g} s per run; versions {meta['versions']}"
-            + (f"; frames drawn with {' '.join(f'{k}={v}' for k, v in meta['drawing'].items())}"
-               if meta.get("drawing") else "") + ".\n\n"
-            + "\n".join(f"- `{f}`: {FAMILY_TEXT[f]}" for f in FAMILIES if any(r["family"] == f for r in rows))
-            + f"\n\n{study_table(rows)}\n\n"
-            "Steps/s are steady state (from the end of update 1 to the end of the last update) of real training "
-            "runs with evaluation and the compute-limit measurement off; every point of N processes uses N cores. "
-            "Speed-up is against the point named under *vs* (one process with one thread on the CPU, `threads_1`, "
-            "where it was measured; the CUDA family against its own first point, a GPU not being a core), "
-            "efficiency = speed-up / (processes / that point's processes). Phases are shares of each run's wall "
-            "time.\n\n"
-            f"Measured {', '.join(sittings)} with `bench.py study`.\n")
-    write_text(files["md"], text)
-    plot_study(rows, files["png"], f"Many-core study: {machine}")
-
-
 def run_study(families: list[str], counts: list[int], settings: StudySettings, runs_dir: Path,
               results_root: Path) -> tuple[Path, list[dict[str, Any]]]:
     """Run every point, one at a time, rewriting the results after each (a machine taken back mid-study leaves the
@@ -360,15 +235,15 @@ def run_study(families: list[str], counts: list[int], settings: StudySettings, r
     if "cuda" in families and gpu is None:
         print("  cuda: skipped (no CUDA device here)", flush=True)
         families = [f for f in families if f != "cuda"]
-    points = family_points(families, counts)
+    hw, cores = fingerprint.hardware(), available_cores()
+    points = family_points(families, counts, cores)
     if not points:
         raise ConfigError("the study has no points to run here")
-    hw, cores = fingerprint.hardware(), available_cores()
     config = Path(settings.config).resolve()  # named from the checkout when in it, so results compare across hosts
     shown = {**asdict(settings), "config": str(config.relative_to(ROOT) if config.is_relative_to(ROOT) else config)}
     drawn = fingerprint.drawing()  # names the files where a variable chose it; a study drawn otherwise is not merged
     identity = {"settings": json.loads(json.dumps(shown)), "cores": cores, "gpu": gpu, "cpu_model": hw["cpu_model"],
-                "drawing": drawn or None}
+                "drawing": drawn or None, "simulated": simulated(settings.env)}
     stem = machine_results_dir(results_root) / results_name(settings, drawn)
     kept = earlier_points(results_files(stem)["json"], identity)
     meta = {**identity, "hardware": hw, "versions": fingerprint.versions(),
@@ -376,7 +251,7 @@ def run_study(families: list[str], counts: list[int], settings: StudySettings, r
     rows: list[dict[str, Any]] = []
     for family, n in points:
         print(f"  {family} × {n}: {settings.seconds:g} s ...", flush=True)
-        rows.append({**run_study_point(family, n, settings, runs_dir), "commit": meta["commit"]})
+        rows.append({**run_study_point(family, n, settings, runs_dir, cores), "commit": meta["commit"]})
         r = rows[-1]
         print(f"    failed: {r['error']}" if "error" in r else
               f"    {r['steps_per_second']:,.0f} steps/s over {r['updates']} updates", flush=True)

@@ -7,17 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from parallel_ppo.bench.scaling import BenchRunCrashed
-from parallel_ppo.bench.study import (
-    FAMILIES,
-    ROOT,
-    StudySettings,
-    available_cores,
-    check_settings,
-    process_counts,
-    results_files,
-    run_study,
-    study_table,
-)
+from parallel_ppo.bench.study import ROOT, StudySettings, available_cores, check_settings, process_counts, run_study
+from parallel_ppo.bench.study_pages import FAMILIES, results_files, study_table
 from parallel_ppo.cli.common import add_config_flag, duration_in, fail, int_list, positive_int, setting_item
 from parallel_ppo.errors import ConfigError, ParallelPPOError
 

@@ -198,6 +198,7 @@ class SequentialCollector:
 
     mode = "sequential"
     restarts = 0  # no workers to restart
+    policy_lag = 0  # the learner's own model collects
 
     def __init__(self, cfg: Config, env_threads: int, resumes: int = 0, env_offset: int = 0) -> None:
         """`env_offset`: the global index of the first env (a distributed rank's share starts there)."""

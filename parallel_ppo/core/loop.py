@@ -48,8 +48,10 @@ SUCCESS_RATE = metric("charts/success_rate", "of the last logging.return_window 
                       summary=True)
 LEARNING_RATE = metric("charts/learning_rate", "the update's learning rate")
 WORKER_RESTARTS = metric("system/worker_restarts", "worker processes restarted so far", tensorboard=False)
+POLICY_LAG = metric("charts/policy_lag", "updates by which the parameters that collected the update's rollout trail "
+                    "those it updates: 0 on-policy, 1 with parallel.overlap (after the first update)", summary=True)
 LOOP_METRICS = (UPDATE, ENV_STEPS, WALL_TIME, SPS, EPISODIC_RETURN, EPISODIC_LENGTH, EPISODES, REWARD_PER_STEP,
-                SUCCESS_RATE, LEARNING_RATE, WORKER_RESTARTS)
+                SUCCESS_RATE, LEARNING_RATE, WORKER_RESTARTS, POLICY_LAG)
 """The loop's metrics (declared above, by the loop that computes them), as the writers ask for them."""
 
 
@@ -64,6 +66,8 @@ class RolloutSource(Protocol):
     """num_workers, num_envs_per_worker and num_envs, as summary.json records them."""
     restarts: int
     """Worker processes restarted so far (0 for a source without workers)."""
+    policy_lag: int
+    """Updates by which the parameters behind the rollout `collect` returned last trail the model it was given."""
 
     def collect(self, model: nn.Module, timers: PhaseTimer, stopping: StopCheck) -> CollectResult:
         """Fill `buffer` with one rollout of `model`, adding the phases it spent to `timers`; once `stopping()`
@@ -270,6 +274,8 @@ class Outcome:
     error: str | None = None
     signal: str | None = None
     session_seconds: float = 0.0
+    policy_lag: int = 0
+    """The largest of this session's updates' policy lags."""
     phase_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
 
     def add_phases(self, phases: dict[str, float]) -> None:
@@ -332,6 +338,7 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
             break
         steps_before = state.env_steps
         row = update(cfg, source, state, agreed, timers, group)
+        outcome.policy_lag = max(outcome.policy_lag, source.policy_lag)
         now = time.monotonic()
         phases = timers.pop()
         outcome.add_phases(phases)
@@ -377,4 +384,4 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
     return {UPDATE: state.update, ENV_STEPS: state.env_steps, EPISODIC_RETURN: mean_or_nan(state.episode_returns),
             EPISODIC_LENGTH: mean_or_nan(state.episode_lengths), EPISODES: state.episodes, LEARNING_RATE: lr,
             REWARD_PER_STEP: agreed.result.reward_sum / steps, **state.episode_info.row(),
-            **stats, WORKER_RESTARTS: source.restarts}
+            **stats, WORKER_RESTARTS: source.restarts, POLICY_LAG: source.policy_lag}

@@ -14,6 +14,7 @@ from typing import Any
 
 from parallel_ppo.envs.config import EnvConfig
 from parallel_ppo.envs.procgen_envs import PROCGEN_GAMES, PROCGEN_SPACES, check_procgen, preload_procgen
+from parallel_ppo.envs.sim_envs import check_sim
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.errors import ConfigError
 
@@ -113,6 +114,14 @@ GENESIS = Family(  # Genesis's CPU backend (genesis/FrankaLift: the Genesis devl
         "horizon": Option(200, "steps an episode lasts: a time limit, so the value is bootstrapped"),
         "control_freq": Option(20, "actions per simulated second"),
     }, sight=("wrist_camera", "object_state"))
+SIM = Family(  # sim/Sleep: robosuite Lift from state for measuring the trainer, its step a sleep (`make study-sim`)
+    "sim", "sim_lift.yaml", "parallel_ppo.envs.sim_envs:make_sim", check=lambda cfg: check_sim(cfg.id),
+    options={
+        "step_ms": Option(7.0, "milliseconds each step sleeps: the physics time it stands for"),
+        "obs_size": Option(60, "floats observed (robosuite Lift's proprioception and cube state: 60)"),
+        "action_size": Option(7, "continuous actions (the Panda's OSC controller and gripper: 7)"),
+        "horizon": Option(500, "steps an episode lasts: a time limit, so the value is bootstrapped"),
+    })
 ROBOTICS = Family(  # gymnasium-robotics' tasks (FetchReachDense-v4, ...; the extra `robot`), dict observations
     "gymnasium-robotics", "fetch.yaml", "parallel_ppo.envs.gym_envs:make_plain", settings=("frame_stack",))
 GYMNASIUM = Family(  # any other registered id (CartPole-v1, ...), or module:EnvId for one a module of yours registers
@@ -121,8 +130,8 @@ GYMNASIUM = Family(  # any other registered id (CartPole-v1, ...), or module:Env
 ROBOTICS_PREFIXES = ("Fetch", "HandManipulate", "HandReach", "AdroitHand", "PointMaze", "AntMaze", "FrankaKitchen")
 """How gymnasium-robotics' ids begin: one of these, unknown while it is not installed, is taken as one of its."""
 
-FAMILIES = (PROCGEN, ATARI, MUJOCO, ROBOSUITE, GENESIS, ROBOTICS, GYMNASIUM)
-PREFIXED = {"robosuite": ROBOSUITE, "genesis": GENESIS}
+FAMILIES = (PROCGEN, ATARI, MUJOCO, ROBOSUITE, GENESIS, SIM, ROBOTICS, GYMNASIUM)
+PREFIXED = {"robosuite": ROBOSUITE, "genesis": GENESIS, "sim": SIM}
 """Families whose ids are `<prefix>/<task>`, outside gymnasium's registry."""
 
 
@@ -225,12 +234,14 @@ def _read_option(key: str, option: Option, text: str | None) -> Any:
         if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
             raise ConfigError(f"env option {key}={text!r}: expected true or false")
         return text.lower() in ("true", "1", "yes")
-    if isinstance(option.default, int):
+    if isinstance(option.default, (int, float)):
+        kind = type(option.default)
         try:
-            value = int(text)
+            value = kind(text)
         except ValueError:
-            raise ConfigError(f"env option {key}={text!r}: expected an integer") from None
-        if value <= 0:
+            raise ConfigError(f"env option {key}={text!r}: expected {'an integer' if kind is int else 'a number'}") \
+                from None
+        if not 0 < value < float("inf"):
             raise ConfigError(f"env option {key}={value}: must be positive")
         return value
     if option.choices and text not in option.choices:

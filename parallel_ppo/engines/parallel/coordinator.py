@@ -56,6 +56,20 @@ class _Died(Exception):
 
 
 @dataclass
+class _Rollout:
+    """A rollout the workers were set on."""
+
+    slot: int
+    """The buffer it fills."""
+    call: int
+    """The `collect` call that published its parameters."""
+    requested: float
+    """When the workers were woken (perf_counter)."""
+    seconds: float = 0.0
+    """From waking the workers to the last one's result."""
+
+
+@dataclass
 class _Worker:
     process: Any  # multiprocessing Process
     conn: Connection
@@ -91,8 +105,11 @@ def _thread_env(threads: int):
 class ParallelCoordinator:
     """Rollout source backed by worker processes that write straight into a shared-memory buffer.
 
-    Synchronous: `collect` publishes the current parameters, wakes every worker, and returns when all
-    have filled their env slice, so the update always sees on-policy data (no policy lag).
+    Synchronous (the default): `collect` publishes the current parameters, wakes every worker, and returns when all
+    have filled their env slice, so the update always sees on-policy data (no policy lag). With `parallel.overlap`
+    and a `policy_lag` of 1, `collect` returns one rollout and sets the workers on the next, into the other buffer,
+    with the same parameters: they collect while the learner updates, and each rollout after the first trails the
+    parameters it updates by one update.
     """
 
     mode = "parallel"
@@ -110,8 +127,16 @@ class ParallelCoordinator:
         self.params = torch.zeros(numel).share_memory_()
         self.progress = torch.zeros(p.num_workers, dtype=torch.int64).share_memory_()
         self.abandon = torch.zeros((), dtype=torch.int64).share_memory_()
-        self.buffer = RolloutBuffer.allocate(cfg.training.n_steps, cfg.env.num_envs, spaces.obs_shape,
-                                             spaces.obs_dtype, spaces.actions, shared=True)
+        self.buffers = tuple(RolloutBuffer.allocate(cfg.training.n_steps, cfg.env.num_envs, spaces.obs_shape,
+                                                    spaces.obs_dtype, spaces.actions, shared=True)
+                             for _ in range(2 if p.overlap else 1))
+        self.buffer = self.buffers[0]
+        """The buffer of the rollout `collect` returned last."""
+        self.lag = p.policy_lag if p.overlap else 0
+        self.policy_lag = 0
+        """Updates by which the parameters of the rollout `collect` returned last trail the model it was given."""
+        self._calls = 0
+        self._in_flight: _Rollout | None = None
         self.layout = {"num_workers": p.num_workers, "num_envs_per_worker": p.num_envs_per_worker,
                        "num_envs": cfg.env.num_envs}
         self.restarts = 0
@@ -128,16 +153,21 @@ class ParallelCoordinator:
         who = "coordinator" if rank is None else f"coordinator rank {rank}"
         setproctitle.setproctitle(f"parallel_ppo {who} ({p.num_workers} workers × {p.num_envs_per_worker} envs, "
                                   f"{cfg.env.id})")
+        self._start_workers()
+        self.watchdog = Watchdog(self._bound())
+
+    def _start_workers(self) -> None:
+        """Start every worker and wait until each is ready; on failure, stop them all (WorkerError if one died)."""
         try:
             # the forkserver and multiprocessing's resource tracker start with the first worker, in this process
             # group: they must not die of a pre-emption signal sent to the group (they ignore SIGINT and SIGTERM)
             previous = signal.pthread_sigmask(signal.SIG_BLOCK, PREEMPT_SIGNALS)
             try:
-                for i in range(p.num_workers):
+                for i in range(len(self._workers)):
                     self._workers[i] = self._spawn(i, restart=0)
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-            for i in range(p.num_workers):
+            for i in range(len(self._workers)):
                 self._await_ready(i)
         except _Died as e:
             self.close()
@@ -145,7 +175,6 @@ class ParallelCoordinator:
         except BaseException:
             self.close()
             raise
-        self.watchdog = Watchdog(self._bound())
 
     # -- the watchdog -----------------------------------------------------------------------------------
     def _bound(self) -> float:
@@ -166,7 +195,7 @@ class ParallelCoordinator:
     def _spawn(self, index: int, restart: int) -> _Worker:
         m = self.cfg.parallel.num_envs_per_worker
         spec = WorkerSpec(index=index, first_env=index * m, num_envs=m, stream=(self._resumes, restart),
-                          cfg=self.cfg, spaces=self.spaces, buffer=self.buffer,
+                          cfg=self.cfg, spaces=self.spaces, buffers=self.buffers,
                           params=self.params, progress=self.progress, abandon=self.abandon,
                           env_threads=self.env_threads, draw_threads=self.draw_threads,
                           torch_threads=self.worker_threads, env_offset=self._env_offset)
@@ -218,36 +247,48 @@ class ParallelCoordinator:
 
     # -- the rollout ------------------------------------------------------------------------------------
     def collect(self, model: nn.Module, timers: PhaseTimer, stopping: StopCheck = never) -> CollectResult:
+        self._calls += 1
+        if self._in_flight is None:  # the first rollout, or every one without overlap
+            self._start(model, timers, slot=0)
+        rollout = self._in_flight
+        assert rollout is not None
         start = time.perf_counter()
-        with timers.phase("publish"):
-            self.params.copy_(torch.nn.utils.parameters_to_vector(policy_tensors(model)).detach())
-        publish = time.perf_counter() - start
-        results = self._run_rollout(stopping)
-        wall = time.perf_counter() - start - publish
+        results = self._finish(rollout, stopping)
+        waited = time.perf_counter() - start
+        self._in_flight = None
+        self.buffer, self.policy_lag = self.buffers[rollout.slot], self._calls - rollout.call
+        if self.lag and not stopping():  # the next rollout, with these parameters, while the learner updates
+            self._start(model, timers, slot=1 - rollout.slot)
         n = max(len(results), 1)
-        t_env = sum(r.time_env for r in results) / n
-        t_inf = sum(r.time_inference for r in results) / n
-        t_render = sum(r.time_render for r in results) / n
-        timers.add("env", t_env)
-        timers.add("render", t_render)
-        timers.add("inference", t_inf)
-        timers.add("sync", max(0.0, wall - t_env - t_render - t_inf))
+        t_env, t_inf, t_render = (sum(getattr(r, name) for r in results) / n
+                                  for name in ("time_env", "time_inference", "time_render"))
+        # of the workers' rollout, only what the learner waited for is this update's: the rest ran during the last
+        seen = min(1.0, waited / max(rollout.seconds, 1e-9))
+        timers.add("env", t_env * seen)
+        timers.add("render", t_render * seen)
+        timers.add("inference", t_inf * seen)
+        timers.add("sync", max(0.0, rollout.seconds - t_env - t_render - t_inf) * seen)
         fresh, self._fresh_envs = sorted(self._fresh_envs), set()
         return CollectResult.merged(results, t_env, t_inf, t_render, fresh)
 
-    def _run_rollout(self, stopping: StopCheck) -> list[CollectResult]:
-        """Wake every worker and wait for all; dead or stuck workers are replaced and re-collect their slice.
+    def _start(self, model: nn.Module, timers: PhaseTimer, slot: int) -> None:
+        """Publish `model`'s parameters and wake every worker to collect into buffer `slot`."""
+        with timers.phase("publish"):
+            self.params.copy_(torch.nn.utils.parameters_to_vector(policy_tensors(model)).detach())
+        self._in_flight = _Rollout(slot, self._calls, time.perf_counter())
+        self.abandon.fill_(0)
+        for i in range(len(self._workers)):
+            self.watchdog.forget(i)
+            self._request(i)
+
+    def _finish(self, rollout: _Rollout, stopping: StopCheck) -> list[CollectResult]:
+        """Wait for every worker of `rollout`; dead or stuck workers are replaced and re-collect their slice.
 
         Once `stopping()` is true, the rollout is abandoned: the workers end theirs where they are, and one that
         died (a signal to the whole group may have reached it) is not replaced. The results are then partial."""
         watchdog = self.watchdog
         pending = set(range(len(self._workers)))
         results: dict[int, CollectResult] = {}
-        for i in pending:
-            watchdog.forget(i)
-        self.abandon.fill_(0)
-        for i in pending:
-            self._request(i)
         while pending:
             if stopping() and not self.abandon:
                 self.abandon.fill_(1)
@@ -257,7 +298,6 @@ class ParallelCoordinator:
                 handles[w.conn] = i
                 handles[w.process.sentinel] = i
             ready = wait(list(handles), timeout=min(0.5, watchdog.bound))
-            now = time.monotonic()
             for i in sorted({handles[h] for h in ready}):
                 w = self._workers[i]
                 message = _try_recv(w.conn)
@@ -284,18 +324,22 @@ class ParallelCoordinator:
                     self._replace(i, f"{why} (parallel.worker_timeout{auto})")
                     self._request(i)
                     watchdog.forget(i)
+        rollout.seconds = time.perf_counter() - rollout.requested
         return [results[i] for i in sorted(results)]
 
     def _request(self, index: int) -> None:
         w = self._workers[index]
+        assert self._in_flight is not None
         try:
-            w.conn.send(Collect())
+            w.conn.send(Collect(self._in_flight.slot))
         except (BrokenPipeError, OSError):
             pass  # it died; the wait loop sees its sentinel
 
     # -- shutdown ---------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop every worker (politely, then by force); safe to call more than once."""
+        """Stop every worker (politely, then by force); safe to call more than once. A rollout still in flight (an
+        overlapped one the run did not wait for) is abandoned."""
+        self.abandon.fill_(1)
         for w in self._workers:
             if w is not None:
                 try:

@@ -31,7 +31,7 @@ class WorkerSpec:
     stream: tuple[int, int]  # (resume count, restart count of this slot): seeds fresh envs on each start
     cfg: Config
     spaces: EnvSpaces
-    buffer: RolloutBuffer  # the whole shared buffer; the worker writes only its env slice
+    buffers: tuple[RolloutBuffer, ...]  # the shared buffers (two with parallel.overlap); only its env slice of each
     params: torch.Tensor  # flat policy parameters and buffers (`policy_tensors`), written by the coordinator
     progress: torch.Tensor  # int64 per worker: env steps taken, a heartbeat the coordinator watches
     abandon: torch.Tensor  # one int64, set by the coordinator when the run stops: end the rollout where it is
@@ -44,7 +44,9 @@ class WorkerSpec:
 # Messages on a worker's pipe. In: Collect or Stop. Out: Ready once started, then Done per rollout, or Failed.
 @dataclass(frozen=True)
 class Collect:
-    """Coordinator → worker: read the published parameters and fill your slice with one rollout."""
+    """Coordinator → worker: read the published parameters and fill your slice of buffer `slot` with one rollout."""
+
+    slot: int = 0
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         start_seconds = time.perf_counter() - started
         model = network(cfg, spec.spaces)
         params = policy_tensors(model)
-        buf = spec.buffer.env_slice(spec.first_env, spec.first_env + spec.num_envs)
+        slices = [b.env_slice(spec.first_env, spec.first_env + spec.num_envs) for b in spec.buffers]
         progress = spec.progress[spec.index]
         fail_at = _injected_fault(spec.index)
         conn.send(Ready(os.getpid(), start_seconds))
@@ -135,7 +137,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
             if rollouts == fail_at:
                 raise RuntimeError(f"fault injected by {FAULT_ENV_VAR} in rollout {rollouts}")
             torch.nn.utils.vector_to_parameters(spec.params, params)
-            conn.send(Done(runner.collect(model, buf, progress, stopping=lambda: bool(spec.abandon))))
+            conn.send(Done(runner.collect(model, slices[message.slot], progress, stopping=lambda: bool(spec.abandon))))
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass  # the coordinator is gone or stopping
     except BaseException as e:

@@ -1,0 +1,151 @@
+"""The study's pages: its table, plot and data (`<stem>.md`, `.png`, `.json`), with each point's speed-up and
+efficiency."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from parallel_ppo.core.files import atomic_write, write_json, write_text
+from parallel_ppo.core.timing import PHASES
+
+FAMILIES = ("threads", "workers", "overlap", "ranks", "cuda")
+"""The study's families of runs, in the order they run and are shown (`bench.study`)."""
+
+FAMILY_TEXT = {
+    "threads": "1 process, N intra-op threads (sequential trainer, CPU)",
+    "workers": "N worker processes, learner on the CPU (parallel trainer)",
+    "overlap": "N worker processes collecting while the learner on the CPU updates (parallel trainer, "
+               "parallel.overlap: policy lag 1)",
+    "ranks": "N distributed ranks, each a sequential collector and learner (torchrun, gloo)",
+    "cuda": "N CPU worker processes, learner on CUDA (parallel trainer, --device cuda)",
+}
+
+
+def add_ratios(rows: list[dict[str, Any]]) -> None:
+    """Speed-up and efficiency of every measured row. The base of the CPU families is one process with one
+    thread (`threads_1`), so efficiency = speed-up / processes; the CUDA family's base is its own first point
+    (a GPU is not a core). Without `threads_1`, each family's first point is its base."""
+    ok = [r for r in rows if "error" not in r]
+    one_core = next((r for r in ok if r["label"] == "threads_1"), None)
+    for family in FAMILIES:
+        members = [r for r in ok if r["family"] == family]
+        if not members:
+            continue
+        base = one_core if one_core is not None and family != "cuda" else members[0]
+        for r in members:
+            r["base"] = base["label"]
+            r["speedup"] = r["steps_per_second"] / base["steps_per_second"]
+            r["efficiency"] = r["speedup"] / (r["processes"] / base["processes"])
+
+SHOWN_PHASES = ("env", "render", "inference", "sync", "update", "allreduce")
+
+
+def study_table(rows: list[dict[str, Any]]) -> str:
+    """The markdown table: SPS, speed-up, efficiency and the phase split of every point."""
+    head = ["family", "processes", "envs", "minibatch", "learner", "updates", "steps/s", "vs", "speed-up",
+            "efficiency", *(f"{p} %" for p in SHOWN_PHASES), "other %"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['family']} | {r['processes']} | failed: {r['error']} |" + " |" * (len(head) - 3))
+            continue
+        fractions = r["phase_fractions"]
+        shown = [100 * fractions.get(p, 0.0) for p in SHOWN_PHASES]
+        other = max(0.0, 100 * sum(fractions.get(p, 0.0) for p in PHASES) - sum(shown))
+        learner = f"{r['device']}, {r['threads'].get('learner', '?')} thr, {r.get('precision', '?')}"
+        lines.append("| " + " | ".join([
+            r["family"], str(r["processes"]), str(r["envs"]), str(r.get("batch_size", "-")), learner,
+            str(r["updates"]), f"{r['steps_per_second']:,.0f}", r["base"], f"{r['speedup']:.2f}×",
+            f"{100 * r['efficiency']:.0f}%", *(f"{v:.0f}" for v in shown), f"{other:.0f}"]) + " |")
+    return "\n".join(lines)
+
+def plot_study(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+    """Steps/s and efficiency against processes per family, and the phase split of every point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if "error" not in r]
+    fig, axes = plt.subplots(1, 3, figsize=(18, 5.4))
+    for family in FAMILIES:
+        pts = [r for r in ok if r["family"] == family]
+        if pts:
+            n = [r["processes"] for r in pts]
+            axes[0].plot(n, [r["steps_per_second"] for r in pts], "o-", label=family)
+            axes[1].plot(n, [100 * r["efficiency"] for r in pts], "o-", label=family)
+    base = next((r for r in ok if r["label"] == "threads_1"), None)
+    top = max([r["processes"] for r in ok] + [1])
+    if base is not None:
+        axes[0].plot([1, top], [base["steps_per_second"], top * base["steps_per_second"]], "k--", lw=1,
+                     label="ideal (1 core × N)")
+    counts = sorted({r["processes"] for r in ok})
+    for ax in axes[:2]:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(counts, [str(n) for n in counts])
+        ax.set_xlabel("processes (threads, workers or ranks)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set(ylabel="env steps/s (steady state)", title="Throughput")
+    axes[1].axhline(100, color="k", ls="--", lw=1)
+    axes[1].set(ylabel="efficiency (%)", title="Efficiency = speed-up / processes (each against its 'vs' point)")
+    ax = axes[2]
+    labels = [r["label"] for r in ok]
+    bottom = [0.0] * len(ok)
+    for phase in PHASES:
+        values = [100 * r["phase_fractions"].get(phase, 0.0) for r in ok]
+        if any(values):
+            ax.bar(labels, values, bottom=bottom, label=phase)
+            bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    ax.set(ylabel="share of wall time (%)", title="Where the time goes", ylim=(0, 105))
+    ax.tick_params(axis="x", rotation=60, labelsize=7)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.suptitle(title)
+    fig.tight_layout()
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
+    plt.close(fig)
+
+def results_files(stem: Path) -> dict[str, Path]:
+    """The study's table, data and plot: `<stem>.md`, `<stem>.json` and `<stem>.png`."""
+    return {ext: stem.parent / f"{stem.name}.{ext}" for ext in ("md", "json", "png")}
+
+def write_results(rows: list[dict[str, Any]], stem: Path, meta: dict[str, Any]) -> None:
+    """The study's files (`results_files(stem)`) for `rows` (measured now, and kept from before)."""
+    files = results_files(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    for r in rows:
+        r.pop("speedup", None), r.pop("efficiency", None), r.pop("base", None)
+    add_ratios(rows)
+    hw, settings = meta["hardware"], meta["settings"]
+    kind = f" ({', '.join(hw['cpu_kind'])})" if hw.get("cpu_kind") else ""
+    machine = (f"{hw['cpu_model']}{kind}, {meta['cores']} cores ({hw['logical_cores']} logical / "
+               f"{hw['physical_cores']} physical on the host), {hw['memory_gb']} GB"
+               + (f", {meta['gpu']}" if meta.get("gpu") else ""))
+    sittings = sorted({r["measured_at"][:16] for r in rows})
+    title = "Simulated many-core study" if meta.get("simulated") else "Many-core study"
+    sim = (f"**Simulated.** The env's step sleeps for the physics time it stands for ({settings['env']}), so a point "
+           f"of N workers runs on these {meta['cores']} cores whatever N: the workers' sleep stands for cores of "
+           "their own, and what the figures measure is the trainer's own work (inference, the update, the waits) "
+           "on what is left. Not the speed of a machine with N cores.\n\n") if meta.get("simulated") else ""
+    write_json(files["json"], {"machine": machine, "date": max(r["measured_at"] for r in rows)[:10], **meta,
+                               "points": rows})
+    text = (f"# {title}: {machine}\n\n{sim}"
+            f"{settings['env']} ({settings['config']}), {settings['envs_per_process']} envs × {settings['n_steps']} "
+            f"steps and a minibatch of {settings['batch_per_process']} samples per process (global figures × "
+            f"processes), fp32 in chunks of 64 at every point"
+            + (f" (unless set otherwise: {' '.join(settings['extra'])})" if settings["extra"] else "") + ", "
+            f"{settings['seconds']:g} s per run; versions {meta['versions']}"
+            + (f"; frames drawn with {' '.join(f'{k}={v}' for k, v in meta['drawing'].items())}"
+               if meta.get("drawing") else "") + ".\n\n"
+            + "\n".join(f"- `{f}`: {FAMILY_TEXT[f]}" for f in FAMILIES if any(r["family"] == f for r in rows))
+            + f"\n\n{study_table(rows)}\n\n"
+            "Steps/s are steady state (from the end of update 1 to the end of the last update) of real training "
+            "runs with evaluation and the compute-limit measurement off; every point of N processes uses N cores. "
+            "Speed-up is against the point named under *vs* (one process with one thread on the CPU, `threads_1`, "
+            "where it was measured; the CUDA family against its own first point, a GPU not being a core), "
+            "efficiency = speed-up / (processes / that point's processes). Phases are shares of each run's wall "
+            "time.\n\n"
+            f"Measured {', '.join(sittings)} with `bench.py study`.\n")
+    write_text(files["md"], text)
+    plot_study(rows, files["png"], f"{title}: {machine}")
