@@ -8,8 +8,8 @@ Five families of short timed training runs on the same task, at 1, 2, 4, ... pro
 - `ranks`: that many distributed ranks (torchrun, gloo), each a sequential collector and learner;
 - `cuda`: the parallel trainer with that many CPU workers feeding a CUDA learner (only where CUDA is available).
 
-Every point of P processes uses P cores (a learner's threads are P, at most the usable cores, or for an overlapped
-learner the cores its workers leave, at least one; a rank's 1), and every family keeps each process's work the same
+Every point of P processes uses P cores (a learner's threads are P, at most the usable cores, and an overlapped
+learner's at most the cores its workers leave, at least one; a rank's 1), and every family keeps each process's work the same
 as it grows (the scaling rule of `per_process_layout`): 8 envs and a minibatch of `batch_per_process` samples per
 process, the global figures derived. A point that crashes or hangs
 is recorded with its error and the study goes on, so one failure never loses the rest of a scarce machine's time.
@@ -89,7 +89,8 @@ def point_command(family: str, processes: int, settings: StudySettings, out: Pat
     """The trainer command of one study point on a machine of `cores` usable cores."""
     layout = per_process_layout(settings, processes)
     m = settings.envs_per_process
-    learner = overlapped_learner_threads(cores, processes) if family == "overlap" else min(processes, cores)
+    learner = min(processes, cores)  # an overlapped learner no more than the cores its workers leave, nor than P
+    learner = min(learner, overlapped_learner_threads(cores, processes)) if family == "overlap" else learner
     if family == "threads":
         cmd = [*trainer_command(0), "--num-envs", str(layout["envs"]), "--device", "cpu",
                "--set", f"parallel.learner_threads={processes}", "--set", f"env.env_threads={processes}"]
@@ -243,7 +244,9 @@ def run_study(families: list[str], counts: list[int], settings: StudySettings, r
     shown = {**asdict(settings), "config": str(config.relative_to(ROOT) if config.is_relative_to(ROOT) else config)}
     drawn = fingerprint.drawing()  # names the files where a variable chose it; a study drawn otherwise is not merged
     identity = {"settings": json.loads(json.dumps(shown)), "cores": cores, "gpu": gpu, "cpu_model": hw["cpu_model"],
-                "drawing": drawn or None, "simulated": simulated(settings.env)}
+                "drawing": drawn or None}
+    if simulated(settings.env):  # a key only simulated studies have: the real ones measured before still merge
+        identity["simulated"] = True
     stem = machine_results_dir(results_root) / results_name(settings, drawn)
     kept = earlier_points(results_files(stem)["json"], identity)
     meta = {**identity, "hardware": hw, "versions": fingerprint.versions(),
