@@ -75,9 +75,9 @@ class PreparedRun:
     group: Group
 
 
-def check_network_and_memory(cfg: Config, spaces: EnvSpaces) -> None:
-    """Build the network and the augmentation once (refusing settings that do not fit the env), and refuse a rollout
-    that cannot fit in the memory available now, naming its sizes."""
+def check_network_and_memory(cfg: Config, spaces: EnvSpaces, buffers: int = 1) -> None:
+    """Build the network and the augmentation once (refusing settings that do not fit the env), and refuse `buffers`
+    rollouts (2 for overlapped workers) that cannot fit in the memory available now, naming their sizes."""
     from parallel_ppo.core.augment import random_shift
     from parallel_ppo.core.buffer import RolloutBuffer
     from parallel_ppo.core.model import network
@@ -90,13 +90,13 @@ def check_network_and_memory(cfg: Config, spaces: EnvSpaces) -> None:
                           "(model.hidden_size, model.mlp_hidden, model.impala_depths)") from None
     random_shift(cfg, spaces)  # the augmentation's keys are the env's image keys
     per_step = RolloutBuffer.bytes_per_step(obs_shape, obs_dtype, actions) + 8  # + the advantages and returns
-    need = cfg.rollout_size * per_step
+    need = cfg.rollout_size * per_step * buffers
     available = psutil.virtual_memory().available
     if need > available:
         raise ConfigError(
             f"the rollout needs {need / 2**30:,.1f} GiB ({cfg.training.n_steps:,} steps × {cfg.env.num_envs:,} "
-            f"envs × {per_step:,} bytes) but {available / 2**30:,.1f} GiB of memory is available; "
-            f"use fewer steps (training.n_steps) or envs")
+            f"envs × {per_step:,} bytes{' × 2 buffers' if buffers > 1 else ''}) but {available / 2**30:,.1f} GiB "
+            f"of memory is available; use fewer steps (training.n_steps) or envs")
 
 
 def load_resume(request: Request) -> tuple[str, dict]:
@@ -194,7 +194,7 @@ def checked_spaces(cfg: Config, resume: dict | None, request: Request,
     """After `validated_config`: the env's spaces (read once: a gymnasium env is built for them), the network and
     rollout checked against them, and the checkpoint resumed checked against the config (a restart counted)."""
     spaces = env_spaces(cfg.env)
-    check_network_and_memory(cfg, spaces)
+    check_network_and_memory(cfg, spaces, 2 if request.parallel and cfg.parallel.overlap else 1)
     eval_views(cfg, spaces)  # eval.video's views must be the env's
     if resume is not None:  # before any file is written: a checkpoint that does not fit changes nothing
         check_resume_config(cfg, resume, Path(request.resume or ""))

@@ -3,7 +3,7 @@
 # .robot/) and the libraries staged in .gl/ (scripts/offline_stage.sh) into /tmp, and the GL loaders of .robot/ into /
 # where the machine lacks them, then runs `bench.py study` family by family in
 # the order that matters most when the machine may be taken back at any moment (the 1-core base, the workers at 8
-# and 16, the CUDA learner at 16, the ranks, then the rest). Results are rewritten after every point, so whatever
+# and 16, synchronous then overlapped, the CUDA learner at 16, the ranks, then the rest). Results are rewritten after every point, so whatever
 # finished survives a cut-off.
 #   bash scripts/offline_study.sh [RESULTS_DIR] [SECONDS]      (defaults docs/results and 20 s per run)
 # PLAN="threads:1 workers:16 cuda:16" (family:counts, counts comma-separated) runs those points, in that order, instead.
@@ -11,7 +11,7 @@
 # travels alone: with .whl/ it is over a device call's 64 MiB), `CONFIG=config/robosuite_lift_camera.yaml` its camera.
 # GL=mesa draws the camera with Mesa's llvmpipe on the CPU instead of the GPU (staged by `offline_stage.sh 3.12 mesa`
 # in .mesa/, unpacked to /tmp/offline_mesa by a call that carries it; LP_NUM_THREADS is passed on as set).
-# Budget: 19 points × (SECONDS + start-up); on a 16-core H100 box each run's start-up was ~25 s (every process
+# Budget: 21 points × (SECONDS + start-up); on a 16-core H100 box each run's start-up was ~25 s (every process
 # imports torch with CUDA), so ~15 minutes at 20 s: split the families over two calls where one call is capped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -86,6 +86,7 @@ if [ -n "${PLAN:-}" ]; then
 else
     study threads 1
     study workers "8 16"
+    study overlap "8 16"
     study cuda 16
     study ranks "8 16"
     study workers "1 2 4"

@@ -1,6 +1,7 @@
-"""Two settings of one config in interleaved pairs: the parallel trainer with settings A (or, with --sequential-a, the
-sequential trainer), then the parallel trainer with settings B (ABBA order: every second pair starts with B), N times, and the ratio B/A of their steady-state SPS and their phases per
-1,000 env steps. What a setting costs in speed, measured in one sitting.
+"""Two settings of one config in interleaved pairs: the parallel trainer with settings A (or, with --sequential-a,
+the sequential trainer), then the parallel trainer with settings B (ABBA order: every second pair starts with B),
+N times, and the ratio B/A of their steady-state SPS and their phases per 1,000 env steps. What a setting costs in
+speed, measured in one sitting.
 
     .venv/bin/python scripts/setting_pairs.py --config config/robosuite_lift_camera.yaml --pairs 3 --minutes 4 \\
         --a "unshifted: --set training.augment_shift=0" --b "recipe:" --output-dir benchmarks/shift_speed

@@ -9,10 +9,10 @@ Five families of short timed training runs on the same task, at 1, 2, 4, ... pro
 - `cuda`: the parallel trainer with that many CPU workers feeding a CUDA learner (only where CUDA is available).
 
 Every point of P processes uses P cores (a learner's threads are P, at most the usable cores, and an overlapped
-learner's at most the cores its workers leave, at least one; a rank's 1), and every family keeps each process's work the same
-as it grows (the scaling rule of `per_process_layout`): 8 envs and a minibatch of `batch_per_process` samples per
-process, the global figures derived. A point that crashes or hangs
-is recorded with its error and the study goes on, so one failure never loses the rest of a scarce machine's time.
+learner's at most the cores its workers leave, at least one; a rank's 1), and every family keeps each process's work
+the same as it grows (the scaling rule of `per_process_layout`): 8 envs and a minibatch of `batch_per_process`
+samples per process, the global figures derived. A point that crashes or hangs is recorded with its error and the
+study goes on, so one failure never loses the rest of a scarce machine's time.
 
 A simulated study (`make study-sim`: the sim family, whose step sleeps for the physics time) runs the worker
 families past the cores: sleeping workers leave the cores to the trainer's own work. Its pages say so.

@@ -38,6 +38,7 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
             r["speedup"] = r["steps_per_second"] / base["steps_per_second"]
             r["efficiency"] = r["speedup"] / (r["processes"] / base["processes"])
 
+
 SHOWN_PHASES = ("env", "render", "inference", "sync", "update", "allreduce")
 
 
@@ -59,6 +60,7 @@ def study_table(rows: list[dict[str, Any]]) -> str:
             str(r["updates"]), f"{r['steps_per_second']:,.0f}", r["base"], f"{r['speedup']:.2f}×",
             f"{100 * r['efficiency']:.0f}%", *(f"{v:.0f}" for v in shown), f"{other:.0f}"]) + " |")
     return "\n".join(lines)
+
 
 def plot_study(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     """Steps/s and efficiency against processes per family, and the phase split of every point."""
@@ -106,9 +108,11 @@ def plot_study(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
     plt.close(fig)
 
+
 def results_files(stem: Path) -> dict[str, Path]:
     """The study's table, data and plot: `<stem>.md`, `<stem>.json` and `<stem>.png`."""
     return {ext: stem.parent / f"{stem.name}.{ext}" for ext in ("md", "json", "png")}
+
 
 def write_results(rows: list[dict[str, Any]], stem: Path, meta: dict[str, Any]) -> None:
     """The study's files (`results_files(stem)`) for `rows` (measured now, and kept from before)."""
@@ -141,7 +145,8 @@ def write_results(rows: list[dict[str, Any]], stem: Path, meta: dict[str, Any]) 
             + "\n".join(f"- `{f}`: {FAMILY_TEXT[f]}" for f in FAMILIES if any(r["family"] == f for r in rows))
             + f"\n\n{study_table(rows)}\n\n"
             "Steps/s are steady state (from the end of update 1 to the end of the last update) of real training "
-            "runs with evaluation and the compute-limit measurement off; every point of N processes uses N cores. "
+            "runs with evaluation and the compute-limit measurement off; every point of N processes uses N cores"
+            + (" (of which the workers' sleep stands for all but these)" if meta.get("simulated") else "") + ". "
             "Speed-up is against the point named under *vs* (one process with one thread on the CPU, `threads_1`, "
             "where it was measured; the CUDA family against its own first point, a GPU not being a core), "
             "efficiency = speed-up / (processes / that point's processes). Phases are shares of each run's wall "

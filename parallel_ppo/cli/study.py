@@ -15,7 +15,8 @@ from parallel_ppo.errors import ConfigError, ParallelPPOError
 
 def add_study(sub: Any) -> None:
     """Register `study` on bench.py's subcommands."""
-    text = ("the many-core study: threads, workers, distributed ranks and a CUDA learner at 1, 2, 4, ... processes, "
+    text = ("the many-core study: threads, workers (synchronous and overlapped), distributed ranks and a CUDA learner "
+            "at 1, 2, 4, ... processes, "
             "written to docs/results/<cpu>[-avx512][-bf16]-<cores>c[-<gpu>]/study[-<config>][-<env>].md")
     c = sub.add_parser("study", help=text, description=text[0].upper() + text[1:] + ". Runs one at a time; a "
                        "point that fails is recorded and the rest go on. Points measured before in the same "

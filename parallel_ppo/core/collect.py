@@ -228,5 +228,8 @@ class SequentialCollector:
         timers.add("inference", result.time_inference)
         return result
 
+    def abandon_rollout(self) -> None:
+        """Nothing is ever in flight: the rollout is collected inside `collect`."""
+
     def close(self) -> None:
         self.runner.close()

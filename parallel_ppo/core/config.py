@@ -41,8 +41,8 @@ class ParallelConfig:
     reference). The sequential trainer ignores it, as it does the other worker settings."""
     policy_lag: int = setting(1, non_negative=True, maximum=1)
     """With `overlap`: updates by which the workers' parameters may trail the learner's. 1 lets them collect
-    through the update; 0 has them wait for it, as the synchronous trainer does (the overlapped path without its
-    gain: for checking it)."""
+    through the update; 0 has them wait for it, filling the two buffers in turn: the synchronous trainer's data
+    and parameters through the overlapped path (for checking it), without its gain."""
 
 
 @dataclass

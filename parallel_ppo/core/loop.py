@@ -70,8 +70,13 @@ class RolloutSource(Protocol):
     """Updates by which the parameters behind the rollout `collect` returned last trail the model it was given."""
 
     def collect(self, model: nn.Module, timers: PhaseTimer, stopping: StopCheck) -> CollectResult:
-        """Fill `buffer` with one rollout of `model`, adding the phases it spent to `timers`; once `stopping()`
-        is true, the rollout may end early (the loop then stops without using it)."""
+        """Point `buffer` at one rollout, collected by `model` (or, `policy_lag` updates behind, by the model of an
+        earlier call), adding the phases it spent to `timers`; once `stopping()` is true, the rollout may end early
+        (the loop then stops without using it)."""
+        ...
+
+    def abandon_rollout(self) -> None:
+        """End a rollout still in flight (the loop stopped before asking for it)."""
         ...
 
     def close(self) -> None: ...
@@ -374,6 +379,7 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
         stats = ppo_update(state.model, state.optimizer, data, group.local_training(cfg), state.generator,
                            group.gradients, augment, draws)
         if state.obs_normalizer is not None:  # after the update that learned with the statistics it collected with
+            # (overlapped: the rollout in flight was collected with the statistics before these)
             normalizer = state.obs_normalizer
             normalizer.update(group.gather_columns(normalizer.values(source.buffer.obs)), state.model)
     allreduce = group.pop_seconds()

@@ -24,7 +24,7 @@ class Option:
     """A family's option (`env.options`, or the id's query: `robosuite/Lift?robot=Panda`); a value given is read
     as the default's type."""
 
-    default: str | int | bool
+    default: str | int | float | bool
     doc: str
     choices: tuple[str, ...] = ()
     camera: bool = False

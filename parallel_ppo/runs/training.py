@@ -229,6 +229,7 @@ def train_run(plan: RunPlan, source: RolloutSource, group: Group = ALONE, tracke
                 metrics = MetricsHook(cfg, plan.run_dir, plan.mode, resume_after, tracker)
                 main_hooks = MainRankHooks(metrics, CheckpointHook(plan, clock, stop, group), evals)
             outcome = run_loop(cfg, source, state, main_hooks.hooks(), stop, clock, group)
+            source.abandon_rollout()  # an overlapped one in flight: its workers stop before the final evaluation
             main_hooks.training_ended()
             done_before = resume is not None and state.update == resume["update"] and outcome.stop_reason in BUDGETS
             if not done_before:  # a finished run resumed (a requeued job) keeps its files as they are

@@ -1,4 +1,5 @@
-"""The coordinator: shared policy parameters and rollout buffer, W synchronous workers, faults and shutdown."""
+"""The coordinator: shared policy parameters and rollout buffers, W workers (synchronous, or collecting through the
+update), faults and shutdown."""
 
 from __future__ import annotations
 
@@ -137,6 +138,7 @@ class ParallelCoordinator:
         """Updates by which the parameters of the rollout `collect` returned last trail the model it was given."""
         self._calls = 0
         self._in_flight: _Rollout | None = None
+        self._slot = len(self.buffers) - 1  # the buffer filled last: each rollout fills the next one, in turn
         self.layout = {"num_workers": p.num_workers, "num_envs_per_worker": p.num_envs_per_worker,
                        "num_envs": cfg.env.num_envs}
         self.restarts = 0
@@ -248,8 +250,8 @@ class ParallelCoordinator:
     # -- the rollout ------------------------------------------------------------------------------------
     def collect(self, model: nn.Module, timers: PhaseTimer, stopping: StopCheck = never) -> CollectResult:
         self._calls += 1
-        if self._in_flight is None:  # the first rollout, or every one without overlap
-            self._start(model, timers, slot=0)
+        if self._in_flight is None:  # the first rollout, or every one without a lag
+            self._start(model, timers)
         rollout = self._in_flight
         assert rollout is not None
         start = time.perf_counter()
@@ -258,7 +260,7 @@ class ParallelCoordinator:
         self._in_flight = None
         self.buffer, self.policy_lag = self.buffers[rollout.slot], self._calls - rollout.call
         if self.lag and not stopping():  # the next rollout, with these parameters, while the learner updates
-            self._start(model, timers, slot=1 - rollout.slot)
+            self._start(model, timers)
         n = max(len(results), 1)
         t_env, t_inf, t_render = (sum(getattr(r, name) for r in results) / n
                                   for name in ("time_env", "time_inference", "time_render"))
@@ -271,11 +273,12 @@ class ParallelCoordinator:
         fresh, self._fresh_envs = sorted(self._fresh_envs), set()
         return CollectResult.merged(results, t_env, t_inf, t_render, fresh)
 
-    def _start(self, model: nn.Module, timers: PhaseTimer, slot: int) -> None:
-        """Publish `model`'s parameters and wake every worker to collect into buffer `slot`."""
+    def _start(self, model: nn.Module, timers: PhaseTimer) -> None:
+        """Publish `model`'s parameters and wake every worker to collect into the next buffer (in turn)."""
         with timers.phase("publish"):
             self.params.copy_(torch.nn.utils.parameters_to_vector(policy_tensors(model)).detach())
-        self._in_flight = _Rollout(slot, self._calls, time.perf_counter())
+        self._slot = (self._slot + 1) % len(self.buffers)
+        self._in_flight = _Rollout(self._slot, self._calls, time.perf_counter())
         self.abandon.fill_(0)
         for i in range(len(self._workers)):
             self.watchdog.forget(i)
@@ -336,10 +339,15 @@ class ParallelCoordinator:
             pass  # it died; the wait loop sees its sentinel
 
     # -- shutdown ---------------------------------------------------------------------------------------
-    def close(self) -> None:
-        """Stop every worker (politely, then by force); safe to call more than once. A rollout still in flight (an
-        overlapped one the run did not wait for) is abandoned."""
+    def abandon_rollout(self) -> None:
+        """End the rollout still in flight, if any (an overlapped one the run stopped before waiting for): the
+        workers stop stepping where they are, and nothing reads what they wrote."""
         self.abandon.fill_(1)
+
+    def close(self) -> None:
+        """Stop every worker (politely, then by force); safe to call more than once. A rollout still in flight is
+        abandoned."""
+        self.abandon_rollout()
         for w in self._workers:
             if w is not None:
                 try:
