@@ -11,7 +11,7 @@
 # travels alone: with .whl/ it is over a device call's 64 MiB), `CONFIG=config/robosuite_lift_camera.yaml` its camera.
 # GL=mesa draws the camera with Mesa's llvmpipe on the CPU instead of the GPU (staged by `offline_stage.sh 3.12 mesa`
 # in .mesa/, unpacked to /tmp/offline_mesa by a call that carries it; LP_NUM_THREADS is passed on as set).
-# Budget: 21 points × (SECONDS + start-up); on a 16-core H100 box each run's start-up was ~25 s (every process
+# Budget: 20 points × (SECONDS + start-up); on a 16-core H100 box each run's start-up was ~25 s (every process
 # imports torch with CUDA), so ~15 minutes at 20 s: split the families over two calls where one call is capped.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -108,7 +108,7 @@ def main() -> int:
         runs = {}
         for label, extra in order:
             print(f"pair {pair}: {label} for {args.minutes:g} min ...", flush=True)
-            sequential = args.sequential_a and label == a
+            sequential = trainer(args, label) == "sequential"
             runs[label] = figures(train(args.config, out / f"{label}_{pair}", args.minutes, extra, sequential))
         pairs.append({**runs, "ratio": round(runs[b]["sps"] / runs[a]["sps"], 4), "order": [x for x, _ in order]})
         lines.append(f"| {pair} | {runs[a]['sps']:.1f} | {runs[b]['sps']:.1f} | {pairs[-1]['ratio']:.3f} | "

@@ -102,12 +102,14 @@ import os
 import gymnasium
 from gymnasium.envs.classic_control import CartPoleEnv
 
+COUNT_FILE = {count_file!r}
+
 
 class CountedCartPole(CartPoleEnv):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        with open(os.environ["COUNT_FILE"], "a") as f:
-            f.write(f"{os.getpid()}\\n")
+        with open(COUNT_FILE, "a") as f:
+            f.write(f"{{os.getpid()}}\\n")
 
 
 gymnasium.register("CountedCartPole-v0", entry_point=CountedCartPole, max_episode_steps=500)
@@ -117,12 +119,12 @@ gymnasium.register("CountedCartPole-v0", entry_point=CountedCartPole, max_episod
 @pytest.mark.parametrize("mode", ["sequential", pytest.param("parallel", marks=pytest.mark.slow)])  # workers
 def test_each_env_is_built_once_before_the_first_rollout(tmp_path, monkeypatch, mode):
     """One construction per env, plus at most one for its spaces, in every process together (the parallel
-    workers build theirs in their own processes, seen through the file they append to)."""
-    (tmp_path / "counted_env.py").write_text(COUNTING_ENV)
+    workers build theirs in their own processes, seen through the file they append to: named in the module, since a
+    forkserver another test of this process started keeps the environment it started with)."""
+    count_file = tmp_path / "constructions"
+    (tmp_path / "counted_env.py").write_text(COUNTING_ENV.format(count_file=str(count_file)))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-    count_file = tmp_path / "constructions"
-    monkeypatch.setenv("COUNT_FILE", str(count_file))
     layout = {"parallel.num_workers": 2, "parallel.num_envs_per_worker": 4} if mode == "parallel" else {}
     overrides = {**TINY, "env.id": "counted_env:CountedCartPole-v0", "run.total_steps": 16 * 8, **layout,
                  "logging.tensorboard": False}

@@ -135,9 +135,11 @@ def test_overlapped_first_update_equals_sequential(tmp_path, monkeypatch, lag):
     assert summary["policy_lag"] == 0 and summary["final_metrics"]["policy_lag"] == 0
 
 
-def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypatch):
+@pytest.mark.parametrize("lag", [1, 0])
+def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypatch, lag):
     """With overlap, the rollout returned by collect k was collected with the parameters given to collect k-1:
-    it holds exactly what a synchronous coordinator collects when given those parameters at its k-th call."""
+    it holds exactly what a synchronous coordinator collects when given those parameters at its k-th call. With a
+    lag of 0, the two buffers filled in turn hold what the synchronous coordinator collects with the same ones."""
     monkeypatch.chdir(ROOT)
     cfg = _config("CartPole-v1", True, 2, tmp_path, ())
     models = []
@@ -146,26 +148,30 @@ def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypat
         models.append(network(cfg, env_spaces(cfg.env)))
 
     def rollouts(overlap: bool, given: list[int]) -> tuple[list[dict[str, torch.Tensor]], list[int]]:
-        cfg = _config("CartPole-v1", True, 2, tmp_path, (f"parallel.overlap={str(overlap).lower()}",))
+        cfg = _config("CartPole-v1", True, 2, tmp_path, (f"parallel.overlap={str(overlap).lower()}",
+                                                         f"parallel.policy_lag={lag}"))
         source = ParallelCoordinator(cfg, env_spaces(cfg.env), thread_plan(cfg, parallel=True))
         try:
             out, lags = [], []
             for index in given:
                 source.collect(models[index], PhaseTimer())
                 out.append({name: getattr(source.buffer, name).clone() for name in BUFFER_FIELDS})
-                lags.append(source.policy_lag)
+                lags.append((source.policy_lag, [b is source.buffer for b in source.buffers].index(True)))
             return out, lags
         finally:
             source.close()
 
     overlapped, lags = rollouts(True, [0, 1, 2])
-    synchronous, sync_lags = rollouts(False, [0, 0, 1])  # what the overlapped workers acted with
-    assert lags == [0, 1, 1] and sync_lags == [0, 0, 0]
+    synchronous, sync_lags = rollouts(False, [0, 0, 1] if lag else [0, 1, 2])  # what the overlapped workers used
+    # (lag, buffer) of each rollout: the overlapped ones fill the two buffers in turn
+    assert lags == list(zip([0, 1, 1] if lag else [0, 0, 0], [0, 1, 0], strict=True))
+    assert sync_lags == [(0, 0)] * 3
     for k, (ours, theirs) in enumerate(zip(overlapped, synchronous, strict=True)):
         for name in BUFFER_FIELDS:
             torch.testing.assert_close(ours[name], theirs[name], rtol=1e-5, atol=1e-5, msg=f"rollout {k}: {name}")
-    assert not torch.equal(overlapped[2]["logprobs"], rollouts(False, [0, 1, 2])[0][2]["logprobs"]), \
-        "the third rollout of a synchronous run with the same models differs (it acts with the newest)"
+    if lag:
+        assert not torch.equal(overlapped[2]["logprobs"], rollouts(False, [0, 1, 2])[0][2]["logprobs"]), \
+            "the third rollout of a synchronous run with the same models differs (it acts with the newest)"
 
 
 def _same_episode_statistics(runs: list[Path]) -> None:

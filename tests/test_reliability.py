@@ -97,10 +97,14 @@ def test_killed_worker_is_restarted_and_run_finishes(tmp_path):
 
 
 def test_worker_killed_during_an_overlapped_update_is_restarted_and_nothing_is_lost(tmp_path):
-    """The coordinator is held in update 2 while the workers collect rollout 3; a worker killed then is replaced
-    when the coordinator next waits, and re-collects its slice: every update is a full rollout, one update behind."""
+    """The coordinator is held in update 2 while the workers collect rollout 3 (sleeping envs: 2 × 256 steps of
+    `5 ms` each, longer than the hold); a worker killed then is replaced when the coordinator next waits, and
+    re-collects its slice: every update is a full rollout, one update behind."""
     held = tmp_path / "held"
-    run = Run(tmp_path, PARALLEL, [*CARTPOLE, "--total-steps", "8192", "--set", "parallel.overlap=true"],
+    sleeping = ["--config", "config/sim_lift.yaml", "--num-workers", "2", "--num-envs-per-worker", "2",
+                "--set", "env.options=[step_ms=5]", "--set", "training.n_steps=256", "--set", "training.batch_size=256",
+                "--set", "training.n_epochs=1"]
+    run = Run(tmp_path, PARALLEL, [*sleeping, "--total-steps", "4096", "--set", "parallel.overlap=true"],
               env={PAUSE_ENV_VAR: f"update:2:{held}"})
     deadline = time.monotonic() + 180
     while not held.exists():
@@ -112,9 +116,9 @@ def test_worker_killed_during_an_overlapped_update_is_restarted_and_nothing_is_l
     assert "worker 1 died (killed by SIGKILL); restarting" in err
     summary = run.summary()
     assert summary["stop_reason"] == "total_steps" and summary["worker_restarts"] == 1
-    assert summary["total_env_steps"] == 8192 and summary["policy_lag"] == 1
+    assert summary["total_env_steps"] == 4096 and summary["policy_lag"] == 1
     rows = run.rows()
-    assert [int(r["env_steps"]) for r in rows] == [2048, 4096, 6144, 8192], "every update is a full rollout"
+    assert [int(r["env_steps"]) for r in rows] == [1024, 2048, 3072, 4096], "every update is a full rollout"
     assert [int(r["policy_lag"]) for r in rows] == [0, 1, 1, 1]
     run.assert_nothing_left()
 

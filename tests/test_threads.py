@@ -51,6 +51,8 @@ def test_an_overlapped_learner_gets_the_cores_its_workers_leave(monkeypatch):
     assert learner("parallel.num_workers=16", "parallel.overlap=true") == 1
     assert learner("parallel.num_workers=32", "parallel.overlap=true") == 1
     assert learner("parallel.num_workers=4", "parallel.overlap=true", "parallel.learner_threads=3") == 3
+    assert learner("parallel.num_workers=4", "parallel.overlap=true", "parallel.policy_lag=0") == 16, \
+        "workers that wait for the update leave it every core"
 
 
 def test_the_plan_counts_the_cpus_this_process_may_use_not_the_machines(monkeypatch):

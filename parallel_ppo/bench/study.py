@@ -8,11 +8,11 @@ Five families of short timed training runs on the same task, at 1, 2, 4, ... pro
 - `ranks`: that many distributed ranks (torchrun, gloo), each a sequential collector and learner;
 - `cuda`: the parallel trainer with that many CPU workers feeding a CUDA learner (only where CUDA is available).
 
-Every point of P processes uses P cores (a learner's threads are P, at most the usable cores, and an overlapped
-learner's at most the cores its workers leave, at least one; a rank's 1), and every family keeps each process's work
-the same as it grows (the scaling rule of `per_process_layout`): 8 envs and a minibatch of `batch_per_process`
-samples per process, the global figures derived. A point that crashes or hangs is recorded with its error and the
-study goes on, so one failure never loses the rest of a scarce machine's time.
+Every point of P processes uses P cores (a learner's threads are P, at most the usable cores; a rank's 1), but for
+the overlapped family, whose learner's one thread updates beside its P busy workers: P + 1 at most. Every family
+keeps each process's work the same as it grows (the scaling rule of `per_process_layout`): 8 envs and a minibatch of
+`batch_per_process` samples per process, the global figures derived. A point that crashes or hangs is recorded with
+its error and the study goes on, so one failure never loses the rest of a scarce machine's time.
 
 A simulated study (`make study-sim`: the sim family, whose step sleeps for the physics time) runs the worker
 families past the cores: sleeping workers leave the cores to the trainer's own work. Its pages say so.
@@ -34,7 +34,7 @@ from parallel_ppo.bench.study_pages import FAMILIES, results_files, write_result
 from parallel_ppo.core.config import EnvConfig
 from parallel_ppo.core.config_yaml import load_yaml
 from parallel_ppo.core.configure import build_config
-from parallel_ppo.core.threads import overlapped_learner_threads, usable_cpus
+from parallel_ppo.core.threads import usable_cpus
 from parallel_ppo.envs.families import family_of
 from parallel_ppo.errors import ConfigError, ParallelPPOError, RunDataError
 from parallel_ppo.runs import fingerprint
@@ -89,15 +89,14 @@ def point_command(family: str, processes: int, settings: StudySettings, out: Pat
     """The trainer command of one study point on a machine of `cores` usable cores."""
     layout = per_process_layout(settings, processes)
     m = settings.envs_per_process
-    learner = min(processes, cores)  # an overlapped learner no more than the cores its workers leave, nor than P
-    learner = min(learner, overlapped_learner_threads(cores, processes)) if family == "overlap" else learner
+    learner = 1 if family == "overlap" else min(processes, cores)  # overlapped: one thread beside the P workers
     if family == "threads":
         cmd = [*trainer_command(0), "--num-envs", str(layout["envs"]), "--device", "cpu",
                "--set", f"parallel.learner_threads={processes}", "--set", f"env.env_threads={processes}"]
     elif family == "ranks":  # the distributed scaling rule: envs and minibatch per rank; one thread each
         cmd = [*trainer_command(0, processes), "--num-envs", str(m), "--device", "cpu",
                "--set", "parallel.learner_threads=1", "--set", "env.env_threads=1"]
-    else:  # the learner gets as many threads as there are workers (up to the cores; overlapped: those they leave)
+    else:  # the learner gets as many threads as there are workers (up to the cores), each worker one
         cmd = [*trainer_command(processes), "--num-workers", str(processes), "--num-envs-per-worker", str(m),
                "--set", "parallel.worker_threads=1", "--set", f"parallel.learner_threads={learner}",
                "--set", "env.env_threads=1", "--set", f"parallel.overlap={str(family == 'overlap').lower()}",

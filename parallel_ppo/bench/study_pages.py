@@ -15,8 +15,8 @@ FAMILIES = ("threads", "workers", "overlap", "ranks", "cuda")
 FAMILY_TEXT = {
     "threads": "1 process, N intra-op threads (sequential trainer, CPU)",
     "workers": "N worker processes, learner on the CPU (parallel trainer)",
-    "overlap": "N worker processes collecting while the learner on the CPU updates (parallel trainer, "
-               "parallel.overlap: policy lag 1)",
+    "overlap": "N worker processes collecting while the learner on the CPU, one thread, updates (parallel "
+               "trainer, parallel.overlap: policy lag 1; N + 1 busy threads at most)",
     "ranks": "N distributed ranks, each a sequential collector and learner (torchrun, gloo)",
     "cuda": "N CPU worker processes, learner on CUDA (parallel trainer, --device cuda)",
 }
@@ -145,8 +145,9 @@ def write_results(rows: list[dict[str, Any]], stem: Path, meta: dict[str, Any]) 
             + "\n".join(f"- `{f}`: {FAMILY_TEXT[f]}" for f in FAMILIES if any(r["family"] == f for r in rows))
             + f"\n\n{study_table(rows)}\n\n"
             "Steps/s are steady state (from the end of update 1 to the end of the last update) of real training "
-            "runs with evaluation and the compute-limit measurement off; every point of N processes uses N cores"
-            + (" (of which the workers' sleep stands for all but these)" if meta.get("simulated") else "") + ". "
+            "runs with evaluation and the compute-limit measurement off; every point of N processes uses N cores "
+            + ("(sleeping workers: these cores stand for N)" if meta.get("simulated") else
+               "(an overlapped one N + 1 at most: its learner's thread beside N workers)") + ". "
             "Speed-up is against the point named under *vs* (one process with one thread on the CPU, `threads_1`, "
             "where it was measured; the CUDA family against its own first point, a GPU not being a core), "
             "efficiency = speed-up / (processes / that point's processes). Phases are shares of each run's wall "

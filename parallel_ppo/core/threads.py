@@ -60,8 +60,9 @@ def thread_plan(cfg: Config, parallel: bool, ranks_on_host: int = 1) -> ThreadPl
 
 def overlapped_learner_threads(cores: int, workers: int) -> int:
     """An overlapped learner's threads: the cores its workers leave, at least one. Intra-op threads that share a
-    core with a busy process stall at every barrier (DESIGN's collapse), and a small network gains nothing from
-    more (Lift's 64-unit MLP took 0.24 ms a sample at 1 and at 16 threads on the 16-core Xeon)."""
+    core with a busy process stall at every barrier (training throughput fell ~5× in one measurement), and a small
+    network gains nothing from more (Lift's 64-unit MLP took 0.24 ms a sample at 1 and at 16 threads on the 16-core
+    Xeon); a CNN may, so set `parallel.learner_threads` where its workers leave too few."""
     return max(1, cores - workers)
 
 

@@ -242,7 +242,7 @@ def _read_option(key: str, option: Option, text: str | None) -> Any:
             raise ConfigError(f"env option {key}={text!r}: expected {'an integer' if kind is int else 'a number'}") \
                 from None
         if not 0 < value < float("inf"):
-            raise ConfigError(f"env option {key}={value}: must be positive")
+            raise ConfigError(f"env option {key}={value}: must be positive" + (" and finite" if kind is float else ""))
         return value
     if option.choices and text not in option.choices:
         raise ConfigError(f"env option {key}={text!r}: expected one of {', '.join(option.choices)}")

@@ -250,13 +250,13 @@ class ParallelCoordinator:
     # -- the rollout ------------------------------------------------------------------------------------
     def collect(self, model: nn.Module, timers: PhaseTimer, stopping: StopCheck = never) -> CollectResult:
         self._calls += 1
+        start, publish = time.perf_counter(), 0.0
         if self._in_flight is None:  # the first rollout, or every one without a lag
-            self._start(model, timers)
+            publish = self._start(model, timers)
         rollout = self._in_flight
         assert rollout is not None
-        start = time.perf_counter()
         results = self._finish(rollout, stopping)
-        waited = time.perf_counter() - start
+        waited = time.perf_counter() - start - publish
         self._in_flight = None
         self.buffer, self.policy_lag = self.buffers[rollout.slot], self._calls - rollout.call
         if self.lag and not stopping():  # the next rollout, with these parameters, while the learner updates
@@ -269,20 +269,23 @@ class ParallelCoordinator:
         timers.add("env", t_env * seen)
         timers.add("render", t_render * seen)
         timers.add("inference", t_inf * seen)
-        timers.add("sync", max(0.0, rollout.seconds - t_env - t_render - t_inf) * seen)
+        timers.add("sync", max(0.0, waited - (t_env + t_render + t_inf) * seen))
         fresh, self._fresh_envs = sorted(self._fresh_envs), set()
         return CollectResult.merged(results, t_env, t_inf, t_render, fresh)
 
-    def _start(self, model: nn.Module, timers: PhaseTimer) -> None:
-        """Publish `model`'s parameters and wake every worker to collect into the next buffer (in turn)."""
+    def _start(self, model: nn.Module, timers: PhaseTimer) -> float:
+        """Publish `model`'s parameters and wake every worker to collect into the next buffer (in turn); returns the
+        seconds it took (phase `publish`)."""
+        started = time.perf_counter()
         with timers.phase("publish"):
             self.params.copy_(torch.nn.utils.parameters_to_vector(policy_tensors(model)).detach())
-        self._slot = (self._slot + 1) % len(self.buffers)
-        self._in_flight = _Rollout(self._slot, self._calls, time.perf_counter())
-        self.abandon.fill_(0)
-        for i in range(len(self._workers)):
-            self.watchdog.forget(i)
-            self._request(i)
+            self._slot = (self._slot + 1) % len(self.buffers)
+            self._in_flight = _Rollout(self._slot, self._calls, time.perf_counter())
+            self.abandon.fill_(0)
+            for i in range(len(self._workers)):
+                self.watchdog.forget(i)
+                self._request(i)
+        return time.perf_counter() - started
 
     def _finish(self, rollout: _Rollout, stopping: StopCheck) -> list[CollectResult]:
         """Wait for every worker of `rollout`; dead or stuck workers are replaced and re-collect their slice.
