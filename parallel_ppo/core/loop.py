@@ -322,6 +322,7 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
     ranks is `sync`, the update's all-reduces `allreduce` (not `update`)."""
     outcome, timers = Outcome(), PhaseTimer()
     last_row = now = time.monotonic()
+    timers.add("log", max(0.0, clock(now) - clock.elapsed_before))  # the hooks' set-up since the clock started
     while True:
         with timers.phase("sync"):  # before the first update too: a resumed run may have met its budget already
             outcome.stop_reason, signum = group.agree_stop(stop_reason(cfg, state, stop, clock(now)), stop.signum)
