@@ -194,7 +194,7 @@ def checked_spaces(cfg: Config, resume: dict | None, request: Request,
     """After `validated_config`: the env's spaces (read once: a gymnasium env is built for them), the network and
     rollout checked against them, and the checkpoint resumed checked against the config (a restart counted)."""
     spaces = env_spaces(cfg.env)
-    check_network_and_memory(cfg, spaces, 2 if request.parallel and cfg.parallel.overlap else 1)
+    check_network_and_memory(cfg, spaces, cfg.parallel.rollout_buffers if request.parallel else 1)
     eval_views(cfg, spaces)  # eval.video's views must be the env's
     if resume is not None:  # before any file is written: a checkpoint that does not fit changes nothing
         check_resume_config(cfg, resume, Path(request.resume or ""))

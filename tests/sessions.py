@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 
@@ -36,6 +37,15 @@ def session_pids(sid: int) -> list[int]:
         except (psutil.Error, OSError):
             continue
     return pids
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Wait until `path` exists (a paused run's pid file), failing if `proc` ends or `timeout` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.05)
 
 
 def shm_entries() -> set[str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from sessions import assert_nothing_left, session_pids, shm_entries, start
+from sessions import assert_nothing_left, session_pids, shm_entries, start, wait_for
 
 from parallel_ppo.core.pause import PAUSE_ENV_VAR
 
@@ -81,15 +81,21 @@ CARTPOLE = ["--config", "config/cartpole.yaml", "--num-workers", "2", "--num-env
             "--set", "training.n_steps=256", "--set", "training.n_epochs=2"]
 
 
-def test_killed_worker_is_restarted_and_run_finishes(tmp_path):
-    run = Run(tmp_path, PARALLEL, [*CARTPOLE, "--total-steps", "30000"])
-    run.wait_rows(2)
+def kill_worker_1_and_finish(run: Run) -> dict:
+    """Kill worker 1; the run restarts it and finishes its budget: its summary."""
     run.worker(1).kill()
     code, err = run.finish()
     assert code == 0, err
     assert "worker 1 died (killed by SIGKILL); restarting" in err
     summary = run.summary()
     assert summary["stop_reason"] == "total_steps" and summary["worker_restarts"] == 1
+    return summary
+
+
+def test_killed_worker_is_restarted_and_run_finishes(tmp_path):
+    run = Run(tmp_path, PARALLEL, [*CARTPOLE, "--total-steps", "30000"])
+    run.wait_rows(2)
+    summary = kill_worker_1_and_finish(run)
     assert summary["total_env_steps"] >= 30000
     steps = [int(r["env_steps"]) for r in run.rows()]
     assert steps == sorted(steps) and steps[1] - steps[0] == 256 * 8, "every update is a full rollout"
@@ -106,16 +112,8 @@ def test_worker_killed_during_an_overlapped_update_is_restarted_and_nothing_is_l
                 "--set", "training.n_epochs=1"]
     run = Run(tmp_path, PARALLEL, [*sleeping, "--total-steps", "4096", "--set", "parallel.overlap=true"],
               env={PAUSE_ENV_VAR: f"update:2:{held}"})
-    deadline = time.monotonic() + 180
-    while not held.exists():
-        assert run.proc.poll() is None and time.monotonic() < deadline, run.proc.communicate()[1]
-        time.sleep(0.02)
-    run.worker(1).kill()
-    code, err = run.finish()
-    assert code == 0, err
-    assert "worker 1 died (killed by SIGKILL); restarting" in err
-    summary = run.summary()
-    assert summary["stop_reason"] == "total_steps" and summary["worker_restarts"] == 1
+    wait_for(held, run.proc, timeout=180)
+    summary = kill_worker_1_and_finish(run)
     assert summary["total_env_steps"] == 4096 and summary["policy_lag"] == 1
     rows = run.rows()
     assert [int(r["env_steps"]) for r in rows] == [1024, 2048, 3072, 4096], "every update is a full rollout"

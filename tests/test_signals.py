@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sessions import assert_nothing_left, sessions_of, shm_entries, start, torchrun
+from sessions import assert_nothing_left, sessions_of, shm_entries, start, torchrun, wait_for
 
 from parallel_ppo.core.checkpoint import load_checkpoint
 from parallel_ppo.core.pause import PAUSE_ENV_VAR
@@ -38,14 +38,6 @@ def rows(out: Path) -> list[dict[str, str]]:
         return []
     with open(out / "metrics.csv", newline="") as f:
         return list(csv.DictReader(f))
-
-
-def wait_for(path: Path, proc, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert proc.poll() is None, proc.communicate()[1]
-        assert time.monotonic() < deadline, f"{path.name} never appeared"
-        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("point", ["rollout", "update"])

@@ -44,6 +44,16 @@ class ParallelConfig:
     through the update; 0 has them wait for it, filling the two buffers in turn: the synchronous trainer's data
     and parameters through the overlapped path (for checking it), without its gain."""
 
+    @property
+    def rollout_buffers(self) -> int:
+        """Shared rollout buffers: two with `overlap` (the workers fill one while the learner reads the other)."""
+        return 2 if self.overlap else 1
+
+    @property
+    def lag(self) -> int:
+        """The policy lag the workers collect at: `policy_lag` with `overlap`, else 0."""
+        return self.policy_lag if self.overlap else 0
+
 
 @dataclass
 class ModelConfig:

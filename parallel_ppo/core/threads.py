@@ -50,7 +50,7 @@ def thread_plan(cfg: Config, parallel: bool, ranks_on_host: int = 1) -> ThreadPl
     workers already fill the cores, and draw on its share of the cores (at least one)."""
     cores = max(1, usable_cpus() // ranks_on_host)
     learner, env = cfg.parallel.learner_threads or cores, cfg.env.env_threads
-    if parallel and cfg.parallel.overlap and cfg.parallel.policy_lag and not cfg.parallel.learner_threads:
+    if parallel and cfg.parallel.lag and not cfg.parallel.learner_threads:
         learner = overlapped_learner_threads(cores, cfg.parallel.num_workers)
     if parallel:
         share = env or max(1, cores // cfg.parallel.num_workers)

@@ -14,7 +14,6 @@ from typing import Any
 
 from parallel_ppo.envs.config import EnvConfig
 from parallel_ppo.envs.procgen_envs import PROCGEN_GAMES, PROCGEN_SPACES, check_procgen, preload_procgen
-from parallel_ppo.envs.sim_envs import check_sim
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.errors import ConfigError
 
@@ -80,6 +79,12 @@ FAMILY_SETTINGS = {
 """The env settings that only some families take (what each is about): a value other than the default is refused
 for a family that does not take it."""
 
+def check_sim(cfg: EnvConfig) -> None:
+    """ConfigError for a sim task other than `sim/Sleep` (checked here: the sim module imports gymnasium)."""
+    if split_id(cfg.id)[0] != "sim/Sleep":
+        raise ConfigError(f"{cfg.id}: the sim family has one task, sim/Sleep")
+
+
 PROCGEN = Family(  # Procgen's 16 games (starpilot, ...): 64×64 frames, 15 actions, held-out test levels
     "procgen", "ppo_parallel.yaml", "parallel_ppo.envs.procgen_envs:ProcgenBatchEnv",
     settings=("distribution_mode", "num_levels", "start_level"), levels=True, native=True, spaces=PROCGEN_SPACES,
@@ -115,7 +120,7 @@ GENESIS = Family(  # Genesis's CPU backend (genesis/FrankaLift: the Genesis devl
         "control_freq": Option(20, "actions per simulated second"),
     }, sight=("wrist_camera", "object_state"))
 SIM = Family(  # sim/Sleep: robosuite Lift from state for measuring the trainer, its step a sleep (`make study-sim`)
-    "sim", "sim_lift.yaml", "parallel_ppo.envs.sim_envs:make_sim", check=lambda cfg: check_sim(cfg.id),
+    "sim", "sim_lift.yaml", "parallel_ppo.envs.sim_envs:make_sim", check=check_sim,
     options={
         "step_ms": Option(7.0, "milliseconds each step sleeps: the physics time it stands for"),
         "obs_size": Option(60, "floats observed (robosuite Lift's proprioception and cube state: 60)"),

@@ -11,16 +11,6 @@ import gymnasium
 import numpy as np
 
 from parallel_ppo.envs.config import EnvConfig
-from parallel_ppo.errors import ConfigError
-
-TASKS = ("Sleep",)
-
-
-def check_sim(env_id: str) -> None:
-    """ConfigError for a sim task other than `sim/Sleep`."""
-    task = env_id.partition("?")[0].partition("/")[2]
-    if task not in TASKS:
-        raise ConfigError(f"{env_id}: the sim family has one task, sim/Sleep")
 
 
 def make_sim(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: Any) -> gymnasium.Env:

@@ -130,10 +130,10 @@ class ParallelCoordinator:
         self.abandon = torch.zeros((), dtype=torch.int64).share_memory_()
         self.buffers = tuple(RolloutBuffer.allocate(cfg.training.n_steps, cfg.env.num_envs, spaces.obs_shape,
                                                     spaces.obs_dtype, spaces.actions, shared=True)
-                             for _ in range(2 if p.overlap else 1))
+                             for _ in range(p.rollout_buffers))
         self.buffer = self.buffers[0]
         """The buffer of the rollout `collect` returned last."""
-        self.lag = p.policy_lag if p.overlap else 0
+        self.lag = p.lag
         self.policy_lag = 0
         """Updates by which the parameters of the rollout `collect` returned last trail the model it was given."""
         self._calls = 0
