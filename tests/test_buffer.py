@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,11 +11,17 @@ import torch
 from torch import nn
 
 from parallel_ppo.core.buffer import RolloutBuffer, minibatch_indices
-from parallel_ppo.core.collect import EnvRunner
+from parallel_ppo.core.collect import EnvRunner, SequentialCollector
 from parallel_ppo.core.config import EnvConfig, ModelConfig
+from parallel_ppo.core.configure import build_config
+from parallel_ppo.core.group import ALONE, AgreedRollout
+from parallel_ppo.core.loop import ENV_STEPS, ROLLOUT_CUT, TrainState, update
 from parallel_ppo.core.model import build_model
+from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.envs.batch import make_batch_env
 from parallel_ppo.envs.procgen_envs import ProcgenBatchEnv
+
+ROOT = Path(__file__).resolve().parents[1]
 
 FIELDS = ("obs", "actions", "logprobs", "values", "rewards", "dones", "last_values")
 
@@ -184,3 +191,38 @@ def test_minibatch_indices_cover_a_permutation(size, batch):
     flat = torch.cat(parts)
     assert len(set(flat.tolist())) == len(flat)
     assert flat.min() >= 0 and flat.max() < size
+
+
+def test_taken_marks_the_steps_of_a_cut_rollout():
+    """`taken` is None while every env took every step, else each env's first `lengths` steps."""
+    buf = RolloutBuffer.allocate(4, 3, (2,), np.float32)
+    buf.lengths.fill_(4)
+    assert buf.taken() is None
+    buf.env_slice(1, 3).lengths.copy_(torch.tensor([1, 3]))  # a worker's slice writes through
+    assert buf.taken().T.tolist() == [[True] * 4, [True, False, False, False], [True, True, True, False]]
+
+
+def test_an_update_on_a_cut_rollout_learns_from_the_steps_taken(monkeypatch):
+    """`loop.update` on a rollout whose envs 2 and 3 stopped after 5 of 16 steps (`parallel.sync_fraction`): it
+    counts the 42 steps taken, records the share cut, takes as many optimizer steps as on a whole rollout (smaller
+    minibatches), and feeds the observation statistics the steps taken only. A dict observation whose frames are
+    shifted, its rewards and vector keys normalized: every per-sample path of the update."""
+    monkeypatch.chdir(ROOT)
+    cfg = build_config("config/cartpole.yaml", {"env.id": "toy_envs:CameraReach-v0", "run.seed": 1}, [
+        "env.num_envs=4", "training.n_steps=16", "training.batch_size=16", "training.n_epochs=2",
+        "training.target_kl=0", "model.kind=auto", "model.impala_depths=[4, 8]", "model.hidden_size=32",
+        "training.normalize_obs=true", "training.normalize_reward=true", "training.augment_shift=2",
+        "training.precision=fp32", "training.microbatch_size=0"], parallel=False)
+    source = SequentialCollector(cfg, 1)
+    try:
+        state = TrainState.new(cfg, source.spaces)
+        result = source.collect(state.model, PhaseTimer())
+        source.buffer.lengths[2:] = 5
+        row = update(cfg, source, state, AgreedRollout(result, None, None, 0.0), PhaseTimer(), ALONE)
+    finally:
+        source.close()
+    assert row[ENV_STEPS] == state.env_steps == 42
+    assert row[ROLLOUT_CUT] == pytest.approx(1 - 42 / 64)
+    first = next(state.model.parameters())
+    assert int(state.optimizer.state[first]["step"]) == 2 * 64 // 16  # n_epochs × the whole rollout's minibatches
+    assert state.obs_normalizer.stats.count == pytest.approx(42 + 1e-4)

@@ -155,10 +155,11 @@ def test_the_options_table_in_the_docs_is_the_declared_one():
     (EnvConfig(id="sim/Sleep?step_ms=abc"), "step_ms='abc': expected a number"),
     (EnvConfig(id="sim/Sleep?step_ms=inf"), "step_ms=inf: must be positive and finite"),
     (EnvConfig(id="sim/Walk"), "the sim family has one task, sim/Sleep"),
+    (EnvConfig(id="sim/Sleep?slowest=0.5"), "slowest=0.5: a factor of step_ms, at least 1"),
 ], ids=["twice", "unknown", "not-int", "not-positive", "not-bool", "not-a-choice", "no-value", "no-options",
         "query-without-options", "procgen-query", "empty-query",
         "robosuite-lives", "fetch-pixels", "mujoco-levels", "procgen-stack", "robosuite-blind", "genesis-blind",
-        "sim-not-a-number", "sim-infinite", "sim-task"])
+        "sim-not-a-number", "sim-infinite", "sim-task", "sim-faster"])
 def test_settings_and_options_a_family_does_not_take_are_refused(cfg, words, genesis_taken_as_installed):
     with pytest.raises(ConfigError, match=words):
         check_family(cfg)

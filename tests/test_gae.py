@@ -156,3 +156,26 @@ def test_float32_inputs_keep_dtype_and_shape():
     ref_adv, _ = reference_gae(rewards.tolist(), values.tolist(), dones.tolist(), last_values.tolist(),
                                0.99, 0.95)
     torch.testing.assert_close(adv, torch.tensor(ref_adv, dtype=torch.float32), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ragged_rollout_matches_scalar_reference_of_each_envs_own_steps(seed):
+    """A rollout cut short for some envs (`parallel.sync_fraction`): each env's advantages are the reference's over
+    its own steps, bootstrapped from its last value where it stopped; the steps it did not take are 0, whatever the
+    stale data there."""
+    gamma, lam = 0.99, 0.9
+    rewards, values, dones, last_values = random_rollout(seed, n_steps=10, n_envs=4)
+    lengths = torch.tensor([10, 3, 7, 5])
+    dones[2, 1] = 1.0  # an episode end one step before a cut
+    dones[4, 3] = 1.0  # one on the step a cut came after
+    dones[8, 2] = 1.0  # and one among the steps not taken
+    taken = torch.arange(10)[:, None] < lengths
+    adv, ret = compute_gae(rewards, values, dones, last_values, gamma, lam, taken)
+    for n, length in enumerate(lengths.tolist()):
+        ref_adv, ref_ret = reference_gae(rewards[:length, n:n + 1].tolist(), values[:length, n:n + 1].tolist(),
+                                         dones[:length, n:n + 1].tolist(), last_values[n:n + 1].tolist(), gamma, lam)
+        torch.testing.assert_close(adv[:length, n], torch.tensor(ref_adv, dtype=torch.float64)[:, 0])
+        torch.testing.assert_close(ret[:length, n], torch.tensor(ref_ret, dtype=torch.float64)[:, 0])
+        assert (adv[length:, n] == 0).all()
+    full, _ = compute_gae(rewards, values, dones, last_values, gamma, lam)
+    torch.testing.assert_close(adv[:, 0], full[:, 0])  # the env that took every step: as without a cut

@@ -5,7 +5,10 @@ from __future__ import annotations
 import csv
 import json
 import os
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -172,6 +175,56 @@ def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypat
     if lag:
         assert not torch.equal(overlapped[2]["logprobs"], rollouts(False, [0, 1, 2])[0][2]["logprobs"]), \
             "the third rollout of a synchronous run with the same models differs (it acts with the newest)"
+
+
+def test_a_straggler_is_cut_short_and_its_envs_go_on_from_where_they_stopped(tmp_path, monkeypatch):
+    """`parallel.sync_fraction` 0.5 with worker 1 held (SIGSTOP) until worker 0 is done: the coordinator cuts worker
+    1's rollout, which ends after a quarter of its 32 steps. Its envs go on from there: two cut rollouts hold, in
+    order, the first 16 steps a synchronous coordinator collects with the same parameters; worker 0's are whole."""
+    monkeypatch.chdir(ROOT)
+    cfg = _config("CartPole-v1", True, 2, tmp_path, ("parallel.sync_fraction=0.5",))
+    torch.manual_seed(0)
+    model = network(cfg, env_spaces(cfg.env))
+
+    def held(source: ParallelCoordinator) -> dict[str, torch.Tensor]:
+        if source.cfg.parallel.sync_fraction == 1:  # nothing would release it
+            source.collect(model, PhaseTimer())
+            return {name: getattr(source.buffer, name).clone() for name in (*BUFFER_FIELDS, "lengths")}
+        pid = source._workers[1].process.pid
+        os.kill(pid, signal.SIGSTOP)
+
+        def release() -> None:  # once the coordinator has cut this rollout (or after a minute, to fail below)
+            deadline = time.monotonic() + 60
+            while not source.cut and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.kill(pid, signal.SIGCONT)
+
+        releaser = threading.Thread(target=release)
+        releaser.start()
+        source.collect(model, PhaseTimer())
+        releaser.join()
+        return {name: getattr(source.buffer, name).clone() for name in (*BUFFER_FIELDS, "lengths")}
+
+    def collected(sync_fraction: str, rollouts: int) -> list[dict[str, torch.Tensor]]:
+        run_cfg = _config("CartPole-v1", True, 2, tmp_path, (f"parallel.sync_fraction={sync_fraction}",))
+        source = ParallelCoordinator(run_cfg, env_spaces(run_cfg.env), thread_plan(run_cfg, parallel=True))
+        try:
+            return [held(source) for _ in range(rollouts)]
+        finally:
+            source.close()
+
+    cut = collected("0.5", 2)
+    whole = collected("1", 2)
+    for rollout in cut:
+        assert rollout["lengths"].tolist() == [32, 32, 8, 8]
+    assert [r["lengths"].tolist() for r in whole] == [[32] * 4] * 2
+    for name in ("obs", "actions", "rewards", "dones", "logprobs", "values"):
+        for k in range(2):  # worker 0 (envs 0 and 1) collected as if nothing was cut
+            torch.testing.assert_close(cut[k][name][:, :2], whole[k][name][:, :2], rtol=1e-5, atol=1e-5)
+        stitched = torch.cat([cut[0][name][:8, 2:], cut[1][name][:8, 2:]])
+        torch.testing.assert_close(stitched, whole[0][name][:16, 2:], rtol=1e-5, atol=1e-5, msg=name)
+    # the cut rollout bootstraps from the state it stopped in: the value the next rollout starts from
+    torch.testing.assert_close(cut[0]["last_values"][2:], cut[1]["values"][0, 2:], rtol=1e-5, atol=1e-5)
 
 
 def _same_episode_statistics(runs: list[Path]) -> None:

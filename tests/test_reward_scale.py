@@ -103,3 +103,20 @@ def test_resume_restores_the_normalization_state(tmp_path):
     resumed = load_checkpoint(tmp_path / "checkpoint.pt")["reward_scaler"]
     assert resumed["count"] == pytest.approx(state["count"] + 32 * 8)
     assert resumed["var"] != state["var"]
+
+
+def test_a_cut_rollout_scales_only_the_steps_taken_and_keeps_the_accumulators():
+    """Env 1's rollout was cut after 2 of 4 steps (`parallel.sync_fraction`): its stale rows (an old episode end
+    among them) neither feed the statistics nor reset its accumulator; the next rollout goes on from it. Env 0's
+    steps and the pooled statistics are the closed form's over the steps taken."""
+    gamma = 0.5
+    rewards = torch.tensor([[1.0, 2.0], [3.0, 1.0], [2.0, 99.0], [1.0, 99.0]])
+    dones = torch.tensor([[0.0, 0.0], [0.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
+    taken = torch.arange(4)[:, None] < torch.tensor([4, 2])
+    scaler = RewardScaler(2, gamma, clip=100.0)
+    out = scaler(rewards, dones, taken)
+    seen = [1.0, 2.0, 3.5, 2.0, 3.75, 2.875]  # env 0: 1, 3.5, 3.75, 2.875; env 1: 2, 2 (2 × 0.5 + 1)
+    assert scaler.returns.tolist() == [2.875, 2.0]
+    assert scaler.stats.count == pytest.approx(1e-4 + len(seen))
+    np.testing.assert_allclose(scaler.stats.var, _variance_with_prior(seen), rtol=1e-9)
+    np.testing.assert_allclose(out[3, 0].item(), 1.0 / np.sqrt(_variance_with_prior(seen) + 1e-8), rtol=1e-5)

@@ -26,7 +26,8 @@ class RolloutBuffer:
     rewards: torch.Tensor  # (T, N) float32, as the env gave them
     bootstrap: torch.Tensor  # (T, N) float32: gamma × V(last state) where a time limit cut the episode at t, else 0
     dones: torch.Tensor  # (T, N) float32
-    last_values: torch.Tensor  # (N,) float32: value of the observation after the last step
+    last_values: torch.Tensor  # (N,) float32: value of the observation after each env's last step
+    lengths: torch.Tensor  # (N,) int64: steps each env took; below n_steps where a straggler's rollout was cut
 
     @staticmethod
     def bytes_per_step(obs_shape: tuple[int, ...], obs_dtype: np.dtype, actions: ActionSpace | int = 1) -> int:
@@ -56,6 +57,7 @@ class RolloutBuffer:
             bootstrap=zeros(n_steps, num_envs),
             dones=zeros(n_steps, num_envs),
             last_values=zeros(num_envs),
+            lengths=zeros(num_envs, dtype=torch.int64),
         )
 
     @property
@@ -73,16 +75,26 @@ class RolloutBuffer:
             logprobs=self.logprobs[:, start:stop], values=self.values[:, start:stop],
             rewards=self.rewards[:, start:stop], bootstrap=self.bootstrap[:, start:stop],
             dones=self.dones[:, start:stop],
-            last_values=self.last_values[start:stop],
+            last_values=self.last_values[start:stop], lengths=self.lengths[start:stop],
         )
+
+    def taken(self) -> torch.Tensor | None:
+        """(T, N) bool: the steps the envs took, where some rollout was cut short (`parallel.sync_fraction`; the rows
+        after a cut hold an older rollout's data); None where every env took all `n_steps`."""
+        if bool((self.lengths == self.n_steps).all()):
+            return None
+        return torch.arange(self.n_steps)[:, None] < self.lengths
 
 
 def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, last_values: torch.Tensor,
-                gamma: float, gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
+                gamma: float, gae_lambda: float,
+                taken: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalized advantage estimation over (T, N) tensors; returns (advantages, returns).
 
     No value is bootstrapped across an episode end: where `dones[t]` is 1 the next state belongs to a
-    new episode, so both the TD target and the advantage recursion stop there.
+    new episode, so both the TD target and the advantage recursion stop there. With `taken` (`RolloutBuffer.taken`),
+    env n's rollout ends at its last step taken, bootstrapped from `last_values[n]` (the value after it); the steps
+    not taken get advantage 0.
     """
     n_steps = rewards.shape[0]
     advantages = torch.zeros_like(rewards)
@@ -92,8 +104,12 @@ def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor
         not_done = 1.0 - dones[t]
         delta = rewards[t] + gamma * next_values * not_done - values[t]
         next_adv = delta + gamma * gae_lambda * not_done * next_adv
+        if taken is None:
+            next_values = values[t]
+        else:  # an env whose rollout ends before t starts its recursion afresh at its last step
+            next_adv = torch.where(taken[t], next_adv, 0.0)
+            next_values = torch.where(taken[t], values[t], last_values)
         advantages[t] = next_adv
-        next_values = values[t]
     return advantages, advantages + values
 
 

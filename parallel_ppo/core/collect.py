@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,11 @@ StopCheck = Callable[[], bool]
 
 def never() -> bool:
     return False
+
+
+CUT_NO_EARLIER = 0.25
+"""A rollout cut for the stragglers' sake (`parallel.sync_fraction`) keeps at least this share of its steps
+(DD-PPO's 0.25): no env's share of an update is a mere handful of steps."""
 
 
 class RolloutError(RuntimeError):
@@ -106,20 +112,25 @@ class EnvRunner:
         return cls(env, cfg.run.seed, first_env, cfg.training.precision, stream, cfg.training.gamma, info_keys(cfg))
 
     def collect(self, model: nn.Module, buf: RolloutBuffer, progress: torch.Tensor | None = None,
-                stopping: StopCheck = never) -> CollectResult:
+                stopping: StopCheck = never, cut_short: StopCheck = never) -> CollectResult:
         """Fill `buf` (n_steps × this runner's envs) with one rollout of `model`; `progress` counts steps done.
-        When `stopping()` turns true, the rollout ends where it is, its buffer half-written."""
+        When `stopping()` turns true, the rollout ends where it is, its buffer half-written; when `cut_short()` does,
+        once `CUT_NO_EARLIER` of its steps are taken, it ends as a whole rollout of `buf.lengths` steps."""
         result = CollectResult([], [], 0.0, 0.0)
         t_env = t_inf = 0.0
         drawn = render_seconds(self.env)
         device = module_device(model)
         self.rollouts += 1
+        cut_after, steps = math.ceil(CUT_NO_EARLIER * buf.n_steps), buf.n_steps
         with torch.no_grad():
             for t in range(buf.n_steps):
                 if t == buf.n_steps // 2:
                     pause_point("rollout", self.rollouts)
                 if stopping():
                     return self._result(result, t_env, t_inf, drawn)
+                if t >= cut_after and cut_short():
+                    steps = t
+                    break
                 start = time.perf_counter()
                 obs_t = buf.obs[t]
                 obs_t.copy_(torch.from_numpy(self.obs))
@@ -127,9 +138,7 @@ class EnvRunner:
                     logits, values = model(obs_t.to(device))
                 logits, values = logits.cpu(), values.cpu()
                 actions, logprobs = sample(self.env.actions, logits, self.env.actions.noise(self.rngs))
-                buf.actions[t] = actions
-                buf.logprobs[t] = logprobs
-                buf.values[t] = values.float()
+                buf.actions[t], buf.logprobs[t], buf.values[t] = actions, logprobs, values.float()
                 mid = time.perf_counter()
                 self.obs, rewards, dones, cut = self.env.step(actions.numpy())
                 self._count_episodes(rewards, dones, result)
@@ -148,6 +157,7 @@ class EnvRunner:
             with autocast(self.precision, device.type):
                 _, last_values = model(torch.from_numpy(self.obs).to(device))
             buf.last_values.copy_(last_values.float())
+            buf.lengths.fill_(steps)
             t_inf += time.perf_counter() - start
         return self._result(result, t_env, t_inf, drawn)
 

@@ -44,6 +44,13 @@ class ParallelConfig:
     through the update; 0 has them wait for it, filling the two buffers in turn: the synchronous trainer's data
     and parameters through the overlapped path (for checking it), without its gain."""
 
+    sync_fraction: float = setting(1.0, positive=True, maximum=1)
+    """Share of the workers whose finished rollout ends everyone's: once that many are done, the others stop after
+    their next step, keeping at least a quarter of theirs (DD-PPO's pre-emption of stragglers; it used 0.6). Their
+    envs go on from there in the next rollout; GAE bootstraps each env from where it stopped, and the update
+    learns from the steps taken (metrics.csv's `rollout_cut`: the share not taken). 1: wait for every worker (the
+    reference). Not with distributed ranks, whose updates must agree on their size."""
+
     @property
     def rollout_buffers(self) -> int:
         """Shared rollout buffers: two with `overlap` (the workers fill one while the learner reads the other)."""

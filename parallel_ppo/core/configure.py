@@ -178,6 +178,9 @@ def validate(cfg: Config, world_size: int = 1) -> None:
             raise ConfigError("eval.video records each evaluation's video in TensorBoard; set logging.tensorboard "
                               "true, or eval.video empty")
     _check_rollout(cfg, world_size if cfg.distributed.num_envs_total else 1)
+    if world_size > 1 and cfg.parallel.sync_fraction < 1:
+        raise ConfigError(f"parallel.sync_fraction {cfg.parallel.sync_fraction} cuts the rollouts of slow workers "
+                          f"short; {world_size} distributed ranks must take updates of one size: set it to 1")
 
 
 def check_rules(key: str, value: Any, rules: Rules) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import signal
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from parallel_ppo.core.normalization import ObsNormalizer
 from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.ppo import TrainBatch, build_learner, ppo_update
 from parallel_ppo.core.reward_scale import RewardScaler
+from parallel_ppo.core.stopping import StopRequest
 from parallel_ppo.core.timing import PHASE_METRICS, PHASES, PhaseTimer
 from parallel_ppo.envs.batch import SUCCESS
 from parallel_ppo.envs.spaces import EnvSpaces
@@ -50,8 +50,10 @@ LEARNING_RATE = metric("charts/learning_rate", "the update's learning rate")
 WORKER_RESTARTS = metric("system/worker_restarts", "worker processes restarted so far", tensorboard=False)
 POLICY_LAG = metric("charts/policy_lag", "updates by which the parameters that collected the update's rollout trail "
                     "those it updates: 0 on-policy, 1 with parallel.overlap (after the first update)", summary=True)
+ROLLOUT_CUT = metric("charts/rollout_cut", "share of the rollout's env steps not taken because parallel.sync_fraction "
+                     "ended the slowest workers' rollouts early (0 without)", summary=True)
 LOOP_METRICS = (UPDATE, ENV_STEPS, WALL_TIME, SPS, EPISODIC_RETURN, EPISODIC_LENGTH, EPISODES, REWARD_PER_STEP,
-                SUCCESS_RATE, LEARNING_RATE, WORKER_RESTARTS, POLICY_LAG)
+                SUCCESS_RATE, LEARNING_RATE, WORKER_RESTARTS, POLICY_LAG, ROLLOUT_CUT)
 """The loop's metrics (declared above, by the loop that computes them), as the writers ask for them."""
 
 
@@ -80,48 +82,6 @@ class RolloutSource(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-class StopRequest:
-    """The handler of the signals that end a run (SIGINT, SIGTERM and the pre-emption signal): the first asks the
-    loop to stop at the next boundary, a second SIGINT interrupts (unless `repeat_interrupts` is off: a rank of a
-    distributed run that gets a second signal, e.g. SIGTERM when torchrun dies after passing on a Ctrl-C, must still
-    stop with the others at the agreed update; torchrun kills ranks that take more than 30 s). With `on_preempt`
-    `checkpoint`, the pre-emption signal asks for a checkpoint instead (`checkpoint_asked`) and the run goes on."""
-
-    def __init__(self, repeat_interrupts: bool = True, preempt_signal: str = "", on_preempt: str = "stop") -> None:
-        self.signum: int | None = None
-        self.checkpoint_asked = False
-        self.repeat_interrupts = repeat_interrupts
-        self.preempt = signal.Signals[preempt_signal] if preempt_signal else None
-        self.on_preempt = on_preempt
-        self._previous: dict[int, object] = {}
-
-    def __enter__(self) -> StopRequest:
-        if threading.current_thread() is not threading.main_thread():  # only the main thread takes signals
-            return self
-        for sig in (signal.SIGINT, signal.SIGTERM, self.preempt):
-            if sig is not None:
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: object) -> None:
-        if signum == self.preempt and self.on_preempt == "checkpoint":
-            self.checkpoint_asked = True
-            return
-        if self.signum is not None:
-            if self.repeat_interrupts and signum == signal.SIGINT:  # a second Ctrl-C; scheduler signals repeat
-                raise KeyboardInterrupt
-            return
-        self.signum = signum
-
-    def requested(self) -> bool:
-        """Whether a signal asked the run to stop."""
-        return self.signum is not None
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 def learning_rate(cfg: Config, env_steps: int, elapsed: float) -> float:
@@ -291,15 +251,18 @@ class Outcome:
 def rollout_batch(buf: RolloutBuffer, cfg: Config, scaler: RewardScaler | None = None,
                   group: Group = ALONE) -> TrainBatch:
     """GAE over the filled buffer (rewards by their sign if `training.sign_rewards`, normalized by `scaler` if
-    given, plus any time-limit bootstrap), flattened to one row per env step. The scaler sees every rank's rewards,
-    so it normalizes as one process stepping all the envs would."""
+    given, plus any time-limit bootstrap), flattened to one row per env step taken (`RolloutBuffer.taken`). The
+    scaler sees every rank's rewards, so it normalizes as one process stepping all the envs would (a cut rollout is
+    one rank's: `parallel.sync_fraction` is refused with ranks)."""
+    taken = buf.taken()
     rewards = buf.rewards.sign() if cfg.training.sign_rewards else buf.rewards
     if scaler is not None:
-        rewards = group.own_columns(scaler(group.gather_columns(rewards), group.gather_columns(buf.dones)))
+        rewards = group.own_columns(scaler(group.gather_columns(rewards), group.gather_columns(buf.dones), taken))
     advantages, returns = compute_gae(rewards + buf.bootstrap, buf.values, buf.dones, buf.last_values,
-                                      cfg.training.gamma, cfg.training.gae_lambda)
-    return TrainBatch(buf.obs.flatten(0, 1), buf.actions.flatten(0, 1), buf.logprobs.flatten(), buf.values.flatten(),
-                      advantages.flatten(), returns.flatten())
+                                      cfg.training.gamma, cfg.training.gae_lambda, taken)
+    batch = TrainBatch(buf.obs.flatten(0, 1), buf.actions.flatten(0, 1), buf.logprobs.flatten(),
+                       buf.values.flatten(), advantages.flatten(), returns.flatten())
+    return batch if taken is None else batch[taken.flatten()]
 
 
 def stop_reason(cfg: Config, state: TrainState, stop: StopRequest, elapsed: float) -> str:
@@ -372,23 +335,30 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
         data = rollout_batch(source.buffer, cfg, state.reward_scaler, group).to(module_device(state.model))
     with timers.phase("update"):
         pause_point("update", state.update + 1)
-        augment, draws = random_shift(cfg, source.spaces), None
+        augment, draws, taken = random_shift(cfg, source.spaces), None, source.buffer.taken()
         if augment is not None:  # every rank draws every env's shifts and takes its own: those of one process
             steps, envs = source.buffer.rewards.shape
             draws = group.own_columns(augment.draw(steps, envs * group.world_size, cfg.training.n_epochs,
-                                                   update_generator(cfg.run.seed, state.update))).flatten(0, 1)
-        stats = ppo_update(state.model, state.optimizer, data, group.local_training(cfg), state.generator,
-                           group.gradients, augment, draws)
+                                                   update_generator(cfg.run.seed, state.update)))
+            draws = draws.flatten(0, 1) if taken is None else draws[taken]
+        training = group.local_training(cfg)
+        if taken is not None:  # a cut rollout: as many minibatches (optimizer steps) as a whole one, each smaller
+            minibatches = cfg.rollout_size // training.batch_size
+            training = dataclasses.replace(training, batch_size=max(1, len(data) // minibatches))
+        stats = ppo_update(state.model, state.optimizer, data, training, state.generator, group.gradients, augment,
+                           draws)
         if state.obs_normalizer is not None:  # after the update that learned with the statistics it collected with
             # (overlapped: the rollout in flight was collected with the statistics before these)
             normalizer = state.obs_normalizer
-            normalizer.update(group.gather_columns(normalizer.values(source.buffer.obs)), state.model)
+            values = normalizer.values(source.buffer.obs)
+            normalizer.update(group.gather_columns(values if taken is None else values[taken]), state.model)
     allreduce = group.pop_seconds()
     timers.add("update", -allreduce)
     timers.add("allreduce", allreduce)
-    steps = cfg.rollout_size * group.world_size
+    steps = len(data) * group.world_size
     state.record(agreed.result, steps)
     return {UPDATE: state.update, ENV_STEPS: state.env_steps, EPISODIC_RETURN: mean_or_nan(state.episode_returns),
             EPISODIC_LENGTH: mean_or_nan(state.episode_lengths), EPISODES: state.episodes, LEARNING_RATE: lr,
             REWARD_PER_STEP: agreed.result.reward_sum / steps, **state.episode_info.row(),
-            **stats, WORKER_RESTARTS: source.restarts, POLICY_LAG: source.policy_lag}
+            **stats, WORKER_RESTARTS: source.restarts, POLICY_LAG: source.policy_lag,
+            ROLLOUT_CUT: 1 - steps / (cfg.rollout_size * group.world_size)}

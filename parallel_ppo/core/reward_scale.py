@@ -31,14 +31,23 @@ class RewardScaler:
         self.returns = np.zeros(num_envs, dtype=np.float64)
         self.stats = RunningMeanStd()
 
-    def __call__(self, rewards: torch.Tensor, dones: torch.Tensor) -> torch.Tensor:
-        """Normalized copy of a rollout's (T, N) rewards; `dones[t]` marks episodes that ended at step t."""
+    def __call__(self, rewards: torch.Tensor, dones: torch.Tensor, taken: torch.Tensor | None = None) -> torch.Tensor:
+        """Normalized copy of a rollout's (T, N) rewards; `dones[t]` marks episodes that ended at step t. With `taken`
+        (`RolloutBuffer.taken`), only the steps taken count: an env whose rollout was cut keeps its accumulator for
+        the next rollout."""
         raw = rewards.double().numpy()
         ended = dones.numpy() > 0.5
         scaled = np.empty_like(raw)
         for t in range(raw.shape[0]):
-            self.returns = self.returns * self.gamma + raw[t]
-            self.stats.update(self.returns)
+            if taken is None:
+                self.returns = self.returns * self.gamma + raw[t]
+                self.stats.update(self.returns)
+            else:
+                took = taken[t].numpy()
+                self.returns[took] = self.returns[took] * self.gamma + raw[t, took]
+                if took.any():
+                    self.stats.update(self.returns[took])
+                ended[t] &= took
             scaled[t] = np.clip(raw[t] / np.sqrt(self.stats.var + self.EPS), -self.clip, self.clip)
             self.returns[ended[t]] = 0.0
         return torch.from_numpy(scaled.astype(np.float32))

@@ -80,9 +80,12 @@ FAMILY_SETTINGS = {
 for a family that does not take it."""
 
 def check_sim(cfg: EnvConfig) -> None:
-    """ConfigError for a sim task other than `sim/Sleep` (checked here: the sim module imports gymnasium)."""
+    """ConfigError for a sim task other than `sim/Sleep` (checked here: the sim module imports gymnasium), or a
+    slowest episode faster than the step."""
     if split_id(cfg.id)[0] != "sim/Sleep":
         raise ConfigError(f"{cfg.id}: the sim family has one task, sim/Sleep")
+    if (slowest := options_of(cfg, SIM)["slowest"]) < 1:
+        raise ConfigError(f"env option slowest={slowest}: a factor of step_ms, at least 1")
 
 
 PROCGEN = Family(  # Procgen's 16 games (starpilot, ...): 64×64 frames, 15 actions, held-out test levels
@@ -123,6 +126,8 @@ SIM = Family(  # sim/Sleep: robosuite Lift from state for measuring the trainer,
     "sim", "sim_lift.yaml", "parallel_ppo.envs.sim_envs:make_sim", check=check_sim,
     options={
         "step_ms": Option(7.0, "milliseconds each step sleeps: the physics time it stands for"),
+        "slowest": Option(1.0, "each episode's steps sleep `step_ms` times a factor drawn from 1 to this (the "
+                               "env's seed): slow episodes make straggling workers; 1: every step alike"),
         "obs_size": Option(60, "floats observed (robosuite Lift's proprioception and cube state: 60)"),
         "action_size": Option(7, "continuous actions (the Panda's OSC controller and gripper: 7)"),
         "horizon": Option(500, "steps an episode lasts: a time limit, so the value is bootstrapped"),

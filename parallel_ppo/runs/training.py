@@ -17,9 +17,10 @@ from parallel_ppo.core.config import Config
 from parallel_ppo.core.evaluate import TEST_RETURN, EvalResult, eval_views, play_episodes
 from parallel_ppo.core.files import write_json
 from parallel_ppo.core.group import ALONE, Group
-from parallel_ppo.core.loop import Clock, Hook, Outcome, RolloutSource, StopRequest, TrainState, mean_or_nan, run_loop
+from parallel_ppo.core.loop import Clock, Hook, Outcome, RolloutSource, TrainState, mean_or_nan, run_loop
 from parallel_ppo.core.metrics import column_of, declared
 from parallel_ppo.core.model import parameter_checksum
+from parallel_ppo.core.stopping import StopRequest
 from parallel_ppo.envs.batch import eval_levels, make_batch_env
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.runs import fingerprint

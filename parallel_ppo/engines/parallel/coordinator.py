@@ -3,6 +3,7 @@ update), faults and shutdown."""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sys
@@ -107,7 +108,9 @@ class ParallelCoordinator:
     """Rollout source backed by worker processes that write straight into a shared-memory buffer.
 
     Synchronous (the default): `collect` publishes the current parameters, wakes every worker, and returns when all
-    have filled their env slice, so the update always sees on-policy data (no policy lag). With `parallel.overlap`
+    have filled their env slice, so the update always sees on-policy data (no policy lag). With
+    `parallel.sync_fraction` below 1, the slowest workers' slices end short once that share of workers is done
+    (DD-PPO's pre-emption of stragglers). With `parallel.overlap`
     and a `policy_lag` of 1, `collect` returns one rollout and sets the workers on the next, into the other buffer,
     with the same parameters: they collect while the learner updates, and each rollout after the first trails the
     parameters it updates by one update.
@@ -128,6 +131,9 @@ class ParallelCoordinator:
         self.params = torch.zeros(numel).share_memory_()
         self.progress = torch.zeros(p.num_workers, dtype=torch.int64).share_memory_()
         self.abandon = torch.zeros((), dtype=torch.int64).share_memory_()
+        self.cut = torch.zeros((), dtype=torch.int64).share_memory_()
+        self._enough = math.ceil(p.sync_fraction * p.num_workers)
+        """Workers whose rollout ends it: the others' is cut short (`parallel.sync_fraction`)."""
         self.buffers = tuple(RolloutBuffer.allocate(cfg.training.n_steps, cfg.env.num_envs, spaces.obs_shape,
                                                     spaces.obs_dtype, spaces.actions, shared=True)
                              for _ in range(p.rollout_buffers))
@@ -198,7 +204,7 @@ class ParallelCoordinator:
         m = self.cfg.parallel.num_envs_per_worker
         spec = WorkerSpec(index=index, first_env=index * m, num_envs=m, stream=(self._resumes, restart),
                           cfg=self.cfg, spaces=self.spaces, buffers=self.buffers,
-                          params=self.params, progress=self.progress, abandon=self.abandon,
+                          params=self.params, progress=self.progress, abandon=self.abandon, cut=self.cut,
                           env_threads=self.env_threads, draw_threads=self.draw_threads,
                           torch_threads=self.worker_threads, env_offset=self._env_offset)
         parent, child = self._ctx.Pipe(duplex=True)
@@ -291,13 +297,17 @@ class ParallelCoordinator:
         """Wait for every worker of `rollout`; dead or stuck workers are replaced and re-collect their slice.
 
         Once `stopping()` is true, the rollout is abandoned: the workers end theirs where they are, and one that
-        died (a signal to the whole group may have reached it) is not replaced. The results are then partial."""
+        died (a signal to the whole group may have reached it) is not replaced. The results are then partial.
+        Once `parallel.sync_fraction` of the workers are done, the others end theirs after their next step (the
+        buffer's `lengths`)."""
         watchdog = self.watchdog
         pending = set(range(len(self._workers)))
         results: dict[int, CollectResult] = {}
         while pending:
             if stopping() and not self.abandon:
                 self.abandon.fill_(1)
+            if len(results) >= self._enough and not self.cut:
+                self.cut.fill_(1)
             handles = {}
             for i in pending:
                 w = self._workers[i]
@@ -331,6 +341,7 @@ class ParallelCoordinator:
                     self._request(i)
                     watchdog.forget(i)
         rollout.seconds = time.perf_counter() - rollout.requested
+        self.cut.fill_(0)  # every worker has ended this rollout
         return [results[i] for i in sorted(results)]
 
     def _request(self, index: int) -> None:

@@ -35,6 +35,7 @@ class WorkerSpec:
     params: torch.Tensor  # flat policy parameters and buffers (`policy_tensors`), written by the coordinator
     progress: torch.Tensor  # int64 per worker: env steps taken, a heartbeat the coordinator watches
     abandon: torch.Tensor  # one int64, set by the coordinator when the run stops: end the rollout where it is
+    cut: torch.Tensor  # one int64, set by the coordinator once enough workers are done: end the rollout short
     env_threads: int  # the env's own stepping threads
     draw_threads: int  # Mesa's software OpenGL's drawing threads (`draw_with`)
     torch_threads: int  # torch/OpenMP threads
@@ -129,15 +130,13 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         fail_at = _injected_fault(spec.index)
         conn.send(Ready(os.getpid(), start_seconds))
         rollouts = 0
-        while True:
-            message = conn.recv()  # blocks in the kernel between rollouts: no busy-waiting
-            if not isinstance(message, Collect):
-                break
+        while isinstance(message := conn.recv(), Collect):  # blocks in the kernel between rollouts: no busy-waiting
             rollouts += 1
             if rollouts == fail_at:
                 raise RuntimeError(f"fault injected by {FAULT_ENV_VAR} in rollout {rollouts}")
             torch.nn.utils.vector_to_parameters(spec.params, params)
-            conn.send(Done(runner.collect(model, slices[message.slot], progress, stopping=lambda: bool(spec.abandon))))
+            conn.send(Done(runner.collect(model, slices[message.slot], progress, stopping=lambda: bool(spec.abandon),
+                                          cut_short=lambda: bool(spec.cut))))
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass  # the coordinator is gone or stopping
     except BaseException as e:
