@@ -50,6 +50,8 @@ def main() -> int:
     if args.updates < 4 or args.updates % 4:
         p.error("--updates must be a positive multiple of 4")
     cfg = build_config(args.config, {"training.device": "cpu"}, args.set, parallel=True)
+    if cfg.parallel.sync_fraction < 1:
+        p.error("the two sources' updates must be of one size: parallel.sync_fraction must be 1")
     plan = thread_plan(cfg, parallel=True)
     torch.set_num_threads(plan.learner)  # as launch.prepare: threads, allocator, then the learner's settings
     retain_freed_memory()

@@ -182,22 +182,22 @@ def test_shared_allocation_is_visible_across_processes():
     assert buf.last_values.tolist() == [0.0, 0.0, -2.0, -2.0]
 
 
-@pytest.mark.parametrize("size,batch", [(16, 4), (12, 12), (10, 3)])
-def test_minibatch_indices_cover_a_permutation(size, batch):
-    """Minibatches are disjoint, all of size `batch`, and cover size // batch * batch distinct indices."""
-    parts = list(minibatch_indices(size, batch, torch.Generator().manual_seed(0)))
-    assert len(parts) == size // batch
-    assert all(len(p) == batch for p in parts)
+@pytest.mark.parametrize("rows,count,sizes", [(torch.arange(16), 4, [4] * 4), (torch.arange(12), 1, [12]),
+                                              (torch.tensor([0, 2, 3, 5, 7, 8, 9, 11, 13, 14]), 4, [3, 3, 2, 2])])
+def test_minibatch_indices_cover_a_permutation_of_the_rows(rows, count, sizes):
+    """`count` disjoint minibatches of equal sizes (or sizes one apart, a cut rollout's) that cover every row given
+    once."""
+    parts = list(minibatch_indices(rows, count, torch.Generator().manual_seed(0)))
+    assert [len(p) for p in parts] == sizes
     flat = torch.cat(parts)
-    assert len(set(flat.tolist())) == len(flat)
-    assert flat.min() >= 0 and flat.max() < size
+    assert sorted(flat.tolist()) == rows.tolist()
+    assert not torch.equal(flat, rows)  # shuffled
 
 
 def test_taken_marks_the_steps_of_a_cut_rollout():
     """`taken` is None while every env took every step, else each env's first `lengths` steps."""
     buf = RolloutBuffer.allocate(4, 3, (2,), np.float32)
-    buf.lengths.fill_(4)
-    assert buf.taken() is None
+    assert buf.lengths.tolist() == [4] * 3 and buf.taken() is None  # whole, as allocated
     buf.env_slice(1, 3).lengths.copy_(torch.tensor([1, 3]))  # a worker's slice writes through
     assert buf.taken().T.tolist() == [[True] * 4, [True, False, False, False], [True, True, True, False]]
 
@@ -226,3 +226,4 @@ def test_an_update_on_a_cut_rollout_learns_from_the_steps_taken(monkeypatch):
     first = next(state.model.parameters())
     assert int(state.optimizer.state[first]["step"]) == 2 * 64 // 16  # n_epochs × the whole rollout's minibatches
     assert state.obs_normalizer.stats.count == pytest.approx(42 + 1e-4)
+    assert state.reward_scaler.stats.count == pytest.approx(42 + 1e-4)

@@ -312,6 +312,22 @@ def test_parallel_mode_validates_the_derived_rollout():
         build_config(None, flags, [], parallel=True)
 
 
+@pytest.mark.parametrize("workers, fraction, waited", [(2, 0.5, 1), (3, 0.666, 2), (50, 0.14, 7), (16, 0.6, 10),
+                                                    (2, 1.0, 2)])
+def test_sync_fraction_waits_for_that_share_of_the_workers_rounded_up(workers, fraction, waited):
+    """0.14 × 50 is 7.000000000000001 in floats: still 7 workers."""
+    flags = {"parallel.num_workers": workers, "parallel.num_envs_per_worker": 4, "parallel.sync_fraction": fraction}
+    cfg = build_config(None, flags, ["training.batch_size=64"], parallel=True)
+    assert cfg.parallel.workers_waited_for == waited
+
+
+def test_a_sync_fraction_that_would_wait_for_every_worker_is_refused():
+    """0.6 of 2 workers rounds up to both: nothing would ever be cut."""
+    with pytest.raises(ConfigError, match=r"0.6 of 2 workers waits for all of them: set it to at most 0.5, or to 1"):
+        build_config(None, {"parallel.num_workers": 2, "parallel.sync_fraction": 0.6}, [], parallel=True)
+    build_config(None, {"parallel.num_workers": 2, "parallel.sync_fraction": 0.6}, [], parallel=False)  # ignored
+
+
 def test_dict_round_trip():
     """config_from_dict(cfg.to_dict()) rebuilds an equal config."""
     cfg = build_config(None, {}, small_sets("model.mlp_hidden=[8, 8, 8]", "run.seed=9"), parallel=False)

@@ -88,7 +88,7 @@ def test_envs_total_is_split_over_ranks_and_workers():
     ({"distributed.num_envs_total": 16, "training.batch_size": 2}, False, 4, r"size 2 \(the minibatch of all"),
     ({"distributed.num_envs_total": 16, "training.batch_size": 384}, False, 2, "does not divide the rollout"),
     ({"distributed.num_envs_total": 16}, False, None, "this one is not distributed"),
-    ({"parallel.sync_fraction": 0.6}, True, 2, "2 distributed ranks must take updates of one size"),
+    ({"parallel.sync_fraction": 0.5}, True, 2, "2 distributed ranks must take updates of one size"),
 ])
 def test_layouts_that_cannot_split_are_refused(flags, parallel, world, message):
     with pytest.raises(ConfigError, match=message):

@@ -227,6 +227,61 @@ def test_a_straggler_is_cut_short_and_its_envs_go_on_from_where_they_stopped(tmp
     torch.testing.assert_close(cut[0]["last_values"][2:], cut[1]["values"][0, 2:], rtol=1e-5, atol=1e-5)
 
 
+STRAGGLING_ENV = '''
+import os
+import time
+
+import gymnasium
+from gymnasium.envs.classic_control import CartPoleEnv
+
+FLAG = {flag!r}
+
+
+class StragglingCartPole(CartPoleEnv):
+    """CartPole whose 10th step sleeps 3 s in the first env to get there (which creates FLAG), none in the others."""
+
+    def step(self, action):
+        self.steps = getattr(self, "steps", 0) + 1
+        if self.steps == 10:
+            try:
+                os.close(os.open(FLAG, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                pass
+            else:
+                time.sleep(3)
+        return super().step(action)
+
+
+gymnasium.register("StragglingCartPole-v0", entry_point=StragglingCartPole, max_episode_steps=500)
+'''
+
+
+def test_an_overlapped_run_cuts_its_straggler_and_counts_the_steps_taken(tmp_path, monkeypatch):
+    """Overlapped workers with `parallel.sync_fraction` 0.5, one env of one worker sleeping 3 s at its 10th step (in
+    the first rollout; the env is named in a module written here, since a forkserver another test of this process
+    started keeps the environment it started with): that worker's 2 envs stop after 10 of 32 steps, the update
+    learns from the 84 steps taken of 128, and every later rollout is whole."""
+    monkeypatch.chdir(ROOT)
+    (tmp_path / "straggling_env.py").write_text(STRAGGLING_ENV.format(flag=str(tmp_path / "straggled")))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "run"
+    out.mkdir()
+    cfg = build_config("config/cartpole.yaml", {"env.id": "straggling_env:StragglingCartPole-v0", "run.seed": 3,
+                                                "run.output_dir": str(out), "run.total_steps": 84 + 2 * 128}, [
+        "training.n_steps=32", "training.batch_size=32", "training.n_epochs=1", "eval.interval_seconds=0",
+        "logging.tensorboard=false", "env.num_envs=4", "parallel.num_workers=2", "parallel.num_envs_per_worker=2",
+        "parallel.overlap=true", "parallel.sync_fraction=0.5", "run.limit_seconds=0", "training.precision=fp32"],
+        parallel=True)
+    spaces = env_spaces(cfg.env)
+    train_run(RunPlan(cfg, spaces, out, "parallel", {}), ParallelCoordinator(cfg, spaces, thread_plan(cfg, True)))
+    with open(out / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["rollout_cut"]) for r in rows] == [2 * 22 / 128, 0.0, 0.0]
+    assert [int(r["env_steps"]) for r in rows] == [84, 84 + 128, 84 + 256]
+    assert [int(r["policy_lag"]) for r in rows] == [0, 1, 1]
+    assert json.loads((out / "summary.json").read_text())["final_metrics"]["rollout_cut"] == 0.0
+
+
 def _same_episode_statistics(runs: list[Path]) -> None:
     """The runs' last rows and summaries hold the same success rate and mean distance_to_goal."""
     figures = []

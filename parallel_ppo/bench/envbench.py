@@ -44,7 +44,7 @@ def _collector_rate(source: Any, cfg: Config, seconds: float) -> dict[str, float
         steps, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
             source.collect(model, timers)
-            steps += cfg.rollout_size
+            steps += int(source.buffer.lengths.sum())  # a cut rollout's steps taken (`parallel.sync_fraction`)
         wall = time.perf_counter() - start
     finally:
         source.close()

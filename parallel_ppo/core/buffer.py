@@ -47,6 +47,9 @@ class RolloutBuffer:
             t = torch.zeros(shape, dtype=dtype)
             return t.share_memory_() if shared else t
 
+        lengths = zeros(num_envs, dtype=torch.int64)
+        lengths.fill_(n_steps)  # a whole rollout, until a cut one says otherwise
+
         return cls(
             obs=zeros(n_steps, num_envs, *obs_shape, dtype=torch_dtype),
             actions=zeros(n_steps, num_envs, *space.shape,
@@ -57,7 +60,7 @@ class RolloutBuffer:
             bootstrap=zeros(n_steps, num_envs),
             dones=zeros(n_steps, num_envs),
             last_values=zeros(num_envs),
-            lengths=zeros(num_envs, dtype=torch.int64),
+            lengths=lengths,
         )
 
     @property
@@ -113,8 +116,7 @@ def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor
     return advantages, advantages + values
 
 
-def minibatch_indices(size: int, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
-    """A fresh permutation of range(size), cut into `size // batch_size` minibatches."""
-    perm = torch.randperm(size, generator=generator)
-    for start in range(0, size - batch_size + 1, batch_size):
-        yield perm[start:start + batch_size]
+def minibatch_indices(rows: torch.Tensor, count: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    """A fresh permutation of `rows` (sample indices), cut into `count` minibatches of equal size (where `count`
+    divides it, as for a whole rollout; else sizes differ by one)."""
+    yield from torch.tensor_split(rows[torch.randperm(len(rows), generator=generator)], count)

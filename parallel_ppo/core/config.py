@@ -6,6 +6,7 @@ below the core, in `envs.config`, and re-exported here. Loading, overriding and 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,16 +46,22 @@ class ParallelConfig:
     and parameters through the overlapped path (for checking it), without its gain."""
 
     sync_fraction: float = setting(1.0, positive=True, maximum=1)
-    """Share of the workers whose finished rollout ends everyone's: once that many are done, the others stop after
+    """Share of the workers whose finished rollout ends everyone's: once that many are done, the others stop before
     their next step, keeping at least a quarter of theirs (DD-PPO's pre-emption of stragglers; it used 0.6). Their
     envs go on from there in the next rollout; GAE bootstraps each env from where it stopped, and the update
     learns from the steps taken (metrics.csv's `rollout_cut`: the share not taken). 1: wait for every worker (the
-    reference). Not with distributed ranks, whose updates must agree on their size."""
+    reference). Below 1, it must leave at least one worker to cut; not with distributed ranks, whose updates must
+    agree on their size."""
 
     @property
     def rollout_buffers(self) -> int:
         """Shared rollout buffers: two with `overlap` (the workers fill one while the learner reads the other)."""
         return 2 if self.overlap else 1
+
+    @property
+    def workers_waited_for(self) -> int:
+        """The workers whose finished rollouts end a rollout: `sync_fraction` of them, rounded up (all at 1)."""
+        return math.ceil(self.sync_fraction * self.num_workers - 1e-9)  # 0.14 × 50 is 7.000000000000001
 
     @property
     def lag(self) -> int:

@@ -251,18 +251,18 @@ class Outcome:
 def rollout_batch(buf: RolloutBuffer, cfg: Config, scaler: RewardScaler | None = None,
                   group: Group = ALONE) -> TrainBatch:
     """GAE over the filled buffer (rewards by their sign if `training.sign_rewards`, normalized by `scaler` if
-    given, plus any time-limit bootstrap), flattened to one row per env step taken (`RolloutBuffer.taken`). The
-    scaler sees every rank's rewards, so it normalizes as one process stepping all the envs would (a cut rollout is
-    one rank's: `parallel.sync_fraction` is refused with ranks)."""
+    given, plus any time-limit bootstrap), flattened to one row per env step (the steps a cut rollout did not take,
+    `RolloutBuffer.taken`, get advantage 0 and are not to be learned from). The scaler sees every rank's rewards, so
+    it normalizes as one process stepping all the envs would (a cut rollout is one rank's: `parallel.sync_fraction`
+    is refused with ranks)."""
     taken = buf.taken()
     rewards = buf.rewards.sign() if cfg.training.sign_rewards else buf.rewards
     if scaler is not None:
         rewards = group.own_columns(scaler(group.gather_columns(rewards), group.gather_columns(buf.dones), taken))
     advantages, returns = compute_gae(rewards + buf.bootstrap, buf.values, buf.dones, buf.last_values,
                                       cfg.training.gamma, cfg.training.gae_lambda, taken)
-    batch = TrainBatch(buf.obs.flatten(0, 1), buf.actions.flatten(0, 1), buf.logprobs.flatten(),
-                       buf.values.flatten(), advantages.flatten(), returns.flatten())
-    return batch if taken is None else batch[taken.flatten()]
+    return TrainBatch(buf.obs.flatten(0, 1), buf.actions.flatten(0, 1), buf.logprobs.flatten(), buf.values.flatten(),
+                      advantages.flatten(), returns.flatten())
 
 
 def stop_reason(cfg: Config, state: TrainState, stop: StopRequest, elapsed: float) -> str:
@@ -339,14 +339,10 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
         if augment is not None:  # every rank draws every env's shifts and takes its own: those of one process
             steps, envs = source.buffer.rewards.shape
             draws = group.own_columns(augment.draw(steps, envs * group.world_size, cfg.training.n_epochs,
-                                                   update_generator(cfg.run.seed, state.update)))
-            draws = draws.flatten(0, 1) if taken is None else draws[taken]
-        training = group.local_training(cfg)
-        if taken is not None:  # a cut rollout: as many minibatches (optimizer steps) as a whole one, each smaller
-            minibatches = cfg.rollout_size // training.batch_size
-            training = dataclasses.replace(training, batch_size=max(1, len(data) // minibatches))
-        stats = ppo_update(state.model, state.optimizer, data, training, state.generator, group.gradients, augment,
-                           draws)
+                                                   update_generator(cfg.run.seed, state.update))).flatten(0, 1)
+        rows = None if taken is None else taken.flatten().nonzero().squeeze(1)
+        stats = ppo_update(state.model, state.optimizer, data, group.local_training(cfg), state.generator,
+                           group.gradients, augment, draws, rows)
         if state.obs_normalizer is not None:  # after the update that learned with the statistics it collected with
             # (overlapped: the rollout in flight was collected with the statistics before these)
             normalizer = state.obs_normalizer
@@ -355,7 +351,7 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
     allreduce = group.pop_seconds()
     timers.add("update", -allreduce)
     timers.add("allreduce", allreduce)
-    steps = len(data) * group.world_size
+    steps = (len(data) if rows is None else len(rows)) * group.world_size
     state.record(agreed.result, steps)
     return {UPDATE: state.update, ENV_STEPS: state.env_steps, EPISODIC_RETURN: mean_or_nan(state.episode_returns),
             EPISODIC_LENGTH: mean_or_nan(state.episode_lengths), EPISODES: state.episodes, LEARNING_RATE: lr,

@@ -202,18 +202,20 @@ def average_gradients(model: nn.Module, reducer: Reducer, max_norm: float) -> No
 
 def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBatch, cfg: TrainingConfig,
                generator: torch.Generator, reducer: Reducer | None = None, augment: Augment | None = None,
-               draws: torch.Tensor | None = None) -> dict[str, float]:
+               draws: torch.Tensor | None = None, rows: torch.Tensor | None = None) -> dict[str, float]:
     """`n_epochs` passes of minibatch SGD over `data`; returns the statistics averaged over minibatches. With
     `augment` (`core.augment`), each minibatch's observations are augmented first, in epoch e by their samples'
-    `draws[:, e]` (a row per sample of `data`).
+    `draws[:, e]` (a row per sample of `data`). With `rows`, only those samples of `data` are learned from (a cut
+    rollout's steps taken: `RolloutBuffer.taken`), in as many minibatches as all of `data` makes, each smaller.
 
     With a `reducer` (data-parallel learners, each with its share of every minibatch): gradients are averaged
     before each step, the KL that may stop an epoch early is every learner's mean, and so are the statistics."""
     totals: dict[str, float] = {}
     count = 0
+    rows = torch.arange(len(data)) if rows is None else rows
     for epoch in range(cfg.n_epochs):
         kl_sum, kl_count = 0.0, 0
-        minibatches = list(minibatch_indices(len(data), cfg.batch_size, generator))
+        minibatches = list(minibatch_indices(rows, min(len(data) // cfg.batch_size, len(rows)), generator))
         moments: list[tuple[float, float] | None] = [None] * len(minibatches)
         if reducer is not None and cfg.norm_adv:
             moments = advantage_moments([data.advantages[idx] for idx in minibatches], reducer)
@@ -236,5 +238,5 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBa
         keys = sorted(result)
         means = reducer.mean_(torch.tensor([result[k] for k in keys], dtype=torch.float64)).tolist()
         result = dict(zip(keys, means, strict=True))
-    result[EXPLAINED_VARIANCE] = explained_variance(data.values, data.returns)
+    result[EXPLAINED_VARIANCE] = explained_variance(data.values[rows], data.returns[rows])
     return result

@@ -3,7 +3,6 @@ update), faults and shutdown."""
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import sys
@@ -132,8 +131,6 @@ class ParallelCoordinator:
         self.progress = torch.zeros(p.num_workers, dtype=torch.int64).share_memory_()
         self.abandon = torch.zeros((), dtype=torch.int64).share_memory_()
         self.cut = torch.zeros((), dtype=torch.int64).share_memory_()
-        self._enough = math.ceil(p.sync_fraction * p.num_workers)
-        """Workers whose rollout ends it: the others' is cut short (`parallel.sync_fraction`)."""
         self.buffers = tuple(RolloutBuffer.allocate(cfg.training.n_steps, cfg.env.num_envs, spaces.obs_shape,
                                                     spaces.obs_dtype, spaces.actions, shared=True)
                              for _ in range(p.rollout_buffers))
@@ -298,15 +295,15 @@ class ParallelCoordinator:
 
         Once `stopping()` is true, the rollout is abandoned: the workers end theirs where they are, and one that
         died (a signal to the whole group may have reached it) is not replaced. The results are then partial.
-        Once `parallel.sync_fraction` of the workers are done, the others end theirs after their next step (the
-        buffer's `lengths`)."""
+        Once `parallel.sync_fraction` of the workers are done, the others end theirs before their next step, once a
+        quarter of their steps are taken (the buffer's `lengths`)."""
         watchdog = self.watchdog
         pending = set(range(len(self._workers)))
         results: dict[int, CollectResult] = {}
         while pending:
             if stopping() and not self.abandon:
                 self.abandon.fill_(1)
-            if len(results) >= self._enough and not self.cut:
+            if len(results) >= self.cfg.parallel.workers_waited_for and not self.cut:
                 self.cut.fill_(1)
             handles = {}
             for i in pending:
