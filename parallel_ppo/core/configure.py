@@ -296,8 +296,9 @@ def build_config(
     validate(cfg, world_size or 1)
     p = cfg.parallel
     if parallel and p.sync_fraction < 1 and p.workers_waited_for == p.num_workers:
+        most = math.floor(1000 * (p.num_workers - 1) / p.num_workers) / 1000
         raise ConfigError(f"parallel.sync_fraction {p.sync_fraction} of {p.num_workers} workers waits for all of "
-                          f"them: set it to at most {math.floor(1000 * (p.num_workers - 1) / p.num_workers) / 1000}, or to 1")
+                          f"them: set it to at most {most}, or to 1")
     unused = [key for key in tracking_settings() if flags.get(key) is not None]
     if unused and not cfg.tracking.wandb:
         raise ConfigError(f"{' and '.join(unused)} set up W&B tracking, which is off: turn on tracking.wandb")
