@@ -297,8 +297,9 @@ def build_config(
     p = cfg.parallel
     if parallel and p.sync_fraction < 1 and p.workers_waited_for == p.num_workers:
         most = math.floor(1000 * (p.num_workers - 1) / p.num_workers) / 1000
-        raise ConfigError(f"parallel.sync_fraction {p.sync_fraction} of {p.num_workers} workers waits for all of "
-                          f"them: set it to at most {most}, or to 1")
+        advice = f"at most {most}, or to 1" if most else "1"
+        raise ConfigError(f"parallel.sync_fraction {p.sync_fraction} of {p.num_workers} worker(s) waits for all of "
+                          f"them: set it to {advice}")
     unused = [key for key in tracking_settings() if flags.get(key) is not None]
     if unused and not cfg.tracking.wandb:
         raise ConfigError(f"{' and '.join(unused)} set up W&B tracking, which is off: turn on tracking.wandb")
