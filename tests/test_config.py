@@ -322,11 +322,11 @@ def test_sync_fraction_waits_for_that_share_of_the_workers_rounded_up(workers, f
 
 
 def test_a_sync_fraction_that_would_wait_for_every_worker_is_refused():
-    """0.6 of 2 workers rounds up to both: nothing would ever be cut."""
-    with pytest.raises(ConfigError, match=r"0.6 of 2 worker\(s\) waits for all of them: set it to at most 0.5, or "):
+    """0.6 of 2 workers rounds up to both: nothing would ever be cut. One worker has none to cut, as the sequential
+    trainer, whatever the share (a study's one-worker point)."""
+    with pytest.raises(ConfigError, match=r"0.6 of 2 workers waits for all of them: set it to at most 0.5, or to 1"):
         build_config(None, {"parallel.num_workers": 2, "parallel.sync_fraction": 0.6}, [], parallel=True)
-    with pytest.raises(ConfigError, match=r"0.5 of 1 worker\(s\) waits for all of them: set it to 1$"):
-        build_config(None, {"parallel.num_workers": 1, "parallel.sync_fraction": 0.5}, [], parallel=True)
+    build_config(None, {"parallel.num_workers": 1, "parallel.sync_fraction": 0.5}, [], parallel=True)  # none to cut
     build_config(None, {"parallel.num_workers": 2, "parallel.sync_fraction": 0.6}, [], parallel=False)  # ignored
 
 

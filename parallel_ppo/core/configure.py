@@ -295,11 +295,10 @@ def build_config(
         derive_parallel_envs(cfg, given, on_command_line, {k for k, v in flags.items() if v is not None})
     validate(cfg, world_size or 1)
     p = cfg.parallel
-    if parallel and p.sync_fraction < 1 and p.workers_waited_for == p.num_workers:
+    if parallel and p.sync_fraction < 1 and p.workers_waited_for == p.num_workers > 1:  # one worker: none to cut
         most = math.floor(1000 * (p.num_workers - 1) / p.num_workers) / 1000
-        advice = f"at most {most}, or to 1" if most else "1"
-        raise ConfigError(f"parallel.sync_fraction {p.sync_fraction} of {p.num_workers} worker(s) waits for all of "
-                          f"them: set it to {advice}")
+        raise ConfigError(f"parallel.sync_fraction {p.sync_fraction} of {p.num_workers} workers waits for all of "
+                          f"them: set it to at most {most}, or to 1")
     unused = [key for key in tracking_settings() if flags.get(key) is not None]
     if unused and not cfg.tracking.wandb:
         raise ConfigError(f"{' and '.join(unused)} set up W&B tracking, which is off: turn on tracking.wandb")
