@@ -95,6 +95,10 @@ def test_layouts_that_cannot_split_are_refused(flags, parallel, world, message):
         build_config(None, {"training.n_steps": 64, **flags}, [], parallel=parallel, world_size=world)
 
 
+def test_sequential_ranks_ignore_the_worker_settings_sync_fraction_among_them():
+    build_config(None, {"parallel.sync_fraction": 0.5}, [], parallel=False, world_size=2)
+
+
 # ----------------------------------------------------------------------------------------------- under torchrun
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory) -> Path:

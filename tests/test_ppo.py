@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -124,6 +125,33 @@ def test_updates_on_the_same_batch_decrease_the_loss():
     assert stats1["losses/policy_loss"] < stats0["losses/policy_loss"]
     assert stats1["losses/value_loss"] < stats0["losses/value_loss"]
     assert stats1["losses/approx_kl"] > 0  # the policy moved
+
+
+def test_an_update_on_some_rows_never_reads_the_others():
+    """`ppo_update(rows=...)` (a cut rollout's steps taken) learns from those rows alone, in as many minibatches as
+    the whole batch makes: NaN everywhere else leaves the parameters finite, and the result equals an update on a
+    batch of those rows alone cut into the same number of minibatches."""
+    batch = rollout_batch(small_model(4), 4)
+    rows = torch.arange(0, BATCH, 3)  # 22 of 64
+    poisoned = dataclasses.replace(batch, **{name: getattr(batch, name).clone() for name in
+                                             ("obs", "advantages", "returns", "values", "logprobs")})
+    others = torch.ones(BATCH, dtype=torch.bool)
+    others[rows] = False
+    for name in ("obs", "advantages", "returns", "values", "logprobs"):
+        getattr(poisoned, name)[others] = float("nan")
+    cfg = fixed(batch_size=16, n_epochs=2, microbatch_size=0)
+    model = small_model(5)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-5)
+    stats = ppo_update(model, optimizer, poisoned, cfg, torch.Generator().manual_seed(0), rows=rows)
+    assert all(math.isfinite(v) for v in stats.values()), stats
+    assert int(optimizer.state[next(model.parameters())]["step"]) == 2 * BATCH // 16  # 4 minibatches an epoch
+    alone = small_model(5)
+    alone_optimizer = torch.optim.Adam(alone.parameters(), lr=1e-3, eps=1e-5)
+    ppo_update(alone, alone_optimizer, batch[rows], fixed(batch_size=len(rows) // 4, n_epochs=2, microbatch_size=0),
+               torch.Generator().manual_seed(0))
+    assert int(alone_optimizer.state[next(alone.parameters())]["step"]) == 2 * 4
+    for ours, theirs in zip(model.parameters(), alone.parameters(), strict=True):
+        torch.testing.assert_close(ours, theirs)
 
 
 def test_big_steps_are_clipped():

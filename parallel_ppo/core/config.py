@@ -50,8 +50,8 @@ class ParallelConfig:
     their next step, keeping at least a quarter of theirs (DD-PPO's pre-emption of stragglers; it used 0.6). Their
     envs go on from there in the next rollout; GAE bootstraps each env from where it stopped, and the update
     learns from the steps taken (metrics.csv's `rollout_cut`: the share not taken). 1: wait for every worker (the
-    reference). Below 1, it must leave at least one worker to cut; not with distributed ranks, whose updates must
-    agree on their size."""
+    reference). Below 1, with several workers, it must leave at least one to cut (one worker alone has none); not
+    with distributed ranks that have workers, whose updates must agree on their size."""
 
     @property
     def rollout_buffers(self) -> int:

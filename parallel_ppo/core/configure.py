@@ -178,9 +178,6 @@ def validate(cfg: Config, world_size: int = 1) -> None:
             raise ConfigError("eval.video records each evaluation's video in TensorBoard; set logging.tensorboard "
                               "true, or eval.video empty")
     _check_rollout(cfg, world_size if cfg.distributed.num_envs_total else 1)
-    if world_size > 1 and cfg.parallel.sync_fraction < 1:
-        raise ConfigError(f"parallel.sync_fraction {cfg.parallel.sync_fraction} cuts the rollouts of slow workers "
-                          f"short; {world_size} distributed ranks must take updates of one size: set it to 1")
 
 
 def check_rules(key: str, value: Any, rules: Rules) -> None:
@@ -295,6 +292,9 @@ def build_config(
         derive_parallel_envs(cfg, given, on_command_line, {k for k, v in flags.items() if v is not None})
     validate(cfg, world_size or 1)
     p = cfg.parallel
+    if parallel and (world_size or 1) > 1 and p.sync_fraction < 1:  # sequential ranks ignore it, as one process does
+        raise ConfigError(f"parallel.sync_fraction {p.sync_fraction} cuts the rollouts of slow workers short; "
+                          f"{world_size} distributed ranks must take updates of one size: set it to 1")
     if parallel and p.sync_fraction < 1 and p.workers_waited_for == p.num_workers > 1:  # one worker: none to cut
         most = math.floor(1000 * (p.num_workers - 1) / p.num_workers) / 1000
         raise ConfigError(f"parallel.sync_fraction {p.sync_fraction} of {p.num_workers} workers waits for all of "
