@@ -73,7 +73,7 @@ def test_env_bench_reports_every_path(tmp_path):
         ("sequential", "network"), ("parallel", "network")]
     assert all(r["steps_per_second"] > 0 and r["envs"] == 8 for r in rows)
     for r in rows[1:]:
-        assert 0 <= r["env_fraction"] + r["inference_fraction"] + r["sync_fraction"] <= 1.05
+        assert 0 <= r["env_share"] + r["inference_share"] + r["sync_share"] <= 1.05
 
 
 @pytest.mark.slow  # starts bench.py (a Python that imports torch)

@@ -49,8 +49,8 @@ def _collector_rate(source: Any, cfg: Config, seconds: float) -> dict[str, float
     finally:
         source.close()
     phases = timers.pop()
-    return {"steps_per_second": steps / wall, "env_fraction": (phases["env"] + phases["render"]) / wall,
-            "inference_fraction": phases["inference"] / wall, "sync_fraction": phases["sync"] / wall}
+    return {"steps_per_second": steps / wall, "env_share": (phases["env"] + phases["render"]) / wall,
+            "inference_share": phases["inference"] / wall, "sync_share": phases["sync"] / wall}
 
 
 def bench_envs(cfg: Config, seconds: float) -> list[dict[str, Any]]:
@@ -79,8 +79,7 @@ def format_env_table(rows: list[dict[str, Any]]) -> str:
     lines = ["| path | policy | workers | envs | env steps/s | env | inference | sync |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        frac = [f"{100 * r[k]:.0f}%" if k in r else "-" for k in ("env_fraction", "inference_fraction",
-                                                                    "sync_fraction")]
+        shares = [f"{100 * r[k]:.0f}%" if k in r else "-" for k in ("env_share", "inference_share", "sync_share")]
         lines.append(f"| {r['path']} | {r['policy']} | {r['workers'] or '-'} | {r['envs']} | "
-                     f"{r['steps_per_second']:,.0f} | {' | '.join(frac)} |")
+                     f"{r['steps_per_second']:,.0f} | {' | '.join(shares)} |")
     return "\n".join(lines)
