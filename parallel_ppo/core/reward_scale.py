@@ -36,18 +36,13 @@ class RewardScaler:
         (`RolloutBuffer.taken`), only the steps taken count: an env whose rollout was cut keeps its accumulator for
         the next rollout."""
         raw = rewards.double().numpy()
-        ended = dones.numpy() > 0.5
+        took = np.ones(raw.shape, dtype=bool) if taken is None else taken.numpy()
+        ended = (dones.numpy() > 0.5) & took
         scaled = np.empty_like(raw)
         for t in range(raw.shape[0]):
-            if taken is None:
-                self.returns = self.returns * self.gamma + raw[t]
-                self.stats.update(self.returns)
-            else:
-                took = taken[t].numpy()
-                self.returns[took] = self.returns[took] * self.gamma + raw[t, took]
-                if took.any():
-                    self.stats.update(self.returns[took])
-                ended[t] &= took
+            self.returns[took[t]] = self.returns[took[t]] * self.gamma + raw[t, took[t]]
+            if took[t].any():
+                self.stats.update(self.returns[took[t]])
             scaled[t] = np.clip(raw[t] / np.sqrt(self.stats.var + self.EPS), -self.clip, self.clip)
             self.returns[ended[t]] = 0.0
         return torch.from_numpy(scaled.astype(np.float32))
