@@ -36,8 +36,9 @@ from parallel_ppo.runs.directory import prepare_run_dir, resolve_run_dir
 from parallel_ppo.runs.report.formatting import fmt_flop
 from parallel_ppo.runs.tracking import start_tracking
 from parallel_ppo.runs.training import RunPlan, eval_views, train_run
-from parallel_ppo.tuning.before_run import tune
+from parallel_ppo.tuning.before_run import Tuning, tune
 from parallel_ppo.tuning.learner_settings import LearnerChoice
+from parallel_ppo.tuning.learner_threads import ThreadChoice
 
 
 @dataclass(frozen=True)
@@ -66,12 +67,13 @@ class Request:
 
 @dataclass(frozen=True)
 class PreparedRun:
-    """A run ready to train: its plan, the rollout source with its workers up, the learner's choice (for the start
-    line) and its group."""
+    """A run ready to train: its plan, the rollout source with its workers up, the learner's choices (for the start
+    lines) and its group."""
 
     plan: RunPlan
     source: RolloutSource
     learner: LearnerChoice
+    threads: ThreadChoice
     group: Group
 
 
@@ -235,21 +237,25 @@ def prepare(request: Request) -> PreparedRun:
         torch.set_num_threads(threads.learner)
         retain_freed_memory()
         tuning = tune(cfg, spaces, group)
-        plan = RunPlan(settled(cfg, run_dir, tuning.learner, group.world_size), spaces, run_dir, request.mode,
-                       threads.describe(), learner=tuning.learner.to_dict(), compute_limit=tuning.compute_limit,
+        threads = dataclasses.replace(threads, learner=tuning.threads.threads)
+        plan = RunPlan(settled(cfg, run_dir, tuning, group.world_size), spaces, run_dir, request.mode,
+                       threads.describe(), learner={**tuning.learner.to_dict(), "threads": tuning.threads.to_dict()},
+                       compute_limit=tuning.compute_limit,
                        roofline=tuning.roofline, resume=resume, overwrite=request.overwrite)
         source = start_source(plan, threads, request.parallel, group)
     except BaseException:
         group.close(wait=False)
         raise
-    return PreparedRun(plan, source, tuning.learner, group)
+    return PreparedRun(plan, source, tuning.learner, tuning.threads, group)
 
 
-def settled(cfg: Config, run_dir: Path, learner: LearnerChoice, world_size: int) -> Config:
+def settled(cfg: Config, run_dir: Path, tuning: Tuning, world_size: int) -> Config:
     """The config the run trains with, made once from the validated one (which stays as it is): the run directory,
-    and the learner's chosen settings in place of `auto` (workers, config.yaml and checkpoints carry them); validated
-    again after this, its last change."""
-    run_cfg = dataclasses.replace(learner.resolve(cfg), run=dataclasses.replace(cfg.run, output_dir=str(run_dir)))
+    and the learner's chosen settings and threads in place of `auto` (workers, config.yaml and checkpoints carry
+    them); validated again after this, its last change."""
+    run_cfg = dataclasses.replace(tuning.learner.resolve(cfg),
+                                  run=dataclasses.replace(cfg.run, output_dir=str(run_dir)),
+                                  parallel=dataclasses.replace(cfg.parallel, learner_threads=tuning.threads.threads))
     validate(run_cfg, world_size)
     return run_cfg
 
@@ -341,6 +347,8 @@ def write_run_start(run: PreparedRun, prog: str | None) -> None:
     if watchdog := getattr(run.source, "describe_watchdog", None):  # worker processes: when one counts as hung
         say(prog, watchdog())
     say(prog, f"learner {run.learner.describe()}")
+    if run.threads.source != "config":
+        say(prog, run.threads.describe())
 
 
 def start_line(run: PreparedRun) -> str:

@@ -82,7 +82,7 @@ LIMITS = {"fp32/64": 190.0, "fp32/128": 183.0, "fp32/whole": 177.0, "bf16/64": 1
           "bf16/whole": 150.0}
 
 
-def test_candidates_cover_what_is_auto():
+def test_candidates_cover_what_is_auto(monkeypatch):
     assert [c.label for c in candidates(auto_config())] == list(LIMITS)
     assert [c.label for c in candidates(auto_config(precision="bf16"))] == ["bf16/64", "bf16/128", "bf16/whole"]
     assert [c.label for c in candidates(auto_config(microbatch_size=32))] == ["fp32/32", "bf16/32"]
@@ -91,6 +91,9 @@ def test_candidates_cover_what_is_auto():
     assert candidates(auto_config(precision="fp32", microbatch_size=0)) == [Candidate("fp32", 0)]
     assert [c.label for c in candidates(auto_config(), with_bf16=False)] == ["fp32/64", "fp32/128", "fp32/whole"]
     assert candidates(auto_config(precision="bf16", microbatch_size=0), with_bf16=False) == [Candidate("bf16", 0)]
+    monkeypatch.setattr(learner_settings, "learner_device", lambda cfg: torch.device("cuda"))
+    assert [c.label for c in candidates(auto_config())] == ["fp32/whole", "bf16/whole"]  # no chunks on a GPU
+    assert [c.label for c in candidates(auto_config(microbatch_size=64))] == ["fp32/64", "bf16/64"]
 
 
 def test_the_fastest_candidate_is_chosen_then_cached(tmp_path):

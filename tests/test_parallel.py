@@ -142,7 +142,9 @@ def test_overlapped_first_update_equals_sequential(tmp_path, monkeypatch, lag):
 def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypatch, lag):
     """With overlap, the rollout returned by collect k was collected with the parameters given to collect k-1:
     it holds exactly what a synchronous coordinator collects when given those parameters at its k-th call. With a
-    lag of 0, the two buffers filled in turn hold what the synchronous coordinator collects with the same ones."""
+    lag of 0, the two buffers filled in turn hold what the synchronous coordinator collects with the same ones. The
+    synchronous reference's workers are pinned each to a CPU (`parallel.pin_workers`), which changes nothing they
+    collect."""
     monkeypatch.chdir(ROOT)
     cfg = _config("CartPole-v1", True, 2, tmp_path, ())
     models = []
@@ -151,9 +153,14 @@ def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypat
         models.append(network(cfg, env_spaces(cfg.env)))
 
     def rollouts(overlap: bool, given: list[int]) -> tuple[list[dict[str, torch.Tensor]], list[int]]:
+        pinned = not overlap and hasattr(os, "sched_setaffinity")  # the reference, each worker on a CPU of its own
         cfg = _config("CartPole-v1", True, 2, tmp_path, (f"parallel.overlap={str(overlap).lower()}",
-                                                         f"parallel.policy_lag={lag}"))
+                                                         f"parallel.policy_lag={lag}",
+                                                         f"parallel.pin_workers={str(pinned).lower()}"))
         source = ParallelCoordinator(cfg, env_spaces(cfg.env), thread_plan(cfg, parallel=True))
+        if pinned:
+            cpus = sorted(os.sched_getaffinity(0))
+            assert [os.sched_getaffinity(w.process.pid) for w in source._workers] == [{cpus[0]}, {cpus[1 % len(cpus)]}]
         try:
             out, lags = [], []
             for index in given:

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import psutil
+import pytest
 
 from parallel_ppo.bench.scaling import default_worker_counts
 from parallel_ppo.bench.study import available_cores
@@ -17,7 +18,9 @@ from parallel_ppo.core.threads import (
     thread_plan,
     usable_cpus,
     user_draw_threads,
+    worker_cpu,
 )
+from parallel_ppo.errors import ConfigError
 
 CARTPOLE = str(Path(__file__).resolve().parents[1] / "config" / "cartpole.yaml")
 
@@ -115,3 +118,12 @@ def test_validating_a_config_sets_no_drawing_threads_and_a_run_sets_them_before_
     ppo.train(CARTPOLE, output_dir=tmp_path / "run", overrides=tiny, verbose=False)
     assert seen == ["3"], "the plan's drawing threads (3 usable CPUs), set before the probe"
     assert "LP_NUM_THREADS" not in os.environ and OWN_DRAW_THREADS not in os.environ
+
+
+def test_pinned_workers_take_the_usable_cpus_in_turn_where_the_platform_pins(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {7, 3, 5}, raising=False)
+    assert [worker_cpu(slot) for slot in range(4)] == [3, 5, 7, 3]
+    monkeypatch.delattr(os, "sched_setaffinity", raising=False)
+    with pytest.raises(ConfigError, match="parallel.pin_workers pins workers"):
+        build_config(CARTPOLE, {}, ["parallel.pin_workers=true"], True)
+    assert build_config(CARTPOLE, {}, ["parallel.pin_workers=true"], False).parallel.pin_workers  # sequential: unused

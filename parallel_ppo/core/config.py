@@ -22,8 +22,11 @@ class ParallelConfig:
     """Envs in each worker's batch."""
     worker_threads: int = setting(1, positive=True)
     """Torch/OpenMP threads in each worker process."""
-    learner_threads: int = setting(0, non_negative=True)
-    """Torch threads of the process that runs the update (0 = automatic: every logical CPU this process may use)."""
+    learner_threads: int | str = setting("auto", non_negative=True, auto=True)
+    """Torch threads of the process that runs the update: a number; 0 for every logical CPU this process may use
+    (with `overlap`, those its workers leave); or `auto` (the default), the fewest of those that train as fast as
+    all of them, measured before the run and cached (`tuning.learner_threads`; one, unmeasured, for a network too
+    small to gain from more)."""
     start_method: str = setting("forkserver", choices=("spawn", "forkserver"))
     """How workers start: forkserver (forked from a process that loaded torch, and what the env's family preloads,
     once, so workers share that memory; the default) or spawn (each worker imports everything itself)."""
@@ -44,6 +47,11 @@ class ParallelConfig:
     """With `overlap`: updates by which the workers' parameters may trail the learner's. 1 lets them collect
     through the update; 0 has them wait for it, filling the two buffers in turn: the synchronous trainer's data
     and parameters through the overlapped path (for checking it), without its gain."""
+
+    pin_workers: bool = False
+    """Pin each worker process to one CPU of those this process may use, in turn (a distributed rank's workers
+    continue after the ranks before it on the host), so the scheduler never moves a worker and its caches; the
+    learner stays free to run anywhere. Off: the scheduler places them (the reference). Linux only."""
 
     sync_fraction: float = setting(1.0, positive=True, maximum=1)
     """Share of the workers whose finished rollout ends everyone's: once that many are done, the others stop before

@@ -299,6 +299,9 @@ def build_config(
         most = math.floor(1000 * (p.num_workers - 1) / p.num_workers) / 1000
         raise ConfigError(f"parallel.sync_fraction {p.sync_fraction} of {p.num_workers} workers waits for all of "
                           f"them: set it to at most {most}, or to 1")
+    if parallel and p.pin_workers and not hasattr(os, "sched_setaffinity"):
+        raise ConfigError("parallel.pin_workers pins workers to CPUs, which this platform does not let a process do "
+                          "(Linux does): set it to false")
     unused = [key for key in tracking_settings() if flags.get(key) is not None]
     if unused and not cfg.tracking.wandb:
         raise ConfigError(f"{' and '.join(unused)} set up W&B tracking, which is off: turn on tracking.wandb")

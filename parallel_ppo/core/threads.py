@@ -44,18 +44,27 @@ def usable_cpus() -> int:
 
 
 def thread_plan(cfg: Config, parallel: bool, ranks_on_host: int = 1) -> ThreadPlan:
-    """Configured counts, or automatic ones (0): the learner and a sequential trainer's envs get every usable
+    """Configured counts, or automatic ones (0; the learner's `auto` too, the ceiling its measurement chooses
+    within: `tuning.learner_threads`): the learner and a sequential trainer's envs get every usable
     logical CPU (`usable_cpus`; shared evenly among the ranks of a distributed run on this host), an overlapped
     learner those its workers leave (`overlapped_learner_threads`); a worker's envs step on one thread, since W
     workers already fill the cores, and draw on its share of the cores (at least one)."""
     cores = max(1, usable_cpus() // ranks_on_host)
-    learner, env = cfg.parallel.learner_threads or cores, cfg.env.env_threads
-    if parallel and cfg.parallel.lag and not cfg.parallel.learner_threads:
+    fixed = 0 if cfg.parallel.learner_threads == "auto" else cfg.parallel.learner_threads
+    learner, env = fixed or cores, cfg.env.env_threads
+    if parallel and cfg.parallel.lag and not fixed:
         learner = overlapped_learner_threads(cores, cfg.parallel.num_workers)
     if parallel:
         share = env or max(1, cores // cfg.parallel.num_workers)
         return ThreadPlan(learner=learner, env=env or 1, draw=share, worker=cfg.parallel.worker_threads)
     return ThreadPlan(learner=learner, env=env or cores, draw=env or cores)
+
+
+def worker_cpu(slot: int) -> int:
+    """The CPU a pinned worker runs on (`parallel.pin_workers`): the `slot`-th of those this process may use, in
+    turn."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return cpus[slot % len(cpus)]
 
 
 def overlapped_learner_threads(cores: int, workers: int) -> int:

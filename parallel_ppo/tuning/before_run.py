@@ -1,5 +1,5 @@
-"""What a run measures before it trains: the learner's `auto` settings, the network's compute limit and FLOPs, and
-this machine's matmul peaks, for one process or every rank of a distributed run."""
+"""What a run measures before it trains: the learner's `auto` settings and threads, the network's compute limit and
+FLOPs, and this machine's matmul peaks, for one process or every rank of a distributed run."""
 
 from __future__ import annotations
 
@@ -7,11 +7,14 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.group import ALONE, Group
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.tuning.compute_limit import measure_compute_limit, network_flops
 from parallel_ppo.tuning.learner_settings import LearnerChoice, choose, matmul_peaks
+from parallel_ppo.tuning.learner_threads import ThreadChoice, choose_threads
 
 
 @dataclass(frozen=True)
@@ -19,6 +22,8 @@ class Tuning:
     """The measurements a run makes before its first update."""
 
     learner: LearnerChoice
+    threads: ThreadChoice
+    """The learner's torch threads (set for this process when `tune` returns)."""
     compute_limit: dict[str, Any] | None = None
     """The bare network's compute limit (None when `run.limit_seconds` is 0)."""
     roofline: dict[str, Any] | None = None
@@ -26,8 +31,9 @@ class Tuning:
 
 
 def tune(cfg: Config, spaces: EnvSpaces, group: Group = ALONE) -> Tuning:
-    """Before any env or worker exists: choose the learner's `auto` settings (precision, microbatch, device), then
-    measure the compute limit with them (the candidates' measurement already holds it when it ran now) and the
+    """Before any env or worker exists: choose the learner's `auto` settings (precision, microbatch, device) on the
+    threads this process has (the thread plan's), then its `auto` threads within them, then measure the compute
+    limit with them (the candidates' measurement already holds it when it ran now) and the
     machine's arithmetic roofline; each measurement is skipped when `run.limit_seconds` is 0. `cfg` is not changed.
 
     The ranks of a distributed run measure at once, each on its own minibatch (its share of it when the envs are
@@ -36,14 +42,16 @@ def tune(cfg: Config, spaces: EnvSpaces, group: Group = ALONE) -> Tuning:
     seconds = cfg.run.limit_seconds
     local = dataclasses.replace(cfg, training=group.local_training(cfg))
     choice = group.broadcast(choose(local, spaces, seconds, beside_ranks=group.distributed))
+    chosen, ceiling = choice.resolve(local), torch.get_num_threads()
+    threads = group.broadcast(choose_threads(chosen, spaces, seconds, ceiling, beside_ranks=group.distributed))
+    torch.set_num_threads(threads.threads)
     if seconds <= 0:
-        return Tuning(choice)
-    chosen = choice.resolve(local)
-    limit = choice.limit or measure_compute_limit(chosen, spaces, seconds)
+        return Tuning(choice, threads)
+    limit = (choice.limit if threads.threads == ceiling else None) or measure_compute_limit(chosen, spaces, seconds)
     peaks = matmul_peaks(chosen)
     roofline = {**network_flops(chosen, spaces), "peak_gflops": peaks}
     if group.distributed:  # each rank measured with its own threads, while the others measured too
         limit = {**limit, "rank_limit_sps": limit["limit_sps"], "limit_sps": limit["limit_sps"] * group.world_size}
         roofline |= {"rank_peak_gflops": peaks,
                      "peak_gflops": {k: v * group.world_size for k, v in peaks.items()}}
-    return Tuning(choice, limit, roofline)
+    return Tuning(choice, threads, limit, roofline)

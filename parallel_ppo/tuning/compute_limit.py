@@ -116,7 +116,7 @@ def _random_obs(rng: torch.Generator, batch: int, spaces: EnvSpaces) -> torch.Te
     return torch.randn((batch, *spaces.obs_shape), generator=rng)
 
 
-def _timed_loop(step: Callable[[int], None], seconds: float, warmup_iters: int, min_iters: int) -> list[float]:
+def timed_loop(step: Callable[[int], None], seconds: float, warmup_iters: int, min_iters: int) -> list[float]:
     """Call `step(i)` `warmup_iters` times untimed, then until `seconds` have passed (at least `min_iters`);
     returns the timed iterations' durations in seconds."""
     for i in range(warmup_iters):
@@ -211,7 +211,7 @@ def measure_compute_limit(cfg: Config, spaces: EnvSpaces, seconds: float = 20.0,
     candidates = candidates or [fixed_candidate(cfg)]
     steps = NetworkSteps(cfg, spaces, forward_batch)
     forward, train, load = _time_candidates(steps, candidates, seconds, rounds, warmup_iters, min_iters)
-    rates = {c: _figures(forward[c.precision], train[c], forward_batch, minibatch, cfg.training.n_epochs)
+    rates = {c: rate_figures(forward[c.precision], train[c], forward_batch, minibatch, cfg.training.n_epochs)
              for c in candidates}
     best = max(candidates, key=lambda c: rates[c]["limit_sps"])
     return {
@@ -245,9 +245,9 @@ def _time_candidates(steps: NetworkSteps, candidates: list[Candidate], seconds: 
         for r in range(rounds):
             warm, order = (warmup_iters if r == 0 else 0), (-1 if r % 2 else 1)
             for p in precisions[::order]:
-                forward[p].append(_timed_loop(steps.forward(p), forward_share, warm, min_iters))
+                forward[p].append(timed_loop(steps.forward(p), forward_share, warm, min_iters))
             for c in candidates[::order]:
-                train[c].append(_timed_loop(steps.train(c), train_share, warm, min_iters))
+                train[c].append(timed_loop(steps.train(c), train_share, warm, min_iters))
     return forward, train, load
 
 
@@ -257,7 +257,7 @@ def for_candidate(result: dict[str, Any], candidate: Candidate) -> dict[str, Any
             "microbatch_size": candidate.microbatch_size}
 
 
-def _figures(forward: Rounds, train: Rounds, forward_batch: int, minibatch: int, n_epochs: int) -> dict[str, Any]:
+def rate_figures(forward: Rounds, train: Rounds, forward_batch: int, minibatch: int, n_epochs: int) -> dict[str, Any]:
     """A candidate's rates (batch / median iteration time) and compute limit, from its timed iterations (a list per
     round), with each round's own compute limit under `round_sps` and the limit its fastest iterations imply under
     `best_sps` (other processes' load only ever adds time, so this is what load disturbs least)."""
@@ -321,7 +321,7 @@ def matmul_peak(dtype: torch.dtype, seconds: float = 1.0, device: torch.device |
     def step(i: int) -> None:
         torch.mm(a, b)
         sync()
-    return 2 * n**3 / float(np.median(_timed_loop(step, seconds, 0, 3))) / 1e9
+    return 2 * n**3 / float(np.median(timed_loop(step, seconds, 0, 3))) / 1e9
 
 
 def network_flops(cfg: Config, spaces: EnvSpaces) -> dict[str, float]:

@@ -106,10 +106,13 @@ def is_small(cfg: Config, spaces: EnvSpaces) -> bool:
 
 def candidates(cfg: Config, with_bf16: bool = True) -> list[Candidate]:
     """Every combination the config leaves open (one candidate when nothing is `auto`); bf16 is left out of an `auto`
-    precision unless `with_bf16`."""
+    precision unless `with_bf16`. An `auto` chunk on a GPU (any device but the CPU) is the whole minibatch: chunks
+    keep a CPU's working set in its caches, while a GPU needs large batches to fill its units."""
     t = cfg.training
     precisions = (PRECISIONS if with_bf16 else ("fp32",)) if t.precision == "auto" else (t.precision,)
-    if t.microbatch_size == "auto":
+    if t.microbatch_size == "auto" and learner_device(cfg).type != "cpu":
+        sizes = [0]
+    elif t.microbatch_size == "auto":
         sizes = [m for m in MICROBATCHES if 0 < m < t.batch_size] + [0]
     else:
         sizes = [t.microbatch_size]
@@ -167,7 +170,7 @@ def pick(options: list[Candidate], rounds: dict[str, list[float]], default: Cand
     return max(winners, key=gain) if winners else default
 
 
-def _digest(cfg: Config, **fields: Any) -> str:
+def machine_digest(cfg: Config, **fields: Any) -> str:
     """A cache key: `fields` with what every measurement here depends on (CPU and its kind, torch, threads, device:
     two CPU kinds that share a model name, one with native bf16 and one without, never share an entry)."""
     hw = fingerprint.hardware()
@@ -177,11 +180,11 @@ def _digest(cfg: Config, **fields: Any) -> str:
 
 
 def cache_key(cfg: Config, spaces: EnvSpaces, options: list[Candidate]) -> str:
-    """What the choice depends on: the machine (`_digest`), the network and batch sizes."""
+    """What the choice depends on: the machine (`machine_digest`), the network and batch sizes."""
     observation = {"obs_shape": list(spaces.obs_shape)}
     if spaces.layout is not None:
         observation["layout"] = spaces.layout.to_dict()
-    return _digest(cfg, model=dataclasses.asdict(cfg.model), **observation,
+    return machine_digest(cfg, model=dataclasses.asdict(cfg.model), **observation,
                    actions=spaces.actions.to_dict(), batch_size=cfg.training.batch_size,
                    rollout_batch=cfg.env.num_envs, n_epochs=cfg.training.n_epochs,
                    candidates=[c.label for c in options], rule=CACHE_RULE)
@@ -373,7 +376,7 @@ def matmul_peaks(cfg: Config, seconds: float = 1.0, path: Path | None = None) ->
     choice (a second each, once per machine)."""
     device = learner_device(cfg)
     path = path or cache_path()
-    key = "matmul_peak/" + _digest(cfg)
+    key = "matmul_peak/" + machine_digest(cfg)
     entry = read_cache(path).get(key)
     if isinstance(entry, dict) and all(isinstance(entry.get(p), (int, float)) for p in PRECISIONS):
         return {p: float(entry[p]) for p in PRECISIONS}

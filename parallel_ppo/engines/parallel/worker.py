@@ -40,6 +40,7 @@ class WorkerSpec:
     draw_threads: int  # Mesa's software OpenGL's drawing threads (`draw_with`)
     torch_threads: int  # torch/OpenMP threads
     env_offset: int = 0  # global index of this rank's first env (distributed runs): seeds follow global indices
+    cpu: int | None = None  # the CPU it is pinned to (`parallel.pin_workers`), else None: anywhere
 
 
 # Messages on a worker's pipe. In: Collect or Stop. Out: Ready once started, then Done per rollout, or Failed.
@@ -106,6 +107,8 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         signal.signal(sig, signal.SIG_IGN)
     signal_on_parent_death(signal.SIGKILL)  # it ignores SIGTERM, and must not outlive the run
     setproctitle.setproctitle(process_title(spec))
+    if spec.cpu is not None:
+        os.sched_setaffinity(0, {spec.cpu})
     torch.set_num_threads(spec.torch_threads)
     draw_with(spec.draw_threads)
     retain_freed_memory()

@@ -1,0 +1,177 @@
+"""The learner's torch threads chosen by measurement (`parallel.learner_threads: auto`): the fewest that train about
+as fast as the most the run may give it (its `ceiling`: every core, the cores overlapped workers leave, a rank's
+share).
+
+More threads help a network only where its minibatch steps have arithmetic to share: on the 16-core Xeon, Lift's
+64-unit MLP took 0.24 ms a sample at 1 and at 16 threads, while threads that buy nothing still spin at every
+barrier and hold cores the workers could use. So one thread stays unless more are clearly faster (`pick_threads`,
+the learner settings' rule: in every interleaved round), and a network too small to measure keeps one, unmeasured
+(`learner_settings.is_small`). The choice is cached like the learner settings', per machine and settings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from parallel_ppo.core.config import Config
+from parallel_ppo.envs.spaces import EnvSpaces
+from parallel_ppo.runs import fingerprint
+from parallel_ppo.tuning.compute_limit import (
+    BUSY_CORES,
+    NetworkSteps,
+    OtherLoad,
+    fixed_candidate,
+    rate_figures,
+    timed_loop,
+)
+from parallel_ppo.tuning.learner_settings import (
+    MARGIN,
+    ROUNDS,
+    SMALL_FORWARD_FLOPS,
+    cache_path,
+    clearly_faster,
+    is_small,
+    machine_digest,
+    read_cache,
+    store,
+)
+
+THREADS_RULE = 1
+"""Part of the cache key: a choice made by an earlier rule is measured again."""
+
+MeasureThreads = Callable[[Config, EnvSpaces, float, list[int]], dict[str, Any]]
+
+
+def thread_counts(ceiling: int) -> list[int]:
+    """The counts measured: 1, 2, 4, ... below `ceiling`, and the ceiling itself."""
+    counts, t = [], 1
+    while t < ceiling:
+        counts.append(t)
+        t *= 2
+    return [*counts, max(1, ceiling)]
+
+
+def pick_threads(rounds: dict[int, list[float]]) -> int:
+    """One thread unless more train clearly faster (`clearly_faster`: by over MARGIN in every round); of the counts
+    that do, the fewest whose median gain over one thread comes within MARGIN of the best count's (the 16 threads
+    that beat 8 by 3% are not worth the 8 cores they take)."""
+    gains = {t: float(np.median(np.divide(r, rounds[1]))) for t, r in rounds.items()
+             if t > 1 and clearly_faster(r, rounds[1])}
+    if not gains:
+        return 1
+    top = max(gains.values())
+    return min(t for t, g in gains.items() if g * (1 + MARGIN) >= top)
+
+
+@contextlib.contextmanager
+def threads_kept() -> Iterator[None]:
+    """torch's thread count as it was before the block, put back after it."""
+    threads = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def measure_threads(cfg: Config, spaces: EnvSpaces, seconds: float, counts: list[int]) -> dict[str, Any]:
+    """The compute limit (`compute_limit.measure_compute_limit`'s, for the config's resolved learner settings) at
+    each thread count, in ROUNDS interleaved rounds (reversed every other round) sharing `seconds`, a fifth for the
+    forward passes; one untimed iteration after each change of threads. Returns each count's figures (by count, as
+    text) and the other processes' load meanwhile."""
+    candidate, steps = fixed_candidate(cfg), NetworkSteps(cfg, spaces, cfg.env.num_envs)
+    share = seconds / (len(counts) * ROUNDS)
+    forward: dict[int, list[list[float]]] = {t: [] for t in counts}
+    train: dict[int, list[list[float]]] = {t: [] for t in counts}
+    with threads_kept(), OtherLoad() as load:
+        for r in range(ROUNDS):
+            for t in counts[::-1 if r % 2 else 1]:
+                torch.set_num_threads(t)
+                forward[t].append(timed_loop(steps.forward(candidate.precision), share / 5, 1, 1))
+                train[t].append(timed_loop(steps.train(candidate), share * 4 / 5, 1, 1))
+    figures = {str(t): rate_figures(forward[t], train[t], cfg.env.num_envs, cfg.training.batch_size,
+                                cfg.training.n_epochs) for t in counts}
+    return {"counts": figures, "other_load_cores": load.cores, "rounds": ROUNDS}
+
+
+@dataclass
+class ThreadChoice:
+    """The learner's thread count and how it was decided."""
+
+    threads: int
+    ceiling: int
+    """The most the run may give the learner (the thread plan's count)."""
+    source: str
+    """`config` (a number was set), `ceiling` (one is all the run may use), `default` (a network too small to
+    measure: one thread), `measured` (now), `cached` (an earlier measurement) or `unmeasured` (run.limit_seconds 0
+    and nothing cached: the ceiling)."""
+    rates: dict[str, float] = field(default_factory=dict)
+    """Compute limit (env steps/s) measured at each thread count, by count."""
+    busy_cores: float | None = None
+    """Cores other processes kept busy while it measured; above BUSY_CORES the choice is not cached."""
+    stored: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """summary.json's `learner_threads` entry."""
+        return {"threads": self.threads, "ceiling": self.ceiling, "source": self.source, "rates": self.rates,
+                "busy_cores": self.busy_cores, "stored": self.stored}
+
+    def describe(self) -> str:
+        """One line for the start of a run."""
+        rates = ", ".join(f"{t} threads {sps:.0f}" for t, sps in self.rates.items())
+        said = {"measured": f"measured now, compute limit SPS {rates}",
+                "cached": f"from the measurement cached ({rates})",
+                "default": f"a network under {SMALL_FORWARD_FLOPS / 1e6:g} MFLOP per sample gains nothing from "
+                           "more (not measured)",
+                "unmeasured": "every one the run may use, unmeasured (run.limit_seconds is 0)",
+                "ceiling": "all the run may use"}
+        rule = (f"; one unless more are faster by over {MARGIN:.0%} in each of {ROUNDS} rounds, then the fewest "
+                f"within {MARGIN:.0%} of the fastest") if self.rates else ""
+        kept = ", not cached: other processes kept the machine busy" if self.source == "measured" and \
+            not self.stored else ""
+        return f"learner threads {self.threads} of {self.ceiling}: {said.get(self.source, 'as configured')}{rule}{kept}"
+
+
+def choose_threads(cfg: Config, spaces: EnvSpaces, seconds: float, ceiling: int, *,
+                   measure: MeasureThreads = measure_threads, path: Path | None = None,
+                   beside_ranks: bool = False) -> ThreadChoice:
+    """Resolve `parallel.learner_threads: auto` within `ceiling` for `cfg` (its learner settings resolved): one for
+    a small network (`is_small`), else the cached choice, else a measurement of `thread_counts` in `seconds` whose
+    `pick_threads` is cached unless other processes kept the machine busy (not counting a distributed run's own
+    ranks, `beside_ranks`); with `seconds` 0 and nothing cached, the ceiling."""
+    configured = cfg.parallel.learner_threads
+    if configured != "auto":
+        return ThreadChoice(configured or ceiling, ceiling, "config")
+    if ceiling <= 1:
+        return ThreadChoice(1, ceiling, "ceiling")
+    if is_small(cfg, spaces):
+        return ThreadChoice(1, ceiling, "default")
+    counts = thread_counts(ceiling)
+    path = path or cache_path()
+    t = cfg.training
+    key = "learner_threads/" + machine_digest(
+        cfg, model=dataclasses.asdict(cfg.model), obs_shape=list(spaces.obs_shape), batch_size=t.batch_size,
+        rollout_batch=cfg.env.num_envs, n_epochs=t.n_epochs, precision=t.precision,
+        microbatch_size=t.microbatch_size, counts=counts, rule=THREADS_RULE)
+    entry = read_cache(path).get(key)
+    if isinstance(entry, dict) and entry.get("threads") in counts:
+        return ThreadChoice(entry["threads"], ceiling, "cached", dict(entry.get("rates", {})))
+    if seconds <= 0:
+        return ThreadChoice(ceiling, ceiling, "unmeasured")
+    measured = measure(cfg, spaces, seconds, counts)
+    figures = measured["counts"]
+    chosen = pick_threads({t: figures[str(t)]["round_sps"] for t in counts})
+    rates = {str(t): figures[str(t)]["limit_sps"] for t in counts}
+    busy = float(measured.get("other_load_cores") or 0.0)
+    choice = ThreadChoice(chosen, ceiling, "measured", rates, busy)
+    if busy <= BUSY_CORES or beside_ranks:  # threads measured beside other work stall: that ranking is the load's
+        choice.stored = store(path, key, {"threads": chosen, "rates": rates, "cpu": fingerprint.cpu_model(),
+                                          "torch": torch.__version__})
+    return choice

@@ -1,0 +1,134 @@
+"""The learner's `auto` threads: the fewest that train as fast as the most (a fake measurement decides here, the real
+one runs once), cached per machine and settings, one for a small network, the ceiling with no budget; the run
+trains on the choice and records it."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from parallel_ppo.core.config import Config
+from parallel_ppo.core.configure import build_config
+from parallel_ppo.core.threads import thread_plan
+from parallel_ppo.envs.spaces import ActionSpace, EnvSpaces
+from parallel_ppo.errors import ConfigError
+from parallel_ppo.tuning.learner_settings import ROUNDS
+from parallel_ppo.tuning.learner_threads import (
+    ThreadChoice,
+    choose_threads,
+    measure_threads,
+    pick_threads,
+    thread_counts,
+)
+
+PROCGEN = EnvSpaces((64, 64, 3), np.dtype(np.uint8), ActionSpace(15))
+CARTPOLE = EnvSpaces((4,), np.dtype(np.float32), ActionSpace(2))
+
+
+class FakeMeasure:
+    """Each count's compute limit from `limits` (by count), the same in every round; the load as given."""
+
+    def __init__(self, limits: dict[int, float], other_load: float = 0.0) -> None:
+        self.limits, self.other_load, self.calls = limits, other_load, []
+
+    def __call__(self, cfg, spaces, seconds, counts):
+        self.calls.append(counts)
+        return {"counts": {str(t): {"limit_sps": self.limits[t], "round_sps": [self.limits[t]] * ROUNDS}
+                           for t in counts}, "other_load_cores": self.other_load}
+
+
+def refuse(*args, **kwargs):
+    raise AssertionError("nothing should be measured")
+
+
+def resolved(threads="auto") -> Config:
+    cfg = Config()
+    cfg.parallel.learner_threads = threads
+    cfg.training.precision, cfg.training.microbatch_size = "fp32", 0
+    return cfg
+
+
+def test_the_counts_double_up_to_the_ceiling():
+    assert thread_counts(1) == [1] and thread_counts(2) == [1, 2]
+    assert thread_counts(6) == [1, 2, 4, 6] and thread_counts(16) == [1, 2, 4, 8, 16]
+
+
+def test_one_thread_stays_unless_more_are_clearly_faster_then_the_fewest_near_the_best():
+    drift = [100.0, 60.0, 110.0, 95.0, 120.0, 80.0, 100.0]
+    one = {1: drift}
+    assert pick_threads({**one, 2: [1.05 * d for d in drift]}) == 1  # 5%: within the margin
+    assert pick_threads({**one, 2: [d * r for d, r in zip(drift, [1.3, 1.0, 1.3, 1.3, 1.3, 1.3, 1.3],
+                                                           strict=True)]}) == 1  # one round lost
+    assert pick_threads({**one, 2: [1.8 * d for d in drift]}) == 2
+    scaling = {t: [g * d for d in drift] for t, g in {1: 1.0, 2: 1.8, 4: 3.0, 8: 3.2, 16: 3.3}.items()}
+    assert pick_threads(scaling) == 4  # 8 and 16 threads buy under 10% more than 4
+    assert pick_threads({**scaling, 4: [1.2 * d for d in drift]}) == 8  # 4 is well behind 16: the next within 10%
+
+
+def test_the_choice_is_measured_then_cached_and_not_cached_beside_other_work(tmp_path):
+    cache, measure = tmp_path / "c.json", FakeMeasure({1: 100.0, 2: 190.0})
+    first = choose_threads(resolved(), PROCGEN, 5.0, 2, measure=measure, path=cache)
+    assert (first.threads, first.ceiling, first.source, first.stored) == (2, 2, "measured", True)
+    assert first.rates == {"1": 100.0, "2": 190.0} and measure.calls == [[1, 2]]
+    again = choose_threads(resolved(), PROCGEN, 5.0, 2, measure=refuse, path=cache)
+    assert (again.threads, again.source, again.rates) == (2, "cached", first.rates)
+    assert "learner threads 2 of 2: from the measurement cached" in again.describe()
+    other = choose_threads(resolved(), PROCGEN, 5.0, 4, measure=FakeMeasure({1: 100.0, 2: 104.0, 4: 105.0}),
+                           path=cache)
+    assert (other.threads, other.source) == (1, "measured")  # another ceiling: another entry
+    assert len(json.loads(cache.read_text())) == 2
+
+    busy = choose_threads(resolved(), PROCGEN, 5.0, 8, measure=FakeMeasure(dict.fromkeys([1, 2, 4, 8], 50.0), 1.5),
+                          path=cache)
+    assert (busy.threads, busy.stored) == (1, False) and "not cached" in busy.describe()
+    assert len(json.loads(cache.read_text())) == 2
+    ranks = choose_threads(resolved(), PROCGEN, 5.0, 8, measure=FakeMeasure(dict.fromkeys([1, 2, 4, 8], 50.0), 1.5),
+                           path=cache, beside_ranks=True)
+    assert ranks.stored  # a distributed run's own ranks measured at once: the rounds alone decided
+
+
+def test_no_measurement_where_there_is_nothing_to_choose(tmp_path):
+    cache = tmp_path / "c.json"
+    assert choose_threads(resolved(3), PROCGEN, 5.0, 16, measure=refuse, path=cache).threads == 3
+    assert choose_threads(resolved(0), PROCGEN, 5.0, 16, measure=refuse, path=cache).threads == 16
+    assert (choose_threads(resolved(), PROCGEN, 5.0, 1, measure=refuse, path=cache).source) == "ceiling"
+    small = choose_threads(resolved(), CARTPOLE, 5.0, 16, measure=refuse, path=cache)
+    assert (small.threads, small.source) == (1, "default") and "not measured" in small.describe()
+    budget = choose_threads(resolved(), PROCGEN, 0.0, 16, measure=refuse, path=cache)
+    assert (budget.threads, budget.source) == (16, "unmeasured") and not cache.exists()
+
+
+def test_the_real_measurement_times_every_count_and_keeps_the_callers_threads():
+    cfg = resolved()
+    cfg.model.impala_depths, cfg.model.hidden_size = [4, 8, 8], 32
+    cfg.env.num_envs, cfg.training.batch_size = 2, 8
+    before = torch.get_num_threads()
+    measured = measure_threads(cfg, PROCGEN, 0.2, [1, 2])
+    assert torch.get_num_threads() == before
+    assert set(measured["counts"]) == {"1", "2"} and measured["other_load_cores"] >= 0
+    for figures in measured["counts"].values():
+        assert len(figures["round_sps"]) == ROUNDS and min(figures["round_sps"]) > 0 and figures["limit_sps"] > 0
+
+
+def test_auto_plans_the_ceiling_that_the_measurement_chooses_within(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    auto = build_config(None, {}, ["parallel.num_workers=4"], True)
+    assert auto.parallel.learner_threads == "auto" and thread_plan(auto, True).learner == 16
+    overlapped = build_config(None, {}, ["parallel.num_workers=4", "parallel.overlap=true"], True)
+    assert thread_plan(overlapped, True).learner == 12
+
+
+@pytest.mark.parametrize("value", ["-1", "many", "2.5"])
+def test_a_bad_thread_count_is_refused(value):
+    with pytest.raises(ConfigError, match="learner_threads"):
+        build_config(None, {}, [f"parallel.learner_threads={value}"], True)
+
+
+def test_the_choice_reads_back():
+    choice = ThreadChoice(2, 4, "measured", {"1": 10.0, "2": 19.0, "4": 20.0}, 0.0, True)
+    assert ThreadChoice(**choice.to_dict()) == choice
+    assert choice.describe().startswith("learner threads 2 of 4: measured now, compute limit SPS 1 threads 10")
