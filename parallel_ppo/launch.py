@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import torch
 import yaml
 
 from parallel_ppo.core.allocator import retain_freed_memory
@@ -36,7 +35,7 @@ from parallel_ppo.runs.directory import prepare_run_dir, resolve_run_dir
 from parallel_ppo.runs.report.formatting import fmt_flop
 from parallel_ppo.runs.tracking import start_tracking
 from parallel_ppo.runs.training import RunPlan, eval_views, train_run
-from parallel_ppo.tuning.before_run import Tuning, tune
+from parallel_ppo.tuning.before_run import tune
 from parallel_ppo.tuning.learner_settings import LearnerChoice
 from parallel_ppo.tuning.learner_threads import ThreadChoice
 
@@ -233,12 +232,11 @@ def prepare(request: Request) -> PreparedRun:
     pause_point("start", group.rank)
     try:
         run_dir = claim_run_dir(cfg, request, group)
-        threads = thread_plan(cfg, request.parallel, group.local_world_size)
-        torch.set_num_threads(threads.learner)
+        planned = thread_plan(cfg, request.parallel, group.local_world_size)
         retain_freed_memory()
-        tuning = tune(cfg, spaces, group)
-        threads = dataclasses.replace(threads, learner=tuning.threads.threads)
-        plan = RunPlan(settled(cfg, run_dir, tuning, group.world_size), spaces, run_dir, request.mode,
+        tuning = tune(cfg, spaces, planned.learner, group)  # sets this process's torch threads to the learner's
+        threads = dataclasses.replace(planned, learner=tuning.threads.threads)
+        plan = RunPlan(settled(cfg, run_dir, tuning.learner, group.world_size), spaces, run_dir, request.mode,
                        threads.describe(), learner={**tuning.learner.to_dict(), "threads": tuning.threads.to_dict()},
                        compute_limit=tuning.compute_limit,
                        roofline=tuning.roofline, resume=resume, overwrite=request.overwrite)
@@ -249,13 +247,12 @@ def prepare(request: Request) -> PreparedRun:
     return PreparedRun(plan, source, tuning.learner, tuning.threads, group)
 
 
-def settled(cfg: Config, run_dir: Path, tuning: Tuning, world_size: int) -> Config:
+def settled(cfg: Config, run_dir: Path, learner: LearnerChoice, world_size: int) -> Config:
     """The config the run trains with, made once from the validated one (which stays as it is): the run directory,
-    and the learner's chosen settings and threads in place of `auto` (workers, config.yaml and checkpoints carry
-    them); validated again after this, its last change."""
-    run_cfg = dataclasses.replace(tuning.learner.resolve(cfg),
-                                  run=dataclasses.replace(cfg.run, output_dir=str(run_dir)),
-                                  parallel=dataclasses.replace(cfg.parallel, learner_threads=tuning.threads.threads))
+    and the learner's chosen settings in place of `auto` (workers, config.yaml and checkpoints carry them; its
+    threads stay `auto`, chosen again for the machine a resumed run finds); validated again after this, its last
+    change."""
+    run_cfg = dataclasses.replace(learner.resolve(cfg), run=dataclasses.replace(cfg.run, output_dir=str(run_dir)))
     validate(run_cfg, world_size)
     return run_cfg
 

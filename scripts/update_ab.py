@@ -53,7 +53,7 @@ def main() -> int:
     if cfg.parallel.sync_fraction < 1:
         p.error("the two sources' updates must be of one size: parallel.sync_fraction must be 1")
     plan = thread_plan(cfg, parallel=True)
-    torch.set_num_threads(plan.learner)  # as launch.prepare: threads, allocator, then the learner's settings
+    torch.set_num_threads(plan.learner)  # the plan's ceiling (not `auto`'s measured count), then the allocator
     retain_freed_memory()
     cfg, choice = resolve(cfg, 10.0)
     print(f"learner {choice.describe()}, {plan.learner} threads; {cfg.parallel.num_workers} workers × "

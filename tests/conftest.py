@@ -15,7 +15,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import pytest  # noqa: E402
 import sessions  # noqa: E402
 
-from parallel_ppo.tuning.learner_settings import CACHE_DIR_VARIABLE  # noqa: E402
+from parallel_ppo.tuning.cache import CACHE_DIR_VARIABLE  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN_TIMED = ROOT / "train_timed.py"

@@ -16,6 +16,11 @@ from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.threads import thread_plan
 from parallel_ppo.envs.spaces import ActionSpace, EnvSpaces
 from parallel_ppo.errors import ConfigError
+from parallel_ppo.launch import settled
+from parallel_ppo.tuning import learner_threads
+from parallel_ppo.tuning.before_run import tune
+from parallel_ppo.tuning.cache import CACHE_DIR_VARIABLE
+from parallel_ppo.tuning.compute_limit import threads_kept
 from parallel_ppo.tuning.learner_settings import ROUNDS
 from parallel_ppo.tuning.learner_threads import (
     ThreadChoice,
@@ -109,7 +114,7 @@ def test_the_real_measurement_times_every_count_and_keeps_the_callers_threads():
     before = torch.get_num_threads()
     measured = measure_threads(cfg, PROCGEN, 0.2, [1, 2])
     assert torch.get_num_threads() == before
-    assert set(measured["counts"]) == {"1", "2"} and measured["other_load_cores"] >= 0
+    assert set(measured["counts"]) == {"1", "2"}
     for figures in measured["counts"].values():
         assert len(figures["round_sps"]) == ROUNDS and min(figures["round_sps"]) > 0 and figures["limit_sps"] > 0
 
@@ -128,7 +133,33 @@ def test_a_bad_thread_count_is_refused(value):
         build_config(None, {}, [f"parallel.learner_threads={value}"], True)
 
 
-def test_the_choice_reads_back():
-    choice = ThreadChoice(2, 4, "measured", {"1": 10.0, "2": 19.0, "4": 20.0}, 0.0, True)
-    assert ThreadChoice(**choice.to_dict()) == choice
-    assert choice.describe().startswith("learner threads 2 of 4: measured now, compute limit SPS 1 threads 10")
+def test_the_start_line_says_why_a_measured_choice_was_not_cached():
+    measured = {"1": 10.0, "2": 19.0, "4": 20.0}
+    line = ThreadChoice(2, 4, "measured", measured, 0.0, True).describe()
+    assert line.startswith("learner threads 2 of 4: measured now, compute limit SPS 1 threads 10") and \
+        "not cached" not in line
+    assert ThreadChoice(2, 4, "measured", measured, 1.5, False).describe().endswith(
+        "not cached: other processes kept the machine busy")
+    assert ThreadChoice(2, 4, "measured", measured, 0.0, False).describe().endswith(
+        "not cached: the cache is not writable")
+
+
+def test_a_learner_on_another_device_keeps_the_ceiling_unmeasured(monkeypatch, tmp_path):
+    monkeypatch.setattr(learner_threads, "learner_device", lambda cfg: torch.device("cuda"))
+    choice = choose_threads(resolved(), PROCGEN, 5.0, 16, measure=refuse, path=tmp_path / "c.json")
+    assert (choice.threads, choice.source) == (16, "device")
+
+
+def test_tune_trains_on_the_chosen_threads_and_measures_the_limit_on_them(monkeypatch, tmp_path):
+    monkeypatch.setenv(CACHE_DIR_VARIABLE, str(tmp_path))
+    monkeypatch.setattr(learner_threads, "measure_threads", FakeMeasure({1: 100.0, 2: 150.0, 4: 160.0}))
+    cfg = resolved()
+    cfg.model.impala_depths, cfg.model.hidden_size = [4, 8, 8], 32
+    cfg.env.num_envs, cfg.training.batch_size, cfg.run.limit_seconds = 2, 8, 0.2
+    with threads_kept():
+        tuning = tune(cfg, PROCGEN, 4)
+        assert torch.get_num_threads() == 2
+    assert (tuning.threads.threads, tuning.threads.ceiling, tuning.threads.source) == (2, 4, "measured")
+    assert tuning.compute_limit["threads"] == 2
+    kept = settled(cfg, tmp_path, tuning.learner, 1)  # config.yaml's: a resumed run chooses again on its machine
+    assert kept.parallel.learner_threads == "auto"

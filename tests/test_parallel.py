@@ -19,7 +19,7 @@ from parallel_ppo.core.checkpoint import load_checkpoint
 from parallel_ppo.core.collect import SequentialCollector
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.model import network
-from parallel_ppo.core.threads import thread_plan
+from parallel_ppo.core.threads import thread_plan, worker_cpus
 from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
 from parallel_ppo.envs.batch import env_spaces
@@ -142,9 +142,7 @@ def test_overlapped_first_update_equals_sequential(tmp_path, monkeypatch, lag):
 def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypatch, lag):
     """With overlap, the rollout returned by collect k was collected with the parameters given to collect k-1:
     it holds exactly what a synchronous coordinator collects when given those parameters at its k-th call. With a
-    lag of 0, the two buffers filled in turn hold what the synchronous coordinator collects with the same ones. The
-    synchronous reference's workers are pinned each to a CPU (`parallel.pin_workers`), which changes nothing they
-    collect."""
+    lag of 0, the two buffers filled in turn hold what the synchronous coordinator collects with the same ones."""
     monkeypatch.chdir(ROOT)
     cfg = _config("CartPole-v1", True, 2, tmp_path, ())
     models = []
@@ -153,14 +151,9 @@ def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypat
         models.append(network(cfg, env_spaces(cfg.env)))
 
     def rollouts(overlap: bool, given: list[int]) -> tuple[list[dict[str, torch.Tensor]], list[int]]:
-        pinned = not overlap and hasattr(os, "sched_setaffinity")  # the reference, each worker on a CPU of its own
         cfg = _config("CartPole-v1", True, 2, tmp_path, (f"parallel.overlap={str(overlap).lower()}",
-                                                         f"parallel.policy_lag={lag}",
-                                                         f"parallel.pin_workers={str(pinned).lower()}"))
+                                                         f"parallel.policy_lag={lag}"))
         source = ParallelCoordinator(cfg, env_spaces(cfg.env), thread_plan(cfg, parallel=True))
-        if pinned:
-            cpus = sorted(os.sched_getaffinity(0))
-            assert [os.sched_getaffinity(w.process.pid) for w in source._workers] == [{cpus[0]}, {cpus[1 % len(cpus)]}]
         try:
             out, lags = [], []
             for index in given:
@@ -182,6 +175,21 @@ def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypat
     if lag:
         assert not torch.equal(overlapped[2]["logprobs"], rollouts(False, [0, 1, 2])[0][2]["logprobs"]), \
             "the third rollout of a synchronous run with the same models differs (it acts with the newest)"
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="this platform does not pin processes")
+def test_pinned_workers_run_each_on_its_share_of_the_cpus(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    cfg = _config("CartPole-v1", True, 2, tmp_path, ("parallel.pin_workers=true",))
+    plan = thread_plan(cfg, parallel=True)
+    source = ParallelCoordinator(cfg, env_spaces(cfg.env), plan)
+    try:
+        pinned = [os.sched_getaffinity(w.process.pid) for w in source._workers]
+    finally:
+        source.close()
+    assert pinned == [set(worker_cpus(0, plan.draw)), set(worker_cpus(1, plan.draw))]
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert not pinned[0] & pinned[1], "two workers on two or more CPUs share none"
 
 
 def test_a_straggler_is_cut_short_and_its_envs_go_on_from_where_they_stopped(tmp_path, monkeypatch):

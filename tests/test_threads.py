@@ -18,7 +18,7 @@ from parallel_ppo.core.threads import (
     thread_plan,
     usable_cpus,
     user_draw_threads,
-    worker_cpu,
+    worker_cpus,
 )
 from parallel_ppo.errors import ConfigError
 
@@ -122,7 +122,8 @@ def test_validating_a_config_sets_no_drawing_threads_and_a_run_sets_them_before_
 
 def test_pinned_workers_take_the_usable_cpus_in_turn_where_the_platform_pins(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {7, 3, 5}, raising=False)
-    assert [worker_cpu(slot) for slot in range(4)] == [3, 5, 7, 3]
+    assert [worker_cpus(slot, 1) for slot in range(4)] == [(3,), (5,), (7,), (3,)]
+    assert [worker_cpus(slot, 2) for slot in range(2)] == [(3, 5), (7, 3)]  # blocks of two, round the list again
     monkeypatch.delattr(os, "sched_setaffinity", raising=False)
     with pytest.raises(ConfigError, match="parallel.pin_workers pins workers"):
         build_config(CARTPOLE, {}, ["parallel.pin_workers=true"], True)

@@ -72,7 +72,8 @@ def _add_roofline(sub: Any) -> None:
     r.add_argument("--seconds", type=duration_in("s"), default=20.0, metavar="TIME",
                    help="timed measuring budget, split between forward and train (default 20)")
     r.add_argument("--threads", type=int, metavar="N",
-                   help="torch threads (default: the trainer's learner threads, every logical CPU it may use)")
+                   help="torch threads (default: every logical CPU the trainer's learner may use, the ceiling of "
+                        "parallel.learner_threads: auto)")
     r.add_argument("--output", metavar="FILE.json", help="also write the result as JSON")
     r.add_argument("--run", metavar="DIR", help="also show a finished run's achieved FLOP/s against the peak")
 
@@ -355,7 +356,8 @@ def speed_check(args: Any, prog: str) -> int:
     except ParallelPPOError as e:
         return fail(prog, e, 2)
     print(format_table(limit), flush=True)
-    sets += [f"training.precision={limit['precision']}", f"training.microbatch_size={limit['microbatch_size']}"]
+    sets += [f"training.precision={limit['precision']}", f"training.microbatch_size={limit['microbatch_size']}",
+             f"parallel.learner_threads={limit['threads']}"]  # the trainer on the threads its limit was measured on
     run_dir = out_dir / "train"
     print(f"{prog}: running the sequential trainer for {args.train_seconds:g} s → {run_dir}", flush=True)
     try:

@@ -60,11 +60,11 @@ def thread_plan(cfg: Config, parallel: bool, ranks_on_host: int = 1) -> ThreadPl
     return ThreadPlan(learner=learner, env=env or cores, draw=env or cores)
 
 
-def worker_cpu(slot: int) -> int:
-    """The CPU a pinned worker runs on (`parallel.pin_workers`): the `slot`-th of those this process may use, in
-    turn."""
+def worker_cpus(slot: int, share: int) -> tuple[int, ...]:
+    """The CPUs a pinned worker runs on (`parallel.pin_workers`): the `slot`-th block of `share` (its share of the
+    cores, as it draws on) of those this process may use, round the list again where the blocks outnumber them."""
     cpus = sorted(os.sched_getaffinity(0))
-    return cpus[slot % len(cpus)]
+    return tuple(cpus[(slot * share + i) % len(cpus)] for i in range(share))
 
 
 def overlapped_learner_threads(cores: int, workers: int) -> int:

@@ -30,20 +30,24 @@ class Tuning:
     """The network's FLOPs and the matmul peaks (GFLOP/s); None when `run.limit_seconds` is 0."""
 
 
-def tune(cfg: Config, spaces: EnvSpaces, group: Group = ALONE) -> Tuning:
+def tune(cfg: Config, spaces: EnvSpaces, ceiling: int, group: Group = ALONE) -> Tuning:
     """Before any env or worker exists: choose the learner's `auto` settings (precision, microbatch, device) on the
-    threads this process has (the thread plan's), then its `auto` threads within them, then measure the compute
-    limit with them (the candidates' measurement already holds it when it ran now) and the
-    machine's arithmetic roofline; each measurement is skipped when `run.limit_seconds` is 0. `cfg` is not changed.
+    `ceiling` threads the thread plan gives the learner, then its `auto` threads within them (a distributed run's
+    ranks take rank 0's count, at most their own ceiling), and set this process's torch threads to them; then
+    measure the compute limit with them (the candidates' measurement already holds it when it ran now on the same
+    threads) and the machine's arithmetic roofline; each measurement is skipped when `run.limit_seconds` is 0. `cfg`
+    is not changed.
 
     The ranks of a distributed run measure at once, each on its own minibatch (its share of it when the envs are
     split) and its threads, and all take rank 0's choice; the compute limit and the matmul peaks are rank 0's times
     the ranks."""
     seconds = cfg.run.limit_seconds
     local = dataclasses.replace(cfg, training=group.local_training(cfg))
+    torch.set_num_threads(ceiling)
     choice = group.broadcast(choose(local, spaces, seconds, beside_ranks=group.distributed))
-    chosen, ceiling = choice.resolve(local), torch.get_num_threads()
+    chosen = choice.resolve(local)
     threads = group.broadcast(choose_threads(chosen, spaces, seconds, ceiling, beside_ranks=group.distributed))
+    threads = dataclasses.replace(threads, threads=min(threads.threads, ceiling), ceiling=ceiling)
     torch.set_num_threads(threads.threads)
     if seconds <= 0:
         return Tuning(choice, threads)

@@ -12,11 +12,12 @@ fraction of the limit measured in the same sitting.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,10 +50,17 @@ def on_one_thread(measured: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     that ranking is the load's: on our 2-core AMD EPYC beside two spinning processes, two threads ranked fp32 on
     whole minibatches 2.6x chunks of 64 and bf16 0.3-0.4x, where quietly they are 0.96x and 1.4-1.7x. One thread is
     slowed alike whatever it runs, and ranked these settings as two threads do on a quiet machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with threads_kept():
+        torch.set_num_threads(1)
         return measured()
+
+
+@contextlib.contextmanager
+def threads_kept() -> Iterator[None]:
+    """torch's thread count as it was before the block, put back after it."""
+    threads = torch.get_num_threads()
+    try:
+        yield
     finally:
         torch.set_num_threads(threads)
 

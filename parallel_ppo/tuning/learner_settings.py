@@ -15,9 +15,6 @@ Two rules keep a choice from resting on noise: bf16 is a candidate only where th
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +24,10 @@ import numpy as np
 import torch
 
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.files import write_json
 from parallel_ppo.core.model import learner_device
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.runs import fingerprint
+from parallel_ppo.tuning.cache import cache_path, machine_digest, read_cache, store
 from parallel_ppo.tuning.compute_limit import (
     BUSY_BUDGET,
     BUSY_CORES,
@@ -71,17 +68,8 @@ CPU, once per machine and settings."""
 CACHE_RULE = 5
 """Part of the cache key: choices made by an earlier rule (one median per candidate, a 3% precision margin; the
 rounds alone on a quiet machine) are not reused."""
-CACHE_DIR_VARIABLE = "PARALLEL_PPO_CACHE_DIR"
 
 Measure = Callable[..., dict[str, Any]]
-
-
-def cache_path() -> Path:
-    """$PARALLEL_PPO_CACHE_DIR, else $XDG_CACHE_HOME/parallel_ppo, else ~/.cache/parallel_ppo; then the file."""
-    root = os.environ.get(CACHE_DIR_VARIABLE)
-    if not root:
-        root = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "parallel_ppo")
-    return Path(root) / "learner_settings.json"
 
 
 def cpu_has_native_bf16() -> bool:
@@ -170,33 +158,20 @@ def pick(options: list[Candidate], rounds: dict[str, list[float]], default: Cand
     return max(winners, key=gain) if winners else default
 
 
-def machine_digest(cfg: Config, **fields: Any) -> str:
-    """A cache key: `fields` with what every measurement here depends on (CPU and its kind, torch, threads, device:
-    two CPU kinds that share a model name, one with native bf16 and one without, never share an entry)."""
-    hw = fingerprint.hardware()
-    machine = {"cpu": hw["cpu_model"], "cpu_kind": hw["cpu_kind"], "cores": hw["logical_cores"],
-               "torch": torch.__version__, "threads": torch.get_num_threads(), "device": str(learner_device(cfg))}
-    return hashlib.sha256(json.dumps({**machine, **fields}, sort_keys=True).encode()).hexdigest()[:16]
+def network_fields(cfg: Config, spaces: EnvSpaces) -> dict[str, Any]:
+    """What a learner measurement depends on besides the machine: the network, the observation and action spaces,
+    the batch sizes and epochs."""
+    observation: dict[str, Any] = {"obs_shape": list(spaces.obs_shape)}
+    if spaces.layout is not None:
+        observation["layout"] = spaces.layout.to_dict()
+    return {"model": dataclasses.asdict(cfg.model), **observation, "actions": spaces.actions.to_dict(),
+            "batch_size": cfg.training.batch_size, "rollout_batch": cfg.env.num_envs,
+            "n_epochs": cfg.training.n_epochs}
 
 
 def cache_key(cfg: Config, spaces: EnvSpaces, options: list[Candidate]) -> str:
     """What the choice depends on: the machine (`machine_digest`), the network and batch sizes."""
-    observation = {"obs_shape": list(spaces.obs_shape)}
-    if spaces.layout is not None:
-        observation["layout"] = spaces.layout.to_dict()
-    return machine_digest(cfg, model=dataclasses.asdict(cfg.model), **observation,
-                   actions=spaces.actions.to_dict(), batch_size=cfg.training.batch_size,
-                   rollout_batch=cfg.env.num_envs, n_epochs=cfg.training.n_epochs,
-                   candidates=[c.label for c in options], rule=CACHE_RULE)
-
-
-def read_cache(path: Path) -> dict[str, Any]:
-    """The cached choices; an unreadable or foreign file counts as empty (it is only a cache: it is rewritten)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return machine_digest(cfg, **network_fields(cfg, spaces), candidates=[c.label for c in options], rule=CACHE_RULE)
 
 
 @dataclass
@@ -356,19 +331,6 @@ def pick_measured(limit: dict[str, Any], options: list[Candidate], default: Cand
     best = None if beside_ranks else {label: r.get("best_sps", r["limit_sps"]) for label, r in
                                       limit["candidates"].items()}
     return pick(options, rounds, default, best, busy(limit) and not beside_ranks)
-
-
-def store(path: Path, key: str, entry: dict[str, Any]) -> bool:
-    """Add `entry` to the cache file (atomically); False when it cannot be written (a read-only home: the run
-    goes on, and measures again next time)."""
-    cache = read_cache(path)
-    cache[key] = entry
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(path, cache)
-    except OSError:
-        return False
-    return True
 
 
 def matmul_peaks(cfg: Config, seconds: float = 1.0, path: Path | None = None) -> dict[str, float]:

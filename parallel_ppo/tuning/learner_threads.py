@@ -11,9 +11,7 @@ the learner settings' rule: in every interleaved round), and a network too small
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,26 +20,26 @@ import numpy as np
 import torch
 
 from parallel_ppo.core.config import Config
+from parallel_ppo.core.model import learner_device
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.runs import fingerprint
+from parallel_ppo.tuning.cache import cache_path, machine_digest, read_cache, store
 from parallel_ppo.tuning.compute_limit import (
     BUSY_CORES,
     NetworkSteps,
     OtherLoad,
     fixed_candidate,
     rate_figures,
+    threads_kept,
     timed_loop,
 )
 from parallel_ppo.tuning.learner_settings import (
     MARGIN,
     ROUNDS,
     SMALL_FORWARD_FLOPS,
-    cache_path,
     clearly_faster,
     is_small,
-    machine_digest,
-    read_cache,
-    store,
+    network_fields,
 )
 
 THREADS_RULE = 1
@@ -69,16 +67,6 @@ def pick_threads(rounds: dict[int, list[float]]) -> int:
         return 1
     top = max(gains.values())
     return min(t for t, g in gains.items() if g * (1 + MARGIN) >= top)
-
-
-@contextlib.contextmanager
-def threads_kept() -> Iterator[None]:
-    """torch's thread count as it was before the block, put back after it."""
-    threads = torch.get_num_threads()
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def measure_threads(cfg: Config, spaces: EnvSpaces, seconds: float, counts: list[int]) -> dict[str, Any]:
@@ -109,9 +97,10 @@ class ThreadChoice:
     ceiling: int
     """The most the run may give the learner (the thread plan's count)."""
     source: str
-    """`config` (a number was set), `ceiling` (one is all the run may use), `default` (a network too small to
-    measure: one thread), `measured` (now), `cached` (an earlier measurement) or `unmeasured` (run.limit_seconds 0
-    and nothing cached: the ceiling)."""
+    """`config` (a number was set), `ceiling` (one is all the run may use), `device` (the update runs on a GPU or
+    another device: the ceiling, unmeasured), `default` (a network too small to measure: one thread), `measured`
+    (now), `cached` (an earlier measurement) or `unmeasured` (run.limit_seconds 0 and nothing cached: the
+    ceiling)."""
     rates: dict[str, float] = field(default_factory=dict)
     """Compute limit (env steps/s) measured at each thread count, by count."""
     busy_cores: float | None = None
@@ -131,41 +120,45 @@ class ThreadChoice:
                 "default": f"a network under {SMALL_FORWARD_FLOPS / 1e6:g} MFLOP per sample gains nothing from "
                            "more (not measured)",
                 "unmeasured": "every one the run may use, unmeasured (run.limit_seconds is 0)",
-                "ceiling": "all the run may use"}
+                "ceiling": "all the run may use",
+                "device": "every one the run may use (the update runs on another device: not measured)"}
         rule = (f"; one unless more are faster by over {MARGIN:.0%} in each of {ROUNDS} rounds, then the fewest "
                 f"within {MARGIN:.0%} of the fastest") if self.rates else ""
-        kept = ", not cached: other processes kept the machine busy" if self.source == "measured" and \
-            not self.stored else ""
+        kept = ""
+        if self.source == "measured" and not self.stored:
+            busy = (self.busy_cores or 0.0) > BUSY_CORES
+            kept = ", not cached: " + ("other processes kept the machine busy" if busy else "the cache is not writable")
         return f"learner threads {self.threads} of {self.ceiling}: {said.get(self.source, 'as configured')}{rule}{kept}"
 
 
 def choose_threads(cfg: Config, spaces: EnvSpaces, seconds: float, ceiling: int, *,
-                   measure: MeasureThreads = measure_threads, path: Path | None = None,
+                   measure: MeasureThreads | None = None, path: Path | None = None,
                    beside_ranks: bool = False) -> ThreadChoice:
     """Resolve `parallel.learner_threads: auto` within `ceiling` for `cfg` (its learner settings resolved): one for
-    a small network (`is_small`), else the cached choice, else a measurement of `thread_counts` in `seconds` whose
-    `pick_threads` is cached unless other processes kept the machine busy (not counting a distributed run's own
-    ranks, `beside_ranks`); with `seconds` 0 and nothing cached, the ceiling."""
+    a small network (`is_small`), the ceiling for a learner on another device than the CPU, else the cached choice,
+    else a measurement of `thread_counts` in `seconds` (`measure`, default `measure_threads`) whose `pick_threads`
+    is cached unless other processes kept the machine busy (not counting a distributed run's own ranks,
+    `beside_ranks`); with `seconds` 0 and nothing cached, the ceiling."""
     configured = cfg.parallel.learner_threads
     if configured != "auto":
         return ThreadChoice(configured or ceiling, ceiling, "config")
     if ceiling <= 1:
         return ThreadChoice(1, ceiling, "ceiling")
+    if learner_device(cfg).type != "cpu":
+        return ThreadChoice(ceiling, ceiling, "device")
     if is_small(cfg, spaces):
         return ThreadChoice(1, ceiling, "default")
     counts = thread_counts(ceiling)
     path = path or cache_path()
-    t = cfg.training
     key = "learner_threads/" + machine_digest(
-        cfg, model=dataclasses.asdict(cfg.model), obs_shape=list(spaces.obs_shape), batch_size=t.batch_size,
-        rollout_batch=cfg.env.num_envs, n_epochs=t.n_epochs, precision=t.precision,
-        microbatch_size=t.microbatch_size, counts=counts, rule=THREADS_RULE)
+        cfg, **network_fields(cfg, spaces), precision=cfg.training.precision,
+        microbatch_size=cfg.training.microbatch_size, counts=counts, rule=THREADS_RULE)
     entry = read_cache(path).get(key)
     if isinstance(entry, dict) and entry.get("threads") in counts:
         return ThreadChoice(entry["threads"], ceiling, "cached", dict(entry.get("rates", {})))
     if seconds <= 0:
         return ThreadChoice(ceiling, ceiling, "unmeasured")
-    measured = measure(cfg, spaces, seconds, counts)
+    measured = (measure or measure_threads)(cfg, spaces, seconds, counts)
     figures = measured["counts"]
     chosen = pick_threads({t: figures[str(t)]["round_sps"] for t in counts})
     rates = {str(t): figures[str(t)]["limit_sps"] for t in counts}

@@ -20,7 +20,7 @@ from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.collect import CollectResult, RolloutError, StopCheck, never
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.model import network, policy_tensors
-from parallel_ppo.core.threads import ThreadPlan, worker_cpu
+from parallel_ppo.core.threads import ThreadPlan, worker_cpus
 from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.engines.parallel.watchdog import Watchdog, auto_bound, cpu_seconds, in_seconds
 from parallel_ppo.engines.parallel.watchdog import rule as watchdog_rule
@@ -204,7 +204,8 @@ class ParallelCoordinator:
                           params=self.params, progress=self.progress, abandon=self.abandon, cut=self.cut,
                           env_threads=self.env_threads, draw_threads=self.draw_threads,
                           torch_threads=self.worker_threads, env_offset=self._env_offset,
-                          cpu=worker_cpu(self._env_offset // m + index) if self.cfg.parallel.pin_workers else None)
+                          cpus=worker_cpus(self._env_offset // m + index, self.draw_threads)
+                          if self.cfg.parallel.pin_workers else None)
         parent, child = self._ctx.Pipe(duplex=True)
         process = self._ctx.Process(target=worker_main, args=(spec, child), name=f"ppo-worker-{index}",
                                     daemon=True)

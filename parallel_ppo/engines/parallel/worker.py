@@ -40,7 +40,7 @@ class WorkerSpec:
     draw_threads: int  # Mesa's software OpenGL's drawing threads (`draw_with`)
     torch_threads: int  # torch/OpenMP threads
     env_offset: int = 0  # global index of this rank's first env (distributed runs): seeds follow global indices
-    cpu: int | None = None  # the CPU it is pinned to (`parallel.pin_workers`), else None: anywhere
+    cpus: tuple[int, ...] | None = None  # the CPUs it is pinned to (`parallel.pin_workers`), else None: anywhere
 
 
 # Messages on a worker's pipe. In: Collect or Stop. Out: Ready once started, then Done per rollout, or Failed.
@@ -107,13 +107,13 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         signal.signal(sig, signal.SIG_IGN)
     signal_on_parent_death(signal.SIGKILL)  # it ignores SIGTERM, and must not outlive the run
     setproctitle.setproctitle(process_title(spec))
-    if spec.cpu is not None:
-        os.sched_setaffinity(0, {spec.cpu})
     torch.set_num_threads(spec.torch_threads)
     draw_with(spec.draw_threads)
     retain_freed_memory()
     runner = None
     try:
+        if spec.cpus is not None:
+            os.sched_setaffinity(0, spec.cpus)
         from parallel_ppo.core.collect import EnvRunner
         from parallel_ppo.core.model import network, policy_tensors
         from parallel_ppo.envs.batch import make_batch_env

@@ -1,0 +1,59 @@
+"""The cache of measured learner choices (`learner_settings`, `learner_threads`, the matmul peaks): one JSON file
+per user, keyed by what a measurement depends on (`machine_digest`), rewritten atomically; a lost or foreign file
+only means measuring again."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from parallel_ppo.core.config import Config
+from parallel_ppo.core.files import write_json
+from parallel_ppo.core.model import learner_device
+from parallel_ppo.runs import fingerprint
+
+CACHE_DIR_VARIABLE = "PARALLEL_PPO_CACHE_DIR"
+
+
+def cache_path() -> Path:
+    """$PARALLEL_PPO_CACHE_DIR, else $XDG_CACHE_HOME/parallel_ppo, else ~/.cache/parallel_ppo; then the file."""
+    root = os.environ.get(CACHE_DIR_VARIABLE)
+    if not root:
+        root = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "parallel_ppo")
+    return Path(root) / "learner_settings.json"
+
+
+def machine_digest(cfg: Config, **fields: Any) -> str:
+    """A cache key: `fields` with what every learner measurement depends on (CPU and its kind, torch, threads, device:
+    two CPU kinds that share a model name, one with native bf16 and one without, never share an entry)."""
+    hw = fingerprint.hardware()
+    machine = {"cpu": hw["cpu_model"], "cpu_kind": hw["cpu_kind"], "cores": hw["logical_cores"],
+               "torch": torch.__version__, "threads": torch.get_num_threads(), "device": str(learner_device(cfg))}
+    return hashlib.sha256(json.dumps({**machine, **fields}, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def read_cache(path: Path) -> dict[str, Any]:
+    """The cached choices; an unreadable or foreign file counts as empty (it is only a cache: it is rewritten)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def store(path: Path, key: str, entry: dict[str, Any]) -> bool:
+    """Add `entry` to the cache file (atomically); False when it cannot be written (a read-only home: the run
+    goes on, and measures again next time)."""
+    cache = read_cache(path)
+    cache[key] = entry
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, cache)
+    except OSError:
+        return False
+    return True
