@@ -17,7 +17,7 @@ from parallel_ppo.core.threads import thread_plan
 from parallel_ppo.envs.spaces import ActionSpace, EnvSpaces
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.launch import settled
-from parallel_ppo.tuning import learner_threads
+from parallel_ppo.tuning import before_run, learner_threads
 from parallel_ppo.tuning.before_run import tune
 from parallel_ppo.tuning.cache import CACHE_DIR_VARIABLE
 from parallel_ppo.tuning.compute_limit import threads_kept
@@ -53,7 +53,7 @@ def refuse(*args, **kwargs):
 def resolved(threads="auto") -> Config:
     cfg = Config()
     cfg.parallel.learner_threads = threads
-    cfg.training.precision, cfg.training.microbatch_size = "fp32", 0
+    cfg.training.precision, cfg.training.microbatch_size, cfg.training.device = "fp32", 0, "cpu"
     return cfg
 
 
@@ -136,7 +136,7 @@ def test_a_bad_thread_count_is_refused(value):
 def test_the_start_line_says_why_a_measured_choice_was_not_cached():
     measured = {"1": 10.0, "2": 19.0, "4": 20.0}
     line = ThreadChoice(2, 4, "measured", measured, 0.0, True).describe()
-    assert line.startswith("learner threads 2 of 4: measured now, compute limit SPS 1 threads 10") and \
+    assert line.startswith("learner threads 2 of 4: measured now, compute limit SPS 1 thread 10, 2 threads 19") and \
         "not cached" not in line
     assert ThreadChoice(2, 4, "measured", measured, 1.5, False).describe().endswith(
         "not cached: other processes kept the machine busy")
@@ -153,6 +153,7 @@ def test_a_learner_on_another_device_keeps_the_ceiling_unmeasured(monkeypatch, t
 def test_tune_trains_on_the_chosen_threads_and_measures_the_limit_on_them(monkeypatch, tmp_path):
     monkeypatch.setenv(CACHE_DIR_VARIABLE, str(tmp_path))
     monkeypatch.setattr(learner_threads, "measure_threads", FakeMeasure({1: 100.0, 2: 150.0, 4: 160.0}))
+    monkeypatch.setattr(before_run, "matmul_peaks", lambda cfg: {"fp32": 100.0, "bf16": 200.0})
     cfg = resolved()
     cfg.model.impala_depths, cfg.model.hidden_size = [4, 8, 8], 32
     cfg.env.num_envs, cfg.training.batch_size, cfg.run.limit_seconds = 2, 8, 0.2

@@ -27,6 +27,7 @@ from parallel_ppo.runs.metrics import metric_columns
 from parallel_ppo.runs.reading import load_run
 from parallel_ppo.runs.summary import RunSummary
 from parallel_ppo.tuning.learner_settings import LearnerChoice, cpu_has_native_bf16
+from parallel_ppo.tuning.learner_threads import ThreadChoice
 
 pytestmark = pytest.mark.slow  # every test here trains or starts trainers
 
@@ -196,6 +197,10 @@ def test_summary_json(run):
         assert set(learner["rates"]) == {"fp32/whole", "bf16/whole"}  # microbatch fixed or no smaller candidate
     said = {"measured": "measured now", "cached": "from the measurement cached in", "no-native-bf16": "fp32, as no",
             "default": "too small for the choice to matter"}[learner["source"]]
+    threads = ThreadChoice(**learner.pop("threads"))  # how the learner's threads were decided, beside the settings
+    assert threads.threads == s["threads"]["learner"] <= threads.ceiling
+    assert threads.source in ("config", "default", "measured", "cached", "unmeasured")
+    assert (threads.describe() in run.stdout) is (threads.source != "config")
     line = f"learner {LearnerChoice(**learner).describe()}"
     assert line in run.stdout and said in line
     assert line.startswith(f"learner {learner['precision']}, microbatch whole minibatch, on cpu (auto)")

@@ -49,10 +49,10 @@ class ParallelConfig:
     and parameters through the overlapped path (for checking it), without its gain."""
 
     pin_workers: bool = False
-    """Pin each worker process to its share of the CPUs this process may use (cores / workers, at least one; blocks
-    in turn, a distributed rank's workers after those of the ranks before it, round the list again where they
-    outnumber the CPUs), so the scheduler never moves a worker away from its caches; the learner stays free to run
-    anywhere. Off: the scheduler places them (the reference). Linux only."""
+    """Pin each worker process to its drawing share of the CPUs this process may use (`env.env_threads`, else
+    cores / workers, at least one; blocks in turn, a distributed rank's workers after those of the ranks before it,
+    round the list again where they outnumber the CPUs), so the scheduler never moves a worker away from its caches;
+    the learner stays free to run anywhere. Off: the scheduler places them (the reference). Linux only."""
 
     sync_fraction: float = setting(1.0, positive=True, maximum=1)
     """Share of the workers whose finished rollout ends everyone's: once that many are done, the others stop before

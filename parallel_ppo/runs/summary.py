@@ -102,7 +102,8 @@ class RunSummary:
     """episodic_return_mean − test_return_mean."""
     eval_levels: str | None = None
     learner: dict | None = None
-    """How precision, microbatch and device were decided (`learner_settings.LearnerChoice.to_dict`)."""
+    """How precision, microbatch and device were decided (`learner_settings.LearnerChoice.to_dict`), and under `threads`
+    the learner's thread count (`learner_threads.ThreadChoice.to_dict`)."""
     roofline: dict | None = None
     """The network's FLOPs per sample and env step, and this machine's fp32 and bf16 matmul peaks (GFLOP/s)."""
     flops_per_env_step: float | None = None

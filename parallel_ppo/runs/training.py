@@ -171,7 +171,8 @@ class RunPlan:
     """`sequential`, `parallel` or `distributed`."""
     threads: dict[str, int]
     learner: dict | None = None
-    """How precision, microbatch and device were chosen (`tuning.learner_settings.LearnerChoice.to_dict`)."""
+    """How precision, microbatch and device were chosen (`tuning.learner_settings.LearnerChoice.to_dict`), and under
+    `threads` the learner's thread count (`tuning.learner_threads.ThreadChoice.to_dict`)."""
     compute_limit: dict | None = None
     """The bare network's compute limit (`tuning.compute_limit.measure_compute_limit`)."""
     roofline: dict | None = None

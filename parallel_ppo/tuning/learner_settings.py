@@ -202,7 +202,7 @@ class LearnerChoice:
     """Whether the measured choice was written to the cache (`cache`)."""
     measured_threads: int | None = None
     """1 where other load made the candidates be ranked on one thread (`on_one_thread`; `rates` are then those); None
-    where they were measured on the run's own threads."""
+    where they were measured on the learner's ceiling of threads (the thread plan's; `auto` threads come after)."""
 
     def resolve(self, cfg: Config) -> Config:
         """`cfg` with these settings in place of `auto` (a new config: workers, config.yaml and checkpoints carry

@@ -108,13 +108,13 @@ class ThreadChoice:
     stored: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        """summary.json's `learner_threads` entry."""
+        """summary.json's `learner.threads` entry."""
         return {"threads": self.threads, "ceiling": self.ceiling, "source": self.source, "rates": self.rates,
                 "busy_cores": self.busy_cores, "stored": self.stored}
 
     def describe(self) -> str:
         """One line for the start of a run."""
-        rates = ", ".join(f"{t} threads {sps:.0f}" for t, sps in self.rates.items())
+        rates = ", ".join(f"{t} thread{'s' * (t != '1')} {sps:.0f}" for t, sps in self.rates.items())
         said = {"measured": f"measured now, compute limit SPS {rates}",
                 "cached": f"from the measurement cached ({rates})",
                 "default": f"a network under {SMALL_FORWARD_FLOPS / 1e6:g} MFLOP per sample gains nothing from "
