@@ -35,9 +35,8 @@ from parallel_ppo.runs.directory import prepare_run_dir, resolve_run_dir
 from parallel_ppo.runs.report.formatting import fmt_flop
 from parallel_ppo.runs.tracking import start_tracking
 from parallel_ppo.runs.training import RunPlan, eval_views, train_run
-from parallel_ppo.tuning.before_run import tune
+from parallel_ppo.tuning.before_run import Tuning, tune
 from parallel_ppo.tuning.learner_settings import LearnerChoice
-from parallel_ppo.tuning.learner_threads import ThreadChoice
 
 
 @dataclass(frozen=True)
@@ -71,8 +70,7 @@ class PreparedRun:
 
     plan: RunPlan
     source: RolloutSource
-    learner: LearnerChoice
-    threads: ThreadChoice
+    tuning: Tuning
     group: Group
 
 
@@ -237,21 +235,19 @@ def prepare(request: Request) -> PreparedRun:
         tuning = tune(cfg, spaces, planned.learner, group)  # sets this process's torch threads to the learner's
         threads = dataclasses.replace(planned, learner=tuning.threads.threads)
         plan = RunPlan(settled(cfg, run_dir, tuning.learner, group.world_size), spaces, run_dir, request.mode,
-                       threads.describe(), learner={**tuning.learner.to_dict(), "threads": tuning.threads.to_dict()},
-                       compute_limit=tuning.compute_limit,
+                       threads.describe(), learner=tuning.record(), compute_limit=tuning.compute_limit,
                        roofline=tuning.roofline, resume=resume, overwrite=request.overwrite)
         source = start_source(plan, threads, request.parallel, group)
     except BaseException:
         group.close(wait=False)
         raise
-    return PreparedRun(plan, source, tuning.learner, tuning.threads, group)
+    return PreparedRun(plan, source, tuning, group)
 
 
 def settled(cfg: Config, run_dir: Path, learner: LearnerChoice, world_size: int) -> Config:
     """The config the run trains with, made once from the validated one (which stays as it is): the run directory,
-    and the learner's chosen settings in place of `auto` (workers, config.yaml and checkpoints carry them; its
-    threads stay `auto`, chosen again for the machine a resumed run finds); validated again after this, its last
-    change."""
+    and the learner's chosen settings in place of `auto` (workers, config.yaml and checkpoints carry them; not its
+    threads, chosen again on the machine a resumed run finds); validated again after this, its last change."""
     run_cfg = dataclasses.replace(learner.resolve(cfg), run=dataclasses.replace(cfg.run, output_dir=str(run_dir)))
     validate(run_cfg, world_size)
     return run_cfg
@@ -343,9 +339,8 @@ def write_run_start(run: PreparedRun, prog: str | None) -> None:
     say(prog, start_line(run))
     if watchdog := getattr(run.source, "describe_watchdog", None):  # worker processes: when one counts as hung
         say(prog, watchdog())
-    say(prog, f"learner {run.learner.describe()}")
-    if run.threads.source != "config":
-        say(prog, run.threads.describe())
+    for line in run.tuning.start_lines():
+        say(prog, line)
 
 
 def start_line(run: PreparedRun) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from parallel_ppo.core.config import Config, Rules, config_fields, rules_of
+from parallel_ppo.core.config import Config, ParallelConfig, Rules, config_fields, rules_of
 from parallel_ppo.core.config_yaml import load_yaml, parse_yaml
 from parallel_ppo.core.episodes import check_names
 from parallel_ppo.core.units import to_unit
@@ -180,6 +180,20 @@ def validate(cfg: Config, world_size: int = 1) -> None:
     _check_rollout(cfg, world_size if cfg.distributed.num_envs_total else 1)
 
 
+def check_workers(p: ParallelConfig, world_size: int) -> None:
+    """Refuse worker settings that cannot hold for a parallel run of `world_size` ranks (ConfigError, one line)."""
+    if world_size > 1 and p.sync_fraction < 1:  # sequential ranks ignore it, as one process does
+        raise ConfigError(f"parallel.sync_fraction {p.sync_fraction} cuts the rollouts of slow workers short; "
+                          f"{world_size} distributed ranks must take updates of one size: set it to 1")
+    if p.sync_fraction < 1 and p.workers_waited_for == p.num_workers > 1:  # one worker: none to cut
+        most = math.floor(1000 * (p.num_workers - 1) / p.num_workers) / 1000
+        raise ConfigError(f"parallel.sync_fraction {p.sync_fraction} of {p.num_workers} workers waits for all of "
+                          f"them: set it to at most {most}, or to 1")
+    if p.pin_workers and not hasattr(os, "sched_setaffinity"):
+        raise ConfigError("parallel.pin_workers pins workers to CPUs, which this platform does not let a process do "
+                          "(Linux does): set it to false")
+
+
 def check_rules(key: str, value: Any, rules: Rules) -> None:
     """Raise ConfigError, naming `key`, its value and the rule, where `value` breaks one of the field's `rules`."""
     if rules.choices and value not in rules.choices:
@@ -291,17 +305,8 @@ def build_config(
     elif parallel:  # each rank of a distributed run without a total takes the layout given for one process
         derive_parallel_envs(cfg, given, on_command_line, {k for k, v in flags.items() if v is not None})
     validate(cfg, world_size or 1)
-    p = cfg.parallel
-    if parallel and (world_size or 1) > 1 and p.sync_fraction < 1:  # sequential ranks ignore it, as one process does
-        raise ConfigError(f"parallel.sync_fraction {p.sync_fraction} cuts the rollouts of slow workers short; "
-                          f"{world_size} distributed ranks must take updates of one size: set it to 1")
-    if parallel and p.sync_fraction < 1 and p.workers_waited_for == p.num_workers > 1:  # one worker: none to cut
-        most = math.floor(1000 * (p.num_workers - 1) / p.num_workers) / 1000
-        raise ConfigError(f"parallel.sync_fraction {p.sync_fraction} of {p.num_workers} workers waits for all of "
-                          f"them: set it to at most {most}, or to 1")
-    if parallel and p.pin_workers and not hasattr(os, "sched_setaffinity"):
-        raise ConfigError("parallel.pin_workers pins workers to CPUs, which this platform does not let a process do "
-                          "(Linux does): set it to false")
+    if parallel:
+        check_workers(cfg.parallel, world_size or 1)
     unused = [key for key in tracking_settings() if flags.get(key) is not None]
     if unused and not cfg.tracking.wandb:
         raise ConfigError(f"{' and '.join(unused)} set up W&B tracking, which is off: turn on tracking.wandb")

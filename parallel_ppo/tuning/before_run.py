@@ -29,6 +29,15 @@ class Tuning:
     roofline: dict[str, Any] | None = None
     """The network's FLOPs and the matmul peaks (GFLOP/s); None when `run.limit_seconds` is 0."""
 
+    def record(self) -> dict[str, Any]:
+        """summary.json's `learner` entry: how the settings were decided, and under `threads` the thread count."""
+        return {**self.learner.to_dict(), "threads": self.threads.to_dict()}
+
+    def start_lines(self) -> list[str]:
+        """The run's start lines about the learner: its settings, and its threads where the config left them open."""
+        return [f"learner {self.learner.describe()}"] + ([self.threads.describe()] if self.threads.source != "config"
+                                                          else [])
+
 
 def tune(cfg: Config, spaces: EnvSpaces, ceiling: int, group: Group = ALONE) -> Tuning:
     """Before any env or worker exists: choose the learner's `auto` settings (precision, microbatch, device) on the
