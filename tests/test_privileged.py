@@ -15,10 +15,12 @@ import torch
 
 from parallel_ppo.cli.train import run as train_cli
 from parallel_ppo.core.augment import RandomShift, shift_frames
-from parallel_ppo.core.config import Config, ModelConfig
+from parallel_ppo.core.config import Config, ModelConfig, TrainingConfig
 from parallel_ppo.core.dict_networks import AsymmetricActorCritic, DictVectors, MultiInputActorCritic
+from parallel_ppo.core.distributions import gaussian_log_prob, kl_divergence
 from parallel_ppo.core.model import build_model, network
 from parallel_ppo.core.policy import Policy
+from parallel_ppo.core.ppo import TrainBatch, ppo_loss
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.envs.observations import DictLayout
 from parallel_ppo.envs.spaces import ActionSpace
@@ -140,7 +142,7 @@ def test_the_shift_moves_only_the_chosen_image_keys_by_their_draws():
 
 def test_the_update_learns_from_shifted_frames(monkeypatch, tmp_path):
     """A run with `augment_shift` hands every minibatch of every epoch to the shift, and learns something else
-    than the same run without it."""
+    than the same run without it, and than one that weighs the shifted frames in a regularizer instead."""
     import parallel_ppo as ppo
 
     calls = []
@@ -152,12 +154,57 @@ def test_the_update_learns_from_shifted_frames(monkeypatch, tmp_path):
                  "training.precision": "fp32", "training.microbatch_size": 0, "model.impala_depths": [4],
                  "model.hidden_size": 16, "logging.tensorboard": False, "model.kind": "auto"}
     params = {}
-    for shift in (0, 2):
-        run = ppo.train(str(Path(__file__).parents[1] / "config" / "cartpole.yaml"), output_dir=tmp_path / str(shift),
-                        overrides={**overrides, "training.augment_shift": shift}, verbose=False)
-        params[shift] = torch.load(run.path / "checkpoint.pt", weights_only=True)["model"]
-    assert calls == [32] * 2 * 2, "2 minibatches × 2 epochs of the one update, none without the setting"
-    assert any(not torch.equal(params[0][k], params[2][k]) for k in params[0])
+    for shift, regularizer in ((0, 0.0), (2, 0.0), (2, 0.1)):  # off, in the loss, in a regularizer beside it
+        run = ppo.train(str(Path(__file__).parents[1] / "config" / "cartpole.yaml"),
+                        output_dir=tmp_path / f"{shift}-{regularizer}", verbose=False,
+                        overrides={**overrides, "training.augment_shift": shift,
+                                   "training.augment_regularizer": regularizer})
+        params[shift, regularizer] = torch.load(run.path / "checkpoint.pt", weights_only=True)["model"]
+    assert calls == [32] * 2 * 2 * 2, "2 minibatches × 2 epochs of the one update, in each run with the setting"
+    for a, b in ((0, 0.0), (2, 0.0)), ((0, 0.0), (2, 0.1)), ((2, 0.0), (2, 0.1)):
+        assert any(not torch.equal(params[a][k], params[b][k]) for k in params[a]), (a, b)
+
+
+@pytest.mark.parametrize("continuous", [True, False], ids=["gaussian", "categorical"])
+def test_the_kl_of_two_outputs_is_torchs(continuous):
+    g = torch.Generator().manual_seed(0)
+    p, q = torch.randn(64, 6, generator=g), torch.randn(64, 6, generator=g)
+    if continuous:
+        def dist(x: torch.Tensor) -> torch.distributions.Distribution:
+            return torch.distributions.Independent(torch.distributions.Normal(x[:, :3], x[:, 3:].exp()), 1)
+    else:
+        def dist(x: torch.Tensor) -> torch.distributions.Distribution:
+            return torch.distributions.Categorical(logits=x)
+    expected = torch.distributions.kl_divergence(dist(p), dist(q))
+    torch.testing.assert_close(kl_divergence(p, q, continuous), expected, rtol=1e-5, atol=1e-6)
+    assert kl_divergence(p, p, continuous).abs().max() < 1e-6
+
+
+def test_the_regularizer_keeps_the_loss_on_the_frames_as_collected_and_adds_draCs_penalty():
+    """With `augment_regularizer`, the PPO loss reads the frames as collected (its ratio starts at 1) and adds the
+    weight times KL(π(s) ‖ π(shift(s))) + (V(shift(s)) − V(s))², π(s) and V(s) held fixed; frames that the shift left
+    as they were add nothing."""
+    torch.manual_seed(0)
+    model = build_model((LAYOUT.nbytes,), CONTINUOUS, model_config(actor_keys=ACTOR), 5.0, LAYOUT)
+    obs = torch.from_numpy(LAYOUT.pack(rows(8, 0)))
+    shift = RandomShift(2, LAYOUT, [])
+    shifted = shift(obs, shift.draw(8, 1, 1, torch.Generator().manual_seed(1))[:, 0, 0])
+    with torch.no_grad():
+        params, values = model(obs)
+    actions = params[:, :2] + 0.1
+    logprobs = gaussian_log_prob(params, actions)[0]
+    batch = TrainBatch(obs, actions, logprobs, values, torch.randn(8), values + 1)
+    cfg = dataclasses.replace(TrainingConfig(), augment_shift=2, augment_regularizer=0.25, precision="fp32")
+    plain, stats = ppo_loss(model, batch, cfg)
+    assert float(stats["losses/ratio_mean"]) == pytest.approx(1.0)
+    regularized, _ = ppo_loss(model, dataclasses.replace(batch, shifted=shifted), cfg)
+    with torch.no_grad():
+        moved_params, moved_values = model(shifted)
+    penalty = (kl_divergence(params, moved_params, True) + (moved_values - values) ** 2).mean()
+    assert float(penalty) > 0
+    torch.testing.assert_close(regularized, plain + 0.25 * penalty)
+    unmoved, _ = ppo_loss(model, dataclasses.replace(batch, shifted=obs), cfg)
+    torch.testing.assert_close(unmoved, plain)
 
 
 CARTPOLE = ["--env", "CartPole-v1", "--total-steps", "1"]
@@ -172,6 +219,7 @@ CAMERA = ["--env", "toy_envs:CameraReach-v0", "--total-steps", "1"]
     ([*CAMERA, "--set", "training.augment_shift=4", "--set", "training.augment_keys=[state]"],
      "state is not one (image keys: camera)"),
     ([*CARTPOLE, "--set", "training.augment_shift=4"], "moves image observations"),
+    ([*CAMERA, "--set", "training.augment_regularizer=0.1"], "set augment_shift too"),
 ])
 def test_settings_that_cannot_work_are_refused_in_one_line(argv, words, tmp_path, capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).parent))  # toy_envs

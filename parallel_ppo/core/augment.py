@@ -75,6 +75,9 @@ def random_shift(cfg: Config, spaces: EnvSpaces) -> RandomShift | None:
         if t.augment_keys:
             raise ConfigError("training.augment_keys names the image keys training.augment_shift moves; set "
                               "augment_shift too (e.g. 4)")
+        if t.augment_regularizer:
+            raise ConfigError("training.augment_regularizer weighs the shifted frames of training.augment_shift; set "
+                              "augment_shift too (e.g. 4)")
         return None
     if layout is None:
         if len(spaces.obs_shape) != 3:

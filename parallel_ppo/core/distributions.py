@@ -52,6 +52,18 @@ def log_prob_entropy(params: torch.Tensor, actions: torch.Tensor) -> tuple[torch
     return log_probs.gather(1, actions.unsqueeze(1)).squeeze(1), -(log_probs.exp() * log_probs).sum(-1)
 
 
+def kl_divergence(p: torch.Tensor, q: torch.Tensor, continuous: bool) -> torch.Tensor:
+    """KL(P ‖ Q) per row between two of the network's outputs: diagonal Gaussians (`continuous`) or categoricals."""
+    if continuous:
+        p_mean, p_log_std = p.float().chunk(2, dim=-1)
+        q_mean, q_log_std = q.float().chunk(2, dim=-1)
+        ratio = torch.exp(2 * (p_log_std - q_log_std))
+        return (q_log_std - p_log_std + 0.5 * (ratio + (p_mean - q_mean).square() * torch.exp(-2 * q_log_std))
+                - 0.5).sum(-1)
+    log_p, log_q = torch.log_softmax(p.float(), dim=-1), torch.log_softmax(q.float(), dim=-1)
+    return (log_p.exp() * (log_p - log_q)).sum(-1)
+
+
 def most_likely(space: ActionSpace, params: torch.Tensor) -> torch.Tensor:
     """The distribution's mode: the arg-max logit, or the Gaussian's mean."""
     params = params.float()

@@ -11,7 +11,7 @@ from torch import nn
 
 from parallel_ppo.core.buffer import minibatch_indices
 from parallel_ppo.core.config import Config, TrainingConfig
-from parallel_ppo.core.distributions import log_prob_entropy
+from parallel_ppo.core.distributions import kl_divergence, log_prob_entropy
 from parallel_ppo.core.metrics import metric
 from parallel_ppo.core.model import autocast, network
 from parallel_ppo.envs.spaces import EnvSpaces
@@ -27,17 +27,21 @@ class TrainBatch:
     values: torch.Tensor
     advantages: torch.Tensor
     returns: torch.Tensor
+    shifted: torch.Tensor | None = None
+    """The observations augmented, for a regularizer beside the loss (`training.augment_regularizer`); None
+    where the loss reads augmented observations itself, or none."""
 
     def __getitem__(self, idx: torch.Tensor | slice) -> TrainBatch:
-        return TrainBatch(self.obs[idx], self.actions[idx], self.logprobs[idx], self.values[idx],
-                          self.advantages[idx], self.returns[idx])
+        return TrainBatch(*(None if (v := getattr(self, f.name)) is None else v[idx]
+                            for f in dataclasses.fields(self)))
 
     def __len__(self) -> int:
         return self.actions.shape[0]
 
     def to(self, device: torch.device) -> TrainBatch:
         """The batch on `device` (itself when it is there already)."""
-        return TrainBatch(*(getattr(self, f.name).to(device) for f in dataclasses.fields(self)))
+        return TrainBatch(*(None if (v := getattr(self, f.name)) is None else v.to(device)
+                            for f in dataclasses.fields(self)))
 
 
 POLICY_LOSS = metric("losses/policy_loss", "clipped surrogate loss, mean over the update's minibatches",
@@ -133,6 +137,9 @@ def ppo_loss(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> tuple[
         value_loss = 0.5 * ((new_values - batch.returns) ** 2).mean()
 
     loss = policy_loss - cfg.ent_coef * entropy + cfg.vf_coef * value_loss
+    if batch.shifted is not None:
+        penalty = augment_penalty(model, batch.shifted, logits, new_values, batch.actions.is_floating_point(), cfg)
+        loss = loss + cfg.augment_regularizer * penalty
     with torch.no_grad():
         stats = {
             POLICY_LOSS: policy_loss.detach(),
@@ -143,6 +150,17 @@ def ppo_loss(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> tuple[
             RATIO_MEAN: ratio.mean(),
         }
     return loss, stats
+
+
+def augment_penalty(model: nn.Module, shifted: torch.Tensor, logits: torch.Tensor, values: torch.Tensor,
+                    continuous: bool, cfg: TrainingConfig) -> torch.Tensor:
+    """DrAC's regularizer (Raileanu et al. 2021): how far augmenting the observations moves the policy and the value
+    from what they are on the observations as collected (held fixed), KL(π(·|s) ‖ π(·|shift(s))) + (V(shift(s)) −
+    V(s))², averaged over the batch."""
+    with autocast(cfg.precision, shifted.device.type):
+        moved_logits, moved_values = model(shifted)
+    kl = kl_divergence(logits.detach(), moved_logits, continuous)
+    return (kl + (moved_values.float() - values.detach()) ** 2).mean()
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
@@ -221,8 +239,9 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBa
             moments = advantage_moments([data.advantages[idx] for idx in minibatches], reducer)
         for idx, minibatch_moments in zip(minibatches, moments, strict=True):
             batch = data[idx]
-            if augment is not None:
-                batch = dataclasses.replace(batch, obs=augment(batch.obs, draws[idx, epoch]))
+            if augment is not None:  # the loss reads the shifted frames, or a regularizer beside it does
+                shifted = augment(batch.obs, draws[idx, epoch])
+                batch = dataclasses.replace(batch, **{"shifted" if cfg.augment_regularizer else "obs": shifted})
             stats = minibatch_step(model, optimizer, batch, cfg, reducer, minibatch_moments)
             for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + value
