@@ -180,10 +180,11 @@ def test_the_kl_of_two_outputs_is_torchs(continuous):
     assert kl_divergence(p, p, continuous).abs().max() < 1e-6
 
 
-def test_the_regularizer_keeps_the_loss_on_the_frames_as_collected_and_adds_draCs_penalty():
-    """With `augment_regularizer`, the PPO loss reads the frames as collected (its ratio starts at 1) and adds the
-    weight times KL(π(s) ‖ π(shift(s))) + (V(shift(s)) − V(s))², π(s) and V(s) held fixed; frames that the shift left
-    as they were add nothing."""
+def test_the_regularizer_keeps_the_loss_on_the_frames_as_collected_and_adds_dracs_penalty():
+    """With `augment_regularizer`, the PPO loss reads the frames as collected (its ratio starts at 1, its statistics
+    are those of the loss alone) and adds the weight times KL(π(s) ‖ π(shift(s))) + ½(V(shift(s)) − V(s))², whose
+    gradient flows through the shifted frames' pass only (π(s) and V(s) held fixed); frames the shift left as they
+    were add nothing."""
     torch.manual_seed(0)
     model = build_model((LAYOUT.nbytes,), CONTINUOUS, model_config(actor_keys=ACTOR), 5.0, LAYOUT)
     obs = torch.from_numpy(LAYOUT.pack(rows(8, 0)))
@@ -192,17 +193,25 @@ def test_the_regularizer_keeps_the_loss_on_the_frames_as_collected_and_adds_draC
     with torch.no_grad():
         params, values = model(obs)
     actions = params[:, :2] + 0.1
-    logprobs = gaussian_log_prob(params, actions)[0]
-    batch = TrainBatch(obs, actions, logprobs, values, torch.randn(8), values + 1)
+    batch = TrainBatch(obs, actions, gaussian_log_prob(params, actions)[0], values, torch.randn(8), values + 1)
     cfg = dataclasses.replace(TrainingConfig(), augment_shift=2, augment_regularizer=0.25, precision="fp32")
-    plain, stats = ppo_loss(model, batch, cfg)
-    assert float(stats["losses/ratio_mean"]) == pytest.approx(1.0)
-    regularized, _ = ppo_loss(model, dataclasses.replace(batch, shifted=shifted), cfg)
-    with torch.no_grad():
-        moved_params, moved_values = model(shifted)
-    penalty = (kl_divergence(params, moved_params, True) + (moved_values - values) ** 2).mean()
-    assert float(penalty) > 0
-    torch.testing.assert_close(regularized, plain + 0.25 * penalty)
+    weights = list(model.parameters())
+    plain, plain_stats = ppo_loss(model, batch, cfg)
+    plain_grads = torch.autograd.grad(plain, weights, allow_unused=True)
+    regularized, stats = ppo_loss(model, dataclasses.replace(batch, shifted=shifted), cfg)
+    grads = torch.autograd.grad(regularized, weights, allow_unused=True)
+    assert float(stats["losses/ratio_mean"]) == pytest.approx(1.0) and float(stats["losses/approx_kl"]) == 0
+    assert {k: float(v) for k, v in stats.items()} == {k: float(v) for k, v in plain_stats.items()}
+    moved_params, moved_values = model(shifted)  # the penalty by hand, with π(s) and V(s) as constants
+    penalty = (kl_divergence(params, moved_params, True) + 0.5 * (moved_values - values) ** 2).mean()
+    penalty_grads = torch.autograd.grad(0.25 * penalty, weights, allow_unused=True)
+
+    def flat(gradients: tuple[torch.Tensor | None, ...]) -> torch.Tensor:
+        return torch.cat([(torch.zeros_like(w) if g is None else g).reshape(-1) for g, w in zip(gradients, weights,
+                                                                                                  strict=True)])
+    assert float(penalty.detach()) > 0
+    torch.testing.assert_close(regularized.detach(), plain.detach() + 0.25 * penalty.detach())
+    torch.testing.assert_close(flat(grads), flat(plain_grads) + flat(penalty_grads), rtol=1e-4, atol=1e-6)
     unmoved, _ = ppo_loss(model, dataclasses.replace(batch, shifted=obs), cfg)
     torch.testing.assert_close(unmoved, plain)
 
@@ -219,7 +228,7 @@ CAMERA = ["--env", "toy_envs:CameraReach-v0", "--total-steps", "1"]
     ([*CAMERA, "--set", "training.augment_shift=4", "--set", "training.augment_keys=[state]"],
      "state is not one (image keys: camera)"),
     ([*CARTPOLE, "--set", "training.augment_shift=4"], "moves image observations"),
-    ([*CAMERA, "--set", "training.augment_regularizer=0.1"], "set augment_shift too"),
+    ([*CAMERA, "--set", "training.augment_regularizer=0.1"], "augment_regularizer weighs the shifted frames"),
 ])
 def test_settings_that_cannot_work_are_refused_in_one_line(argv, words, tmp_path, capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).parent))  # toy_envs

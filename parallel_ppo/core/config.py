@@ -174,8 +174,9 @@ class TrainingConfig:
     """Where the shifted frames go. 0: into the PPO loss itself (RAD, DrQ), whose ratio then compares the policy
     on shifted frames with the log-probabilities stored for the frames as collected, so it starts off 1. Above 0:
     the loss reads the frames as collected, and the shifted ones enter only a regularizer of this weight, how far
-    the shift moves the policy (KL) and the value (squared) from theirs on the frames as collected (DrAC,
-    Raileanu et al. 2021, which used 0.1); one more forward pass a minibatch."""
+    the shift moves the policy (KL) and the value (half the squared difference) from theirs on the frames as
+    collected (DrAC, Raileanu et al. 2021, which used 0.1); one more forward and backward pass a minibatch, about
+    twice the update's network work."""
     norm_adv: bool = True
     """Normalize advantages per minibatch."""
     target_kl: float = setting(0.0, non_negative=True)

@@ -155,12 +155,12 @@ def ppo_loss(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> tuple[
 def augment_penalty(model: nn.Module, shifted: torch.Tensor, logits: torch.Tensor, values: torch.Tensor,
                     continuous: bool, cfg: TrainingConfig) -> torch.Tensor:
     """DrAC's regularizer (Raileanu et al. 2021): how far augmenting the observations moves the policy and the value
-    from what they are on the observations as collected (held fixed), KL(π(·|s) ‖ π(·|shift(s))) + (V(shift(s)) −
-    V(s))², averaged over the batch."""
+    from what they are on the observations as collected (held fixed), KL(π(·|s) ‖ π(·|shift(s))) + ½(V(shift(s)) −
+    V(s))², averaged over the batch (the ½ as in DrAC's code and this loss's value term)."""
     with autocast(cfg.precision, shifted.device.type):
         moved_logits, moved_values = model(shifted)
     kl = kl_divergence(logits.detach(), moved_logits, continuous)
-    return (kl + (moved_values.float() - values.detach()) ** 2).mean()
+    return (kl + 0.5 * (moved_values.float() - values.detach()) ** 2).mean()
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:

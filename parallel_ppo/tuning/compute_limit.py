@@ -170,7 +170,7 @@ class NetworkSteps:
         self.model.train()
         rng = torch.Generator().manual_seed(cfg.run.seed)
         self.inputs = [_random_obs(rng, forward_batch, spaces).to(self.device) for _ in range(_POOL)]
-        self.batches = [_random_batch(rng, cfg.training.batch_size, spaces).to(self.device)
+        self.batches = [_random_batch(rng, cfg.training.batch_size, spaces, regularized(cfg)).to(self.device)
                         for _ in range(_POOL)]
         self.sync = synchronizer(self.device)
 
@@ -282,8 +282,14 @@ def rate_figures(forward: Rounds, train: Rounds, forward_batch: int, minibatch: 
             "train_iters": len(every_t), "forward_seconds": sum(every_f), "train_seconds": sum(every_t)}
 
 
-def _random_batch(rng: torch.Generator, size: int, spaces: EnvSpaces) -> TrainBatch:
-    """A minibatch of random frames, actions and targets, shaped like the trainer's."""
+def regularized(cfg: Config) -> bool:
+    """Whether the update runs the augmentation's regularizer (another forward and backward pass a minibatch)."""
+    return bool(cfg.training.augment_shift and cfg.training.augment_regularizer)
+
+
+def _random_batch(rng: torch.Generator, size: int, spaces: EnvSpaces, shifted: bool = False) -> TrainBatch:
+    """A minibatch of random frames, actions and targets, shaped like the trainer's; with `shifted`, other frames
+    for the augmentation's regularizer too (`training.augment_regularizer`), whose pass the step then runs."""
     values = torch.randn(size, generator=rng)
     space = spaces.actions
     if space.continuous:
@@ -295,7 +301,8 @@ def _random_batch(rng: torch.Generator, size: int, spaces: EnvSpaces) -> TrainBa
     return TrainBatch(obs=_random_obs(rng, size, spaces), actions=taken, logprobs=logprobs,
                       values=values,
                       advantages=torch.randn(size, generator=rng),
-                      returns=values + 0.1 * torch.randn(size, generator=rng))
+                      returns=values + 0.1 * torch.randn(size, generator=rng),
+                      shifted=_random_obs(rng, size, spaces) if shifted else None)
 
 
 def limit_sps(forward_rate: float, train_rate: float, n_epochs: int) -> float:
@@ -348,7 +355,7 @@ def network_flops(cfg: Config, spaces: EnvSpaces) -> dict[str, float]:
     forward = counter.get_total_flops() / batch
     fp32 = dataclasses.replace(cfg.training, precision="fp32")
     with FlopCounterMode(display=False) as counter:
-        loss, _ = ppo_loss(model, _random_batch(rng, batch, spaces), fp32)
+        loss, _ = ppo_loss(model, _random_batch(rng, batch, spaces, regularized(cfg)), fp32)
         loss.backward()
     train = counter.get_total_flops() / batch
     return {"forward_flops": forward, "train_flops": train,

@@ -38,6 +38,7 @@ from parallel_ppo.tuning.compute_limit import (
     measure_compute_limit,
     network_flops,
     on_one_thread,
+    regularized,
 )
 
 PRECISIONS = ("fp32", "bf16")
@@ -164,9 +165,10 @@ def network_fields(cfg: Config, spaces: EnvSpaces) -> dict[str, Any]:
     observation: dict[str, Any] = {"obs_shape": list(spaces.obs_shape)}
     if spaces.layout is not None:
         observation["layout"] = spaces.layout.to_dict()
-    return {"model": dataclasses.asdict(cfg.model), **observation, "actions": spaces.actions.to_dict(),
-            "batch_size": cfg.training.batch_size, "rollout_batch": cfg.env.num_envs,
-            "n_epochs": cfg.training.n_epochs}
+    fields = {"model": dataclasses.asdict(cfg.model), **observation, "actions": spaces.actions.to_dict(),
+              "batch_size": cfg.training.batch_size, "rollout_batch": cfg.env.num_envs,
+              "n_epochs": cfg.training.n_epochs}
+    return {**fields, "augment_regularizer": True} if regularized(cfg) else fields  # earlier keys stay valid
 
 
 def cache_key(cfg: Config, spaces: EnvSpaces, options: list[Candidate]) -> str:
