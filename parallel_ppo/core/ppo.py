@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,16 +33,18 @@ class TrainBatch:
     where the loss reads augmented observations itself, or none."""
 
     def __getitem__(self, idx: torch.Tensor | slice) -> TrainBatch:
-        return TrainBatch(*(None if (v := getattr(self, f.name)) is None else v[idx]
-                            for f in dataclasses.fields(self)))
+        return self._map(lambda v: v[idx])
 
     def __len__(self) -> int:
         return self.actions.shape[0]
 
     def to(self, device: torch.device) -> TrainBatch:
         """The batch on `device` (itself when it is there already)."""
-        return TrainBatch(*(None if (v := getattr(self, f.name)) is None else v.to(device)
-                            for f in dataclasses.fields(self)))
+        return self._map(lambda v: v.to(device))
+
+    def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> TrainBatch:
+        """`fn` of every field, None where a field is None (`shifted` unused)."""
+        return TrainBatch(*(None if (v := getattr(self, f.name)) is None else fn(v) for f in dataclasses.fields(self)))
 
 
 POLICY_LOSS = metric("losses/policy_loss", "clipped surrogate loss, mean over the update's minibatches",
