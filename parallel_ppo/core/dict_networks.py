@@ -27,7 +27,7 @@ from parallel_ppo.errors import ConfigError
 
 def head_keys(layout: DictLayout, cfg: ModelConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The keys the actor and the critic read (`model.actor_keys`, `model.critic_keys`; empty: every key), in the
-    layout's order; ConfigError for a key the observation lacks, or a critic that does not read an actor key."""
+    layout's order; ConfigError for a key the observation lacks."""
     every = [p.key for p in layout.parts]
     for name, keys in (("actor_keys", cfg.actor_keys), ("critic_keys", cfg.critic_keys)):
         unknown = [k for k in keys if k not in every]
@@ -35,12 +35,7 @@ def head_keys(layout: DictLayout, cfg: ModelConfig) -> tuple[tuple[str, ...], tu
             raise ConfigError(f"model.{name}: {', '.join(unknown)} is not a key of this env's observation "
                               f"(its keys: {', '.join(every)})")
     actor = tuple(k for k in every if not cfg.actor_keys or k in cfg.actor_keys)
-    critic = tuple(k for k in every if not cfg.critic_keys or k in cfg.critic_keys)
-    missing = [k for k in actor if k not in critic]
-    if missing:
-        raise ConfigError(f"model.critic_keys lacks the actor's {', '.join(missing)}: the critic reads what the actor "
-                          "reads, and more")
-    return actor, critic
+    return actor, tuple(k for k in every if not cfg.critic_keys or k in cfg.critic_keys)
 
 
 def vector_ranges(layout: DictLayout, keys: tuple[str, ...]) -> list[tuple[int, int]]:
@@ -145,22 +140,25 @@ class MultiInputActorCritic(DictNetwork):
 
 
 class AsymmetricActorCritic(DictNetwork):
-    """The multi-input network with a head of its own for the actor and for the critic: each reads its keys (the
-    critic privileged ones too: `model.critic_keys`) through the image keys' CNNs (one per key for both heads with
-    `model.share_encoder`, else each head's own), a tanh MLP over its vector keys, and its own dense layer."""
+    """The multi-input network with a head of its own for the actor and for the critic: each reads its keys through
+    the image keys' CNNs, a tanh MLP over its vector keys, and its own dense layer. The critic may read keys the
+    actor does not (privileged state: `model.critic_keys`) and leave out the actor's frames (Pinto et al.'s critic of
+    state alone). An image key both heads read has one CNN for both with `model.share_encoder` (trained by both
+    losses), else one each; an image key only the actor reads has the actor's own CNN."""
 
     def __init__(self, layout: DictLayout, actions: ActionSpace, cfg: ModelConfig,
                  obs_clip: float | None = None, cnn: str = "impala") -> None:
         super().__init__(layout, obs_clip, cfg)
         init = torch_default if cfg.init == "reference" else orthogonal  # see ModelConfig.init
-        self.share = cfg.share_encoder
         self.critic_images, self.cnns, widths = self.image_readers(self.critic_keys, cnn, cfg, init)
-        self.actor_images = [key for key in self.critic_images if key in self.actor_keys]  # the critic reads more
-        actor_width = sum(w for key, w in zip(self.critic_images, widths, strict=True) if key in self.actor_keys)
-        self.actor_cnns = nn.ModuleList()  # shared: the critic's CNNs of the actor's keys
-        if not self.share:
-            _, self.actor_cnns, _ = self.image_readers(self.actor_keys, cnn, cfg, init)
-        self.actor_mlp, self.actor_dense = vector_head(self.actor_ranges, actor_width, cfg, init)
+        width = dict(zip(self.critic_images, widths, strict=True))
+        self.shared = [key for key in self.critic_images if cfg.share_encoder and key in self.actor_keys]
+        self.own_images, self.actor_cnns, own_widths = self.image_readers(
+            tuple(k for k in self.actor_keys if k not in self.shared), cnn, cfg, init)
+        width.update(zip(self.own_images, own_widths, strict=True))
+        self.actor_images = [p.key for p in layout.images if p.key in self.actor_keys]
+        self.actor_mlp, self.actor_dense = vector_head(self.actor_ranges, sum(width[k] for k in self.actor_images),
+                                                       cfg, init)
         self.critic_mlp, self.critic_dense = vector_head(self.critic_ranges, sum(widths), cfg, init)
         self.actor = orthogonal(nn.Linear(cfg.hidden_size, actions.n), gain=0.01)
         self.log_std = log_std_for(actions)
@@ -171,18 +169,20 @@ class AsymmetricActorCritic(DictNetwork):
         seen = {key: image_features(cnn, images[key]) for cnn, key in zip(self.cnns, self.critic_images, strict=True)}
         values = self._head(seen, self.critic_images, self.picked(vector, self.critic_ranges), self.critic_mlp,
                             self.critic_dense)
-        return self._actor(images, vector, seen if self.share else None), self.critic(values).squeeze(-1)
+        return self._actor(images, vector, {k: seen[k] for k in self.shared}), self.critic(values).squeeze(-1)
 
     def forward_actor(self, images: dict[str, torch.Tensor], vector: torch.Tensor) -> torch.Tensor:
-        return self._actor(images, self.normalized(vector), None)
+        return self._actor(images, self.normalized(vector), {})
 
     def _actor(self, images: dict[str, torch.Tensor], vector: torch.Tensor,
-               seen: dict[str, torch.Tensor] | None) -> torch.Tensor:
+               seen: dict[str, torch.Tensor]) -> torch.Tensor:
         """The policy outputs from the actor's keys (`seen`: the shared CNNs' features, where computed already)."""
-        if seen is None:
-            cnns = self.actor_cnns if not self.share else [self.cnns[self.critic_images.index(k)]
-                                                            for k in self.actor_images]
-            seen = {key: image_features(cnn, images[key]) for cnn, key in zip(cnns, self.actor_images, strict=True)}
+        seen = dict(seen)
+        for key in self.shared:
+            if key not in seen:
+                seen[key] = image_features(self.cnns[self.critic_images.index(key)], images[key])
+        seen.update((key, image_features(cnn, images[key])) for cnn, key in zip(self.actor_cnns, self.own_images,
+                                                                                 strict=True))
         x = self._head(seen, self.actor_images, self.picked(vector, self.actor_ranges), self.actor_mlp,
                        self.actor_dense)
         return policy_output(self.actor(x), self.log_std)
