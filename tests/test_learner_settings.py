@@ -94,6 +94,30 @@ def test_candidates_cover_what_is_auto(monkeypatch):
     monkeypatch.setattr(learner_settings, "learner_device", lambda cfg: torch.device("cuda"))
     assert [c.label for c in candidates(auto_config())] == ["fp32/whole", "bf16/whole"]  # no chunks on a GPU
     assert [c.label for c in candidates(auto_config(microbatch_size=64))] == ["fp32/64", "bf16/64"]
+    assert [c.label for c in candidates(auto_config(), with_tf32=True)] == ["fp32/whole", "bf16/whole", "tf32/whole"]
+    assert candidates(auto_config(precision="tf32")) == [Candidate("tf32", 0)]
+
+
+def test_tf32_is_cudas_products_within_the_block_and_plain_fp32_elsewhere():
+    """tf32 sets CUDA's fp32 products and convolutions to TF32 for the block and puts back what was there; on the
+    CPU (workers acting for a CUDA learner) it changes nothing; a learner on the CPU cannot ask for it."""
+    from parallel_ppo.core.model import autocast
+
+    flags = (torch.backends.cuda.matmul, torch.backends.cudnn.conv)
+    torch_defaults = [flag.fp32_precision for flag in flags]
+    try:
+        for flag in flags:
+            flag.fp32_precision = "ieee"
+        with autocast("tf32", "cuda"):
+            assert [flag.fp32_precision for flag in flags] == ["tf32", "tf32"]
+        assert [flag.fp32_precision for flag in flags] == ["ieee", "ieee"]
+        with autocast("tf32", "cpu"):
+            assert [flag.fp32_precision for flag in flags] == ["ieee", "ieee"]
+    finally:
+        for flag, value in zip(flags, torch_defaults, strict=True):
+            flag.fp32_precision = value
+    with pytest.raises(ConfigError, match="training.precision tf32 is a CUDA GPU's mode"):
+        choose(auto_config(precision="tf32", device="cpu"), CARTPOLE, 1.0, measure=refuse)
 
 
 def test_the_fastest_candidate_is_chosen_then_cached(tmp_path):

@@ -38,8 +38,8 @@ def format_table(result: dict[str, Any]) -> str:
             ("network FLOPs", f"{result['forward_flops'] / 1e6:,.1f} M per forward, "
                               f"{result['train_flops'] / 1e6:,.1f} M per training sample → "
                               f"{fmt_flop(result['flops_per_env_step'])} per env step"),
-            ("matmul peak", f"fp32 {result['peak_gflops']['fp32']:,.0f}, bf16 {result['peak_gflops']['bf16']:,.0f} "
-                            f"GFLOP/s (products up to {PEAK_SIZE}², {result['threads']} threads)"),
+            ("matmul peak", ", ".join(f"{p} {g:,.0f}" for p, g in result["peak_gflops"].items())
+                            + f" GFLOP/s (products up to {PEAK_SIZE}², {result['threads']} threads)"),
             ("limit vs peak", f"the compute limit is {limit_gflops:,.0f} GFLOP/s, {limit_gflops / peak:.0%} of the "
                               f"{result['precision']} peak"),
         ]

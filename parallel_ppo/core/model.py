@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -26,12 +27,33 @@ from parallel_ppo.errors import ConfigError
 
 
 def autocast(precision: str, device_type: str = "cpu") -> contextlib.AbstractContextManager:
-    """bf16 autocast on `device_type` for `precision == "bf16"`, nothing for fp32 (`auto` must be resolved)."""
+    """bf16 autocast on `device_type` for `precision == "bf16"`, CUDA's TF32 products for tf32 (`tf32_products`),
+    nothing for fp32 (`auto` must be resolved)."""
     if precision == "bf16":
         return torch.autocast(device_type, dtype=torch.bfloat16)
+    if precision == "tf32":
+        return tf32_products(device_type)
     if precision != "fp32":
-        raise ValueError(f"precision {precision!r} must be resolved to fp32 or bf16 first (learner_settings)")
+        raise ValueError(f"precision {precision!r} must be resolved to fp32, bf16 or tf32 first (learner_settings)")
     return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def tf32_products(device_type: str) -> Iterator[None]:
+    """fp32 tensors whose matrix products and convolutions CUDA computes in TF32 within the block (the flags as they
+    were after it); on any other device (the CPU workers acting for a CUDA learner) plain fp32."""
+    if device_type != "cuda":
+        yield
+        return
+    flags = (torch.backends.cuda.matmul, torch.backends.cudnn.conv)
+    before = [flag.fp32_precision for flag in flags]
+    for flag in flags:
+        flag.fp32_precision = "tf32"
+    try:
+        yield
+    finally:
+        for flag, value in zip(flags, before, strict=True):
+            flag.fp32_precision = value
 
 
 def directml_device() -> str | None:

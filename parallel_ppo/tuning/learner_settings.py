@@ -9,7 +9,7 @@ fastest iterations as well as from the rounds (load only ever adds time: a 2.6x 
 that another process slowed); a quiet one from the rounds, or from a large median gain that the fastest iterations
 confirm (one disturbed round must not keep a 1.5x gain out).
 Two rules keep a choice from resting on noise: bf16 is a candidate only where the device computes it natively
-(`bf16_is_native`), and a network too small for the choice to matter keeps the defaults unmeasured (`is_small`).
+(`bf16_is_native`), tf32 only on a CUDA GPU that has it (`tf32_is_native`), and a network too small for the choice to matter keeps the defaults unmeasured (`is_small`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ import numpy as np
 import torch
 
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.model import learner_device
+from parallel_ppo.core.model import autocast, learner_device
 from parallel_ppo.envs.spaces import EnvSpaces
+from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs import fingerprint
 from parallel_ppo.tuning.cache import cache_path, machine_digest, read_cache, store
 from parallel_ppo.tuning.compute_limit import (
@@ -41,7 +42,8 @@ from parallel_ppo.tuning.compute_limit import (
     regularized,
 )
 
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "tf32")
+"""Every precision a learner may use; tf32 on a CUDA GPU only (`tf32_is_native`)."""
 MICROBATCHES = (64, 128, 0)
 """Chunk sizes `microbatch_size: auto` tries (0 = the whole minibatch); those not below the minibatch are dropped."""
 DEFAULT = Candidate("fp32", 64)
@@ -88,17 +90,24 @@ def bf16_is_native(device: torch.device) -> bool:
     return False
 
 
+def tf32_is_native(device: torch.device) -> bool:
+    """Whether TF32 is worth measuring on `device`: a CUDA GPU of compute capability 8.0 (Ampere) or later."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
+
+
 def is_small(cfg: Config, spaces: EnvSpaces) -> bool:
     """Whether the network is too small for precision or chunk to matter (SMALL_FORWARD_FLOPS)."""
     return network_flops(cfg, spaces)["forward_flops"] < SMALL_FORWARD_FLOPS
 
 
-def candidates(cfg: Config, with_bf16: bool = True) -> list[Candidate]:
-    """Every combination the config leaves open (one candidate when nothing is `auto`); bf16 is left out of an `auto`
-    precision unless `with_bf16`. An `auto` chunk on a GPU (any device but the CPU) is the whole minibatch: chunks
-    keep a CPU's working set in its caches, while a GPU needs large batches to fill its units."""
+def candidates(cfg: Config, with_bf16: bool = True, with_tf32: bool = False) -> list[Candidate]:
+    """Every combination the config leaves open (one candidate when nothing is `auto`); an `auto` precision tries
+    fp32, bf16 with `with_bf16` and tf32 with `with_tf32`. An `auto` chunk on a GPU (any device but the CPU) is the
+    whole minibatch: chunks keep a CPU's working set in its caches, while a GPU needs large batches to fill its
+    units."""
     t = cfg.training
-    precisions = (PRECISIONS if with_bf16 else ("fp32",)) if t.precision == "auto" else (t.precision,)
+    tried = {"fp32": True, "bf16": with_bf16, "tf32": with_tf32}
+    precisions = tuple(p for p in PRECISIONS if tried[p]) if t.precision == "auto" else (t.precision,)
     if t.microbatch_size == "auto" and learner_device(cfg).type != "cpu":
         sizes = [0]
     elif t.microbatch_size == "auto":
@@ -265,9 +274,13 @@ def choose(cfg: Config, spaces: EnvSpaces, seconds: float, *, measure: Measure =
     `measure` is `compute_limit.measure_compute_limit` or a stand-in with its signature.
     """
     device = learner_device(cfg)
+    if cfg.training.precision == "tf32" and device.type != "cuda":
+        raise ConfigError(f"training.precision tf32 is a CUDA GPU's mode of fp32 products; this learner runs on "
+                          f"{device.type} (use fp32, bf16 or auto)")
     known = {"device": str(device), "device_source": "auto" if cfg.training.device == "auto" else "config",
              "native_bf16": bf16_is_native(device) if cfg.training.precision == "auto" else None}
-    options = candidates(cfg, known["native_bf16"] is not False)
+    options = candidates(cfg, known["native_bf16"] is not False,
+                         cfg.training.precision == "auto" and tf32_is_native(device))
     if len(options) == 1 and known["native_bf16"] is None:
         return LearnerChoice(options[0].precision, options[0].microbatch_size, source="config", **known)
     if is_small(cfg, spaces):  # the same choice on every CPU, native bf16 or not
@@ -305,7 +318,8 @@ def measure_candidates(cfg: Config, spaces: EnvSpaces, seconds: float, measure: 
     candidate's rates under `candidates`): `pick_measured`'s, or the default for a network too small to choose for
     (`small`, default: `is_small`). `beside_ranks`: the load is a distributed run's own ranks measuring at once."""
     if options is None:
-        options = candidates(cfg, cfg.training.precision != "auto" or bf16_is_native(learner_device(cfg)))
+        device = learner_device(cfg)
+        options = candidates(cfg, cfg.training.precision != "auto" or bf16_is_native(device), tf32_is_native(device))
     if len(options) == 1:
         return measure(cfg, spaces, seconds, candidates=options)
 
@@ -336,15 +350,19 @@ def pick_measured(limit: dict[str, Any], options: list[Candidate], default: Cand
 
 
 def matmul_peaks(cfg: Config, seconds: float = 1.0, path: Path | None = None) -> dict[str, float]:
-    """This machine's fp32 and bf16 matmul peaks (GFLOP/s) on the learner's device and threads, cached like the
-    choice (a second each, once per machine)."""
+    """This machine's fp32 and bf16 matmul peaks (GFLOP/s) on the learner's device and threads, and tf32's on a CUDA
+    GPU that has it (`tf32_is_native`), cached like the choice (a second each, once per machine)."""
     device = learner_device(cfg)
+    names = [p for p in PRECISIONS if p != "tf32" or tf32_is_native(device)]
     path = path or cache_path()
     key = "matmul_peak/" + machine_digest(cfg)
     entry = read_cache(path).get(key)
-    if isinstance(entry, dict) and all(isinstance(entry.get(p), (int, float)) for p in PRECISIONS):
-        return {p: float(entry[p]) for p in PRECISIONS}
-    peaks = {"fp32": matmul_peak(torch.float32, seconds, device), "bf16": matmul_peak(torch.bfloat16, seconds, device)}
+    if isinstance(entry, dict) and all(isinstance(entry.get(p), (int, float)) for p in names):
+        return {p: float(entry[p]) for p in names}
+    peaks = {}
+    for p in names:
+        with autocast("tf32" if p == "tf32" else "fp32", device.type):
+            peaks[p] = matmul_peak(torch.bfloat16 if p == "bf16" else torch.float32, seconds, device)
     store(path, key, peaks)
     return peaks
 
