@@ -45,13 +45,13 @@ def main() -> int:
         if args.seconds is not None and not (math.isfinite(args.seconds) and args.seconds > 0):
             raise ConfigError(f"--seconds must be a positive number, got {args.seconds}")
         spaces = env_spaces(cfg.env)
+        torch.set_num_threads(thread_plan(cfg, parallel=True).learner)
+        seconds = cfg.run.limit_seconds if args.seconds is None else args.seconds
+        with tempfile.TemporaryDirectory() as cache:
+            choice = choose(cfg, spaces, seconds, path=Path(cache) / "learner_settings.json")
     except ParallelPPOError as e:
         print(f"learner_choice: error: {e}", file=sys.stderr)
         return 2
-    torch.set_num_threads(thread_plan(cfg, parallel=True).learner)
-    seconds = cfg.run.limit_seconds if args.seconds is None else args.seconds
-    with tempfile.TemporaryDirectory() as cache:
-        choice = choose(cfg, spaces, seconds, path=Path(cache) / "learner_settings.json")
     chunk = choice.microbatch_size or "whole"
     ranked = ", ".join(f"{label} {sps:.0f}" for label, sps in sorted(choice.rates.items(), key=lambda kv: -kv[1]))
     print(f"choice {choice.precision}/{chunk} ({choice.source}); compute limit SPS {ranked or '-'}; other processes "
@@ -60,7 +60,7 @@ def main() -> int:
         measured = (choice.limit or {}).get("candidates", {})
         rounds_rule = None  # what the rounds alone would pick: the rule before the fastest iterations counted
         if measured:
-            options = [c for c in candidates(cfg, choice.native_bf16 is not False) if c.label in measured]
+            options = [c for c in candidates(cfg, True, True) if c.label in measured]
             kept = pick(options, {k: r["round_sps"] for k, r in measured.items()}, preferred(cfg, options))
             rounds_rule = kept.label
         result = {"config": args.config, "rounds_rule_pick": rounds_rule, "date": time.strftime("%Y-%m-%d %H:%M"),

@@ -116,8 +116,9 @@ def test_tf32_is_cudas_products_within_the_block_and_plain_fp32_elsewhere():
     finally:
         for flag, value in zip(flags, torch_defaults, strict=True):
             flag.fp32_precision = value
-    with pytest.raises(ConfigError, match="training.precision tf32 is a CUDA GPU's mode"):
-        choose(auto_config(precision="tf32", device="cpu"), CARTPOLE, 1.0, measure=refuse)
+    for refused in (choose, learner_settings.measure_candidates):
+        with pytest.raises(ConfigError, match="training.precision tf32 needs an NVIDIA GPU .* runs on cpu"):
+            refused(auto_config(precision="tf32", device="cpu"), CARTPOLE, 1.0, measure=refuse)
 
 
 def test_the_fastest_candidate_is_chosen_then_cached(tmp_path):
@@ -400,6 +401,31 @@ def random_batch(seed: int, size: int = 8) -> TrainBatch:
     return TrainBatch(torch.randint(0, 256, (size, *OBS), dtype=torch.uint8, generator=g),
                       torch.randint(0, ACTIONS, (size,), generator=g), torch.full((size,), -2.7), values,
                       torch.randn(size, generator=g), values + torch.randn(size, generator=g))
+
+
+def test_tf32_covers_the_backward_pass_as_well_as_the_forward(monkeypatch):
+    """Every gradient of a tf32 step is computed inside the TF32 block (a spy in its place, as no GPU is here)."""
+    import contextlib
+
+    from parallel_ppo.core import ppo
+
+    inside = []
+
+    @contextlib.contextmanager
+    def spy(device_type):
+        inside.append(device_type)
+        yield
+        inside.append("left")
+
+    monkeypatch.setattr(ppo, "tf32_products", spy)
+    model, optimizer = small_learner(0)
+    in_block = []
+    for p in model.parameters():
+        p.register_hook(lambda grad: in_block.append(inside[-1:] == ["cpu"]) or grad)
+    cfg = Config().training
+    cfg.precision, cfg.microbatch_size = "tf32", 4
+    minibatch_step(model, optimizer, random_batch(0), cfg)
+    assert inside == ["cpu", "left"] and in_block and all(in_block)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -107,12 +107,13 @@ class ModelConfig:
     """Keys of a dict observation the policy reads (empty: every key), e.g. what a real robot has: its wrist camera
     and proprioception. `predict`, `eval`, `demo` and an exported file need only these."""
     critic_keys: list[str] = setting([], names=True, resume=True)
-    """Keys of a dict observation the value function reads (empty: every key): the actor's and privileged ones that
-    only a simulator has, such as robosuite's `object-state` (an asymmetric actor-critic, Pinto et al. 2017). The
-    privileged keys are collected and normalized as any other, but never reach the policy."""
+    """Keys of a dict observation the value function reads (empty: every key): privileged ones that only a simulator
+    has, such as robosuite's `object-state` (an asymmetric actor-critic, Pinto et al. 2017), with or without the
+    actor's. The privileged keys are collected and normalized as any other, but never reach the policy."""
     share_encoder: bool = setting(True, resume=True)
-    """Actor and critic read each image key through one CNN, trained by both losses; false gives each its own CNNs
-    (twice the image work). Where both read the same keys and share, the network is the single multi-input one."""
+    """Actor and critic read each image key both read through one CNN, trained by both losses; false gives each its
+    own CNNs (twice the image work). Where both read the same keys and share, the network is the single multi-input
+    one. An image key only the actor reads has the actor's own CNN either way."""
 
 
 @dataclass

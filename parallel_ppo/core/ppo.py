@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from parallel_ppo.core.buffer import minibatch_indices
 from parallel_ppo.core.config import Config, TrainingConfig
 from parallel_ppo.core.distributions import kl_divergence, log_prob_entropy
 from parallel_ppo.core.metrics import metric
-from parallel_ppo.core.model import autocast, network
+from parallel_ppo.core.model import autocast, network, tf32_products
 from parallel_ppo.envs.spaces import EnvSpaces
 
 
@@ -192,13 +193,14 @@ def minibatch_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Tr
     chunk = cfg.microbatch_size or size
     optimizer.zero_grad(set_to_none=True)
     totals: dict[str, float] = {}
-    for start in range(0, size, chunk):
-        part = batch[start:start + chunk]
-        weight = len(part) / size
-        loss, stats = ppo_loss(model, part, cfg)
-        (loss * weight).backward()
-        for key, value in stats.items():
-            totals[key] = totals.get(key, 0.0) + weight * float(value)
+    with tf32_products(batch.obs.device.type) if cfg.precision == "tf32" else contextlib.nullcontext():
+        for start in range(0, size, chunk):  # TF32 in the backward pass's products too
+            part = batch[start:start + chunk]
+            weight = len(part) / size
+            loss, stats = ppo_loss(model, part, cfg)
+            (loss * weight).backward()
+            for key, value in stats.items():
+                totals[key] = totals.get(key, 0.0) + weight * float(value)
     if reducer is None:
         nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
     else:

@@ -9,7 +9,8 @@ fastest iterations as well as from the rounds (load only ever adds time: a 2.6x 
 that another process slowed); a quiet one from the rounds, or from a large median gain that the fastest iterations
 confirm (one disturbed round must not keep a 1.5x gain out).
 Two rules keep a choice from resting on noise: bf16 is a candidate only where the device computes it natively
-(`bf16_is_native`), tf32 only on a CUDA GPU that has it (`tf32_is_native`), and a network too small for the choice to matter keeps the defaults unmeasured (`is_small`).
+(`bf16_is_native`), tf32 only on a CUDA GPU that has it (`tf32_is_native`), and a network too small for the choice
+to matter keeps the defaults unmeasured (`is_small`).
 """
 
 from __future__ import annotations
@@ -91,8 +92,17 @@ def bf16_is_native(device: torch.device) -> bool:
 
 
 def tf32_is_native(device: torch.device) -> bool:
-    """Whether TF32 is worth measuring on `device`: a CUDA GPU of compute capability 8.0 (Ampere) or later."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
+    """Whether `device` has TF32: an NVIDIA GPU of compute capability 8.0 (Ampere) or later (not a ROCm build's)."""
+    nvidia = device.type == "cuda" and torch.version.cuda is not None
+    return nvidia and torch.cuda.get_device_capability(device) >= (8, 0)
+
+
+def check_precision(cfg: Config) -> None:
+    """ConfigError where the config asks for tf32 on a learner without it (`tf32_is_native`)."""
+    device = learner_device(cfg)
+    if cfg.training.precision == "tf32" and not tf32_is_native(device):
+        raise ConfigError(f"training.precision tf32 needs an NVIDIA GPU of compute capability 8.0 or later; this "
+                          f"learner runs on {device} (use fp32, bf16 or auto)")
 
 
 def is_small(cfg: Config, spaces: EnvSpaces) -> bool:
@@ -273,10 +283,8 @@ def choose(cfg: Config, spaces: EnvSpaces, seconds: float, *, measure: Measure =
     ranks measuring at the same time (`beside_ranks`, a distributed run).
     `measure` is `compute_limit.measure_compute_limit` or a stand-in with its signature.
     """
+    check_precision(cfg)
     device = learner_device(cfg)
-    if cfg.training.precision == "tf32" and device.type != "cuda":
-        raise ConfigError(f"training.precision tf32 is a CUDA GPU's mode of fp32 products; this learner runs on "
-                          f"{device.type} (use fp32, bf16 or auto)")
     known = {"device": str(device), "device_source": "auto" if cfg.training.device == "auto" else "config",
              "native_bf16": bf16_is_native(device) if cfg.training.precision == "auto" else None}
     options = candidates(cfg, known["native_bf16"] is not False,
@@ -317,6 +325,7 @@ def measure_candidates(cfg: Config, spaces: EnvSpaces, seconds: float, measure: 
     it is native), told from the one a trainer keeps (its precision, microbatch and rates at the top level, every
     candidate's rates under `candidates`): `pick_measured`'s, or the default for a network too small to choose for
     (`small`, default: `is_small`). `beside_ranks`: the load is a distributed run's own ranks measuring at once."""
+    check_precision(cfg)
     if options is None:
         device = learner_device(cfg)
         options = candidates(cfg, cfg.training.precision != "auto" or bf16_is_native(device), tf32_is_native(device))
