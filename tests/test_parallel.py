@@ -138,31 +138,6 @@ def test_overlapped_first_update_equals_sequential(tmp_path, monkeypatch, lag):
     assert summary["policy_lag"] == 0 and summary["final_metrics"]["policy_lag"] == 0
 
 
-def test_a_lagged_update_clips_around_the_policy_it_starts_from(tmp_path, monkeypatch):
-    """With `training.decoupled_clip`, an update whose rollout trails by one gets its actions' log-probs under the
-    parameters it starts from (the proximal policy), not those that collected it; the on-policy first gets none."""
-    from parallel_ppo.core import loop
-    from parallel_ppo.core.ppo import proximal_logprobs
-
-    seen, real = [], loop.ppo_update
-
-    def spy(model, optimizer, data, cfg, *args):
-        if data.proximal is None:
-            seen.append(None)
-        else:
-            seen.append((torch.equal(data.proximal, proximal_logprobs(model, data, cfg)),
-                         torch.allclose(data.proximal, data.logprobs)))
-        return real(model, optimizer, data, cfg, *args)
-
-    monkeypatch.setattr(loop, "ppo_update", spy)
-    monkeypatch.chdir(ROOT)
-    cfg = _config("CartPole-v1", True, 2, tmp_path, ("parallel.overlap=true", "training.decoupled_clip=true",
-                                                      "run.total_steps=257"))
-    source = ParallelCoordinator(cfg, env_spaces(cfg.env), thread_plan(cfg, parallel=True))
-    train_run(RunPlan(cfg, env_spaces(cfg.env), tmp_path, source.mode, {}), source)
-    assert seen == [None, (True, False), (True, False)]
-
-
 @pytest.mark.parametrize("lag", [1, 0])
 def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypatch, lag):
     """With overlap, the rollout returned by collect k was collected with the parameters given to collect k-1:

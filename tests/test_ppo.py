@@ -21,7 +21,6 @@ from parallel_ppo.core.ppo import (
     normalize_advantages,
     ppo_loss,
     ppo_update,
-    proximal_logprobs,
 )
 
 OBS_SIZE, NUM_ACTIONS, BATCH = 6, 4, 64
@@ -209,39 +208,6 @@ def test_clipped_surrogate_value_and_gradients():
     active = torch.tensor([False, False, False, False, True, True, False])
     assert torch.all(row_grad[active] == 0)
     assert torch.all(row_grad[~active] > 0)
-
-
-def test_the_decoupled_objective_clips_around_the_proximal_policy_and_weighs_by_it():
-    """With proximal log-probs: mean(w max(-A r, -A clip(r))), r = new / proximal and w = proximal / behaviour, so
-    rows clip where they left the proximal policy's range, not the behaviour policy's; with the proximal policy
-    the behaviour one, the plain loss."""
-    ratios = torch.tensor([0.5, 0.9, 1.0, 1.1, 1.5, 0.5, 1.5])  # new / proximal
-    weights = torch.tensor([1.3, 0.7, 1.0, 1.25, 0.9, 1.1, 0.8])  # proximal / behaviour
-    adv = torch.tensor([1.0, 1.0, -1.0, -1.0, 1.0, -1.0, -1.0])
-    n = len(ratios)
-    model = TablePolicy(torch.randn(n, 3, generator=torch.Generator().manual_seed(0)), torch.zeros(n))
-    with torch.no_grad():
-        cur_lp = F.log_softmax(model.logits, -1)[:, 0]
-    proximal = cur_lp - ratios.log()
-    batch = TrainBatch(torch.arange(n), torch.zeros(n, dtype=torch.int64), proximal - weights.log(), torch.zeros(n),
-                       adv, torch.zeros(n), proximal=proximal)
-    cfg = fixed(norm_adv=False, clip_coef=0.2, ent_coef=0.0, vf_coef=0.0)
-    loss, stats = ppo_loss(model, batch, cfg)
-    expected = (weights * torch.max(-adv * ratios, -adv * ratios.clamp(0.8, 1.2))).mean()
-    assert stats["losses/policy_loss"].item() == pytest.approx(expected.item(), rel=1e-5)
-    assert stats["losses/clipfrac"].item() == pytest.approx(4 / 7)
-    loss.backward()
-    active = torch.tensor([False, False, False, False, True, True, False])
-    assert torch.all(model.logits.grad.abs().sum(1)[active] == 0)
-    plain = dataclasses.replace(batch, logprobs=proximal, proximal=None)
-    same = dataclasses.replace(batch, logprobs=proximal)
-    assert ppo_loss(model, same, cfg)[0].item() == ppo_loss(model, plain, cfg)[0].item()
-
-
-def test_proximal_logprobs_are_the_models_own_by_minibatch():
-    model = small_model(3)
-    batch = rollout_batch(model, 3)
-    torch.testing.assert_close(proximal_logprobs(model, batch, fixed(batch_size=24)), batch.logprobs)
 
 
 def test_value_loss_clipping():

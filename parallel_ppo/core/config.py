@@ -180,11 +180,6 @@ class TrainingConfig:
     twice the update's network work."""
     norm_adv: bool = True
     """Normalize advantages per minibatch."""
-    decoupled_clip: bool = False
-    """With a policy lag (`parallel.overlap`): clip PPO's ratio around the policy as the update starts (the
-    proximal policy) instead of the older one that collected the rollout, each sample weighed by proximal /
-    behaviour probability (Hilton et al. 2022's decoupled objective); one more forward pass over the rollout an
-    update. Without a lag the two policies are one and nothing changes."""
     target_kl: float = setting(0.0, non_negative=True)
     """Stop the epochs early, after an epoch whose approx KL, the mean over its minibatches (and over the ranks of
     a distributed run), exceeds this (0 = never). CleanRL checks the last minibatch's KL instead."""

@@ -25,7 +25,7 @@ from parallel_ppo.core.metrics import metric
 from parallel_ppo.core.model import learner_device, module_device
 from parallel_ppo.core.normalization import ObsNormalizer
 from parallel_ppo.core.pause import pause_point
-from parallel_ppo.core.ppo import TrainBatch, build_learner, ppo_update, proximal_logprobs
+from parallel_ppo.core.ppo import TrainBatch, build_learner, ppo_update
 from parallel_ppo.core.reward_scale import RewardScaler
 from parallel_ppo.core.stopping import StopRequest
 from parallel_ppo.core.timing import PHASE_METRICS, PHASES, PhaseTimer
@@ -334,8 +334,6 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
             state.reward_scaler.start_episodes(agreed.result.fresh_envs)
         data = rollout_batch(source.buffer, cfg, state.reward_scaler, group).to(module_device(state.model))
     with timers.phase("update"):
-        if cfg.training.decoupled_clip and source.policy_lag:
-            data = dataclasses.replace(data, proximal=proximal_logprobs(state.model, data, cfg.training))
         pause_point("update", state.update + 1)
         augment, draws, taken = random_shift(cfg, source.spaces), None, source.buffer.taken()
         if augment is not None:  # every rank draws every env's shifts and takes its own: those of one process

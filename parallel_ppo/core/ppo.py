@@ -32,9 +32,6 @@ class TrainBatch:
     shifted: torch.Tensor | None = None
     """The observations augmented, for a regularizer beside the loss (`training.augment_regularizer`); None
     where the loss reads augmented observations itself, or none."""
-    proximal: torch.Tensor | None = None
-    """The actions' log-probs under the policy as the update started (`proximal_logprobs`), where the loss clips
-    around it (`training.decoupled_clip` with a policy lag); None: around `logprobs`, the behaviour policy's."""
 
     def __getitem__(self, idx: torch.Tensor | slice) -> TrainBatch:
         return self._map(lambda v: v[idx])
@@ -132,14 +129,10 @@ def ppo_loss(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> tuple[
     new_logprob, entropy = log_prob_entropy(logits, batch.actions)
     entropy = entropy.mean()
 
-    anchor = batch.logprobs if batch.proximal is None else batch.proximal
-    log_ratio = new_logprob - anchor
+    log_ratio = new_logprob - batch.logprobs
     ratio = log_ratio.exp()
     adv = batch.advantages
-    surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef))
-    if batch.proximal is not None:  # the decoupled objective: importance weight proximal / behaviour
-        surrogate = (batch.proximal - batch.logprobs).exp() * surrogate
-    policy_loss = surrogate.mean()
+    policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
 
     if cfg.clip_vloss:
         clipped = batch.values + (new_values - batch.values).clamp(-cfg.clip_coef, cfg.clip_coef)
@@ -161,18 +154,6 @@ def ppo_loss(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> tuple[
             RATIO_MEAN: ratio.mean(),
         }
     return loss, stats
-
-
-def proximal_logprobs(model: nn.Module, data: TrainBatch, cfg: TrainingConfig) -> torch.Tensor:
-    """The log-probs of `data`'s actions under `model` as it is (no gradient), a minibatch at a time."""
-    parts = []
-    with torch.no_grad():
-        for start in range(0, len(data), cfg.batch_size):
-            part = data[start:start + cfg.batch_size]
-            with autocast(cfg.precision, part.obs.device.type):
-                logits, _ = model(part.obs)
-            parts.append(log_prob_entropy(logits, part.actions)[0])
-    return torch.cat(parts)
 
 
 def augment_penalty(model: nn.Module, shifted: torch.Tensor, logits: torch.Tensor, values: torch.Tensor,
