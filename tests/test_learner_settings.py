@@ -403,6 +403,18 @@ def random_batch(seed: int, size: int = 8) -> TrainBatch:
                       torch.randn(size, generator=g), values + torch.randn(size, generator=g))
 
 
+@pytest.mark.parametrize("capability, cuda", [((7, 5), "12.4"), ((9, 0), None)], ids=["below-8.0", "rocm"])
+def test_tf32_is_refused_on_a_gpu_without_it(monkeypatch, capability, cuda):
+    monkeypatch.setattr(learner_settings, "learner_device", lambda cfg: torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.version, "cuda", cuda)
+    with pytest.raises(ConfigError, match="needs an NVIDIA GPU of compute capability 8.0 or later; .* on cuda"):
+        learner_settings.check_precision(auto_config(precision="tf32"))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    learner_settings.check_precision(auto_config(precision="tf32"))  # an Ampere GPU has it
+
+
 def test_tf32_covers_the_backward_pass_as_well_as_the_forward(monkeypatch):
     """Every gradient of a tf32 step is computed inside the TF32 block (a spy in its place, as no GPU is here)."""
     import contextlib

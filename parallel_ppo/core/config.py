@@ -185,11 +185,11 @@ class TrainingConfig:
     a distributed run), exceeds this (0 = never). CleanRL checks the last minibatch's KL instead."""
     precision: str = setting("auto", choices=("auto", "fp32", "bf16", "tf32"))
     """Network arithmetic: fp32, bf16 (autocast; log-probs, losses and optimizer state stay fp32), tf32 (fp32
-    tensors whose matrix products and convolutions a CUDA GPU computes in TF32; a CUDA learner only), or `auto`:
-    fp32 unless bf16 (or, on a CUDA GPU of compute capability 8.0 or later, tf32) is clearly faster for this
-    network on this machine, measured before the run (`learner_settings`); fp32, unmeasured, on a CPU without
-    native bf16 or for a network too small to matter. Which is faster depends on the CPU: much faster with native
-    bf16, slower without."""
+    tensors whose matrix products and convolutions a CUDA GPU computes in TF32; an NVIDIA GPU of compute capability
+    8.0 or later only), or `auto`: fp32 unless bf16 (or, on such a GPU, tf32) is clearly faster for this network on
+    this machine, measured before the run (`learner_settings`); fp32, unmeasured, on a CPU without native bf16 or
+    for a network too small to matter. Which is faster depends on the CPU: much faster with native bf16, slower
+    without."""
     device: str = setting("auto", command_line=True)
     """Where the learner runs (`--device`): any torch device (`cpu`, `cuda`, `cuda:1`, `xpu`, `mps`, DirectML's
     `privateuseone:0`), or `auto`: CUDA (ROCm builds answer as CUDA), else XPU, else MPS, else DirectML's device

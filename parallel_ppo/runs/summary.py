@@ -105,7 +105,8 @@ class RunSummary:
     """How precision, microbatch and device were decided (`learner_settings.LearnerChoice.to_dict`), and under `threads`
     the learner's thread count (`learner_threads.ThreadChoice.to_dict`)."""
     roofline: dict | None = None
-    """The network's FLOPs per sample and env step, and this machine's fp32 and bf16 matmul peaks (GFLOP/s)."""
+    """The network's FLOPs per sample and env step, and this machine's fp32 and bf16 matmul peaks (GFLOP/s), and
+    tf32's on a GPU that has it."""
     flops_per_env_step: float | None = None
     """FLOPs one collected env step costs: one forward to act, n_epochs × forward+backward to learn."""
     achieved_gflops: float | None = None
