@@ -18,6 +18,7 @@ from sessions import assert_nothing_left, shm_entries, start
 from parallel_ppo.core.checkpoint import load_checkpoint
 from parallel_ppo.core.collect import SequentialCollector
 from parallel_ppo.core.configure import build_config
+from parallel_ppo.core.distributions import log_prob_entropy
 from parallel_ppo.core.model import network
 from parallel_ppo.core.threads import thread_plan, worker_cpus
 from parallel_ppo.core.timing import PhaseTimer
@@ -142,9 +143,10 @@ def test_overlapped_updates_equal_sequential_where_on_policy(tmp_path, monkeypat
 
 @pytest.mark.parametrize("lag", [1, 0])
 def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypatch, lag):
-    """With overlap, the rollout returned by collect k was collected with the parameters given to collect k-1:
-    it holds exactly what a synchronous coordinator collects when given those parameters at its k-th call. With a
-    lag of 0, the two buffers filled in turn hold what the synchronous coordinator collects with the same ones."""
+    """With overlap (the workers not refreshing their parameters mid-rollout), the rollout returned by collect k was
+    collected with the parameters given to collect k-1: it holds exactly what a synchronous coordinator collects when
+    given those parameters at its k-th call. With a lag of 0, the two buffers filled in turn hold what the
+    synchronous coordinator collects with the same ones."""
     monkeypatch.chdir(ROOT)
     cfg = _config("CartPole-v1", True, 2, tmp_path, ())
     models = []
@@ -154,7 +156,7 @@ def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypat
 
     def rollouts(overlap: bool, given: list[int]) -> tuple[list[dict[str, torch.Tensor]], list[int]]:
         cfg = _config("CartPole-v1", True, 2, tmp_path, (f"parallel.overlap={str(overlap).lower()}",
-                                                         f"parallel.policy_lag={lag}"))
+                                                         f"parallel.policy_lag={lag}", "parallel.refresh_params=false"))
         source = ParallelCoordinator(cfg, env_spaces(cfg.env), thread_plan(cfg, parallel=True))
         try:
             out, lags = [], []
@@ -177,6 +179,38 @@ def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypat
     if lag:
         assert not torch.equal(overlapped[2]["logprobs"], rollouts(False, [0, 1, 2])[0][2]["logprobs"]), \
             "the third rollout of a synchronous run with the same models differs (it acts with the newest)"
+
+
+def test_refreshing_workers_act_with_the_last_parameters_then_with_the_new_ones(tmp_path, monkeypatch):
+    """Overlapped workers that refresh their parameters (the default): the second rollout, collected while the
+    learner held the first, acts in each worker with the parameters given to the first collect up to some step, then
+    with those given to the second, published as it began. Where the switch falls is timing (each worker's own);
+    that it is one switch, the same for a worker's envs, and counted in `lagged_share`, is not."""
+    monkeypatch.chdir(ROOT)
+    cfg = _config("CartPole-v1", True, 2, tmp_path, ("parallel.overlap=true",))
+    models = []
+    for i in range(2):
+        torch.manual_seed(i)
+        models.append(network(cfg, env_spaces(cfg.env)))
+    source = ParallelCoordinator(cfg, env_spaces(cfg.env), thread_plan(cfg, parallel=True))
+    try:
+        source.collect(models[0], PhaseTimer())
+        assert (source.policy_lag, source.lagged_share) == (0, 0.0)
+        source.collect(models[1], PhaseTimer())
+        obs, actions, logprobs = (getattr(source.buffer, name).clone() for name in ("obs", "actions", "logprobs"))
+    finally:
+        source.close()
+    n, envs = logprobs.shape
+    with torch.no_grad():
+        acted = [log_prob_entropy(m(obs.flatten(0, 1))[0], actions.flatten(0, 1))[0].view(n, envs) for m in models]
+    switches = []
+    for env in range(envs):
+        old, new = (torch.isclose(logprobs[:, env], lp[:, env], rtol=1e-5, atol=1e-6) for lp in acted)
+        switch = int(old.logical_not().nonzero()[0]) if not old.all() else n
+        assert old[:switch].all() and new[switch:].all(), f"env {env}: not one switch from the old to the new"
+        switches.append(switch)
+    assert switches[0] == switches[1] and switches[2] == switches[3], "a worker's envs switch at the same step"
+    assert source.policy_lag == 1 and source.lagged_share == sum(switches) / (n * envs)
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="this platform does not pin processes")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -71,6 +72,8 @@ class CollectResult:
     """Entries that a finished episode's info gave as something else than a number, as they looked (refused)."""
     reward_sum: float = 0.0
     """The raw rewards of every env step of the rollout, summed."""
+    samples_by_version: Counter[int] = field(default_factory=Counter)
+    """Env steps taken with each version of the published policy (`EnvRunner.collect`'s `refresh`); empty without."""
 
     @classmethod
     def merged(cls, parts: Sequence[CollectResult], time_env: float, time_inference: float, time_render: float,
@@ -112,10 +115,12 @@ class EnvRunner:
         return cls(env, cfg.run.seed, first_env, cfg.training.precision, stream, cfg.training.gamma, info_keys(cfg))
 
     def collect(self, model: nn.Module, buf: RolloutBuffer, progress: torch.Tensor | None = None,
-                stopping: StopCheck = never, cut_short: StopCheck = never) -> CollectResult:
+                stopping: StopCheck = never, cut_short: StopCheck = never,
+                refresh: Callable[[], int] | None = None) -> CollectResult:
         """Fill `buf` (n_steps × this runner's envs) with one rollout of `model`; `progress` counts steps done.
         When `stopping()` turns true, the rollout ends where it is, its buffer half-written; when `cut_short()` does,
-        once `CUT_NO_EARLIER` of its steps are taken, it ends as a whole rollout of `buf.lengths` steps."""
+        once `CUT_NO_EARLIER` of its steps are taken, it ends as a whole rollout of `buf.lengths` steps. `refresh`,
+        before each step, brings `model` up to the newest published policy and returns its version (counted)."""
         result = CollectResult([], [], 0.0, 0.0)
         t_env = t_inf = 0.0
         drawn = render_seconds(self.env)
@@ -132,6 +137,8 @@ class EnvRunner:
                     steps = t
                     break
                 start = time.perf_counter()
+                if refresh is not None:
+                    result.samples_by_version[refresh()] += self.env.num_envs
                 obs_t = buf.obs[t]
                 obs_t.copy_(torch.from_numpy(self.obs))
                 with autocast(self.precision, device.type):
@@ -144,10 +151,7 @@ class EnvRunner:
                 self._count_episodes(rewards, dones, result)
                 end = time.perf_counter()
                 buf.rewards[t] = torch.from_numpy(rewards)
-                if cut and self.gamma:
-                    buf.bootstrap[t] = torch.from_numpy(self.gamma * self._values(model, cut))
-                else:
-                    buf.bootstrap[t] = 0.0
+                buf.bootstrap[t] = torch.from_numpy(self.gamma * self._values(model, cut)) if cut and self.gamma else 0
                 buf.dones[t] = torch.from_numpy(dones.astype(np.float32))
                 t_inf += mid - start + time.perf_counter() - end
                 t_env += end - mid
@@ -209,6 +213,7 @@ class SequentialCollector:
     mode = "sequential"
     restarts = 0  # no workers to restart
     policy_lag = 0  # the learner's own model collects
+    lagged_share = 0.0
 
     def __init__(self, cfg: Config, env_threads: int, resumes: int = 0, env_offset: int = 0) -> None:
         """`env_offset`: the global index of the first env (a distributed rank's share starts there)."""

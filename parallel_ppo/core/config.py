@@ -47,6 +47,12 @@ class ParallelConfig:
     """With `overlap`: updates by which the workers' parameters may trail the learner's. 1 lets them collect
     through the update; 0 has them wait for it, filling the two buffers in turn: the synchronous trainer's data
     and parameters through the overlapped path (for checking it), without its gain."""
+    refresh_params: bool = True
+    """With `overlap`: the workers take the parameters of each update as soon as it ends, from their next step on,
+    so only the steps taken while the learner updated (and logged, checkpointed) act with the parameters before
+    it (metrics.csv's `lagged_share`); the rest of the rollout is on-policy. Which steps those are depends on
+    timing, so such a run is not reproduced exactly. Off: each rollout acts wholly with the parameters it started
+    with, one update behind (reproducible)."""
 
     pin_workers: bool = False
     """Pin each worker process to its drawing share of the CPUs this process may use (`env.env_threads`, else

@@ -50,10 +50,13 @@ LEARNING_RATE = metric("charts/learning_rate", "the update's learning rate")
 WORKER_RESTARTS = metric("system/worker_restarts", "worker processes restarted so far", tensorboard=False)
 POLICY_LAG = metric("charts/policy_lag", "updates by which the parameters that collected the update's rollout trail "
                     "those it updates: 0 on-policy, 1 with parallel.overlap (after the first update)", summary=True)
+LAGGED_SHARE = metric("charts/lagged_share", "share of the update's env steps taken with older parameters than those "
+                      "it updates: 0 on-policy; with parallel.overlap, those taken during the update before (all of "
+                      "them without parallel.refresh_params)", summary=True)
 ROLLOUT_CUT = metric("charts/rollout_cut", "share of the rollout's env steps not taken because parallel.sync_fraction "
                      "ended the slowest workers' rollouts early (0 without)", summary=True)
 LOOP_METRICS = (UPDATE, ENV_STEPS, WALL_TIME, SPS, EPISODIC_RETURN, EPISODIC_LENGTH, EPISODES, REWARD_PER_STEP,
-                SUCCESS_RATE, LEARNING_RATE, WORKER_RESTARTS, POLICY_LAG, ROLLOUT_CUT)
+                SUCCESS_RATE, LEARNING_RATE, WORKER_RESTARTS, POLICY_LAG, LAGGED_SHARE, ROLLOUT_CUT)
 """The loop's metrics (declared above, by the loop that computes them), as the writers ask for them."""
 
 
@@ -70,6 +73,8 @@ class RolloutSource(Protocol):
     """Worker processes restarted so far (0 for a source without workers)."""
     policy_lag: int
     """Updates by which the parameters behind the rollout `collect` returned last trail the model it was given."""
+    lagged_share: float
+    """Of that rollout's env steps, the share taken with older parameters than the model it was given."""
 
     def collect(self, model: nn.Module, timers: PhaseTimer, stopping: StopCheck) -> CollectResult:
         """Point `buffer` at one rollout, collected by `model` (or, `policy_lag` updates behind, by the model of an
@@ -356,5 +361,5 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
     return {UPDATE: state.update, ENV_STEPS: state.env_steps, EPISODIC_RETURN: mean_or_nan(state.episode_returns),
             EPISODIC_LENGTH: mean_or_nan(state.episode_lengths), EPISODES: state.episodes, LEARNING_RATE: lr,
             REWARD_PER_STEP: agreed.result.reward_sum / steps, **state.episode_info.row(),
-            **stats, WORKER_RESTARTS: source.restarts, POLICY_LAG: source.policy_lag,
+            **stats, WORKER_RESTARTS: source.restarts, POLICY_LAG: source.policy_lag, LAGGED_SHARE: source.lagged_share,
             ROLLOUT_CUT: 1 - steps / (cfg.rollout_size * group.world_size)}

@@ -7,10 +7,8 @@ import os
 import signal
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
-from typing import Any
+from multiprocessing.connection import wait
 
 import setproctitle
 import torch
@@ -22,6 +20,8 @@ from parallel_ppo.core.config import Config
 from parallel_ppo.core.model import network, policy_tensors
 from parallel_ppo.core.threads import ThreadPlan, worker_cpus
 from parallel_ppo.core.timing import PhaseTimer
+from parallel_ppo.engines.parallel.processes import WorkerProcess, describe_exit, stop_process, thread_env, try_recv
+from parallel_ppo.engines.parallel.published import PublishedPolicy, lagged_share
 from parallel_ppo.engines.parallel.watchdog import Watchdog, auto_bound, cpu_seconds, in_seconds
 from parallel_ppo.engines.parallel.watchdog import rule as watchdog_rule
 from parallel_ppo.engines.parallel.worker import (
@@ -45,9 +45,6 @@ PREEMPT_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 ABANDON_GRACE = 5.0
 """Seconds an abandoned rollout waits for a worker that has stopped stepping before giving up on it."""
 
-THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-
-
 class WorkerError(RolloutError):
     """A worker failed in a way a restart cannot fix, or a slot used up its restarts."""
 
@@ -70,39 +67,6 @@ class _Rollout:
     """From waking the workers to the last one's result."""
 
 
-@dataclass
-class _Worker:
-    process: Any  # multiprocessing Process
-    conn: Connection
-    spec: WorkerSpec
-
-
-def describe_exit(exitcode: int | None) -> str:
-    if exitcode is None:
-        return "stopped responding"
-    if exitcode < 0:
-        try:
-            return f"killed by {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"killed by signal {-exitcode}"
-    return f"exited with status {exitcode}"
-
-
-@contextmanager
-def _thread_env(threads: int):
-    """Children inherit these at spawn: one OpenMP/MKL thread pool of `threads` per worker."""
-    saved = {k: os.environ.get(k) for k in THREAD_ENV_VARS}
-    os.environ.update({k: str(threads) for k in THREAD_ENV_VARS})
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 class ParallelCoordinator:
     """Rollout source backed by worker processes that write straight into a shared-memory buffer.
 
@@ -112,7 +76,9 @@ class ParallelCoordinator:
     (DD-PPO's pre-emption of stragglers). With `parallel.overlap`
     and a `policy_lag` of 1, `collect` returns one rollout and sets the workers on the next, into the other buffer,
     with the same parameters: they collect while the learner updates, and each rollout after the first trails the
-    parameters it updates by one update.
+    parameters it updates by one update. With `parallel.refresh_params` too, the next `collect` publishes the updated
+    parameters at once and the workers act with them from their next step: only the steps taken during the update
+    (and what the loop did after it) trail it (`lagged_share`).
     """
 
     mode = "parallel"
@@ -127,7 +93,7 @@ class ParallelCoordinator:
         self.worker_threads = threads.worker or 1  # a parallel plan always has one; the field is optional
         self.spaces = spaces
         numel = sum(t.numel() for t in policy_tensors(network(cfg, spaces)))
-        self.params = torch.zeros(numel).share_memory_()
+        self.policy = PublishedPolicy.allocate(numel)
         self.progress = torch.zeros(p.num_workers, dtype=torch.int64).share_memory_()
         self.abandon = torch.zeros((), dtype=torch.int64).share_memory_()
         self.cut = torch.zeros((), dtype=torch.int64).share_memory_()
@@ -139,6 +105,9 @@ class ParallelCoordinator:
         self.lag = p.lag
         self.policy_lag = 0
         """Updates by which the parameters of the rollout `collect` returned last trail the model it was given."""
+        self.lagged_share = 0.0
+        """Of the env steps of the rollout `collect` returned last, the share not taken with the model it was given."""
+        self._refresh = bool(self.lag and p.refresh_params)
         self._calls = 0
         self._in_flight: _Rollout | None = None
         self._slot = len(self.buffers) - 1  # the buffer filled last: each rollout fills the next one, in turn
@@ -153,7 +122,7 @@ class ParallelCoordinator:
             if family_of(cfg.env.id).preload is not None:
                 os.environ.setdefault(PRELOAD_ENV_VAR, cfg.env.id)  # read by the forkserver when it starts
             self._ctx.set_forkserver_preload(["parallel_ppo.engines.parallel.preload"])
-        self._workers: list[_Worker | None] = [None] * p.num_workers
+        self._workers: list[WorkerProcess | None] = [None] * p.num_workers
         self._start_seconds = [0.0] * p.num_workers
         who = "coordinator" if rank is None else f"coordinator rank {rank}"
         setproctitle.setproctitle(f"parallel_ppo {who} ({p.num_workers} workers × {p.num_envs_per_worker} envs, "
@@ -197,11 +166,11 @@ class ParallelCoordinator:
                 f"envs in {max(self._start_seconds):.1f} s)")
 
     # -- worker lifecycle -------------------------------------------------------------------------------
-    def _spawn(self, index: int, restart: int) -> _Worker:
+    def _spawn(self, index: int, restart: int) -> WorkerProcess:
         m = self.cfg.parallel.num_envs_per_worker
         spec = WorkerSpec(index=index, first_env=index * m, num_envs=m, stream=(self._resumes, restart),
                           cfg=self.cfg, spaces=self.spaces, buffers=self.buffers,
-                          params=self.params, progress=self.progress, abandon=self.abandon, cut=self.cut,
+                          policy=self.policy, progress=self.progress, abandon=self.abandon, cut=self.cut,
                           env_threads=self.env_threads, draw_threads=self.draw_threads,
                           torch_threads=self.worker_threads, env_offset=self._env_offset,
                           cpus=worker_cpus(self._env_offset // m + index, self.draw_threads)
@@ -209,10 +178,10 @@ class ParallelCoordinator:
         parent, child = self._ctx.Pipe(duplex=True)
         process = self._ctx.Process(target=worker_main, args=(spec, child), name=f"ppo-worker-{index}",
                                     daemon=True)
-        with _thread_env(self.worker_threads):
+        with thread_env(self.worker_threads):
             process.start()
         child.close()
-        return _Worker(process, parent, spec)
+        return WorkerProcess(process, parent, spec)
 
     def _await_ready(self, index: int) -> None:
         """Wait for a new worker's hello; raise _Died if it dies first, WorkerError if it reports an error."""
@@ -221,7 +190,7 @@ class ParallelCoordinator:
         ready = wait([worker.conn, worker.process.sentinel], timeout=STARTUP_TIMEOUT)
         if not ready:
             raise WorkerError(f"worker {index} was not ready after {STARTUP_TIMEOUT:.0f} s")
-        message = _try_recv(worker.conn)
+        message = try_recv(worker.conn)
         if isinstance(message, Ready):
             self._start_seconds[index] = message.start_seconds
             return
@@ -234,7 +203,7 @@ class ParallelCoordinator:
         """Restart a dead or stuck worker with fresh envs, or give up after `max_worker_restarts`."""
         limit = self.cfg.parallel.max_worker_restarts
         while True:
-            _stop_process(self._workers[index], kill=True)
+            stop_process(self._workers[index], kill=True)
             if self._slot_restarts[index] >= limit:
                 raise WorkerError(f"worker {index} {why}; it was restarted {limit} times already "
                                   f"(parallel.max_worker_restarts), stopping")
@@ -255,15 +224,20 @@ class ParallelCoordinator:
     # -- the rollout ------------------------------------------------------------------------------------
     def collect(self, model: nn.Module, timers: PhaseTimer, stopping: StopCheck = never) -> CollectResult:
         self._calls += 1
-        start, publish = time.perf_counter(), 0.0
+        start, publish, version = time.perf_counter(), 0.0, None
         if self._in_flight is None:  # the first rollout, or every one without a lag
-            publish = self._start(model, timers)
+            publish, version = self._start(model, timers)
+        elif self._refresh:  # the workers take `model` from their next step on
+            with timers.phase("publish"):
+                version = self.policy.publish(model)
+            publish = time.perf_counter() - start
         rollout = self._in_flight
         assert rollout is not None
         results = self._finish(rollout, stopping)
         waited = time.perf_counter() - start - publish
         self._in_flight = None
         self.buffer, self.policy_lag = self.buffers[rollout.slot], self._calls - rollout.call
+        self.lagged_share = lagged_share(results, version, self._refresh)
         if self.lag and not stopping():  # the next rollout, with these parameters, while the learner updates
             self._start(model, timers)
         n = max(len(results), 1)
@@ -278,19 +252,19 @@ class ParallelCoordinator:
         fresh, self._fresh_envs = sorted(self._fresh_envs), set()
         return CollectResult.merged(results, t_env, t_inf, t_render, fresh)
 
-    def _start(self, model: nn.Module, timers: PhaseTimer) -> float:
+    def _start(self, model: nn.Module, timers: PhaseTimer) -> tuple[float, int]:
         """Publish `model`'s parameters and wake every worker to collect into the next buffer (in turn); returns the
-        seconds it took (phase `publish`)."""
+        seconds it took (phase `publish`) and the version published."""
         started = time.perf_counter()
         with timers.phase("publish"):
-            self.params.copy_(torch.nn.utils.parameters_to_vector(policy_tensors(model)).detach())
+            version = self.policy.publish(model)
             self._slot = (self._slot + 1) % len(self.buffers)
             self._in_flight = _Rollout(self._slot, self._calls, time.perf_counter())
             self.abandon.fill_(0)
             for i in range(len(self._workers)):
                 self.watchdog.forget(i)
                 self._request(i)
-        return time.perf_counter() - started
+        return time.perf_counter() - started, version
 
     def _finish(self, rollout: _Rollout, stopping: StopCheck) -> list[CollectResult]:
         """Wait for every worker of `rollout`; dead or stuck workers are replaced and re-collect their slice.
@@ -315,7 +289,7 @@ class ParallelCoordinator:
             ready = wait(list(handles), timeout=min(0.5, watchdog.bound))
             for i in sorted({handles[h] for h in ready}):
                 w = self._workers[i]
-                message = _try_recv(w.conn)
+                message = try_recv(w.conn)
                 if message is None and (self.abandon or stopping()):  # a signal may have reached it: no restart
                     pending.discard(i)
                 elif message is None:  # the pipe closed or the process ended without an answer
@@ -347,7 +321,7 @@ class ParallelCoordinator:
         w = self._workers[index]
         assert self._in_flight is not None
         try:
-            w.conn.send(Collect(self._in_flight.slot))
+            w.conn.send(Collect(self._in_flight.slot, self._refresh))
         except (BrokenPipeError, OSError):
             pass  # it died; the wait loop sees its sentinel
 
@@ -371,29 +345,5 @@ class ParallelCoordinator:
         for i, w in enumerate(self._workers):
             if w is not None:
                 w.process.join(max(0.0, deadline - time.monotonic()))
-                _stop_process(w, kill=True)  # workers ignore SIGTERM: one still there after Stop is killed
+                stop_process(w, kill=True)  # workers ignore SIGTERM: one still there after Stop is killed
                 self._workers[i] = None
-
-
-def _try_recv(conn: Connection) -> Ready | Done | Failed | None:
-    try:
-        if conn.poll():
-            return conn.recv()
-    except (EOFError, OSError):
-        pass
-    return None
-
-
-def _stop_process(worker: _Worker, kill: bool) -> None:
-    """Make sure the worker process is gone and its pipe closed."""
-    process = worker.process
-    if process.is_alive():
-        (process.kill if kill else process.terminate)()
-        process.join(2.0)
-        if process.is_alive():
-            process.kill()
-            process.join(2.0)
-    try:
-        worker.conn.close()
-    except OSError:
-        pass

@@ -18,6 +18,7 @@ from parallel_ppo.core.collect import CollectResult
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.lifetime import signal_on_parent_death
 from parallel_ppo.core.threads import draw_with
+from parallel_ppo.engines.parallel.published import PolicyCopy, PublishedPolicy
 from parallel_ppo.envs.spaces import EnvSpaces
 
 
@@ -32,7 +33,7 @@ class WorkerSpec:
     cfg: Config
     spaces: EnvSpaces
     buffers: tuple[RolloutBuffer, ...]  # the shared buffers (two with parallel.overlap); only its env slice of each
-    params: torch.Tensor  # flat policy parameters and buffers (`policy_tensors`), written by the coordinator
+    policy: PublishedPolicy  # the learner's parameters and buffers, published by the coordinator
     progress: torch.Tensor  # int64 per worker: env steps taken, a heartbeat the coordinator watches
     abandon: torch.Tensor  # one int64, set by the coordinator when the run stops: end the rollout where it is
     cut: torch.Tensor  # one int64, set by the coordinator once enough workers are done: end the rollout short
@@ -46,9 +47,11 @@ class WorkerSpec:
 # Messages on a worker's pipe. In: Collect or Stop. Out: Ready once started, then Done per rollout, or Failed.
 @dataclass(frozen=True)
 class Collect:
-    """Coordinator → worker: read the published parameters and fill your slice of buffer `slot` with one rollout."""
+    """Coordinator → worker: take the published policy and fill your slice of buffer `slot` with one rollout;
+    `refresh`: take the policy again before each step, whenever a newer one is published."""
 
     slot: int = 0
+    refresh: bool = False
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         if spec.cpus is not None:
             os.sched_setaffinity(0, spec.cpus)
         from parallel_ppo.core.collect import EnvRunner
-        from parallel_ppo.core.model import network, policy_tensors
+        from parallel_ppo.core.model import network
         from parallel_ppo.envs.batch import make_batch_env
 
         cfg = spec.cfg
@@ -126,8 +129,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
             raise RuntimeError(f"env spaces {env.spaces} differ from the coordinator's {spec.spaces}")
         runner = EnvRunner.for_run(env, cfg, first, spec.stream)
         start_seconds = time.perf_counter() - started
-        model = network(cfg, spec.spaces)
-        params = policy_tensors(model)
+        policy = PolicyCopy(spec.policy, model := network(cfg, spec.spaces))  # the model's own tensors
         slices = [b.env_slice(spec.first_env, spec.first_env + spec.num_envs) for b in spec.buffers]
         progress = spec.progress[spec.index]
         fail_at = _injected_fault(spec.index)
@@ -137,9 +139,10 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
             rollouts += 1
             if rollouts == fail_at:
                 raise RuntimeError(f"fault injected by {FAULT_ENV_VAR} in rollout {rollouts}")
-            torch.nn.utils.vector_to_parameters(spec.params, params)
+            policy.refresh()
             conn.send(Done(runner.collect(model, slices[message.slot], progress, stopping=lambda: bool(spec.abandon),
-                                          cut_short=lambda: bool(spec.cut))))
+                                          cut_short=lambda: bool(spec.cut),
+                                          refresh=policy.refresh if message.refresh else None)))
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass  # the coordinator is gone or stopping
     except BaseException as e:

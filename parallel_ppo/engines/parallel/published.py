@@ -1,0 +1,69 @@
+"""The learner's policy in shared memory: the coordinator publishes it, each worker takes a whole copy of it.
+
+A sequence lock keeps a copy whole: the version is odd while the coordinator writes, and a worker copies again
+if the version changed while it copied. Workers may take a copy in the middle of a rollout (`parallel.overlap`
+with `parallel.refresh_params`), while the coordinator publishes the parameters of the update that just ended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from parallel_ppo.core.collect import CollectResult
+from parallel_ppo.core.model import policy_tensors
+
+
+@dataclass
+class PublishedPolicy:
+    """Flat policy parameters and buffers (`policy_tensors`) with their version, both in shared memory."""
+
+    flat: torch.Tensor
+    version: torch.Tensor
+    """One int64: even once a publication is whole, odd while one is written; 0 before the first."""
+
+    @classmethod
+    def allocate(cls, numel: int) -> PublishedPolicy:
+        return cls(torch.zeros(numel).share_memory_(), torch.zeros((), dtype=torch.int64).share_memory_())
+
+    def publish(self, model: nn.Module) -> int:
+        """Write `model`'s parameters and buffers; returns the version they have."""
+        flat = torch.nn.utils.parameters_to_vector(policy_tensors(model)).detach()
+        self.version += 1
+        self.flat.copy_(flat)
+        self.version += 1
+        return int(self.version)
+
+
+class PolicyCopy:
+    """A worker's own copy of the published policy, in `model`'s parameters and buffers (which it owns)."""
+
+    def __init__(self, published: PublishedPolicy, model: nn.Module) -> None:
+        self.published = published
+        self.flat = torch.zeros_like(published.flat)
+        torch.nn.utils.vector_to_parameters(self.flat, policy_tensors(model))  # the model's tensors view `flat`
+        self.version = -1
+        """The version the model holds (-1: none yet)."""
+
+    def refresh(self) -> int:
+        """Take the published policy if it is newer than the model's; returns the version the model holds."""
+        while (version := int(self.published.version)) != self.version:
+            if version % 2:  # a publication is being written: a few microseconds
+                continue
+            self.flat.copy_(self.published.flat)
+            if int(self.published.version) == version:  # nothing was written while it copied
+                self.version = version
+        return self.version
+
+
+def lagged_share(results: list[CollectResult], version: int | None, refreshed: bool) -> float:
+    """Of the workers' env steps, the share taken with another policy than the one published as `version` (None: the
+    model the rollout is for was not published, so all of them); 0 without `refreshed` workers' counts, where each
+    rollout acts with the model it is for (0 lag) or wholly with an older one (policy_lag)."""
+    if not refreshed:
+        return 0.0 if version is not None else 1.0
+    counts = [(v, n) for r in results for v, n in r.samples_by_version.items()]
+    total = sum(n for _, n in counts)
+    return sum(n for v, n in counts if v != version) / total if total else 0.0

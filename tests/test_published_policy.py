@@ -1,0 +1,84 @@
+"""The policy the coordinator publishes and a worker's copy of it: taken whole, and from the next step on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from parallel_ppo.core.buffer import RolloutBuffer
+from parallel_ppo.core.collect import EnvRunner
+from parallel_ppo.core.configure import build_config
+from parallel_ppo.core.distributions import log_prob_entropy
+from parallel_ppo.core.model import network, policy_tensors
+from parallel_ppo.engines.parallel.published import PolicyCopy, PublishedPolicy, lagged_share
+from parallel_ppo.envs.batch import env_spaces, make_batch_env
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _models(cfg, count: int) -> list[torch.nn.Module]:
+    out = []
+    for seed in range(count):
+        torch.manual_seed(seed)
+        out.append(network(cfg, env_spaces(cfg.env)))
+    return out
+
+
+def test_a_copy_takes_a_publication_only_when_asked_and_owns_its_tensors(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    cfg = build_config("config/cartpole.yaml", {"env.id": "CartPole-v1"}, [], False)
+    a, b, worker = _models(cfg, 3)
+    published = PublishedPolicy.allocate(sum(t.numel() for t in policy_tensors(a)))
+    copy = PolicyCopy(published, worker)
+    assert copy.version == -1
+    first = published.publish(a)
+    assert first == 2 and first % 2 == 0, "a whole publication has an even version"
+    assert copy.refresh() == first
+    assert all(torch.equal(x, y) for x, y in zip(policy_tensors(worker), policy_tensors(a), strict=True))
+    second = published.publish(b)
+    assert all(torch.equal(x, y) for x, y in zip(policy_tensors(worker), policy_tensors(a), strict=True)), \
+        "the worker's model keeps its parameters until it refreshes (they are not views of the shared ones)"
+    assert copy.refresh() == second == 4
+    assert all(torch.equal(x, y) for x, y in zip(policy_tensors(worker), policy_tensors(b), strict=True))
+
+
+@pytest.mark.parametrize("switch", [0, 5, 32])
+def test_a_rollout_acts_with_each_publication_from_its_next_step(monkeypatch, switch):
+    """A policy published before step `switch` acts from that step on, the first one before it: the stored
+    log-probs are those of the model that acted, and the result counts the env steps taken with each version."""
+    monkeypatch.chdir(ROOT)
+    cfg = build_config("config/cartpole.yaml", {"env.id": "CartPole-v1", "run.seed": 3},
+                       ["env.num_envs=4", "training.n_steps=32", "training.batch_size=32", "training.precision=fp32"],
+                       False)
+    spaces = env_spaces(cfg.env)
+    a, b, worker = _models(cfg, 3)
+    published = PublishedPolicy.allocate(sum(t.numel() for t in policy_tensors(a)))
+    copy = PolicyCopy(published, worker)
+    first = published.publish(a)
+    copy.refresh()
+    steps, second = 0, None
+
+    def refresh() -> int:
+        nonlocal steps, second
+        if steps == switch:
+            second = published.publish(b)
+        steps += 1
+        return copy.refresh()
+
+    runner = EnvRunner.for_run(make_batch_env(cfg.env, 3, 0, 4, 1), cfg, 0, (0, 0))
+    buf = RolloutBuffer.allocate(32, 4, spaces.obs_shape, spaces.obs_dtype, spaces.actions)
+    try:
+        result = runner.collect(worker, buf, refresh=refresh)
+    finally:
+        runner.close()
+    with torch.no_grad():
+        acted = [log_prob_entropy(m(buf.obs.flatten(0, 1))[0], buf.actions.flatten(0, 1))[0].view(32, 4)
+                 for m in (a, b)]
+    torch.testing.assert_close(buf.logprobs[:switch], acted[0][:switch])
+    torch.testing.assert_close(buf.logprobs[switch:], acted[1][switch:])
+    assert not torch.allclose(acted[0], acted[1]), "the two models act differently"
+    expected = {first: 4 * switch, second: 4 * (32 - switch)}
+    assert result.samples_by_version == {v: n for v, n in expected.items() if n}
+    assert lagged_share([result], second, True) == switch / 32
