@@ -20,6 +20,7 @@ from parallel_ppo.core.collect import SequentialCollector
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.distributions import log_prob_entropy
 from parallel_ppo.core.model import network
+from parallel_ppo.core.pause import PAUSE_ENV_VAR
 from parallel_ppo.core.threads import thread_plan, worker_cpus
 from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
@@ -182,34 +183,42 @@ def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypat
 
 
 def test_refreshing_workers_act_with_the_last_parameters_then_with_the_new_ones(tmp_path, monkeypatch):
-    """Overlapped workers that refresh their parameters (the default): the second rollout, collected while the
-    learner held the first, acts in each worker with the parameters given to the first collect up to some step, then
-    with those given to the second, published as it began. Where the switch falls is timing (each worker's own);
-    that it is one switch, the same for a worker's envs, and counted in `lagged_share`, is not."""
+    """Overlapped workers that refresh their parameters (the default). The second rollout, collected while the
+    learner held the first, is held halfway (step 16 of 32) in the worker that gets there first; the next collect,
+    given other parameters, publishes them then. That worker acts with the first parameters to step 16 and with the
+    new ones from there; the other switches at or before it; `lagged_share` counts the steps before the switches."""
     monkeypatch.chdir(ROOT)
-    cfg = _config("CartPole-v1", True, 2, tmp_path, ("parallel.overlap=true",))
+    held = tmp_path / "held"
+    monkeypatch.setenv(PAUSE_ENV_VAR, f"rollout:2:{held}")  # spawned workers start with this environment
+    cfg = _config("CartPole-v1", True, 2, tmp_path, ("parallel.overlap=true", "parallel.start_method=spawn"))
     models = []
     for i in range(2):
         torch.manual_seed(i)
         models.append(network(cfg, env_spaces(cfg.env)))
+    with torch.no_grad():  # the second acts far from the first: every step's log-prob says which one acted
+        for tensor in models[1].parameters():
+            tensor.mul_(3.0)
     source = ParallelCoordinator(cfg, env_spaces(cfg.env), thread_plan(cfg, parallel=True))
     try:
         source.collect(models[0], PhaseTimer())
         assert (source.policy_lag, source.lagged_share) == (0, 0.0)
-        source.collect(models[1], PhaseTimer())
+        deadline = time.monotonic() + 60
+        while not held.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        source.collect(models[1], PhaseTimer())  # publishes models[1] while a worker is held at step 16
         obs, actions, logprobs = (getattr(source.buffer, name).clone() for name in ("obs", "actions", "logprobs"))
     finally:
         source.close()
     n, envs = logprobs.shape
     with torch.no_grad():
         acted = [log_prob_entropy(m(obs.flatten(0, 1))[0], actions.flatten(0, 1))[0].view(n, envs) for m in models]
-    switches = []
-    for env in range(envs):
-        old, new = (torch.isclose(logprobs[:, env], lp[:, env], rtol=1e-5, atol=1e-6) for lp in acted)
-        switch = int(old.logical_not().nonzero()[0]) if not old.all() else n
-        assert old[:switch].all() and new[switch:].all(), f"env {env}: not one switch from the old to the new"
-        switches.append(switch)
+    new = (logprobs - acted[1]).abs() < (logprobs - acted[0]).abs()
+    torch.testing.assert_close(logprobs, torch.where(new, acted[1], acted[0]), rtol=1e-5, atol=1e-5)
+    switches = [int(new[:, env].int().argmax()) if new[:, env].any() else n for env in range(envs)]
+    for env, switch in enumerate(switches):
+        assert not new[:switch, env].any() and new[switch:, env].all(), f"env {env}: not one switch, old to new"
     assert switches[0] == switches[1] and switches[2] == switches[3], "a worker's envs switch at the same step"
+    assert max(switches) == n // 2, f"the held worker switches where it was held: {switches}"
     assert source.policy_lag == 1 and source.lagged_share == sum(switches) / (n * envs)
 
 

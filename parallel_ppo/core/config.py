@@ -39,10 +39,11 @@ class ParallelConfig:
     """Restarts allowed per worker slot before the run stops with an error."""
     overlap: bool = False
     """Workers collect the next rollout while the learner updates on the last one (two rollout buffers, in turn), so
-    no core waits for the update. They act with the parameters published before that update: the policy behind a
-    rollout trails the one it updates by `policy_lag` updates (recorded per update), and PPO's ratio, taken
-    against the log-probabilities stored with each sample, corrects for it. Off: synchronous, no lag (the
-    reference). The sequential trainer ignores it, as it does the other worker settings."""
+    no core waits for the update. They start it with the parameters published before that update: the policy behind
+    a rollout trails the one it updates by up to `policy_lag` updates (recorded per update; with `refresh_params`,
+    only the steps taken during the update), and PPO's ratio, taken against the log-probabilities stored with each
+    sample, corrects for it. Off: synchronous, no lag (the reference). The sequential trainer ignores it, as it does
+    the other worker settings."""
     policy_lag: int = setting(1, non_negative=True, maximum=1)
     """With `overlap`: updates by which the workers' parameters may trail the learner's. 1 lets them collect
     through the update; 0 has them wait for it, filling the two buffers in turn: the synchronous trainer's data

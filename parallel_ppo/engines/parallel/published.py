@@ -3,10 +3,13 @@
 A sequence lock keeps a copy whole: the version is odd while the coordinator writes, and a worker copies again
 if the version changed while it copied. Workers may take a copy in the middle of a rollout (`parallel.overlap`
 with `parallel.refresh_params`), while the coordinator publishes the parameters of the update that just ended.
+The lock is exact where a CPU keeps stores, and loads, in program order (x86-64); elsewhere (ARM) it relies on
+the ordered atomic operations torch's reference counting executes between the copy and the version's update.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +33,7 @@ class PublishedPolicy:
 
     def publish(self, model: nn.Module) -> int:
         """Write `model`'s parameters and buffers; returns the version they have."""
-        flat = torch.nn.utils.parameters_to_vector(policy_tensors(model)).detach()
+        flat = torch.nn.utils.parameters_to_vector(policy_tensors(model)).detach().cpu()  # off a GPU, unlocked
         self.version += 1
         self.flat.copy_(flat)
         self.version += 1
@@ -51,6 +54,7 @@ class PolicyCopy:
         """Take the published policy if it is newer than the model's; returns the version the model holds."""
         while (version := int(self.published.version)) != self.version:
             if version % 2:  # a publication is being written: a few microseconds
+                os.sched_yield()  # to the coordinator, where the workers fill the cores
                 continue
             self.flat.copy_(self.published.flat)
             if int(self.published.version) == version:  # nothing was written while it copied
