@@ -20,7 +20,7 @@ from parallel_ppo.core.dict_networks import AsymmetricActorCritic, DictVectors, 
 from parallel_ppo.core.distributions import gaussian_log_prob, kl_divergence
 from parallel_ppo.core.model import build_model, network
 from parallel_ppo.core.policy import Policy
-from parallel_ppo.core.ppo import TrainBatch, ppo_loss
+from parallel_ppo.core.ppo import TrainBatch, ppo_loss, ppo_update
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.envs.observations import DictLayout
 from parallel_ppo.envs.spaces import ActionSpace
@@ -234,6 +234,47 @@ def test_the_regularizer_keeps_the_loss_on_the_frames_as_collected_and_adds_drac
     torch.testing.assert_close(unmoved, plain)
 
 
+def test_an_anchored_ratio_starts_at_1_on_the_shifted_frames_and_weighs_each_sample():
+    """With `augment_anchor`, the ratio on shifted frames is taken against the policy the update started from on
+    the same frames: the first minibatch's KL and clip fraction are 0 (without it, the shift alone moves them), and
+    the surrogate weighs each sample by that policy's probability over the one it was collected with."""
+    torch.manual_seed(0)
+    model = build_model((LAYOUT.nbytes,), CONTINUOUS, model_config(actor_keys=ACTOR), 5.0, LAYOUT)
+    obs = torch.from_numpy(LAYOUT.pack(rows(8, 0)))
+    shift = RandomShift(2, LAYOUT, [])
+    draws = shift.draw(8, 1, 1, torch.Generator().manual_seed(1)).flatten(0, 1)
+    with torch.no_grad():
+        for tensor in model.parameters():  # a network that reads its frames closely, as a trained one does
+            tensor.mul_(4.0)
+        params, values = model(obs)
+    actions = params[:, :2] + 0.3
+    data = TrainBatch(obs, actions, gaussian_log_prob(params, actions)[0], values, torch.randn(8), values + 1)
+    stats = {}
+    for anchor in (False, True):  # one epoch of one minibatch: the update's statistics are its first step's
+        cfg = dataclasses.replace(TrainingConfig(), augment_shift=2, augment_anchor=anchor, precision="fp32",
+                                  batch_size=8, n_epochs=1, microbatch_size=0)
+        copy = build_model((LAYOUT.nbytes,), CONTINUOUS, model_config(actor_keys=ACTOR), 5.0, LAYOUT)
+        copy.load_state_dict(model.state_dict())
+        optimizer = torch.optim.Adam(copy.parameters(), lr=1e-3)
+        stats[anchor] = ppo_update(copy, optimizer, data, cfg, torch.Generator().manual_seed(0), augment=shift,
+                                   draws=draws)
+    assert stats[False]["losses/approx_kl"] > 1e-4, "the shift alone moves the collected policy's ratio"
+    assert stats[True]["losses/approx_kl"] == 0 and stats[True]["losses/clipfrac"] == 0
+    assert stats[True]["losses/ratio_mean"] == pytest.approx(1.0)
+    shifted = shift(obs, draws[:, 0])
+    with torch.no_grad():
+        proximal = gaussian_log_prob(model(shifted)[0], actions)[0]
+    cfg = dataclasses.replace(TrainingConfig(), norm_adv=False, precision="fp32", ent_coef=0.0, clip_vloss=False,
+                              vf_coef=0.5)
+    batch = dataclasses.replace(data, obs=shifted, proximal=proximal)
+    loss, batch_stats = ppo_loss(model, batch, cfg)
+    weight = (proximal - data.logprobs).exp()
+    assert not torch.allclose(weight, torch.ones(8)), "the shift moves the policy: the weights differ from 1"
+    value_loss = 0.5 * ((model(shifted)[1] - data.returns) ** 2).mean()
+    torch.testing.assert_close(loss, -(weight * data.advantages).mean() + 0.5 * value_loss)
+    assert float(batch_stats["losses/policy_loss"]) == pytest.approx(float(-(weight * data.advantages).mean()))
+
+
 CARTPOLE = ["--env", "CartPole-v1", "--total-steps", "1"]
 CAMERA = ["--env", "toy_envs:CameraReach-v0", "--total-steps", "1"]
 
@@ -245,6 +286,9 @@ CAMERA = ["--env", "toy_envs:CameraReach-v0", "--total-steps", "1"]
      "state is not one (image keys: camera)"),
     ([*CARTPOLE, "--set", "training.augment_shift=4"], "moves image observations"),
     ([*CAMERA, "--set", "training.augment_regularizer=0.1"], "augment_regularizer weighs the shifted frames"),
+    ([*CAMERA, "--set", "training.augment_anchor=true"], "augment_anchor anchors the ratio on the shifted frames"),
+    ([*CAMERA, "--set", "training.augment_shift=2", "--set", "training.augment_anchor=true", "--set",
+      "training.augment_regularizer=0.1"], "set one of them"),
 ])
 def test_settings_that_cannot_work_are_refused_in_one_line(argv, words, tmp_path, capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).parent))  # toy_envs

@@ -75,10 +75,14 @@ def random_shift(cfg: Config, spaces: EnvSpaces) -> RandomShift | None:
         if t.augment_keys:
             raise ConfigError("training.augment_keys names the image keys training.augment_shift moves; set "
                               "augment_shift too (e.g. 4)")
-        if t.augment_regularizer:
-            raise ConfigError("training.augment_regularizer weighs the shifted frames of training.augment_shift; set "
-                              "augment_shift too (e.g. 4)")
+        if t.augment_regularizer or t.augment_anchor:
+            name = "augment_regularizer weighs" if t.augment_regularizer else "augment_anchor anchors the ratio on"
+            raise ConfigError(f"training.{name} the shifted frames of training.augment_shift; set augment_shift too "
+                              "(e.g. 4)")
         return None
+    if t.augment_anchor and t.augment_regularizer:
+        raise ConfigError("training.augment_anchor anchors PPO's ratio on the shifted frames, which "
+                          "augment_regularizer keeps out of the loss; set one of them")
     if layout is None:
         if len(spaces.obs_shape) != 3:
             raise ConfigError(f"training.augment_shift moves image observations; {cfg.env.id} observes vectors "

@@ -185,6 +185,12 @@ class TrainingConfig:
     the shift moves the policy (KL) and the value (half the squared difference) from theirs on the frames as
     collected (DrAC, Raileanu et al. 2021, which used 0.1); one more forward and backward pass a minibatch, about
     twice the update's network work."""
+    augment_anchor: bool = False
+    """With `augment_shift` in the loss: PPO's ratio on the shifted frames is taken against the policy the update
+    started from on the same shifted frames (one more forward pass a minibatch, without backward), so it starts
+    at 1, and each sample is weighed by that policy's probability of its action on the shifted frames over the one
+    it was collected with: Hilton et al. 2022's decoupled objective, the shifted frames' policy as its proximal
+    one. Off: the ratio compares the shifted frames with the log-probabilities stored (RAD, DrQ)."""
     norm_adv: bool = True
     """Normalize advantages per minibatch."""
     target_kl: float = setting(0.0, non_negative=True)

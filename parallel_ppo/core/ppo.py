@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,9 @@ class TrainBatch:
     shifted: torch.Tensor | None = None
     """The observations augmented, for a regularizer beside the loss (`training.augment_regularizer`); None
     where the loss reads augmented observations itself, or none."""
+    proximal: torch.Tensor | None = None
+    """The actions' log-probs under the policy the update started from, on the observations the loss reads, where
+    its ratio is taken against them (`training.augment_anchor`); None: against `logprobs`, as collected."""
 
     def __getitem__(self, idx: torch.Tensor | slice) -> TrainBatch:
         return self._map(lambda v: v[idx])
@@ -129,10 +133,13 @@ def ppo_loss(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> tuple[
     new_logprob, entropy = log_prob_entropy(logits, batch.actions)
     entropy = entropy.mean()
 
-    log_ratio = new_logprob - batch.logprobs
+    log_ratio = new_logprob - (batch.logprobs if batch.proximal is None else batch.proximal)
     ratio = log_ratio.exp()
     adv = batch.advantages
-    policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+    surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef))
+    if batch.proximal is not None:  # the decoupled objective's weight: proximal over behaviour probability
+        surrogate = (batch.proximal - batch.logprobs).exp() * surrogate
+    policy_loss = surrogate.mean()
 
     if cfg.clip_vloss:
         clipped = batch.values + (new_values - batch.values).clamp(-cfg.clip_coef, cfg.clip_coef)
@@ -154,6 +161,13 @@ def ppo_loss(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> tuple[
             RATIO_MEAN: ratio.mean(),
         }
     return loss, stats
+
+
+def action_logprobs(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> torch.Tensor:
+    """The log-probs of `batch`'s actions under `model` on its observations, without gradient."""
+    with torch.no_grad(), autocast(cfg.precision, batch.obs.device.type):
+        logits, _ = model(batch.obs)
+    return log_prob_entropy(logits, batch.actions)[0]
 
 
 def augment_penalty(model: nn.Module, shifted: torch.Tensor, logits: torch.Tensor, values: torch.Tensor,
@@ -236,6 +250,7 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBa
     totals: dict[str, float] = {}
     count = 0
     rows = torch.arange(len(data)) if rows is None else rows
+    anchor = copy.deepcopy(model) if augment is not None and cfg.augment_anchor else None  # as the update starts
     for epoch in range(cfg.n_epochs):
         kl_sum, kl_count = 0.0, 0
         minibatches = list(minibatch_indices(rows, min(len(data) // cfg.batch_size, len(rows)), generator))
@@ -247,6 +262,8 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBa
             if augment is not None:  # the loss reads the shifted frames, or a regularizer beside it does
                 shifted = augment(batch.obs, draws[idx, epoch])
                 batch = dataclasses.replace(batch, **{"shifted" if cfg.augment_regularizer else "obs": shifted})
+                if anchor is not None:
+                    batch.proximal = action_logprobs(anchor, batch, cfg)
             stats = minibatch_step(model, optimizer, batch, cfg, reducer, minibatch_moments)
             for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + value

@@ -357,6 +357,6 @@ def network_flops(cfg: Config, spaces: EnvSpaces) -> dict[str, float]:
     with FlopCounterMode(display=False) as counter:
         loss, _ = ppo_loss(model, _random_batch(rng, batch, spaces, regularized(cfg)), fp32)
         loss.backward()
-    train = counter.get_total_flops() / batch
+    train = counter.get_total_flops() / batch + (forward if cfg.training.augment_anchor else 0)  # its anchor's
     return {"forward_flops": forward, "train_flops": train,
             "flops_per_env_step": forward + cfg.training.n_epochs * train}
