@@ -261,6 +261,13 @@ def test_an_anchored_ratio_starts_at_1_on_the_shifted_frames_and_weighs_each_sam
     assert stats[False]["losses/approx_kl"] > 1e-4, "the shift alone moves the collected policy's ratio"
     assert stats[True]["losses/approx_kl"] == 0 and stats[True]["losses/clipfrac"] == 0
     assert stats[True]["losses/ratio_mean"] == pytest.approx(1.0)
+    cfg = dataclasses.replace(cfg, batch_size=4, n_epochs=3)  # later steps: the anchor is the policy as it started
+    moving = build_model((LAYOUT.nbytes,), CONTINUOUS, model_config(actor_keys=ACTOR), 5.0, LAYOUT)
+    moving.load_state_dict(model.state_dict())
+    later = ppo_update(moving, torch.optim.Adam(moving.parameters(), lr=1e-2), data, cfg,
+                       torch.Generator().manual_seed(0), augment=shift,
+                       draws=shift.draw(8, 1, 3, torch.Generator().manual_seed(1)).flatten(0, 1))
+    assert later["losses/approx_kl"] > 1e-6, "steps after the first move away from the anchor"
     shifted = shift(obs, draws[:, 0])
     with torch.no_grad():
         proximal = gaussian_log_prob(model(shifted)[0], actions)[0]

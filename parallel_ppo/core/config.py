@@ -190,7 +190,10 @@ class TrainingConfig:
     started from on the same shifted frames (one more forward pass a minibatch, without backward), so it starts
     at 1, and each sample is weighed by that policy's probability of its action on the shifted frames over the one
     it was collected with: Hilton et al. 2022's decoupled objective, the shifted frames' policy as its proximal
-    one. Off: the ratio compares the shifted frames with the log-probabilities stored (RAD, DrQ)."""
+    one. The value loss then clips around that policy's values on the same frames, approx_kl and clipfrac (and
+    `target_kl`) measure the update's own move from it, and with a policy lag (`parallel.overlap`) the weight
+    corrects for the lag too. Off: the ratio compares the shifted frames with the log-probabilities stored (RAD,
+    DrQ)."""
     norm_adv: bool = True
     """Normalize advantages per minibatch."""
     target_kl: float = setting(0.0, non_negative=True)

@@ -163,11 +163,18 @@ def ppo_loss(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> tuple[
     return loss, stats
 
 
-def action_logprobs(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> torch.Tensor:
-    """The log-probs of `batch`'s actions under `model` on its observations, without gradient."""
+def anchored(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> TrainBatch:
+    """`batch` anchored to `model` (`training.augment_anchor`): its actions' log-probs under `model` on its
+    observations as `proximal`, and `model`'s values there as the values the value loss clips around; without
+    gradient, in chunks of `cfg.microbatch_size` as the loss runs."""
+    chunk = cfg.microbatch_size or len(batch)
+    logprobs, values = [], []
     with torch.no_grad(), autocast(cfg.precision, batch.obs.device.type):
-        logits, _ = model(batch.obs)
-    return log_prob_entropy(logits, batch.actions)[0]
+        for start in range(0, len(batch), chunk):
+            logits, part_values = model(batch.obs[start:start + chunk])
+            logprobs.append(log_prob_entropy(logits, batch.actions[start:start + chunk])[0])
+            values.append(part_values.float())
+    return dataclasses.replace(batch, proximal=torch.cat(logprobs), values=torch.cat(values))
 
 
 def augment_penalty(model: nn.Module, shifted: torch.Tensor, logits: torch.Tensor, values: torch.Tensor,
@@ -263,7 +270,7 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBa
                 shifted = augment(batch.obs, draws[idx, epoch])
                 batch = dataclasses.replace(batch, **{"shifted" if cfg.augment_regularizer else "obs": shifted})
                 if anchor is not None:
-                    batch.proximal = action_logprobs(anchor, batch, cfg)
+                    batch = anchored(anchor, batch, cfg)
             stats = minibatch_step(model, optimizer, batch, cfg, reducer, minibatch_moments)
             for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + value

@@ -28,7 +28,7 @@ import torch
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.distributions import gaussian_log_prob
 from parallel_ppo.core.model import autocast, learner_device
-from parallel_ppo.core.ppo import TrainBatch, build_learner, minibatch_step, ppo_loss
+from parallel_ppo.core.ppo import TrainBatch, anchored, build_learner, minibatch_step, ppo_loss
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.errors import ConfigError
 
@@ -186,7 +186,10 @@ class NetworkSteps:
                                    microbatch_size=candidate.microbatch_size)
 
         def step(i: int) -> None:
-            minibatch_step(self.model, self.optimizer, self.batches[i % _POOL], tcfg)
+            batch = self.batches[i % _POOL]
+            if tcfg.augment_anchor:  # its pass before each step, as ppo_update runs it
+                batch = anchored(self.model, batch, tcfg)
+            minibatch_step(self.model, self.optimizer, batch, tcfg)
             self.sync()
         return step
 
@@ -280,6 +283,13 @@ def rate_figures(forward: Rounds, train: Rounds, forward_batch: int, minibatch: 
             "best_sps": limit_sps(forward_batch / min(every_f), minibatch / min(every_t), n_epochs),
             "forward_ms_median": 1000 * f_median, "train_ms_median": 1000 * t_median, "forward_iters": len(every_f),
             "train_iters": len(every_t), "forward_seconds": sum(every_f), "train_seconds": sum(every_t)}
+
+
+def extra_passes(cfg: Config) -> dict[str, bool]:
+    """The update's passes besides the loss's, for the learner measurement's cache key: the augmentation's
+    regularizer (`regularized`) and its anchor (`training.augment_anchor`)."""
+    return {k: True for k, on in (("augment_regularizer", regularized(cfg)),
+                                  ("augment_anchor", cfg.training.augment_anchor)) if on}
 
 
 def regularized(cfg: Config) -> bool:

@@ -35,12 +35,12 @@ from parallel_ppo.tuning.compute_limit import (
     BUSY_CORES,
     Candidate,
     busy,
+    extra_passes,
     for_candidate,
     matmul_peak,
     measure_compute_limit,
     network_flops,
     on_one_thread,
-    regularized,
 )
 
 PRECISIONS = ("fp32", "bf16", "tf32")
@@ -187,7 +187,7 @@ def network_fields(cfg: Config, spaces: EnvSpaces) -> dict[str, Any]:
     fields = {"model": dataclasses.asdict(cfg.model), **observation, "actions": spaces.actions.to_dict(),
               "batch_size": cfg.training.batch_size, "rollout_batch": cfg.env.num_envs,
               "n_epochs": cfg.training.n_epochs}
-    return {**fields, "augment_regularizer": True} if regularized(cfg) else fields  # earlier keys stay valid
+    return {**fields, **extra_passes(cfg)}  # only where set: earlier keys stay valid
 
 
 def cache_key(cfg: Config, spaces: EnvSpaces, options: list[Candidate]) -> str:
