@@ -127,6 +127,28 @@ def test_updates_on_the_same_batch_decrease_the_loss():
     assert stats1["losses/approx_kl"] > 0  # the policy moved
 
 
+def test_a_decoupled_update_clips_around_the_policy_it_starts_from():
+    """Steps taken by an older policy (their stored log-probs off the model's): PPO's clip counts that lag as the
+    update's move (the first step's KL and clip fraction above 0); the decoupled update clips around the policy it
+    starts from (0 at its first step) and still moves it in later steps."""
+    model = small_model(1)
+    batch = rollout_batch(model, 1)
+    lagged = dataclasses.replace(batch, logprobs=batch.logprobs + 0.3 * torch.randn(len(batch),
+                                                                                   generator=torch.Generator().manual_seed(2)))
+    first = {}
+    for decoupled in (False, True):
+        copy = small_model(1)
+        copy.load_state_dict(model.state_dict())
+        first[decoupled] = ppo_update(copy, torch.optim.Adam(copy.parameters(), lr=3e-3), lagged,
+                                      fixed(batch_size=len(batch), n_epochs=1), torch.Generator().manual_seed(0),
+                                      decoupled=decoupled)
+    assert first[False]["losses/clipfrac"] > 0.1 and first[False]["losses/approx_kl"] > 0.01
+    assert first[True]["losses/clipfrac"] == 0 and first[True]["losses/approx_kl"] == pytest.approx(0, abs=1e-7)
+    later = ppo_update(model, torch.optim.Adam(model.parameters(), lr=3e-3), lagged,
+                       fixed(batch_size=16, n_epochs=3), torch.Generator().manual_seed(0), decoupled=True)
+    assert later["losses/approx_kl"] > 1e-5
+
+
 def test_an_update_on_some_rows_never_reads_the_others():
     """`ppo_update(rows=...)` (a cut rollout's steps taken) learns from those rows alone, in as many minibatches as
     the whole batch makes: NaN everywhere else leaves the parameters finite, and the result equals an update on a

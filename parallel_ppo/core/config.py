@@ -48,6 +48,12 @@ class ParallelConfig:
     """With `overlap`: updates by which the workers' parameters may trail the learner's. 1 lets them collect
     through the update; 0 has them wait for it, filling the two buffers in turn: the synchronous trainer's data
     and parameters through the overlapped path (for checking it), without its gain."""
+    decoupled_clip: bool = True
+    """With `overlap`: each update clips PPO's ratio around the policy it starts from, and weighs every step by that
+    policy's probability of its action over the probability it was taken with (Hilton et al. 2022's decoupled
+    objective; one more forward pass a minibatch, without backward): the steps taken with older parameters no
+    longer count their lag as the update's own move. Where every step acted with the policy the update starts
+    from, it is PPO's loss. Off: the ratio is clipped around the policy that took each step."""
     refresh_params: bool = True
     """With `overlap`: the workers take the parameters of each update as soon as it ends, from their next step on,
     so only the steps taken while the learner updated (and logged, checkpointed) act with the parameters before

@@ -347,7 +347,7 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
                                                    update_generator(cfg.run.seed, state.update))).flatten(0, 1)
         rows = None if taken is None else taken.flatten().nonzero().squeeze(1)
         stats = ppo_update(state.model, state.optimizer, data, group.local_training(cfg), state.generator,
-                           group.gradients, augment, draws, rows)
+                           group.gradients, augment, draws, rows, cfg.parallel.decoupled_clip and source.policy_lag > 0)
         if state.obs_normalizer is not None:  # after the update that learned with the statistics it collected with
             # (overlapped: the rollout in flight was collected with the statistics before these)
             normalizer = state.obs_normalizer

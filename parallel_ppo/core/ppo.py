@@ -246,18 +246,21 @@ def average_gradients(model: nn.Module, reducer: Reducer, max_norm: float) -> No
 
 def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBatch, cfg: TrainingConfig,
                generator: torch.Generator, reducer: Reducer | None = None, augment: Augment | None = None,
-               draws: torch.Tensor | None = None, rows: torch.Tensor | None = None) -> dict[str, float]:
+               draws: torch.Tensor | None = None, rows: torch.Tensor | None = None,
+               decoupled: bool = False) -> dict[str, float]:
     """`n_epochs` passes of minibatch SGD over `data`; returns the statistics averaged over minibatches. With
     `augment` (`core.augment`), each minibatch's observations are augmented first, in epoch e by their samples'
     `draws[:, e]` (a row per sample of `data`). With `rows`, only those samples of `data` are learned from (a cut
     rollout's steps taken: `RolloutBuffer.taken`), in as many minibatches as all of `data` makes, each smaller.
+    `decoupled` (or `augment_anchor` with `augment`): the ratio is taken against the policy as the update starts,
+    on the observations the loss reads (`anchored`).
 
     With a `reducer` (data-parallel learners, each with its share of every minibatch): gradients are averaged
     before each step, the KL that may stop an epoch early is every learner's mean, and so are the statistics."""
     totals: dict[str, float] = {}
     count = 0
     rows = torch.arange(len(data)) if rows is None else rows
-    anchor = copy.deepcopy(model) if augment is not None and cfg.augment_anchor else None  # as the update starts
+    anchor = copy.deepcopy(model) if decoupled or (augment is not None and cfg.augment_anchor) else None
     for epoch in range(cfg.n_epochs):
         kl_sum, kl_count = 0.0, 0
         minibatches = list(minibatch_indices(rows, min(len(data) // cfg.batch_size, len(rows)), generator))
@@ -269,8 +272,8 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBa
             if augment is not None:  # the loss reads the shifted frames, or a regularizer beside it does
                 shifted = augment(batch.obs, draws[idx, epoch])
                 batch = dataclasses.replace(batch, **{"shifted" if cfg.augment_regularizer else "obs": shifted})
-                if anchor is not None:
-                    batch = anchored(anchor, batch, cfg)
+            if anchor is not None:  # on the observations the loss reads
+                batch = anchored(anchor, batch, cfg)
             stats = minibatch_step(model, optimizer, batch, cfg, reducer, minibatch_moments)
             for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + value

@@ -187,7 +187,7 @@ class NetworkSteps:
 
         def step(i: int) -> None:
             batch = self.batches[i % _POOL]
-            if tcfg.augment_anchor:  # its pass before each step, as ppo_update runs it
+            if anchors(self.cfg):  # its pass before each step, as ppo_update runs it
                 batch = anchored(self.model, batch, tcfg)
             minibatch_step(self.model, self.optimizer, batch, tcfg)
             self.sync()
@@ -287,9 +287,15 @@ def rate_figures(forward: Rounds, train: Rounds, forward_batch: int, minibatch: 
 
 def extra_passes(cfg: Config) -> dict[str, bool]:
     """The update's passes besides the loss's, for the learner measurement's cache key: the augmentation's
-    regularizer (`regularized`) and its anchor (`training.augment_anchor`)."""
-    return {k: True for k, on in (("augment_regularizer", regularized(cfg)),
-                                  ("augment_anchor", cfg.training.augment_anchor)) if on}
+    regularizer (`regularized`) and the anchor of the ratio (`anchors`)."""
+    return {k: True for k, on in (("augment_regularizer", regularized(cfg)), ("anchor", anchors(cfg))) if on}
+
+
+def anchors(cfg: Config) -> bool:
+    """Whether the update runs the policy it starts from on each minibatch (`ppo.anchored`): for frames shifted in
+    the loss (`training.augment_anchor`) or the overlapped workers' lag (`parallel.decoupled_clip`)."""
+    shifted = cfg.training.augment_shift and cfg.training.augment_anchor and not cfg.training.augment_regularizer
+    return bool(shifted or (cfg.parallel.lag and cfg.parallel.decoupled_clip))
 
 
 def regularized(cfg: Config) -> bool:
@@ -367,6 +373,6 @@ def network_flops(cfg: Config, spaces: EnvSpaces) -> dict[str, float]:
     with FlopCounterMode(display=False) as counter:
         loss, _ = ppo_loss(model, _random_batch(rng, batch, spaces, regularized(cfg)), fp32)
         loss.backward()
-    train = counter.get_total_flops() / batch + (forward if cfg.training.augment_anchor else 0)  # its anchor's
+    train = counter.get_total_flops() / batch + (forward if anchors(cfg) else 0)  # its anchor's
     return {"forward_flops": forward, "train_flops": train,
             "flops_per_env_step": forward + cfg.training.n_epochs * train}
