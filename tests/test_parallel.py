@@ -15,6 +15,7 @@ import pytest
 import torch
 from sessions import assert_nothing_left, shm_entries, start
 
+from parallel_ppo.core import loop
 from parallel_ppo.core.checkpoint import load_checkpoint
 from parallel_ppo.core.collect import SequentialCollector
 from parallel_ppo.core.configure import build_config
@@ -220,6 +221,21 @@ def test_refreshing_workers_act_with_the_last_parameters_then_with_the_new_ones(
     assert switches[0] == switches[1] and switches[2] == switches[3], "a worker's envs switch at the same step"
     assert max(switches) == n // 2, f"the held worker switches where it was held: {switches}"
     assert source.policy_lag == 1 and source.lagged_share == sum(switches) / (n * envs)
+
+
+@pytest.mark.parametrize("decoupled", [True, False])
+def test_an_overlapped_update_is_decoupled_where_its_rollout_trails(tmp_path, monkeypatch, decoupled):
+    """With `parallel.decoupled_clip`, the updates whose rollouts trail the learner (all but the first) clip around
+    the policy they start from; the first, on-policy, and every update without the setting, are PPO's own."""
+    monkeypatch.chdir(ROOT)
+    seen = []
+    original = loop.ppo_update
+    monkeypatch.setattr(loop, "ppo_update", lambda *args: seen.append(args[9]) or original(*args))
+    cfg = _config("CartPole-v1", True, 2, tmp_path, ("parallel.overlap=true", "run.total_steps=384",
+                                                     f"parallel.decoupled_clip={str(decoupled).lower()}"))
+    spaces = env_spaces(cfg.env)
+    train_run(RunPlan(cfg, spaces, tmp_path, "parallel", {}), ParallelCoordinator(cfg, spaces, thread_plan(cfg, True)))
+    assert seen == [False, decoupled, decoupled]
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="this platform does not pin processes")
