@@ -25,7 +25,7 @@ from parallel_ppo.envs.spaces import ActionSpace, EnvSpaces
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs import fingerprint
 from parallel_ppo.tuning import learner_settings
-from parallel_ppo.tuning.compute_limit import Candidate, measure_compute_limit
+from parallel_ppo.tuning.compute_limit import Candidate, extra_passes, measure_compute_limit
 from parallel_ppo.tuning.learner_settings import (
     ROUNDS,
     LearnerChoice,
@@ -560,3 +560,15 @@ def test_a_quiet_large_gain_that_one_round_spoiled_is_kept_and_ties_rarely_switc
         fastest = {"fp32/64": 1 / times[0].min(), "bf16/whole": 1 / times[1].min()}
         switched += pick(options, rounds, options[0], fastest) == options[1]
     assert switched < 20, switched
+
+
+def test_the_update_passes_besides_the_loss_key_the_measurement():
+    """The anchor's pass counts where the loop runs it: overlapped workers with `decoupled_clip`, or frames shifted
+    in the loss with `augment_anchor`; the regularizer's pass where it weighs shifted frames."""
+    def passes(*sets: str) -> dict[str, bool]:
+        return extra_passes(build_config("config/cartpole.yaml", {}, list(sets), True))
+    assert passes() == {} and passes("parallel.overlap=true") == {}
+    assert passes("parallel.overlap=true", "parallel.decoupled_clip=true") == {"anchor": True}
+    assert passes("parallel.overlap=true", "parallel.policy_lag=0", "parallel.decoupled_clip=true") == {}
+    assert passes("training.augment_shift=4", "training.augment_anchor=true") == {"anchor": True}
+    assert passes("training.augment_shift=4", "training.augment_regularizer=0.1") == {"augment_regularizer": True}

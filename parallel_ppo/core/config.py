@@ -42,18 +42,20 @@ class ParallelConfig:
     no core waits for the update. They start it with the parameters published before that update: the policy behind
     a rollout trails the one it updates by up to `policy_lag` updates (recorded per update; with `refresh_params`,
     only the steps taken during the update), and PPO's ratio, taken against the log-probabilities stored with each
-    sample, corrects for it. Off: synchronous, no lag (the reference). The sequential trainer ignores it, as it does
-    the other worker settings."""
+    sample (or weighed by them: `decoupled_clip`), corrects for it. Off: synchronous, no lag (the reference). The
+    sequential trainer ignores it, as it does the other worker settings."""
     policy_lag: int = setting(1, non_negative=True, maximum=1)
     """With `overlap`: updates by which the workers' parameters may trail the learner's. 1 lets them collect
     through the update; 0 has them wait for it, filling the two buffers in turn: the synchronous trainer's data
     and parameters through the overlapped path (for checking it), without its gain."""
-    decoupled_clip: bool = True
-    """With `overlap`: each update clips PPO's ratio around the policy it starts from, and weighs every step by that
-    policy's probability of its action over the probability it was taken with (Hilton et al. 2022's decoupled
-    objective; one more forward pass a minibatch, without backward): the steps taken with older parameters no
-    longer count their lag as the update's own move. Where every step acted with the policy the update starts
-    from, it is PPO's loss. Off: the ratio is clipped around the policy that took each step."""
+    decoupled_clip: bool = False
+    """With `overlap`: an update whose rollout trails it clips PPO's ratio (and the value loss) around the policy
+    it starts from, and weighs every step by that policy's probability of its action over the probability it was
+    taken with (Hilton et al. 2022's decoupled objective; one more forward pass over the rollout, a minibatch at a
+    time where frames are shifted in the loss, as `training.augment_anchor` does then): the steps taken with
+    older parameters no longer count their lag as the update's own move, and approx_kl, clipfrac and target_kl
+    measure that move alone. Where every step acted with the policy the update starts from, it is PPO's loss.
+    Off (until measured on Lift): the ratio is clipped around the policy that took each step."""
     refresh_params: bool = True
     """With `overlap`: the workers take the parameters of each update as soon as it ends, from their next step on,
     so only the steps taken while the learner updated (and logged, checkpointed) act with the parameters before

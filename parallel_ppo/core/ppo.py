@@ -35,7 +35,8 @@ class TrainBatch:
     where the loss reads augmented observations itself, or none."""
     proximal: torch.Tensor | None = None
     """The actions' log-probs under the policy the update started from, on the observations the loss reads, where
-    its ratio is taken against them (`training.augment_anchor`); None: against `logprobs`, as collected."""
+    its ratio is taken against them (`training.augment_anchor`, `parallel.decoupled_clip`); None: against
+    `logprobs`, as collected."""
 
     def __getitem__(self, idx: torch.Tensor | slice) -> TrainBatch:
         return self._map(lambda v: v[idx])
@@ -164,9 +165,9 @@ def ppo_loss(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> tuple[
 
 
 def anchored(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> TrainBatch:
-    """`batch` anchored to `model` (`training.augment_anchor`): its actions' log-probs under `model` on its
-    observations as `proximal`, and `model`'s values there as the values the value loss clips around; without
-    gradient, in chunks of `cfg.microbatch_size` as the loss runs."""
+    """`batch` anchored to `model` (`ppo_update`'s `decoupled`, `augment_anchor`): its actions' log-probs under
+    `model` on its observations as `proximal`, and `model`'s values there as the values the value loss clips
+    around; without gradient, in chunks of `cfg.microbatch_size` as the loss runs."""
     chunk = cfg.microbatch_size or len(batch)
     logprobs, values = [], []
     with torch.no_grad(), autocast(cfg.precision, batch.obs.device.type):
@@ -253,14 +254,20 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBa
     `draws[:, e]` (a row per sample of `data`). With `rows`, only those samples of `data` are learned from (a cut
     rollout's steps taken: `RolloutBuffer.taken`), in as many minibatches as all of `data` makes, each smaller.
     `decoupled` (or `augment_anchor` with `augment`): the ratio is taken against the policy as the update starts,
-    on the observations the loss reads (`anchored`).
+    on the observations the loss reads (`anchored`): once for the rollout where they are those collected, on each
+    minibatch (by a copy of that policy) where the loss reads shifted frames.
 
     With a `reducer` (data-parallel learners, each with its share of every minibatch): gradients are averaged
     before each step, the KL that may stop an epoch early is every learner's mean, and so are the statistics."""
     totals: dict[str, float] = {}
     count = 0
     rows = torch.arange(len(data)) if rows is None else rows
-    anchor = copy.deepcopy(model) if decoupled or (augment is not None and cfg.augment_anchor) else None
+    explained = explained_variance(data.values[rows], data.returns[rows])  # of the values as collected
+    anchor = None
+    if augment is not None and not cfg.augment_regularizer and (decoupled or cfg.augment_anchor):
+        anchor = copy.deepcopy(model)  # the loss reads other frames in each epoch: the policy as it starts reads them
+    elif decoupled:
+        data = anchored(model, data, cfg)
     for epoch in range(cfg.n_epochs):
         kl_sum, kl_count = 0.0, 0
         minibatches = list(minibatch_indices(rows, min(len(data) // cfg.batch_size, len(rows)), generator))
@@ -289,5 +296,5 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBa
         keys = sorted(result)
         means = reducer.mean_(torch.tensor([result[k] for k in keys], dtype=torch.float64)).tolist()
         result = dict(zip(keys, means, strict=True))
-    result[EXPLAINED_VARIANCE] = explained_variance(data.values[rows], data.returns[rows])
+    result[EXPLAINED_VARIANCE] = explained
     return result
