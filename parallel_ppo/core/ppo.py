@@ -260,14 +260,11 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBa
     With a `reducer` (data-parallel learners, each with its share of every minibatch): gradients are averaged
     before each step, the KL that may stop an epoch early is every learner's mean, and so are the statistics."""
     totals: dict[str, float] = {}
-    count = 0
-    rows = torch.arange(len(data)) if rows is None else rows
+    count, rows = 0, torch.arange(len(data)) if rows is None else rows
     explained = explained_variance(data.values[rows], data.returns[rows])  # of the values as collected
-    anchor = None
-    if augment is not None and not cfg.augment_regularizer and (decoupled or cfg.augment_anchor):
-        anchor = copy.deepcopy(model)  # the loss reads other frames in each epoch: the policy as it starts reads them
-    elif decoupled:
-        data = anchored(model, data, cfg)
+    shifted_loss = augment is not None and not cfg.augment_regularizer
+    anchor = copy.deepcopy(model) if shifted_loss and (decoupled or cfg.augment_anchor) else None  # other frames
+    data = anchored(model, data, cfg) if decoupled and anchor is None else data  # each epoch: once is enough here
     for epoch in range(cfg.n_epochs):
         kl_sum, kl_count = 0.0, 0
         minibatches = list(minibatch_indices(rows, min(len(data) // cfg.batch_size, len(rows)), generator))
