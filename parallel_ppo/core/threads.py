@@ -91,9 +91,9 @@ def draw_with(threads: int) -> None:
 
 
 @contextlib.contextmanager
-def draw_threads_kept() -> Iterator[None]:
-    """LP_NUM_THREADS (and the marker of ours) as they were before the block, put back after it."""
-    kept = {k: os.environ.get(k) for k in ("LP_NUM_THREADS", OWN_DRAW_THREADS)}
+def environ_kept(keys: tuple[str, ...]) -> Iterator[None]:
+    """These environment variables as they were before the block, put back after it."""
+    kept = {k: os.environ.get(k) for k in keys}
     try:
         yield
     finally:
@@ -102,6 +102,11 @@ def draw_threads_kept() -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def draw_threads_kept() -> contextlib.AbstractContextManager[None]:
+    """LP_NUM_THREADS (and the marker of ours) as they were before the block, put back after it."""
+    return environ_kept(("LP_NUM_THREADS", OWN_DRAW_THREADS))
 
 
 def user_draw_threads() -> str | None:

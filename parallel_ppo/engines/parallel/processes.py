@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from parallel_ppo.core.threads import environ_kept
 from parallel_ppo.engines.parallel.worker import Done, Failed, Ready, WorkerSpec
 
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -39,16 +40,9 @@ def describe_exit(exitcode: int | None) -> str:
 @contextmanager
 def thread_env(threads: int) -> Iterator[None]:
     """Children inherit these at spawn: one OpenMP/MKL thread pool of `threads` per worker."""
-    saved = {k: os.environ.get(k) for k in THREAD_ENV_VARS}
-    os.environ.update({k: str(threads) for k in THREAD_ENV_VARS})
-    try:
+    with environ_kept(THREAD_ENV_VARS):
+        os.environ.update({k: str(threads) for k in THREAD_ENV_VARS})
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 
