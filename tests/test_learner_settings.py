@@ -563,12 +563,15 @@ def test_a_quiet_large_gain_that_one_round_spoiled_is_kept_and_ties_rarely_switc
 
 
 def test_the_update_passes_besides_the_loss_key_the_measurement():
-    """The anchor's pass counts where the loop runs it: overlapped workers with `decoupled_clip`, or frames shifted
-    in the loss with `augment_anchor`; the regularizer's pass where it weighs shifted frames."""
+    """The anchor's pass before each step keys the measurement where the loop runs it: frames shifted in the loss
+    with `augment_anchor` (or `decoupled_clip`); overlapped workers' lag alone anchors once a rollout, outside the
+    measured step; the regularizer's pass keys it where it weighs shifted frames."""
     def passes(*sets: str) -> dict[str, bool]:
         return extra_passes(build_config("config/cartpole.yaml", {}, list(sets), True))
     assert passes() == {} and passes("parallel.overlap=true") == {}
-    assert passes("parallel.overlap=true", "parallel.decoupled_clip=true") == {"anchor": True}
+    assert passes("parallel.overlap=true", "parallel.decoupled_clip=true") == {}
+    assert passes("parallel.overlap=true", "parallel.decoupled_clip=true", "training.augment_shift=4") == {
+        "anchor": True}
     assert passes("parallel.overlap=true", "parallel.policy_lag=0", "parallel.decoupled_clip=true") == {}
     assert passes("training.augment_shift=4", "training.augment_anchor=true") == {"anchor": True}
     assert passes("training.augment_shift=4", "training.augment_regularizer=0.1") == {"augment_regularizer": True}

@@ -55,7 +55,8 @@ class ParallelConfig:
     time where frames are shifted in the loss, as `training.augment_anchor` does then): the steps taken with
     older parameters no longer count their lag as the update's own move, and approx_kl, clipfrac and target_kl
     measure that move alone. Where every step acted with the policy the update starts from, it is PPO's loss.
-    Off (until measured on Lift): the ratio is clipped around the policy that took each step."""
+    Off (on Lift from state it learned less: docs/training.md): the ratio is clipped around the policy that took
+    each step."""
     refresh_params: bool = True
     """With `overlap`: the workers take the parameters of each update as soon as it ends, from their next step on,
     so only the steps taken while the learner updated (and logged, checkpointed) act with the parameters before

@@ -167,8 +167,8 @@ def ppo_loss(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> tuple[
 def anchored(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> TrainBatch:
     """`batch` anchored to `model` (`ppo_update`'s `decoupled`, `augment_anchor`): its actions' log-probs under
     `model` on its observations as `proximal`, and `model`'s values there as the values the value loss clips
-    around; without gradient, in chunks of `cfg.microbatch_size` as the loss runs."""
-    chunk = cfg.microbatch_size or len(batch)
+    around; without gradient, in chunks of `cfg.microbatch_size` (else of a minibatch) as the loss runs."""
+    chunk = cfg.microbatch_size or cfg.batch_size
     logprobs, values = [], []
     with torch.no_grad(), autocast(cfg.precision, batch.obs.device.type):
         for start in range(0, len(batch), chunk):

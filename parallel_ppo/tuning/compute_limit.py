@@ -187,7 +187,7 @@ class NetworkSteps:
 
         def step(i: int) -> None:
             batch = self.batches[i % _POOL]
-            if anchors(self.cfg):  # its pass before each step, as ppo_update runs it
+            if anchors(self.cfg) == "minibatch":  # its pass before each step, as ppo_update runs it
                 batch = anchored(self.model, batch, tcfg)
             minibatch_step(self.model, self.optimizer, batch, tcfg)
             self.sync()
@@ -288,14 +288,19 @@ def rate_figures(forward: Rounds, train: Rounds, forward_batch: int, minibatch: 
 def extra_passes(cfg: Config) -> dict[str, bool]:
     """The update's passes besides the loss's, for the learner measurement's cache key: the augmentation's
     regularizer (`regularized`) and the anchor of the ratio (`anchors`)."""
-    return {k: True for k, on in (("augment_regularizer", regularized(cfg)), ("anchor", anchors(cfg))) if on}
+    passes = (("augment_regularizer", regularized(cfg)), ("anchor", anchors(cfg) == "minibatch"))
+    return {k: True for k, on in passes if on}
 
 
-def anchors(cfg: Config) -> bool:
-    """Whether the update runs the policy it starts from on each minibatch (`ppo.anchored`): for frames shifted in
-    the loss (`training.augment_anchor`) or the overlapped workers' lag (`parallel.decoupled_clip`)."""
-    shifted = cfg.training.augment_shift and cfg.training.augment_anchor and not cfg.training.augment_regularizer
-    return bool(shifted or (cfg.parallel.lag and cfg.parallel.decoupled_clip))
+def anchors(cfg: Config) -> str:
+    """Where the update runs the policy it starts from (`ppo.anchored`): on each minibatch of frames shifted in the
+    loss (`training.augment_anchor`, or `parallel.decoupled_clip` with them), "minibatch"; once on the rollout for
+    the overlapped workers' lag alone (`parallel.decoupled_clip`), "rollout"; "" where it does not."""
+    lag = bool(cfg.parallel.lag and cfg.parallel.decoupled_clip)
+    t = cfg.training
+    if t.augment_shift and not t.augment_regularizer and (t.augment_anchor or lag):
+        return "minibatch"
+    return "rollout" if lag else ""
 
 
 def regularized(cfg: Config) -> bool:
@@ -373,6 +378,6 @@ def network_flops(cfg: Config, spaces: EnvSpaces) -> dict[str, float]:
     with FlopCounterMode(display=False) as counter:
         loss, _ = ppo_loss(model, _random_batch(rng, batch, spaces, regularized(cfg)), fp32)
         loss.backward()
-    train = counter.get_total_flops() / batch + (forward if anchors(cfg) else 0)  # its anchor's
-    return {"forward_flops": forward, "train_flops": train,
-            "flops_per_env_step": forward + cfg.training.n_epochs * train}
+    train = counter.get_total_flops() / batch + (forward if anchors(cfg) == "minibatch" else 0)  # its anchor's
+    return {"forward_flops": forward, "train_flops": train,  # the anchor once a rollout: one more forward a step
+            "flops_per_env_step": forward * (2 if anchors(cfg) == "rollout" else 1) + cfg.training.n_epochs * train}

@@ -45,7 +45,6 @@ def thread_env(threads: int) -> Iterator[None]:
         yield
 
 
-
 def try_recv(conn: Connection) -> Ready | Done | Failed | None:
     try:
         if conn.poll():
