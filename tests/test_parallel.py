@@ -207,6 +207,7 @@ def test_refreshing_workers_act_with_the_last_parameters_then_with_the_new_ones(
         while not held.exists() and time.monotonic() < deadline:
             time.sleep(0.01)
         source.collect(models[1], PhaseTimer())  # publishes models[1] while a worker is held at step 16
+        assert int(source.policy.version) == 4, "each collect publishes once (a version is 2 writes)"
         obs, actions, logprobs = (getattr(source.buffer, name).clone() for name in ("obs", "actions", "logprobs"))
     finally:
         source.close()

@@ -178,6 +178,15 @@ def anchored(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> TrainB
     return dataclasses.replace(batch, proximal=torch.cat(logprobs), values=torch.cat(values))
 
 
+def anchor_pass(cfg: TrainingConfig, shifted: bool, decoupled: bool) -> str:
+    """Where the update runs the policy it starts from (`anchored`): "minibatch", on each minibatch, where the loss
+    reads frames shifted (`shifted`, not for the regularizer) and `augment_anchor` or `decoupled` asks for it;
+    "rollout", once on the rollout as collected, for `decoupled` alone; "" where it does not."""
+    if shifted and not cfg.augment_regularizer and (cfg.augment_anchor or decoupled):
+        return "minibatch"
+    return "rollout" if decoupled else ""
+
+
 def augment_penalty(model: nn.Module, shifted: torch.Tensor, logits: torch.Tensor, values: torch.Tensor,
                     continuous: bool, cfg: TrainingConfig) -> torch.Tensor:
     """DrAC's regularizer (Raileanu et al. 2021): how far augmenting the observations moves the policy and the value
@@ -262,9 +271,9 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBa
     totals: dict[str, float] = {}
     count, rows = 0, torch.arange(len(data)) if rows is None else rows
     explained = explained_variance(data.values[rows], data.returns[rows])  # of the values as collected
-    shifted_loss = augment is not None and not cfg.augment_regularizer
-    anchor = copy.deepcopy(model) if shifted_loss and (decoupled or cfg.augment_anchor) else None  # other frames
-    data = anchored(model, data, cfg) if decoupled and anchor is None else data  # each epoch: once is enough here
+    where = anchor_pass(cfg, augment is not None, decoupled)
+    anchor = copy.deepcopy(model) if where == "minibatch" else None  # other frames each epoch
+    data = anchored(model, data, cfg) if where == "rollout" else data  # the frames as collected: once is enough
     for epoch in range(cfg.n_epochs):
         kl_sum, kl_count = 0.0, 0
         minibatches = list(minibatch_indices(rows, min(len(data) // cfg.batch_size, len(rows)), generator))

@@ -28,7 +28,7 @@ import torch
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.distributions import gaussian_log_prob
 from parallel_ppo.core.model import autocast, learner_device
-from parallel_ppo.core.ppo import TrainBatch, anchored, build_learner, minibatch_step, ppo_loss
+from parallel_ppo.core.ppo import TrainBatch, anchor_pass, anchored, build_learner, minibatch_step, ppo_loss
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.errors import ConfigError
 
@@ -293,14 +293,9 @@ def extra_passes(cfg: Config) -> dict[str, bool]:
 
 
 def anchors(cfg: Config) -> str:
-    """Where the update runs the policy it starts from (`ppo.anchored`): on each minibatch of frames shifted in the
-    loss (`training.augment_anchor`, or `parallel.decoupled_clip` with them), "minibatch"; once on the rollout for
-    the overlapped workers' lag alone (`parallel.decoupled_clip`), "rollout"; "" where it does not."""
-    lag = bool(cfg.parallel.lag and cfg.parallel.decoupled_clip)
-    t = cfg.training
-    if t.augment_shift and not t.augment_regularizer and (t.augment_anchor or lag):
-        return "minibatch"
-    return "rollout" if lag else ""
+    """`ppo.anchor_pass` of `cfg`'s update, its workers' lag read from the config (`parallel.lag`)."""
+    decoupled = bool(cfg.parallel.lag and cfg.parallel.decoupled_clip)
+    return anchor_pass(cfg.training, bool(cfg.training.augment_shift), decoupled)
 
 
 def regularized(cfg: Config) -> bool:

@@ -239,7 +239,7 @@ class ParallelCoordinator:
         self.buffer, self.policy_lag = self.buffers[rollout.slot], self._calls - rollout.call
         self.lagged_share = lagged_share(results, version, self._refresh)
         if self.lag and not stopping():  # the next rollout, with these parameters, while the learner updates
-            self._start(model, timers)
+            self._start(model, timers, version)
         n = max(len(results), 1)
         t_env, t_inf, t_render = (sum(getattr(r, name) for r in results) / n
                                   for name in ("time_env", "time_inference", "time_render"))
@@ -252,12 +252,13 @@ class ParallelCoordinator:
         fresh, self._fresh_envs = sorted(self._fresh_envs), set()
         return CollectResult.merged(results, t_env, t_inf, t_render, fresh)
 
-    def _start(self, model: nn.Module, timers: PhaseTimer) -> tuple[float, int]:
-        """Publish `model`'s parameters and wake every worker to collect into the next buffer (in turn); returns the
-        seconds it took (phase `publish`) and the version published."""
+    def _start(self, model: nn.Module, timers: PhaseTimer, version: int | None = None) -> tuple[float, int]:
+        """Publish `model`'s parameters (unless they are already, as `version`) and wake every worker to collect into
+        the next buffer (in turn); returns the seconds it took (phase `publish`) and the version published."""
         started = time.perf_counter()
         with timers.phase("publish"):
-            version = self.policy.publish(model)
+            if version is None:
+                version = self.policy.publish(model)
             self._slot = (self._slot + 1) % len(self.buffers)
             self._in_flight = _Rollout(self._slot, self._calls, time.perf_counter())
             self.abandon.fill_(0)
