@@ -11,6 +11,8 @@ An evidence file is a JSON file under `docs/results/<machine>/` with the `machin
 - A number with a unit of measurement (×, SPS, steps/s, ms, GFLOP/s, %, minutes) outside such links and tables,
   code and comments is a figure without evidence, and is reported.
 
+Kept runs under a `runs/` folder (`scripts/keep_runs.py`) are what compare_results reads, not evidence files.
+
 `python scripts/docs_evidence.py` checks every page (exit 1, one line per problem); `--write` regenerates the
 tables from their files first.
 """
@@ -170,9 +172,11 @@ def check_page(page: Path, write: bool = False, root: Path = ROOT) -> list[str]:
 def check_evidence_files(root: Path = ROOT) -> list[str]:
     """Every JSON file under docs/results/ has the fields every evidence file must have (the study's too), and the
     CPU kind it records (`cpu_kind`, as `fingerprint.cpu_kind` gives it) is the one its folder names
-    (`amd-epyc-avx512-bf16-2c`: AVX-512 and native bf16; `amd-epyc-2c`: neither)."""
+    (`amd-epyc-avx512-bf16-2c`: AVX-512 and native bf16; `amd-epyc-2c`: neither). Kept runs, under a `runs/`
+    folder (`scripts/keep_runs.py`), are what compare_results reads, not evidence files."""
     problems = []
-    for path in sorted((root / "docs" / "results").rglob("*.json")):
+    results = root / "docs" / "results"
+    for path in sorted(p for p in results.rglob("*.json") if "runs" not in p.relative_to(results).parts[:-1]):
         try:
             data = load_evidence(path)
         except ValueError as error:

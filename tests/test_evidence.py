@@ -7,6 +7,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("docs_evidence", ROOT / "scripts" / "docs_evidence.py")
 evidence = importlib.util.module_from_spec(_spec)
@@ -104,3 +106,34 @@ def test_pages_a_benchmark_writes_whole_are_not_checked_but_the_rest_are(tmp_pat
     checked = {p.name for p in evidence.pages(tmp_path)}
     assert {"robot_scaling.md", "studying.md", "index.md", "study-guide.md"} <= checked
     assert not checked & {"study.md", "study-robosuite_lift.md", "lift_comparison.md"}
+
+
+_keep_spec = importlib.util.spec_from_file_location("keep_runs", ROOT / "scripts" / "keep_runs.py")
+keep_runs = importlib.util.module_from_spec(_keep_spec)
+_keep_spec.loader.exec_module(keep_runs)
+
+
+def test_kept_runs_read_back_as_they_were_and_are_not_evidence_files(tmp_path, capsys):
+    """scripts/keep_runs.py copies what compare_results reads of each seed run; the copies load as the runs did, and
+    the evidence check passes over them (a kept summary.json has no machine or commit of its own)."""
+    from fake_runs import write_run
+
+    from parallel_ppo.runs.reading import load_run
+
+    for seed in (1, 2):
+        write_run(tmp_path / "runs_in" / f"seed_{seed}", seed=seed)
+    (tmp_path / "runs_in" / "seed_2" / "ignored.pt").write_bytes(b"checkpoint")
+    dest = tmp_path / "docs" / "results" / "m" / "runs" / "study"
+    assert keep_runs.main([str(dest), f"synchronous={tmp_path / 'runs_in'}"]) == 0
+    kept = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
+    assert kept == [f"synchronous/seed_{s}/{n}" for s in (1, 2) for n in sorted(keep_runs.KEPT)]
+    for seed in (1, 2):
+        was, now = (load_run("x", d / f"seed_{seed}") for d in (tmp_path / "runs_in", dest / "synchronous"))
+        assert now.summary == was.summary and now.config == was.config
+        assert now.metrics.keys() == was.metrics.keys()
+        for column, values in was.metrics.items():
+            np.testing.assert_array_equal(now.metrics[column], values)  # NaN where NaN
+    assert evidence.check_evidence_files(tmp_path) == []
+    (tmp_path / "runs_in" / "seed_1" / "summary.json").unlink()  # a run that did not finish: refused, nothing copied
+    assert keep_runs.main([str(tmp_path / "other"), f"x={tmp_path / 'runs_in'}"]) == 2
+    assert "has no summary.json" in capsys.readouterr().err and not (tmp_path / "other").exists()
