@@ -89,8 +89,10 @@ def _one_update(tmp_path: Path, env_id: str, workers: int,
     ("Pendulum-v1", (1, 2), ()),  # a Gaussian policy, observation normalization
     # a dict observation: packed rows, the multi-input network; and a final-info entry of the user's to log
     ("toy_envs:CameraReach-v0", (1, 2), ("logging.episode_info=[distance_to_goal]",)),
-    # an asymmetric actor-critic (the critic reads `steps` too) and frames shifted in the update
-    ("toy_envs:CameraReach-v0", (2,), ("model.actor_keys=[camera,state]", "training.augment_shift=2")),
+    # an asymmetric actor-critic (the critic reads `steps` too, which the actor learns to predict) and frames
+    # shifted in the update
+    ("toy_envs:CameraReach-v0", (2,), ("model.actor_keys=[camera,state]", "training.augment_shift=2",
+                                       "training.predict_privileged=0.5")),
 ])
 def test_parallel_update_equals_sequential(tmp_path, monkeypatch, env_id, worker_counts, extra):
     """Same seed, same envs: 1 or 2 workers collect the sequential rollout and take the same update."""
@@ -99,7 +101,8 @@ def test_parallel_update_equals_sequential(tmp_path, monkeypatch, env_id, worker
     if env_id == "CartPole-v1":
         assert seq_buffer["dones"].sum() > 0, "the rollout should cross at least one episode end"
     if env_id == "toy_envs:CameraReach-v0" and extra[0].startswith("model.actor_keys"):
-        assert {"cnns.0.0.conv.weight", "actor_mlp.0.weight", "critic_mlp.0.weight"} <= seq_params.keys()
+        assert {"cnns.0.0.conv.weight", "actor_mlp.0.weight", "critic_mlp.0.weight", "predictor.weight"
+                } <= seq_params.keys()
     elif env_id == "toy_envs:CameraReach-v0":
         assert seq_buffer["obs"].dtype == torch.uint8 and seq_buffer["obs"].shape == (32, 4, 2 * 4 + 8 * 8 * 3)
         assert seq_params["obs_mean"].shape == (2,) and seq_params["obs_mean"].abs().sum() > 0

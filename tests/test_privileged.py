@@ -282,6 +282,42 @@ def test_an_anchored_ratio_starts_at_1_on_the_shifted_frames_and_weighs_each_sam
     assert float(batch_stats["losses/policy_loss"]) == pytest.approx(float(-(weight * data.advantages).mean()))
 
 
+@pytest.mark.parametrize("share", [True, False], ids=["shared-cnn", "own-cnns"])
+def test_the_actor_learns_to_predict_the_critics_own_keys(share):
+    """`training.predict_privileged`: a layer over the actor's features predicts the critic-only vector keys as the
+    critic reads them (normalized); its error joins the loss, weighted, and trains the actor's CNN, not the critic's
+    head; the policy and the values are the network's without it."""
+    torch.manual_seed(0)
+    config = model_config(actor_keys=ACTOR, share_encoder=share)
+    net = build_model((LAYOUT.nbytes,), CONTINUOUS, config, 5.0, LAYOUT, predict_privileged=True)
+    plain = build_model((LAYOUT.nbytes,), CONTINUOUS, config, 5.0, LAYOUT)
+    plain.load_state_dict({k: v for k, v in net.state_dict().items() if not k.startswith("predictor.")})
+    net.obs_mean.copy_(torch.linspace(-1, 1, LAYOUT.vector_size))
+    plain.obs_mean.copy_(net.obs_mean)
+    obs = torch.from_numpy(LAYOUT.pack(rows(6, 1)))
+    with torch.no_grad():
+        net.predictor.weight.zero_()
+        net.predictor.bias.copy_(torch.tensor([0.5, -2.0]))
+    params, values, error = net.forward_privileged(obs)
+    for mine, theirs in zip((params, values), plain(obs), strict=True):
+        torch.testing.assert_close(mine, theirs)
+    cube = LAYOUT.unpack(obs)[1][:, :2]  # the vector keys in name order: cube (2), then joints (3)
+    normalized = ((cube - net.obs_mean[:2]) / net.obs_std[:2]).clamp(-5, 5)
+    torch.testing.assert_close(error, ((torch.tensor([0.5, -2.0]) - normalized) ** 2).mean(dim=1))
+    data = TrainBatch(obs, params.detach()[:, :2], torch.zeros(6), values.detach(), torch.randn(6), values.detach())
+    cfg = dataclasses.replace(TrainingConfig(), precision="fp32", microbatch_size=0)
+    without, _ = ppo_loss(plain, data, cfg)
+    loss, stats = ppo_loss(net, data, dataclasses.replace(cfg, predict_privileged=0.25))
+    torch.testing.assert_close(loss, without + 0.25 * error.mean())
+    assert float(stats["losses/privileged_prediction"]) == pytest.approx(float(error.detach().mean()))
+    torch.nn.init.normal_(net.predictor.weight)
+    net.zero_grad()
+    net.forward_privileged(obs)[2].mean().backward()
+    actor_cnn = net.cnns[net.critic_images.index("wrist")] if share else net.actor_cnns[0]
+    assert actor_cnn[0].conv.weight.grad.abs().sum() > 0, "the prediction trains the actor's encoder"
+    assert net.critic_dense.weight.grad is None and net.critic.weight.grad is None
+
+
 CARTPOLE = ["--env", "CartPole-v1", "--total-steps", "1"]
 CAMERA = ["--env", "toy_envs:CameraReach-v0", "--total-steps", "1"]
 
@@ -296,6 +332,8 @@ CAMERA = ["--env", "toy_envs:CameraReach-v0", "--total-steps", "1"]
     ([*CAMERA, "--set", "training.augment_anchor=true"], "augment_anchor anchors the ratio on the shifted frames"),
     ([*CAMERA, "--set", "training.augment_shift=2", "--set", "training.augment_anchor=true", "--set",
       "training.augment_regularizer=0.1"], "set one of them"),
+    ([*CAMERA, "--set", "training.predict_privileged=1"], "names no vector key that model.actor_keys leaves out"),
+    ([*CARTPOLE, "--set", "training.predict_privileged=1"], "this env's observation is one array"),
 ])
 def test_settings_that_cannot_work_are_refused_in_one_line(argv, words, tmp_path, capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).parent))  # toy_envs

@@ -144,10 +144,11 @@ class AsymmetricActorCritic(DictNetwork):
     the image keys' CNNs, a tanh MLP over its vector keys, and its own dense layer. The critic may read keys the
     actor does not (privileged state: `model.critic_keys`) and leave out the actor's frames (Pinto et al.'s critic of
     state alone). An image key both heads read has one CNN for both with `model.share_encoder` (trained by both
-    losses), else one each; an image key only the actor reads has the actor's own CNN."""
+    losses), else one each; an image key only the actor reads has the actor's own CNN. With `predict_privileged`, a
+    linear layer over the actor's features predicts the vector keys only the critic reads (`forward_privileged`)."""
 
     def __init__(self, layout: DictLayout, actions: ActionSpace, cfg: ModelConfig,
-                 obs_clip: float | None = None, cnn: str = "impala") -> None:
+                 obs_clip: float | None = None, cnn: str = "impala", predict_privileged: bool = False) -> None:
         super().__init__(layout, obs_clip, cfg)
         init = torch_default if cfg.init == "reference" else orthogonal  # see ModelConfig.init
         self.critic_images, self.cnns, widths = self.image_readers(self.critic_keys, cnn, cfg, init)
@@ -163,29 +164,45 @@ class AsymmetricActorCritic(DictNetwork):
         self.actor = orthogonal(nn.Linear(cfg.hidden_size, actions.n), gain=0.01)
         self.log_std = log_std_for(actions)
         self.critic = orthogonal(nn.Linear(cfg.hidden_size, 1), gain=1.0)
+        self.privileged_ranges = vector_ranges(layout, tuple(k for k in self.critic_keys if k not in self.actor_keys))
+        self.predictor = init(nn.Linear(cfg.hidden_size, sum(b - a for a, b in self.privileged_ranges))
+                              ) if predict_privileged else None
 
     def forward_parts(self, images: dict[str, torch.Tensor], vector: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._forward(images, self.normalized(vector))[:2]
+
+    def forward_privileged(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Packed rows → (policy outputs, values, each row's mean squared error of the privileged keys' normalized
+        values as the actor's features predict them)."""
+        images, vector = self.layout.unpack(obs)
         vector = self.normalized(vector)
+        outputs, values, features = self._forward(images, vector)
+        target = self.picked(vector, self.privileged_ranges)
+        return outputs, values, (self.predictor(features).float() - target).square().mean(dim=1)
+
+    def forward_actor(self, images: dict[str, torch.Tensor], vector: torch.Tensor) -> torch.Tensor:
+        return policy_output(self.actor(self._actor(images, self.normalized(vector), {})), self.log_std)
+
+    def _forward(self, images: dict[str, torch.Tensor],
+                 vector: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(policy outputs, values, the actor's features) from the unpacked observation, its vector normalized."""
         seen = {key: image_features(cnn, images[key]) for cnn, key in zip(self.cnns, self.critic_images, strict=True)}
         values = self._head(seen, self.critic_images, self.picked(vector, self.critic_ranges), self.critic_mlp,
                             self.critic_dense)
-        return self._actor(images, vector, {k: seen[k] for k in self.shared}), self.critic(values).squeeze(-1)
-
-    def forward_actor(self, images: dict[str, torch.Tensor], vector: torch.Tensor) -> torch.Tensor:
-        return self._actor(images, self.normalized(vector), {})
+        features = self._actor(images, vector, {k: seen[k] for k in self.shared})
+        return policy_output(self.actor(features), self.log_std), self.critic(values).squeeze(-1), features
 
     def _actor(self, images: dict[str, torch.Tensor], vector: torch.Tensor,
                seen: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The policy outputs from the actor's keys (`seen`: the shared CNNs' features, where computed already)."""
+        """The actor's features from its keys (`seen`: the shared CNNs' features, where computed already)."""
         seen = dict(seen)
         for key in self.shared:
             if key not in seen:
                 seen[key] = image_features(self.cnns[self.critic_images.index(key)], images[key])
         seen.update((key, image_features(cnn, images[key])) for cnn, key in zip(self.actor_cnns, self.own_images,
                                                                                  strict=True))
-        x = self._head(seen, self.actor_images, self.picked(vector, self.actor_ranges), self.actor_mlp,
-                       self.actor_dense)
-        return policy_output(self.actor(x), self.log_std)
+        return self._head(seen, self.actor_images, self.picked(vector, self.actor_ranges), self.actor_mlp,
+                          self.actor_dense)
 
     @staticmethod
     def _head(features: dict[str, torch.Tensor], keys: list[str], vector: torch.Tensor, mlp: nn.Module,

@@ -114,14 +114,18 @@ IMAGE_NETWORKS = {"impala": ImpalaActorCritic, "nature": NatureActorCritic}
 
 
 def build_model(obs_shape: tuple[int, ...], actions: ActionSpace | int, cfg: ModelConfig,
-                obs_clip: float | None = None, layout: DictLayout | None = None) -> nn.Module:
+                obs_clip: float | None = None, layout: DictLayout | None = None,
+                predict_privileged: bool = False) -> nn.Module:
     """Pick the network by `cfg.kind` (or by the observation when `auto`: for a dict observation's `layout` the
     multi-input network with the IMPALA CNN, or the MLP over its vector keys where it has no image, the IMPALA CNN
     for images, else the MLP; `impala`, `nature` or `spatial` picks a dict's CNN; an actor and critic that read
     different keys or do not share their CNNs get a head each); an int `actions` means that many discrete actions.
-    With `obs_clip`, observations (a dict's vector keys) are normalized inside it."""
+    With `obs_clip`, observations (a dict's vector keys) are normalized inside it. `predict_privileged`: the actor
+    gets a layer that predicts the vector keys only the critic reads (`training.predict_privileged`)."""
     actions = as_action_space(actions)
     kind = cfg.kind
+    if predict_privileged:
+        check_privileged(layout, cfg)
     if layout is not None:
         readers = ("mlp",) if not layout.images else tuple(CNN_STAGES)
         if kind not in ("auto", "random", *readers):
@@ -132,8 +136,10 @@ def build_model(obs_shape: tuple[int, ...], actions: ActionSpace | int, cfg: Mod
             return DictVectors(layout, actions, cfg, obs_clip)
         if kind != "random":
             actor, critic = head_keys(layout, cfg)
-            joined = MultiInputActorCritic if actor == critic and cfg.share_encoder else AsymmetricActorCritic
-            return joined(layout, actions, cfg, obs_clip, "impala" if kind == "auto" else kind)
+            cnn = "impala" if kind == "auto" else kind
+            if actor == critic and cfg.share_encoder:
+                return MultiInputActorCritic(layout, actions, cfg, obs_clip, cnn)
+            return AsymmetricActorCritic(layout, actions, cfg, obs_clip, cnn, predict_privileged)
     elif cfg.actor_keys or cfg.critic_keys:
         raise ConfigError(f"model.actor_keys and model.critic_keys name keys of a dict observation; this env's "
                           f"observation is one array {tuple(obs_shape)}")
@@ -153,6 +159,22 @@ def build_model(obs_shape: tuple[int, ...], actions: ActionSpace | int, cfg: Mod
     return net if obs_clip is None else NormalizedObs(net, obs_shape, obs_clip)
 
 
+def check_privileged(layout: DictLayout | None, cfg: ModelConfig) -> None:
+    """ConfigError unless the actor reads frames and the critic vector keys the actor does not: what
+    `training.predict_privileged` predicts."""
+    why = "this env's observation is one array" if layout is None else "its observation has no image key"
+    if layout is not None and layout.images:
+        actor, critic = head_keys(layout, cfg)
+        if any(p.key in critic and p.key not in actor for p in layout.vectors):
+            if cfg.kind != "random":
+                return
+            why = "model.kind random has no network"
+        else:
+            why = "model.critic_keys names no vector key that model.actor_keys leaves out"
+    raise ConfigError(f"training.predict_privileged predicts, from what the actor reads, the vector keys only the "
+                      f"critic reads; {why} (set it to 0)")
+
+
 def network(cfg: Config, spaces: EnvSpaces) -> nn.Module:
     """The run's network as every process builds it: `build_model` with the config's observation normalization."""
     t = cfg.training
@@ -166,7 +188,8 @@ def network(cfg: Config, spaces: EnvSpaces) -> nn.Module:
         raise ConfigError(f"training.normalize_obs normalizes vector observations; {cfg.env.id}'s dict observation "
                           "has image keys only (drop normalize_obs)")
     clip = t.obs_clip if t.normalize_obs else None
-    return build_model(spaces.obs_shape, spaces.actions, cfg.model, clip, spaces.layout)
+    return build_model(spaces.obs_shape, spaces.actions, cfg.model, clip, spaces.layout,
+                       t.predict_privileged > 0)
 
 
 def policy_tensors(model: nn.Module) -> list[torch.Tensor]:

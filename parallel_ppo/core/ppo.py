@@ -65,7 +65,11 @@ RATIO_MEAN = metric("losses/ratio_mean", "mean probability ratio new/old (1 at t
                     "epochs move the policy)", summary=True)
 EXPLAINED_VARIANCE = metric("losses/explained_variance", "1 − Var(returns − values) / Var(returns) of the rollout",
                             summary=True)
-UPDATE_METRICS = (POLICY_LOSS, VALUE_LOSS, ENTROPY, APPROX_KL, CLIP_FRACTION, RATIO_MEAN, EXPLAINED_VARIANCE)
+PRIVILEGED_PREDICTION = metric("losses/privileged_prediction", "mean squared error of the vector keys only the critic "
+                               "reads (normalized) as the actor's features predict them (training.predict_privileged; "
+                               "empty without)", summary=True)
+UPDATE_METRICS = (POLICY_LOSS, VALUE_LOSS, ENTROPY, APPROX_KL, CLIP_FRACTION, RATIO_MEAN, EXPLAINED_VARIANCE,
+                  PRIVILEGED_PREDICTION)
 """The update's metrics (declared above, where it computes them), as the writers ask for them."""
 
 
@@ -129,7 +133,8 @@ def ppo_loss(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> tuple[
     (`normalize_advantages`), so that a minibatch split into chunks has the loss of the whole.
     """
     with autocast(cfg.precision, batch.obs.device.type):
-        logits, new_values = model(batch.obs)
+        logits, new_values, predicted = (model.forward_privileged(batch.obs) if cfg.predict_privileged
+                                         else (*model(batch.obs), None))
     new_values = new_values.float()
     new_logprob, entropy = log_prob_entropy(logits, batch.actions)
     entropy = entropy.mean()
@@ -152,8 +157,11 @@ def ppo_loss(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> tuple[
     if batch.shifted is not None:
         penalty = augment_penalty(model, batch.shifted, logits, new_values, batch.actions.is_floating_point(), cfg)
         loss = loss + cfg.augment_regularizer * penalty
+    if predicted is not None:
+        loss = loss + cfg.predict_privileged * predicted.mean()
     with torch.no_grad():
-        stats = {
+        stats = {} if predicted is None else {PRIVILEGED_PREDICTION: predicted.mean()}
+        stats |= {
             POLICY_LOSS: policy_loss.detach(),
             VALUE_LOSS: value_loss.detach(),
             ENTROPY: entropy.detach(),

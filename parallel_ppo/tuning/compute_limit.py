@@ -286,9 +286,11 @@ def rate_figures(forward: Rounds, train: Rounds, forward_batch: int, minibatch: 
 
 
 def extra_passes(cfg: Config) -> dict[str, bool]:
-    """The update's passes besides the loss's, for the learner measurement's cache key: the augmentation's
-    regularizer (`regularized`) and the anchor of the ratio (`anchors`)."""
-    passes = (("augment_regularizer", regularized(cfg)), ("anchor", anchors(cfg) == "minibatch"))
+    """The update's work besides PPO's loss, for the learner measurement's cache key: the augmentation's
+    regularizer (`regularized`), the anchor of the ratio (`anchors`) and the actor's prediction of the critic's own
+    keys (`training.predict_privileged`)."""
+    passes = (("augment_regularizer", regularized(cfg)), ("anchor", anchors(cfg) == "minibatch"),
+              ("predict_privileged", cfg.training.predict_privileged > 0))
     return {k: True for k, on in passes if on}
 
 
