@@ -137,3 +137,31 @@ def test_kept_runs_read_back_as_they_were_and_are_not_evidence_files(tmp_path, c
     (tmp_path / "runs_in" / "seed_1" / "summary.json").unlink()  # a run that did not finish: refused, nothing copied
     assert keep_runs.main([str(tmp_path / "other"), f"x={tmp_path / 'runs_in'}"]) == 2
     assert "has no summary.json" in capsys.readouterr().err and not (tmp_path / "other").exists()
+
+
+_table_spec = importlib.util.spec_from_file_location("seed_table", ROOT / "scripts" / "seed_table.py")
+seed_table = importlib.util.module_from_spec(_table_spec)
+_table_spec.loader.exec_module(seed_table)
+
+
+def test_seed_runs_become_figures_and_a_table_in_an_evidence_file(tmp_path, capsys):
+    """scripts/seed_table.py: each label's final figures over its seeds and the table of means and ranges at the
+    steps asked, each seed's row nearest the step; input it cannot read is one line and exit 2."""
+    from fake_runs import write_run
+
+    for seed, returns in ((1, (5.0, 7.0, 9.0)), (2, (1.0, 3.0, 4.0))):  # rows at 1,024, 2,048 and 3,072 steps
+        write_run(tmp_path / "sync" / f"seed_{seed}", [(i + 1, 1024 * (i + 1), 4.0 * (i + 1), r)
+                                                       for i, r in enumerate(returns)], seed=seed)
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps(EVIDENCE))
+    assert seed_table.main([str(path), "study", f"sync={tmp_path / 'sync'}", "--steps", "1000,2100",
+                            "--command", "train"]) == 0
+    data = json.loads(path.read_text())
+    figures = data["figures"]
+    assert figures["study_sync_seeds"] == [1, 2] and figures["study_sync_final_returns"] == [9.0, 4.0]
+    assert figures["study_sync_return_range"] == [4.0, 9.0] and figures["study_sync_policy_lag"] == 0
+    assert data["tables"]["study"]["rows"] == [["1,000", 3.0, "1.0 to 5.0", 0.1, 0.1],
+                                               ["2,100", 5.0, "3.0 to 7.0", 0.1, 0.1]]
+    assert data["study_command"].startswith("train; scripts/seed_table.py at ") and figures["ratio"] == 1.085
+    assert seed_table.main([str(path), "study", f"sync={tmp_path / 'none'}", "--steps", "1", "--command", "x"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1

@@ -1,0 +1,112 @@
+#!/usr/bin/env python
+"""Learning runs over seeds, as evidence: each label's seeds' final return, success and entropy (their last
+metrics.csv row), and a table of their mean and range at given env steps (each seed's row nearest the step),
+written into an evidence file under a name (figures `<name>_<label>_...`, table `<name>`).
+
+    .venv/bin/python scripts/seed_table.py docs/results/<machine>/overlap.json lift_seeds \\
+        --steps 100000,200000,300000,400000,500000 --command "how the runs were made" \\
+        synchronous=docs/results/<machine>/runs/lift_overlap/synchronous overlapped=...
+
+A LABEL=DIR names a parent of seed runs or one run (as compare_results takes them). Where the runs logged them,
+the policy lag and the lagged share (`parallel.overlap`) are figures too. Bad input: one line, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from parallel_ppo.errors import ConfigError, RunDataError  # noqa: E402
+from parallel_ppo.runs.reading import Run, expand_run_dirs, load_run, parse_run_spec  # noqa: E402
+
+SHOWN = {"return": "episodic_return_mean", "success": "success_rate", "entropy": "entropy"}
+"""What the table and the final figures show, by metrics.csv column."""
+
+
+def rounded(value: float, digits: int) -> float | None:
+    return None if math.isnan(value) else round(float(value), digits)
+
+
+def at(run: Run, column: str, steps: int | None = None) -> float:
+    """The column's value in the run's last row, or in its row nearest `steps`."""
+    values = run.metrics[column]
+    row = len(values) - 1 if steps is None else int(np.abs(run.metrics["env_steps"] - steps).argmin())
+    return float(values[row])
+
+
+def label_figures(name: str, label: str, runs: list[Run]) -> dict[str, object]:
+    """A label's final figures over its seeds."""
+    out: dict[str, object] = {f"{name}_{label}_seeds": [r.config.run.seed for r in runs]}
+    for what, column in SHOWN.items():
+        finals = [rounded(at(r, column), 1 if what == "return" else 2) for r in runs]
+        out[f"{name}_{label}_final_{'successes' if what == 'success' else what + 's'}"] = finals
+        if what != "entropy" and None not in finals:
+            out[f"{name}_{label}_{what}_range"] = [min(finals), max(finals)]
+    lag = max(int(np.nanmax(r.metrics["policy_lag"])) for r in runs)
+    out[f"{name}_{label}_policy_lag"] = lag
+    if lag:  # the first rollout, collected before any update, lags nothing
+        shares = np.concatenate([r.metrics["lagged_share"][1:] for r in runs])
+        out[f"{name}_{label}_lagged_share_mean"] = rounded(float(np.nanmean(shares)), 3)
+        out[f"{name}_{label}_lagged_share_max"] = rounded(float(np.nanmax(shares)), 3)
+    return out
+
+
+def table(groups: dict[str, list[Run]], steps: list[int]) -> dict[str, list]:
+    """Per step, each label's mean return, return range, mean success and mean entropy over its seeds."""
+    columns = ["env steps"]
+    for label in groups:
+        columns += [f"{label}: mean return", f"{label}: return range", f"{label}: mean success",
+                    f"{label}: mean entropy"]
+    rows = []
+    for step in steps:
+        row: list[object] = [f"{step:,}"]
+        for runs in groups.values():
+            returns = [at(r, SHOWN["return"], step) for r in runs]
+            row += [rounded(float(np.mean(returns)), 1), f"{min(returns):.1f} to {max(returns):.1f}",
+                    rounded(float(np.nanmean([at(r, SHOWN["success"], step) for r in runs])), 2),
+                    rounded(float(np.mean([at(r, SHOWN["entropy"], step) for r in runs])), 2)]
+        rows.append(row)
+    return {"columns": columns, "rows": rows}
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("evidence", type=Path, help="the evidence JSON file to write into (it must exist)")
+    p.add_argument("name", help="the figures' prefix and the table's name")
+    p.add_argument("runs", nargs="+", metavar="LABEL=DIR")
+    p.add_argument("--steps", required=True, help="env steps of the table's rows, comma-separated")
+    p.add_argument("--command", required=True, help="how the runs were made, recorded as <name>_command")
+    args = p.parse_args(argv)
+    try:
+        steps = [int(s) for s in args.steps.split(",")]
+        evidence = json.loads(args.evidence.read_text())
+        groups: dict[str, list[Run]] = {}
+        for spec in args.runs:
+            label, dirs = parse_run_spec(spec)
+            groups[label] = [load_run(label, d) for d in expand_run_dirs(dirs)]
+    except (ValueError, OSError, ConfigError, RunDataError) as error:
+        print(f"seed_table.py: {error}", file=sys.stderr)
+        return 2
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    evidence[f"{args.name}_command"] = f"{args.command}; scripts/seed_table.py at {commit.stdout.strip()}"
+    evidence[f"{args.name}_date"] = datetime.date.today().isoformat()
+    for label, runs in groups.items():
+        evidence["figures"].update(label_figures(args.name, label, runs))
+    evidence.setdefault("tables", {})[args.name] = table(groups, steps)
+    args.evidence.write_text(json.dumps(evidence, indent=1, ensure_ascii=False) + "\n")
+    print(json.dumps(evidence["tables"][args.name], ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
