@@ -7,7 +7,8 @@ config.yaml, tens of kB; no checkpoint, TensorBoard log or video) to DEST/LABEL/
         synchronous=benchmarks/lift_sync overlapped=benchmarks/lift_refresh
 
 A LABEL=DIR names a run directory or a parent of seed runs (as compare_results takes them); each is checked as
-compare_results checks it (a run that has not finished is refused) before anything is copied.
+compare_results checks it (a run that has not finished is refused), and no two may land in one place nor on a kept
+run, before anything is copied. A run's files are copied beside it and renamed into place, so none is half there.
 """
 
 from __future__ import annotations
@@ -29,23 +30,38 @@ def main(argv: list[str]) -> int:
     if len(argv) < 2 or argv[0].startswith("-"):
         print(__doc__.strip().splitlines()[0], "\nusage: keep_runs.py DEST LABEL=DIR [LABEL=DIR ...]", file=sys.stderr)
         return 2
-    dest = Path(argv[0])
     try:
-        plan = []
-        for spec in argv[1:]:
-            label, dirs = parse_run_spec(spec)
-            for path in expand_run_dirs(dirs):
-                load_run(label, path)  # refuses what compare_results would refuse, in one line
-                plan.append((path, dest / label / path.name))
-    except (ConfigError, RunDataError) as error:
+        plan = kept_runs(Path(argv[0]), argv[1:])
+        for source, target in plan:
+            part = target.with_name(f".{target.name}.part")
+            shutil.rmtree(part, ignore_errors=True)
+            part.mkdir(parents=True)
+            for name in KEPT:
+                shutil.copyfile(source / name, part / name)
+            part.rename(target)
+            print(f"{source} → {target}")
+    except (ConfigError, RunDataError, OSError) as error:
         print(f"keep_runs.py: {error}", file=sys.stderr)
         return 2
-    for source, target in plan:
-        target.mkdir(parents=True, exist_ok=True)
-        for name in KEPT:
-            shutil.copyfile(source / name, target / name)
-        print(f"{source} → {target}")
     return 0
+
+
+def kept_runs(dest: Path, specs: list[str]) -> list[tuple[Path, Path]]:
+    """(run directory, where it is kept) for each run the specs name, each checked; ConfigError for a label that
+    is not one folder's name, or a place taken twice or already."""
+    plan: dict[Path, Path] = {}
+    for spec in specs:
+        label, dirs = parse_run_spec(spec)
+        if Path(label).name != label or label in (".", ".."):
+            raise ConfigError(f"{spec}: a label is one folder's name, not {label!r}")
+        for path in expand_run_dirs(dirs):
+            load_run(label, path)  # refuses what compare_results would refuse, in one line
+            target = dest / label / path.resolve().name
+            if target in plan or target.exists():
+                raise ConfigError(f"{target} is taken ({plan.get(target, 'a kept run')}): give each run its own "
+                                  "label or folder name, and keep a run once")
+            plan[target] = path
+    return [(path, target) for target, path in plan.items()]
 
 
 if __name__ == "__main__":

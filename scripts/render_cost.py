@@ -1,6 +1,7 @@
 """What a MuJoCo pixel env costs a step on this CPU: physics alone, and physics + an 84×84 frame with the default
 renderer and with `env.fast_render`, each in its own process, interleaved over rounds. A gymnasium MuJoCo env
-renders its scene; a robosuite task (`--env robosuite/Lift`) renders the camera `--camera`; Genesis's
+renders its scene; a robosuite task (`--env robosuite/Lift`) renders the camera `--camera`, with `fast_render` also
+as it drew before it handed the renderer only the geoms in view (`envs.culling`); Genesis's
 `genesis/FrankaLift` (the extra `genesis`) its wrist camera, with Genesis's one renderer (no fast settings), and the
 seconds each process took to build its scene are kept too.
 
@@ -32,6 +33,9 @@ sys.path.insert(0, str(ROOT))
 SETTINGS = {"physics": "physics alone (no frame)",
             "default": "the default renderer (multisampling, shadows, reflections, skybox)",
             "fast": "`env.fast_render` (the default here): those off"}
+ROBOSUITE_SETTINGS = {"physics": SETTINGS["physics"], "default": SETTINGS["default"],
+                      "every": "`env.fast_render` before it culled: every geom handed to the renderer",
+                      "fast": "`env.fast_render` (the default here): those off, and only the geoms the camera sees"}
 GENESIS_SETTINGS = {"physics": "physics and inverse kinematics alone (no frame)",
                     "camera": "with the 84×84 wrist camera's frame"}
 
@@ -46,7 +50,13 @@ def time_setting(env_id: str, setting: str, steps: int, camera: str) -> tuple[fl
     family = family_of(env_id)
     if family is ROBOSUITE:
         cfg = EnvConfig(id=env_id, options=[] if setting == "physics" else [f"cameras={camera}"],
-                        fast_render=setting == "fast")
+                        fast_render=setting in ("fast", "every"))
+        if setting == "every":  # what fast_render drew before `envs.culling`: this process only
+            import contextlib
+
+            from parallel_ppo.envs import robot_envs
+
+            robot_envs.only_in_view = lambda *args: contextlib.nullcontext()
     elif family is GENESIS:
         cfg = EnvConfig(id=env_id, options=[f"wrist_camera={setting == 'camera'}", "object_state=true"])
     else:
@@ -102,7 +112,7 @@ def main() -> int:
         print(f"render_cost.py: error: {args.env} is a {family.name} env; this times the renderers of MuJoCo, "
               "robosuite and Genesis", file=sys.stderr)
         return 2
-    settings = GENESIS_SETTINGS if family is GENESIS else SETTINGS
+    settings = GENESIS_SETTINGS if family is GENESIS else ROBOSUITE_SETTINGS if family is ROBOSUITE else SETTINGS
     times: dict[str, list[float]] = {s: [] for s in settings}
     builds: list[float] = []
     platforms: set[str] = set()
@@ -121,6 +131,8 @@ def main() -> int:
     median = {s: round(statistics.median(t), 2) for s, t in times.items()}
     ratio = {"camera_over_physics": round(median["camera"] / median["physics"], 1)} if family is GENESIS else \
         {"default_over_fast": round(median["default"] / median["fast"], 1)}
+    if family is ROBOSUITE:
+        ratio["every_over_fast"] = round(median["every"] / median["fast"], 2)
     name = "render_cost.json" if family is MUJOCO else f"render_cost_{family.name}.json"
     output = args.output or machine_results_dir(ROOT / "docs" / "results") / name
     evidence = {

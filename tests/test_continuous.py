@@ -333,6 +333,11 @@ def test_resume_takes_checkpoints_made_before_new_env_fields_and_refuses_another
     cfg.training.normalize_obs = True  # another network: NormalizedObs around it
     with pytest.raises(ConfigError, match="training.normalize_obs=False, not True"):
         check_resume_config(cfg, {"config": older}, tmp_path)
+    cfg.training.normalize_obs, cfg.training.predict_privileged = False, 0.5  # a layer the checkpoint lacks
+    with pytest.raises(ConfigError, match=r"predict_privileged=0.0 \(its network without the layer that predicts\)"):
+        check_resume_config(cfg, {"config": older}, tmp_path)
+    older["training"]["predict_privileged"] = 1.0  # its weight may change
+    check_resume_config(cfg, {"config": older}, tmp_path)
 
 
 def test_the_random_policy_and_small_frames_with_the_nature_cnn():

@@ -162,8 +162,8 @@ CAMERA = [*PENDULUM[:2], "--env", "toy_envs:CameraReach-v0", *PENDULUM[4:], "--s
           "--set", "logging.episode_info=[distance_to_goal]", "--set", "model.actor_keys=[camera,state]",
           "--set", "training.augment_shift=2", "--set", "training.predict_privileged=0.5"]
 """The same with a dict observation (camera image, vector and scalar keys) through an asymmetric actor-critic (the
-critic reads `steps` too, which the actor learns to predict), its frames shifted in the update (each sample as in one process), and a final-info entry
-of the user's logged besides the env's success."""
+critic reads `steps` too, which the actor learns to predict), its frames shifted in the update (each sample as in
+one process), and a final-info entry of the user's logged besides the env's success."""
 
 
 @pytest.mark.slow

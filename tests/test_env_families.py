@@ -278,6 +278,65 @@ def test_robosuite_fast_render_draws_without_a_shadow_map_and_the_same_frames():
         env.close()
 
 
+VIEW = """<mujoco><statistic extent="1"/><visual><map znear="0.01" zfar="50"/></visual><worldbody>
+  <camera name="eye" pos="0 0 0" xyaxes="1 0 0 0 1 0" fovy="90"/>
+  <geom name="floor" type="plane" size="5 5 .1" pos="0 0 -20"/>
+  <geom name="ahead" type="sphere" size=".5" pos="0 0 -5"/>
+  <geom name="behind" type="sphere" size=".5" pos="0 0 5"/>
+  <geom name="grazing" type="sphere" size=".5" pos="5.6 0 -5"/>
+  <geom name="beside" type="sphere" size=".5" pos="6 0 -5"/>
+  <geom name="above" type="sphere" size=".5" pos="0 6 -5"/>
+  <geom name="far" type="sphere" size=".5" pos="0 0 -60"/>
+  <geom name="rod" type="box" size="4 .1 .1" pos="0 7 -5"/>
+</worldbody></mujoco>"""
+
+
+@pytest.mark.parametrize("aspect, outside", [(1.0, ["behind", "beside", "above", "far", "rod"]),
+                                             (2.0, ["behind", "above", "far", "rod"])])
+def test_a_geom_is_hidden_only_where_its_bounds_are_out_of_the_cameras_view(aspect, outside):
+    """A 90° camera looking down -z: the frustum's side at depth 5 is 5 across (10 for a frame twice as wide); a
+    sphere of radius 0.5 whose centre is 0.6 beyond it still reaches in (0.42 from the side), one 1.0 beyond does
+    not (0.71: its bounding box would still reach, its sphere does not); behind the camera, or past the far plane,
+    it is out; a long box whose sphere reaches in but whose sides do not is out; a plane never is."""
+    import mujoco
+
+    from parallel_ppo.envs.culling import outside_view
+
+    model = mujoco.MjModel.from_xml_string(VIEW)
+    data = mujoco.MjData(model)
+    mujoco.mj_forward(model, data)
+    hidden = outside_view(model, data, 0, aspect)
+    assert [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_GEOM, g) for g in hidden] == outside
+
+
+@pytest.mark.slow  # builds a robosuite simulator and draws its frames: seconds
+def test_robosuite_cameras_are_handed_only_what_they_see_and_draw_the_same_frames():
+    """`env.fast_render`: each frame is drawn without the geoms out of its camera's view (the wrist camera does not
+    see most of the arm), and every frame, the wrist camera's and the video's, is the frame drawn with them all."""
+    import mujoco
+
+    from parallel_ppo.envs.culling import outside_view
+
+    env = make_batch_env(EnvConfig(id=LIFT_CAMERA, frame_size=32), 3, 0, 1, 1, render=True)
+    try:
+        suite_env = env._env.envs[0].unwrapped
+        sim, layout = suite_env._env.sim, env.spaces.layout
+        rng = np.random.default_rng(0)
+        obs = env.reset()
+        for _ in range(3):
+            wrist = sim.model.camera_name2id("robot0_eye_in_hand")
+            hidden = outside_view(sim.model._model, sim.data._data, wrist, 1.0)
+            names = [mujoco.mj_id2name(sim.model._model, mujoco.mjtObj.mjOBJ_GEOM, g) for g in hidden]
+            assert any(name.startswith("robot0_g") for name in names), "the arm's links are out of the wrist's view"
+            drawn = [camera(layout, obs)[0], env.frame(0)]
+            every = [sim.render(camera_name=c, width=w, height=w)[::-1] for c, w in (("robot0_eye_in_hand", 32),
+                                                                                    ("agentview", 256))]
+            assert all(np.array_equal(a, b) for a, b in zip(drawn, every, strict=True))
+            obs = env.step(rng.uniform(-1, 1, (1, 7)).astype(np.float32))[0]
+    finally:
+        env.close()
+
+
 def test_fetch_observes_its_goals_as_a_dict_and_reports_success():
     env = make_batch_env(EnvConfig(id="FetchReachDense-v4"), 0, 0, 2, 1)
     try:

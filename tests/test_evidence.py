@@ -134,6 +134,8 @@ def test_kept_runs_read_back_as_they_were_and_are_not_evidence_files(tmp_path, c
         for column, values in was.metrics.items():
             np.testing.assert_array_equal(now.metrics[column], values)  # NaN where NaN
     assert evidence.check_evidence_files(tmp_path) == []
+    assert keep_runs.main([str(dest), f"synchronous={tmp_path / 'runs_in' / 'seed_2'}"]) == 2  # kept already
+    assert "is taken" in capsys.readouterr().err
     (tmp_path / "runs_in" / "seed_1" / "summary.json").unlink()  # a run that did not finish: refused, nothing copied
     assert keep_runs.main([str(tmp_path / "other"), f"x={tmp_path / 'runs_in'}"]) == 2
     assert "has no summary.json" in capsys.readouterr().err and not (tmp_path / "other").exists()

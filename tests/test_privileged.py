@@ -291,9 +291,9 @@ def test_the_actor_learns_to_predict_the_critics_own_keys(share):
     config = model_config(actor_keys=ACTOR, share_encoder=share)
     net = build_model((LAYOUT.nbytes,), CONTINUOUS, config, 5.0, LAYOUT, predict_privileged=True)
     plain = build_model((LAYOUT.nbytes,), CONTINUOUS, config, 5.0, LAYOUT)
-    plain.load_state_dict({k: v for k, v in net.state_dict().items() if not k.startswith("predictor.")})
     net.obs_mean.copy_(torch.linspace(-1, 1, LAYOUT.vector_size))
-    plain.obs_mean.copy_(net.obs_mean)
+    net.obs_std.copy_(torch.linspace(0.5, 2, LAYOUT.vector_size))
+    plain.load_state_dict({k: v for k, v in net.state_dict().items() if not k.startswith("predictor.")})
     obs = torch.from_numpy(LAYOUT.pack(rows(6, 1)))
     with torch.no_grad():
         net.predictor.weight.zero_()

@@ -196,11 +196,11 @@ class TrainingConfig:
     twice the update's network work."""
     predict_privileged: float = setting(0.0, non_negative=True)
     """Weight of an auxiliary loss beside PPO's: the actor's features predict, through a linear layer of their own,
-    the vector keys that only the critic reads (`model.critic_keys`, such as robosuite's `object-state`),
-    normalized as the critic reads them (mean squared error, `losses/privileged_prediction`). With a privileged
-    critic, the value loss needs no frame to find the object; this loss has the actor's encoder learn what the
-    privileged keys hold from what the actor sees. The policy and an exported file are unchanged. 0: none (the
-    layer is not built)."""
+    the vector keys that only the critic reads (`model.critic_keys`, such as robosuite's `object-state`), as the
+    critic reads them (normalized with `normalize_obs`; mean squared error, `losses/privileged_prediction`). With a
+    privileged critic, the value loss needs no frame to find the object; this loss has the actor's encoder learn
+    what the privileged keys hold from what the actor sees. The policy acts as without it (an exported file carries
+    the unused layer). Its weight may change on resume, not whether it is 0. 0: none (the layer is not built)."""
     augment_anchor: bool = False
     """With `augment_shift` in the loss: PPO's ratio on the shifted frames is taken against the policy the update
     started from on the same shifted frames (one more forward pass a minibatch, without backward), so it starts

@@ -214,12 +214,16 @@ def check_rules(key: str, value: Any, rules: Rules) -> None:
 
 def resume_mismatch(stored: Config, current: Config) -> str | None:
     """The first field that must match on resume (`Rules.resume`: it makes the envs or the network) whose value in
-    `current` differs from `stored`'s (the config a checkpoint was made with), as `section.key=STORED, not CURRENT`;
-    None where they all match."""
+    `current` differs from `stored`'s (the config a checkpoint was made with), as `section.key=STORED, not CURRENT`,
+    or `training.predict_privileged` turned on or off (it adds a layer); None where they all match."""
     for key, f in config_fields():
         was, now = get_value(stored, key), get_value(current, key)
         if rules_of(f).resume and was != now:
             return f"{key}={was!r}, not {now!r}"
+    was, now = stored.training.predict_privileged, current.training.predict_privileged
+    if (was > 0) != (now > 0):  # its weight may change, not whether the network has the layer that predicts
+        return f"training.predict_privileged={was!r} (its network {'with' if was > 0 else 'without'} the layer that " \
+               f"predicts), not {now!r}"
     return None
 
 

@@ -160,8 +160,8 @@ def build_model(obs_shape: tuple[int, ...], actions: ActionSpace | int, cfg: Mod
 
 
 def check_privileged(layout: DictLayout | None, cfg: ModelConfig) -> None:
-    """ConfigError unless the actor reads frames and the critic vector keys the actor does not: what
-    `training.predict_privileged` predicts."""
+    """ConfigError unless the observation has frames (the multi-input network's) and the critic reads vector keys
+    the actor does not: what `training.predict_privileged` predicts."""
     why = "this env's observation is one array" if layout is None else "its observation has no image key"
     if layout is not None and layout.images:
         actor, critic = head_keys(layout, cfg)

@@ -66,8 +66,8 @@ RATIO_MEAN = metric("losses/ratio_mean", "mean probability ratio new/old (1 at t
 EXPLAINED_VARIANCE = metric("losses/explained_variance", "1 − Var(returns − values) / Var(returns) of the rollout",
                             summary=True)
 PRIVILEGED_PREDICTION = metric("losses/privileged_prediction", "mean squared error of the vector keys only the critic "
-                               "reads (normalized) as the actor's features predict them (training.predict_privileged; "
-                               "empty without)", summary=True)
+                               "reads (as it reads them) as the actor's features predict them "
+                               "(training.predict_privileged; empty without)", summary=True)
 UPDATE_METRICS = (POLICY_LOSS, VALUE_LOSS, ENTROPY, APPROX_KL, CLIP_FRACTION, RATIO_MEAN, EXPLAINED_VARIANCE,
                   PRIVILEGED_PREDICTION)
 """The update's metrics (declared above, where it computes them), as the writers ask for them."""
@@ -130,10 +130,11 @@ def ppo_loss(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> tuple[
     """Clipped-surrogate PPO loss, averaged over `batch`; returns (loss, detached statistics).
 
     The advantages are used as given: normalize them over the whole minibatch first
-    (`normalize_advantages`), so that a minibatch split into chunks has the loss of the whole.
+    (`normalize_advantages`), so that a minibatch split into chunks has the loss of the whole. With
+    `predict_privileged`, the actor's prediction of the critic's own keys adds its error, so weighted.
     """
     with autocast(cfg.precision, batch.obs.device.type):
-        logits, new_values, predicted = (model.forward_privileged(batch.obs) if cfg.predict_privileged
+        logits, new_values, predicted = (model.forward_privileged(batch.obs) if cfg.predict_privileged > 0
                                          else (*model(batch.obs), None))
     new_values = new_values.float()
     new_logprob, entropy = log_prob_entropy(logits, batch.actions)

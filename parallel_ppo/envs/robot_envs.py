@@ -13,6 +13,7 @@ import gymnasium
 import numpy as np
 
 from parallel_ppo.envs.config import EnvConfig
+from parallel_ppo.envs.culling import only_in_view
 from parallel_ppo.envs.families import split_id
 from parallel_ppo.envs.gym_envs import RenderClock, fast_scene
 from parallel_ppo.errors import ConfigError
@@ -70,7 +71,8 @@ class RobosuiteEnv(gymnasium.Env):
             self._env.close()
             raise ConfigError(f"robosuite {task} has no camera {missing[0]!r} (its cameras: "
                               f"{', '.join(sorted(known))})")
-        if fast and (self.cameras or render):
+        self._fast = fast and bool(self.cameras or render)
+        if self._fast:
             fast_robosuite_render(self._env.sim)
         sample = self._env.observation_spec()
         self.state_keys = [f"{self._env.robots[0].robot_model.naming_prefix}proprio-state"]
@@ -93,9 +95,17 @@ class RobosuiteEnv(gymnasium.Env):
         if self.cameras:
             self._draw_here()
         for c in self.cameras:
-            frame = self.clock.time(self._env.sim.render, camera_name=c, width=self.size, height=self.size)
-            out[f"{c}_image"] = frame[::-1]  # OpenGL's rows run bottom-up
+            out[f"{c}_image"] = self.clock.time(self._draw, c, self.size)
         return out
+
+    def _draw(self, camera: str, size: int) -> np.ndarray:
+        """`camera`'s frame, upright (OpenGL's rows run bottom-up); with `fast_render`, the renderer is handed only
+        the geoms the camera can see (`envs.culling`: the same frame)."""
+        sim = self._env.sim
+        view = (only_in_view(sim.model._model, sim.data._data, sim.model.camera_name2id(camera), 1.0) if self._fast
+                else contextlib.nullcontext())
+        with view:
+            return sim.render(camera_name=camera, width=size, height=size)[::-1]
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         super().reset(seed=seed)
@@ -111,7 +121,7 @@ class RobosuiteEnv(gymnasium.Env):
 
     def render(self) -> np.ndarray:
         self._draw_here()
-        return self._env.sim.render(camera_name=VIDEO_CAMERA, width=VIDEO_SIZE, height=VIDEO_SIZE)[::-1]
+        return self._draw(VIDEO_CAMERA, VIDEO_SIZE)
 
     def close(self) -> None:
         self._env.close()
