@@ -7,7 +7,9 @@ speed, measured in one sitting.
         --a "unshifted: --set training.augment_shift=0" --b "recipe:" --output-dir benchmarks/shift_speed
 
 (`make camera-recipe-speed` runs the camera recipe against itself without the privileged critic and the shift;
-`make overlap-speed` the sequential trainer against overlapped workers on robosuite Lift from state.)
+`make overlap-speed` the sequential trainer against overlapped workers on robosuite Lift from state.) With
+`--a-checkout DIR`, A runs from another checkout of the project (its trainer and its copy of the config: a git
+worktree at the commit before a change, `git worktree add DIR COMMIT`), so the pairs measure the change itself.
 
 Each of --a and --b is `LABEL: ARGS...` (trainer arguments; none for the config as it is). Writes <output-dir>/pairs.md
 after every pair and <output-dir>/pairs.json at the end: an evidence file for docs/results (machine, date, commit,
@@ -45,9 +47,11 @@ def variant(text: str) -> tuple[str, list[str]]:
     return label.strip(), shlex.split(args)
 
 
-def train(config: str, run_dir: Path, minutes: float, args: list[str], sequential: bool = False) -> Run:
+def train(config: str, run_dir: Path, minutes: float, args: list[str], sequential: bool = False,
+          root: Path = ROOT) -> Run:
+    """One run of the trainer in the checkout at `root` (its own package and config file)."""
     script = "train_timed.py" if sequential else "train_parallel_timed.py"
-    cmd = [sys.executable, str(ROOT / script), "--config", str(ROOT / config), "--duration",
+    cmd = [sys.executable, str(root / script), "--config", str(root / config), "--duration",
            f"{minutes / 60:.6f}", "--output-dir", str(run_dir), "--overwrite", "--set", "logging.progress=off", *args]
     proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
@@ -80,7 +84,8 @@ def evidence_of(args: argparse.Namespace, pairs: list[dict]) -> dict:
     return {"machine": f"{fingerprint.describe_cpu()}, {available_cores()} cores", "cpu_kind": fingerprint.cpu_kind(),
             "date": datetime.date.today().isoformat(), "commit": fingerprint.source_commit() or "unknown",
             "command": shlex.join(["scripts/setting_pairs.py", *sys.argv[1:]]), "config": args.config,
-            "minutes": args.minutes, "a": {"label": a, "args": a_args, "trainer": trainer(args, a)},
+            "minutes": args.minutes, "a": {"label": a, "args": a_args, "trainer": trainer(args, a),
+                                            "commit": fingerprint.source_commit(args.a_checkout or ROOT)},
             "b": {"label": b, "args": b_args, "trainer": trainer(args, b)},
             "figures": {"ratios": ratios, "ratio_median": statistics.median(ratios), "ratio_min": min(ratios),
                         "ratio_max": max(ratios), "ratio_range": [min(ratios), max(ratios)]},
@@ -93,10 +98,15 @@ def main() -> int:
     p.add_argument("--a", type=variant, required=True, metavar="'LABEL: ARGS'")
     p.add_argument("--b", type=variant, required=True, metavar="'LABEL: ARGS'")
     p.add_argument("--sequential-a", action="store_true", help="A runs the sequential trainer (train_timed.py)")
+    p.add_argument("--a-checkout", type=Path, metavar="DIR", help="A runs from this checkout of the project")
     p.add_argument("--pairs", type=int, default=3, choices=range(1, 101), metavar="N")
     p.add_argument("--minutes", type=float, default=4.0)
     p.add_argument("--output-dir", default="benchmarks/setting_pairs")
     args = p.parse_args()
+    if args.a_checkout and not (args.a_checkout / "train_parallel_timed.py").is_file():
+        print(f"setting_pairs.py: error: --a-checkout {args.a_checkout} is not a checkout of this project",
+              file=sys.stderr)
+        return 2
     (a, a_args), (b, b_args) = args.a, args.b
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -109,7 +119,8 @@ def main() -> int:
         for label, extra in order:
             print(f"pair {pair}: {label} for {args.minutes:g} min ...", flush=True)
             sequential = trainer(args, label) == "sequential"
-            runs[label] = figures(train(args.config, out / f"{label}_{pair}", args.minutes, extra, sequential))
+            root = args.a_checkout if label == a and args.a_checkout else ROOT
+            runs[label] = figures(train(args.config, out / f"{label}_{pair}", args.minutes, extra, sequential, root))
         pairs.append({**runs, "ratio": round(runs[b]["sps"] / runs[a]["sps"], 4), "order": [x for x, _ in order]})
         lines.append(f"| {pair} | {runs[a]['sps']:.1f} | {runs[b]['sps']:.1f} | {pairs[-1]['ratio']:.3f} | "
                      + " | ".join(f"{runs[x][f'{ph}_s_per_1k']:.3f}" for ph in PHASES for x in (a, b)) + " |")

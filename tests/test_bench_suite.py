@@ -129,11 +129,13 @@ def test_setting_pairs_writes_an_evidence_file(tmp_path):
     proc = subprocess.run([sys.executable, "scripts/setting_pairs.py", "--config", "config/cartpole.yaml", "--pairs",
                            "1", "--minutes", "0.02", "--sequential-a", "--a", "small:",
                            "--b", "big: --set training.n_epochs=8 --set parallel.overlap=true",
+                           "--a-checkout", str(ROOT),  # A from a checkout named (this one): its commit recorded
                            "--output-dir", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     evidence = json.loads((out / "pairs.json").read_text())
     assert {"machine", "cpu_kind", "date", "commit", "command", "figures", "tables"} <= set(evidence)
     assert (evidence["a"]["trainer"], evidence["b"]["trainer"]) == ("sequential", "parallel")
+    assert evidence["a"]["commit"] == evidence["commit"]
     modes = [json.loads((out / run / "summary.json").read_text())["mode"] for run in ("small_1", "big_1")]
     assert modes == ["sequential", "parallel"]
     (row,) = evidence["tables"]["pairs"]["rows"]
