@@ -8,7 +8,9 @@ written into an evidence file under a name (figures `<name>_<label>_...`, table 
         synchronous=docs/results/<machine>/runs/lift_overlap/synchronous overlapped=...
 
 A LABEL=DIR names a parent of seed runs or one run (as compare_results takes them). Where the runs logged them,
-the policy lag and the lagged share (`parallel.overlap`) are figures too. Bad input: one line, exit status 2.
+the policy lag and the lagged share (`parallel.overlap`) are figures too. A mean and a range are of the seeds whose
+figure is a number (whose episodes had ended). Bad input, or a run that ends before the table's last step: one
+line, exit status 2.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import argparse
 import datetime
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -27,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from parallel_ppo.errors import ConfigError, RunDataError  # noqa: E402
+from parallel_ppo.runs import fingerprint  # noqa: E402
 from parallel_ppo.runs.reading import Run, expand_run_dirs, load_run, parse_run_spec  # noqa: E402
 
 SHOWN = {"return": "episodic_return_mean", "success": "success_rate", "entropy": "entropy"}
@@ -38,10 +40,22 @@ def rounded(value: float, digits: int) -> float | None:
 
 
 def at(run: Run, column: str, steps: int | None = None) -> float:
-    """The column's value in the run's last row, or in its row nearest `steps`."""
-    values = run.metrics[column]
+    """The column's value in the run's last row, or in its row nearest `steps` (NaN where the run has no such
+    column)."""
+    values = run.metrics.get(column)
+    if values is None:
+        return math.nan
     row = len(values) - 1 if steps is None else int(np.abs(run.metrics["env_steps"] - steps).argmin())
     return float(values[row])
+
+
+def spread(values: list[float], digits: int) -> tuple[float | None, str]:
+    """The mean and `low to high` of the values that are numbers (an episode had ended), to `digits` decimals;
+    None and n/a where none is."""
+    numbers = [v for v in values if not math.isnan(v)]
+    if not numbers:
+        return None, "n/a"
+    return round(float(np.mean(numbers)), digits), f"{min(numbers):.{digits}f} to {max(numbers):.{digits}f}"
 
 
 def label_figures(name: str, label: str, runs: list[Run]) -> dict[str, object]:
@@ -52,9 +66,11 @@ def label_figures(name: str, label: str, runs: list[Run]) -> dict[str, object]:
         out[f"{name}_{label}_final_{'successes' if what == 'success' else what + 's'}"] = finals
         if what != "entropy" and None not in finals:
             out[f"{name}_{label}_{what}_range"] = [min(finals), max(finals)]
+    if any("policy_lag" not in r.metrics for r in runs):  # runs from before the lag was logged
+        return out
     lag = max(int(np.nanmax(r.metrics["policy_lag"])) for r in runs)
     out[f"{name}_{label}_policy_lag"] = lag
-    if lag:  # the first rollout, collected before any update, lags nothing
+    if lag and all("lagged_share" in r.metrics for r in runs):  # the first rollout, before any update, lags nothing
         shares = np.concatenate([r.metrics["lagged_share"][1:] for r in runs])
         out[f"{name}_{label}_lagged_share_mean"] = rounded(float(np.nanmean(shares)), 3)
         out[f"{name}_{label}_lagged_share_max"] = rounded(float(np.nanmax(shares)), 3)
@@ -71,10 +87,8 @@ def table(groups: dict[str, list[Run]], steps: list[int]) -> dict[str, list]:
     for step in steps:
         row: list[object] = [f"{step:,}"]
         for runs in groups.values():
-            returns = [at(r, SHOWN["return"], step) for r in runs]
-            row += [rounded(float(np.mean(returns)), 1), f"{min(returns):.1f} to {max(returns):.1f}",
-                    rounded(float(np.nanmean([at(r, SHOWN["success"], step) for r in runs])), 2),
-                    rounded(float(np.mean([at(r, SHOWN["entropy"], step) for r in runs])), 2)]
+            row += [*spread([at(r, SHOWN["return"], step) for r in runs], 1),
+                    *(spread([at(r, SHOWN[what], step) for r in runs], 2)[0] for what in ("success", "entropy"))]
         rows.append(row)
     return {"columns": columns, "rows": rows}
 
@@ -94,14 +108,18 @@ def main(argv: list[str]) -> int:
         for spec in args.runs:
             label, dirs = parse_run_spec(spec)
             groups[label] = [load_run(label, d) for d in expand_run_dirs(dirs)]
+        for run in (r for runs in groups.values() for r in runs):
+            if run.metrics["env_steps"][-1] < max(steps):
+                raise RunDataError(f"{run.path} ends at {int(run.metrics['env_steps'][-1]):,} env steps, before the "
+                                   f"table's {max(steps):,}")
     except (ValueError, OSError, ConfigError, RunDataError) as error:
         print(f"seed_table.py: {error}", file=sys.stderr)
         return 2
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    evidence[f"{args.name}_command"] = f"{args.command}; scripts/seed_table.py at {commit.stdout.strip()}"
+    commit = fingerprint.source_commit(ROOT) or "unknown"
+    evidence[f"{args.name}_command"] = f"{args.command}; scripts/seed_table.py at {commit}"
     evidence[f"{args.name}_date"] = datetime.date.today().isoformat()
     for label, runs in groups.items():
-        evidence["figures"].update(label_figures(args.name, label, runs))
+        evidence.setdefault("figures", {}).update(label_figures(args.name, label, runs))
     evidence.setdefault("tables", {})[args.name] = table(groups, steps)
     args.evidence.write_text(json.dumps(evidence, indent=1, ensure_ascii=False) + "\n")
     print(json.dumps(evidence["tables"][args.name], ensure_ascii=False))

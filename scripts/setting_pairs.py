@@ -103,9 +103,10 @@ def main() -> int:
     p.add_argument("--minutes", type=float, default=4.0)
     p.add_argument("--output-dir", default="benchmarks/setting_pairs")
     args = p.parse_args()
-    if args.a_checkout and not (args.a_checkout / "train_parallel_timed.py").is_file():
-        print(f"setting_pairs.py: error: --a-checkout {args.a_checkout} is not a checkout of this project",
-              file=sys.stderr)
+    needs = ("train_timed.py" if args.sequential_a else "train_parallel_timed.py", args.config)
+    if args.a_checkout and not all((args.a_checkout / name).is_file() for name in needs):
+        print(f"setting_pairs.py: error: --a-checkout {args.a_checkout} is not a checkout of this project with "
+              f"{' and '.join(needs)}", file=sys.stderr)
         return 2
     (a, a_args), (b, b_args) = args.a, args.b
     out = Path(args.output_dir)

@@ -278,7 +278,8 @@ def test_robosuite_fast_render_draws_without_a_shadow_map_and_the_same_frames():
         env.close()
 
 
-VIEW = """<mujoco><statistic extent="1"/><visual><map znear="0.01" zfar="50"/></visual><worldbody>
+VIEW = """<mujoco><statistic extent="2"/><visual><map znear="0.5" zfar="25"/></visual>
+  <asset><mesh name="wedge" vertex="0 0 0  4 0 0  0 .2 0  0 0 .2"/></asset><worldbody>
   <camera name="eye" pos="0 0 0" xyaxes="1 0 0 0 1 0" fovy="90"/>
   <geom name="floor" type="plane" size="5 5 .1" pos="0 0 -20"/>
   <geom name="ahead" type="sphere" size=".5" pos="0 0 -5"/>
@@ -288,16 +289,21 @@ VIEW = """<mujoco><statistic extent="1"/><visual><map znear="0.01" zfar="50"/></
   <geom name="above" type="sphere" size=".5" pos="0 6 -5"/>
   <geom name="far" type="sphere" size=".5" pos="0 0 -60"/>
   <geom name="rod" type="box" size="4 .1 .1" pos="0 7 -5"/>
+  <geom name="close" type="sphere" size=".1" pos="0 0 -.7"/>
+  <geom name="mid" type="sphere" size=".5" pos="0 0 -40"/>
+  <geom name="wedge" type="mesh" mesh="wedge" pos="5.4 0 -5"/>
 </worldbody></mujoco>"""
 
 
-@pytest.mark.parametrize("aspect, outside", [(1.0, ["behind", "beside", "above", "far", "rod"]),
-                                             (2.0, ["behind", "above", "far", "rod"])])
+@pytest.mark.parametrize("aspect, outside", [(1.0, ["behind", "beside", "above", "far", "rod", "close", "wedge"]),
+                                             (2.0, ["behind", "above", "far", "rod", "close"])])
 def test_a_geom_is_hidden_only_where_its_bounds_are_out_of_the_cameras_view(aspect, outside):
     """A 90° camera looking down -z: the frustum's side at depth 5 is 5 across (10 for a frame twice as wide); a
     sphere of radius 0.5 whose centre is 0.6 beyond it still reaches in (0.42 from the side), one 1.0 beyond does
-    not (0.71: its bounding box would still reach, its sphere does not); behind the camera, or past the far plane,
-    it is out; a long box whose sphere reaches in but whose sides do not is out; a plane never is."""
+    not (0.71: its bounding box would still reach, its sphere does not); behind the camera, before the near plane
+    or past the far one (0.5 and 25 times the extent of 2), it is out; a long box, or a wedge whose box lies to one
+    side of its centre of mass (its geom's origin), is out where its sides are, though its sphere reaches in; a
+    plane never is."""
     import mujoco
 
     from parallel_ppo.envs.culling import outside_view
@@ -309,18 +315,80 @@ def test_a_geom_is_hidden_only_where_its_bounds_are_out_of_the_cameras_view(aspe
     assert [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_GEOM, g) for g in hidden] == outside
 
 
+def random_scene(rng: np.random.Generator) -> str:
+    """Cameras and geoms placed and turned at random: boxes, capsules, ellipsoids, a mesh off its own origin, some
+    coloured by a material; a scene extent of 3 (the near and far planes scale with it)."""
+    def turn() -> str:
+        q = rng.normal(size=4)
+        return " ".join(f"{v:.4f}" for v in q / np.linalg.norm(q))
+
+    def where(span: float) -> str:
+        return " ".join(f"{v:.3f}" for v in rng.uniform(-span, span, 3))
+
+    kinds = ['type="box"', 'type="capsule"', 'type="ellipsoid"', 'type="mesh" mesh="m"']
+    def sizes() -> str:  # long and thin as often as not
+        return " ".join(f"{v:.3f}" for v in rng.uniform(0.05, 1.5, 3) ** 2)
+
+    geoms = "".join(f'<geom {kinds[i % 4]} size="{sizes()}" pos="{where(4)}" quat="{turn()}" '
+                    + ('material="mat"/>' if i % 3 else f'rgba="{rng.uniform():.2f} .4 .6 1"/>') for i in range(64))
+    cameras = "".join(f'<camera pos="{where(3)}" quat="{turn()}" fovy="{rng.uniform(20, 100):.1f}"/>'
+                      for _ in range(8))
+    mesh = " ".join(f"{v:.3f}" for v in rng.uniform(0.2, 1.0, (10, 3)).ravel())  # off its origin
+    return (f'<mujoco><statistic extent="3"/><asset><mesh name="m" vertex="{mesh}"/><material name="mat" '
+            f'rgba=".2 .7 .3 1"/></asset><worldbody><light pos="0 0 6"/>{cameras}{geoms}</worldbody></mujoco>')
+
+
+@pytest.mark.slow  # draws frames on the CPU: a second
+def test_the_frames_of_any_camera_are_the_same_without_the_geoms_out_of_its_view():
+    """A random scene, its cameras turned every way, frames wider than tall: hiding what `outside_view` names
+    (most of the geoms) changes no pixel, and every colour is as it was after each frame."""
+    import mujoco
+
+    from parallel_ppo.envs.culling import only_in_view, outside_view
+    from parallel_ppo.envs.gym_envs import fast_scene
+
+    model = mujoco.MjModel.from_xml_string(random_scene(np.random.default_rng(5)))
+    data = mujoco.MjData(model)
+    mujoco.mj_forward(model, data)
+    renderer = mujoco.Renderer(model, 48, 72)
+    fast_scene(model, renderer.scene)
+    colours, hidden = model.geom_rgba.copy(), 0
+    try:
+        for camera in range(model.ncam):
+            renderer.update_scene(data, camera=camera)
+            every = renderer.render()
+            hidden += len(outside_view(model, data, camera, 72 / 48))
+            with only_in_view(model, data, camera, 72 / 48):
+                renderer.update_scene(data, camera=camera)
+                seen = renderer.render()
+            assert np.array_equal(seen, every) and np.array_equal(model.geom_rgba, colours), f"camera {camera}"
+    finally:
+        renderer.close()
+    assert hidden > model.ncam * model.ngeom / 2, "most geoms are out of a camera's view"
+
+
 @pytest.mark.slow  # builds a robosuite simulator and draws its frames: seconds
-def test_robosuite_cameras_are_handed_only_what_they_see_and_draw_the_same_frames():
+def test_robosuite_cameras_are_handed_only_what_they_see_and_draw_the_same_frames(monkeypatch):
     """`env.fast_render`: each frame is drawn without the geoms out of its camera's view (the wrist camera does not
     see most of the arm), and every frame, the wrist camera's and the video's, is the frame drawn with them all."""
     import mujoco
 
+    from parallel_ppo.envs import robot_envs
     from parallel_ppo.envs.culling import outside_view
 
+    drawn_without = []
+    culling = robot_envs.only_in_view
+
+    def counted(model, data, camera, aspect):  # how many geoms each frame was drawn without
+        drawn_without.append(len(outside_view(model, data, camera, aspect)))
+        return culling(model, data, camera, aspect)
+
+    monkeypatch.setattr(robot_envs, "only_in_view", counted)
     env = make_batch_env(EnvConfig(id=LIFT_CAMERA, frame_size=32), 3, 0, 1, 1, render=True)
     try:
         suite_env = env._env.envs[0].unwrapped
         sim, layout = suite_env._env.sim, env.spaces.layout
+        colours = sim.model._model.geom_rgba.copy()
         rng = np.random.default_rng(0)
         obs = env.reset()
         for _ in range(3):
@@ -332,7 +400,9 @@ def test_robosuite_cameras_are_handed_only_what_they_see_and_draw_the_same_frame
             every = [sim.render(camera_name=c, width=w, height=w)[::-1] for c, w in (("robot0_eye_in_hand", 32),
                                                                                     ("agentview", 256))]
             assert all(np.array_equal(a, b) for a, b in zip(drawn, every, strict=True))
+            assert np.array_equal(sim.model._model.geom_rgba, colours), "the colours are back after each frame"
             obs = env.step(rng.uniform(-1, 1, (1, 7)).astype(np.float32))[0]
+        assert len(drawn_without) == 7 and min(drawn_without[::2]) > 0, "each wrist frame was drawn without some"
     finally:
         env.close()
 

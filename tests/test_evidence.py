@@ -165,5 +165,7 @@ def test_seed_runs_become_figures_and_a_table_in_an_evidence_file(tmp_path, caps
     assert data["tables"]["study"]["rows"] == [["1,000", 3.0, "1.0 to 5.0", 0.1, 0.1],
                                                ["2,100", 5.0, "3.0 to 7.0", 0.1, 0.1]]
     assert data["study_command"].startswith("train; scripts/seed_table.py at ") and figures["ratio"] == 1.085
-    assert seed_table.main([str(path), "study", f"sync={tmp_path / 'none'}", "--steps", "1", "--command", "x"]) == 2
-    assert capsys.readouterr().err.count("\n") == 1
+    capsys.readouterr()
+    for runs, steps in ((tmp_path / "none", "1"), (tmp_path / "sync", "5000")):  # no runs; runs that end before
+        assert seed_table.main([str(path), "study", f"sync={runs}", "--steps", steps, "--command", "x"]) == 2
+        assert capsys.readouterr().err.count("\n") == 1

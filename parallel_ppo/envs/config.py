@@ -87,7 +87,7 @@ class EnvConfig:
     fast_render: bool = setting(True, resume=True)
     """Pixels and robosuite's cameras: render without shadows, reflections, skybox and multisampling, and (robosuite)
     hand the renderer only the geoms the camera can see (the same frames): many times faster on Mesa's software
-    renderer (`scripts/render_cost.py` measures both; docs/results has its figures)."""
+    renderer (`scripts/render_cost.py` measures them; docs/results has its figures for MuJoCo's pixels)."""
     episodic_life: bool = setting(False, resume=True)
     """Atari: a life lost ends the episode for learning (the value is not bootstrapped across it) while the game
     plays on, as CleanRL's ppo_atari does; returns in the metrics and in evaluation stay whole games."""
