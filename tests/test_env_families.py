@@ -347,23 +347,39 @@ def test_the_frames_of_any_camera_are_the_same_without_the_geoms_out_of_its_view
     from parallel_ppo.envs.culling import only_in_view, outside_view
     from parallel_ppo.envs.gym_envs import fast_scene
 
+    from mujoco.egl import GLContext  # as robosuite draws, whatever MUJOCO_GL said when mujoco was imported
+
     model = mujoco.MjModel.from_xml_string(random_scene(np.random.default_rng(5)))
     data = mujoco.MjData(model)
     mujoco.mj_forward(model, data)
-    renderer = mujoco.Renderer(model, 48, 72)
-    fast_scene(model, renderer.scene)
+    gl = GLContext(72, 48)
+    gl.make_current()
+    context = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_150)
+    mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, context)
+    scene, view = mujoco.MjvScene(model, maxgeom=200), mujoco.MjrRect(0, 0, 72, 48)
+    fast_scene(model, scene)
+
+    def draw(camera: int) -> np.ndarray:
+        eye = mujoco.MjvCamera()
+        eye.type, eye.fixedcamid = mujoco.mjtCamera.mjCAMERA_FIXED, camera
+        mujoco.mjv_updateScene(model, data, mujoco.MjvOption(), None, eye, mujoco.mjtCatBit.mjCAT_ALL, scene)
+        mujoco.mjr_render(view, scene, context)
+        pixels = np.empty((48, 72, 3), dtype=np.uint8)
+        mujoco.mjr_readPixels(pixels, None, view, context)
+        return pixels
+
     colours, hidden = model.geom_rgba.copy(), 0
     try:
         for camera in range(model.ncam):
-            renderer.update_scene(data, camera=camera)
-            every = renderer.render()
+            every = draw(camera)
             hidden += len(outside_view(model, data, camera, 72 / 48))
             with only_in_view(model, data, camera, 72 / 48):
-                renderer.update_scene(data, camera=camera)
-                seen = renderer.render()
+                seen = draw(camera)
             assert np.array_equal(seen, every) and np.array_equal(model.geom_rgba, colours), f"camera {camera}"
+            assert every.std() > 0, "a frame with something in it"
     finally:
-        renderer.close()
+        context.free()
+        gl.free()
     assert hidden > model.ncam * model.ngeom / 2, "most geoms are out of a camera's view"
 
 
