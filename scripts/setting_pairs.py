@@ -50,14 +50,16 @@ def variant(text: str) -> tuple[str, list[str]]:
 
 def train(config: str, run_dir: Path, minutes: float, args: list[str], sequential: bool = False,
           root: Path = ROOT) -> Run:
-    """One run of the trainer in the checkout at `root`, its own package and config file. It runs from that folder,
-    with the folder first on PYTHONPATH: the workers' forkserver imports the package from where it started (Python
-    3.11's forkserver drops the parent's sys.path), which would otherwise be this checkout's."""
+    """One run of the trainer in the checkout at `root`, its own package and config file. It runs from that folder
+    (relative paths in `args` are read from there), with the folder first on PYTHONPATH: the workers' forkserver
+    imports the package from where it started (Python 3.11's forkserver drops the parent's sys.path), which would
+    otherwise be this checkout's."""
+    root = root.resolve()
     script = "train_timed.py" if sequential else "train_parallel_timed.py"
     cmd = [sys.executable, str(root / script), "--config", str(root / config), "--duration",
            f"{minutes / 60:.6f}", "--output-dir", str(run_dir.resolve()), "--overwrite", "--set",
            "logging.progress=off", *args]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=root, env=env)
     if proc.returncode != 0:
         sys.exit(f"setting_pairs.py: error: the run in {run_dir} failed (exit {proc.returncode}): "

@@ -354,7 +354,11 @@ def test_the_frames_of_any_camera_are_the_same_without_the_geoms_out_of_its_view
     mujoco.mj_forward(model, data)
     gl = GLContext(72, 48)
     gl.make_current()
-    context = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_150)
+    try:
+        context = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_150)
+    except BaseException:
+        gl.free()
+        raise
     mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, context)
     scene, view = mujoco.MjvScene(model, maxgeom=200), mujoco.MjrRect(0, 0, 72, 48)
     fast_scene(model, scene)
