@@ -343,11 +343,10 @@ def test_the_frames_of_any_camera_are_the_same_without_the_geoms_out_of_its_view
     """A random scene, its cameras turned every way, frames wider than tall: hiding what `outside_view` names
     (most of the geoms) changes no pixel, and every colour is as it was after each frame."""
     import mujoco
+    from mujoco.egl import GLContext  # as robosuite draws, whatever MUJOCO_GL said when mujoco was imported
 
     from parallel_ppo.envs.culling import only_in_view, outside_view
     from parallel_ppo.envs.gym_envs import fast_scene
-
-    from mujoco.egl import GLContext  # as robosuite draws, whatever MUJOCO_GL said when mujoco was imported
 
     model = mujoco.MjModel.from_xml_string(random_scene(np.random.default_rng(5)))
     data = mujoco.MjData(model)
