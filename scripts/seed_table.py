@@ -33,6 +33,7 @@ from parallel_ppo.runs.reading import Run, expand_run_dirs, load_run, parse_run_
 
 SHOWN = {"return": "episodic_return_mean", "success": "success_rate", "entropy": "entropy"}
 """What the table and the final figures show, by metrics.csv column."""
+PLURAL = {"return": "returns", "success": "successes", "entropy": "entropies"}
 
 
 def rounded(value: float, digits: int) -> float | None:
@@ -63,7 +64,7 @@ def label_figures(name: str, label: str, runs: list[Run]) -> dict[str, object]:
     out: dict[str, object] = {f"{name}_{label}_seeds": [r.config.run.seed for r in runs]}
     for what, column in SHOWN.items():
         finals = [rounded(at(r, column), 1 if what == "return" else 2) for r in runs]
-        out[f"{name}_{label}_final_{'successes' if what == 'success' else what + 's'}"] = finals
+        out[f"{name}_{label}_final_{PLURAL[what]}"] = finals
         if what != "entropy" and None not in finals:
             out[f"{name}_{label}_{what}_range"] = [min(finals), max(finals)]
     if any("policy_lag" not in r.metrics for r in runs):  # runs from before the lag was logged
