@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from parallel_ppo.errors import ConfigError, RunDataError  # noqa: E402
-from parallel_ppo.runs.reading import expand_run_dirs, load_run, parse_run_spec  # noqa: E402
+from parallel_ppo.runs.reading import load_groups, parse_run_spec  # noqa: E402
 
 KEPT = ("metrics.csv", "summary.json", "config.yaml")
 
@@ -49,18 +49,18 @@ def main(argv: list[str]) -> int:
 def kept_runs(dest: Path, specs: list[str]) -> list[tuple[Path, Path]]:
     """(run directory, where it is kept) for each run the specs name, each checked; ConfigError for a label that
     is not one folder's name, or a place taken twice or already."""
-    plan: dict[Path, Path] = {}
-    for spec in specs:
-        label, dirs = parse_run_spec(spec)
+    labelled = [parse_run_spec(spec) for spec in specs]
+    for label, _ in labelled:
         if Path(label).name != label or label in (".", ".."):
-            raise ConfigError(f"{spec}: a label is one folder's name, not {label!r}")
-        for path in expand_run_dirs(dirs):
-            load_run(label, path)  # refuses what compare_results would refuse, in one line
-            target = dest / label / path.resolve().name
+            raise ConfigError(f"a label is one folder's name, not {label!r}")
+    plan: dict[Path, Path] = {}
+    for group in load_groups(labelled):  # refuses what compare_results would refuse, in one line
+        for run in group.runs:
+            target = dest / group.label / run.path.resolve().name
             if target in plan or target.exists():
                 raise ConfigError(f"{target} is taken ({plan.get(target, 'a kept run')}): give each run its own "
                                   "label or folder name, and keep a run once")
-            plan[target] = path
+            plan[target] = run.path
     return [(path, target) for target, path in plan.items()]
 
 

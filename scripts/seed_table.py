@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from parallel_ppo.errors import ConfigError, RunDataError  # noqa: E402
 from parallel_ppo.runs import fingerprint  # noqa: E402
-from parallel_ppo.runs.reading import Run, expand_run_dirs, load_run, parse_run_spec  # noqa: E402
+from parallel_ppo.runs.reading import Run, load_groups, parse_run_spec  # noqa: E402
 
 SHOWN = {"return": "episodic_return_mean", "success": "success_rate", "entropy": "entropy"}
 """What the table and the final figures show, by metrics.csv column."""
@@ -105,10 +105,7 @@ def main(argv: list[str]) -> int:
     try:
         steps = [int(s) for s in args.steps.split(",")]
         evidence = json.loads(args.evidence.read_text())
-        groups: dict[str, list[Run]] = {}
-        for spec in args.runs:
-            label, dirs = parse_run_spec(spec)
-            groups[label] = [load_run(label, d) for d in expand_run_dirs(dirs)]
+        groups = {g.label: g.runs for g in load_groups([parse_run_spec(spec) for spec in args.runs])}
         for run in (r for runs in groups.values() for r in runs):
             if run.metrics["env_steps"][-1] < max(steps):
                 raise RunDataError(f"{run.path} ends at {int(run.metrics['env_steps'][-1]):,} env steps, before the "

@@ -159,9 +159,10 @@ def ppo_loss(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> tuple[
         penalty = augment_penalty(model, batch.shifted, logits, new_values, batch.actions.is_floating_point(), cfg)
         loss = loss + cfg.augment_regularizer * penalty
     if predicted is not None:
-        loss = loss + cfg.predict_privileged * predicted.mean()
+        predicted = predicted.mean()
+        loss = loss + cfg.predict_privileged * predicted
     with torch.no_grad():
-        stats = {} if predicted is None else {PRIVILEGED_PREDICTION: predicted.mean()}
+        stats = {} if predicted is None else {PRIVILEGED_PREDICTION: predicted.detach()}
         stats |= {
             POLICY_LOSS: policy_loss.detach(),
             VALUE_LOSS: value_loss.detach(),
