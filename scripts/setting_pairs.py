@@ -51,9 +51,9 @@ def variant(text: str) -> tuple[str, list[str]]:
 def train(config: str, run_dir: Path, minutes: float, args: list[str], sequential: bool = False,
           root: Path = ROOT) -> Run:
     """One run of the trainer in the checkout at `root`, its own package and config file. It runs from that folder
-    (relative paths in `args` are read from there), with the folder first on PYTHONPATH: the workers' forkserver
-    imports the package from where it started (Python 3.11's forkserver drops the parent's sys.path), which would
-    otherwise be this checkout's."""
+    (relative paths in `args` are read from there), with the folder first on PYTHONPATH: Python 3.11's forkserver
+    imports its preload without the parent's sys.path, and a checkout older than
+    `processes.package_first_on_path` would give its workers this checkout's package."""
     root = root.resolve()
     script = "train_timed.py" if sequential else "train_parallel_timed.py"
     cmd = [sys.executable, str(root / script), "--config", str(root / config), "--duration",

@@ -20,7 +20,14 @@ from parallel_ppo.core.config import Config
 from parallel_ppo.core.model import network, policy_tensors
 from parallel_ppo.core.threads import ThreadPlan, worker_cpus
 from parallel_ppo.core.timing import PhaseTimer
-from parallel_ppo.engines.parallel.processes import WorkerProcess, describe_exit, stop_process, thread_env, try_recv
+from parallel_ppo.engines.parallel.processes import (
+    WorkerProcess,
+    describe_exit,
+    package_first_on_path,
+    stop_process,
+    thread_env,
+    try_recv,
+)
 from parallel_ppo.engines.parallel.published import PublishedPolicy, lagged_share
 from parallel_ppo.engines.parallel.watchdog import Watchdog, auto_bound, cpu_seconds, in_seconds
 from parallel_ppo.engines.parallel.watchdog import rule as watchdog_rule
@@ -122,6 +129,7 @@ class ParallelCoordinator:
             if family_of(cfg.env.id).preload is not None:
                 os.environ.setdefault(PRELOAD_ENV_VAR, cfg.env.id)  # read by the forkserver when it starts
             self._ctx.set_forkserver_preload(["parallel_ppo.engines.parallel.preload"])
+            package_first_on_path()
         self._workers: list[WorkerProcess | None] = [None] * p.num_workers
         self._start_seconds = [0.0] * p.num_workers
         who = "coordinator" if rank is None else f"coordinator rank {rank}"

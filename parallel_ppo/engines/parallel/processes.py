@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from parallel_ppo.core.threads import environ_kept
@@ -43,6 +44,19 @@ def thread_env(threads: int) -> Iterator[None]:
     with environ_kept(THREAD_ENV_VARS):
         os.environ.update({k: str(threads) for k in THREAD_ENV_VARS})
         yield
+
+
+def package_first_on_path() -> None:
+    """Put the source checkout this `parallel_ppo` was imported from first on PYTHONPATH, for a forkserver yet to
+    start: Python 3.11's forkserver does not take its parent's sys.path, so the workers of a run started by one
+    checkout's script from another folder would import the package found there (or an installed copy) instead. An
+    installed package (no checkout around it) is left to the path as it is."""
+    root = Path(__file__).resolve().parents[3]
+    if not (root / "pyproject.toml").is_file():
+        return
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if paths[:1] != [str(root)]:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(root), *paths])
 
 
 def try_recv(conn: Connection) -> Ready | Done | Failed | None:
