@@ -200,9 +200,9 @@ def test_the_kl_of_two_outputs_is_torchs(continuous):
 
 def test_the_regularizer_keeps_the_loss_on_the_frames_as_collected_and_adds_dracs_penalty():
     """With `augment_regularizer`, the PPO loss reads the frames as collected (its ratio starts at 1, its statistics
-    are those of the loss alone) and adds the weight times KL(π(s) ‖ π(shift(s))) + ½(V(shift(s)) − V(s))², whose
-    gradient flows through the shifted frames' pass only (π(s) and V(s) held fixed); frames the shift left as they
-    were add nothing."""
+    are those of the loss alone, the penalty's its own) and adds the weight times KL(π(s) ‖ π(shift(s))) +
+    ½(V(shift(s)) − V(s))², whose gradient flows through the shifted frames' pass only (π(s) and V(s) held
+    fixed); frames the shift left as they were add nothing."""
     torch.manual_seed(0)
     model = build_model((LAYOUT.nbytes,), CONTINUOUS, model_config(actor_keys=ACTOR), 5.0, LAYOUT)
     obs = torch.from_numpy(LAYOUT.pack(rows(8, 0)))
@@ -219,9 +219,10 @@ def test_the_regularizer_keeps_the_loss_on_the_frames_as_collected_and_adds_drac
     regularized, stats = ppo_loss(model, dataclasses.replace(batch, shifted=shifted), cfg)
     grads = torch.autograd.grad(regularized, weights, allow_unused=True)
     assert float(stats["losses/ratio_mean"]) == pytest.approx(1.0) and float(stats["losses/approx_kl"]) == 0
-    assert {k: float(v) for k, v in stats.items()} == {k: float(v) for k, v in plain_stats.items()}
     moved_params, moved_values = model(shifted)  # the penalty by hand, with π(s) and V(s) as constants
     penalty = (kl_divergence(params, moved_params, True) + 0.5 * (moved_values - values) ** 2).mean()
+    assert float(stats.pop("losses/augment_penalty")) == pytest.approx(float(penalty.detach()))
+    assert {k: float(v) for k, v in stats.items()} == {k: float(v) for k, v in plain_stats.items()}
     penalty_grads = torch.autograd.grad(0.25 * penalty, weights, allow_unused=True)
 
     def flat(gradients: tuple[torch.Tensor | None, ...]) -> torch.Tensor:

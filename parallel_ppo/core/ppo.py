@@ -68,8 +68,11 @@ EXPLAINED_VARIANCE = metric("losses/explained_variance", "1 − Var(returns − 
 PRIVILEGED_PREDICTION = metric("losses/privileged_prediction", "mean squared error of the vector keys only the critic "
                                "reads (as it reads them) as the actor's features predict them "
                                "(training.predict_privileged; empty without)", summary=True)
+AUGMENT_PENALTY = metric("losses/augment_penalty", "DrAC's penalty: KL of the policy on shifted frames from it on the "
+                         "frames as collected, plus half the values' squared difference (training.augment_regularizer; "
+                         "empty without)", summary=True)
 UPDATE_METRICS = (POLICY_LOSS, VALUE_LOSS, ENTROPY, APPROX_KL, CLIP_FRACTION, RATIO_MEAN, EXPLAINED_VARIANCE,
-                  PRIVILEGED_PREDICTION)
+                  PRIVILEGED_PREDICTION, AUGMENT_PENALTY)
 """The update's metrics (declared above, where it computes them), as the writers ask for them."""
 
 
@@ -155,14 +158,16 @@ def ppo_loss(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> tuple[
         value_loss = 0.5 * ((new_values - batch.returns) ** 2).mean()
 
     loss = policy_loss - cfg.ent_coef * entropy + cfg.vf_coef * value_loss
+    stats = {}
     if batch.shifted is not None:
         penalty = augment_penalty(model, batch.shifted, logits, new_values, batch.actions.is_floating_point(), cfg)
         loss = loss + cfg.augment_regularizer * penalty
+        stats[AUGMENT_PENALTY] = penalty.detach()
     if predicted is not None:
         predicted = predicted.mean()
         loss = loss + cfg.predict_privileged * predicted
+        stats[PRIVILEGED_PREDICTION] = predicted.detach()
     with torch.no_grad():
-        stats = {} if predicted is None else {PRIVILEGED_PREDICTION: predicted.detach()}
         stats |= {
             POLICY_LOSS: policy_loss.detach(),
             VALUE_LOSS: value_loss.detach(),
