@@ -7,10 +7,11 @@ written into an evidence file under a name (figures `<name>_<label>_...`, table 
         --steps 100000,200000,300000,400000,500000 --command "how the runs were made" \\
         synchronous=docs/results/<machine>/runs/lift_overlap/synchronous overlapped=...
 
-A LABEL=DIR names a parent of seed runs or one run (as compare_results takes them). Where the runs logged them,
-the policy lag and the lagged share (`parallel.overlap`) are figures too. A mean and a range are of the seeds whose
-figure is a number (whose episodes had ended). Bad input, or a run that ends before the table's last step: one
-line, exit status 2.
+A LABEL=DIR names a parent of seed runs or one run (as compare_results takes them). Each seed's first env steps at
+a success rate of 0.5 and of 0.8 are figures (`..._first_success_50_steps`, null where it never got there). Where
+the runs logged them, the policy lag and the lagged share (`parallel.overlap`) are figures too. A mean and a range
+are of the seeds whose figure is a number (whose episodes had ended). Bad input, or a run that ends before the
+table's last step: one line, exit status 2.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from parallel_ppo.runs.reading import Run, load_groups, parse_run_spec  # noqa: 
 SHOWN = {"return": "episodic_return_mean", "success": "success_rate", "entropy": "entropy"}
 """What the table and the final figures show, by metrics.csv column."""
 PLURAL = {"return": "returns", "success": "successes", "entropy": "entropies"}
+SUCCESS_MARKS = (0.5, 0.8)
+"""Success rates whose first env steps are figures."""
 
 
 def rounded(value: float, digits: int) -> float | None:
@@ -48,6 +51,12 @@ def at(run: Run, column: str, steps: int | None = None) -> float:
         return math.nan
     row = len(values) - 1 if steps is None else int(np.abs(run.metrics["env_steps"] - steps).argmin())
     return float(values[row])
+
+
+def first_reached(run: Run, rate: float) -> int | None:
+    """The env steps of the run's first row whose success rate is `rate` or more (None where none is)."""
+    hits = np.flatnonzero(run.metrics.get("success_rate", np.array([])) >= rate)
+    return int(run.metrics["env_steps"][hits[0]]) if hits.size else None
 
 
 def spread(values: list[float], digits: int) -> tuple[float | None, str]:
@@ -67,6 +76,8 @@ def label_figures(name: str, label: str, runs: list[Run]) -> dict[str, object]:
         out[f"{name}_{label}_final_{PLURAL[what]}"] = finals
         if what != "entropy" and None not in finals:
             out[f"{name}_{label}_{what}_range"] = [min(finals), max(finals)]
+    for rate in SUCCESS_MARKS:
+        out[f"{name}_{label}_first_success_{round(rate * 100)}_steps"] = [first_reached(r, rate) for r in runs]
     if any("policy_lag" not in r.metrics for r in runs):  # runs from before the lag was logged
         return out
     lag = max(int(np.nanmax(r.metrics["policy_lag"])) for r in runs)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import json
 from pathlib import Path
@@ -154,6 +155,13 @@ def test_seed_runs_become_figures_and_a_table_in_an_evidence_file(tmp_path, caps
     for seed, returns in ((1, (5.0, 7.0, 9.0)), (2, (1.0, 3.0, 4.0))):  # rows at 1,024, 2,048 and 3,072 steps
         write_run(tmp_path / "sync" / f"seed_{seed}", [(i + 1, 1024 * (i + 1), 4.0 * (i + 1), r)
                                                        for i, r in enumerate(returns)], seed=seed)
+    metrics = tmp_path / "sync" / "seed_1" / "metrics.csv"
+    rows = list(csv.DictReader(metrics.open()))
+    for row, success in zip(rows, ("0.3", "0.6", "0.9"), strict=True):
+        row["success_rate"] = success
+    with metrics.open("w", newline="") as f:
+        csv.DictWriter(f, fieldnames=list(rows[0])).writeheader()
+        csv.DictWriter(f, fieldnames=list(rows[0])).writerows(rows)
     path = tmp_path / "e.json"
     path.write_text(json.dumps(EVIDENCE))
     assert seed_table.main([str(path), "study", f"sync={tmp_path / 'sync'}", "--steps", "1000,2100",
@@ -162,8 +170,10 @@ def test_seed_runs_become_figures_and_a_table_in_an_evidence_file(tmp_path, caps
     figures = data["figures"]
     assert figures["study_sync_seeds"] == [1, 2] and figures["study_sync_final_returns"] == [9.0, 4.0]
     assert figures["study_sync_return_range"] == [4.0, 9.0] and figures["study_sync_policy_lag"] == 0
-    assert data["tables"]["study"]["rows"] == [["1,000", 3.0, "1.0 to 5.0", 0.1, 0.1],
-                                               ["2,100", 5.0, "3.0 to 7.0", 0.1, 0.1]]
+    assert figures["study_sync_first_success_50_steps"] == [2048, None]
+    assert figures["study_sync_first_success_80_steps"] == [3072, None]
+    assert data["tables"]["study"]["rows"] == [["1,000", 3.0, "1.0 to 5.0", 0.2, 0.1],
+                                               ["2,100", 5.0, "3.0 to 7.0", 0.35, 0.1]]
     assert data["study_command"].startswith("train; scripts/seed_table.py at ") and figures["ratio"] == 1.085
     capsys.readouterr()
     for runs, steps in ((tmp_path / "none", "1"), (tmp_path / "sync", "5000")):  # no runs; runs that end before
