@@ -8,7 +8,8 @@ written into an evidence file under a name (figures `<name>_<label>_...`, table 
         synchronous=docs/results/<machine>/runs/lift_overlap/synchronous overlapped=...
 
 A LABEL=DIR names a parent of seed runs or one run (as compare_results takes them). Each seed's first env steps at
-a success rate of 0.5 and of 0.8 are figures (`..._first_success_50_steps`, null where it never got there). Where
+a success rate of 0.5 and of 0.8 (in a metrics.csv row: one update's window) are figures, where the env reports
+success (`..._first_success_50_steps`, null where a seed never got there). Where
 the runs logged them, the policy lag and the lagged share (`parallel.overlap`) are figures too. A mean and a range
 are of the seeds whose figure is a number (whose episodes had ended). Bad input, or a run that ends before the
 table's last step: one line, exit status 2.
@@ -76,8 +77,9 @@ def label_figures(name: str, label: str, runs: list[Run]) -> dict[str, object]:
         out[f"{name}_{label}_final_{PLURAL[what]}"] = finals
         if what != "entropy" and None not in finals:
             out[f"{name}_{label}_{what}_range"] = [min(finals), max(finals)]
-    for rate in SUCCESS_MARKS:
-        out[f"{name}_{label}_first_success_{round(rate * 100)}_steps"] = [first_reached(r, rate) for r in runs]
+    if any(np.isfinite(r.metrics.get("success_rate", np.array([]))).any() for r in runs):  # an env reporting it
+        for rate in SUCCESS_MARKS:
+            out[f"{name}_{label}_first_success_{round(rate * 100)}_steps"] = [first_reached(r, rate) for r in runs]
     if any("policy_lag" not in r.metrics for r in runs):  # runs from before the lag was logged
         return out
     lag = max(int(np.nanmax(r.metrics["policy_lag"])) for r in runs)

@@ -51,9 +51,8 @@ def variant(text: str) -> tuple[str, list[str]]:
 def train(config: str, run_dir: Path, minutes: float, args: list[str], sequential: bool = False,
           root: Path = ROOT) -> Run:
     """One run of the trainer in the checkout at `root`, its own package and config file. It runs from that folder
-    (relative paths in `args` are read from there), with the folder first on PYTHONPATH: Python 3.11's forkserver
-    imports its preload without the parent's sys.path, and a checkout older than
-    `processes.package_first_on_path` would give its workers this checkout's package."""
+    (relative paths in `args` are read from there), with the folder first on PYTHONPATH: in a checkout older than
+    `processes.start_forkserver`, the workers import the package their forkserver finds from where it started."""
     root = root.resolve()
     script = "train_timed.py" if sequential else "train_parallel_timed.py"
     cmd = [sys.executable, str(root / script), "--config", str(root / config), "--duration",

@@ -156,7 +156,7 @@ def test_seed_runs_become_figures_and_a_table_in_an_evidence_file(tmp_path, caps
         write_run(tmp_path / "sync" / f"seed_{seed}", [(i + 1, 1024 * (i + 1), 4.0 * (i + 1), r)
                                                        for i, r in enumerate(returns)], seed=seed)
     metrics = tmp_path / "sync" / "seed_1" / "metrics.csv"
-    rows = list(csv.DictReader(metrics.open()))
+    rows = list(csv.DictReader(metrics.read_text().splitlines()))
     for row, success in zip(rows, ("0.3", "0.6", "0.9"), strict=True):
         row["success_rate"] = success
     with metrics.open("w", newline="") as f:

@@ -134,7 +134,8 @@ def ppo_loss(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> tuple[
 
     The advantages are used as given: normalize them over the whole minibatch first
     (`normalize_advantages`), so that a minibatch split into chunks has the loss of the whole. With
-    `predict_privileged`, the actor's prediction of the critic's own keys adds its error, so weighted.
+    `predict_privileged`, the actor's prediction of the critic's own keys adds its error, so weighted; with shifted
+    frames given apart (`augment_regularizer`), DrAC's penalty adds in its weight. Each adds its statistic.
     """
     with autocast(cfg.precision, batch.obs.device.type):
         logits, new_values, predicted = (model.forward_privileged(batch.obs) if cfg.predict_privileged > 0

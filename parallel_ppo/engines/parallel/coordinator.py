@@ -23,7 +23,7 @@ from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.engines.parallel.processes import (
     WorkerProcess,
     describe_exit,
-    package_first_on_path,
+    start_forkserver,
     stop_process,
     thread_env,
     try_recv,
@@ -129,7 +129,6 @@ class ParallelCoordinator:
             if family_of(cfg.env.id).preload is not None:
                 os.environ.setdefault(PRELOAD_ENV_VAR, cfg.env.id)  # read by the forkserver when it starts
             self._ctx.set_forkserver_preload(["parallel_ppo.engines.parallel.preload"])
-            package_first_on_path()
         self._workers: list[WorkerProcess | None] = [None] * p.num_workers
         self._start_seconds = [0.0] * p.num_workers
         who = "coordinator" if rank is None else f"coordinator rank {rank}"
@@ -145,6 +144,8 @@ class ParallelCoordinator:
             # group: they must not die of a pre-emption signal sent to the group (they ignore SIGINT and SIGTERM)
             previous = signal.pthread_sigmask(signal.SIG_BLOCK, PREEMPT_SIGNALS)
             try:
+                if self._ctx.get_start_method() == "forkserver":
+                    start_forkserver()
                 for i in range(len(self._workers)):
                     self._workers[i] = self._spawn(i, restart=0)
             finally:

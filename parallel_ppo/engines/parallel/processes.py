@@ -3,6 +3,7 @@ stopping it."""
 
 from __future__ import annotations
 
+import multiprocessing.forkserver
 import os
 import signal
 from collections.abc import Iterator
@@ -46,17 +47,19 @@ def thread_env(threads: int) -> Iterator[None]:
         yield
 
 
-def package_first_on_path() -> None:
-    """Put the source checkout this `parallel_ppo` was imported from first on PYTHONPATH, for a forkserver yet to
-    start: Python 3.11's forkserver does not take its parent's sys.path, so the workers of a run started by one
-    checkout's script from another folder would import the package found there (or an installed copy) instead. An
-    installed package (no checkout around it) is left to the path as it is."""
+def start_forkserver() -> None:
+    """Start the workers' forkserver, where it is not running, importing this source checkout's package: Python
+    before 3.12.8 starts it without its parent's sys.path, from the parent's folder, so the workers of a run that
+    one checkout's script started elsewhere would get the package found there (or an installed copy). The checkout
+    goes first on PYTHONPATH, and the start folder off the path (PYTHONSAFEPATH), for the forkserver's start only;
+    an installed package (no checkout around it) starts it as multiprocessing would."""
     root = Path(__file__).resolve().parents[3]
-    if not (root / "pyproject.toml").is_file():
-        return
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if paths[:1] != [str(root)]:
-        os.environ["PYTHONPATH"] = os.pathsep.join([str(root), *paths])
+    with environ_kept(("PYTHONPATH", "PYTHONSAFEPATH")):
+        if (root / "pyproject.toml").is_file():
+            given = os.environ.get("PYTHONPATH")
+            os.environ["PYTHONPATH"] = str(root) + (os.pathsep + given if given else "")
+            os.environ["PYTHONSAFEPATH"] = "1"
+        multiprocessing.forkserver.ensure_running()
 
 
 def try_recv(conn: Connection) -> Ready | Done | Failed | None:
