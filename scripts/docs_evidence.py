@@ -80,10 +80,15 @@ def numbers_in(text: str) -> list[tuple[float, int]]:
 
 
 def figure_problem(text: str, value: Any) -> str | None:
-    """Why the link text `text` does not show `value` (a number or a list of numbers), or None."""
+    """Why the link text `text` does not show `value` (a number or a list of numbers), or None. A null in a list
+    (a seed that never got there) is shown by the word `never`."""
     values = value if isinstance(value, list) else [value]
+    nulls = sum(v is None for v in values) if isinstance(value, list) else 0
+    values = [v for v in values if not (nulls and v is None)]
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
         return f"its evidence is not a number or a list of numbers: {value!r}"
+    if text.count("never") != nulls:
+        return f"shows `never` {text.count('never')} times where its evidence has {nulls} nulls: {value!r}"
     shown = numbers_in(text)
     if len(shown) != len(values):
         return f"shows {len(shown)} numbers where its evidence has {len(values)}: {values}"
