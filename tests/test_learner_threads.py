@@ -28,6 +28,7 @@ from parallel_ppo.tuning.learner_threads import (
     measure_threads,
     pick_threads,
     thread_counts,
+    within_load,
 )
 
 PROCGEN = EnvSpaces((64, 64, 3), np.dtype(np.uint8), ActionSpace(15))
@@ -79,9 +80,16 @@ def test_the_choice_is_measured_then_cached_and_not_cached_beside_other_work(tmp
     first = choose_threads(resolved(), PROCGEN, 5.0, 2, measure=measure, path=cache)
     assert (first.threads, first.ceiling, first.source, first.stored) == (2, 2, "measured", True)
     assert first.rates == {"1": 100.0, "2": 190.0} and measure.calls == [[1, 2]]
-    again = choose_threads(resolved(), PROCGEN, 5.0, 2, measure=refuse, path=cache)
+    again = choose_threads(resolved(), PROCGEN, 5.0, 2, measure=refuse, path=cache, load=lambda: 0.05)
     assert (again.threads, again.source, again.rates) == (2, "cached", first.rates)
     assert "learner threads 2 of 2: from the measurement cached" in again.describe()
+    beside = choose_threads(resolved(), PROCGEN, 5.0, 2, measure=refuse, path=cache, load=lambda: 1.5)
+    assert (beside.threads, beside.source, beside.busy_cores) == (1, "cached", 1.5)  # two training runs beside it
+    assert "1 while other processes keep 1.5 cores busy" in beside.describe()
+    for unprobed in ({"beside_ranks": True}, {}):  # a run's own ranks; no measuring at all (limit_seconds 0)
+        kept = choose_threads(resolved(), PROCGEN, 5.0 if unprobed else 0.0, 2, measure=refuse, path=cache,
+                              load=refuse, **unprobed)
+        assert (kept.threads, kept.busy_cores) == (2, None)
     other = choose_threads(resolved(), PROCGEN, 5.0, 4, measure=FakeMeasure({1: 100.0, 2: 104.0, 4: 105.0}),
                            path=cache)
     assert (other.threads, other.source) == (1, "measured")  # another ceiling: another entry
@@ -94,6 +102,11 @@ def test_the_choice_is_measured_then_cached_and_not_cached_beside_other_work(tmp
     ranks = choose_threads(resolved(), PROCGEN, 5.0, 8, measure=FakeMeasure(dict.fromkeys([1, 2, 4, 8], 50.0), 1.5),
                            path=cache, beside_ranks=True)
     assert ranks.stored  # a distributed run's own ranks measured at once: the rounds alone decided
+
+
+def test_a_cached_count_gives_way_to_the_cores_other_work_keeps_busy():
+    assert within_load(2, 2, 0.05) == 2 and within_load(2, 2, 0.3) == 1 and within_load(2, 2, 1.9) == 1
+    assert within_load(8, 16, 4.2) == 8 and within_load(8, 16, 9.5) == 6 and within_load(16, 16, 15.9) == 1
 
 
 def test_no_measurement_where_there_is_nothing_to_choose(tmp_path):

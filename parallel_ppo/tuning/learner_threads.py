@@ -6,11 +6,16 @@ More threads help a network only where its minibatch steps have arithmetic to sh
 64-unit MLP took 0.24 ms a sample at 1 and at 16 threads, while threads that buy nothing still spin at every
 barrier and hold cores the workers could use. So one thread stays unless more are clearly faster (`pick_threads`,
 the learner settings' rule: in every interleaved round), and a network too small to measure keeps one, unmeasured
-(`learner_settings.is_small`). The choice is cached like the learner settings', per machine and settings.
+(`learner_settings.is_small`). The choice is cached like the learner settings', per machine and settings, and a
+cached choice of several threads gives way to other processes busy at the start (`within_load`): intra-op threads
+that share a core with one stall (a camera config's update on 2 cores took 13 times as long on the cached 2
+threads beside two other training runs as on one).
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +50,25 @@ from parallel_ppo.tuning.learner_settings import (
 THREADS_RULE = 1
 """Part of the cache key: a choice made by an earlier rule is measured again."""
 
+LOAD_PROBE_SECONDS = 1.0
+"""How long a cached choice of several threads samples the other processes' load before the run takes it."""
+
 MeasureThreads = Callable[[Config, EnvSpaces, float, list[int]], dict[str, Any]]
+
+
+def load_now(seconds: float = LOAD_PROBE_SECONDS) -> float:
+    """Cores other processes keep busy over the next `seconds`."""
+    with OtherLoad() as load:
+        time.sleep(seconds)
+    return load.cores
+
+
+def within_load(threads: int, ceiling: int, busy: float) -> int:
+    """A thread count clear of `busy` cores of other work: `threads`, less the cores beyond the ceiling's free ones
+    (at least one); a load under BUSY_CORES takes none."""
+    if busy <= BUSY_CORES:
+        return threads
+    return max(1, min(threads, ceiling - math.ceil(busy - BUSY_CORES)))
 
 
 def thread_counts(ceiling: int) -> list[int]:
@@ -125,6 +148,9 @@ class ThreadChoice:
         rule = (f"; one unless more are faster by over {MARGIN:.0%} in each of {ROUNDS} rounds, then the fewest "
                 f"within {MARGIN:.0%} of the fastest") if self.rates else ""
         kept = ""
+        if self.source == "cached" and (self.busy_cores or 0.0) > BUSY_CORES:
+            kept = (f", {self.threads} while other processes keep {self.busy_cores:.1f} cores busy (threads stall "
+                    "beside them)")
         if self.source == "measured" and not self.stored:
             busy = (self.busy_cores or 0.0) > BUSY_CORES
             kept = ", not cached: " + ("other processes kept the machine busy" if busy else "the cache is not writable")
@@ -133,12 +159,13 @@ class ThreadChoice:
 
 def choose_threads(cfg: Config, spaces: EnvSpaces, seconds: float, ceiling: int, *,
                    measure: MeasureThreads | None = None, path: Path | None = None,
-                   beside_ranks: bool = False) -> ThreadChoice:
+                   beside_ranks: bool = False, load: Callable[[], float] = load_now) -> ThreadChoice:
     """Resolve `parallel.learner_threads: auto` within `ceiling` for `cfg` (its learner settings resolved): one for
-    a small network (`is_small`), the ceiling for a learner on another device than the CPU, else the cached choice,
-    else a measurement of `thread_counts` in `seconds` (`measure`, default `measure_threads`) whose `pick_threads`
-    is cached unless other processes kept the machine busy (not counting a distributed run's own ranks,
-    `beside_ranks`); with `seconds` 0 and nothing cached, the ceiling."""
+    a small network (`is_small`), the ceiling for a learner on another device than the CPU, else the cached choice
+    (of several threads, `within_load` of the other processes' `load` now, unless `seconds` is 0 or the load is a
+    distributed run's own ranks, `beside_ranks`), else a measurement of `thread_counts` in `seconds` (`measure`,
+    default `measure_threads`) whose `pick_threads` is cached unless other processes kept the machine busy (not
+    counting `beside_ranks`); with `seconds` 0 and nothing cached, the ceiling."""
     configured = cfg.parallel.learner_threads
     if configured != "auto":
         return ThreadChoice(configured or ceiling, ceiling, "config")
@@ -155,7 +182,11 @@ def choose_threads(cfg: Config, spaces: EnvSpaces, seconds: float, ceiling: int,
         microbatch_size=cfg.training.microbatch_size, counts=counts, rule=THREADS_RULE)
     entry = read_cache(path).get(key)
     if isinstance(entry, dict) and entry.get("threads") in counts:
-        return ThreadChoice(entry["threads"], ceiling, "cached", dict(entry.get("rates", {})))
+        cached = ThreadChoice(entry["threads"], ceiling, "cached", dict(entry.get("rates", {})))
+        if cached.threads > 1 and seconds > 0 and not beside_ranks:
+            cached.busy_cores = round(load(), 2)
+            cached.threads = within_load(cached.threads, ceiling, cached.busy_cores)
+        return cached
     if seconds <= 0:
         return ThreadChoice(ceiling, ceiling, "unmeasured")
     measured = (measure or measure_threads)(cfg, spaces, seconds, counts)
