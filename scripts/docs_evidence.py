@@ -34,6 +34,8 @@ TABLE_BLOCK = re.compile(r"(<!-- table (\S+) (\S+) -->\n)(.*?)(<!-- /table -->)"
 NUMBER = re.compile(r"(?<![\d.])[-−]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?[kM]?")
 """A number as shown: an optional minus (a hyphen right after a digit is a range's dash), thousands separators in
 threes, decimals, and a `k` or `M` suffix that scales it."""
+NEVER = re.compile(r"\bnever\b", re.IGNORECASE)
+"""How a link's text shows a null in its list of figures: a seed that never got there."""
 UNITS = (r"(?:×(?!\s?\d)|x\b|SPS\b|steps/s\b|steps per second|samples/s\b|ms\b|GFLOP|[MG]B\b"
          r"|s\b|seconds?\b|mins?\b|minutes?\b|h\b|hours?\b"
          r"|%(?!\s(?:of the best|of the way|percentile|bootstrap|interval|confidence)))")
@@ -67,6 +69,10 @@ def load_evidence(path: Path) -> dict[str, Any]:
 def numbers_in(text: str) -> list[tuple[float, int]]:
     """Each number in `text` with the count of decimals it shows (`1,640` → (1640.0, 0); `−0.5` → (-0.5, 1); `60k` →
     (60000.0, -3))."""
+    return [shown for _, shown in _numbers_at(text)]
+
+
+def _numbers_at(text: str) -> list[tuple[int, tuple[float, int]]]:
     found = []
     for match in NUMBER.finditer(text):
         token = match.group(0)
@@ -75,26 +81,26 @@ def numbers_in(text: str) -> list[tuple[float, int]]:
         shift = {"k": 3, "M": 6}.get(token[-1], 0)  # `60k`: 60,000 to the nearest thousand
         plain = token.rstrip("kM").replace(",", "").replace("−", "-")
         decimals = len(plain.split(".")[1]) if "." in plain else 0
-        found.append((float(plain) * 10**shift, decimals - shift))
+        found.append((match.start(), (float(plain) * 10**shift, decimals - shift)))
     return found
 
 
 def figure_problem(text: str, value: Any) -> str | None:
     """Why the link text `text` does not show `value` (a number or a list of numbers), or None. A null in a list
-    (a seed that never got there) is shown by the word `never`."""
+    (a seed that never got there) is shown, in its place, by the word `never`."""
     values = value if isinstance(value, list) else [value]
-    nulls = sum(v is None for v in values) if isinstance(value, list) else 0
-    values = [v for v in values if not (nulls and v is None)]
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+    if not all((v is None and isinstance(value, list)) or (isinstance(v, (int, float)) and not isinstance(v, bool))
+               for v in values):
         return f"its evidence is not a number or a list of numbers: {value!r}"
-    if text.count("never") != nulls:
-        return f"shows `never` {text.count('never')} times where its evidence has {nulls} nulls: {value!r}"
-    shown = numbers_in(text)
+    nevers = [(m.start(), None) for m in NEVER.finditer(text)] if isinstance(value, list) else []
+    shown = [figure for _, figure in sorted(_numbers_at(text) + nevers, key=lambda item: item[0])]
     if len(shown) != len(values):
         return f"shows {len(shown)} numbers where its evidence has {len(values)}: {values}"
-    for (number, decimals), true in zip(shown, values, strict=True):
-        if abs(true - number) > 0.5 * 10 ** -decimals + 1e-9:
-            return f"shows {number:g} where its evidence has {true:g}"
+    for figure, true in zip(shown, values, strict=True):
+        if (figure is None) != (true is None):
+            return f"shows {'never' if figure is None else f'{figure[0]:g}'} where its evidence has {true}"
+        if figure is not None and abs(true - figure[0]) > 0.5 * 10 ** -figure[1] + 1e-9:
+            return f"shows {figure[0]:g} where its evidence has {true:g}"
     return None
 
 

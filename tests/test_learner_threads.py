@@ -85,7 +85,8 @@ def test_the_choice_is_measured_then_cached_and_not_cached_beside_other_work(tmp
     assert "learner threads 2 of 2: from the measurement cached" in again.describe()
     beside = choose_threads(resolved(), PROCGEN, 5.0, 2, measure=refuse, path=cache, load=lambda: 1.5)
     assert (beside.threads, beside.source, beside.busy_cores) == (1, "cached", 1.5)  # two training runs beside it
-    assert "1 while other processes keep 1.5 cores busy" in beside.describe()
+    assert beside.to_dict()["cached_threads"] == 2 and "1 instead of 2 while other" in beside.describe()
+    assert again.cached_threads is None and "instead of" not in again.describe()
     for unprobed in ({"beside_ranks": True}, {}):  # a run's own ranks; no measuring at all (limit_seconds 0)
         kept = choose_threads(resolved(), PROCGEN, 5.0 if unprobed else 0.0, 2, measure=refuse, path=cache,
                               load=refuse, **unprobed)

@@ -8,7 +8,7 @@ barrier and hold cores the workers could use. So one thread stays unless more ar
 the learner settings' rule: in every interleaved round), and a network too small to measure keeps one, unmeasured
 (`learner_settings.is_small`). The choice is cached like the learner settings', per machine and settings, and a
 cached choice of several threads gives way to other processes busy at the start (`within_load`): intra-op threads
-that share a core with one stall (a camera config's update on 2 cores took 13 times as long on the cached 2
+that share a core with one stall (a camera config's update on 2 cores took over ten times as long on the cached 2
 threads beside two other training runs as on one).
 """
 
@@ -127,13 +127,16 @@ class ThreadChoice:
     rates: dict[str, float] = field(default_factory=dict)
     """Compute limit (env steps/s) measured at each thread count, by count."""
     busy_cores: float | None = None
-    """Cores other processes kept busy while it measured; above BUSY_CORES the choice is not cached."""
+    """Cores other processes kept busy while it measured (above BUSY_CORES the choice is not cached), or, for a
+    cached choice of several threads, at the start."""
     stored: bool = False
+    cached_threads: int | None = None
+    """The cached count, where the load at the start took it down to `threads`."""
 
     def to_dict(self) -> dict[str, Any]:
         """summary.json's `learner.threads` entry."""
         return {"threads": self.threads, "ceiling": self.ceiling, "source": self.source, "rates": self.rates,
-                "busy_cores": self.busy_cores, "stored": self.stored}
+                "busy_cores": self.busy_cores, "stored": self.stored, "cached_threads": self.cached_threads}
 
     def describe(self) -> str:
         """One line for the start of a run."""
@@ -148,9 +151,9 @@ class ThreadChoice:
         rule = (f"; one unless more are faster by over {MARGIN:.0%} in each of {ROUNDS} rounds, then the fewest "
                 f"within {MARGIN:.0%} of the fastest") if self.rates else ""
         kept = ""
-        if self.source == "cached" and (self.busy_cores or 0.0) > BUSY_CORES:
-            kept = (f", {self.threads} while other processes keep {self.busy_cores:.1f} cores busy (threads stall "
-                    "beside them)")
+        if self.cached_threads is not None:
+            kept = (f"; {self.threads} instead of {self.cached_threads} while other processes keep "
+                    f"{self.busy_cores:.1f} cores busy (threads stall beside them)")
         if self.source == "measured" and not self.stored:
             busy = (self.busy_cores or 0.0) > BUSY_CORES
             kept = ", not cached: " + ("other processes kept the machine busy" if busy else "the cache is not writable")
@@ -185,7 +188,9 @@ def choose_threads(cfg: Config, spaces: EnvSpaces, seconds: float, ceiling: int,
         cached = ThreadChoice(entry["threads"], ceiling, "cached", dict(entry.get("rates", {})))
         if cached.threads > 1 and seconds > 0 and not beside_ranks:
             cached.busy_cores = round(load(), 2)
-            cached.threads = within_load(cached.threads, ceiling, cached.busy_cores)
+            threads = within_load(cached.threads, ceiling, cached.busy_cores)
+            if threads < cached.threads:
+                cached.cached_threads, cached.threads = cached.threads, threads
         return cached
     if seconds <= 0:
         return ThreadChoice(ceiling, ceiling, "unmeasured")
