@@ -15,7 +15,7 @@ from parallel_ppo.core.collect import EnvRunner, SequentialCollector
 from parallel_ppo.core.config import EnvConfig, ModelConfig
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.group import ALONE, AgreedRollout
-from parallel_ppo.core.loop import ENV_STEPS, ROLLOUT_CUT, TrainState, update
+from parallel_ppo.core.loop import ENV_STEPS, LEARNED_SHARE, ROLLOUT_CUT, TrainState, update
 from parallel_ppo.core.model import build_model
 from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.envs.batch import make_batch_env
@@ -227,3 +227,30 @@ def test_an_update_on_a_cut_rollout_learns_from_the_steps_taken(monkeypatch):
     assert int(state.optimizer.state[first]["step"]) == 2 * 64 // 16  # n_epochs × the whole rollout's minibatches
     assert state.obs_normalizer.stats.count == pytest.approx(42 + 1e-4)
     assert state.reward_scaler.stats.count == pytest.approx(42 + 1e-4)
+
+
+@pytest.mark.parametrize("lagging", [4, 9])
+def test_an_update_that_drops_lagged_steps_learns_from_the_others(monkeypatch, lagging):
+    """With `parallel.drop_lagged`, `loop.update` on a rollout whose first `lagging` of 16 steps lag: at most half
+    (4), their log-probs made NaN, it learns from the others (its parameters stay numbers) in as many optimizer
+    steps as on a whole rollout, and counts every step; more than half (9), it learns from all of them."""
+    monkeypatch.chdir(ROOT)
+    cfg = build_config("config/cartpole.yaml", {"env.id": "CartPole-v1", "run.seed": 1}, [
+        "env.num_envs=4", "training.n_steps=16", "training.batch_size=16", "training.n_epochs=2",
+        "training.target_kl=0", "parallel.drop_lagged=true", "training.precision=fp32"], parallel=False)
+    source = SequentialCollector(cfg, 1)
+    try:
+        state = TrainState.new(cfg, source.spaces)
+        result = source.collect(state.model, PhaseTimer())
+        source.lagged = torch.arange(16)[:, None].expand(16, 4) < lagging
+        source.lagged_share = lagging / 16
+        if lagging <= 8:
+            source.buffer.logprobs[:lagging] = float("nan")
+        row = update(cfg, source, state, AgreedRollout(result, None, None, 0.0), PhaseTimer(), ALONE)
+    finally:
+        source.close()
+    assert row[ENV_STEPS] == state.env_steps == 64
+    assert row[LEARNED_SHARE] == (1 - lagging / 16 if lagging <= 8 else 1.0)
+    first = next(state.model.parameters())
+    assert int(state.optimizer.state[first]["step"]) == 2 * 64 // 16
+    assert all(torch.isfinite(p).all() for p in state.model.parameters())

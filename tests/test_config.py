@@ -330,6 +330,16 @@ def test_a_sync_fraction_that_would_wait_for_every_worker_is_refused():
     build_config(None, {"parallel.num_workers": 2, "parallel.sync_fraction": 0.6}, [], parallel=False)  # ignored
 
 
+def test_dropping_lagged_steps_needs_workers_that_refresh_and_one_process():
+    """Without `refresh_params` every overlapped step lags, and distributed ranks must take updates of one size."""
+    sets = ["parallel.overlap=true", "parallel.drop_lagged=true"]
+    with pytest.raises(ConfigError, match=r"without parallel.refresh_params every step is taken with older ones"):
+        build_config(None, {}, [*sets, "parallel.refresh_params=false"], parallel=True)
+    with pytest.raises(ConfigError, match=r"2 distributed ranks must take updates of one size: set it to false"):
+        build_config(None, {}, sets, parallel=True, world_size=2)
+    assert build_config(None, {}, sets, parallel=True).parallel.drop_lagged
+
+
 def test_dict_round_trip():
     """config_from_dict(cfg.to_dict()) rebuilds an equal config."""
     cfg = build_config(None, {}, small_sets("model.mlp_hidden=[8, 8, 8]", "run.seed=9"), parallel=False)

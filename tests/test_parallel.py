@@ -212,6 +212,7 @@ def test_refreshing_workers_act_with_the_last_parameters_then_with_the_new_ones(
         source.collect(models[1], PhaseTimer())  # publishes models[1] while a worker is held at step 16
         assert int(source.policy.version) == 4, "each collect publishes once (a version is 2 writes)"
         obs, actions, logprobs = (getattr(source.buffer, name).clone() for name in ("obs", "actions", "logprobs"))
+        lagged = source.lagged.clone()
     finally:
         source.close()
     n, envs = logprobs.shape
@@ -225,6 +226,7 @@ def test_refreshing_workers_act_with_the_last_parameters_then_with_the_new_ones(
     assert switches[0] == switches[1] and switches[2] == switches[3], "a worker's envs switch at the same step"
     assert max(switches) == n // 2, f"the held worker switches where it was held: {switches}"
     assert source.policy_lag == 1 and source.lagged_share == sum(switches) / (n * envs)
+    assert torch.equal(lagged, ~new), "the lagged steps are those the old parameters took"
 
 
 @pytest.mark.parametrize("decoupled", [True, False])

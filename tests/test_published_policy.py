@@ -12,7 +12,7 @@ from parallel_ppo.core.collect import EnvRunner
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.distributions import log_prob_entropy
 from parallel_ppo.core.model import network, policy_tensors
-from parallel_ppo.engines.parallel.published import PolicyCopy, PublishedPolicy, lagged_share
+from parallel_ppo.engines.parallel.published import PolicyCopy, PublishedPolicy, lagged_steps
 from parallel_ppo.envs.batch import env_spaces, make_batch_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +47,8 @@ def test_a_copy_takes_a_publication_only_when_asked_and_owns_its_tensors(monkeyp
 @pytest.mark.parametrize("switch", [0, 5, 32])
 def test_a_rollout_acts_with_each_publication_from_its_next_step(monkeypatch, switch):
     """A policy published before step `switch` acts from that step on, the first one before it: the stored
-    log-probs are those of the model that acted, and the result counts the env steps taken with each version."""
+    log-probs are those of the model that acted, the buffer keeps the version each step acted with, and the
+    steps before `switch` lag the second."""
     monkeypatch.chdir(ROOT)
     cfg = build_config("config/cartpole.yaml", {"env.id": "CartPole-v1", "run.seed": 3},
                        ["env.num_envs=4", "training.n_steps=32", "training.batch_size=32", "training.precision=fp32"],
@@ -70,7 +71,7 @@ def test_a_rollout_acts_with_each_publication_from_its_next_step(monkeypatch, sw
     runner = EnvRunner.for_run(make_batch_env(cfg.env, 3, 0, 4, 1), cfg, 0, (0, 0))
     buf = RolloutBuffer.allocate(32, 4, spaces.obs_shape, spaces.obs_dtype, spaces.actions)
     try:
-        result = runner.collect(worker, buf, refresh=refresh)
+        runner.collect(worker, buf, refresh=refresh)
     finally:
         runner.close()
     with torch.no_grad():
@@ -79,6 +80,11 @@ def test_a_rollout_acts_with_each_publication_from_its_next_step(monkeypatch, sw
     torch.testing.assert_close(buf.logprobs[:switch], acted[0][:switch])
     torch.testing.assert_close(buf.logprobs[switch:], acted[1][switch:])
     assert not torch.allclose(acted[0], acted[1]), "the two models act differently"
-    expected = {first: 4 * switch, second: 4 * (32 - switch)}
-    assert result.samples_by_version == {v: n for v, n in expected.items() if n}
-    assert lagged_share([result], second, True) == switch / 32
+    if second is None:  # published once the rollout had ended: every step lags
+        second = published.publish(b)
+    assert (buf.versions[:switch] == first).all() and (buf.versions[switch:] == second).all()
+    lagged = lagged_steps(buf, second, True)
+    if switch == 0:
+        assert lagged is None, "no step lags"
+    else:
+        assert lagged.tolist() == [[t < switch] * 4 for t in range(32)]

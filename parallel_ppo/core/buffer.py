@@ -28,13 +28,14 @@ class RolloutBuffer:
     dones: torch.Tensor  # (T, N) float32
     last_values: torch.Tensor  # (N,) float32: value of the observation after each env's last step
     lengths: torch.Tensor  # (N,) int64: steps each env took; below n_steps where a straggler's rollout was cut
+    versions: torch.Tensor  # (T, N) int32: the published policy's version each step acted with (overlapped workers)
 
     @staticmethod
     def bytes_per_step(obs_shape: tuple[int, ...], obs_dtype: np.dtype, actions: ActionSpace | int = 1) -> int:
-        """Bytes one env step takes in the buffer: its observation, its action and five float32s."""
+        """Bytes one env step takes in the buffer: its observation, its action, five float32s and an int32."""
         space = as_action_space(actions)
         action_bytes = int(np.prod(space.shape, dtype=np.int64)) * space.dtype.itemsize
-        return int(np.prod(obs_shape)) * np.dtype(obs_dtype).itemsize + action_bytes + 5 * 4
+        return int(np.prod(obs_shape)) * np.dtype(obs_dtype).itemsize + action_bytes + 6 * 4
 
     @classmethod
     def allocate(cls, n_steps: int, num_envs: int, obs_shape: tuple[int, ...], obs_dtype: np.dtype,
@@ -61,6 +62,7 @@ class RolloutBuffer:
             dones=zeros(n_steps, num_envs),
             last_values=zeros(num_envs),
             lengths=lengths,
+            versions=zeros(n_steps, num_envs, dtype=torch.int32),
         )
 
     @property
@@ -79,6 +81,7 @@ class RolloutBuffer:
             rewards=self.rewards[:, start:stop], bootstrap=self.bootstrap[:, start:stop],
             dones=self.dones[:, start:stop],
             last_values=self.last_values[start:stop], lengths=self.lengths[start:stop],
+            versions=self.versions[:, start:stop],
         )
 
     def taken(self) -> torch.Tensor | None:

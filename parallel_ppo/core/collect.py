@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -72,8 +71,6 @@ class CollectResult:
     """Entries that a finished episode's info gave as something else than a number, as they looked (refused)."""
     reward_sum: float = 0.0
     """The raw rewards of every env step of the rollout, summed."""
-    samples_by_version: Counter[int] = field(default_factory=Counter)
-    """Env steps taken with each version of the published policy (`EnvRunner.collect`'s `refresh`); empty without."""
 
     @classmethod
     def merged(cls, parts: Sequence[CollectResult], time_env: float, time_inference: float, time_render: float,
@@ -120,7 +117,8 @@ class EnvRunner:
         """Fill `buf` (n_steps × this runner's envs) with one rollout of `model`; `progress` counts steps done.
         When `stopping()` turns true, the rollout ends where it is, its buffer half-written; when `cut_short()` does,
         once `CUT_NO_EARLIER` of its steps are taken, it ends as a whole rollout of `buf.lengths` steps. `refresh`,
-        before each step, brings `model` up to the newest published policy and returns its version (counted)."""
+        before each step, brings `model` up to the newest published policy and returns its version (kept in
+        `buf.versions`)."""
         result = CollectResult([], [], 0.0, 0.0)
         t_env = t_inf = 0.0
         drawn = render_seconds(self.env)
@@ -138,7 +136,7 @@ class EnvRunner:
                     break
                 start = time.perf_counter()
                 if refresh is not None:
-                    result.samples_by_version[refresh()] += self.env.num_envs
+                    buf.versions[t] = refresh()
                 obs_t = buf.obs[t]
                 obs_t.copy_(torch.from_numpy(self.obs))
                 with autocast(self.precision, device.type):
@@ -214,6 +212,7 @@ class SequentialCollector:
     restarts = 0  # no workers to restart
     policy_lag = 0  # the learner's own model collects
     lagged_share = 0.0
+    lagged = None
 
     def __init__(self, cfg: Config, env_threads: int, resumes: int = 0, env_offset: int = 0) -> None:
         """`env_offset`: the global index of the first env (a distributed rank's share starts there)."""

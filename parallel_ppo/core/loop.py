@@ -53,10 +53,12 @@ POLICY_LAG = metric("charts/policy_lag", "updates by which the parameters that c
 LAGGED_SHARE = metric("charts/lagged_share", "share of the update's env steps taken with older parameters than those "
                       "it updates: 0 on-policy; with parallel.overlap, those taken during the update before (all of "
                       "them without parallel.refresh_params)", summary=True)
+LEARNED_SHARE = metric("charts/learned_share", "share of the rollout's env steps taken that the update learned from: 1 "
+                       "but where parallel.drop_lagged left out the lagged ones", summary=True)
 ROLLOUT_CUT = metric("charts/rollout_cut", "share of the rollout's env steps not taken because parallel.sync_fraction "
                      "ended the slowest workers' rollouts early (0 without)", summary=True)
 LOOP_METRICS = (UPDATE, ENV_STEPS, WALL_TIME, SPS, EPISODIC_RETURN, EPISODIC_LENGTH, EPISODES, REWARD_PER_STEP,
-                SUCCESS_RATE, LEARNING_RATE, WORKER_RESTARTS, POLICY_LAG, LAGGED_SHARE, ROLLOUT_CUT)
+                SUCCESS_RATE, LEARNING_RATE, WORKER_RESTARTS, POLICY_LAG, LAGGED_SHARE, LEARNED_SHARE, ROLLOUT_CUT)
 """The loop's metrics (declared above, by the loop that computes them), as the writers ask for them."""
 
 
@@ -75,6 +77,8 @@ class RolloutSource(Protocol):
     """Updates by which the parameters behind the rollout `collect` returned last trail the model it was given."""
     lagged_share: float
     """Of that rollout's env steps, the share taken with older parameters than the model it was given."""
+    lagged: torch.Tensor | None
+    """(T, N) bool: those steps (None: none)."""
 
     def collect(self, model: nn.Module, timers: PhaseTimer, stopping: StopCheck) -> CollectResult:
         """Point `buffer` at one rollout, collected by `model` (or, `policy_lag` updates behind, by the model of an
@@ -253,6 +257,17 @@ class Outcome:
             self.phase_seconds[name] += phases[name]
 
 
+def learned_rows(source: RolloutSource, drop_lagged: bool) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The flat indices of the rollout's steps taken (`RolloutBuffer.taken`; None: every step) and of those the
+    update learns from: the same, less the lagged ones with `drop_lagged` where they are at most half of them."""
+    taken, lagged = source.buffer.taken(), source.lagged
+    learned = taken
+    if drop_lagged and lagged is not None and source.lagged_share <= 0.5:
+        learned = ~lagged if taken is None else taken & ~lagged
+    taken_rows = None if taken is None else taken.flatten().nonzero().squeeze(1)
+    return taken_rows, taken_rows if learned is taken else learned.flatten().nonzero().squeeze(1)
+
+
 def rollout_batch(buf: RolloutBuffer, cfg: Config, scaler: RewardScaler | None = None,
                   group: Group = ALONE) -> TrainBatch:
     """GAE over the filled buffer (rewards by their sign if `training.sign_rewards`, normalized by `scaler` if
@@ -341,13 +356,14 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
     with timers.phase("update"):
         pause_point("update", state.update + 1)
         augment, draws, taken = random_shift(cfg, source.spaces), None, source.buffer.taken()
+        taken_rows, rows = learned_rows(source, cfg.parallel.drop_lagged)
         if augment is not None:  # every rank draws every env's shifts and takes its own: those of one process
             steps, envs = source.buffer.rewards.shape
             draws = group.own_columns(augment.draw(steps, envs * group.world_size, cfg.training.n_epochs,
                                                    update_generator(cfg.run.seed, state.update))).flatten(0, 1)
-        rows = None if taken is None else taken.flatten().nonzero().squeeze(1)
+        decoupled = cfg.parallel.decoupled_clip and source.policy_lag > 0 and rows is taken_rows  # none dropped
         stats = ppo_update(state.model, state.optimizer, data, group.local_training(cfg), state.generator,
-                           group.gradients, augment, draws, rows, cfg.parallel.decoupled_clip and source.policy_lag > 0)
+                           group.gradients, augment, draws, rows, decoupled)
         if state.obs_normalizer is not None:  # after the update that learned with the statistics it collected with
             # (overlapped: the rollout in flight was collected with the statistics before these)
             normalizer = state.obs_normalizer
@@ -356,10 +372,11 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
     allreduce = group.pop_seconds()
     timers.add("update", -allreduce)
     timers.add("allreduce", allreduce)
-    steps = (len(data) if rows is None else len(rows)) * group.world_size
+    steps = (len(data) if taken_rows is None else len(taken_rows)) * group.world_size
+    learned = (len(data) if rows is None else len(rows)) * group.world_size
     state.record(agreed.result, steps)
     return {UPDATE: state.update, ENV_STEPS: state.env_steps, EPISODIC_RETURN: mean_or_nan(state.episode_returns),
             EPISODIC_LENGTH: mean_or_nan(state.episode_lengths), EPISODES: state.episodes, LEARNING_RATE: lr,
             REWARD_PER_STEP: agreed.result.reward_sum / steps, **state.episode_info.row(),
             **stats, WORKER_RESTARTS: source.restarts, POLICY_LAG: source.policy_lag, LAGGED_SHARE: source.lagged_share,
-            ROLLOUT_CUT: 1 - steps / (cfg.rollout_size * group.world_size)}
+            LEARNED_SHARE: learned / steps, ROLLOUT_CUT: 1 - steps / (cfg.rollout_size * group.world_size)}

@@ -28,7 +28,7 @@ from parallel_ppo.engines.parallel.processes import (
     thread_env,
     try_recv,
 )
-from parallel_ppo.engines.parallel.published import PublishedPolicy, lagged_share
+from parallel_ppo.engines.parallel.published import PublishedPolicy, lagged_steps
 from parallel_ppo.engines.parallel.watchdog import Watchdog, auto_bound, cpu_seconds, in_seconds
 from parallel_ppo.engines.parallel.watchdog import rule as watchdog_rule
 from parallel_ppo.engines.parallel.worker import (
@@ -112,8 +112,11 @@ class ParallelCoordinator:
         self.lag = p.lag
         self.policy_lag = 0
         """Updates by which the parameters of the rollout `collect` returned last trail the model it was given."""
+        self.lagged: torch.Tensor | None = None
+        """(T, N) bool: the steps of the rollout `collect` returned last not taken with the model it was given (None:
+        none)."""
         self.lagged_share = 0.0
-        """Of the env steps of the rollout `collect` returned last, the share not taken with the model it was given."""
+        """Of the env steps of that rollout, the share `lagged`."""
         self._refresh = bool(self.lag and p.refresh_params)
         self._calls = 0
         self._in_flight: _Rollout | None = None
@@ -246,7 +249,8 @@ class ParallelCoordinator:
         waited = time.perf_counter() - start - publish
         self._in_flight = None
         self.buffer, self.policy_lag = self.buffers[rollout.slot], self._calls - rollout.call
-        self.lagged_share = lagged_share(results, version, self._refresh)
+        self.lagged = lagged_steps(self.buffer, version, self._refresh)
+        self.lagged_share = 0.0 if self.lagged is None else int(self.lagged.sum()) / int(self.buffer.lengths.sum())
         if self.lag and not stopping():  # the next rollout, with these parameters, while the learner updates
             self._start(model, timers, version)
         n = max(len(results), 1)

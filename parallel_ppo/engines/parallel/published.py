@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from parallel_ppo.core.collect import CollectResult
+from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.model import policy_tensors
 
 
@@ -62,12 +62,14 @@ class PolicyCopy:
         return self.version
 
 
-def lagged_share(results: list[CollectResult], version: int | None, refreshed: bool) -> float:
-    """Of the workers' env steps, the share taken with another policy than the one published as `version` (None: the
-    model the rollout is for was not published, so all of them); 0 without `refreshed` workers' counts, where each
-    rollout acts with the model it is for (0 lag) or wholly with an older one (policy_lag)."""
+def lagged_steps(buffer: RolloutBuffer, version: int | None, refreshed: bool) -> torch.Tensor | None:
+    """(T, N) bool: the steps of `buffer`'s rollout taken with another policy than the one published as `version`
+    (the model the rollout is for; None: it was not published, so all of them); None where no step was. Without
+    `refreshed` workers, each rollout acts wholly with the model it is for (0 lag) or with an older one (policy_lag)."""
     if not refreshed:
-        return 0.0 if version is not None else 1.0
-    counts = [(v, n) for r in results for v, n in r.samples_by_version.items()]
-    total = sum(n for _, n in counts)
-    return sum(n for v, n in counts if v != version) / total if total else 0.0
+        return None if version is not None else torch.ones(buffer.versions.shape, dtype=torch.bool)
+    lagged = buffer.versions != version
+    taken = buffer.taken()  # the rows after a cut hold an older rollout's steps
+    if taken is not None:
+        lagged &= taken
+    return lagged if bool(lagged.any()) else None
