@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Learning runs over seeds, as evidence: each label's seeds' final return, success and entropy (their last
-metrics.csv row), and a table of their mean and range at given env steps (each seed's row nearest the step),
-written into an evidence file under a name (figures `<name>_<label>_...`, table `<name>`).
+"""Learning runs over seeds, as evidence: each label's seeds' final return, success (where the env reports it) and
+entropy (their last metrics.csv row), and a table of their mean and range at given env steps (each seed's row
+nearest the step), written into an evidence file under a name (figures `<name>_<label>_...`, table `<name>`).
 
     .venv/bin/python scripts/seed_table.py docs/results/<machine>/overlap.json lift_seeds \\
         --steps 100000,200000,300000,400000,500000 --command "how the runs were made" \\
@@ -69,15 +69,23 @@ def spread(values: list[float], digits: int) -> tuple[float | None, str]:
     return round(float(np.mean(numbers)), digits), f"{min(numbers):.{digits}f} to {max(numbers):.{digits}f}"
 
 
+def reports_success(runs: list[Run]) -> bool:
+    """Whether the runs' env reports success: some metrics row has a success rate."""
+    return any(np.isfinite(r.metrics.get("success_rate", np.array([]))).any() for r in runs)
+
+
 def label_figures(name: str, label: str, runs: list[Run]) -> dict[str, object]:
-    """A label's final figures over its seeds."""
+    """A label's final figures over its seeds (success only where the env reports it)."""
     out: dict[str, object] = {f"{name}_{label}_seeds": [r.config.run.seed for r in runs]}
+    success = reports_success(runs)
     for what, column in SHOWN.items():
+        if what == "success" and not success:
+            continue
         finals = [rounded(at(r, column), 1 if what == "return" else 2) for r in runs]
         out[f"{name}_{label}_final_{PLURAL[what]}"] = finals
         if what != "entropy" and None not in finals:
             out[f"{name}_{label}_{what}_range"] = [min(finals), max(finals)]
-    if any(np.isfinite(r.metrics.get("success_rate", np.array([]))).any() for r in runs):  # an env reporting it
+    if success:
         for rate in SUCCESS_MARKS:
             out[f"{name}_{label}_first_success_{round(rate * 100)}_steps"] = [first_reached(r, rate) for r in runs]
     if any("policy_lag" not in r.metrics for r in runs):  # runs from before the lag was logged
@@ -92,17 +100,18 @@ def label_figures(name: str, label: str, runs: list[Run]) -> dict[str, object]:
 
 
 def table(groups: dict[str, list[Run]], steps: list[int]) -> dict[str, list]:
-    """Per step, each label's mean return, return range, mean success and mean entropy over its seeds."""
+    """Per step, each label's mean return, return range, mean success (where the env reports it) and mean entropy
+    over its seeds."""
+    shown = ("success", "entropy") if any(reports_success(runs) for runs in groups.values()) else ("entropy",)
     columns = ["env steps"]
     for label in groups:
-        columns += [f"{label}: mean return", f"{label}: return range", f"{label}: mean success",
-                    f"{label}: mean entropy"]
+        columns += [f"{label}: mean return", f"{label}: return range", *(f"{label}: mean {what}" for what in shown)]
     rows = []
     for step in steps:
         row: list[object] = [f"{step:,}"]
         for runs in groups.values():
             row += [*spread([at(r, SHOWN["return"], step) for r in runs], 1),
-                    *(spread([at(r, SHOWN[what], step) for r in runs], 2)[0] for what in ("success", "entropy"))]
+                    *(spread([at(r, SHOWN[what], step) for r in runs], 2)[0] for what in shown)]
         rows.append(row)
     return {"columns": columns, "rows": rows}
 

@@ -151,6 +151,17 @@ seed_table = importlib.util.module_from_spec(_table_spec)
 _table_spec.loader.exec_module(seed_table)
 
 
+def set_success(metrics: Path, rates: tuple[str, ...]) -> None:
+    """Rewrite a run's metrics.csv with these success rates, a row each ("": none reported)."""
+    rows = list(csv.DictReader(metrics.read_text().splitlines()))
+    for row, rate in zip(rows, rates, strict=True):
+        row["success_rate"] = rate
+    with metrics.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def test_seed_runs_become_figures_and_a_table_in_an_evidence_file(tmp_path, capsys):
     """scripts/seed_table.py: each label's final figures over its seeds and the table of means and ranges at the
     steps asked, each seed's row nearest the step; input it cannot read is one line and exit 2."""
@@ -159,13 +170,7 @@ def test_seed_runs_become_figures_and_a_table_in_an_evidence_file(tmp_path, caps
     for seed, returns in ((1, (5.0, 7.0, 9.0)), (2, (1.0, 3.0, 4.0))):  # rows at 1,024, 2,048 and 3,072 steps
         write_run(tmp_path / "sync" / f"seed_{seed}", [(i + 1, 1024 * (i + 1), 4.0 * (i + 1), r)
                                                        for i, r in enumerate(returns)], seed=seed)
-    metrics = tmp_path / "sync" / "seed_1" / "metrics.csv"
-    rows = list(csv.DictReader(metrics.read_text().splitlines()))
-    for row, success in zip(rows, ("0.3", "0.6", "0.9"), strict=True):
-        row["success_rate"] = success
-    with metrics.open("w", newline="") as f:
-        csv.DictWriter(f, fieldnames=list(rows[0])).writeheader()
-        csv.DictWriter(f, fieldnames=list(rows[0])).writerows(rows)
+    set_success(tmp_path / "sync" / "seed_1" / "metrics.csv", ("0.3", "0.6", "0.9"))
     path = tmp_path / "e.json"
     path.write_text(json.dumps(EVIDENCE))
     assert seed_table.main([str(path), "study", f"sync={tmp_path / 'sync'}", "--steps", "1000,2100",
@@ -179,6 +184,14 @@ def test_seed_runs_become_figures_and_a_table_in_an_evidence_file(tmp_path, caps
     assert data["tables"]["study"]["rows"] == [["1,000", 3.0, "1.0 to 5.0", 0.2, 0.1],
                                                ["2,100", 5.0, "3.0 to 7.0", 0.35, 0.1]]
     assert data["study_command"].startswith("train; scripts/seed_table.py at ") and figures["ratio"] == 1.085
+    write_run(tmp_path / "plain", [(1, 1024, 4.0, 2.0)])
+    set_success(tmp_path / "plain" / "metrics.csv", ("",))
+    assert seed_table.main([str(path), "plain", f"sync={tmp_path / 'plain'}", "--steps", "1000",
+                            "--command", "train"]) == 0  # an env that reports no success: no success figures
+    data = json.loads(path.read_text())
+    assert data["tables"]["plain"]["columns"] == ["env steps", "sync: mean return", "sync: return range",
+                                                  "sync: mean entropy"]
+    assert not [key for key in data["figures"] if key.startswith("plain_") and "success" in key]
     capsys.readouterr()
     for runs, steps in ((tmp_path / "none", "1"), (tmp_path / "sync", "5000")):  # no runs; runs that end before
         assert seed_table.main([str(path), "study", f"sync={runs}", "--steps", steps, "--command", "x"]) == 2

@@ -117,8 +117,7 @@ class EnvRunner:
         """Fill `buf` (n_steps × this runner's envs) with one rollout of `model`; `progress` counts steps done.
         When `stopping()` turns true, the rollout ends where it is, its buffer half-written; when `cut_short()` does,
         once `CUT_NO_EARLIER` of its steps are taken, it ends as a whole rollout of `buf.lengths` steps. `refresh`,
-        before each step, brings `model` up to the newest published policy and returns its version (kept in
-        `buf.versions`)."""
+        before each step, brings `model` up to the newest published policy; its version goes to `buf.versions`."""
         result = CollectResult([], [], 0.0, 0.0)
         t_env = t_inf = 0.0
         drawn = render_seconds(self.env)
