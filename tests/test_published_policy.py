@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -88,3 +89,21 @@ def test_a_rollout_acts_with_each_publication_from_its_next_step(monkeypatch, sw
         assert lagged is None, "no step lags"
     else:
         assert lagged.tolist() == [[t < switch] * 4 for t in range(32)]
+
+
+@pytest.mark.parametrize("refreshed", [True, False])
+def test_the_lagged_steps_of_a_cut_rollout_are_among_those_taken(refreshed):
+    """`lagged_steps` on a rollout whose envs 2 and 3 stopped after 5 of 16 steps: refreshed workers' steps before
+    the new version lag (those after the cut hold an older rollout's and are not among them); without refreshing,
+    a rollout for a model never published lags on every step taken, one for the published model on none."""
+    buf = RolloutBuffer.allocate(16, 4, (2,), np.float32)
+    buf.lengths[2:] = 5
+    buf.versions[3:] = 6  # version 4 acted for 3 steps, then 6
+    taken = torch.arange(16)[:, None] < buf.lengths
+    lagged = lagged_steps(buf, 6 if refreshed else None, refreshed)
+    expected = taken & (torch.arange(16)[:, None] < 3) if refreshed else taken
+    assert torch.equal(lagged, expected) and int(lagged.sum()) == (4 * 3 if refreshed else 2 * 16 + 2 * 5)
+    if refreshed:  # for a version no step acted with, every step taken lags
+        assert torch.equal(lagged_steps(buf, 8, True), taken)
+    else:  # a rollout for the published model
+        assert lagged_steps(buf, 4, False) is None

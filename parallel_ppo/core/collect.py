@@ -211,7 +211,7 @@ class SequentialCollector:
     restarts = 0  # no workers to restart
     policy_lag = 0  # the learner's own model collects
     lagged_share = 0.0
-    lagged = None
+    lagged: torch.Tensor | None = None
 
     def __init__(self, cfg: Config, env_threads: int, resumes: int = 0, env_offset: int = 0) -> None:
         """`env_offset`: the global index of the first env (a distributed rank's share starts there)."""

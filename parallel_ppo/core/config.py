@@ -61,8 +61,9 @@ class ParallelConfig:
     """With `overlap` and `refresh_params`: the update learns only from the steps taken with the parameters it
     updates, in as many minibatches as the whole rollout makes (each smaller); the steps taken during the update
     before carry their envs forward and teach nothing (metrics.csv's `learned_share`). Where they are more than
-    half the rollout (an update longer than a rollout), it learns from every step, as without it. Off (on Lift from
-    state it did not give the synchronous trainer's learning back: docs/training.md)."""
+    half the rollout (an update longer than a rollout), it learns from every step, as without it; with
+    `decoupled_clip` too, that clip acts only then (an update of on-policy steps needs none). Off (on Lift from state
+    it did not give the synchronous trainer's learning back: docs/training.md)."""
     refresh_params: bool = True
     """With `overlap`: the workers take the parameters of each update as soon as it ends, from their next step on,
     so only the steps taken while the learner updated (and logged, checkpointed) act with the parameters before

@@ -189,10 +189,10 @@ def check_workers(p: ParallelConfig, world_size: int) -> None:
         most = math.floor(1000 * (p.num_workers - 1) / p.num_workers) / 1000
         raise ConfigError(f"parallel.sync_fraction {p.sync_fraction} of {p.num_workers} workers waits for all of "
                           f"them: set it to at most {most}, or to 1")
-    if p.drop_lagged and p.overlap and not p.refresh_params:
+    if p.drop_lagged and p.lag and not p.refresh_params:
         raise ConfigError("parallel.drop_lagged learns from the steps taken with the parameters of the update only, "
                           "and without parallel.refresh_params every step is taken with older ones: set one of them")
-    if world_size > 1 and p.drop_lagged and p.overlap:
+    if world_size > 1 and p.drop_lagged and p.lag:
         raise ConfigError(f"parallel.drop_lagged leaves each rank a share of its rollout that timing sets; "
                           f"{world_size} distributed ranks must take updates of one size: set it to false")
     if p.pin_workers and not hasattr(os, "sched_setaffinity"):

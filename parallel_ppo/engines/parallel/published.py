@@ -66,9 +66,9 @@ def lagged_steps(buffer: RolloutBuffer, version: int | None, refreshed: bool) ->
     """(T, N) bool: the steps of `buffer`'s rollout taken with another policy than the one published as `version`
     (the model the rollout is for; None: it was not published, so all of them); None where no step was. Without
     `refreshed` workers, each rollout acts wholly with the model it is for (0 lag) or with an older one (policy_lag)."""
-    if not refreshed:
-        return None if version is not None else torch.ones(buffer.versions.shape, dtype=torch.bool)
-    lagged = buffer.versions != version
+    if not refreshed and version is not None:
+        return None
+    lagged = buffer.versions != version if refreshed else torch.ones(buffer.versions.shape, dtype=torch.bool)
     taken = buffer.taken()  # the rows after a cut hold an older rollout's steps
     if taken is not None:
         lagged &= taken
