@@ -257,11 +257,11 @@ class Outcome:
             self.phase_seconds[name] += phases[name]
 
 
-def learned_rows(source: RolloutSource, drop_lagged: bool) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """The flat indices of the rollout's steps taken (`RolloutBuffer.taken`; None: every step) and of those the
+def learned_rows(taken: torch.Tensor | None, source: RolloutSource,
+                 drop_lagged: bool) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The flat indices of the rollout's steps `taken` (`RolloutBuffer.taken`; None: every step) and of those the
     update learns from: the same, less the lagged ones with `drop_lagged` where they are at most half of them."""
-    taken, lagged = source.buffer.taken(), source.lagged
-    learned = taken
+    lagged, learned = source.lagged, taken
     if drop_lagged and lagged is not None and source.lagged_share <= 0.5:
         learned = ~lagged if taken is None else taken & ~lagged
     taken_rows = None if taken is None else taken.flatten().nonzero().squeeze(1)
@@ -356,7 +356,7 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
     with timers.phase("update"):
         pause_point("update", state.update + 1)
         augment, draws, taken = random_shift(cfg, source.spaces), None, source.buffer.taken()
-        taken_rows, rows = learned_rows(source, cfg.parallel.drop_lagged)
+        taken_rows, rows = learned_rows(taken, source, cfg.parallel.drop_lagged)
         if augment is not None:  # every rank draws every env's shifts and takes its own: those of one process
             steps, envs = source.buffer.rewards.shape
             draws = group.own_columns(augment.draw(steps, envs * group.world_size, cfg.training.n_epochs,
