@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from parallel_ppo.cli.train import run as train_cli
-from parallel_ppo.core.augment import RandomShift, shift_frames
+from parallel_ppo.core.augment import RandomShift, _crop_padded, shift_frames
 from parallel_ppo.core.config import Config, ModelConfig, TrainingConfig
 from parallel_ppo.core.dict_networks import AsymmetricActorCritic, DictVectors, MultiInputActorCritic
 from parallel_ppo.core.distributions import gaussian_log_prob, kl_divergence
@@ -131,16 +131,19 @@ def test_a_policy_acts_and_exports_without_the_critics_own_keys(tmp_path, fmt):
     assert len(outputs) == 2 and np.array_equal(outputs[0], actions)
 
 
-def test_a_shifted_frame_is_the_padded_frame_cropped_at_the_shift():
-    """Against numpy's edge padding and a crop: each frame its own shift, channels moved together, uint8 kept."""
+@pytest.mark.parametrize("host", [True, False], ids=["numpy", "padded"])
+def test_a_shifted_frame_is_the_padded_frame_cropped_at_the_shift(host):
+    """Against numpy's edge padding and a crop: each frame its own shift (some past the frame's edge), channels
+    moved together, uint8 kept; through numpy (frames in host memory) and through the padding any device takes."""
     rng = np.random.default_rng(0)
-    frames = rng.integers(0, 256, (6, 7, 5, 3), dtype=np.uint8)
-    shifts = np.array([[0, 0], [2, -2], [-2, 1], [1, 2], [-1, -1], [2, 2]])
-    out = shift_frames(torch.from_numpy(frames), torch.from_numpy(shifts))
+    frames = rng.integers(0, 256, (8, 7, 5, 3), dtype=np.uint8)
+    shifts = np.array([[0, 0], [2, -2], [-2, 1], [1, 2], [-1, -1], [2, 2], [9, -6], [-7, 5]], dtype=np.int8)
+    shift = shift_frames if host else lambda f, s: _crop_padded(f, s, torch.empty_like(f))
+    out = shift(torch.from_numpy(frames), torch.from_numpy(shifts))
     assert out.dtype == torch.uint8 and out.shape == frames.shape
     for frame, (dy, dx), moved in zip(frames, shifts, out.numpy(), strict=True):
-        padded = np.pad(frame, ((2, 2), (2, 2), (0, 0)), mode="edge")
-        assert np.array_equal(moved, padded[2 + dy:2 + dy + 7, 2 + dx:2 + dx + 5])
+        padded = np.pad(frame, ((9, 9), (9, 9), (0, 0)), mode="edge")
+        assert np.array_equal(moved, padded[9 + dy:9 + dy + 7, 9 + dx:9 + dx + 5])
 
 
 def test_the_shift_moves_only_the_chosen_image_keys_by_their_draws():

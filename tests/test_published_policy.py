@@ -12,7 +12,7 @@ from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.collect import EnvRunner
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.distributions import log_prob_entropy
-from parallel_ppo.core.model import network, policy_tensors
+from parallel_ppo.core.model import autocast, network, policy_tensors
 from parallel_ppo.engines.parallel.published import PolicyCopy, PublishedPolicy, lagged_steps
 from parallel_ppo.envs.batch import env_spaces, make_batch_env
 
@@ -45,15 +45,16 @@ def test_a_copy_takes_a_publication_only_when_asked_and_owns_its_tensors(monkeyp
     assert all(torch.equal(x, y) for x, y in zip(policy_tensors(worker), policy_tensors(b), strict=True))
 
 
-@pytest.mark.parametrize("switch", [0, 5, 32])
-def test_a_rollout_acts_with_each_publication_from_its_next_step(monkeypatch, switch):
+@pytest.mark.parametrize("switch, precision", [(0, "fp32"), (5, "fp32"), (32, "fp32"), (5, "bf16")])
+def test_a_rollout_acts_with_each_publication_from_its_next_step(monkeypatch, switch, precision):
     """A policy published before step `switch` acts from that step on, the first one before it: the stored
-    log-probs are those of the model that acted, the buffer keeps the version each step acted with, and the
-    steps before `switch` lag the second."""
+    log-probs are those of the model that acted (in bf16 too, where the rollout keeps the weights' bf16 casts until a
+    publication changes them), the buffer keeps the version each step acted with, and the steps before
+    `switch` lag the second."""
     monkeypatch.chdir(ROOT)
     cfg = build_config("config/cartpole.yaml", {"env.id": "CartPole-v1", "run.seed": 3},
-                       ["env.num_envs=4", "training.n_steps=32", "training.batch_size=32", "training.precision=fp32"],
-                       False)
+                       ["env.num_envs=4", "training.n_steps=32", "training.batch_size=32",
+                        f"training.precision={precision}"], False)
     spaces = env_spaces(cfg.env)
     a, b, worker = _models(cfg, 3)
     published = PublishedPolicy.allocate(sum(t.numel() for t in policy_tensors(a)))
@@ -75,8 +76,8 @@ def test_a_rollout_acts_with_each_publication_from_its_next_step(monkeypatch, sw
         runner.collect(worker, buf, refresh=refresh)
     finally:
         runner.close()
-    with torch.no_grad():
-        acted = [log_prob_entropy(m(buf.obs.flatten(0, 1))[0], buf.actions.flatten(0, 1))[0].view(32, 4)
+    with torch.no_grad(), autocast(precision):  # step by step, as the rollout acted: a bf16 sum's order is the same
+        acted = [torch.stack([log_prob_entropy(m(buf.obs[t])[0].float(), buf.actions[t])[0] for t in range(32)])
                  for m in (a, b)]
     torch.testing.assert_close(buf.logprobs[:switch], acted[0][:switch])
     torch.testing.assert_close(buf.logprobs[switch:], acted[1][switch:])

@@ -16,7 +16,7 @@ from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.distributions import sample
 from parallel_ppo.core.episodes import info_keys
-from parallel_ppo.core.model import autocast, module_device
+from parallel_ppo.core.model import autocast, kept_casts, module_device
 from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.envs.batch import (
@@ -123,8 +123,8 @@ class EnvRunner:
         drawn = render_seconds(self.env)
         device = module_device(model)
         self.rollouts += 1
-        cut_after, steps = math.ceil(CUT_NO_EARLIER * buf.n_steps), buf.n_steps
-        with torch.no_grad():
+        cut_after, steps, held = math.ceil(CUT_NO_EARLIER * buf.n_steps), buf.n_steps, None
+        with torch.no_grad(), kept_casts(device.type):
             for t in range(buf.n_steps):
                 if t == buf.n_steps // 2:
                     pause_point("rollout", self.rollouts)
@@ -135,7 +135,10 @@ class EnvRunner:
                     break
                 start = time.perf_counter()
                 if refresh is not None:
-                    buf.versions[t] = refresh()
+                    buf.versions[t] = version = refresh()
+                    if version != held:  # new parameters, written in place: their kept casts are stale
+                        torch.clear_autocast_cache()
+                        held = version
                 obs_t = buf.obs[t]
                 obs_t.copy_(torch.from_numpy(self.obs))
                 with autocast(self.precision, device.type):
