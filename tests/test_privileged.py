@@ -147,18 +147,24 @@ def test_a_shifted_frame_is_the_padded_frame_cropped_at_the_shift(host):
 
 
 def test_the_shift_moves_only_the_chosen_image_keys_by_their_draws():
-    obs = torch.from_numpy(LAYOUT.pack(rows(64, 3)))
-    shift = RandomShift(2, LAYOUT, ["wrist"])
+    layout = DictLayout.of({"wrist": ((6, 6, 3), True), "joints": ((3,), False), "top": ((3, 3, 1), True)})
+    assert layout.nbytes > sum(p.nbytes for p in layout.parts), "a row ends in padding bytes"
+    obs = torch.from_numpy(layout.pack(rows(64, 3, layout)))
+    obs[:, -1] = 7  # the padding, kept as it was
+    shift = RandomShift(2, layout, ["wrist"])
     draws = shift.draw(8, 8, 3, torch.Generator().manual_seed(5))
     assert draws.shape == (8, 8, 3, 1, 2) and draws.abs().max() == 2
     assert torch.equal(draws, shift.draw(8, 8, 3, torch.Generator().manual_seed(5))), "seeded: the same shifts"
     first = shift(obs, draws.flatten(0, 1)[:, 0])
     assert torch.equal(first, shift(obs, draws.flatten(0, 1)[:, 0])) and not torch.equal(
         first, shift(obs, draws.flatten(0, 1)[:, 1])), "each epoch its own draws"
-    before, after = LAYOUT.unpack(obs), LAYOUT.unpack(first)
+    before, after = layout.unpack(obs), layout.unpack(first)
+    assert torch.equal(after[0]["wrist"], shift_frames(before[0]["wrist"], draws.flatten(0, 1)[:, 0, 0]))
     assert torch.equal(before[1], after[1]) and torch.equal(before[0]["top"], after[0]["top"])
-    assert not torch.equal(before[0]["wrist"], after[0]["wrist"])
-    assert torch.equal(obs, torch.from_numpy(LAYOUT.pack(rows(64, 3)))), "the rollout's rows are left alone"
+    assert torch.equal(first[:, -1], obs[:, -1])
+    snapshot = obs.clone()
+    shift(obs, draws.flatten(0, 1)[:, 0])
+    assert torch.equal(obs, snapshot), "the rollout's rows are left alone"
 
 
 def test_the_update_learns_from_shifted_frames(monkeypatch, tmp_path):

@@ -12,7 +12,7 @@ from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.collect import EnvRunner
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.distributions import log_prob_entropy
-from parallel_ppo.core.model import autocast, network, policy_tensors
+from parallel_ppo.core.model import autocast, kept_casts, network, policy_tensors
 from parallel_ppo.engines.parallel.published import PolicyCopy, PublishedPolicy, lagged_steps
 from parallel_ppo.envs.batch import env_spaces, make_batch_env
 
@@ -90,6 +90,14 @@ def test_a_rollout_acts_with_each_publication_from_its_next_step(monkeypatch, sw
         assert lagged is None, "no step lags"
     else:
         assert lagged.tolist() == [[t < switch] * 4 for t in range(32)]
+
+
+def test_only_bf16_rollouts_hold_an_autocast_block():
+    """A device without autocast (DirectML's privateuseone) acts in fp32 as before: nothing to hold there."""
+    with kept_casts("fp32", "privateuseone"), kept_casts("tf32", "cuda"):
+        assert not torch.is_autocast_enabled("cpu")
+    with kept_casts("bf16"):
+        assert not torch.is_autocast_enabled("cpu"), "held, not enabled: what runs between forwards is as outside"
 
 
 @pytest.mark.parametrize("refreshed", [True, False])

@@ -124,7 +124,7 @@ class EnvRunner:
         device = module_device(model)
         self.rollouts += 1
         cut_after, steps, held = math.ceil(CUT_NO_EARLIER * buf.n_steps), buf.n_steps, None
-        with torch.no_grad(), kept_casts(device.type):
+        with torch.no_grad(), kept_casts(self.precision, device.type):
             for t in range(buf.n_steps):
                 if t == buf.n_steps // 2:
                     pause_point("rollout", self.rollouts)

@@ -38,12 +38,13 @@ def autocast(precision: str, device_type: str = "cpu") -> contextlib.AbstractCon
     return contextlib.nullcontext()
 
 
-def kept_casts(device_type: str) -> contextlib.AbstractContextManager:
-    """While open, bf16 `autocast` blocks inside keep their bf16 copies of the weights from one forward pass to the
-    next, instead of casting them again in each (a third of a forward of 4 camera observations on the CPU); between
-    them, everything runs as outside. Weights changed in place need `torch.clear_autocast_cache()`. (A disabled
-    autocast: torch drops its casts when the outermost autocast block ends.)"""
-    return torch.autocast(device_type, enabled=False)
+def kept_casts(precision: str, device_type: str = "cpu") -> contextlib.AbstractContextManager:
+    """With `precision` bf16: while open, the bf16 `autocast` blocks inside keep their bf16 copies of the weights
+    from one forward pass to the next, instead of casting them again in each (a third of a forward of 4 camera
+    observations on the CPU); between them, everything runs as outside. Weights changed in place need
+    `torch.clear_autocast_cache()`. (A disabled autocast: torch drops its casts when the outermost autocast block
+    ends.) Nothing for another precision (DirectML has no autocast to disable)."""
+    return torch.autocast(device_type, enabled=False) if precision == "bf16" else contextlib.nullcontext()
 
 
 @contextlib.contextmanager

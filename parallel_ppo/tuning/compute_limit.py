@@ -27,7 +27,7 @@ import torch
 
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.distributions import gaussian_log_prob
-from parallel_ppo.core.model import autocast, learner_device
+from parallel_ppo.core.model import autocast, kept_casts, learner_device
 from parallel_ppo.core.ppo import TrainBatch, anchor_pass, anchored, build_learner, minibatch_step, ppo_loss
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.errors import ConfigError
@@ -256,7 +256,8 @@ def _time_candidates(steps: NetworkSteps, candidates: list[Candidate], seconds: 
         for r in range(rounds):
             warm, order = (warmup_iters if r == 0 else 0), (-1 if r % 2 else 1)
             for p in precisions[::order]:
-                forward[p].append(timed_loop(steps.forward(p), forward_share, warm, min_iters))
+                with kept_casts(p, steps.device.type):  # as a rollout keeps them
+                    forward[p].append(timed_loop(steps.forward(p), forward_share, warm, min_iters))
             for c in candidates[::order]:
                 train[c].append(timed_loop(steps.train(c), train_share, warm, min_iters))
     return forward, train, load

@@ -69,9 +69,10 @@ ROUNDS = 7
 does not fall on one candidate alone, and the rounds' ratios tell a gain from the noise (`clearly_faster`). One
 timed iteration per candidate and round at least: six IMPALA candidates at minibatch 256 take 20-30 s on a 2-core
 CPU, once per machine and settings."""
-CACHE_RULE = 5
+CACHE_RULE = 6
 """Part of the cache key: choices made by an earlier rule (one median per candidate, a 3% precision margin; the
-rounds alone on a quiet machine) are not reused."""
+rounds alone on a quiet machine; bf16 forwards that cast the weights afresh each time, as rollouts no longer do) are
+not reused."""
 
 Measure = Callable[..., dict[str, Any]]
 
