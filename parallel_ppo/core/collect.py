@@ -139,15 +139,9 @@ class EnvRunner:
                     if version != held:  # new parameters, written in place: their kept casts are stale
                         torch.clear_autocast_cache()
                         held = version
-                obs_t = buf.obs[t]
-                obs_t.copy_(torch.from_numpy(self.obs))
-                with autocast(self.precision, device.type):
-                    logits, values = model(obs_t.to(device))
-                logits, values = logits.cpu(), values.cpu()
-                actions, logprobs = sample(self.env.actions, logits, self.env.actions.noise(self.rngs))
-                buf.actions[t], buf.logprobs[t], buf.values[t] = actions, logprobs, values.float()
+                actions = self._act(model, buf, t, device)
                 mid = time.perf_counter()
-                self.obs, rewards, dones, cut = self.env.step(actions.numpy())
+                self.obs, rewards, dones, cut = self.env.step(actions)
                 self._count_episodes(rewards, dones, result)
                 end = time.perf_counter()
                 buf.rewards[t] = torch.from_numpy(rewards)
@@ -164,6 +158,17 @@ class EnvRunner:
             buf.lengths.fill_(steps)
             t_inf += time.perf_counter() - start
         return self._result(result, t_env, t_inf, drawn)
+
+    def _act(self, model: nn.Module, buf: RolloutBuffer, t: int, device: torch.device) -> np.ndarray:
+        """Step `t` of the rollout: the current observations stored, `model`'s actions sampled for them (returned),
+        their log-probs and the values stored."""
+        obs_t = buf.obs[t]
+        obs_t.copy_(torch.from_numpy(self.obs))
+        with autocast(self.precision, device.type):
+            logits, values = model(obs_t.to(device))
+        actions, logprobs = sample(self.env.actions, logits.cpu(), self.env.actions.noise(self.rngs))
+        buf.actions[t], buf.logprobs[t], buf.values[t] = actions, logprobs, values.cpu().float()
+        return actions.numpy()
 
     def _result(self, result: CollectResult, t_env: float, t_inf: float, drawn: float) -> CollectResult:
         """The rollout's result with its timings, the frames drawn since `drawn` (the envs' render_seconds) moved from
