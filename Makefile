@@ -208,13 +208,14 @@ bench-robot: install
 	$(PY) scripts/mode_pairs.py --config config/robosuite_lift_camera.yaml --pairs $(PAIRS) --minutes $(PAIR_MINUTES) \
 		--output-dir $(or $(OUT),benchmarks/robot)/camera -- $(ARGS)
 
-## What the camera recipe's privileged critic and frame shift cost in speed: config/robosuite_lift_camera.yaml against
-## itself without them (the critic reading the actor's keys, no shift), PAIRS interleaved pairs of PAIR_MINUTES each
-## → benchmarks/camera_recipe_speed/pairs.{md,json}
+## What a privileged critic (also reading object-state) and the frame shift cost in speed: config/robosuite_lift_camera.yaml
+## with both against itself without them (the critic reading the actor's keys, no shift), PAIRS interleaved pairs of
+## PAIR_MINUTES each → benchmarks/camera_recipe_speed/pairs.{md,json}
 camera-recipe-speed: install
 	$(PY) scripts/setting_pairs.py --config config/robosuite_lift_camera.yaml --pairs $(PAIRS) \
-		--minutes $(PAIR_MINUTES) --output-dir $(or $(OUT),benchmarks/camera_recipe_speed) --b "recipe: $(ARGS)" \
-		--a "plain: --set training.augment_shift=0 --set model.critic_keys=[robot0_eye_in_hand_image,robot0_proprio-state] $(ARGS)"
+		--minutes $(PAIR_MINUTES) --output-dir $(or $(OUT),benchmarks/camera_recipe_speed) \
+		--b "both: --set model.critic_keys=[robot0_eye_in_hand_image,robot0_proprio-state,object-state] $(ARGS)" \
+		--a "neither: --set training.augment_shift=0 --set model.critic_keys=[robot0_eye_in_hand_image,robot0_proprio-state] $(ARGS)"
 
 ## robosuite Lift from state: the sequential trainer against 2 overlapped workers (parallel.overlap), in PAIRS
 ## interleaved pairs of PAIR_MINUTES → benchmarks/overlap_speed/pairs.{md,json}
