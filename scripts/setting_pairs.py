@@ -6,7 +6,7 @@ speed, measured in one sitting.
     .venv/bin/python scripts/setting_pairs.py --config config/robosuite_lift_camera.yaml --pairs 3 --minutes 4 \\
         --a "unshifted: --set training.augment_shift=0" --b "recipe:" --output-dir benchmarks/shift_speed
 
-(`make camera-recipe-speed` runs the camera recipe against itself without the privileged critic and the shift;
+(`make camera-recipe-speed` runs the camera config with a privileged critic and the shift against it without them;
 `make overlap-speed` the sequential trainer against overlapped workers on robosuite Lift from state.) With
 `--a-checkout DIR`, A runs from another checkout of the project (its trainer and its copy of the config: a git
 worktree at the commit before a change, `git worktree add DIR COMMIT`), so the pairs measure the change itself.

@@ -47,8 +47,9 @@ from parallel_ppo.tuning.learner_settings import (
     network_fields,
 )
 
-THREADS_RULE = 1
-"""Part of the cache key: a choice made by an earlier rule is measured again."""
+THREADS_RULE = 2
+"""Part of the cache key: a choice made by an earlier rule (1: bf16 forwards that cast the weights afresh each time, as
+rollouts no longer do) is measured again."""
 
 LOAD_PROBE_SECONDS = 1.0
 """How long a cached choice of several threads samples the other processes' load before the run takes it."""
