@@ -160,7 +160,7 @@ def fixed_candidate(cfg: Config) -> Candidate:
 
 class NetworkSteps:
     """One timed iteration of the learner's network for `measure_compute_limit`, on a model and inputs built
-    as the trainer builds them: `forward(precision)` and `train(candidate)` give the step functions."""
+    as the trainer builds them: `timed_forward` times the forward pass, `train(candidate)` gives the training step."""
 
     def __init__(self, cfg: Config, spaces: EnvSpaces, forward_batch: int) -> None:
         self.cfg, self.device = cfg, learner_device(cfg)
@@ -174,12 +174,15 @@ class NetworkSteps:
                         for _ in range(_POOL)]
         self.sync = synchronizer(self.device)
 
-    def forward(self, precision: str) -> Callable[[int], None]:
+    def timed_forward(self, precision: str, seconds: float, warmup_iters: int, min_iters: int) -> list[float]:
+        """`timed_loop` of the forward pass in `precision`, its bf16 weight casts kept from one pass to the next, as
+        a rollout keeps them (`kept_casts`)."""
         def step(i: int) -> None:
             with torch.no_grad(), autocast(precision, self.device.type):
                 self.model(self.inputs[i % _POOL])
             self.sync()
-        return step
+        with kept_casts(precision, self.device.type):
+            return timed_loop(step, seconds, warmup_iters, min_iters)
 
     def train(self, candidate: Candidate) -> Callable[[int], None]:
         tcfg = dataclasses.replace(self.cfg.training, precision=candidate.precision,
@@ -256,8 +259,7 @@ def _time_candidates(steps: NetworkSteps, candidates: list[Candidate], seconds: 
         for r in range(rounds):
             warm, order = (warmup_iters if r == 0 else 0), (-1 if r % 2 else 1)
             for p in precisions[::order]:
-                with kept_casts(p, steps.device.type):  # as a rollout keeps them
-                    forward[p].append(timed_loop(steps.forward(p), forward_share, warm, min_iters))
+                forward[p].append(steps.timed_forward(p, forward_share, warm, min_iters))
             for c in candidates[::order]:
                 train[c].append(timed_loop(steps.train(c), train_share, warm, min_iters))
     return forward, train, load

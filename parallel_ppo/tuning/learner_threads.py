@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.model import kept_casts, learner_device
+from parallel_ppo.core.model import learner_device
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.runs import fingerprint
 from parallel_ppo.tuning.cache import cache_path, machine_digest, read_cache, store
@@ -106,8 +106,7 @@ def measure_threads(cfg: Config, spaces: EnvSpaces, seconds: float, counts: list
         for r in range(ROUNDS):
             for t in counts[::-1 if r % 2 else 1]:
                 torch.set_num_threads(t)
-                with kept_casts(candidate.precision, steps.device.type):  # as a rollout keeps them
-                    forward[t].append(timed_loop(steps.forward(candidate.precision), share / 5, 1, 1))
+                forward[t].append(steps.timed_forward(candidate.precision, share / 5, 1, 1))
                 train[t].append(timed_loop(steps.train(candidate), share * 4 / 5, 1, 1))
     figures = {str(t): rate_figures(forward[t], train[t], cfg.env.num_envs, cfg.training.batch_size,
                                 cfg.training.n_epochs) for t in counts}
