@@ -63,7 +63,7 @@ def time_setting(env_id: str, setting: str, steps: int, camera: str) -> tuple[fl
         cfg = EnvConfig(id=env_id, pixels=setting != "physics", fast_render=setting == "fast")
     check_family(cfg)
     built = time.perf_counter()
-    env = family.maker()(cfg, options_of(cfg, family), False, RenderClock())
+    env = family.maker()(cfg, options_of(cfg, family), False, RenderClock(), 0)
     built = time.perf_counter() - built
     env.reset(seed=0)
     for i in range(steps + 20):

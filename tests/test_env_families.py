@@ -252,6 +252,22 @@ def test_robosuite_lift_steps_from_its_camera_renders_and_reports_success():
         env.close()
 
 
+@pytest.mark.slow  # builds three robosuite simulators: seconds
+def test_robosuite_envs_built_from_one_seed_start_alike():
+    """robosuite draws Lift's cube size while it builds the task: from the env's seed, so that a run repeats from
+    its seed (it drew from the OS's entropy before). The cube's height at reset shows its size."""
+    cfg = EnvConfig(id="robosuite/Lift?horizon=5")
+    starts = []
+    for seed in (3, 3, 4):
+        env = make_batch_env(cfg, seed, 0, 1, 1)
+        try:
+            starts.append(env.reset())
+        finally:
+            env.close()
+    assert np.array_equal(starts[0], starts[1])
+    assert not np.array_equal(starts[0], starts[2])
+
+
 @pytest.mark.slow  # builds a robosuite simulator and its OpenGL context twice: seconds
 def test_robosuite_fast_render_draws_without_a_shadow_map_and_the_same_frames():
     """`env.fast_render` turns shadows off, so its offscreen context is made without the model's shadow map (4096²:

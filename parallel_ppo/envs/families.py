@@ -38,7 +38,8 @@ class Family:
     config: str
     """The shipped config (in config/) a benchmark uses for it without `--config`."""
     make: str
-    """`module:function` that builds its envs: a BatchEnv maker (Procgen) or one gymnasium env's maker."""
+    """`module:function` that builds its envs: a BatchEnv maker (Procgen) or one gymnasium env's maker, given the
+    seed of its first reset too (for an env that draws at random while it is built: robosuite's cube size)."""
     settings: tuple[str, ...] = ()
     """The env settings of FAMILY_SETTINGS it takes."""
     options: dict[str, Option] = field(default_factory=dict)

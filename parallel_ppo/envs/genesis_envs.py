@@ -52,7 +52,8 @@ def import_genesis() -> Any:
     return gs
 
 
-def make_genesis(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: RenderClock) -> gymnasium.Env:
+def make_genesis(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: RenderClock,
+                 seed: int) -> gymnasium.Env:
     """`genesis/<Task>` with the family's options (`envs.families.GENESIS`)."""
     task = split_id(cfg.id)[0].partition("/")[2]
     if task not in TASKS:

@@ -8,7 +8,7 @@ import collections
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium
@@ -221,7 +221,7 @@ def registered_name(cfg: EnvConfig) -> str:
     return cfg.id.rpartition(":")[2]
 
 
-def make_atari(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: RenderClock) -> Any:
+def make_atari(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: RenderClock, seed: int) -> Any:
     """An ale-py game preprocessed as the Atari references do: 84×84 grayscale, 4-frame skip, no-op starts."""
     from gymnasium.wrappers import AtariPreprocessing
 
@@ -235,13 +235,13 @@ def make_atari(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: Ren
     return env
 
 
-def make_mujoco(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: RenderClock) -> Any:
+def make_mujoco(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: RenderClock, seed: int) -> Any:
     """A gymnasium MuJoCo env observing its state, or (`env.pixels`) its frames rendered on the CPU."""
     quiet_mujoco_deprecations()
     if render or cfg.pixels:  # headless through EGL unless told otherwise (MuJoCo would try GLFW first)
         os.environ.setdefault("MUJOCO_GL", "egl")
     if not cfg.pixels:
-        env = make_plain(cfg, options, render, clock)
+        env = make_plain(cfg, options, render, clock, seed)
         return OwnContext(env) if render else env
     env = gymnasium.make(registered_name(cfg), render_mode="rgb_array", width=cfg.frame_size,
                          height=cfg.frame_size)
@@ -250,7 +250,7 @@ def make_mujoco(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: Re
     return gymnasium.wrappers.AddRenderObservation(TimedRender(OwnContext(env), clock), render_only=True)
 
 
-def make_plain(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: RenderClock) -> Any:
+def make_plain(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: RenderClock, seed: int) -> Any:
     """Any registered gymnasium id (`module:EnvId` imports the module first) as it is."""
     return gymnasium.make(registered_name(cfg), **({"render_mode": "rgb_array"} if render else {}))
 
@@ -318,12 +318,12 @@ class GymnasiumBatchEnv:
         options, make = options_of(cfg, family), family.maker()
         self._clock = clock = RenderClock()
 
-        def make_one() -> Any:  # not holding `self`: a closed batch env is freed at once, not by the collector
-            return stacked(make(cfg, options, render, clock), cfg, family.frame_stack)
+        def maker(seed: int) -> Callable[[], Any]:  # not holding `self`: a closed batch env is freed at once
+            return lambda: stacked(make(cfg, options, render, clock, seed), cfg, family.frame_stack)
 
         num_envs = len(seeds)
         try:
-            self._env = gymnasium.vector.SyncVectorEnv([make_one] * num_envs,
+            self._env = gymnasium.vector.SyncVectorEnv([maker(seed) for seed in seeds],
                                                        autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP)
         except ConfigError:
             raise

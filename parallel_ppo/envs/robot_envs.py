@@ -20,6 +20,8 @@ from parallel_ppo.errors import ConfigError
 
 VIDEO_CAMERA, VIDEO_SIZE = "agentview", 256
 """What `render()` draws (videos of a policy): the camera facing the robot, at this size."""
+BUILD_STREAM = 1
+"""Spawns the seed robosuite builds from out of the env's seed, apart from the placements' stream (`reset`)."""
 
 
 def import_robosuite() -> Any:
@@ -35,10 +37,11 @@ def import_robosuite() -> Any:
     return robosuite
 
 
-def make_robosuite(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: RenderClock) -> gymnasium.Env:
-    """`robosuite/<Task>` with the family's options (`envs.families.ROBOSUITE`)."""
+def make_robosuite(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: RenderClock,
+                   seed: int) -> gymnasium.Env:
+    """`robosuite/<Task>` with the family's options (`envs.families.ROBOSUITE`), built from `seed`."""
     return RobosuiteEnv(split_id(cfg.id)[0].partition("/")[2], options, cfg.frame_size, cfg.fast_render, clock,
-                        render)
+                        render, seed)
 
 
 class RobosuiteEnv(gymnasium.Env):
@@ -49,7 +52,10 @@ class RobosuiteEnv(gymnasium.Env):
     metadata = {"render_modes": ["rgb_array"]}
 
     def __init__(self, task: str, options: dict[str, Any], size: int, fast: bool, clock: RenderClock,
-                 render: bool = False) -> None:
+                 render: bool, seed: int) -> None:
+        """`seed`: what robosuite draws while it builds the task (Lift's cube size, fixed for the env's life) comes
+        from it, so that an env built from the same seed is the same in any process; `reset(seed=...)` reseeds the
+        rest (the placements)."""
         self.cameras = list(dict.fromkeys(c for c in options["cameras"].split("+") if c))
         self.size, self.clock = size, clock
         self.render_mode = "rgb_array" if render else None
@@ -64,7 +70,8 @@ class RobosuiteEnv(gymnasium.Env):
             task, robots=options["robot"], has_renderer=False, has_offscreen_renderer=bool(self.cameras) or render,
             use_camera_obs=False, use_object_obs=options["object_state"],
             reward_shaping=options["reward"] == "dense", control_freq=options["control_freq"],
-            horizon=options["horizon"], ignore_done=False, hard_reset=False)
+            horizon=options["horizon"], ignore_done=False, hard_reset=False,
+            seed=int(np.random.SeedSequence([seed, BUILD_STREAM]).generate_state(1)[0]))
         known = set(self._env.sim.model.camera_names)
         missing = [c for c in self.cameras if c not in known]
         if missing:

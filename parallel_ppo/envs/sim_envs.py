@@ -13,7 +13,7 @@ import numpy as np
 from parallel_ppo.envs.config import EnvConfig
 
 
-def make_sim(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: Any) -> gymnasium.Env:
+def make_sim(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: Any, seed: int) -> gymnasium.Env:
     """`sim/Sleep` with the family's options (`envs.families.SIM`)."""
     return SleepingEnv(options["step_ms"], options["obs_size"], options["action_size"], options["horizon"],
                        options["slowest"])
