@@ -200,7 +200,7 @@ def test_what_genesis_does_not_have_is_refused_by_name(genesis_taken_as_installe
         make_batch_env(EnvConfig(id="genesis/Stack"), 0, 0, 1, 1)
 
 
-def _maker_that_cannot_start(cfg, options, render, clock):
+def _maker_that_cannot_start(cfg, options, render, clock, seed):
     raise RuntimeError("no OpenGL context")
 
 
