@@ -33,6 +33,7 @@ from parallel_ppo.envs.families import (
     family_of,
     options_of,
 )
+from parallel_ppo.envs.gym_envs import RenderClock
 from parallel_ppo.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -254,18 +255,18 @@ def test_robosuite_lift_steps_from_its_camera_renders_and_reports_success():
 
 @pytest.mark.slow  # builds three robosuite simulators: seconds
 def test_robosuite_envs_built_from_one_seed_start_alike():
-    """robosuite draws Lift's cube size while it builds the task: from the env's seed, so that a run repeats from
-    its seed (it drew from the OS's entropy before). The cube's height at reset shows its size."""
+    """robosuite draws Lift's cube size while it builds the task: from the seed the env is built from, so that a run
+    repeats from its seed (it drew from the OS's entropy before). Reset from one seed, the cube's state shows it."""
     cfg = EnvConfig(id="robosuite/Lift?horizon=5")
     starts = []
     for seed in (3, 3, 4):
-        env = make_batch_env(cfg, seed, 0, 1, 1)
+        env = ROBOSUITE.maker()(cfg, options_of(cfg, ROBOSUITE), False, RenderClock(), seed)
         try:
-            starts.append(env.reset())
+            starts.append(env.reset(seed=0)[0]["object-state"])
         finally:
             env.close()
     assert np.array_equal(starts[0], starts[1])
-    assert not np.array_equal(starts[0], starts[2])
+    assert not np.array_equal(starts[0], starts[2]), "another cube: built from another seed"
 
 
 @pytest.mark.slow  # builds a robosuite simulator and its OpenGL context twice: seconds

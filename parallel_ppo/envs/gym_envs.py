@@ -318,12 +318,12 @@ class GymnasiumBatchEnv:
         options, make = options_of(cfg, family), family.maker()
         self._clock = clock = RenderClock()
 
-        def maker(seed: int) -> Callable[[], Any]:  # not holding `self`: a closed batch env is freed at once
+        def builder(seed: int) -> Callable[[], Any]:  # not holding `self`: a closed batch env is freed at once
             return lambda: stacked(make(cfg, options, render, clock, seed), cfg, family.frame_stack)
 
         num_envs = len(seeds)
         try:
-            self._env = gymnasium.vector.SyncVectorEnv([maker(seed) for seed in seeds],
+            self._env = gymnasium.vector.SyncVectorEnv([builder(seed) for seed in seeds],
                                                        autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP)
         except ConfigError:
             raise
