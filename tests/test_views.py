@@ -181,6 +181,11 @@ def test_each_evaluation_during_training_adds_its_video_to_tensorboard(tmp_path)
     (image,) = acc.Images(EVAL_VIDEO_TAG)
     assert image.step == 48 and (image.height, image.width) == (MIN_HEIGHT, MIN_HEIGHT)
     assert image.encoded_image_string.startswith(b"GIF89a")
+    state.env_steps = 40  # resumed from a checkpoint at 32 steps: the video logged after it (at 48) goes
+    EvalHook(cfg, tmp_path, spaces, resumed_at=32).run(state)
+    acc = EventAccumulator(str(tmp_path / "logs" / "eval_video"), size_guidance={"images": 0})
+    acc.Reload()
+    assert [image.step for image in acc.Images(EVAL_VIDEO_TAG)] == [40]
     quiet = build_config(None, {"env.id": CAMERA}, [*TINY, "eval.interval_seconds=60"], False)
     assert EvalHook(quiet, tmp_path, spaces).views is None  # the default: no video, no rendering
 

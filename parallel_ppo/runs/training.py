@@ -41,11 +41,13 @@ class EvalHook:
 
     phase = "eval"
 
-    def __init__(self, cfg: Config, run_dir: Path, spaces: EnvSpaces) -> None:
+    def __init__(self, cfg: Config, run_dir: Path, spaces: EnvSpaces, resumed_at: int | None = None) -> None:
         """Builds and closes one eval env first, before the clock starts: loading the env's code and assets (Procgen's
         take ~2 s) then counts as setup in every mode, not as the first evaluation of a process without training
-        envs of its own (the parallel coordinator)."""
+        envs of its own (the parallel coordinator). `resumed_at`: the env steps of the checkpoint a resumed run goes
+        on from; its first video drops the videos after them, as its scalars are."""
         self.cfg, self.run_dir = cfg, run_dir
+        self.purge_step = None if resumed_at is None else resumed_at + 1
         self.views = eval_views(cfg, spaces)
         make_batch_env(eval_levels(cfg.env, cfg.eval.levels), cfg.run.seed, 0, 1, 1).close()
         self.last = time.monotonic()
@@ -66,7 +68,8 @@ class EvalHook:
             # a directory of their own: TensorBoard reads a directory's newest event file only, and the run's
             # scalars go on in theirs (one writer a video; each file is whole before the next one starts)
             add_tensorboard_video(self.run_dir / "logs" / "eval_video", EVAL_VIDEO_TAG, frames, VIDEO_FPS,
-                                  state.env_steps)
+                                  state.env_steps, self.purge_step)
+            self.purge_step = None
         self.at_update, self.last = state.update, time.monotonic()
         return self.result
 
@@ -222,7 +225,7 @@ def train_run(plan: RunPlan, source: RolloutSource, group: Group = ALONE, tracke
         try:
             state = (TrainState.new(cfg, source.spaces, group.world_size) if resume is None else
                      TrainState.from_checkpoint(cfg, source.spaces, resume, group.world_size))
-            evals = (EvalHook(cfg, plan.run_dir, source.spaces)  # loads its env
+            evals = (EvalHook(cfg, plan.run_dir, source.spaces, None if resume is None else state.env_steps)  # its env
                      if group.is_main and cfg.eval.interval_seconds > 0 else None)
             group.broadcast_parameters(state.model)  # the other ranks wait here for that, before their clocks too
             clock = Clock(state.elapsed_before)
