@@ -181,8 +181,11 @@ def test_each_evaluation_during_training_adds_its_video_to_tensorboard(tmp_path)
     (image,) = acc.Images(EVAL_VIDEO_TAG)
     assert image.step == 48 and (image.height, image.width) == (MIN_HEIGHT, MIN_HEIGHT)
     assert image.encoded_image_string.startswith(b"GIF89a")
+    (stale,) = (tmp_path / "logs" / "eval_video").glob("events.*")  # named as an earlier session names it
+    stamp = stale.name.split(".")[3]
+    stale.rename(stale.with_name(stale.name.replace(f".{stamp}.", f".{int(stamp) - 60}.")))
     state.env_steps = 40  # resumed from a checkpoint at 32 steps: the video logged after it (at 48) goes
-    EvalHook(cfg, tmp_path, spaces, resumed_at=32).run(state)
+    EvalHook(cfg, tmp_path, spaces, resume_after=(2, 32)).run(state)
     acc = EventAccumulator(str(tmp_path / "logs" / "eval_video"), size_guidance={"images": 0})
     acc.Reload()
     assert [image.step for image in acc.Images(EVAL_VIDEO_TAG)] == [40]

@@ -28,7 +28,7 @@ from parallel_ppo.runs.figures import compute_figures, return_figures, steady_sp
 from parallel_ppo.runs.metrics import MetricsLogger, ResourceSampler, Tracker
 from parallel_ppo.runs.progress import make_progress
 from parallel_ppo.runs.summary import RunSummary, observation_record
-from parallel_ppo.runs.video import EVAL_VIDEO_TAG, VIDEO_FPS, add_tensorboard_video, captioned
+from parallel_ppo.runs.video import EVAL_VIDEO_TAG, VIDEO_FPS, add_tensorboard_video, captioned, purge_tensorboard
 
 BUDGETS = ("duration", "total_steps")
 """Stop reasons that mean the run met its budget."""
@@ -41,14 +41,16 @@ class EvalHook:
 
     phase = "eval"
 
-    def __init__(self, cfg: Config, run_dir: Path, spaces: EnvSpaces, resumed_at: int | None = None) -> None:
+    def __init__(self, cfg: Config, run_dir: Path, spaces: EnvSpaces,
+                 resume_after: tuple[int, int] | None = None) -> None:
         """Builds and closes one eval env first, before the clock starts: loading the env's code and assets (Procgen's
         take ~2 s) then counts as setup in every mode, not as the first evaluation of a process without training
-        envs of its own (the parallel coordinator). `resumed_at`: the env steps of the checkpoint a resumed run goes
-        on from; its first video drops the videos after them, as its scalars are."""
+        envs of its own (the parallel coordinator). `resume_after=(update, env_steps)` of the checkpoint a resumed run
+        goes on from: the videos logged after it go from TensorBoard, as its scalars do."""
         self.cfg, self.run_dir = cfg, run_dir
-        self.purge_step = None if resumed_at is None else resumed_at + 1
         self.views = eval_views(cfg, spaces)
+        if resume_after is not None and self.video_dir.exists():  # videos of an earlier session
+            purge_tensorboard(self.video_dir, resume_after[1] + 1)
         make_batch_env(eval_levels(cfg.env, cfg.eval.levels), cfg.run.seed, 0, 1, 1).close()
         self.last = time.monotonic()
         self.result: EvalResult | None = None
@@ -58,6 +60,12 @@ class EvalHook:
         if time.monotonic() - self.last >= self.cfg.eval.interval_seconds:
             row[TEST_RETURN] = self.run(state).mean
 
+    @property
+    def video_dir(self) -> Path:
+        """A directory of their own: TensorBoard reads a directory's event files in name order and stops reading each
+        once a later one appears, and the run's scalars go on in theirs (one file a video, whole before the next)."""
+        return self.run_dir / "logs" / "eval_video"
+
     def run(self, state: TrainState) -> EvalResult:
         e, frames = self.cfg.eval, []
         sink = captioned(frames, e.video_frames) if self.views is not None else None
@@ -65,11 +73,7 @@ class EvalHook:
                                     self.cfg.run.seed, stream=state.update,  # a new set of levels each time
                                     frames=sink, views=self.views)
         if frames:
-            # a directory of their own: TensorBoard reads a directory's newest event file only, and the run's
-            # scalars go on in theirs (one writer a video; each file is whole before the next one starts)
-            add_tensorboard_video(self.run_dir / "logs" / "eval_video", EVAL_VIDEO_TAG, frames, VIDEO_FPS,
-                                  state.env_steps, self.purge_step)
-            self.purge_step = None
+            add_tensorboard_video(self.video_dir, EVAL_VIDEO_TAG, frames, VIDEO_FPS, state.env_steps)
         self.at_update, self.last = state.update, time.monotonic()
         return self.result
 
@@ -225,12 +229,12 @@ def train_run(plan: RunPlan, source: RolloutSource, group: Group = ALONE, tracke
         try:
             state = (TrainState.new(cfg, source.spaces, group.world_size) if resume is None else
                      TrainState.from_checkpoint(cfg, source.spaces, resume, group.world_size))
-            evals = (EvalHook(cfg, plan.run_dir, source.spaces, None if resume is None else state.env_steps)  # its env
+            resume_after = (state.update, state.env_steps) if resume else None
+            evals = (EvalHook(cfg, plan.run_dir, source.spaces, resume_after)  # loads its env
                      if group.is_main and cfg.eval.interval_seconds > 0 else None)
             group.broadcast_parameters(state.model)  # the other ranks wait here for that, before their clocks too
             clock = Clock(state.elapsed_before)
             if group.is_main:
-                resume_after = (state.update, state.env_steps) if resume else None
                 metrics = MetricsHook(cfg, plan.run_dir, plan.mode, resume_after, tracker)
                 main_hooks = MainRankHooks(metrics, CheckpointHook(plan, clock, stop, group), evals)
             outcome = run_loop(cfg, source, state, main_hooks.hooks(), stop, clock, group)

@@ -107,10 +107,18 @@ def gif_bytes(frames: Sequence[np.ndarray], fps: int) -> bytes:
     return out.getvalue()
 
 
-def add_tensorboard_video(log_dir: Path, tag: str, frames: Sequence[np.ndarray], fps: int, step: int,
-                          purge_step: int | None = None) -> None:
-    """Add `frames` to the TensorBoard events in `log_dir` as an animated GIF (shown under Images), at `step`;
-    `purge_step`: TensorBoard drops the events `log_dir` has from that step on (a resumed run's, after its checkpoint).
+def purge_tensorboard(log_dir: Path, step: int) -> None:
+    """Have TensorBoard drop the events `log_dir` holds from `step` on (a resumed run's, logged after its checkpoint):
+    an event file of its own, read after theirs."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(log_dir), purge_step=step)
+    writer._get_file_writer()  # writes the purge
+    writer.close()
+
+
+def add_tensorboard_video(log_dir: Path, tag: str, frames: Sequence[np.ndarray], fps: int, step: int) -> None:
+    """Add `frames` to the TensorBoard events in `log_dir` as an animated GIF (shown under Images), at `step`.
 
     torch's `SummaryWriter.add_video` needs moviepy (and its 1.x `moviepy.editor`), and without it writes nothing
     but a printed line; this writes the same image summary from a GIF encoded by Pillow."""
@@ -123,7 +131,7 @@ def add_tensorboard_video(log_dir: Path, tag: str, frames: Sequence[np.ndarray],
     small = [np.ascontiguousarray(f[::shrink, ::shrink]) for f in frames]
     height, width = small[0].shape[:2]
     image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=gif_bytes(small, fps))
-    writer = SummaryWriter(str(log_dir), purge_step=purge_step)
+    writer = SummaryWriter(str(log_dir))
     try:
         writer._get_file_writer().add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
     finally:
