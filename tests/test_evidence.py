@@ -196,3 +196,30 @@ def test_seed_runs_become_figures_and_a_table_in_an_evidence_file(tmp_path, caps
     for runs, steps in ((tmp_path / "none", "1"), (tmp_path / "sync", "5000")):  # no runs; runs that end before
         assert seed_table.main([str(path), "study", f"sync={runs}", "--steps", steps, "--command", "x"]) == 2
         assert capsys.readouterr().err.count("\n") == 1
+
+
+_curve_spec = importlib.util.spec_from_file_location("reference_curve", ROOT / "scripts" / "reference_curve.py")
+reference_curve = importlib.util.module_from_spec(_curve_spec)
+_curve_spec.loader.exec_module(reference_curve)
+
+
+def test_a_published_curve_is_the_seeds_mean_and_range_where_every_seed_logged(tmp_path, capsys):
+    """scripts/reference_curve.py: the step counts every seed logged (up to --max-steps), each with the mean return
+    and the seeds' range; input it cannot read is one line, exit 2, and nothing written."""
+    (tmp_path / "a.csv").write_text("steps,ret,other\n100,1,x\n200,3,x\n300,5,x\n400,9,x\n")
+    (tmp_path / "b.csv").write_text("steps,ret\n200,5\n300,1\n400,2\n")
+    out = tmp_path / "ref.csv"
+    args = ["--steps", "steps", "--return", "ret"]
+    assert reference_curve.main([str(out), str(tmp_path / "a.csv"), str(tmp_path / "b.csv"), *args,
+                                 "--max-steps", "350"]) == 0
+    assert out.read_text().splitlines() == ["env_steps,episodic_return_mean,return_low,return_high",
+                                            "200,4.0000,3.0000,5.0000", "300,3.0000,1.0000,5.0000"]
+    (tmp_path / "c.csv").write_text("steps,ret\n50,nan?\n")
+    (tmp_path / "d.csv").write_text("steps,ret\n50,1\n")
+    capsys.readouterr()
+    for bad in (["c.csv"], ["a.csv", "d.csv"], ["missing.csv"]):  # not a number; no common step; no file
+        out.unlink(missing_ok=True)
+        assert reference_curve.main([str(out), *(str(tmp_path / name) for name in bad), *args]) == 2
+        assert capsys.readouterr().err.count("\n") == 1 and not out.exists()
+    assert reference_curve.main([str(out), str(tmp_path / "a.csv"), "--steps", "x", "--return", "ret"]) == 2
+    assert "no column 'x'" in capsys.readouterr().err

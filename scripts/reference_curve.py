@@ -1,0 +1,74 @@
+#!/usr/bin/env python
+"""A published learning curve as compare_results' `--reference` reads it: the seeds' logs (one CSV each, as their
+authors published them) averaged at the env steps every seed logged, with the seeds' range as the band.
+
+    .venv/bin/python scripts/reference_curve.py OUT.csv --steps "exploration/num steps total" \\
+        --return "exploration/Returns Mean" --max-steps 1000000 seed17/progress.csv seed59/progress.csv ...
+
+Writes `env_steps,episodic_return_mean,return_low,return_high`, one row per step count logged by every seed (up to
+--max-steps). Bad input (a missing column, a value that is not a number, no step count common to every seed): one
+line, exit status 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from pathlib import Path
+
+
+def read_seed(path: Path, steps: str, returns: str) -> dict[float, float]:
+    """One seed's return at each step count it logged."""
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    missing = [c for c in (steps, returns) if not rows or c not in rows[0]]
+    if missing:
+        raise ValueError(f"{path}: no column {missing[0]!r}" if rows else f"{path}: no rows")
+    curve = {}
+    for line, row in enumerate(rows, start=2):
+        try:
+            step, value = float(row[steps]), float(row[returns])
+        except ValueError:
+            raise ValueError(f"{path}, line {line}: {row[steps]!r} or {row[returns]!r} is not a number") from None
+        if not (math.isfinite(step) and math.isfinite(value)):
+            raise ValueError(f"{path}, line {line}: a value is not finite")
+        curve[step] = value
+    return curve
+
+
+def averaged(curves: list[dict[float, float]], max_steps: float) -> list[tuple[float, float, float, float]]:
+    """(steps, mean, low, high) at each step count every curve has, up to `max_steps`."""
+    common = sorted(s for s in set.intersection(*(set(c) for c in curves)) if s <= max_steps)
+    if not common:
+        raise ValueError("no step count is logged by every seed" + (" up to --max-steps" if max_steps < math.inf
+                                                                    else ""))
+    return [(s, sum(c[s] for c in curves) / len(curves), min(c[s] for c in curves), max(c[s] for c in curves))
+            for s in common]
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("output", type=Path, help="the reference CSV to write")
+    p.add_argument("seeds", type=Path, nargs="+", help="one published log (CSV) per seed")
+    p.add_argument("--steps", required=True, help="the column of env steps")
+    p.add_argument("--return", dest="returns", required=True, help="the column of the mean episodic return")
+    p.add_argument("--max-steps", type=float, default=math.inf, help="leave out later rows")
+    args = p.parse_args(argv)
+    try:
+        rows = averaged([read_seed(path, args.steps, args.returns) for path in args.seeds], args.max_steps)
+    except (ValueError, OSError) as error:
+        print(f"reference_curve.py: {error}", file=sys.stderr)
+        return 2
+    with args.output.open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["env_steps", "episodic_return_mean", "return_low", "return_high"])
+        out.writerows([f"{s:g}", *(f"{v:.4f}" for v in values)] for s, *values in rows)
+    print(f"{args.output}: {len(rows)} rows from {len(args.seeds)} seeds, {rows[0][0]:,.0f} to {rows[-1][0]:,.0f} "
+          "env steps")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
