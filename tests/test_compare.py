@@ -12,6 +12,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from fake_runs import ROWS, write_run
 
 from parallel_ppo.core.configure import config_from_dict
 from parallel_ppo.runs.reading import Run, load_runs
@@ -346,3 +348,121 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case: str, cli) -> None
         assert out.read_text() == "keep me"
     else:
         assert not out.exists()
+
+
+# ------------------------------------------------------------------------------- reference curves (fake runs, fast)
+REFERENCE_CSV = ("env_steps,episodic_return_mean,return_low,return_high,source\n"
+                 "0,1.5,1,2,paper\n1500,18,12,24,paper\n2100,30,25,33,paper\n5000,80,70,90,paper\n")
+"""A published curve with a band (and a column to ignore). Beside `_fake_labels`, the row nearest the equal env
+steps (2,048, the shorter label's end) is 2,100's, and 5,000 lies past the longest run (3,072 env steps)."""
+
+
+def _fake_labels(base: Path) -> list[str]:
+    """compare_results.py's run flags for two labels of fake runs: `a` over two seeds up to 3,072 env steps, `b` one
+    run up to 2,048."""
+    for seed in (1, 2):
+        write_run(base / "a" / f"seed_{seed}", seed=seed)
+    return ["--run", f"a={base / 'a'}", "--run", f"b={write_run(base / 'b', rows=ROWS[:2])}"]
+
+
+def test_a_reference_curve_is_tabled_at_equal_env_steps_and_never_as_a_run(tmp_path: Path, capsys) -> None:
+    from parallel_ppo.cli import compare as entry
+
+    curve = tmp_path / "sac.csv"
+    curve.write_text(REFERENCE_CSV)
+    out = tmp_path / "out"
+    assert entry.main([*_fake_labels(tmp_path), "--reference", f"sac={curve}", "--output-dir", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    result = json.loads((out / "comparison.json").read_text())
+    assert result["references"] == [{"label": "sac", "file": str(curve), "compared_at_env_steps": 2048,
+                                     "env_steps": 2100, "episodic_return_mean": 30, "return_low": 25,
+                                     "return_high": 33}]
+    assert [r["label"] for r in result["runs"]] == ["a/seed_1", "a/seed_2", "b"]
+    assert [g["label"] for g in result["across_seeds"]["labels"]] == ["a", "b"]
+    markdown, text = (out / "comparison.md").read_text(), (out / "comparison_report.txt").read_text()
+    assert "## References\n\n| reference | file | env steps (row nearest 2,048) | return | band |" in markdown
+    assert f"| sac | {curve} | 2,100 | 30.0 | 25.0 to 33.0 |" in markdown
+    assert "\nReferences\n----------\n" in text
+    assert re.search(rf"\nsac\s+{re.escape(str(curve))}\s+2,100\s+30\.0\s+25\.0 to 33\.0\n", text), text
+    for report in (markdown, text):
+        assert "a published learning curve, not a run made here: it has no wall time and no speed" in report
+    assert (f"reference sac ({curve}, a published curve, not run here): return 30.0 at 2,100 env steps (the row "
+            "nearest 2,048), band 25.0 to 33.0") in stdout
+    for name in ("comparison.png", "learning_curves.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_reference_curve_is_drawn_on_the_env_steps_panels_only_up_to_the_longest_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from parallel_ppo.runs.reading import load_groups
+    from parallel_ppo.runs.reference import load_reference
+    from parallel_ppo.runs.report import plots
+    from parallel_ppo.runs.report.numbers import compare
+
+    _fake_labels(tmp_path)
+    (tmp_path / "sac.csv").write_text(REFERENCE_CSV)
+    cmp = compare(load_groups([("a", [tmp_path / "a"]), ("b", [tmp_path / "b"])]),
+                  references=[load_reference("sac", tmp_path / "sac.csv")])
+    figures: list = []
+    monkeypatch.setattr(plots, "_png", lambda fig: figures.append(fig) or b"")
+    plots.plot_comparison(cmp)
+    plots.plot_seeds(cmp)
+    (time_panel, steps_panel), (seed_steps, seed_time) = figures[0].axes[:2], figures[1].axes[:2]
+    for ax in (steps_panel, seed_steps):
+        line = next(line for line in ax.get_lines() if list(line.get_xdata()) == [0, 1500, 2100])  # 5,000 clipped
+        assert line.get_linestyle() == "--" and list(line.get_ydata()) == [1.5, 18, 30]
+        band = [c.get_paths()[0].vertices for c in ax.collections]
+        assert any(v[:, 0].min() == 0 and v[:, 0].max() == 2100 and v[:, 1].max() == 33 for v in band)
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["sac (reference)"]
+    for ax in (time_panel, seed_time):  # wall time is not comparable across machines
+        assert not any(list(line.get_xdata()) == [0, 1500, 2100] for line in ax.get_lines())
+        assert ax.get_legend() is None
+
+
+BAD_REFERENCES = {  # case → (the CSV's text, or None: no file; the --reference values; words the error must contain)
+    "missing_column": ("env_steps,return\n1024,5\n", ["sac={csv}"], "lacks the column(s) episodic_return_mean"),
+    "not_a_number": ("env_steps,episodic_return_mean\n1024,5\n2048,high\n", ["sac={csv}"],
+                     "line 3: column episodic_return_mean holds 'high', not a finite number"),
+    "not_finite": ("env_steps,episodic_return_mean\n1024,inf\n", ["sac={csv}"], "holds 'inf', not a finite"),
+    "unsorted_steps": ("env_steps,episodic_return_mean\n2048,5\n1024,6\n", ["sac={csv}"],
+                       "line 3: env_steps 1024 is not above the row before (2048)"),
+    "empty": ("", ["sac={csv}"], "is empty"),
+    "header_only": ("env_steps,episodic_return_mean\n", ["sac={csv}"], "has a header but no rows"),
+    "only_return_low": ("env_steps,episodic_return_mean,return_low\n1024,5,4\n", ["sac={csv}"],
+                        "has return_low alone: give both return_low and return_high"),
+    "band_upside_down": ("env_steps,episodic_return_mean,return_low,return_high\n1024,5,4,6\n2048,7,8,6\n",
+                         ["sac={csv}"], "line 3: return_low is above return_high"),
+    "missing_file": (None, ["sac={csv}"], "reference curve not found"),
+    "label_of_a_run": (REFERENCE_CSV, ["b={csv}"], "'b' is already a run's label"),
+    "duplicate_label": (REFERENCE_CSV, ["sac={csv}", "sac={csv}"], "'sac' is already the label of"),
+    "no_label": (REFERENCE_CSV, ["{csv}"], "--reference expects LABEL=CSV"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_REFERENCES)
+def test_a_bad_reference_is_one_line_naming_the_file_exit_2_and_writes_nothing(case: str, tmp_path: Path,
+                                                                                capsys) -> None:
+    from parallel_ppo.cli import compare as entry
+
+    text, specs, expect = BAD_REFERENCES[case]
+    curve = tmp_path / "curve.csv"
+    if text is not None:
+        curve.write_text(text)
+    flags = [a for spec in specs for a in ("--reference", spec.format(csv=curve))]
+    out = tmp_path / "out"
+    assert entry.main([*_fake_labels(tmp_path), *flags, "--output-dir", str(out)]) == 2
+    res = capsys.readouterr()
+    lines = res.err.strip().splitlines()
+    assert res.out == "" and len(lines) == 1 and lines[0].startswith("compare_results.py: error:"), res.err
+    assert str(curve) in lines[0] and expect in lines[0], lines[0]
+    assert not out.exists()
+
+
+def test_a_reference_does_not_count_as_a_run(tmp_path: Path, capsys) -> None:
+    from parallel_ppo.cli import compare as entry
+
+    (tmp_path / "sac.csv").write_text(REFERENCE_CSV)
+    out = tmp_path / "out"
+    assert entry.main(["--run", f"b={write_run(tmp_path / 'b')}", "--reference", f"sac={tmp_path / 'sac.csv'}",
+                       "--output-dir", str(out)]) == 2
+    assert "nothing to compare: give at least two runs" in capsys.readouterr().err and not out.exists()

@@ -4,6 +4,7 @@ comparison.png, phase_breakdown.png, a text and a markdown report, and compariso
     python compare_results.py --sequential benchmarks/sequential_1h --parallel benchmarks/parallel_1h
     python compare_results.py --run w1=benchmarks/w1 --run w2=benchmarks/w2 --run w4=benchmarks/w4
     python compare_results.py --run fp32=runs/fp32 --run bf16=runs/bf16/seed_1,runs/bf16/seed_2   (seeds)
+    python compare_results.py --run a=runs/a --run b=runs/b --reference sac=curves/robosuite_sac_lift.csv
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from parallel_ppo.cli.common import OneLineParser, fail
 from parallel_ppo.errors import ParallelPPOError
 from parallel_ppo.runs.reading import parse_run_spec
+from parallel_ppo.runs.reference import parse_reference_spec
 from parallel_ppo.runs.report.make import make_report
 from parallel_ppo.runs.report.numbers import THRESHOLD_SHARE
 
@@ -26,6 +28,10 @@ def make_parser(prog: str) -> OneLineParser:
     p.add_argument("--run", action="append", default=[], metavar="LABEL=DIR[,DIR...]",
                    help="runs under a label of your choice (repeatable, e.g. a sweep of worker counts); several "
                         "directories, or a parent of run directories, make one label over seeds")
+    p.add_argument("--reference", action="append", default=[], metavar="LABEL=CSV",
+                   help="a published learning curve drawn and tabled beside the runs (repeatable): a CSV with "
+                        "env_steps and episodic_return_mean columns, optionally return_low and return_high (a band); "
+                        "compared by return at equal env steps only, never as a run")
     p.add_argument("--at-steps", type=float, metavar="N",
                    help="env steps at which returns are compared across seeds (default: the shortest run's)")
     p.add_argument("--output-dir", default="benchmarks/comparison", metavar="DIR",
@@ -46,7 +52,8 @@ def main(argv: list[str] | None = None, prog: str = "compare_results.py") -> int
     roles = {role: [Path(d)] for role, d in (("sequential", args.sequential), ("parallel", args.parallel)) if d}
     try:
         specs = [*roles.items(), *(parse_run_spec(s) for s in args.run)]
+        references = [parse_reference_spec(s) for s in args.reference]
     except ParallelPPOError as e:
         return fail(prog, e, 2)
     return make_report(specs, Path(args.output_dir), prog, args.baseline, args.threshold,
-                       {role: role for role in roles}, args.at_steps)
+                       {role: role for role in roles}, args.at_steps, references)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from parallel_ppo.errors import ConfigError, ParallelPPOError
 from parallel_ppo.runs.reading import is_run_dir, load_groups
+from parallel_ppo.runs.reference import load_references
 
 
 def check_arguments(specs: list[tuple[str, list[Path]]], baseline: str | None, out_dir: Path) -> None:
@@ -33,20 +34,21 @@ def check_arguments(specs: list[tuple[str, list[Path]]], baseline: str | None, o
 
 def make_report(specs: list[tuple[str, list[Path]]], out_dir: Path, prog: str, baseline: str | None = None,
                 threshold: float | None = None, declared_modes: Mapping[str, str] | None = None,
-                at_steps: float | None = None) -> int:
-    """Compare the runs of `specs` (label, directories), write every report file to `out_dir` (all or none) and
-    print the console summary; returns the exit status: 0, or 2 after a one-line `PROG: error: ...` on stderr.
-    The arguments are as `numbers.compare`'s."""
+                at_steps: float | None = None, references: Sequence[tuple[str, Path]] = ()) -> int:
+    """Compare the runs of `specs` (label, directories), beside the reference curves of `references` (label, CSV),
+    write every report file to `out_dir` (all or none) and print the console summary; returns the exit status: 0,
+    or 2 after a one-line `PROG: error: ...` on stderr. The other arguments are as `numbers.compare`'s."""
     try:
         check_arguments(specs, baseline, out_dir)
         if at_steps is not None and not (math.isfinite(at_steps) and at_steps > 0):
             raise ConfigError(f"--at-steps must be a positive number of env steps, got {at_steps}")
         groups = load_groups(specs)
+        curves = load_references(references, [name for g in groups for name in (g.label, *(r.label for r in g.runs))])
         from parallel_ppo.runs.report.numbers import compare
         from parallel_ppo.runs.report.plots import render_outputs, write_outputs
         from parallel_ppo.runs.report.text import console_summary
 
-        comparison = compare(groups, baseline, threshold, declared_modes, at_steps)
+        comparison = compare(groups, baseline, threshold, declared_modes, at_steps, curves)
         outputs = render_outputs(comparison)
     except ParallelPPOError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)

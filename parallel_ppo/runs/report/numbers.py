@@ -14,6 +14,7 @@ from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs import seeds
 from parallel_ppo.runs.figures import efficiency, first_reaching, first_return, return_at, speedup
 from parallel_ppo.runs.reading import Run, RunGroup
+from parallel_ppo.runs.reference import Reference
 from parallel_ppo.runs.report.formatting import NO_EPISODES, describe_hardware, fmt_duration, fmt_return
 from parallel_ppo.runs.summary import MAIN_PHASES
 
@@ -84,7 +85,9 @@ class Comparison:
     """The labels as given, each with its runs (seeds); the table above lists every run on its own."""
     group_stats: list[seeds.GroupStats] = field(default_factory=list)
     equal_steps: float = 0.0
-    """Env steps at which returns are compared across seeds (the shortest run's, unless given)."""
+    """Env steps at which returns are compared across seeds (the shortest run's, unless given), and references'."""
+    references: list[Reference] = field(default_factory=list)
+    """Published curves shown beside the runs (`--reference`): no runs, compared by return at `equal_steps` only."""
 
     @property
     def has_seeds(self) -> bool:
@@ -97,10 +100,11 @@ class Comparison:
 
 
 def compare(items: Sequence[RunGroup | Run], baseline: str | None = None, threshold: float | None = None,
-            declared_modes: Mapping[str, str] | None = None, at_steps: float | None = None) -> Comparison:
+            declared_modes: Mapping[str, str] | None = None, at_steps: float | None = None,
+            references: Sequence[Reference] = ()) -> Comparison:
     """Compute the table, with speed-ups against `baseline` (default: first sequential run, else first run),
     and, when a label has several runs (seeds), the figures across seeds at `at_steps` env steps (default:
-    the shortest run's).
+    the shortest run's). `references` (published curves) are kept to be shown beside the runs.
 
     `declared_modes` maps a label to the mode the user said it has (`--sequential`/`--parallel`); a run whose
     summary says otherwise gets a warning.
@@ -121,7 +125,7 @@ def compare(items: Sequence[RunGroup | Run], baseline: str | None = None, thresh
     seeded = any(len(g.runs) > 1 for g in groups)
     return Comparison(list(runs), stats, baseline, equal_time, threshold, source,
                       _warnings(runs, declared_modes or {}, seeded), list(groups),
-                      seeds.group_stats(groups, equal_steps, equal_time), equal_steps)
+                      seeds.group_stats(groups, equal_steps, equal_time), equal_steps, list(references))
 
 
 def _baseline_label(groups: Sequence[RunGroup], runs: Sequence[Run], baseline: str | None) -> str:

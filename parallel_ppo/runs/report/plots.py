@@ -107,6 +107,7 @@ def plot_comparison(cmp: Comparison) -> bytes:
             ax_time.plot(cmp.equal_time / scale, s.return_at_equal_time, "o", color=color, ms=8,
                          mec="black", mew=0.8, zorder=5)
     _decorate_returns(cmp, ax_time, ax_steps, scale, unit, longest)
+    _draw_references(cmp, ax_steps)
     _decorate_sps(cmp, ax_sps, unit)
     _decorate_resources(cmp, ax_res, ax_mem, unit, mem_col, mem_gb)
     for ax in (ax_time, ax_steps, ax_sps, ax_res):
@@ -142,6 +143,7 @@ def plot_seeds(cmp: Comparison) -> bytes:
         n = len(group.runs)
         names.append(f"{group.label} ({n} seed{'s' if n > 1 else ''}, band: {seeds.band_name(n)})")
     ax_steps.axvline(cmp.equal_steps, color="0.35", ls=":", lw=1)
+    _draw_references(cmp, ax_steps)
     ax_steps.xaxis.set_major_formatter(FuncFormatter(_count))
     ax_steps.set(xlabel="env steps", ylabel=f"mean episodic return ({return_window(cmp)})",
                  title="Return vs env steps (learning per step)")
@@ -152,6 +154,28 @@ def plot_seeds(cmp: Comparison) -> bytes:
     fig.legend([Line2D([], [], color=c, lw=2.5) for c in colors], names, loc="outside lower center",
                ncol=min(len(names), 4), fontsize=11)
     return _png(fig)
+
+
+REFERENCE_STYLES = (("0.1", "--"), ("0.45", "--"), ("0.1", "-."), ("0.45", "-."))
+"""Colour and dash of each reference curve in turn: dark and dashed, apart from the runs' colours."""
+
+
+def _draw_references(cmp: Comparison, ax: Any) -> None:
+    """Each reference curve on a return-vs-env-steps panel, up to the longest run's last env steps: a dashed dark
+    line, its band (where given) light, and a legend entry `LABEL (reference)` on the panel."""
+    if not cmp.references:
+        return
+    end = max(float(r.metrics["env_steps"][-1]) for r in cmp.runs)
+    handles = []
+    for i, ref in enumerate(cmp.references):
+        color, dash = REFERENCE_STYLES[i % len(REFERENCE_STYLES)]
+        shown = ref.env_steps <= end
+        x = ref.env_steps[shown]
+        ax.plot(x, ref.returns[shown], color=color, ls=dash, lw=1.8, marker="o" if len(x) < 2 else None, ms=4)
+        if ref.low is not None and ref.high is not None:
+            ax.fill_between(x, ref.low[shown], ref.high[shown], color=color, alpha=0.12, lw=0)
+        handles.append(Line2D([], [], color=color, ls=dash, lw=1.8, label=f"{ref.label} (reference)"))
+    ax.legend(handles=handles, loc="best", fontsize=9)
 
 
 def _decorate_returns(cmp: Comparison, ax_time: Any, ax_steps: Any, scale: float, unit: str, longest: float) -> None:

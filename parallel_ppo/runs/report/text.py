@@ -24,6 +24,7 @@ from parallel_ppo.runs.report.formatting import (
     for_console,
 )
 from parallel_ppo.runs.report.numbers import PHASE_NAMES, Comparison, RunStats
+from parallel_ppo.runs.report.references import console_lines, reference_note, reference_table, references_json
 
 
 def run_name(s: RunStats) -> str:
@@ -258,14 +259,16 @@ def console_summary(cmp: Comparison, written: Sequence[Path]) -> str:
         droppable = [seed_figure_names(cmp)[f] for f in seeds.shown_figures(cmp.group_stats)[2:]]
         across, _ = for_console(console_seed_table(cmp), (), droppable)
         lines += [f"Across seeds ({SEED_CELLS}):", across.text(), ""]
-    lines += [*(f"  {line}" for line in verdict(cmp)), *(f"  warning: {line}" for line in cmp.warnings)]
+    lines += [*(f"  {line}" for line in [*verdict(cmp), *console_lines(cmp)]),
+              *(f"  warning: {line}" for line in cmp.warnings)]
     if written:
         lines += ["", f"wrote {', '.join(p.name for p in written)} to {written[0].parent}"]
     return "\n".join(lines) + "\n"
 
 
 def _sections(cmp: Comparison) -> list[tuple[str, str, Any]]:
-    """The report as (title, kind, content) with kind `table` or `list`; rendered as text or markdown."""
+    """The report as (title, kind, content) with kind `table`, `noted table` (a table and a sentence), `list` or
+    `figures`; rendered as text or markdown."""
     warnings = cmp.warnings or ["none: same hardware, versions, config (apart from the parallel layout) "
                                 "and duration"]
     across = [("Across seeds", "table", seed_table(cmp))]
@@ -275,6 +278,7 @@ def _sections(cmp: Comparison) -> list[tuple[str, str, Any]]:
     return [
         *(across if cmp.has_seeds else []),
         ("Results", "table", table(cmp)),
+        *([("References", "noted table", (reference_table(cmp), reference_note(cmp)))] if cmp.references else []),
         ("Verdict", "list", verdict(cmp)),
         ("Warnings", "list", warnings),
         ("Where the time goes (share of wall time)", "table", phase_table(cmp)),
@@ -296,6 +300,8 @@ def render_text(cmp: Comparison) -> str:
         parts += ["", title, "-" * len(title)]
         if kind == "table":
             parts.append(content.text())
+        elif kind == "noted table":
+            parts += [content[0].text(), "", content[1]]
         elif kind == "list":
             parts += [f"- {item}" for item in content]
         else:
@@ -309,6 +315,8 @@ def render_markdown(cmp: Comparison) -> str:
         parts += ["", f"## {title}", ""]
         if kind == "table":
             parts.append(content.markdown())
+        elif kind == "noted table":
+            parts += [content[0].markdown(), "", content[1]]
         elif kind == "list":
             parts += [f"- {item}" for item in content]
         else:
@@ -318,7 +326,7 @@ def render_markdown(cmp: Comparison) -> str:
 
 
 def to_json(cmp: Comparison) -> dict[str, Any]:
-    """Every number in the table (unrounded), the reference points, warnings and verdict."""
+    """Every number in the table (unrounded), the reference points, warnings, verdict and reference curves."""
     runs = []
     for run, s in zip(cmp.runs, cmp.stats, strict=True):
         total = sum(s.phase_seconds.values()) or 1.0
@@ -349,7 +357,7 @@ def to_json(cmp: Comparison) -> dict[str, Any]:
         "baseline": cmp.baseline, "speedup_definition": SPEEDUP_DEFINITION,
         "equal_wall_time_seconds": cmp.equal_time, "return_threshold": cmp.threshold,
         "threshold_source": cmp.threshold_source, "runs": runs, "verdict": verdict(cmp),
-        "warnings": cmp.warnings, **(_seeds_json(cmp) if cmp.has_seeds else {}),
+        "warnings": cmp.warnings, "references": references_json(cmp), **(_seeds_json(cmp) if cmp.has_seeds else {}),
     })
 
 
