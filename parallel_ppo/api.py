@@ -109,10 +109,13 @@ def export(policy: Policy | Run | str | Path, format: str = "onnx", output: str 
 
 
 def compare(runs: Mapping[str, str | Path | Run | Sequence[str | Path]], output_dir: str | Path | None = None,
-            baseline: str | None = None, threshold: float | None = None) -> Any:
+            baseline: str | None = None, threshold: float | None = None, at_steps: float | None = None,
+            references: Mapping[str, str | Path] | None = None) -> Any:
     """Compare runs by label (a label with several run directories, or a parent of seed runs, is compared across
-    seeds); returns the comparison (`runs.report.numbers.Comparison`) and, with `output_dir`, writes its table,
-    plots and reports there as compare_results.py does."""
+    seeds), at `at_steps` env steps across seeds, beside published `references` ({label: CSV}, as
+    `--reference`); returns the comparison (`runs.report.numbers.Comparison`) and, with `output_dir`, writes its
+    table, plots and reports there as compare_results.py does."""
+    from parallel_ppo.runs.reference import load_references
     from parallel_ppo.runs.report.numbers import compare as compare_groups
     from parallel_ppo.runs.report.plots import render_outputs, write_outputs
 
@@ -120,7 +123,9 @@ def compare(runs: Mapping[str, str | Path | Run | Sequence[str | Path]], output_
     for label, where in runs.items():
         dirs = [where] if isinstance(where, (str, Path, Run)) else list(where)
         specs.append((label, [d.path if isinstance(d, Run) else Path(d) for d in dirs]))
-    comparison = compare_groups(load_groups(specs), baseline, threshold)
+    groups = load_groups(specs)
+    curves = load_references([(label, Path(path)) for label, path in (references or {}).items()], groups)
+    comparison = compare_groups(groups, baseline, threshold, at_steps=at_steps, references=curves)
     if output_dir is not None:
         write_outputs(render_outputs(comparison), Path(output_dir))
     return comparison

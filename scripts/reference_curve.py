@@ -14,9 +14,15 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import math
 import sys
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from parallel_ppo.core.files import atomic_write  # noqa: E402
 
 
 def read_seed(path: Path, steps: str, returns: str) -> dict[float, float]:
@@ -30,10 +36,10 @@ def read_seed(path: Path, steps: str, returns: str) -> dict[float, float]:
     for line, row in enumerate(rows, start=2):
         try:
             step, value = float(row[steps]), float(row[returns])
-        except ValueError:
-            raise ValueError(f"{path}, line {line}: {row[steps]!r} or {row[returns]!r} is not a number") from None
+        except (TypeError, ValueError):  # a short row has None
+            raise ValueError(f"{path}, row {line}: {row[steps]!r} or {row[returns]!r} is not a number") from None
         if not (math.isfinite(step) and math.isfinite(value)):
-            raise ValueError(f"{path}, line {line}: a value is not finite")
+            raise ValueError(f"{path}, row {line}: a value is not finite")
         curve[step] = value
     return curve
 
@@ -56,15 +62,16 @@ def main(argv: list[str]) -> int:
     p.add_argument("--return", dest="returns", required=True, help="the column of the mean episodic return")
     p.add_argument("--max-steps", type=float, default=math.inf, help="leave out later rows")
     args = p.parse_args(argv)
+    text = io.StringIO(newline="")
     try:
         rows = averaged([read_seed(path, args.steps, args.returns) for path in args.seeds], args.max_steps)
-    except (ValueError, OSError) as error:
+        out = csv.writer(text)
+        out.writerow(["env_steps", "episodic_return_mean", "return_low", "return_high"])
+        out.writerows([f"{s:.0f}", *(f"{v:.4f}" for v in values)] for s, *values in rows)
+        atomic_write(args.output, lambda f: f.write(text.getvalue().encode()))
+    except (ValueError, OSError, csv.Error) as error:
         print(f"reference_curve.py: {error}", file=sys.stderr)
         return 2
-    with args.output.open("w", newline="") as f:
-        out = csv.writer(f)
-        out.writerow(["env_steps", "episodic_return_mean", "return_low", "return_high"])
-        out.writerows([f"{s:g}", *(f"{v:.4f}" for v in values)] for s, *values in rows)
     print(f"{args.output}: {len(rows)} rows from {len(args.seeds)} seeds, {rows[0][0]:,.0f} to {rows[-1][0]:,.0f} "
           "env steps")
     return 0

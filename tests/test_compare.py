@@ -353,8 +353,10 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case: str, cli) -> None
 # ------------------------------------------------------------------------------- reference curves (fake runs, fast)
 REFERENCE_CSV = ("env_steps,episodic_return_mean,return_low,return_high,source\n"
                  "0,1.5,1,2,paper\n1500,18,12,24,paper\n2100,30,25,33,paper\n5000,80,70,90,paper\n")
-"""A published curve with a band (and a column to ignore). Beside `_fake_labels`, the row nearest the equal env
-steps (2,048, the shorter label's end) is 2,100's, and 5,000 lies past the longest run (3,072 env steps)."""
+LATE_CSV = "env_steps,episodic_return_mean\n4000,50\n6000,70\n"
+"""Published curves: one with a band (and a column to ignore), one that starts after the runs end. Beside
+`_fake_labels`, the first one's row logged last by the equal env steps (2,048, the shorter label's end) is 1,500's
+(as for a run), and 5,000 lies past the longest run (3,072 env steps); the second is not logged by then."""
 
 
 def _fake_labels(base: Path) -> list[str]:
@@ -368,28 +370,43 @@ def _fake_labels(base: Path) -> list[str]:
 def test_a_reference_curve_is_tabled_at_equal_env_steps_and_never_as_a_run(tmp_path: Path, capsys) -> None:
     from parallel_ppo.cli import compare as entry
 
-    curve = tmp_path / "sac.csv"
+    curve, late = tmp_path / "sac.csv", tmp_path / "late.csv"
     curve.write_text(REFERENCE_CSV)
+    late.write_text(LATE_CSV)
     out = tmp_path / "out"
-    assert entry.main([*_fake_labels(tmp_path), "--reference", f"sac={curve}", "--output-dir", str(out)]) == 0
+    assert entry.main([*_fake_labels(tmp_path), "--reference", f"sac={curve}", "--reference", f"late={late}",
+                       "--output-dir", str(out)]) == 0
     stdout = capsys.readouterr().out
     result = json.loads((out / "comparison.json").read_text())
-    assert result["references"] == [{"label": "sac", "file": str(curve), "compared_at_env_steps": 2048,
-                                     "env_steps": 2100, "episodic_return_mean": 30, "return_low": 25,
-                                     "return_high": 33}]
+    assert result["references"] == [
+        {"label": "sac", "file": str(curve), "compared_at_env_steps": 2048, "first_env_steps": 0,
+         "last_env_steps": 5000, "env_steps": 1500, "episodic_return_mean": 18, "return_low": 12, "return_high": 24},
+        {"label": "late", "file": str(late), "compared_at_env_steps": 2048, "first_env_steps": 4000,
+         "last_env_steps": 6000, "env_steps": None, "episodic_return_mean": None, "return_low": None,
+         "return_high": None}]
     assert [r["label"] for r in result["runs"]] == ["a/seed_1", "a/seed_2", "b"]
     assert [g["label"] for g in result["across_seeds"]["labels"]] == ["a", "b"]
     markdown, text = (out / "comparison.md").read_text(), (out / "comparison_report.txt").read_text()
-    assert "## References\n\n| reference | file | env steps (row nearest 2,048) | return | band |" in markdown
-    assert f"| sac | {curve} | 2,100 | 30.0 | 25.0 to 33.0 |" in markdown
+    assert "## References\n\n| reference | file | env steps (its row by 2,048) | return | band |" in markdown
+    assert f"| sac | {curve} | 1,500 | 18.0 | 12.0 to 24.0 |" in markdown
+    assert f"| late | {late} | - | - | - |" in markdown
+    assert "Not logged there (late: its curve spans 4,000 to 6,000 env steps)." in markdown
     assert "\nReferences\n----------\n" in text
-    assert re.search(rf"\nsac\s+{re.escape(str(curve))}\s+2,100\s+30\.0\s+25\.0 to 33\.0\n", text), text
+    assert re.search(rf"\nsac\s+{re.escape(str(curve))}\s+1,500\s+18\.0\s+12\.0 to 24\.0\n", text), text
     for report in (markdown, text):
         assert "a published learning curve, not a run made here: it has no wall time and no speed" in report
-    assert (f"reference sac ({curve}, a published curve, not run here): return 30.0 at 2,100 env steps (the row "
-            "nearest 2,048), band 25.0 to 33.0") in stdout
+    assert (f"reference sac ({curve}, a published curve, not run here): return 18.0 at 1,500 env steps (its row by "
+            "2,048), band 12.0 to 24.0") in stdout
+    assert f"reference late ({late}, a published curve, not run here): not logged at 2,048 env steps" in stdout
     for name in ("comparison.png", "learning_curves.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import parallel_ppo as ppo
+    from parallel_ppo.runs.report.references import references_json
+
+    cmp = ppo.compare({"a": tmp_path / "a", "b": tmp_path / "b"}, at_steps=3000, references={"sac": curve})
+    assert [ref["env_steps"] for ref in references_json(cmp)] == [2100]  # from Python too, at the steps given
+    with pytest.raises(ppo.ConfigError, match="'a/seed_1' is already a run's label"):
+        ppo.compare({"a": tmp_path / "a", "b": tmp_path / "b"}, references={"a/seed_1": curve})
 
 
 def test_a_reference_curve_is_drawn_on_the_env_steps_panels_only_up_to_the_longest_run(
@@ -401,8 +418,9 @@ def test_a_reference_curve_is_drawn_on_the_env_steps_panels_only_up_to_the_longe
 
     _fake_labels(tmp_path)
     (tmp_path / "sac.csv").write_text(REFERENCE_CSV)
+    (tmp_path / "late.csv").write_text(LATE_CSV)
     cmp = compare(load_groups([("a", [tmp_path / "a"]), ("b", [tmp_path / "b"])]),
-                  references=[load_reference("sac", tmp_path / "sac.csv")])
+                  references=[load_reference(name, tmp_path / f"{name}.csv") for name in ("sac", "late")])
     figures: list = []
     monkeypatch.setattr(plots, "_png", lambda fig: figures.append(fig) or b"")
     plots.plot_comparison(cmp)
@@ -413,7 +431,7 @@ def test_a_reference_curve_is_drawn_on_the_env_steps_panels_only_up_to_the_longe
         assert line.get_linestyle() == "--" and list(line.get_ydata()) == [1.5, 18, 30]
         band = [c.get_paths()[0].vertices for c in ax.collections]
         assert any(v[:, 0].min() == 0 and v[:, 0].max() == 2100 and v[:, 1].max() == 33 for v in band)
-        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["sac (reference)"]
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["sac (reference)"]  # late: nothing to draw
     for ax in (time_panel, seed_time):  # wall time is not comparable across machines
         assert not any(list(line.get_xdata()) == [0, 1500, 2100] for line in ax.get_lines())
         assert ax.get_legend() is None
@@ -425,7 +443,7 @@ BAD_REFERENCES = {  # case → (the CSV's text, or None: no file; the --referenc
                      "line 3: column episodic_return_mean holds 'high', not a finite number"),
     "not_finite": ("env_steps,episodic_return_mean\n1024,inf\n", ["sac={csv}"], "holds 'inf', not a finite"),
     "unsorted_steps": ("env_steps,episodic_return_mean\n2048,5\n1024,6\n", ["sac={csv}"],
-                       "line 3: env_steps 1024 is not above the row before (2048)"),
+                       "line 3: env_steps 1,024 is not above the row before (2,048)"),
     "empty": ("", ["sac={csv}"], "is empty"),
     "header_only": ("env_steps,episodic_return_mean\n", ["sac={csv}"], "has a header but no rows"),
     "only_return_low": ("env_steps,episodic_return_mean,return_low\n1024,5,4\n", ["sac={csv}"],

@@ -223,3 +223,19 @@ def test_a_published_curve_is_the_seeds_mean_and_range_where_every_seed_logged(t
         assert capsys.readouterr().err.count("\n") == 1 and not out.exists()
     assert reference_curve.main([str(out), str(tmp_path / "a.csv"), "--steps", "x", "--return", "ret"]) == 2
     assert "no column 'x'" in capsys.readouterr().err
+    (tmp_path / "e.csv").write_text("steps,ret\n1234567,1\n1234568\n")  # a short row
+    assert reference_curve.main([str(out), str(tmp_path / "e.csv"), *args]) == 2 and not out.exists()
+    (tmp_path / "e.csv").write_text("steps,ret\n1234567,1\n1234568,2\n")
+    assert reference_curve.main([str(out), str(tmp_path / "e.csv"), *args]) == 0
+    assert out.read_text().splitlines()[1:] == ["1234567,1.0000,1.0000,1.0000", "1234568,2.0000,2.0000,2.0000"]
+
+
+def test_the_published_curves_committed_read_as_references():
+    """Each CSV under docs/results/references/ is one compare_results.py --reference takes."""
+    from parallel_ppo.runs.reference import load_reference
+
+    curves = sorted((ROOT / "docs" / "results" / "references").glob("*.csv"))
+    assert curves
+    for path in curves:
+        curve = load_reference(path.stem, path)
+        assert curve.low is not None and (curve.low <= curve.returns).all() and (curve.returns <= curve.high).all()

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from parallel_ppo.errors import ConfigError, RunDataError
+from parallel_ppo.runs.reading import RunGroup
 from parallel_ppo.runs.summary import short_repr
 
 REQUIRED = ("env_steps", "episodic_return_mean")
@@ -54,8 +55,10 @@ def parse_reference_spec(spec: str) -> tuple[str, Path]:
     return label.strip(), Path(path.strip())
 
 
-def load_references(specs: Sequence[tuple[str, Path]], run_labels: Sequence[str]) -> list[Reference]:
-    """Read every `(label, CSV)`; a label must differ from every run's and every other reference's."""
+def load_references(specs: Sequence[tuple[str, Path]], groups: Sequence[RunGroup]) -> list[Reference]:
+    """Read every `(label, CSV)`; a label must differ from every other reference's and from the labels of `groups`
+    and of their runs."""
+    run_labels = {name for g in groups for name in (g.label, *(r.label for r in g.runs))}
     seen: dict[str, Path] = {}
     for label, path in specs:
         if label in run_labels:
@@ -86,8 +89,8 @@ def load_reference(label: str, path: Path) -> Reference:
     steps = columns["env_steps"]
     bad = np.flatnonzero(np.diff(steps) <= 0)
     if bad.size:
-        raise RunDataError(f"reference curve {path} line {lines[bad[0] + 1]}: env_steps {steps[bad[0] + 1]:g} is not "
-                           f"above the row before ({steps[bad[0]]:g}); env_steps must increase")
+        raise RunDataError(f"reference curve {path} line {lines[bad[0] + 1]}: env_steps {steps[bad[0] + 1]:,.0f} is "
+                           f"not above the row before ({steps[bad[0]]:,.0f}); env_steps must increase")
     if band:
         bad = np.flatnonzero(columns["return_low"] > columns["return_high"])
         if bad.size:
@@ -133,9 +136,12 @@ def _cell(path: Path, line: int, column: str, text: str) -> float:
     return value
 
 
-def nearest_row(reference: Reference, env_steps: float) -> Row:
-    """The row whose env steps are nearest `env_steps` (the earlier of two as near)."""
-    i = int(np.argmin(np.abs(reference.env_steps - env_steps)))
+def row_at(reference: Reference, env_steps: float) -> Row | None:
+    """The row logged last by `env_steps` (the rule `figures.return_at_step` applies to a run), or None where the
+    curve does not span them (it starts after them, or ends before)."""
+    if not reference.env_steps[0] <= env_steps <= reference.env_steps[-1]:
+        return None
+    i = int(np.searchsorted(reference.env_steps, env_steps, side="right")) - 1
     band = (None, None) if reference.low is None or reference.high is None else (
         float(reference.low[i]), float(reference.high[i]))
     return Row(float(reference.env_steps[i]), float(reference.returns[i]), *band)

@@ -43,7 +43,7 @@ def make_report(specs: list[tuple[str, list[Path]]], out_dir: Path, prog: str, b
         if at_steps is not None and not (math.isfinite(at_steps) and at_steps > 0):
             raise ConfigError(f"--at-steps must be a positive number of env steps, got {at_steps}")
         groups = load_groups(specs)
-        curves = load_references(references, [name for g in groups for name in (g.label, *(r.label for r in g.runs))])
+        curves = load_references(references, groups)
         from parallel_ppo.runs.report.numbers import compare
         from parallel_ppo.runs.report.plots import render_outputs, write_outputs
         from parallel_ppo.runs.report.text import console_summary

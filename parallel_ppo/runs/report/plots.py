@@ -162,20 +162,22 @@ REFERENCE_STYLES = (("0.1", "--"), ("0.45", "--"), ("0.1", "-."), ("0.45", "-.")
 
 def _draw_references(cmp: Comparison, ax: Any) -> None:
     """Each reference curve on a return-vs-env-steps panel, up to the longest run's last env steps: a dashed dark
-    line, its band (where given) light, and a legend entry `LABEL (reference)` on the panel."""
-    if not cmp.references:
-        return
+    line, its band (where given) light, and a legend entry `LABEL (reference)` on the panel (none for a curve that
+    starts after that)."""
     end = max(float(r.metrics["env_steps"][-1]) for r in cmp.runs)
     handles = []
     for i, ref in enumerate(cmp.references):
         color, dash = REFERENCE_STYLES[i % len(REFERENCE_STYLES)]
         shown = ref.env_steps <= end
         x = ref.env_steps[shown]
+        if not x.size:
+            continue
         ax.plot(x, ref.returns[shown], color=color, ls=dash, lw=1.8, marker="o" if len(x) < 2 else None, ms=4)
         if ref.low is not None and ref.high is not None:
             ax.fill_between(x, ref.low[shown], ref.high[shown], color=color, alpha=0.12, lw=0)
         handles.append(Line2D([], [], color=color, ls=dash, lw=1.8, label=f"{ref.label} (reference)"))
-    ax.legend(handles=handles, loc="best", fontsize=9)
+    if handles:
+        ax.legend(handles=handles, loc="best", fontsize=9)
 
 
 def _decorate_returns(cmp: Comparison, ax_time: Any, ax_steps: Any, scale: float, unit: str, longest: float) -> None:
