@@ -450,7 +450,7 @@ BAD_REFERENCES = {  # case → (the CSV's text, or None: no file; the --referenc
                         "has return_low alone: give both return_low and return_high"),
     "band_upside_down": ("env_steps,episodic_return_mean,return_low,return_high\n1024,5,4,6\n2048,7,8,6\n",
                          ["sac={csv}"], "line 3: return_low is above return_high"),
-    "missing_file": (None, ["sac={csv}"], "reference curve not found"),
+    "missing_file": (None, ["sac={csv}"], "cannot read reference curve"),
     "label_of_a_run": (REFERENCE_CSV, ["b={csv}"], "'b' is already a run's label"),
     "duplicate_label": (REFERENCE_CSV, ["sac={csv}", "sac={csv}"], "'sac' is already the label of"),
     "no_label": (REFERENCE_CSV, ["{csv}"], "--reference expects LABEL=CSV"),

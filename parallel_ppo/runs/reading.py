@@ -227,22 +227,28 @@ def _read_config(path: Path) -> Config:
         raise RunDataError(text if str(path) in text else f"{path}: {text}") from None
 
 
+def csv_rows(path: Path, name: str, whole_lines: bool = False) -> list[list[str]]:
+    """The rows of the CSV file `path` (`name`: what an error calls it); a file that is missing, unreadable, not
+    UTF-8, empty, malformed or (with `whole_lines`) cut in the middle of a line raises RunDataError."""
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise RunDataError(f"{name} is corrupt (not UTF-8 text)") from None
+    except OSError as e:
+        raise RunDataError(f"cannot read {name}: {e.strerror or e}") from None
+    if not text.strip():
+        raise RunDataError(f"{name} is empty")
+    if whole_lines and not text.endswith("\n"):
+        raise RunDataError(f"{name} ends in the middle of a line (truncated)")
+    try:
+        return list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as e:
+        raise RunDataError(f"{name} is corrupt ({e})") from None
+
+
 def read_metrics(path: Path) -> dict[str, np.ndarray]:
     """Parse metrics.csv into float columns, rejecting truncated, corrupt or out-of-order files."""
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise RunDataError(f"{path} is corrupt (not UTF-8 text)") from None
-    except OSError as e:
-        raise RunDataError(f"cannot read {path}: {e.strerror}") from None
-    if not text.strip():
-        raise RunDataError(f"{path} is empty")
-    if not text.endswith("\n"):
-        raise RunDataError(f"{path} ends in the middle of a line (truncated)")
-    try:
-        rows = list(csv.reader(io.StringIO(text, newline="")))
-    except csv.Error as e:
-        raise RunDataError(f"{path} is corrupt ({e})") from None
+    rows = csv_rows(path, str(path), whole_lines=True)
     header, body = rows[0], [r for r in rows[1:] if r]
     missing = [c for c in FINITE_COLUMNS + ("episodic_return_mean",) if c not in header]
     if missing:

@@ -8,8 +8,6 @@ The CSV has a header row, the columns `env_steps` and `episodic_return_mean`, an
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from parallel_ppo.errors import ConfigError, RunDataError
-from parallel_ppo.runs.reading import RunGroup
+from parallel_ppo.runs.reading import RunGroup, csv_rows
 from parallel_ppo.runs.summary import short_repr
 
 REQUIRED = ("env_steps", "episodic_return_mean")
@@ -102,20 +100,7 @@ def load_reference(label: str, path: Path) -> Reference:
 def _rows(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
     """The CSV's header (stripped names) and its non-blank rows with their line numbers, each as long as the
     header."""
-    try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except FileNotFoundError:
-        raise RunDataError(f"reference curve not found: {path}") from None
-    except UnicodeDecodeError:
-        raise RunDataError(f"reference curve {path} is not UTF-8 text (a CSV was expected)") from None
-    except OSError as e:
-        raise RunDataError(f"cannot read reference curve {path}: {e.strerror or e}") from None
-    if not text.strip():
-        raise RunDataError(f"reference curve {path} is empty (a CSV with a header row was expected)")
-    try:
-        rows = list(csv.reader(io.StringIO(text, newline="")))
-    except csv.Error as e:
-        raise RunDataError(f"reference curve {path} is not a readable CSV ({e})") from None
+    rows = csv_rows(path, f"reference curve {path}")
     header = [name.strip() for name in rows[0]]
     body = [(line, row) for line, row in enumerate(rows[1:], start=2) if any(cell.strip() for cell in row)]
     for line, row in body:
