@@ -407,6 +407,9 @@ def test_a_reference_curve_is_tabled_at_equal_env_steps_and_never_as_a_run(tmp_p
     assert [ref["env_steps"] for ref in references_json(cmp)] == [2100]  # from Python too, at the steps given
     with pytest.raises(ppo.ConfigError, match="'a/seed_1' is already a run's label"):
         ppo.compare({"a": tmp_path / "a", "b": tmp_path / "b"}, references={"a/seed_1": curve})
+    for bad in (float("nan"), 0):  # refused from Python as on the command line
+        with pytest.raises(ppo.ConfigError, match="--at-steps must be a positive number of env steps"):
+            ppo.compare({"a": tmp_path / "a", "b": tmp_path / "b"}, at_steps=bad)
 
 
 def test_a_reference_curve_is_drawn_on_the_env_steps_panels_only_up_to_the_longest_run(

@@ -7,7 +7,6 @@ is reported fast.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -40,8 +39,6 @@ def make_report(specs: list[tuple[str, list[Path]]], out_dir: Path, prog: str, b
     or 2 after a one-line `PROG: error: ...` on stderr. The other arguments are as `numbers.compare`'s."""
     try:
         check_arguments(specs, baseline, out_dir)
-        if at_steps is not None and not (math.isfinite(at_steps) and at_steps > 0):
-            raise ConfigError(f"--at-steps must be a positive number of env steps, got {at_steps}")
         groups = load_groups(specs)
         curves = load_references(references, groups)
         from parallel_ppo.runs.report.numbers import compare

@@ -118,6 +118,8 @@ def compare(items: Sequence[RunGroup | Run], baseline: str | None = None, thresh
     base = next(r for r in runs if r.label == baseline)
     if threshold is not None and not math.isfinite(threshold):
         raise ConfigError(f"--threshold must be a finite number, got {threshold}")
+    if at_steps is not None and not (math.isfinite(at_steps) and at_steps > 0):
+        raise ConfigError(f"--at-steps must be a positive number of env steps, got {at_steps}")
     equal_time = min(float(r.metrics["wall_time"][-1]) for r in runs)
     threshold, source = _threshold(runs, threshold)
     stats = [_run_stats(run, base, threshold, equal_time) for run in runs]
