@@ -11,13 +11,15 @@ A LABEL=DIR names a parent of seed runs or one run (as compare_results takes the
 a success rate of 0.5 and of 0.8 (in a metrics.csv row: one update's window) are figures, where the env reports
 success (`..._first_success_50_steps`, null where a seed never got there). Where
 the runs logged them, the policy lag and the lagged share (`parallel.overlap`) are figures too. A mean and a range
-are of the seeds whose figure is a number (whose episodes had ended). Bad input, or a run that ends before the
-table's last step: one line, exit status 2.
+are of the seeds whose figure is a number (whose episodes had ended). With `--until N`, each run is read up to N env
+steps only (its final figures are its last row by then), so that runs of different lengths are compared at one point.
+Bad input, or a run that ends before the table's last step or N: one line, exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import math
@@ -58,6 +60,12 @@ def first_reached(run: Run, rate: float) -> int | None:
     """The env steps of the run's first row whose success rate is `rate` or more (None where none is)."""
     hits = np.flatnonzero(run.metrics.get("success_rate", np.array([])) >= rate)
     return int(run.metrics["env_steps"][hits[0]]) if hits.size else None
+
+
+def cut(run: Run, steps: int) -> Run:
+    """The run as read up to `steps` env steps: its metrics rows by then."""
+    kept = run.metrics["env_steps"] <= steps
+    return dataclasses.replace(run, metrics={name: values[kept] for name, values in run.metrics.items()})
 
 
 def spread(values: list[float], digits: int) -> tuple[float | None, str]:
@@ -123,20 +131,25 @@ def main(argv: list[str]) -> int:
     p.add_argument("runs", nargs="+", metavar="LABEL=DIR")
     p.add_argument("--steps", required=True, help="env steps of the table's rows, comma-separated")
     p.add_argument("--command", required=True, help="how the runs were made, recorded as <name>_command")
+    p.add_argument("--until", type=int, help="read each run only up to these env steps (its final figures are its "
+                                            "last row by then): runs of different lengths compared at one point")
     args = p.parse_args(argv)
     try:
         steps = [int(s) for s in args.steps.split(",")]
         evidence = json.loads(args.evidence.read_text())
         groups = {g.label: g.runs for g in load_groups([parse_run_spec(spec) for spec in args.runs])}
         for run in (r for runs in groups.values() for r in runs):
-            if run.metrics["env_steps"][-1] < max(steps):
+            if run.metrics["env_steps"][-1] < max(steps + [args.until or 0]):
                 raise RunDataError(f"{run.path} ends at {int(run.metrics['env_steps'][-1]):,} env steps, before the "
-                                   f"table's {max(steps):,}")
+                                   f"table's {max(steps):,} or --until")
+        if args.until is not None:
+            groups = {label: [cut(r, args.until) for r in runs] for label, runs in groups.items()}
     except (ValueError, OSError, ConfigError, RunDataError) as error:
         print(f"seed_table.py: {error}", file=sys.stderr)
         return 2
     commit = fingerprint.source_commit(ROOT) or "unknown"
-    evidence[f"{args.name}_command"] = f"{args.command}; scripts/seed_table.py at {commit}"
+    until = "" if args.until is None else f" --until {args.until}"
+    evidence[f"{args.name}_command"] = f"{args.command}; scripts/seed_table.py{until} at {commit}"
     evidence[f"{args.name}_date"] = datetime.date.today().isoformat()
     for label, runs in groups.items():
         evidence.setdefault("figures", {}).update(label_figures(args.name, label, runs))
