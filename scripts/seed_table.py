@@ -63,8 +63,10 @@ def first_reached(run: Run, rate: float) -> int | None:
 
 
 def cut(run: Run, steps: int) -> Run:
-    """The run as read up to `steps` env steps: its metrics rows by then."""
+    """The run as read up to `steps` env steps: its metrics rows by then (none: RunDataError)."""
     kept = run.metrics["env_steps"] <= steps
+    if not kept.any():
+        raise RunDataError(f"{run.path} logged no update by --until {steps:,}")
     return dataclasses.replace(run, metrics={name: values[kept] for name, values in run.metrics.items()})
 
 
@@ -136,12 +138,15 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     try:
         steps = [int(s) for s in args.steps.split(",")]
+        if args.until is not None and args.until < max(steps):
+            raise ValueError(f"--until {args.until:,} lies before the table's last step, {max(steps):,}")
+        end, what = (max(steps), "the table's last step") if args.until is None else (args.until, "--until")
         evidence = json.loads(args.evidence.read_text())
         groups = {g.label: g.runs for g in load_groups([parse_run_spec(spec) for spec in args.runs])}
         for run in (r for runs in groups.values() for r in runs):
-            if run.metrics["env_steps"][-1] < max(steps + [args.until or 0]):
-                raise RunDataError(f"{run.path} ends at {int(run.metrics['env_steps'][-1]):,} env steps, before the "
-                                   f"table's {max(steps):,} or --until")
+            if run.metrics["env_steps"][-1] < end:
+                raise RunDataError(f"{run.path} ends at {int(run.metrics['env_steps'][-1]):,} env steps, before "
+                                   f"{what}, {end:,}")
         if args.until is not None:
             groups = {label: [cut(r, args.until) for r in runs] for label, runs in groups.items()}
     except (ValueError, OSError, ConfigError, RunDataError) as error:

@@ -188,6 +188,7 @@ def test_seed_runs_become_figures_and_a_table_in_an_evidence_file(tmp_path, caps
                             "--command", "train"]) == 0  # read up to 2,048 steps: the finals are those rows'
     data = json.loads(path.read_text())
     assert data["figures"]["early_sync_final_returns"] == [7.0, 3.0]
+    assert data["tables"]["early"]["rows"] == [["1,000", 3.0, "1.0 to 5.0", 0.2, 0.1]]
     assert data["figures"]["early_sync_first_success_80_steps"] == [None, None]
     assert data["early_command"].startswith("train; scripts/seed_table.py --until 2048 at ")
     write_run(tmp_path / "plain", [(1, 1024, 4.0, 2.0)])
@@ -199,8 +200,9 @@ def test_seed_runs_become_figures_and_a_table_in_an_evidence_file(tmp_path, caps
                                                   "sync: mean entropy"]
     assert not [key for key in data["figures"] if key.startswith("plain_") and "success" in key]
     capsys.readouterr()
-    sync = tmp_path / "sync"  # below: no runs; runs that end before the table's last step, or before --until
-    for runs, steps in ((tmp_path / "none", "1"), (sync, "5000"), (sync, "1000 --until 5000")):
+    sync = tmp_path / "sync"  # below: no runs; runs that end before the table's last step or --until
+    for runs, steps in ((tmp_path / "none", "1"), (sync, "5000"), (sync, "1000 --until 5000"),
+                        (sync, "1000,3000 --until 2048")):  # and --until before the table's last step
         assert seed_table.main([str(path), "study", f"sync={runs}", "--steps", *steps.split(), "--command", "x"]) == 2
         assert capsys.readouterr().err.count("\n") == 1
 
