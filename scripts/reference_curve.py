@@ -23,21 +23,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from parallel_ppo.core.files import atomic_write  # noqa: E402
+from parallel_ppo.errors import RunDataError  # noqa: E402
+from parallel_ppo.runs.reading import csv_rows  # noqa: E402
 
 
 def read_seed(path: Path, steps: str, returns: str) -> dict[float, float]:
     """One seed's return at each step count it logged."""
-    with path.open(newline="") as f:
-        rows = list(csv.DictReader(f))
-    missing = [c for c in (steps, returns) if not rows or c not in rows[0]]
-    if missing:
-        raise ValueError(f"{path}: no column {missing[0]!r}" if rows else f"{path}: no rows")
+    header, *rows = csv_rows(path, str(path))  # refuses a file with no line
+    missing = [c for c in (steps, returns) if c not in header]
+    if missing or not any(rows):
+        raise ValueError(f"{path}: no column {missing[0]!r}" if missing else f"{path}: no rows")
+    i, j = header.index(steps), header.index(returns)
     curve = {}
-    for line, row in enumerate(rows, start=2):
+    for line, row in ((line, row) for line, row in enumerate(rows, start=2) if row):  # blank lines skipped
         try:
-            step, value = float(row[steps]), float(row[returns])
-        except (TypeError, ValueError):  # a short row has None
-            raise ValueError(f"{path}, row {line}: {row[steps]!r} or {row[returns]!r} is not a number") from None
+            step, value = float(row[i]), float(row[j])
+        except (IndexError, ValueError):  # a short row, or text
+            raise ValueError(f"{path}, row {line}: {row} does not give two numbers") from None
         if not (math.isfinite(step) and math.isfinite(value)):
             raise ValueError(f"{path}, row {line}: a value is not finite")
         curve[step] = value
@@ -69,7 +71,7 @@ def main(argv: list[str]) -> int:
         out.writerow(["env_steps", "episodic_return_mean", "return_low", "return_high"])
         out.writerows([f"{s:.0f}", *(f"{v:.4f}" for v in values)] for s, *values in rows)
         atomic_write(args.output, lambda f: f.write(text.getvalue().encode()))
-    except (ValueError, OSError, csv.Error) as error:
+    except (ValueError, OSError, RunDataError) as error:
         print(f"reference_curve.py: {error}", file=sys.stderr)
         return 2
     print(f"{args.output}: {len(rows)} rows from {len(args.seeds)} seeds, {rows[0][0]:,.0f} to {rows[-1][0]:,.0f} "

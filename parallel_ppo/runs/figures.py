@@ -57,10 +57,15 @@ def return_at(run: Logged, seconds: float) -> float | None:
     return None if math.isnan(value) else value
 
 
+def logged_by(env_steps: np.ndarray, steps: float) -> int:
+    """The index of the row logged last by `steps` env steps in the ascending `env_steps` (-1: none was)."""
+    return int(np.searchsorted(env_steps, steps, side="right")) - 1
+
+
 def return_at_step(run: Logged, steps: float) -> float | None:
     """The mean episodic return logged at the last update that ended by `steps` env steps (None: no episode
     had finished by then, or no update had ended)."""
-    index = int(np.searchsorted(run.metrics["env_steps"], steps, side="right")) - 1
+    index = logged_by(run.metrics["env_steps"], steps)
     if index < 0:
         return None
     value = float(run.metrics["episodic_return_mean"][index])

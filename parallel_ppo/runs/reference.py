@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from parallel_ppo.errors import ConfigError, RunDataError
+from parallel_ppo.runs.figures import logged_by
 from parallel_ppo.runs.reading import RunGroup, csv_rows
 from parallel_ppo.runs.summary import short_repr
 
@@ -122,11 +123,11 @@ def _cell(path: Path, line: int, column: str, text: str) -> float:
 
 
 def row_at(reference: Reference, env_steps: float) -> Row | None:
-    """The row logged last by `env_steps` (the rule `figures.return_at_step` applies to a run), or None where the
-    curve does not span them (it starts after them, or ends before)."""
+    """The row logged last by `env_steps` (as a run's), or None where the curve does not span them (it starts after
+    them, or ends before)."""
     if not reference.env_steps[0] <= env_steps <= reference.env_steps[-1]:
         return None
-    i = int(np.searchsorted(reference.env_steps, env_steps, side="right")) - 1
+    i = logged_by(reference.env_steps, env_steps)
     band = (None, None) if reference.low is None or reference.high is None else (
         float(reference.low[i]), float(reference.high[i]))
     return Row(float(reference.env_steps[i]), float(reference.returns[i]), *band)
