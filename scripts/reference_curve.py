@@ -33,13 +33,18 @@ def read_seed(path: Path, steps: str, returns: str) -> dict[float, float]:
     missing = [c for c in (steps, returns) if c not in header]
     if missing or not any(rows):
         raise ValueError(f"{path}: no column {missing[0]!r}" if missing else f"{path}: no rows")
+    repeated = [c for c in (steps, returns) if header.count(c) > 1]
+    if repeated:
+        raise ValueError(f"{path}: more than one column {repeated[0]!r}")
     i, j = header.index(steps), header.index(returns)
     curve = {}
-    for line, row in ((line, row) for line, row in enumerate(rows, start=2) if row):  # blank lines skipped
+    for line, row in ((line, row) for line, row in enumerate(rows, start=2) if row):  # blank records skipped
         try:
             step, value = float(row[i]), float(row[j])
         except (IndexError, ValueError):  # a short row, or text
-            raise ValueError(f"{path}, row {line}: {row} does not give two numbers") from None
+            cells = " or ".join(f"{name} {row[k]!r}" if k < len(row) else f"{name} missing"
+                                for name, k in ((steps, i), (returns, j)))
+            raise ValueError(f"{path}, record {line}: {cells} is not a number") from None
         if not (math.isfinite(step) and math.isfinite(value)):
             raise ValueError(f"{path}, row {line}: a value is not finite")
         curve[step] = value

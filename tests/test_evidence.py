@@ -232,6 +232,12 @@ def test_a_published_curve_is_the_seeds_mean_and_range_where_every_seed_logged(t
         assert capsys.readouterr().err.count("\n") == 1 and not out.exists()
     assert reference_curve.main([str(out), str(tmp_path / "a.csv"), "--steps", "x", "--return", "ret"]) == 2
     assert "no column 'x'" in capsys.readouterr().err
+    (tmp_path / "f.csv").write_text("steps,ret,steps\n1,2,3\n")
+    (tmp_path / "g.csv").write_text("steps,ret,other\n\n50,x,9\n")  # a blank line, then text
+    for name, says in (("f.csv", "more than one column 'steps'"), ("g.csv", "record 3: steps '50' or ret 'x' is not")):
+        assert reference_curve.main([str(out), str(tmp_path / name), *args]) == 2 and not out.exists()
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1
     (tmp_path / "e.csv").write_text("steps,ret\n1234567,1\n1234568\n")  # a short row
     assert reference_curve.main([str(out), str(tmp_path / "e.csv"), *args]) == 2 and not out.exists()
     (tmp_path / "e.csv").write_text("steps,ret\n1234567,1\n1234568,2\n")

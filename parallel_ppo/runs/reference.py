@@ -123,8 +123,8 @@ def _cell(path: Path, line: int, column: str, text: str) -> float:
 
 
 def row_at(reference: Reference, env_steps: float) -> Row | None:
-    """The row logged last by `env_steps` (as a run's), or None where the curve does not span them (it starts after
-    them, or ends before)."""
+    """The row logged last by `env_steps` (`figures.logged_by`, the rule `return_at_step` applies to a run), or None
+    where the curve does not span them (it starts after them, or ends before)."""
     if not reference.env_steps[0] <= env_steps <= reference.env_steps[-1]:
         return None
     i = logged_by(reference.env_steps, env_steps)
