@@ -189,12 +189,14 @@ def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypat
 def test_refreshing_workers_act_with_the_last_parameters_then_with_the_new_ones(tmp_path, monkeypatch):
     """Overlapped workers that refresh their parameters (the default). The second rollout, collected while the
     learner held the first, is held halfway (step 16 of 32) in the worker that gets there first; the next collect,
-    given other parameters, publishes them then. That worker acts with the first parameters to step 16 and with the
-    new ones from there; the other switches at or before it; `lagged_share` counts the steps before the switches."""
+    given other parameters and observation statistics, publishes them then. That worker acts with the first
+    parameters and statistics to step 16 and with the new ones from there; the other switches at or before it;
+    `lagged_share` counts the steps before the switches."""
     monkeypatch.chdir(ROOT)
     held = tmp_path / "held"
     monkeypatch.setenv(PAUSE_ENV_VAR, f"rollout:2:{held}")  # spawned workers start with this environment
-    cfg = _config("CartPole-v1", True, 2, tmp_path, ("parallel.overlap=true", "parallel.start_method=spawn"))
+    cfg = _config("CartPole-v1", True, 2, tmp_path, ("parallel.overlap=true", "parallel.start_method=spawn",
+                                                     "training.normalize_obs=true"))
     models = []
     for i in range(2):
         torch.manual_seed(i)
@@ -202,6 +204,8 @@ def test_refreshing_workers_act_with_the_last_parameters_then_with_the_new_ones(
     with torch.no_grad():  # the second acts far from the first: every step's log-prob says which one acted
         for tensor in models[1].parameters():
             tensor.mul_(3.0)
+        models[1].obs_mean.fill_(0.5)  # and normalizes otherwise: a step taken with the new parameters and the
+        models[1].obs_std.fill_(2.0)  # old statistics (or the reverse) would match neither model
     source = ParallelCoordinator(cfg, env_spaces(cfg.env), thread_plan(cfg, parallel=True))
     try:
         source.collect(models[0], PhaseTimer())
