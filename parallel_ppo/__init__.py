@@ -28,7 +28,8 @@ _EXPORTS = {
     "ParallelConfig": "parallel_ppo.core.config", "ModelConfig": "parallel_ppo.core.config",
     "TrainingConfig": "parallel_ppo.core.config", "RunConfig": "parallel_ppo.core.config",
     "EvalConfig": "parallel_ppo.core.config", "DistributedConfig": "parallel_ppo.core.config",
-    "LoggingConfig": "parallel_ppo.core.config", "build_config": "parallel_ppo.core.configure",
+    "LoggingConfig": "parallel_ppo.core.config", "TrackingConfig": "parallel_ppo.core.config",
+    "build_config": "parallel_ppo.core.configure",
     "ParallelPPOError": "parallel_ppo.errors", "ConfigError": "parallel_ppo.errors",
     "RunDataError": "parallel_ppo.errors", "RunFailed": "parallel_ppo.errors",
 }
