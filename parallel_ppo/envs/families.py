@@ -281,9 +281,9 @@ def check_family(cfg: EnvConfig) -> Family:
 
 def options_table(family: Family) -> str:
     """The markdown table of a family's options (docs/envs.md holds it; a test keeps them equal)."""
-    def shown(default: Any) -> str:
-        return "none" if default == "" else str(default).lower() if isinstance(default, bool) else str(default)
+    def shown(default: Any) -> str:  # an empty default is no value to copy
+        return "empty" if default == "" else f"`{str(default).lower() if isinstance(default, bool) else default}`"
 
-    rows = [f"| `{key}` | `{shown(o.default)}` | {o.doc} |" for key, o in family.options.items()]
+    rows = [f"| `{key}` | {shown(o.default)} | {o.doc} |" for key, o in family.options.items()]
     return "\n".join(["| option | default | what it does |", "|---|---|---|", *rows])
 
