@@ -25,17 +25,19 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from parallel_ppo.bench.study import available_cores  # noqa: E402
+from parallel_ppo.core.config import Config  # noqa: E402
 from parallel_ppo.core.configure import build_config  # noqa: E402
+from parallel_ppo.core.files import write_text  # noqa: E402
 from parallel_ppo.core.threads import thread_plan  # noqa: E402
 from parallel_ppo.envs.batch import env_spaces  # noqa: E402
+from parallel_ppo.errors import ParallelPPOError  # noqa: E402
 from parallel_ppo.runs import fingerprint  # noqa: E402
 from parallel_ppo.tuning.learner_settings import choose  # noqa: E402
 from parallel_ppo.tuning.learner_threads import choose_threads  # noqa: E402
 
 
-def measure(config: str, seconds: float, cache: Path) -> dict:
+def measure(config: str, cfg: Config, seconds: float, cache: Path) -> dict:
     """One config's learner settings and thread choice, measured into an empty `cache`."""
-    cfg = build_config(str(ROOT / config), {}, ["parallel.learner_threads=auto"], True)
     spaces = env_spaces(cfg.env)
     ceiling = thread_plan(cfg, parallel=True).learner
     torch.set_num_threads(ceiling)
@@ -52,17 +54,23 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=10.0, help="measurement budget per config and choice")
     p.add_argument("--output", default="benchmarks/learner_threads.json")
     args = p.parse_args()
+    try:  # every config and the output checked before any is measured
+        cfgs = [build_config(str(ROOT / config), {}, ["parallel.learner_threads=auto"], True) for config in args.config]
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    except (ParallelPPOError, OSError) as e:
+        why = f"--output {args.output}: {e.strerror}" if isinstance(e, OSError) else e
+        print(f"learner_threads.py: error: {why}", file=sys.stderr)
+        return 2
     rows = []
-    for config in args.config:
+    for config, cfg in zip(args.config, cfgs, strict=True):
         with tempfile.TemporaryDirectory() as tmp:
-            rows.append(measure(config, args.seconds, Path(tmp) / "cache.json"))
+            rows.append(measure(config, cfg, args.seconds, Path(tmp) / "cache.json"))
         print(f"{config}: {rows[-1]['line']}", flush=True)
     evidence = {"machine": f"{fingerprint.describe_cpu()}, {available_cores()} cores",
                 "cpu_kind": fingerprint.cpu_kind(), "date": datetime.date.today().isoformat(),
                 "commit": fingerprint.source_commit() or "unknown",
                 "command": shlex.join(["scripts/learner_threads.py", *sys.argv[1:]]), "configs": rows}
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(evidence, indent=1) + "\n")
+    write_text(Path(args.output), json.dumps(evidence, indent=1) + "\n")
     return 0
 
 

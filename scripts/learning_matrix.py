@@ -48,6 +48,15 @@ def main() -> int:
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (results do not depend on it)")
     p.add_argument("--output", metavar="FILE.json", help="also write every result as JSON")
     args = p.parse_args()
+    output = Path(args.output) if args.output else None
+    wrong = [f"--{name.replace('_', '-')} must be at least 1" for name in ("jobs", "total_steps")
+             if getattr(args, name) < 1] + ["--threads must be at least 1"] * (min(args.threads) < 1)
+    wrong += [f"no config {args.config}"] * (not (ROOT / args.config).is_file())
+    wrong += [f"--output {args.output}: not a file in a folder that exists"] * bool(
+        output and (output.is_dir() or not output.resolve().parent.is_dir()))
+    if wrong:  # before hours of runs
+        print(f"learning_matrix.py: error: {wrong[0]}", file=sys.stderr)
+        return 2
 
     cells = list(itertools.product(args.modes, args.threads, args.seeds))
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
@@ -68,8 +77,8 @@ def main() -> int:
         print(f"| {mode} | {threads} | {' | '.join(row[s] for s in args.seeds)} |")
     print(f"{passed} of {len(cells)} runs reached a mean return of {args.threshold:g} (last 100 episodes) "
           f"within {args.total_steps:,} steps")
-    if args.output:
-        Path(args.output).write_text(json.dumps(
+    if output:
+        output.write_text(json.dumps(
             [{"mode": m, "learner_threads": t, "seed": s, **r} for (m, t, s), r in zip(cells, results, strict=True)],
             indent=2, default=str))
     return 0 if passed == len(cells) else 1

@@ -234,14 +234,22 @@ def main() -> int:
         print(json.dumps(one(*args.one, args.config, args.set)))
         return 0
     from parallel_ppo.bench.study import available_cores, machine_results_dir
+    from parallel_ppo.core.files import write_text
+    from parallel_ppo.errors import ParallelPPOError
     from parallel_ppo.runs import fingerprint
     from parallel_ppo.tuning.learner_settings import candidates, cpu_has_native_bf16
 
-    cfg = load_config(args.config, args.set)
+    try:  # checked before any measurement
+        cfg = load_config(args.config, args.set)
+        if len(set(args.envs)) < 2 or min(args.envs) < 1:
+            raise ValueError(f"--envs takes two or more different positive counts (a slope), got {args.envs}")
+    except (ParallelPPOError, ValueError) as e:
+        print(f"memory_cost.py: error: {e}", file=sys.stderr)
+        return 2
     r = lambda x: round(x, 1)  # noqa: E731
     base = child("python", "", args)
     print(f"python {r(base['python']['rss'])} MB", flush=True)
-    envs = {n: child("envs", str(n), args) for n in args.envs}
+    envs = {n: child("envs", str(n), args) for n in dict.fromkeys(args.envs)}
     imports = statistics.median(m["imports"]["rss"] for m in envs.values())
     torch_rss = statistics.median(m["torch"]["rss"] for m in envs.values())
     per_env, at_zero = slope({n: m["envs"]["rss"] for n, m in envs.items()})
@@ -295,7 +303,7 @@ def main() -> int:
         **({"run_learner": ran["learner"]} if ran else {}),
     }
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(evidence, indent=1) + "\n")
+    write_text(output, json.dumps(evidence, indent=1) + "\n")
     print(json.dumps(figures), output, sep="\n")
     return 0
 

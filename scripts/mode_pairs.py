@@ -19,6 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from parallel_ppo.core.files import write_text  # noqa: E402
 from parallel_ppo.runs.reading import Run, load_run  # noqa: E402
 
 TRAINERS = {"sequential": ("train_timed.py", "config/ppo_sequential.yaml"),
@@ -50,6 +51,12 @@ def main() -> int:
     p.add_argument("--config", help="one config for both modes (default: the shipped starpilot pair)")
     args, extra = p.parse_known_args()
     extra = [a for a in extra if a != "--"]
+    configs = [args.config] if args.config else [shipped for _, shipped in TRAINERS.values()]
+    missing = [c for c in configs if not (ROOT / c).is_file()]
+    if missing or not args.minutes > 0:
+        print("mode_pairs.py: error: " + (f"no config {missing[0]}" if missing else
+                                           f"--minutes must be positive, got {args.minutes}"), file=sys.stderr)
+        return 2
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     lines = list(HEADER)
@@ -65,7 +72,7 @@ def main() -> int:
                      + " | ".join(f"{r.per_thousand_steps(phase):.3f}" for phase in PHASES
                                   for r in (s, q)) + " |")
         print(lines[-1], flush=True)
-        (out / "pairs.md").write_text("\n".join(lines) + "\n")
+        write_text(out / "pairs.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

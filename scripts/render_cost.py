@@ -87,6 +87,7 @@ def positive(text: str) -> int:
 
 def main() -> int:
     from parallel_ppo.bench.study import available_cores, machine_results_dir
+    from parallel_ppo.core.files import write_text
     from parallel_ppo.runs import fingerprint
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -118,10 +119,14 @@ def main() -> int:
     platforms: set[str] = set()
     for r in range(args.rounds):
         for setting in list(settings)[:: 1 if r % 2 == 0 else -1]:
-            out = subprocess.run([sys.executable, __file__, "--one", setting, "--env", args.env, "--steps",
-                                  str(args.steps), "--camera", args.camera],
-                                 capture_output=True, text=True, check=True).stdout
-            *timing, platform = out.split()[-3:]
+            child = subprocess.run([sys.executable, __file__, "--one", setting, "--env", args.env, "--steps",
+                                    str(args.steps), "--camera", args.camera], capture_output=True, text=True)
+            if child.returncode != 0:  # a camera the task lacks, a missing extra, ...: the child's last line
+                print(f"render_cost.py: error: {setting}: "
+                      f"{(child.stderr.strip().splitlines() or ['exit status ' + str(child.returncode)])[-1]}",
+                      file=sys.stderr)
+                return 2
+            *timing, platform = child.stdout.split()[-3:]
             ms, built = map(float, timing)
             times[setting].append(ms)
             builds.append(built)
@@ -149,7 +154,7 @@ def main() -> int:
                                      for s in settings]}},
     }
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(evidence, indent=1) + "\n")
+    write_text(output, json.dumps(evidence, indent=1) + "\n")
     print(f"{args.env}, {args.steps} steps: " + ", ".join(f"{s} {m} ms" for s, m in median.items()) + f"; {output}")
     return 0
 

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from parallel_ppo.bench.study import available_cores  # noqa: E402
+from parallel_ppo.core.files import write_text  # noqa: E402
 from parallel_ppo.runs import fingerprint  # noqa: E402
 from parallel_ppo.runs.reading import Run, load_run  # noqa: E402
 
@@ -114,6 +115,10 @@ def main() -> int:
         print(f"setting_pairs.py: error: --a-checkout {args.a_checkout} is not a checkout of this project with "
               f"{' and '.join(needs)}", file=sys.stderr)
         return 2
+    if not (ROOT / args.config).is_file() or not args.minutes > 0:
+        print("setting_pairs.py: error: " + (f"no config {args.config}" if not (ROOT / args.config).is_file() else
+                                             f"--minutes must be positive, got {args.minutes}"), file=sys.stderr)
+        return 2
     (a, a_args), (b, b_args) = args.a, args.b
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -132,9 +137,9 @@ def main() -> int:
         lines.append(f"| {pair} | {runs[a]['sps']:.1f} | {runs[b]['sps']:.1f} | {pairs[-1]['ratio']:.3f} | "
                      + " | ".join(f"{runs[x][f'{ph}_s_per_1k']:.3f}" for ph in PHASES for x in (a, b)) + " |")
         print(lines[-1], flush=True)
-        (out / "pairs.md").write_text("\n".join(lines) + "\n")
+        write_text(out / "pairs.md", "\n".join(lines) + "\n")
     evidence = evidence_of(args, pairs)
-    (out / "pairs.json").write_text(json.dumps(evidence, indent=1) + "\n")
+    write_text(out / "pairs.json", json.dumps(evidence, indent=1) + "\n")
     print("\n".join(lines))
     found = evidence["figures"]
     print(f"{b}/{a} SPS: median {found['ratio_median']:.3f}, lowest {found['ratio_min']:.3f}")

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from parallel_ppo.bench.study import available_cores, machine_results_dir  # noqa: E402
+from parallel_ppo.core.files import write_text  # noqa: E402
 from parallel_ppo.runs import fingerprint  # noqa: E402
 
 
@@ -44,9 +45,18 @@ def main() -> int:
     args = parser.parse_args()
     machine = f"{fingerprint.describe_cpu()}, {available_cores()} cores"
     output = args.output or machine_results_dir(ROOT / "docs" / "results") / "make_targets.json"
-    old = json.loads(output.read_text()) if output.is_file() else {}
-    if old.get("machine", machine) != machine:
-        sys.exit(f"time_targets: {output} holds another machine's times ({old['machine']}); name another --output")
+    try:  # checked before any target runs
+        if not (args.cwd / "Makefile").is_file():
+            raise ValueError(f"--cwd {args.cwd}: no Makefile there")
+        old = json.loads(output.read_text()) if output.is_file() else {}
+        if not isinstance(old, dict):
+            raise ValueError(f"{output}: not an evidence file (a JSON object)")
+        if old.get("machine", machine) != machine:
+            raise ValueError(f"{output} holds another machine's times ({old['machine']}); name another --output")
+    except (ValueError, OSError) as e:
+        why = f"{output} is not JSON ({e})" if isinstance(e, json.JSONDecodeError) else e
+        print(f"time_targets: error: {why}", file=sys.stderr)
+        return 2
     figures = dict(old.get("figures", {}))
     rows = {r[0]: r for r in old.get("tables", {}).get("times", {}).get("rows", [])}
     fresh = " (fresh clone)" if args.cwd.resolve() != ROOT else ""
@@ -67,7 +77,7 @@ def main() -> int:
                              "rows": list(rows.values())}},
     }
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(evidence, indent=1) + "\n")
+    write_text(output, json.dumps(evidence, indent=1) + "\n")
     print(f"written to {output}")
     subprocess.run([sys.executable, str(ROOT / "scripts" / "docs_evidence.py"), "--write"], cwd=ROOT)  # its tables
     return 1 if failed else 0

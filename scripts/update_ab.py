@@ -39,6 +39,7 @@ def main() -> int:
     from parallel_ppo.core.timing import PhaseTimer
     from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
     from parallel_ppo.envs.batch import env_spaces
+    from parallel_ppo.errors import ParallelPPOError
     from parallel_ppo.tuning.learner_settings import resolve
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -49,7 +50,10 @@ def main() -> int:
     args = p.parse_args()
     if args.updates < 4 or args.updates % 4:
         p.error("--updates must be a positive multiple of 4")
-    cfg = build_config(args.config, {"training.device": "cpu"}, args.set, parallel=True)
+    try:
+        cfg = build_config(args.config, {"training.device": "cpu"}, args.set, parallel=True)
+    except ParallelPPOError as e:
+        p.error(str(e))
     if cfg.parallel.sync_fraction < 1:
         p.error("the two sources' updates must be of one size: parallel.sync_fraction must be 1")
     plan = thread_plan(cfg, parallel=True)

@@ -141,3 +141,23 @@ def test_setting_pairs_writes_an_evidence_file(tmp_path):
     (row,) = evidence["tables"]["pairs"]["rows"]
     assert row[3] == pytest.approx(row[2] / row[1], rel=1e-2) == evidence["figures"]["ratio_median"]
     assert row[4] == row[5] == "fp32/whole" and "| 1 |" in (out / "pairs.md").read_text()
+
+
+@pytest.mark.parametrize("argv", [
+    ["scripts/mode_pairs.py", "--config", "no.yaml", "--output-dir", "{out}"],
+    ["scripts/setting_pairs.py", "--config", "no.yaml", "--a", "a:", "--b", "b:", "--output-dir", "{out}"],
+    ["scripts/learning_matrix.py", "--jobs", "0", "--output", "{out}"],
+    ["scripts/memory_cost.py", "--config", "config/cartpole.yaml", "--envs", "2", "2", "--output", "{out}"],
+    ["scripts/time_targets.py", "lint", "--output", "{bad}"],
+    ["scripts/seed_table.py", "{bad}", "x", "--steps", "1", "--command", "c", "a=runs"],
+])
+def test_scripts_refuse_bad_input_in_one_line_before_they_write(tmp_path, argv):
+    """A missing config, a count of 0, one env count (no slope), an evidence file that is not one: exit 2 and one
+    line, before any run and without writing (the bad evidence file left as it was)."""
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"figures": [')
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, *(a.format(out=out, bad=bad) for a in argv)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not out.exists() and bad.read_text() == '{"figures": ['
