@@ -19,13 +19,16 @@ tables from their files first.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from parallel_ppo.core.files import read_evidence  # noqa: E402
+
 REQUIRED = ("machine", "date", "commit", "command")
 KINDS = ("avx512", "bf16")
 """What tells our machine kinds apart beyond the CPU's name (`fingerprint.cpu_kind`); a results folder names them."""
@@ -56,11 +59,8 @@ def pages(root: Path = ROOT) -> list[Path]:
 
 def load_evidence(path: Path) -> dict[str, Any]:
     """An evidence file, checked for the fields every one must have (ValueError naming what is missing)."""
-    try:
-        data = json.loads(path.read_text())
-    except ValueError as error:
-        raise ValueError(f"{path.name} is not JSON: {error}") from None
-    missing = [key for key in REQUIRED if not (isinstance(data, dict) and data.get(key) not in (None, "", "unknown"))]
+    data = read_evidence(path)
+    missing = [key for key in REQUIRED if data.get(key) in (None, "", "unknown")]
     if missing:
         raise ValueError(f"{path.name} has no {', '.join(missing)}")
     return data

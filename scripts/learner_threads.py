@@ -30,7 +30,7 @@ from parallel_ppo.core.configure import build_config  # noqa: E402
 from parallel_ppo.core.files import write_text  # noqa: E402
 from parallel_ppo.core.threads import thread_plan  # noqa: E402
 from parallel_ppo.envs.batch import env_spaces  # noqa: E402
-from parallel_ppo.errors import ParallelPPOError  # noqa: E402
+from parallel_ppo.errors import ConfigError, ParallelPPOError  # noqa: E402
 from parallel_ppo.runs import fingerprint  # noqa: E402
 from parallel_ppo.tuning.learner_settings import choose  # noqa: E402
 from parallel_ppo.tuning.learner_threads import choose_threads  # noqa: E402
@@ -56,7 +56,10 @@ def main() -> int:
     args = p.parse_args()
     try:  # every config and the output checked before any is measured
         cfgs = [build_config(str(ROOT / config), {}, ["parallel.learner_threads=auto"], True) for config in args.config]
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        output = Path(args.output)
+        if output.is_dir() or (output.parent.exists() and not output.parent.is_dir()):
+            raise ConfigError(f"--output {args.output}: not a file in a folder")
+        output.parent.mkdir(parents=True, exist_ok=True)
     except (ParallelPPOError, OSError) as e:
         why = f"--output {args.output}: {e.strerror}" if isinstance(e, OSError) else e
         print(f"learner_threads.py: error: {why}", file=sys.stderr)
@@ -70,7 +73,7 @@ def main() -> int:
                 "cpu_kind": fingerprint.cpu_kind(), "date": datetime.date.today().isoformat(),
                 "commit": fingerprint.source_commit() or "unknown",
                 "command": shlex.join(["scripts/learner_threads.py", *sys.argv[1:]]), "configs": rows}
-    write_text(Path(args.output), json.dumps(evidence, indent=1) + "\n")
+    write_text(output, json.dumps(evidence, indent=1) + "\n")
     return 0
 
 

@@ -20,6 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from parallel_ppo.core.files import write_text  # noqa: E402
+
 ENTRY = {"sequential": "train_timed.py", "parallel": "train_parallel_timed.py"}
 
 
@@ -78,7 +82,7 @@ def main() -> int:
     print(f"{passed} of {len(cells)} runs reached a mean return of {args.threshold:g} (last 100 episodes) "
           f"within {args.total_steps:,} steps")
     if output:
-        output.write_text(json.dumps(
+        write_text(output, json.dumps(
             [{"mode": m, "learner_threads": t, "seed": s, **r} for (m, t, s), r in zip(cells, results, strict=True)],
             indent=2, default=str))
     return 0 if passed == len(cells) else 1

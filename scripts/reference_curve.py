@@ -46,7 +46,7 @@ def read_seed(path: Path, steps: str, returns: str) -> dict[float, float]:
                                 for name, k in ((steps, i), (returns, j)))
             raise ValueError(f"{path}, record {line}: {cells} is not a number") from None
         if not (math.isfinite(step) and math.isfinite(value)):
-            raise ValueError(f"{path}, row {line}: a value is not finite")
+            raise ValueError(f"{path}, record {line}: a value is not finite")
         curve[step] = value
     return curve
 

@@ -31,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from parallel_ppo.core.files import write_text  # noqa: E402
+from parallel_ppo.core.files import read_evidence, write_text  # noqa: E402
 from parallel_ppo.errors import ConfigError, RunDataError  # noqa: E402
 from parallel_ppo.runs import fingerprint  # noqa: E402
 from parallel_ppo.runs.reading import Run, load_groups, parse_run_spec  # noqa: E402
@@ -142,13 +142,7 @@ def main(argv: list[str]) -> int:
         if args.until is not None and args.until < max(steps):
             raise ValueError(f"--until {args.until:,} lies before the table's last step, {max(steps):,}")
         end, what = (max(steps), "the table's last step") if args.until is None else (args.until, "--until")
-        try:
-            evidence = json.loads(args.evidence.read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{args.evidence} is not JSON ({e})") from None
-        parts = [evidence.get(k, {}) for k in ("figures", "tables")] if isinstance(evidence, dict) else [None]
-        if not all(isinstance(part, dict) for part in parts):
-            raise ValueError(f"{args.evidence}: not an evidence file (an object, its figures and tables objects)")
+        evidence = read_evidence(args.evidence)
         groups = {g.label: g.runs for g in load_groups([parse_run_spec(spec) for spec in args.runs])}
         for run in (r for runs in groups.values() for r in runs):
             if run.metrics["env_steps"][-1] < end:

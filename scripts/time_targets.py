@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from parallel_ppo.bench.study import available_cores, machine_results_dir  # noqa: E402
-from parallel_ppo.core.files import write_text  # noqa: E402
+from parallel_ppo.core.files import read_evidence, write_text  # noqa: E402
 from parallel_ppo.runs import fingerprint  # noqa: E402
 
 
@@ -48,14 +48,11 @@ def main() -> int:
     try:  # checked before any target runs
         if not (args.cwd / "Makefile").is_file():
             raise ValueError(f"--cwd {args.cwd}: no Makefile there")
-        old = json.loads(output.read_text()) if output.is_file() else {}
-        if not isinstance(old, dict):
-            raise ValueError(f"{output}: not an evidence file (a JSON object)")
+        old = read_evidence(output) if output.is_file() else {}
         if old.get("machine", machine) != machine:
             raise ValueError(f"{output} holds another machine's times ({old['machine']}); name another --output")
     except (ValueError, OSError) as e:
-        why = f"{output} is not JSON ({e})" if isinstance(e, json.JSONDecodeError) else e
-        print(f"time_targets: error: {why}", file=sys.stderr)
+        print(f"time_targets: error: {e}", file=sys.stderr)
         return 2
     figures = dict(old.get("figures", {}))
     rows = {r[0]: r for r in old.get("tables", {}).get("times", {}).get("rows", [])}

@@ -39,7 +39,7 @@ def main() -> int:
     from parallel_ppo.core.timing import PhaseTimer
     from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
     from parallel_ppo.envs.batch import env_spaces
-    from parallel_ppo.errors import ParallelPPOError
+    from parallel_ppo.errors import ConfigError, ParallelPPOError
     from parallel_ppo.tuning.learner_settings import resolve
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -48,14 +48,15 @@ def main() -> int:
     p.add_argument("--config", default=str(ROOT / "config" / "ppo_parallel.yaml"))
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args()
-    if args.updates < 4 or args.updates % 4:
-        p.error("--updates must be a positive multiple of 4")
     try:
+        if args.updates < 4 or args.updates % 4:
+            raise ConfigError("--updates must be a positive multiple of 4")
         cfg = build_config(args.config, {"training.device": "cpu"}, args.set, parallel=True)
+        if cfg.parallel.sync_fraction < 1:
+            raise ConfigError("the two sources' updates must be of one size: parallel.sync_fraction must be 1")
     except ParallelPPOError as e:
-        p.error(str(e))
-    if cfg.parallel.sync_fraction < 1:
-        p.error("the two sources' updates must be of one size: parallel.sync_fraction must be 1")
+        print(f"update_ab.py: error: {e}", file=sys.stderr)
+        return 2
     plan = thread_plan(cfg, parallel=True)
     torch.set_num_threads(plan.learner)  # the plan's ceiling (not `auto`'s measured count), then the allocator
     retain_freed_memory()

@@ -149,10 +149,9 @@ def test_setting_pairs_writes_an_evidence_file(tmp_path):
     ["scripts/learning_matrix.py", "--jobs", "0", "--output", "{out}"],
     ["scripts/memory_cost.py", "--config", "config/cartpole.yaml", "--envs", "2", "2", "--output", "{out}"],
     ["scripts/time_targets.py", "lint", "--output", "{bad}"],
-    ["scripts/seed_table.py", "{bad}", "x", "--steps", "1", "--command", "c", "a=runs"],
 ])
 def test_scripts_refuse_bad_input_in_one_line_before_they_write(tmp_path, argv):
-    """A missing config, a count of 0, one env count (no slope), an evidence file that is not one: exit 2 and one
+    """A missing config, a count of 0, one env count (no slope), an evidence file that is not JSON: exit 2 and one
     line, before any run and without writing (the bad evidence file left as it was)."""
     bad = tmp_path / "bad.json"
     bad.write_text('{"figures": [')

@@ -205,6 +205,10 @@ def test_seed_runs_become_figures_and_a_table_in_an_evidence_file(tmp_path, caps
                         (sync, "1000,3000 --until 2048")):  # and --until before the table's last step
         assert seed_table.main([str(path), "study", f"sync={runs}", "--steps", *steps.split(), "--command", "x"]) == 2
         assert capsys.readouterr().err.count("\n") == 1
+    for text in ("[]", '{"figures": []}', '{"figures": {'):  # not an evidence file: one line, the file left as it was
+        path.write_text(text)
+        assert seed_table.main([str(path), "study", f"sync={sync}", "--steps", "1000", "--command", "x"]) == 2
+        assert capsys.readouterr().err.count("\n") == 1 and path.read_text() == text
 
 
 _curve_spec = importlib.util.spec_from_file_location("reference_curve", ROOT / "scripts" / "reference_curve.py")

@@ -44,6 +44,19 @@ def write_json(path: Path, data: dict) -> None:
     atomic_write(path, lambda f: f.write((json.dumps(data, indent=2, allow_nan=False, default=str) + "\n").encode()))
 
 
+def read_evidence(path: Path) -> dict[str, Any]:
+    """An evidence file (docs/results' JSON): an object whose `figures` and `tables`, where given, are objects;
+    ValueError naming the file otherwise (OSError where it cannot be read)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except ValueError as error:  # JSONDecodeError, or bytes that are not UTF-8
+        raise ValueError(f"{path} is not JSON ({error})") from None
+    parts = [data.get(key, {}) for key in ("figures", "tables")] if isinstance(data, dict) else [None]
+    if not all(isinstance(part, dict) for part in parts):
+        raise ValueError(f"{path} is not an evidence file (an object, its figures and tables objects)")
+    return data
+
+
 def write_text(path: Path, text: str) -> None:
     """`text` as UTF-8, atomically."""
     atomic_write(path, lambda f: f.write(text.encode()))
