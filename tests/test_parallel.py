@@ -21,7 +21,7 @@ from parallel_ppo.core.collect import SequentialCollector
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.distributions import log_prob_entropy
 from parallel_ppo.core.model import network
-from parallel_ppo.core.pause import PAUSE_ENV_VAR
+from parallel_ppo.core.pause import PAUSE_ENV_VAR, release_file
 from parallel_ppo.core.threads import thread_plan, worker_cpus
 from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
@@ -186,10 +186,18 @@ def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypat
             "the third rollout of a synchronous run with the same models differs (it acts with the newest)"
 
 
+def release_when_published(source: ParallelCoordinator, version: int, held: Path) -> None:
+    """End the workers' hold (its pid file `held`) once `source` has published parameters of `version`."""
+    deadline = time.monotonic() + 120
+    while int(source.policy.version) < version and time.monotonic() < deadline:
+        time.sleep(0.01)
+    release_file(held).touch()
+
+
 def test_refreshing_workers_act_with_the_last_parameters_then_with_the_new_ones(tmp_path, monkeypatch):
     """Overlapped workers that refresh their parameters (the default). The second rollout, collected while the
-    learner held the first, is held halfway (step 16 of 32) in the worker that gets there first; the next collect,
-    given other parameters and observation statistics, publishes them then. That worker acts with the first
+    learner held the first, is held halfway (step 16 of 32) in each worker until the next collect, given other
+    parameters and observation statistics, has published them. The worker held first acts with the first
     parameters and statistics to step 16 and with the new ones from there; the other switches at or before it;
     `lagged_share` counts the steps before the switches."""
     monkeypatch.chdir(ROOT)
@@ -213,7 +221,10 @@ def test_refreshing_workers_act_with_the_last_parameters_then_with_the_new_ones(
         deadline = time.monotonic() + 60
         while not held.exists() and time.monotonic() < deadline:
             time.sleep(0.01)
+        release = threading.Thread(target=release_when_published, args=(source, 4, held), daemon=True)
+        release.start()
         source.collect(models[1], PhaseTimer())  # publishes models[1] while a worker is held at step 16
+        release.join()
         assert int(source.policy.version) == 4, "each collect publishes once (a version is 2 writes)"
         obs, actions, logprobs = (getattr(source.buffer, name).clone() for name in ("obs", "actions", "logprobs"))
         lagged = source.lagged.clone()

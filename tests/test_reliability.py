@@ -15,7 +15,7 @@ import psutil
 import pytest
 from sessions import assert_nothing_left, session_pids, shm_entries, start, wait_for
 
-from parallel_ppo.core.pause import PAUSE_ENV_VAR
+from parallel_ppo.core.pause import PAUSE_ENV_VAR, release_file
 
 pytestmark = pytest.mark.slow  # every test here trains or starts trainers
 
@@ -81,9 +81,12 @@ CARTPOLE = ["--config", "config/cartpole.yaml", "--num-workers", "2", "--num-env
             "--set", "training.n_steps=256", "--set", "training.n_epochs=2"]
 
 
-def kill_worker_1_and_finish(run: Run) -> dict:
-    """Kill worker 1; the run restarts it and finishes its budget: its summary."""
+def kill_worker_1_and_finish(run: Run, held: Path | None = None) -> dict:
+    """Kill worker 1 (then end the hold that wrote its pid to `held`); the run restarts it and finishes its budget:
+    its summary."""
     run.worker(1).kill()
+    if held is not None:
+        release_file(held).touch()
     code, err = run.finish()
     assert code == 0, err
     assert "worker 1 died (killed by SIGKILL); restarting" in err
@@ -104,8 +107,8 @@ def test_killed_worker_is_restarted_and_run_finishes(tmp_path):
 
 def test_worker_killed_during_an_overlapped_update_is_restarted_and_nothing_is_lost(tmp_path):
     """The coordinator is held in update 2 while the workers collect rollout 3 (sleeping envs: 2 × 256 steps of
-    `5 ms` each, longer than the hold); a worker killed then is replaced when the coordinator next waits, and
-    re-collects its slice: every update is a full rollout, one update behind."""
+    `5 ms` each); a worker killed then (the hold ends after the kill) is replaced when the coordinator next waits,
+    and re-collects its slice: every update is a full rollout, one update behind."""
     held = tmp_path / "held"
     sleeping = ["--config", "config/sim_lift.yaml", "--num-workers", "2", "--num-envs-per-worker", "2",
                 "--set", "env.options=[step_ms=5]", "--set", "training.n_steps=256", "--set", "training.batch_size=256",
@@ -113,7 +116,7 @@ def test_worker_killed_during_an_overlapped_update_is_restarted_and_nothing_is_l
     run = Run(tmp_path, PARALLEL, [*sleeping, "--total-steps", "4096", "--set", "parallel.overlap=true"],
               env={PAUSE_ENV_VAR: f"update:2:{held}"})
     wait_for(held, run.proc, timeout=180)
-    summary = kill_worker_1_and_finish(run)
+    summary = kill_worker_1_and_finish(run, held)
     assert summary["total_env_steps"] == 4096 and summary["policy_lag"] == 1
     rows = run.rows()
     assert [int(r["env_steps"]) for r in rows] == [1024, 2048, 3072, 4096], "every update is a full rollout"

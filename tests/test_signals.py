@@ -18,7 +18,7 @@ import pytest
 from sessions import assert_nothing_left, sessions_of, shm_entries, start, torchrun, wait_for
 
 from parallel_ppo.core.checkpoint import load_checkpoint
-from parallel_ppo.core.pause import PAUSE_ENV_VAR
+from parallel_ppo.core.pause import PAUSE_ENV_VAR, release_file
 
 pytestmark = pytest.mark.slow
 
@@ -51,6 +51,7 @@ def test_sigterm_to_every_process_stops_at_one_boundary_and_resume_continues(tmp
     sids = sessions_of(proc.pid) if mode == "distributed" else [proc.pid]
     for sid in sids:  # what scancel does: every process of the job, workers and ranks included
         os.killpg(sid, signal.SIGTERM)
+    release_file(paused).touch()  # the held processes go on only now: the signal landed in the hold
     _, err = proc.communicate(timeout=120)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stop_reason"] == "signal" and summary["signal"] == "SIGTERM", err

@@ -8,11 +8,18 @@ from pathlib import Path
 
 PAUSE_ENV_VAR = "PARALLEL_PPO_PAUSE_AT"
 """`rollout:N:FILE`, `update:N:FILE` or `start:R:FILE`: halfway through rollout N (in every process that steps
-envs), before update N, or as rank R has joined the others, write this process's pid to FILE, then sleep
-`PAUSE_SECONDS` (a rank held at its start: `START_PAUSE_SECONDS`, longer than the collective timeout a test sets)."""
+envs), before update N, or as rank R has joined the others, write this process's pid to FILE, then wait until the
+test writes FILE.go (`release_file`; at most `PAUSE_SECONDS`), so that a slow machine cannot end the hold before the
+test has acted (a rank held at its start sleeps `START_PAUSE_SECONDS`, longer than the collective timeout a test
+sets)."""
 
-PAUSE_SECONDS = 1.0
+PAUSE_SECONDS = 60.0
 START_PAUSE_SECONDS = 3.0
+
+
+def release_file(path: str | Path) -> Path:
+    """The file whose existence ends a hold that wrote its pid to `path`."""
+    return Path(f"{path}.go")
 
 
 def pause_point(point: str, count: int) -> None:
@@ -21,6 +28,12 @@ def pause_point(point: str, count: int) -> None:
     if not spec:
         return
     where, number, path = spec.split(":", 2)
-    if where == point and int(number) == count:
-        Path(path).write_text(str(os.getpid()))
-        time.sleep(START_PAUSE_SECONDS if point == "start" else PAUSE_SECONDS)
+    if where != point or int(number) != count:
+        return
+    Path(path).write_text(str(os.getpid()))
+    if point == "start":
+        time.sleep(START_PAUSE_SECONDS)
+        return
+    deadline = time.monotonic() + PAUSE_SECONDS
+    while not release_file(path).exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
