@@ -223,7 +223,7 @@ def test_refreshing_workers_act_with_the_last_parameters_then_with_the_new_ones(
             time.sleep(0.01)
         release = threading.Thread(target=release_when_published, args=(source, 4, held), daemon=True)
         release.start()
-        source.collect(models[1], PhaseTimer())  # publishes models[1] while a worker is held at step 16
+        source.collect(models[1], PhaseTimer())  # publishes models[1] while the workers are held at step 16
         release.join()
         assert int(source.policy.version) == 4, "each collect publishes once (a version is 2 writes)"
         obs, actions, logprobs = (getattr(source.buffer, name).clone() for name in ("obs", "actions", "logprobs"))

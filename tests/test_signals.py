@@ -51,7 +51,10 @@ def test_sigterm_to_every_process_stops_at_one_boundary_and_resume_continues(tmp
     sids = sessions_of(proc.pid) if mode == "distributed" else [proc.pid]
     for sid in sids:  # what scancel does: every process of the job, workers and ranks included
         os.killpg(sid, signal.SIGTERM)
-    release_file(paused).touch()  # the held processes go on only now: the signal landed in the hold
+    # the signal landed in the hold; held on past the coordinator's next look at it (twice a second), parallel
+    # workers see the abandon where they are held
+    time.sleep(1.0)
+    release_file(paused).touch()
     _, err = proc.communicate(timeout=120)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stop_reason"] == "signal" and summary["signal"] == "SIGTERM", err
