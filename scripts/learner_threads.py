@@ -32,6 +32,7 @@ from parallel_ppo.core.threads import thread_plan  # noqa: E402
 from parallel_ppo.envs.batch import env_spaces  # noqa: E402
 from parallel_ppo.errors import ConfigError, ParallelPPOError  # noqa: E402
 from parallel_ppo.runs import fingerprint  # noqa: E402
+from parallel_ppo.runs.directory import check_writable  # noqa: E402
 from parallel_ppo.tuning.learner_settings import choose  # noqa: E402
 from parallel_ppo.tuning.learner_threads import choose_threads  # noqa: E402
 
@@ -57,8 +58,9 @@ def main() -> int:
     try:  # every config and the output checked before any is measured
         cfgs = [build_config(str(ROOT / config), {}, ["parallel.learner_threads=auto"], True) for config in args.config]
         output = Path(args.output)
-        if output.is_dir() or (output.parent.exists() and not output.parent.is_dir()):
-            raise ConfigError(f"--output {args.output}: not a file in a folder")
+        if output.is_dir():
+            raise ConfigError(f"--output {args.output} is a folder")
+        check_writable(output.parent, f"--output {args.output}")
         output.parent.mkdir(parents=True, exist_ok=True)
     except (ParallelPPOError, OSError) as e:
         why = f"--output {args.output}: {e.strerror}" if isinstance(e, OSError) else e

@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from parallel_ppo.core.files import read_evidence, write_text  # noqa: E402
 from parallel_ppo.errors import ConfigError, RunDataError  # noqa: E402
 from parallel_ppo.runs import fingerprint  # noqa: E402
+from parallel_ppo.runs.figures import logged_by  # noqa: E402
 from parallel_ppo.runs.reading import Run, load_groups, parse_run_spec  # noqa: E402
 
 SHOWN = {"return": "episodic_return_mean", "success": "success_rate", "entropy": "entropy"}
@@ -65,10 +66,10 @@ def first_reached(run: Run, rate: float) -> int | None:
 
 def cut(run: Run, steps: int) -> Run:
     """The run as read up to `steps` env steps: its metrics rows by then (none: RunDataError)."""
-    kept = run.metrics["env_steps"] <= steps
-    if not kept.any():
+    last = logged_by(run.metrics["env_steps"], steps)
+    if last < 0:
         raise RunDataError(f"{run.path} logged no update by --until {steps:,}")
-    return dataclasses.replace(run, metrics={name: values[kept] for name, values in run.metrics.items()})
+    return dataclasses.replace(run, metrics={name: values[:last + 1] for name, values in run.metrics.items()})
 
 
 def spread(values: list[float], digits: int) -> tuple[float | None, str]:

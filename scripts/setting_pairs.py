@@ -115,8 +115,9 @@ def main() -> int:
         print(f"setting_pairs.py: error: --a-checkout {args.a_checkout} is not a checkout of this project with "
               f"{' and '.join(needs)}", file=sys.stderr)
         return 2
-    if not (ROOT / args.config).is_file() or not args.minutes > 0:
-        print("setting_pairs.py: error: " + (f"no config {args.config}" if not (ROOT / args.config).is_file() else
+    missing = not (ROOT / args.config).is_file()
+    if missing or not args.minutes > 0:
+        print("setting_pairs.py: error: " + (f"no config {args.config}" if missing else
                                              f"--minutes must be positive, got {args.minutes}"), file=sys.stderr)
         return 2
     (a, a_args), (b, b_args) = args.a, args.b
