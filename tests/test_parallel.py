@@ -335,7 +335,8 @@ FLAG = {flag!r}
 
 
 class StragglingCartPole(CartPoleEnv):
-    """CartPole whose 10th step sleeps 3 s in the first env to get there (which creates FLAG), none in the others."""
+    """CartPole whose 10th step, in the first env to get there (which creates FLAG), holds until FLAG.go exists (at
+    most 60 s); none in the others."""
 
     def step(self, action):
         self.steps = getattr(self, "steps", 0) + 1
@@ -345,7 +346,9 @@ class StragglingCartPole(CartPoleEnv):
             except FileExistsError:
                 pass
             else:
-                time.sleep(3)
+                deadline = time.monotonic() + 60
+                while not os.path.exists(FLAG + ".go") and time.monotonic() < deadline:
+                    time.sleep(0.01)
         return super().step(action)
 
 
@@ -354,10 +357,10 @@ gymnasium.register("StragglingCartPole-v0", entry_point=StragglingCartPole, max_
 
 
 def test_an_overlapped_run_cuts_its_straggler_and_counts_the_steps_taken(tmp_path, monkeypatch):
-    """Overlapped workers with `parallel.sync_fraction` 0.5, one env of one worker sleeping 3 s at its 10th step (in
-    the first rollout; the env is named in a module written here, since a forkserver another test of this process
-    started keeps the environment it started with): that worker's 2 envs stop after 10 of 32 steps, and each update
-    counts the steps its rollout took."""
+    """Overlapped workers with `parallel.sync_fraction` 0.5, one env of one worker held at its 10th step (in the
+    first rollout; the env is named in a module written here, since a forkserver another test of this process
+    started keeps the environment it started with) until the coordinator has cut the rollout: that worker's 2 envs
+    stop after 10 of 32 steps, and each update counts the steps its rollout took."""
     monkeypatch.chdir(ROOT)
     (tmp_path / "straggling_env.py").write_text(STRAGGLING_ENV.format(flag=str(tmp_path / "straggled")))
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -370,12 +373,24 @@ def test_an_overlapped_run_cuts_its_straggler_and_counts_the_steps_taken(tmp_pat
         "parallel.overlap=true", "parallel.sync_fraction=0.5", "run.limit_seconds=0", "training.precision=fp32"],
         parallel=True)
     spaces = env_spaces(cfg.env)
-    train_run(RunPlan(cfg, spaces, out, "parallel", {}), ParallelCoordinator(cfg, spaces, thread_plan(cfg, True)))
+    source = ParallelCoordinator(cfg, spaces, thread_plan(cfg, True))
+    held = tmp_path / "straggled"
+
+    def release_once_cut() -> None:  # the cut is set while the held worker is still out, so it cannot be missed
+        deadline = time.monotonic() + 120
+        while not (held.exists() and int(source.cut)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        Path(f"{held}.go").touch()
+
+    releaser = threading.Thread(target=release_once_cut, daemon=True)
+    releaser.start()
+    train_run(RunPlan(cfg, spaces, out, "parallel", {}), source)
+    releaser.join()
     with open(out / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     cuts = [float(r["rollout_cut"]) for r in rows]
-    # the sleeping worker's rollout ends after 10 steps (or 8, the least, if it was cut before it slept); the others
-    # may be cut too, by a few steps, as the two workers' timing goes (a busy machine)
+    # the held worker's rollout ends after its 10th step (or 8, the least, if the other worker was done before it got
+    # there, as on a busy machine); the others may be cut too, by a few steps, as the two workers' timing goes
     assert 2 * 22 / 128 <= max(cuts) and all(0 <= cut <= 2 * 24 / 128 for cut in cuts), cuts
     steps = [int(r["env_steps"]) for r in rows]
     assert [b - a for a, b in zip([0, *steps], steps, strict=False)] == [round(128 * (1 - cut)) for cut in cuts]
