@@ -22,7 +22,7 @@ from parallel_ppo.bench.study import (
     results_name,
     results_slug,
 )
-from parallel_ppo.bench.study_pages import add_ratios, results_files
+from parallel_ppo.bench.study_pages import add_ratios, mesa_threads, results_files
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.threads import OWN_DRAW_THREADS
 from parallel_ppo.engines.distributed import Ranks
@@ -153,6 +153,18 @@ def test_frames_drawn_another_way_make_another_studys_files(monkeypatch):
     assert "LP_NUM_THREADS" not in drawing() and drawing_tag(drawing()) == "-mesa"
     monkeypatch.setenv("__EGL_VENDOR_LIBRARY_FILENAMES", "/usr/share/glvnd/egl_vendor.d/10_nvidia.json")
     assert drawing_tag(drawing()) == "" and drawing_tag({"MUJOCO_GL": "osmesa"}) == "-osmesa"
+
+
+def test_a_page_says_where_mesa_drew_with_threads_of_its_own():
+    """Workers' points without `draw_per_worker` were measured before the trainer set LP_NUM_THREADS: drawn by Mesa
+    without the user's LP_NUM_THREADS, their page says a point may have used more cores than its processes."""
+    old = [{"threads": {"learner": 1, "env": 1}}, {"threads": {"learner": 2, "worker": 1, "env_per_worker": 1}}]
+    new = [old[0], {"threads": {**old[1]["threads"], "draw_per_worker": 1}}]
+    mesa = {"drawing": {"MUJOCO_GL": "egl", "__EGL_VENDOR_LIBRARY_FILENAMES": "/tmp/50_mesa.json"}}
+    assert "may have used more cores" in mesa_threads(mesa, old)
+    assert mesa_threads(mesa, new) == ""
+    assert mesa_threads({"drawing": {**mesa["drawing"], "LP_NUM_THREADS": "1"}}, old) == ""
+    assert mesa_threads({"drawing": None}, old) == mesa_threads({}, old) == ""
 
 
 def test_each_task_has_its_own_results_files(tmp_path):

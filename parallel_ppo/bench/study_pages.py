@@ -109,6 +109,19 @@ def plot_study(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def mesa_threads(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """The page's caveat where Mesa's llvmpipe drew with threads of its own: points measured before the trainer set
+    LP_NUM_THREADS to each worker's drawing threads (their threads lack `draw_per_worker`), without the user's."""
+    drawing = meta.get("drawing") or {}
+    if not drawing.get("MUJOCO_GL") or "LP_NUM_THREADS" in drawing:
+        return ""
+    if all("draw_per_worker" in r["threads"] for r in rows if "worker" in r.get("threads", {})):
+        return ""
+    return (", but for the drawing: these points were measured before the trainer set Mesa's drawing threads "
+            "(LP_NUM_THREADS), and where llvmpipe drew it started a thread per core in every process, so a point "
+            "may have used more cores")
+
+
 def results_files(stem: Path) -> dict[str, Path]:
     """The study's table, data and plot: `<stem>.md`, `<stem>.json` and `<stem>.png`."""
     return {ext: stem.parent / f"{stem.name}.{ext}" for ext in ("md", "json", "png")}
@@ -147,7 +160,8 @@ def write_results(rows: list[dict[str, Any]], stem: Path, meta: dict[str, Any]) 
             "Steps/s are steady state (from the end of update 1 to the end of the last update) of real training "
             "runs with evaluation and the compute-limit measurement off; every point of N processes uses N cores "
             + ("(sleeping workers: these cores stand for N)" if meta.get("simulated") else
-               "(an overlapped one N + 1 at most: its learner's thread beside N workers)") + ". "
+               "(an overlapped one N + 1 at most: its learner's thread beside N workers)")
+            + mesa_threads(meta, rows) + ". "
             "Speed-up is against the point named under *vs* (one process with one thread on the CPU, `threads_1`, "
             "where it was measured; the CUDA family against its own first point, a GPU not being a core), "
             "efficiency = speed-up / (processes / that point's processes). Phases are shares of each run's wall "
