@@ -376,21 +376,26 @@ def test_an_overlapped_run_cuts_its_straggler_and_counts_the_steps_taken(tmp_pat
     source = ParallelCoordinator(cfg, spaces, thread_plan(cfg, True))
     held = tmp_path / "straggled"
 
+    ended = threading.Event()
+
     def release_once_cut() -> None:  # the cut is set while the held worker is still out, so it cannot be missed
-        deadline = time.monotonic() + 120
-        while not (held.exists() and int(source.cut)) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        while not (held.exists() and int(source.cut)) and not ended.wait(0.01):
+            pass
         Path(f"{held}.go").touch()
 
     releaser = threading.Thread(target=release_once_cut, daemon=True)
     releaser.start()
-    train_run(RunPlan(cfg, spaces, out, "parallel", {}), source)
-    releaser.join()
+    try:
+        train_run(RunPlan(cfg, spaces, out, "parallel", {}), source)
+    finally:
+        ended.set()
+        releaser.join()
     with open(out / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     cuts = [float(r["rollout_cut"]) for r in rows]
-    # the held worker's rollout ends after its 10th step (or 8, the least, if the other worker was done before it got
-    # there, as on a busy machine); the others may be cut too, by a few steps, as the two workers' timing goes
+    # the held worker's rollout ends after its 10th step (the other worker's envs pass their 10th only once it holds;
+    # or after 8, the least, if the watchdog replaced it while held); the others may be cut too, by a few steps, as the
+    # two workers' timing goes
     assert 2 * 22 / 128 <= max(cuts) and all(0 <= cut <= 2 * 24 / 128 for cut in cuts), cuts
     steps = [int(r["env_steps"]) for r in rows]
     assert [b - a for a, b in zip([0, *steps], steps, strict=False)] == [round(128 * (1 - cut)) for cut in cuts]

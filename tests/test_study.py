@@ -158,10 +158,12 @@ def test_frames_drawn_another_way_make_another_studys_files(monkeypatch):
 def test_a_page_says_where_mesa_drew_with_threads_of_its_own():
     """Workers' points without `draw_per_worker` were measured before the trainer set LP_NUM_THREADS: drawn by Mesa
     without the user's LP_NUM_THREADS, their page says a point may have used more cores than its processes."""
-    old = [{"threads": {"learner": 1, "env": 1}}, {"threads": {"learner": 2, "worker": 1, "env_per_worker": 1}}]
-    new = [old[0], {"threads": {**old[1]["threads"], "draw_per_worker": 1}}]
+    old = [{"label": "threads_1", "commit": "a", "threads": {"learner": 1, "env": 1}},
+           {"label": "workers_2", "commit": "a", "threads": {"learner": 2, "worker": 1, "env_per_worker": 1}}]
+    new = [old[0] | {"commit": "b"}, old[1] | {"commit": "b", "threads": {**old[1]["threads"], "draw_per_worker": 1}}]
     mesa = {"drawing": {"MUJOCO_GL": "egl", "__EGL_VENDOR_LIBRARY_FILENAMES": "/tmp/50_mesa.json"}}
-    assert "may have used more cores" in mesa_threads(mesa, old)
+    assert ": threads_1, workers_2 were measured before" in mesa_threads(mesa, old)
+    assert ": threads_1, workers_2 were measured before" in mesa_threads(mesa, [*old, new[1] | {"label": "workers_4"}])
     assert mesa_threads(mesa, new) == ""
     assert mesa_threads({"drawing": {**mesa["drawing"], "LP_NUM_THREADS": "1"}}, old) == ""
     assert mesa_threads({"drawing": None}, old) == mesa_threads({}, old) == ""

@@ -110,16 +110,19 @@ def plot_study(rows: list[dict[str, Any]], path: Path, title: str) -> None:
 
 
 def mesa_threads(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    """The page's caveat where Mesa's llvmpipe drew with threads of its own: points measured before the trainer set
-    LP_NUM_THREADS to each worker's drawing threads (their threads lack `draw_per_worker`), without the user's."""
+    """The page's caveat where Mesa's llvmpipe drew with threads of its own: the points measured at a commit whose
+    workers' points lack their drawing threads (`draw_per_worker`, recorded since 24169b4; the trainer set
+    LP_NUM_THREADS to them since 958c98b), without the user's LP_NUM_THREADS."""
     drawing = meta.get("drawing") or {}
     if not drawing.get("MUJOCO_GL") or "LP_NUM_THREADS" in drawing:
         return ""
-    if all("draw_per_worker" in r["threads"] for r in rows if "worker" in r.get("threads", {})):
+    commits = {r.get("commit") for r in rows if "worker" in r["threads"] and "draw_per_worker" not in r["threads"]}
+    before = [r["label"] for r in rows if r.get("commit") in commits]  # a sequential point of theirs too
+    if not before:
         return ""
-    return (", but for the drawing: these points were measured before the trainer set Mesa's drawing threads "
-            "(LP_NUM_THREADS), and where llvmpipe drew it started a thread per core in every process, so a point "
-            "may have used more cores")
+    return (f", but for the drawing: {', '.join(before)} were measured before the trainer set Mesa's drawing "
+            "threads (LP_NUM_THREADS), and where llvmpipe drew it started a thread per core in every process, so "
+            "those points may have used more cores")
 
 
 def results_files(stem: Path) -> dict[str, Path]:
