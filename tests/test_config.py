@@ -90,6 +90,20 @@ def test_the_learning_rate_anneals_over_anneal_steps_wherever_the_run_stops():
         build_config(None, {}, sets, parallel=False)
 
 
+def test_a_run_takes_its_first_update_whatever_its_set_up_took():
+    """The duration ends a run only after an update: a short budget its set-up outlasted (a benchmark's point of
+    seconds, TensorBoard's import on a busy machine) still logs an update; a resumed run that met it stops at once."""
+    from types import SimpleNamespace
+
+    from parallel_ppo.core.loop import stop_reason
+
+    cfg = build_config(None, {}, small_sets("run.duration=0.001"), parallel=False)
+    asked, quiet = SimpleNamespace(signum=2), SimpleNamespace(signum=None)
+    fresh, resumed = SimpleNamespace(update=0, env_steps=0), SimpleNamespace(update=3, env_steps=96)
+    assert stop_reason(cfg, fresh, quiet, 60.0) == "" and stop_reason(cfg, resumed, quiet, 60.0) == "duration"
+    assert stop_reason(cfg, fresh, asked, 60.0) == "signal" and stop_reason(cfg, resumed, quiet, 1.0) == ""
+
+
 def test_exponent_numbers_without_a_point(tmp_path):
     """3e-4 (a string to PyYAML's YAML 1.1) is read as a number in files and --set; 1e5 is an integer."""
     path = write_yaml(tmp_path, "training:\n  learning_rate: 3e-4\n")
