@@ -285,3 +285,30 @@ def test_a_group_torchrun_restarts_resumes_from_its_checkpoint_by_itself(tmp_pat
     assert len({r["checksum"] for r in summary["distributed"]["ranks"]}) == 1
     assert_nothing_left(proc.pid, shm_before)  # torchrun's session; the ranks of both attempts had their own:
     assert not [p.pid for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
+
+
+def test_the_exchanges_where_ranks_wait_on_rank_zero_take_the_long_timeout(monkeypatch):
+    """At start (the parameters, rank 0's objects), at each stop agreement (rank 0 logs, checkpoints and evaluates
+    before it) and at the end (rank 0 writes its last checkpoint before the ranks' gather) the collective runs on the
+    patient group; a rollout's gather keeps the short timeout that catches a hung rank."""
+    from parallel_ppo.engines import distributed
+
+    ranks = distributed.Ranks.__new__(distributed.Ranks)
+    ranks.rank, ranks.world_size, ranks._patient = 0, 1, object()
+    groups: dict[str, object] = {}
+
+    def record(name: str):
+        def collective(*args):
+            groups[name] = args[-1]
+        return collective
+
+    for name in ("broadcast", "broadcast_object_list", "all_reduce", "all_gather_object"):
+        monkeypatch.setattr(distributed.dist, name, record(name))
+    ranks.broadcast_parameters(torch.nn.Linear(2, 1))
+    ranks.broadcast({"settings": 1})
+    ranks.agree_stop("", None)
+    assert groups == dict.fromkeys(("broadcast", "broadcast_object_list", "all_reduce"), ranks._patient)
+    ranks.gather({"rank": 0}, patient=True)
+    assert groups["all_gather_object"] is ranks._patient
+    ranks.gather({"rollout": 0})
+    assert groups["all_gather_object"] is None

@@ -43,7 +43,7 @@ class Group:
     def broadcast(self, obj: T) -> T:
         return obj
 
-    def gather(self, obj: T) -> list[T]:
+    def gather(self, obj: T, patient: bool = False) -> list[T]:
         return [obj]
 
     def gather_columns(self, tensor: torch.Tensor) -> torch.Tensor:

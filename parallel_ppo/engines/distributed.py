@@ -129,10 +129,11 @@ class Ranks(Group):
         self._call("a broadcast", dist.broadcast_object_list, box, 0, self._patient)
         return box[0]
 
-    def gather(self, obj: T) -> list[T]:
-        """Every rank's `obj`, in rank order, on every rank."""
+    def gather(self, obj: T, patient: bool = False) -> list[T]:
+        """Every rank's `obj`, in rank order, on every rank; `patient`: with the long timeout (at the end of a run,
+        where the others wait while rank 0 writes its last checkpoint)."""
         out: list[Any] = [None] * self.world_size
-        self._call("a gather", dist.all_gather_object, out, obj)
+        self._call("a gather", dist.all_gather_object, out, obj, self._patient if patient else None)
         return out
 
     def gather_columns(self, tensor: torch.Tensor) -> torch.Tensor:

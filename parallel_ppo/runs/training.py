@@ -261,10 +261,11 @@ def train_run(plan: RunPlan, source: RolloutSource, group: Group = ALONE, tracke
 
 def gather_ranks(plan: RunPlan, source: RolloutSource, state: TrainState, outcome: Outcome,
                  group: Group) -> list[dict]:
-    """Every rank's host, layout, threads, parameter checksum and phase seconds, on rank 0."""
+    """Every rank's host, layout, threads, parameter checksum and phase seconds, on rank 0 (with the long timeout:
+    the others wait here while rank 0 writes its last checkpoint)."""
     return group.gather({"rank": group.rank, "host": group.host, **source.layout, "source": source.mode,
                          "threads": plan.threads, "checksum": parameter_checksum(state.model),
-                         "phase_seconds": outcome.phase_seconds})
+                         "phase_seconds": outcome.phase_seconds}, patient=True)
 
 
 def read_summary(run_dir: Path) -> dict | None:
