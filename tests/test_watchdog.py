@@ -71,19 +71,20 @@ def _trainer(tmp_path: Path, env_id: str, timeout: str, steps: int,
 
 @pytest.mark.slow
 def test_a_long_reset_beside_busy_processes_is_not_a_hang(tmp_path):
-    """Each worker's reset computes for 4 s of CPU time with the cores taken by two spinning processes: it takes no
-    step for longer than the 2-second bound, but it computes, so it is not restarted. (A 1-second bound restarted
-    one beside a training run as well: a stretch of a second in which a worker gets under 5% of a core, the
-    watchdog's sign of work, is rare but not unheard of on a shared 2-core machine.)"""
+    """Each worker's reset computes for 4 s of CPU time with the cores taken by two spinning processes (two workers,
+    two spinners and the coordinator on 2 cores: 8 s of wall time or more): it takes no step for longer than
+    the 4-second bound, but it computes, so it is not restarted. (A 1-second bound restarted one beside a training
+    run as well: a stretch of a second in which a worker gets under 5% of a core, the watchdog's sign of work, is
+    rare but not unheard of on a shared 2-core machine; 4 s leaves room for a stall of seconds.)"""
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
-        out = _trainer(tmp_path, "SlowResetReach-v0", "2s", 64)
+        out = _trainer(tmp_path, "SlowResetReach-v0", "4s", 64)
     finally:
         for spinner in spinners:
             spinner.kill()
             spinner.wait()
     assert out.returncode == 0, out.stderr
-    assert "a worker that neither steps nor computes for 2 s is restarted (parallel.worker_timeout)" in out.stdout
+    assert "a worker that neither steps nor computes for 4 s is restarted (parallel.worker_timeout)" in out.stdout
     assert "restarting" not in out.stderr, out.stderr
 
 
