@@ -15,11 +15,11 @@ import psutil
 import pytest
 import torch
 import yaml
-from sessions import assert_nothing_left, session_pids, sessions_of, shm_entries, start, torchrun
+from sessions import assert_nothing_left, session_pids, sessions_of, shm_entries, start, torchrun, wait_for
 
 from parallel_ppo.core.checkpoint import load_checkpoint
 from parallel_ppo.core.configure import build_config, config_from_dict
-from parallel_ppo.core.pause import PAUSE_ENV_VAR
+from parallel_ppo.core.pause import PAUSE_ENV_VAR, release_file
 from parallel_ppo.core.ppo import build_learner
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.errors import ConfigError
@@ -265,17 +265,21 @@ def test_a_killed_rank_stops_the_others_and_leaves_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_a_group_torchrun_restarts_resumes_from_its_checkpoint_by_itself(tmp_path):
-    """torchrun --max-restarts 1: rank 1 killed mid-run, the new group resumes from the last checkpoint without
-    --resume, finishes the step budget with every update counted once, and says so (restarts = 1)."""
-    out, target = tmp_path / "run", 20 * 512
+    """torchrun --max-restarts 1: rank 1 killed mid-run (the ranks held in update 4, so the run cannot end first),
+    the new group resumes from the last checkpoint without --resume, finishes the step budget with every update
+    counted once, and says so (restarts = 1)."""
+    out, target, held = tmp_path / "run", 20 * 512, tmp_path / "held"
     shm_before = shm_entries()
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                 "--max-restarts", "1", "train_timed.py", "--distributed"]
     proc = start([*launcher, *CARTPOLE, "--num-envs-total", "16", "--total-steps", str(target),
-                  "--set", "run.checkpoint_interval=0.01", "--output-dir", str(out)], cwd=ROOT)
+                  "--set", "run.checkpoint_interval=0.01", "--output-dir", str(out)], cwd=ROOT,
+                 env={**os.environ, PAUSE_ENV_VAR: f"update:4:{held}"})  # the new group finds it released
     wait_rows(proc, out, 3)
+    wait_for(held, proc)
     rank_of = {child.environ().get("RANK"): child for child in psutil.Process(proc.pid).children()}
     rank_of["1"].kill()
+    release_file(held).touch()
     code, _, err = finish(proc)
     assert code == 0, err
     summary = json.loads((out / "summary.json").read_text())

@@ -96,9 +96,11 @@ def kill_worker_1_and_finish(run: Run, held: Path | None = None) -> dict:
 
 
 def test_killed_worker_is_restarted_and_run_finishes(tmp_path):
-    run = Run(tmp_path, PARALLEL, [*CARTPOLE, "--total-steps", "30000"])
-    run.wait_rows(2)
-    summary = kill_worker_1_and_finish(run)
+    """Worker 1 killed while the coordinator is held in update 3 (so the run cannot end first) is restarted."""
+    held = tmp_path / "held"
+    run = Run(tmp_path, PARALLEL, [*CARTPOLE, "--total-steps", "30000"], env={PAUSE_ENV_VAR: f"update:3:{held}"})
+    wait_for(held, run.proc, timeout=180)
+    summary = kill_worker_1_and_finish(run, held)
     assert summary["total_env_steps"] >= 30000
     steps = [int(r["env_steps"]) for r in run.rows()]
     assert steps == sorted(steps) and steps[1] - steps[0] == 256 * 8, "every update is a full rollout"
