@@ -92,15 +92,19 @@ def test_the_learning_rate_anneals_over_anneal_steps_wherever_the_run_stops():
 
 def test_a_run_takes_its_first_update_whatever_its_set_up_took():
     """The duration ends a run only after an update: a short budget its set-up outlasted (a benchmark's point of
-    seconds, TensorBoard's import on a busy machine) still logs an update; a resumed run that met it stops at once."""
+    seconds, TensorBoard's import on a busy machine) still logs an update; a resumed run that met it before (with
+    updates, or stopped in its first) stops at once."""
     from types import SimpleNamespace
 
     from parallel_ppo.core.loop import stop_reason
 
     cfg = build_config(None, {}, small_sets("run.duration=0.001"), parallel=False)
     asked, quiet = SimpleNamespace(signum=2), SimpleNamespace(signum=None)
-    fresh, resumed = SimpleNamespace(update=0, env_steps=0), SimpleNamespace(update=3, env_steps=96)
+    fresh = SimpleNamespace(update=0, env_steps=0, elapsed_before=0.0)
+    resumed = SimpleNamespace(update=3, env_steps=96, elapsed_before=2.0)
+    spent = SimpleNamespace(update=0, env_steps=0, elapsed_before=4.0)  # stopped in its first update, past its budget
     assert stop_reason(cfg, fresh, quiet, 60.0) == "" and stop_reason(cfg, resumed, quiet, 60.0) == "duration"
+    assert stop_reason(cfg, spent, quiet, 60.0) == "duration"
     assert stop_reason(cfg, fresh, asked, 60.0) == "signal" and stop_reason(cfg, resumed, quiet, 1.0) == ""
 
 

@@ -316,3 +316,19 @@ def test_the_exchanges_where_ranks_wait_on_rank_zero_take_the_long_timeout(monke
     assert groups["all_gather_object"] is ranks._patient
     ranks.gather({"rollout": 0})
     assert groups["all_gather_object"] is None
+
+    from types import SimpleNamespace
+
+    from parallel_ppo.core.group import Group
+    from parallel_ppo.runs.training import gather_ranks
+
+    asked: list[bool] = []
+
+    class Recording(Group):
+        def gather(self, obj, patient=False):
+            asked.append(patient)
+            return [obj]
+
+    gather_ranks(SimpleNamespace(threads={}), SimpleNamespace(layout={}, mode="parallel"),
+                 SimpleNamespace(model=torch.nn.Linear(2, 1)), SimpleNamespace(phase_seconds={}), Recording())
+    assert asked == [True], "the end-of-run gather waits with the long timeout"

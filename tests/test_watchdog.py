@@ -71,9 +71,9 @@ def _trainer(tmp_path: Path, env_id: str, timeout: str, steps: int,
 
 @pytest.mark.slow
 def test_a_long_reset_beside_busy_processes_is_not_a_hang(tmp_path):
-    """Each worker's reset computes for 4 s of CPU time with the cores taken by two spinning processes (two workers,
-    two spinners and the coordinator on 2 cores: 8 s of wall time or more): it takes no step for longer than
-    the 4-second bound, but it computes, so it is not restarted. (A 1-second bound restarted one beside a training
+    """Each worker's reset computes for 6 s of CPU time with the cores taken by two spinning processes (two workers
+    and two spinners on 2 cores: 12 s of wall time or more; 6 s where cores are free): it takes no step for longer
+    than the 4-second bound, but it computes, so it is not restarted. (A 1-second bound restarted one beside a training
     run as well: a stretch of a second in which a worker gets under 5% of a core, the watchdog's sign of work, is
     rare but not unheard of on a shared 2-core machine; 4 s leaves room for a stall of seconds.)"""
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]

@@ -286,13 +286,14 @@ def rollout_batch(buf: RolloutBuffer, cfg: Config, scaler: RewardScaler | None =
 
 
 def stop_reason(cfg: Config, state: TrainState, stop: StopRequest, elapsed: float) -> str:
-    """Why the run stops after this update ("" = it goes on). A run's first update is always taken: its set-up may
-    outlast a short duration (a resumed run that met its budget stops at once)."""
+    """Why the run stops after this update ("" = it goes on). A run's first update is taken whatever its set-up
+    took, which may outlast a short duration; a resumed run that met its budget before stops at once."""
     if stop.signum is not None:
         return "signal"
     if cfg.run.total_steps and state.env_steps >= cfg.run.total_steps:
         return "total_steps"
-    if elapsed >= cfg.run.duration * 3600 and state.update > 0:
+    budget = cfg.run.duration * 3600
+    if elapsed >= budget and (state.update > 0 or state.elapsed_before >= budget):
         return "duration"
     return ""
 
