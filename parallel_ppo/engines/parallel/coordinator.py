@@ -29,7 +29,7 @@ from parallel_ppo.engines.parallel.processes import (
     try_recv,
 )
 from parallel_ppo.engines.parallel.published import PublishedPolicy, lagged_steps
-from parallel_ppo.engines.parallel.watchdog import Watchdog, auto_bound, cpu_seconds, in_seconds
+from parallel_ppo.engines.parallel.watchdog import Watchdog, auto_bound, in_seconds, work_seconds
 from parallel_ppo.engines.parallel.watchdog import rule as watchdog_rule
 from parallel_ppo.engines.parallel.worker import (
     PRELOAD_ENV_VAR,
@@ -317,7 +317,7 @@ class ParallelCoordinator:
                 elif isinstance(message, Failed):
                     raise WorkerError(f"worker {i} failed: {message.summary}")
             for i in list(pending):
-                steps, cpu = int(self.progress[i]), cpu_seconds(self._workers[i].process.pid)
+                steps, cpu = int(self.progress[i]), work_seconds(self._workers[i].process.pid)
                 now = time.monotonic()  # a restart above may have taken seconds: read each slot at its own time
                 if self.abandon:  # never restarted now; one that stays stepless is stopped by force in `close`
                     if watchdog.read(i, steps, cpu, now)[1] > ABANDON_GRACE:
