@@ -45,7 +45,8 @@ from parallel_ppo.envs.families import family_of
 from parallel_ppo.envs.spaces import EnvSpaces
 
 STARTUP_TIMEOUT = 180.0
-"""Seconds a new worker may take to import, build its envs and report ready."""
+"""Seconds a new worker may neither run nor wait for a core while it imports, builds its envs and reports ready (as
+the watchdog counts them; one that computes may take the watchdog's ceiling)."""
 
 PREEMPT_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 
@@ -199,9 +200,10 @@ class ParallelCoordinator:
         """Wait for a new worker's hello; raise _Died if it dies first, WorkerError if it reports an error."""
         worker = self._workers[index]
         assert worker is not None
-        ready = wait([worker.conn, worker.process.sentinel], timeout=STARTUP_TIMEOUT)
-        if not ready:
-            raise WorkerError(f"worker {index} was not ready after {STARTUP_TIMEOUT:.0f} s")
+        starting = Watchdog(STARTUP_TIMEOUT)  # a start kept waiting for a core (a busy machine, `nice`) is slow
+        while not wait([worker.conn, worker.process.sentinel], timeout=1.0):
+            if why := starting.hung(index, 0, work_seconds(worker.process.pid), time.monotonic()):
+                raise WorkerError(f"worker {index} was not ready: it {why} while starting")
         message = try_recv(worker.conn)
         if isinstance(message, Ready):
             self._start_seconds[index] = message.start_seconds
