@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 from sessions import assert_nothing_left, shm_entries, start
@@ -434,3 +435,44 @@ def test_worker_exception_stops_cleanly(tmp_path):
     assert summary["stop_reason"] == "error" and summary["updates"] == 2
     assert (out / "checkpoint.pt").is_file()
     assert_nothing_left(proc.pid, shm_before)
+
+
+SLEEPY_ENV = '''
+import os
+import time
+
+import gymnasium
+from gymnasium.envs.classic_control import CartPoleEnv
+
+
+class SleepyCartPole(CartPoleEnv):
+    """CartPole that, built anywhere but in process {parent}, sleeps for a minute first (a start that hangs)."""
+
+    def __init__(self, **kwargs):
+        if os.getpid() != {parent}:
+            time.sleep(60)
+        super().__init__(**kwargs)
+
+
+gymnasium.register("SleepyCartPole-v0", entry_point=SleepyCartPole, max_episode_steps=500)
+'''
+
+
+def test_a_worker_that_neither_runs_nor_waits_while_starting_is_given_up(tmp_path, monkeypatch):
+    """A worker whose env sleeps while it is built (in a module written here, as the straggler test's) is given up
+    on once it has neither run nor waited for a core for STARTUP_TIMEOUT seconds (2 here), with a line that says so
+    and no worker left."""
+    from parallel_ppo.engines.parallel import coordinator
+    from parallel_ppo.engines.parallel.coordinator import WorkerError
+
+    monkeypatch.chdir(ROOT)
+    (tmp_path / "sleepy_env.py").write_text(SLEEPY_ENV.format(parent=os.getpid()))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(coordinator, "STARTUP_TIMEOUT", 2.0)
+    cfg = _config("CartPole-v1", True, 2, tmp_path, ())
+    cfg.env.id = "sleepy_env:SleepyCartPole-v0"
+    with pytest.raises(WorkerError, match=r"^worker 0 was not ready: while starting it neither stepped nor computed "
+                                          r"for 2 s$"):
+        ParallelCoordinator(cfg, env_spaces(cfg.env), thread_plan(cfg, parallel=True))
+    workers = [p for p in psutil.Process().children(recursive=True) if p.name().startswith("parallel_ppo worker")]
+    assert not workers, workers

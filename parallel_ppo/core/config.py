@@ -31,10 +31,10 @@ class ParallelConfig:
     """How workers start: forkserver (forked from a process that loaded torch, and what the env's family preloads,
     once, so workers share that memory; the default) or spawn (each worker imports everything itself)."""
     worker_timeout: float | str = setting("auto", positive=True, maximum=10**9, unit="s", auto=True)
-    """Seconds a worker may neither step its envs nor use the CPU before it is declared hung and restarted, or
-    `auto`: 10 times what the slowest worker took to build and reset its envs, at least 20 s (shown at the start
-    of a run). A worker busy in a long reset, a first frame or a JIT compilation uses the CPU, and so is never
-    restarted for being slow."""
+    """Seconds a worker may neither step its envs nor use the CPU (nor, on Linux, wait for a core) before it is
+    declared hung and restarted, or `auto`: 10 times what the slowest worker took to build and reset its envs, at
+    least 20 s (shown at the start of a run). A worker busy in a long reset, a first frame or a JIT compilation uses
+    the CPU, and one kept waiting by a busier job waits for a core, so neither is restarted for being slow."""
     max_worker_restarts: int = setting(3, non_negative=True)
     """Restarts allowed per worker slot before the run stops with an error."""
     overlap: bool = False

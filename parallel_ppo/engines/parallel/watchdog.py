@@ -50,8 +50,8 @@ def rule() -> str:
 
 def work_seconds(pid: int) -> float | None:
     """Seconds process `pid` has run (user and system CPU time, every thread's) or, on Linux, waited for a core to
-    run on (the kernel's run-queue wait of each live thread: a thread that ends takes its wait with it), or None
-    when it is gone."""
+    run on (the kernel's run-queue wait of each live thread, added when the thread gets a core: a wait that never
+    ends shows only then, and a thread that ends takes its wait with it), or None when it is gone."""
     try:
         times = psutil.Process(pid).cpu_times()
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
@@ -104,7 +104,7 @@ class Watchdog:
             mark = self.marks[slot] = _Mark(steps, now, cpu, now)
         elif cpu - mark.cpu >= max(MIN_CPU_SECONDS, BUSY_SHARE * (now - mark.worked)):
             mark.cpu, mark.worked = cpu, now
-        else:  # below the mark where a thread that ended took its run-queue wait with it: count from here
+        elif cpu >= 0:  # below the mark where a thread that ended took its run-queue wait with it: count from here
             mark.cpu = min(mark.cpu, cpu)
         return now - mark.worked, now - mark.stepped
 
