@@ -382,7 +382,7 @@ def test_an_overlapped_run_cuts_its_straggler_and_counts_the_steps_taken(tmp_pat
     def release_once_cut() -> None:  # the cut is set while the held worker is still out, so it cannot be missed
         while not (held.exists() and int(source.cut)) and not ended.wait(0.01):
             pass
-        Path(f"{held}.go").touch()
+        release_file(held).touch()
 
     releaser = threading.Thread(target=release_once_cut, daemon=True)
     releaser.start()
@@ -471,8 +471,8 @@ def test_a_worker_that_neither_runs_nor_waits_while_starting_is_given_up(tmp_pat
     monkeypatch.setattr(coordinator, "STARTUP_TIMEOUT", 2.0)
     cfg = _config("CartPole-v1", True, 2, tmp_path, ())
     cfg.env.id = "sleepy_env:SleepyCartPole-v0"
-    with pytest.raises(WorkerError, match=r"^worker 0 was not ready: while starting it neither stepped nor computed "
-                                          r"for 2 s$"):
+    with pytest.raises(WorkerError, match=r"^worker 0 was not ready: while starting it neither ran nor waited for a "
+                                          r"core for 2 s$"):
         ParallelCoordinator(cfg, env_spaces(cfg.env), thread_plan(cfg, parallel=True))
     workers = [p for p in psutil.Process().children(recursive=True) if p.name().startswith("parallel_ppo worker")]
     assert not workers, workers

@@ -167,6 +167,9 @@ def test_a_page_says_where_mesa_drew_with_threads_of_its_own():
     assert mesa_threads(mesa, new) == ""
     assert mesa_threads({"drawing": {**mesa["drawing"], "LP_NUM_THREADS": "1"}}, old) == ""
     assert mesa_threads({"drawing": None}, old) == mesa_threads({}, old) == ""
+    nvidia = {"MUJOCO_GL": "egl", "__EGL_VENDOR_LIBRARY_FILENAMES": "/usr/share/glvnd/egl_vendor.d/10_nvidia.json"}
+    assert mesa_threads({"drawing": nvidia}, old) == ""  # a GPU drew
+    assert ": threads_1, workers_2 were measured before" in mesa_threads({"drawing": {"MUJOCO_GL": "osmesa"}}, old)
 
 
 def test_each_task_has_its_own_results_files(tmp_path):

@@ -87,6 +87,11 @@ def test_a_worker_kept_waiting_for_a_core_is_working():
             p.wait()
     assert grew[1] > 1.0, grew  # the low-priority one ran or waited for most of the 3 s (a wait counts once it runs)
     assert grew[2] < 0.05, grew  # asleep: no work
+
+
+def test_a_lower_reading_moves_the_mark_down_and_a_missing_one_does_not():
+    """A thread that ends takes its run-queue wait with it: the work is counted from the lower reading. A process
+    gone for a reading (None) leaves the mark as it was."""
     dog = Watchdog(bound=2.0)
     dog.read(3, steps=1, cpu=5.0, now=0.0)
     assert dog.read(3, steps=1, cpu=None, now=0.5) == (0.5, 0.5)  # gone for a reading: no mark below 0

@@ -50,13 +50,8 @@ def drawing_tag(drawn: dict[str, str]) -> str:
     """How the frames were drawn where a variable chose it, for the study's file name: `-mesa` (EGL's vendor is
     Mesa's alone, or software rendering forced: on a GPU box, the CPU draws), `-osmesa`, `-lp<N>` (Mesa's threads
     set by the user); "" by default. Studies drawn otherwise sit beside each other instead of replacing one another."""
-    tags = []
-    vendors = [v for v in drawn.get("__EGL_VENDOR_LIBRARY_FILENAMES", "").split(":") if v]
-    forced = drawn.get("LIBGL_ALWAYS_SOFTWARE", "").lower() in ("1", "true", "yes")
-    if (vendors and all("mesa" in Path(v).name.lower() for v in vendors)) or forced:
-        tags.append("mesa")
-    if "osmesa" in (drawn.get("MUJOCO_GL"), drawn.get("PYOPENGL_PLATFORM")):
-        tags.append("osmesa")
+    tags = [tag for tag, chosen in (("mesa", fingerprint.mesa_egl(drawn)), ("osmesa", fingerprint.osmesa(drawn)))
+            if chosen]
     if "LP_NUM_THREADS" in drawn:
         tags.append("lp" + re.sub(r"[^a-z0-9]+", "-", drawn["LP_NUM_THREADS"].lower()).strip("-"))
     return "".join(f"-{t}" for t in tags)

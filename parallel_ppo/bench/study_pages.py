@@ -8,6 +8,7 @@ from typing import Any
 
 from parallel_ppo.core.files import atomic_write, write_json, write_text
 from parallel_ppo.core.timing import PHASES
+from parallel_ppo.runs.fingerprint import mesa_egl, osmesa
 
 FAMILIES = ("threads", "workers", "overlap", "ranks", "cuda")
 """The study's families of runs, in the order they run and are shown (`bench.study`)."""
@@ -114,7 +115,7 @@ def mesa_threads(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     workers' points lack their drawing threads (`draw_per_worker`, recorded since 24169b4; the trainer set
     LP_NUM_THREADS to them since 958c98b), without the user's LP_NUM_THREADS."""
     drawing = meta.get("drawing") or {}
-    if not drawing.get("MUJOCO_GL") or "LP_NUM_THREADS" in drawing:
+    if not (mesa_egl(drawing) or osmesa(drawing)) or "LP_NUM_THREADS" in drawing:
         return ""
     commits = {r.get("commit") for r in rows if "worker" in r["threads"] and "draw_per_worker" not in r["threads"]}
     before = [r["label"] for r in rows if r.get("commit") in commits]  # a sequential point of theirs too

@@ -150,7 +150,8 @@ class Ranks(Group):
     def agree_stop(self, reason: str, signum: int | None) -> tuple[str, int | None]:
         """The stop reason every rank takes, with the signal behind it: any rank's signal, else the step budget,
         else any rank's deadline ("" = all go on). The other ranks wait here while rank 0 logs, checkpoints and
-        evaluates, so this exchange alone has a long timeout (a hung rank is caught at the next short one)."""
+        evaluates, so this exchange alone among the loop's has a long timeout (a hung rank is caught at the next short
+        one)."""
         flags = torch.tensor([float(signum or 0) if reason == "signal" else 0.0,
                               *(float(reason == r) for r in STOP_REASONS[1:])], dtype=torch.float64)
         self._call("the stop agreement", dist.all_reduce, flags, dist.ReduceOp.MAX, self._patient)

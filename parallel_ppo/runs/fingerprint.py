@@ -115,3 +115,16 @@ def drawing() -> dict[str, str]:
     if user_draw_threads() is None:
         drawn.pop("LP_NUM_THREADS", None)
     return drawn
+
+
+def mesa_egl(drawn: dict[str, str]) -> bool:
+    """Whether `drawn` (`drawing()`'s) chose Mesa's software renderer for EGL: its vendor Mesa's alone, or software
+    rendering forced (on a GPU box, the CPU draws)."""
+    vendors = [v for v in drawn.get("__EGL_VENDOR_LIBRARY_FILENAMES", "").split(":") if v]
+    forced = drawn.get("LIBGL_ALWAYS_SOFTWARE", "").lower() in ("1", "true", "yes")
+    return bool(vendors and all("mesa" in Path(v).name.lower() for v in vendors)) or forced
+
+
+def osmesa(drawn: dict[str, str]) -> bool:
+    """Whether `drawn` chose OSMesa, Mesa's off-screen software renderer."""
+    return "osmesa" in (drawn.get("MUJOCO_GL"), drawn.get("PYOPENGL_PLATFORM"))

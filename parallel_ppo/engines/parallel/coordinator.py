@@ -203,6 +203,7 @@ class ParallelCoordinator:
         starting = Watchdog(STARTUP_TIMEOUT)  # a start kept waiting for a core (a busy machine, `nice`) is slow
         while not wait([worker.conn, worker.process.sentinel], timeout=1.0):
             if why := starting.hung(index, 0, work_seconds(worker.process.pid), time.monotonic()):
+                why = why.replace("neither stepped nor computed", "neither ran nor waited for a core")
                 raise WorkerError(f"worker {index} was not ready: while starting it {why}")
         message = try_recv(worker.conn)
         if isinstance(message, Ready):
