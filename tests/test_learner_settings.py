@@ -1,6 +1,6 @@
 """The learner's machine-dependent settings: `auto` precision and microbatch chosen by a measurement (a fake
-one decides here, and real ones under a busy machine) and cached, bf16 only where it is native, small networks
-unmeasured; fp32 quantities under bf16; the device on a CPU-only machine."""
+one decides here, and real ones on a clock that a busy machine slows) and cached, bf16 only where it is native,
+small networks unmeasured; fp32 quantities under bf16; the device on a CPU-only machine."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -24,7 +25,7 @@ from parallel_ppo.core.ppo import TrainBatch, build_learner, minibatch_step, ppo
 from parallel_ppo.envs.spaces import ActionSpace, EnvSpaces
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs import fingerprint
-from parallel_ppo.tuning import learner_settings
+from parallel_ppo.tuning import compute_limit, learner_settings
 from parallel_ppo.tuning.compute_limit import Candidate, extra_passes, measure_compute_limit
 from parallel_ppo.tuning.learner_settings import (
     ROUNDS,
@@ -311,25 +312,36 @@ def test_a_large_gain_measured_under_load_is_kept_and_a_tie_rarely_switches():
     assert switched < 200, switched  # a tie switched costs nothing
 
 
-SPIN = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    pass\n"
-"""Spins until killed, or until the test process that started it is gone: busy for as long as the test runs,
-however slow the machine (a fixed 60 s could run out first on a loaded one, failing the check below)."""
+ITERATION = 0.004
+"""Seconds an iteration of the network takes on LoadedClock where nothing else runs: the same for every candidate."""
 
 
-@pytest.fixture
-def busy_core():
-    """A second process spinning a core for the test's duration (as another test file, or a user's job, would)."""
-    proc = subprocess.Popen([sys.executable, "-c", SPIN])
-    yield proc
-    proc.kill()
-    proc.wait()
+class LoadedClock:
+    """`compute_limit`'s clock, moved only by the iterations it times (at each `synchronizer` call): ITERATION seconds
+    times how much slower other processes make the machine then (`slowdown`, a function of the clock)."""
+
+    def __init__(self, slowdown) -> None:
+        self.now, self.slowdown = 0.0, slowdown
+
+    def __call__(self) -> float:
+        return self.now
+
+    def iteration(self) -> None:
+        self.now += ITERATION * self.slowdown(self.now)
 
 
-@pytest.mark.slow  # three real measurements beside a spinning process: seconds
-def test_a_busy_machine_does_not_flip_the_choice(busy_core, monkeypatch, tmp_path):
+LOADS = {
+    "busy": lambda t: 2.0,  # a process taking half of the cores the whole time
+    "drift": lambda t: 1 + 2 * t / 0.7,  # busier and busier: three times as slow by the end of the measurement
+    "bursts": lambda t: 3.0 if t % 0.11 < 0.04 else 1.0,  # another job's bursts, out of step with the rounds
+}
+
+
+def test_a_busy_machine_does_not_flip_the_choice(monkeypatch, tmp_path):
     """Issue 36: beside a busy process, CartPole's MLP on a CPU without native bf16 trained bf16. It measures nothing
-    now, and a real measurement of two candidates doing the same work (chunks of 64 in a minibatch of 64 are the
-    whole minibatch), taken beside the busy process, keeps the default time after time."""
+    now, and a measurement of two candidates doing the same work (chunks of 64 in a minibatch of 64 are the whole
+    minibatch), timed on a clock that other processes slow all along, more and more, or in bursts, keeps the
+    default under each load."""
     monkeypatch.setattr(learner_settings, "cpu_has_native_bf16", lambda: False)
     cartpole = choose(auto_config(), CARTPOLE, 10.0, measure=refuse, path=tmp_path / "c.json")
     assert (cartpole.precision, cartpole.microbatch_size, cartpole.source) == ("fp32", 0, "default")
@@ -337,12 +349,15 @@ def test_a_busy_machine_does_not_flip_the_choice(busy_core, monkeypatch, tmp_pat
     cfg.model.mlp_hidden = [256, 256]  # 0.27 MFLOP a sample: above the small-network threshold
     assert not is_small(cfg, CARTPOLE)
     same = [Candidate("fp32", 64), Candidate("fp32", 0)]
-    for _ in range(3):
+    for load, slowdown in LOADS.items():
+        clock = LoadedClock(slowdown)
+        monkeypatch.setattr(compute_limit, "time", SimpleNamespace(perf_counter=clock))
+        monkeypatch.setattr(compute_limit, "synchronizer", lambda device, clock=clock: clock.iteration)
         result = measure_compute_limit(cfg, CARTPOLE, 0.6, candidates=same, rounds=ROUNDS, warmup_iters=1,
                                        min_iters=1)
         rounds = {label: r["round_sps"] for label, r in result["candidates"].items()}
-        assert pick(same, rounds, same[0]) == same[0], rounds
-    assert busy_core.poll() is None  # it was busy throughout
+        assert pick(same, rounds, same[0]) == same[0], (load, rounds)
+        assert all(r["train_ms_median"] > 990 * ITERATION for r in result["candidates"].values()), load  # this clock
 
 
 def test_bf16_is_a_candidate_only_where_it_is_native(monkeypatch, tmp_path):
