@@ -61,14 +61,14 @@ def test_existing_run_is_refused_without_overwrite(tmp_path, train_timed):
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "--overwrite" in lines[0], proc.stderr
-    assert "before its first checkpoint" in lines[0], proc.stderr  # --resume-if-exists could not go on from it
+    assert "no checkpoint.pt" in lines[0], proc.stderr  # --resume-if-exists could not go on from it
     assert "Traceback" not in proc.stderr
     assert sorted(p.name for p in out_dir.iterdir()) == [existing]
     assert (out_dir / existing).read_text() == "earlier run\n"
 
 
 def test_the_refusal_says_whether_the_run_has_a_checkpoint(tmp_path):
-    """A run directory with a checkpoint is refused as one that could be resumed; one without, as one that cannot."""
+    """A run directory's refusal says when it holds no checkpoint (--resume-if-exists could not go on from it)."""
     from parallel_ppo.core.config import Config
     from parallel_ppo.errors import ConfigError
     from parallel_ppo.runs.directory import resolve_run_dir
@@ -76,12 +76,12 @@ def test_the_refusal_says_whether_the_run_has_a_checkpoint(tmp_path):
     cfg = Config()
     cfg.run.output_dir = str(tmp_path)
     (tmp_path / "metrics.csv").write_text("")
-    with pytest.raises(ConfigError, match="before its first checkpoint"):
+    with pytest.raises(ConfigError, match="but no checkpoint.pt"):
         resolve_run_dir(cfg, "parallel", overwrite=False)
     (tmp_path / "checkpoint.pt").write_bytes(b"")
     with pytest.raises(ConfigError) as refused:
         resolve_run_dir(cfg, "parallel", overwrite=False)
-    assert "checkpoint" not in str(refused.value)
+    assert "no checkpoint" not in str(refused.value)
     assert resolve_run_dir(cfg, "parallel", overwrite=True) == tmp_path
 
 

@@ -143,7 +143,7 @@ class HangClock:
     machine counts against it; HOP seconds on at each reading once it hangs (its env created the flag file) until it
     is restarted; still again from then on."""
 
-    HOP = 1.5  # under the 2 s bound: one reading without a step is not yet a hang, two are
+    HOP = 0.5  # a quarter of the 2 s bound: a restart before the bound shows in `now`
 
     def __init__(self, flag: Path) -> None:
         self.flag, self.now, self.source = flag, 0.0, None
@@ -151,6 +151,8 @@ class HangClock:
     def monotonic(self) -> float:
         if self.source is not None and self.source.restarts == 0 and self.flag.exists():
             self.now += self.HOP
+            if self.now > 60:  # far past the bound: a watchdog that never restarts fails here, not at a timeout
+                pytest.fail("the hung worker was not restarted within 60 s of the watchdog's clock")
         return self.now
 
 
@@ -177,6 +179,7 @@ def test_a_hung_worker_is_restarted_after_its_bound(tmp_path, monkeypatch, capsy
     summary = train_run(RunPlan(cfg, spaces, tmp_path, source.mode, {}), source)
     err = capsys.readouterr().err
     assert flag.exists(), "no worker hung"
+    assert clock.now > 2, clock.now  # restarted after the bound on this clock, not before it
     assert ("worker 0 neither stepped nor computed for 2 s (parallel.worker_timeout); restarting it with fresh envs "
             "(1/3)") in err, err
     assert (summary["stop_reason"], summary["worker_restarts"], summary["total_env_steps"]) == ("total_steps", 1, 128)

@@ -43,9 +43,9 @@ def resolve_run_dir(cfg: Config, mode: str, overwrite: bool) -> Path:
     if path.exists() and not path.is_dir():
         raise ConfigError(f"output directory {path} exists and is not a directory")
     if not overwrite and path.is_dir() and any((path / name).exists() for name in RUN_FILES):
-        unresumable = "" if (path / "checkpoint.pt").is_file() else " that stopped before its first checkpoint"
-        raise ConfigError(f"{path} already holds a run{unresumable}; pass --overwrite to replace it or choose another "
-                          "--output-dir")
+        found = "" if (path / "checkpoint.pt").is_file() else " but no checkpoint.pt (nothing to resume)"
+        raise ConfigError(f"{path} already holds a run's files{found}; pass --overwrite to replace them or choose "
+                          "another --output-dir")
     check_writable(path)
     return path
 
