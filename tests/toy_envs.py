@@ -109,14 +109,6 @@ class FloatImages(Reach):
     observation_space = spaces.Box(0.0, 1.0, (8, 8, 3), np.float32)
 
 
-class SlowReach(Reach):
-    """Reach whose every step sleeps 20 ms, as a slow simulator would: a long run that leaves the cores idle."""
-
-    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
-        time.sleep(0.02)
-        return super().step(action)
-
-
 class SlowResetReach(Reach):
     """Reach whose every reset after the first computes for RESET_SECONDS (as a robosuite reset or a first JIT
     compilation does): a worker that takes no step for that long, yet is alive."""
@@ -174,7 +166,6 @@ class WrongShapeReach(Reach):
 
 
 gymnasium.register("Reach-v0", entry_point=Reach, max_episode_steps=20)
-gymnasium.register("SlowReach-v0", entry_point=SlowReach, max_episode_steps=20)
 gymnasium.register("CameraReach-v0", entry_point=CameraReach, max_episode_steps=20)
 gymnasium.register("GoalReach-v0", entry_point=GoalReach, max_episode_steps=20)
 gymnasium.register("RenderedCameraReach-v0", entry_point=RenderedCameraReach, max_episode_steps=20)
