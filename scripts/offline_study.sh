@@ -3,10 +3,11 @@
 # .robot/) and the libraries staged in .gl/ (scripts/offline_stage.sh) into /tmp, and the GL loaders of .robot/ into /
 # where the machine lacks them, then runs `bench.py study` family by family in
 # the order that matters most when the machine may be taken back at any moment (the 1-core base, the workers at 8
-# and 16, synchronous then overlapped, the CUDA learner at 16, the ranks, then the rest). Results are rewritten after every point, so whatever
-# finished survives a cut-off.
+# and 16, synchronous then overlapped, the CUDA learner at 16, synchronous then overlapped, the ranks, then the rest).
+# Results are rewritten after every point, so whatever finished survives a cut-off.
 #   bash scripts/offline_study.sh [RESULTS_DIR] [SECONDS]      (defaults docs/results and 20 s per run)
 # PLAN="threads:1 workers:16 cuda:16" (family:counts, counts comma-separated) runs those points, in that order, instead.
+# SETS="parallel.learner_threads=4 ..." passes each KEY=VALUE to every point as a --set (the study's own give way).
 # ENV (and CONFIG) study another task: `ENV=robosuite/Lift` (staged by `offline_stage.sh 3.12 robot` in .robot/, which
 # travels alone: with .whl/ it is over a device call's 64 MiB), `CONFIG=config/robosuite_lift_camera.yaml` its camera.
 # GL=mesa draws the camera with Mesa's llvmpipe on the CPU instead of the GPU (staged by `offline_stage.sh 3.12 mesa`
@@ -77,7 +78,9 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.i
 
 study() {  # FAMILY "COUNTS"
     date +%T
-    python3 bench.py study --env "$env" ${CONFIG:+--config "$CONFIG"} --seconds "$seconds" \
+    local sets=()
+    for s in ${SETS:-}; do sets+=(--set "$s"); done
+    python3 bench.py study --env "$env" ${CONFIG:+--config "$CONFIG"} --seconds "$seconds" "${sets[@]}" \
         --runs-dir /tmp/offline_study_runs --results-dir "$results" \
         --families "$1" --processes "$2" 2>&1 | grep --line-buffered -iE "steps/s|failed|wrote|error|traceback|skipped"
 }
@@ -88,6 +91,7 @@ else
     study workers "8 16"
     study overlap "8 16"
     study cuda 16
+    study cuda_overlap 16
     study ranks "8 16"
     study workers "1 2 4"
     study cuda "1 4 8"

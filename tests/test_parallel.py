@@ -25,7 +25,9 @@ from parallel_ppo.core.model import network
 from parallel_ppo.core.pause import PAUSE_ENV_VAR, release_file
 from parallel_ppo.core.threads import thread_plan, worker_cpus
 from parallel_ppo.core.timing import PhaseTimer
+from parallel_ppo.engines.parallel import coordinator as coordinator_module
 from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
+from parallel_ppo.engines.parallel.idle import IdleWorkers
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.runs.training import RunPlan, train_run
 
@@ -147,13 +149,41 @@ def test_overlapped_updates_equal_sequential_where_on_policy(tmp_path, monkeypat
     assert summary["policy_lag"] == 0 and summary["final_metrics"]["policy_lag"] == 0
 
 
+def test_an_overlapped_run_says_once_that_its_workers_wait_for_the_learner():
+    idle = IdleWorkers()
+    assert idle.observe(9.0, 10.0, 1) is None and idle.observe(4.0, 10.0, 1) is None  # busy, then one idle rollout
+    assert idle.observe(5.0, 10.0, 1) is None, "idle half the time is not waiting for the learner: the count restarts"
+    assert idle.observe(4.0, 10.0, 1) is None
+    note = idle.observe(2.0, 10.0, 3)  # the second idle rollout running
+    assert note is not None and "idle 80% of the last rollout (2.0 s busy of 10.0 s)" in note
+    assert "parallel.learner_threads, now 3" in note and "--device cuda" in note and "parallel.overlap: false" in note
+    assert "Fewer workers" in note
+    assert idle.observe(1.0, 10.0, 3) is None and idle.observe(1.0, 10.0, 3) is None, "said once"
+    short = IdleWorkers()
+    assert all(short.observe(0.01, 0.5, 1) is None for _ in range(5)), "rollouts under a second are not counted"
+    assert short.observe(0.1, 1.0, 1) is None and short.observe(0.1, 1.0, 1) is not None
+
+
+class SaysEveryTime(IdleWorkers):
+    """The idle-worker check, with every rollout it is shown recorded and answered by a note."""
+
+    seen: list[tuple[float, float, int]] = []
+
+    def observe(self, busy: float, seconds: float, learner_threads: int) -> str | None:
+        self.seen.append((busy, seconds, learner_threads))
+        return f"idle note {len(self.seen)}"
+
+
 @pytest.mark.parametrize("lag", [1, 0])
-def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypatch, lag):
+def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypatch, capsys, lag):
     """With overlap (the workers not refreshing their parameters mid-rollout), the rollout returned by collect k was
     collected with the parameters given to collect k-1: it holds exactly what a synchronous coordinator collects when
     given those parameters at its k-th call. With a lag of 0, the two buffers filled in turn hold what the
-    synchronous coordinator collects with the same ones."""
+    synchronous coordinator collects with the same ones. Only the lagged rollouts are shown to the idle-worker
+    check, whose note is printed."""
     monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(coordinator_module, "IdleWorkers", SaysEveryTime)
+    SaysEveryTime.seen = []
     cfg = _config("CartPole-v1", True, 2, tmp_path, ())
     models = []
     for i in range(3):  # three different parameter sets, as three updates would leave
@@ -179,6 +209,10 @@ def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypat
     # (lag, buffer) of each rollout: the overlapped ones fill the two buffers in turn
     assert lags == list(zip([0, 1, 1] if lag else [0, 0, 0], [0, 1, 0], strict=True))
     assert sync_lags == [(0, 0)] * 3
+    assert len(SaysEveryTime.seen) == (2 if lag else 0), "the lagged rollouts, each once"
+    assert all(0 < busy and 0 < seconds and threads == torch.get_num_threads()
+               for busy, seconds, threads in SaysEveryTime.seen)
+    assert capsys.readouterr().out.count("idle note") == (2 if lag else 0)
     for k, (ours, theirs) in enumerate(zip(overlapped, synchronous, strict=True)):
         for name in BUFFER_FIELDS:
             torch.testing.assert_close(ours[name], theirs[name], rtol=1e-5, atol=1e-5, msg=f"rollout {k}: {name}")

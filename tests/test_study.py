@@ -52,27 +52,29 @@ def test_points_cover_powers_of_two_up_to_the_cores_and_ranks_start_at_two():
         ("overlap", 2), ("overlap", 16), ("ranks", 2)]
 
 
-@pytest.mark.parametrize("family", ["threads", "workers", "overlap", "ranks", "cuda"])
+@pytest.mark.parametrize("family", ["threads", "workers", "overlap", "ranks", "cuda", "cuda_overlap"])
 def test_a_point_of_p_processes_uses_p_cores_and_the_same_work_per_process(family, tmp_path):
     cmd = point_command(family, 4, SETTINGS, tmp_path / "run", cores=16)
     given = sets(cmd)
     assert given["training.n_steps"] == "64" and flag(cmd, "--env") == "starpilot"
     assert given["eval.interval_seconds"] == "0" and given["run.limit_seconds"] == "0"
     assert given["training.precision"] == "fp32", "the same arithmetic at every point, not a choice per thread count"
+    gpu = family.startswith("cuda")  # a GPU learner takes the whole minibatch at once, a CPU one chunks of 64
+    assert given["training.microbatch_size"] == ("0" if gpu else "64")
     if family == "ranks":  # the scaling rule: each rank its own 8 envs and minibatch of 128, one thread
         assert flag(cmd, "--nproc_per_node") == "4" and "--distributed" in cmd and "--num-envs-total" not in cmd
         assert flag(cmd, "--num-envs") == "8" and flag(cmd, "--batch-size") == "128"
         assert given["parallel.learner_threads"] == "1"
     else:  # one process's 8 envs and 128 samples, × 4 (an overlapped learner: one thread beside the workers)
-        learner = "1" if family == "overlap" else "4"
+        learner = "1" if family.endswith("overlap") else "4"
         assert flag(cmd, "--batch-size") == "512" and given["parallel.learner_threads"] == learner
         if family == "threads":
             assert flag(cmd, "--num-envs") == "32" and given["env.env_threads"] == "4"
         else:
             assert flag(cmd, "--num-workers") == "4" and flag(cmd, "--num-envs-per-worker") == "8"
             assert given["env.env_threads"] == "1", "a worker steps and draws on one thread, not a share of all cores"
-            assert given["parallel.overlap"] == str(family == "overlap").lower()
-    assert flag(cmd, "--device") == ("cuda" if family == "cuda" else "cpu")
+            assert given["parallel.overlap"] == str(family.endswith("overlap")).lower()
+    assert flag(cmd, "--device") == ("cuda" if gpu else "cpu")
 
 
 def test_a_learner_never_gets_more_threads_than_the_cores(tmp_path):
@@ -98,13 +100,20 @@ def row(family: str, n: int, sps: float, when: str = "2026-11-23 10:00:00") -> d
     return {"family": family, "processes": n, "label": f"{family}_{n}", "steps_per_second": sps, "measured_at": when}
 
 
-def test_speedups_are_against_one_core_and_cuda_against_its_own_first_point():
+def test_speedups_are_against_one_core_and_a_gpu_learner_against_the_cpu_learner():
     rows = [row("threads", 1, 100.0), row("workers", 4, 300.0), row("cuda", 2, 500.0), row("cuda", 8, 1500.0),
-            {**row("ranks", 2, 0.0), "error": "crashed"}]
+            {**row("ranks", 2, 0.0), "error": "crashed"}, row("cuda", 4, 600.0), row("cuda_overlap", 4, 750.0),
+            row("cuda_overlap", 16, 1000.0)]
     add_ratios(rows)
     assert rows[1]["speedup"] == pytest.approx(3.0) and rows[1]["efficiency"] == pytest.approx(0.75)
-    assert rows[3]["speedup"] == pytest.approx(3.0) and rows[3]["efficiency"] == pytest.approx(0.75)
-    assert rows[2]["base"] == "cuda_2" and rows[1]["base"] == "threads_1" and "speedup" not in rows[4]
+    # without the CPU learner's point of as many workers, a GPU family's own first point
+    assert rows[2]["base"] == "cuda_2" and rows[3]["speedup"] == pytest.approx(3.0)
+    assert rows[3]["efficiency"] == pytest.approx(0.75)
+    assert rows[1]["base"] == "threads_1" and "speedup" not in rows[4]
+    # with it, the GPU's gain over the CPU learner at that count
+    assert rows[5]["base"] == rows[6]["base"] == "workers_4"
+    assert rows[5]["speedup"] == pytest.approx(2.0) and rows[6]["speedup"] == pytest.approx(2.5)
+    assert rows[7]["base"] == "cuda_overlap_4" and rows[7]["speedup"] == pytest.approx(1000 / 750)
 
 
 def test_a_later_call_replaces_its_points_and_keeps_the_others():

@@ -1,15 +1,16 @@
 """The many-core study (`bench.py study`, `make study`): one command that measures what parallelism buys on this
 machine, and writes a small table and plots under docs/results/<cpu>[-avx512][-bf16]-<cores>c[-<gpu>]/.
 
-Five families of short timed training runs on the same task, at 1, 2, 4, ... processes (up to the logical cores):
+Six families of short timed training runs on the same task, at 1, 2, 4, ... processes (up to the logical cores):
 - `threads`: one sequential learner with that many intra-op threads (the contrast);
 - `workers`: the parallel trainer with that many worker processes, the learner on the CPU;
 - `overlap`: the same, the workers collecting the next rollout while the learner updates (`parallel.overlap`);
 - `ranks`: that many distributed ranks (torchrun, gloo), each a sequential collector and learner;
-- `cuda`: the parallel trainer with that many CPU workers feeding a CUDA learner (only where CUDA is available).
+- `cuda`: the parallel trainer with that many CPU workers feeding a CUDA learner (only where CUDA is available);
+- `cuda_overlap`: the same, the workers collecting the next rollout while the CUDA learner updates.
 
 Every point of P processes uses P cores (a learner's threads are P, at most the usable cores; a rank's 1), but for
-the overlapped family, whose learner's one thread updates beside its P busy workers: P + 1 at most. Every family
+the overlapped families, whose learner's one thread updates beside its P busy workers: P + 1 at most. Every family
 keeps each process's work the same as it grows (the scaling rule of `per_process_layout`): 8 envs and a minibatch of
 `batch_per_process` samples per process, the global figures derived. A point that crashes or hangs is recorded with
 its error and the study goes on, so one failure never loses the rest of a scarce machine's time.
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from parallel_ppo.bench.scaling import BENCH_RUN_SETS, BenchRunCrashed, point_row, run_bench_trainer, trainer_command
-from parallel_ppo.bench.study_pages import FAMILIES, results_files, write_results
+from parallel_ppo.bench.study_pages import FAMILIES, GPU_FAMILIES, results_files, write_results
 from parallel_ppo.core.config import EnvConfig
 from parallel_ppo.core.config_yaml import load_yaml
 from parallel_ppo.core.configure import build_config
@@ -45,6 +46,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SAME_ARITHMETIC = ("--set", "training.precision=fp32", "--set", "training.microbatch_size=64")
 """Every point does the same arithmetic: `auto` would measure (or find cached) a choice per thread count and
 device, and a point that got bf16 would not compare with one that got fp32. A `--set` of the study's own wins."""
+GPU_ARITHMETIC = ("--set", "training.precision=fp32", "--set", "training.microbatch_size=0")
+"""The same arithmetic on a GPU learner, in one pass over each minibatch: chunks keep a CPU's working set in its
+caches, while a GPU needs the whole minibatch to fill its units (in chunks of 64, a CUDA learner fed by 16 workers
+made 0.75 times the CPU learner's steps/s on Lift from state: docs/results/intel-xeon-avx512-bf16-16c-h200)."""
 
 def drawing_tag(drawn: dict[str, str]) -> str:
     """How the frames were drawn where a variable chose it, for the study's file name: `-mesa` (EGL's vendor is
@@ -84,7 +89,8 @@ def point_command(family: str, processes: int, settings: StudySettings, out: Pat
     """The trainer command of one study point on a machine of `cores` usable cores."""
     layout = per_process_layout(settings, processes)
     m = settings.envs_per_process
-    learner = 1 if family == "overlap" else min(processes, cores)  # overlapped: one thread beside the P workers
+    overlap, gpu = family in ("overlap", "cuda_overlap"), family in GPU_FAMILIES
+    learner = 1 if overlap else min(processes, cores)  # overlapped: one thread beside the P workers
     if family == "threads":
         cmd = [*trainer_command(0), "--num-envs", str(layout["envs"]), "--device", "cpu",
                "--set", f"parallel.learner_threads={processes}", "--set", f"env.env_threads={processes}"]
@@ -94,12 +100,13 @@ def point_command(family: str, processes: int, settings: StudySettings, out: Pat
     else:  # the learner gets as many threads as there are workers (up to the cores), each worker one
         cmd = [*trainer_command(processes), "--num-workers", str(processes), "--num-envs-per-worker", str(m),
                "--set", "parallel.worker_threads=1", "--set", f"parallel.learner_threads={learner}",
-               "--set", "env.env_threads=1", "--set", f"parallel.overlap={str(family == 'overlap').lower()}",
-               "--set", f"env.num_envs={layout['envs']}", "--device", "cuda" if family == "cuda" else "cpu"]
+               "--set", "env.env_threads=1", "--set", f"parallel.overlap={str(overlap).lower()}",
+               "--set", f"env.num_envs={layout['envs']}", "--device", "cuda" if gpu else "cpu"]
     batch = settings.batch_per_process if family == "ranks" else layout["batch_size"]
     return [*cmd, "--config", settings.config, "--env", settings.env, "--batch-size", str(batch),
             "--set", f"training.n_steps={settings.n_steps}", "--duration", f"{settings.seconds / 3600:.8f}",
-            "--output-dir", str(out), "--overwrite", *BENCH_RUN_SETS, *SAME_ARITHMETIC, *settings.extra]
+            "--output-dir", str(out), "--overwrite", *BENCH_RUN_SETS, *(GPU_ARITHMETIC if gpu else SAME_ARITHMETIC),
+            *settings.extra]
 
 
 def run_study_point(family: str, processes: int, settings: StudySettings, runs_dir: Path,
@@ -117,7 +124,7 @@ def run_study_point(family: str, processes: int, settings: StudySettings, runs_d
         return {**row, "error": str(e)}
     ranks = run.summary.world_size
     return {**row, **point_row(run), "batch_size": run.config.training.batch_size * ranks,
-            "precision": run.summary.precision,
+            "precision": run.summary.precision, "microbatch": run.config.training.microbatch_size,
             "device": (run.summary.learner or {}).get("device", "cpu")}
 
 
@@ -227,9 +234,9 @@ def run_study(families: list[str], counts: list[int], settings: StudySettings, r
     """Run every point, one at a time, rewriting the results after each (a machine taken back mid-study leaves the
     points it finished); returns the results' stem (`results_files`) and the rows measured now."""
     gpu = gpu_name()
-    if "cuda" in families and gpu is None:
-        print("  cuda: skipped (no CUDA device here)", flush=True)
-        families = [f for f in families if f != "cuda"]
+    if gpu is None and set(families) & set(GPU_FAMILIES):
+        print(f"  {', '.join(f for f in families if f in GPU_FAMILIES)}: skipped (no CUDA device here)", flush=True)
+        families = [f for f in families if f not in GPU_FAMILIES]
     hw, cores = fingerprint.hardware(), available_cores()
     points = family_points(families, counts, cores)
     if not points:

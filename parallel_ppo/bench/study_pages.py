@@ -10,7 +10,7 @@ from parallel_ppo.core.files import atomic_write, write_json, write_text
 from parallel_ppo.core.timing import PHASES
 from parallel_ppo.runs.fingerprint import mesa_egl, osmesa
 
-FAMILIES = ("threads", "workers", "overlap", "ranks", "cuda")
+FAMILIES = ("threads", "workers", "overlap", "ranks", "cuda", "cuda_overlap")
 """The study's families of runs, in the order they run and are shown (`bench.study`)."""
 
 FAMILY_TEXT = {
@@ -19,22 +19,31 @@ FAMILY_TEXT = {
     "overlap": "N worker processes collecting while the learner on the CPU, one thread, updates (parallel "
                "trainer, parallel.overlap: policy lag 1; N + 1 busy threads at most)",
     "ranks": "N distributed ranks, each a sequential collector and learner (torchrun, gloo)",
-    "cuda": "N CPU worker processes, learner on CUDA (parallel trainer, --device cuda)",
+    "cuda": "N CPU worker processes, learner on CUDA, the whole minibatch at once (parallel trainer, --device cuda)",
+    "cuda_overlap": "N CPU worker processes collecting while the learner on CUDA updates, the whole minibatch at once "
+                    "(parallel trainer, --device cuda, parallel.overlap: policy lag 1)",
 }
+GPU_FAMILIES = ("cuda", "cuda_overlap")
+"""The families whose learner is on the GPU: their base is the CPU learner's point of as many workers."""
 
 
 def add_ratios(rows: list[dict[str, Any]]) -> None:
     """Speed-up and efficiency of every measured row. The base of the CPU families is one process with one
-    thread (`threads_1`), so efficiency = speed-up / processes; the CUDA family's base is its own first point
-    (a GPU is not a core). Without `threads_1`, each family's first point is its base."""
+    thread (`threads_1`), so efficiency = speed-up / processes; a GPU family's (`GPU_FAMILIES`: a GPU is not a core)
+    is the CPU learner's `workers` point of as many workers, so its speed-up is the GPU's gain, else its own first
+    point. Without `threads_1`, each CPU family's first point is its base."""
     ok = [r for r in rows if "error" not in r]
-    one_core = next((r for r in ok if r["label"] == "threads_1"), None)
+    by_label = {r["label"]: r for r in ok}
+    one_core = by_label.get("threads_1")
     for family in FAMILIES:
         members = [r for r in ok if r["family"] == family]
         if not members:
             continue
-        base = one_core if one_core is not None and family != "cuda" else members[0]
         for r in members:
+            if family in GPU_FAMILIES:
+                base = by_label.get(f"workers_{r['processes']}", members[0])
+            else:
+                base = one_core or members[0]
             r["base"] = base["label"]
             r["speedup"] = r["steps_per_second"] / base["steps_per_second"]
             r["efficiency"] = r["speedup"] / (r["processes"] / base["processes"])
@@ -55,7 +64,8 @@ def study_table(rows: list[dict[str, Any]]) -> str:
         fractions = r["phase_fractions"]
         shown = [100 * fractions.get(p, 0.0) for p in SHOWN_PHASES]
         other = max(0.0, 100 * sum(fractions.get(p, 0.0) for p in PHASES) - sum(shown))
-        learner = f"{r['device']}, {r['threads'].get('learner', '?')} thr, {r.get('precision', '?')}"
+        chunk = {None: "", 0: ", whole"}.get(r.get("microbatch"), f", chunks of {r.get('microbatch')}")
+        learner = f"{r['device']}, {r['threads'].get('learner', '?')} thr, {r.get('precision', '?')}{chunk}"
         lines.append("| " + " | ".join([
             r["family"], str(r["processes"]), str(r["envs"]), str(r.get("batch_size", "-")), learner,
             str(r["updates"]), f"{r['steps_per_second']:,.0f}", r["base"], f"{r['speedup']:.2f}×",
@@ -154,7 +164,7 @@ def write_results(rows: list[dict[str, Any]], stem: Path, meta: dict[str, Any]) 
     text = (f"# {title}: {machine}\n\n{sim}"
             f"{settings['env']} ({settings['config']}), {settings['envs_per_process']} envs × {settings['n_steps']} "
             f"steps and a minibatch of {settings['batch_per_process']} samples per process (global figures × "
-            f"processes), fp32 in chunks of 64 at every point"
+            f"processes), fp32 at every point, in chunks of 64 on the CPU (the whole minibatch on a GPU)"
             + (f" (unless set otherwise: {' '.join(settings['extra'])})" if settings["extra"] else "") + ", "
             f"{settings['seconds']:g} s per run; versions {meta['versions']}"
             + (f"; frames drawn with {' '.join(f'{k}={v}' for k, v in meta['drawing'].items())}"
@@ -167,7 +177,8 @@ def write_results(rows: list[dict[str, Any]], stem: Path, meta: dict[str, Any]) 
                "(an overlapped one N + 1 at most: its learner's thread beside N workers)")
             + mesa_threads(meta, rows) + ". "
             "Speed-up is against the point named under *vs* (one process with one thread on the CPU, `threads_1`, "
-            "where it was measured; the CUDA family against its own first point, a GPU not being a core), "
+            "where it was measured; a CUDA family's against the CPU learner's workers of the same count, else its own "
+            "first point, a GPU not being a core), "
             "efficiency = speed-up / (processes / that point's processes). Phases are shares of each run's wall "
             "time.\n\n"
             f"Measured {', '.join(sittings)} with `bench.py study`.\n")

@@ -20,6 +20,7 @@ from parallel_ppo.core.config import Config
 from parallel_ppo.core.model import network, policy_tensors
 from parallel_ppo.core.threads import ThreadPlan, worker_cpus
 from parallel_ppo.core.timing import PhaseTimer
+from parallel_ppo.engines.parallel.idle import IdleWorkers
 from parallel_ppo.engines.parallel.processes import (
     WorkerProcess,
     describe_exit,
@@ -119,6 +120,7 @@ class ParallelCoordinator:
         self.lagged_share = 0.0
         """Of the env steps of that rollout, the share `lagged`."""
         self._refresh = bool(self.lag and p.refresh_params)
+        self._idle = IdleWorkers()
         self._calls = 0
         self._in_flight: _Rollout | None = None
         self._slot = len(self.buffers) - 1  # the buffer filled last: each rollout fills the next one, in turn
@@ -259,6 +261,9 @@ class ParallelCoordinator:
         n = max(len(results), 1)
         t_env, t_inf, t_render = (sum(getattr(r, name) for r in results) / n
                                   for name in ("time_env", "time_inference", "time_render"))
+        if self.policy_lag and not self._rank and (note := self._idle.observe(  # one rank speaks for all
+                t_env + t_render + t_inf, rollout.seconds, torch.get_num_threads())):
+            print(note, flush=True)
         # of the workers' rollout, only what the learner waited for is this update's: the rest ran during the last
         seen = min(1.0, waited / max(rollout.seconds, 1e-9))
         timers.add("env", t_env * seen)
