@@ -27,7 +27,7 @@ from parallel_ppo.core.threads import thread_plan, worker_cpus
 from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.engines.parallel import coordinator as coordinator_module
 from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
-from parallel_ppo.engines.parallel.idle import IdleWorkers
+from parallel_ppo.engines.parallel.idle import IdleWorkers, idle_note
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.runs.training import RunPlan, train_run
 
@@ -151,27 +151,29 @@ def test_overlapped_updates_equal_sequential_where_on_policy(tmp_path, monkeypat
 
 def test_an_overlapped_run_says_once_that_its_workers_wait_for_the_learner():
     idle = IdleWorkers()
-    assert idle.observe(9.0, 10.0, 1) is None and idle.observe(4.0, 10.0, 1) is None  # busy, then one idle rollout
-    assert idle.observe(5.0, 10.0, 1) is None, "idle half the time is not waiting for the learner: the count restarts"
-    assert idle.observe(4.0, 10.0, 1) is None
-    note = idle.observe(2.0, 10.0, 3)  # the second idle rollout running
-    assert note is not None and "idle 80% of the last rollout (2.0 s busy of 10.0 s)" in note
-    assert "parallel.learner_threads, now 3" in note and "--device cuda" in note and "parallel.overlap: false" in note
-    assert "Fewer workers" in note
-    assert idle.observe(1.0, 10.0, 3) is None and idle.observe(1.0, 10.0, 3) is None, "said once"
+    assert idle.observe(9.0, 10.0) is None and idle.observe(4.0, 10.0) is None  # busy, then one idle rollout
+    assert idle.observe(5.0, 10.0) is None, "idle half the time is not waiting for the learner: the count restarts"
+    assert idle.observe(4.0, 10.0) is None
+    assert idle.observe(2.0, 10.0) == pytest.approx(0.8), "the second idle rollout running"
+    assert idle.observe(1.0, 10.0) is None and idle.observe(1.0, 10.0) is None, "said once"
     short = IdleWorkers()
-    assert all(short.observe(0.01, 0.5, 1) is None for _ in range(5)), "rollouts under a second are not counted"
-    assert short.observe(0.1, 1.0, 1) is None and short.observe(0.1, 1.0, 1) is not None
+    assert all(short.observe(0.01, 0.5) is None for _ in range(5)), "rollouts under a second are not counted"
+    assert short.observe(0.1, 1.0) is None and short.observe(0.1, 1.0) is not None
+    cpu = idle_note(0.8, 2.0, 10.0, "cpu", 3)
+    assert "idle 80% of the last rollout (2.0 s busy of 10.0 s)" in cpu and "parallel.overlap: false" in cpu
+    assert "fewer workers" in cpu and "parallel.learner_threads, now 3" in cpu and "--device cuda" in cpu
+    gpu = idle_note(0.8, 2.0, 10.0, "cuda", 1)  # a GPU learner: neither its CPU threads nor a GPU to suggest
+    assert "parallel.overlap: false" in gpu and "learner_threads" not in gpu and "--device cuda" not in gpu
 
 
 class SaysEveryTime(IdleWorkers):
-    """The idle-worker check, with every rollout it is shown recorded and answered by a note."""
+    """The idle-worker check, with every rollout it is shown recorded and each counted as waiting."""
 
-    seen: list[tuple[float, float, int]] = []
+    seen: list[tuple[float, float]]
 
-    def observe(self, busy: float, seconds: float, learner_threads: int) -> str | None:
-        self.seen.append((busy, seconds, learner_threads))
-        return f"idle note {len(self.seen)}"
+    def observe(self, busy: float, seconds: float) -> float | None:
+        self.seen.append((busy, seconds))
+        return 0.9
 
 
 @pytest.mark.parametrize("lag", [1, 0])
@@ -183,7 +185,7 @@ def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypat
     check, whose note is printed."""
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(coordinator_module, "IdleWorkers", SaysEveryTime)
-    SaysEveryTime.seen = []
+    monkeypatch.setattr(SaysEveryTime, "seen", [], raising=False)
     cfg = _config("CartPole-v1", True, 2, tmp_path, ())
     models = []
     for i in range(3):  # three different parameter sets, as three updates would leave
@@ -210,9 +212,10 @@ def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypat
     assert lags == list(zip([0, 1, 1] if lag else [0, 0, 0], [0, 1, 0], strict=True))
     assert sync_lags == [(0, 0)] * 3
     assert len(SaysEveryTime.seen) == (2 if lag else 0), "the lagged rollouts, each once"
-    assert all(0 < busy and 0 < seconds and threads == torch.get_num_threads()
-               for busy, seconds, threads in SaysEveryTime.seen)
-    assert capsys.readouterr().out.count("idle note") == (2 if lag else 0)
+    assert all(0 < busy and 0 < seconds for busy, seconds in SaysEveryTime.seen)
+    said = capsys.readouterr().err
+    assert said.count("the workers sat idle 90% of the last rollout") == (2 if lag else 0)
+    assert said.count("parallel.learner_threads, now") == (2 if lag else 0), "a CPU learner's remedies"
     for k, (ours, theirs) in enumerate(zip(overlapped, synchronous, strict=True)):
         for name in BUFFER_FIELDS:
             torch.testing.assert_close(ours[name], theirs[name], rtol=1e-5, atol=1e-5, msg=f"rollout {k}: {name}")

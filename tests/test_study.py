@@ -22,7 +22,7 @@ from parallel_ppo.bench.study import (
     results_name,
     results_slug,
 )
-from parallel_ppo.bench.study_pages import add_ratios, mesa_threads, results_files
+from parallel_ppo.bench.study_pages import add_ratios, mesa_threads, results_files, study_table
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.threads import OWN_DRAW_THREADS
 from parallel_ppo.engines.distributed import Ranks
@@ -77,6 +77,17 @@ def test_a_point_of_p_processes_uses_p_cores_and_the_same_work_per_process(famil
     assert flag(cmd, "--device") == ("cuda" if gpu else "cpu")
 
 
+def test_the_users_sets_come_after_the_studys_own_and_win(tmp_path):
+    mine = ("--set", "training.microbatch_size=32", "--set", "parallel.learner_threads=4")
+    cmd = point_command("cuda_overlap", 16, StudySettings("config/robosuite_lift.yaml", "robosuite/Lift", 30.0,
+                                                           extra=mine), tmp_path / "run", cores=16)
+    given = [cmd[i + 1] for i, a in enumerate(cmd)
+             if a == "--set" and cmd[i + 1].startswith(("training.microbatch_size=", "parallel.learner_threads="))]
+    assert len(given) == 4, "the study's own and the user's"
+    cfg = build_config("config/robosuite_lift.yaml", {}, given, parallel=True)  # the trainer's rule: the last wins
+    assert cfg.training.microbatch_size == 32 and cfg.parallel.learner_threads == 4
+
+
 def test_a_learner_never_gets_more_threads_than_the_cores(tmp_path):
     cmd = point_command("workers", 16, SETTINGS, tmp_path / "run", cores=2)
     assert sets(cmd)["parallel.learner_threads"] == "2" and flag(cmd, "--num-workers") == "16"
@@ -100,20 +111,25 @@ def row(family: str, n: int, sps: float, when: str = "2026-11-23 10:00:00") -> d
     return {"family": family, "processes": n, "label": f"{family}_{n}", "steps_per_second": sps, "measured_at": when}
 
 
-def test_speedups_are_against_one_core_and_a_gpu_learner_against_the_cpu_learner():
-    rows = [row("threads", 1, 100.0), row("workers", 4, 300.0), row("cuda", 2, 500.0), row("cuda", 8, 1500.0),
-            {**row("ranks", 2, 0.0), "error": "crashed"}, row("cuda", 4, 600.0), row("cuda_overlap", 4, 750.0),
-            row("cuda_overlap", 16, 1000.0)]
+def test_speedups_are_against_one_core_and_a_gpu_learner_against_its_cpu_twin():
+    rows = [row("threads", 1, 100.0), row("workers", 4, 300.0), row("cuda", 2, 500.0), row("cuda", 4, 600.0),
+            {**row("ranks", 2, 0.0), "error": "crashed"}, row("overlap", 4, 400.0), row("cuda_overlap", 4, 1000.0),
+            {**row("workers", 8, 0.0), "error": "crashed"}, row("cuda", 8, 900.0)]
     add_ratios(rows)
-    assert rows[1]["speedup"] == pytest.approx(3.0) and rows[1]["efficiency"] == pytest.approx(0.75)
-    # without the CPU learner's point of as many workers, a GPU family's own first point
-    assert rows[2]["base"] == "cuda_2" and rows[3]["speedup"] == pytest.approx(3.0)
-    assert rows[3]["efficiency"] == pytest.approx(0.75)
-    assert rows[1]["base"] == "threads_1" and "speedup" not in rows[4]
-    # with it, the GPU's gain over the CPU learner at that count
-    assert rows[5]["base"] == rows[6]["base"] == "workers_4"
-    assert rows[5]["speedup"] == pytest.approx(2.0) and rows[6]["speedup"] == pytest.approx(2.5)
-    assert rows[7]["base"] == "cuda_overlap_4" and rows[7]["speedup"] == pytest.approx(1000 / 750)
+    assert rows[1]["base"] == "threads_1" and rows[1]["speedup"] == pytest.approx(3.0)
+    assert rows[1]["efficiency"] == pytest.approx(0.75) and "speedup" not in rows[4]
+    # a GPU learner against the CPU learner of as many workers, synchronous or overlapped: its gain, no efficiency
+    assert rows[3]["base"] == "workers_4" and rows[3]["speedup"] == pytest.approx(2.0)
+    assert rows[6]["base"] == "overlap_4" and rows[6]["speedup"] == pytest.approx(2.5)
+    assert all("efficiency" not in r for r in rows if r["family"].startswith("cuda"))
+    # without its twin (not measured, or failed), none: not a ratio of another kind in the same column
+    assert all("base" not in r and "speedup" not in r for r in (rows[2], rows[8]))
+    table = study_table([{**r, "envs": 8, "threads": {"learner": 1}, "device": "cuda", "precision": "fp32",
+                          "phase_fractions": {}, "updates": 3, "microbatch": m}
+                         for r, m in ((rows[3], 0), (rows[2], 0), (rows[5], 64))])
+    cuda_4, cuda_2, overlap_4 = table.splitlines()[2:]
+    assert "| 2.00× | - |" in cuda_4 and "| - | - | - |" in cuda_2, "a ratio where its twin was measured, else none"
+    assert "fp32, whole |" in cuda_4 and "fp32, chunks of 64 |" in overlap_4
 
 
 def test_a_later_call_replaces_its_points_and_keeps_the_others():
@@ -143,6 +159,11 @@ def test_an_earlier_study_is_kept_only_for_the_same_machine_and_settings(tmp_pat
     path.write_text("{not json")
     with pytest.raises(RunDataError, match="is not the results of a study"):
         earlier_points(path, identity)
+    # a CUDA point of before the GPU took the whole minibatch (no microbatch recorded) is not kept beside new ones
+    path.write_text(json.dumps({**identity, "points": [row("threads", 1, 100.0), row("cuda", 16, 500.0),
+                                                       {**row("cuda_overlap", 16, 900.0), "microbatch": 0}]}))
+    assert [p["label"] for p in earlier_points(path, identity)] == ["threads_1", "cuda_overlap_16"]
+    assert "dropping cuda_16" in capsys.readouterr().out
 
 
 def test_frames_drawn_another_way_make_another_studys_files(monkeypatch):
@@ -192,6 +213,11 @@ def test_each_task_has_its_own_results_files(tmp_path):
     assert name("robosuite_lift.yaml", "robosuite/Lift") == "study-robosuite_lift"
     assert name("robosuite_lift_camera.yaml", "robosuite/Lift") == "study-robosuite_lift_camera"
     assert name("mujoco.yaml", "Hopper-v5") == "study-mujoco-hopper-v5"
+    # a study with settings of the user's sits beside the default's instead of replacing it
+    lift = StudySettings(str(ROOT / "config" / "robosuite_lift_camera.yaml"), "robosuite/Lift", 30.0,
+                         extra=("--set", "parallel.learner_threads=4"))
+    assert results_name(lift, {"MUJOCO_GL": "osmesa"}) == \
+        "study-robosuite_lift_camera-parallel-learner-threads-4-osmesa"
     mine = tmp_path / "mine.yaml"  # no env.id: its env is the built-in one
     mine.write_text("training:\n  n_steps: 64\n")
     default_env = build_config(str(mine), {}, [], parallel=False).env.id
@@ -228,14 +254,15 @@ def test_study_on_this_machine_writes_its_table_and_plots(tmp_path):
                            "--results-dir", str(res)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     [folder] = list(res.iterdir())
-    assert sorted(p.name for p in folder.iterdir()) == [f"study-sim_lift.{ext}" for ext in ("json", "md", "png")]
-    study = json.loads((folder / "study-sim_lift.json").read_text())
+    stem = "study-sim_lift-env-options-step-ms-1"  # the config's name, then the user's setting
+    assert sorted(p.name for p in folder.iterdir()) == [f"{stem}.{ext}" for ext in ("json", "md", "png")]
+    study = json.loads((folder / f"{stem}.json").read_text())
     assert folder.name == results_slug(study["cpu_model"], study["cores"], study["gpu"], study["hardware"]["cpu_kind"])
     assert study["date"] and study["command"].endswith(f"--results-dir {res}") and study["simulated"]
-    assert (folder / "study-sim_lift.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (folder / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     points = {p["label"]: p for p in study["points"]}
     assert list(points) == ["threads_1", "threads_2", "overlap_1", "overlap_2"], study["points"]
-    table = (folder / "study-sim_lift.md").read_text()
+    table = (folder / f"{stem}.md").read_text()
     assert table.startswith("# Simulated many-core study") and "**Simulated.**" in table
     for p in points.values():
         run = load_run(p["label"], Path(p["run_dir"]))

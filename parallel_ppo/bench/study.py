@@ -175,9 +175,10 @@ def machine_results_dir(results_root: Path) -> Path:
 
 
 def results_name(settings: StudySettings, drawn: dict[str, str]) -> str:
-    """The stem of the study's files in the machine's folder, `study[-<config>][-<env>][<drawing_tag>]`: the
-    config's name unless it is ppo_parallel (the Procgen study's), the env's unless the config trains it (its
-    env.id, else the built-in one), how the frames were drawn where a variable chose it (`drawn`). `study` for
+    """The stem of the study's files in the machine's folder, `study[-<config>][-<env>][-<sets>][<drawing_tag>]`:
+    the config's name unless it is ppo_parallel (the Procgen study's), the env's unless the config trains it (its
+    env.id, else the built-in one), the user's `--set` items (`parallel-learner-threads-4`), how the frames were
+    drawn where a variable chose it (`drawn`). `study` for
     starpilot on ppo_parallel.yaml, `study-robosuite_lift` for robosuite/Lift on its config, `study-bigfish` for
     bigfish on ppo_parallel.yaml: the studies of several tasks on one machine sit side by side instead of replacing
     one another."""
@@ -185,7 +186,9 @@ def results_name(settings: StudySettings, drawn: dict[str, str]) -> str:
     own_env = ((load_yaml(config).get("env") or {}).get("id") or EnvConfig().id) if config.is_file() else None
     name = "study" if config.stem == "ppo_parallel" else f"study-{config.stem}"
     env = re.sub(r"[^a-z0-9]+", "-", settings.env.lower()).strip("-")
-    return (name if settings.env == own_env else f"{name}-{env}") + drawing_tag(drawn)
+    sets = "".join("-" + re.sub(r"[^a-z0-9]+", "-", settings.extra[i + 1].lower()).strip("-")
+                   for i in range(0, len(settings.extra), 2))
+    return (name if settings.env == own_env else f"{name}-{env}") + sets + drawing_tag(drawn)
 
 
 def simulated(env_id: str) -> bool:
@@ -214,7 +217,9 @@ def merge_rows(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dic
 
 def earlier_points(path: Path, identity: dict[str, Any]) -> list[dict[str, Any]]:
     """The points of the study in `path` when it was measured on this machine with these settings (`identity`),
-    else none (the new study replaces it, and says so); a file that is not a study's results is refused."""
+    else none (the new study replaces it, and says so); a file that is not a study's results is refused. A GPU
+    family's points measured before the GPU took the whole minibatch at once (no `microbatch` recorded: chunks of
+    64) are dropped, and the study says so."""
     if not path.is_file():
         return []
     try:
@@ -226,7 +231,11 @@ def earlier_points(path: Path, identity: dict[str, Any]) -> list[dict[str, Any]]
     if not same:
         print(f"  {path} holds a study of other settings or another machine: replacing it", flush=True)
         return []
-    return points
+    chunked = [p["label"] for p in points if p["family"] in GPU_FAMILIES and "microbatch" not in p]
+    if chunked:
+        print(f"  {path}: dropping {', '.join(chunked)} (the GPU learner in chunks of 64 samples, as measured before "
+              "it took the whole minibatch)", flush=True)
+    return [p for p in points if p["label"] not in chunked]
 
 
 def run_study(families: list[str], counts: list[int], settings: StudySettings, runs_dir: Path,

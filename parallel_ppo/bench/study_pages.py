@@ -23,27 +23,26 @@ FAMILY_TEXT = {
     "cuda_overlap": "N CPU worker processes collecting while the learner on CUDA updates, the whole minibatch at once "
                     "(parallel trainer, --device cuda, parallel.overlap: policy lag 1)",
 }
-GPU_FAMILIES = ("cuda", "cuda_overlap")
-"""The families whose learner is on the GPU: their base is the CPU learner's point of as many workers."""
+GPU_FAMILIES = {"cuda": "workers", "cuda_overlap": "overlap"}
+"""The families whose learner is on the GPU, each with its CPU twin: the same workers, the learner on the CPU."""
 
 
 def add_ratios(rows: list[dict[str, Any]]) -> None:
     """Speed-up and efficiency of every measured row. The base of the CPU families is one process with one
-    thread (`threads_1`), so efficiency = speed-up / processes; a GPU family's (`GPU_FAMILIES`: a GPU is not a core)
-    is the CPU learner's `workers` point of as many workers, so its speed-up is the GPU's gain, else its own first
-    point. Without `threads_1`, each CPU family's first point is its base."""
+    thread (`threads_1`), so efficiency = speed-up / processes (without `threads_1`, each family's first point). A
+    GPU family's row (`GPU_FAMILIES`: a GPU is not a core) is set against its CPU twin of as many workers, so its
+    speed-up is what the GPU learner gains and it has no efficiency; without that twin, no ratio."""
     ok = [r for r in rows if "error" not in r]
     by_label = {r["label"]: r for r in ok}
-    one_core = by_label.get("threads_1")
     for family in FAMILIES:
         members = [r for r in ok if r["family"] == family]
-        if not members:
-            continue
         for r in members:
             if family in GPU_FAMILIES:
-                base = by_label.get(f"workers_{r['processes']}", members[0])
-            else:
-                base = one_core or members[0]
+                base = by_label.get(f"{GPU_FAMILIES[family]}_{r['processes']}")
+                if base is not None:
+                    r["base"], r["speedup"] = base["label"], r["steps_per_second"] / base["steps_per_second"]
+                continue
+            base = by_label.get("threads_1") or members[0]
             r["base"] = base["label"]
             r["speedup"] = r["steps_per_second"] / base["steps_per_second"]
             r["efficiency"] = r["speedup"] / (r["processes"] / base["processes"])
@@ -68,8 +67,10 @@ def study_table(rows: list[dict[str, Any]]) -> str:
         learner = f"{r['device']}, {r['threads'].get('learner', '?')} thr, {r.get('precision', '?')}{chunk}"
         lines.append("| " + " | ".join([
             r["family"], str(r["processes"]), str(r["envs"]), str(r.get("batch_size", "-")), learner,
-            str(r["updates"]), f"{r['steps_per_second']:,.0f}", r["base"], f"{r['speedup']:.2f}×",
-            f"{100 * r['efficiency']:.0f}%", *(f"{v:.0f}" for v in shown), f"{other:.0f}"]) + " |")
+            str(r["updates"]), f"{r['steps_per_second']:,.0f}", r.get("base", "-"),
+            f"{r['speedup']:.2f}×" if "speedup" in r else "-",
+            f"{100 * r['efficiency']:.0f}%" if "efficiency" in r else "-", *(f"{v:.0f}" for v in shown),
+            f"{other:.0f}"]) + " |")
     return "\n".join(lines)
 
 
@@ -87,7 +88,8 @@ def plot_study(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         if pts:
             n = [r["processes"] for r in pts]
             axes[0].plot(n, [r["steps_per_second"] for r in pts], "o-", label=family)
-            axes[1].plot(n, [100 * r["efficiency"] for r in pts], "o-", label=family)
+            if family not in GPU_FAMILIES:  # a GPU learner's gain over the CPU's is no efficiency
+                axes[1].plot(n, [100 * r["efficiency"] for r in pts], "o-", label=family)
     base = next((r for r in ok if r["label"] == "threads_1"), None)
     top = max([r["processes"] for r in ok] + [1])
     if base is not None:
@@ -177,10 +179,10 @@ def write_results(rows: list[dict[str, Any]], stem: Path, meta: dict[str, Any]) 
                "(an overlapped one N + 1 at most: its learner's thread beside N workers)")
             + mesa_threads(meta, rows) + ". "
             "Speed-up is against the point named under *vs* (one process with one thread on the CPU, `threads_1`, "
-            "where it was measured; a CUDA family's against the CPU learner's workers of the same count, else its own "
-            "first point, a GPU not being a core), "
-            "efficiency = speed-up / (processes / that point's processes). Phases are shares of each run's wall "
-            "time.\n\n"
+            "where it was measured), efficiency = speed-up / (processes / that point's processes); a CUDA family's "
+            "against its CPU twin of as many workers (`workers` for `cuda`, `overlap` for `cuda_overlap`), where "
+            "measured: the GPU learner's gain, no efficiency, a GPU not being a core. Phases are shares of each "
+            "run's wall time.\n\n"
             f"Measured {', '.join(sittings)} with `bench.py study`.\n")
     write_text(files["md"], text)
     plot_study(rows, files["png"], f"{title}: {machine}")

@@ -16,8 +16,8 @@ from parallel_ppo.errors import ConfigError, ParallelPPOError
 def add_study(sub: Any) -> None:
     """Register `study` on bench.py's subcommands."""
     text = ("the many-core study: threads, workers (synchronous and overlapped), distributed ranks and a CUDA learner "
-            "at 1, 2, 4, ... processes, "
-            "written to docs/results/<cpu>[-avx512][-bf16]-<cores>c[-<gpu>]/study[-<config>][-<env>].md")
+            "(synchronous and overlapped) at 1, 2, 4, ... processes, written to "
+            "docs/results/<cpu>[-avx512][-bf16]-<cores>c[-<gpu>]/study[-<config>][-<env>][-<sets>][-<drawing>].md")
     c = sub.add_parser("study", help=text, description=text[0].upper() + text[1:] + ". Runs one at a time; a "
                        "point that fails is recorded and the rest go on. Points measured before in the same "
                        "results file (same machine and settings) and not measured now are kept.")
@@ -25,7 +25,8 @@ def add_study(sub: Any) -> None:
     c.add_argument("--env", default="starpilot", metavar="ID", help="Procgen game or gymnasium id (starpilot)")
     c.add_argument("--processes", metavar="LIST", help='process counts (default 1, 2, 4, ... usable CPUs)')
     c.add_argument("--families", default=",".join(FAMILIES), metavar="LIST",
-                   help=f"which families to run (default {','.join(FAMILIES)}; cuda only where CUDA is available)")
+                   help=f"which families to run (default {','.join(FAMILIES)}; cuda and cuda_overlap only where "
+                        "CUDA is available)")
     c.add_argument("--seconds", type=duration_in("s"), default=30.0, metavar="TIME",
                    help="wall-clock budget of each run (default 30)")
     c.add_argument("--n-steps", type=positive_int, default=64, metavar="N", help="steps per env per rollout (64)")

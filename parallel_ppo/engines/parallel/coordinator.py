@@ -20,7 +20,7 @@ from parallel_ppo.core.config import Config
 from parallel_ppo.core.model import network, policy_tensors
 from parallel_ppo.core.threads import ThreadPlan, worker_cpus
 from parallel_ppo.core.timing import PhaseTimer
-from parallel_ppo.engines.parallel.idle import IdleWorkers
+from parallel_ppo.engines.parallel.idle import IdleWorkers, idle_note
 from parallel_ppo.engines.parallel.processes import (
     WorkerProcess,
     describe_exit,
@@ -73,7 +73,8 @@ class _Rollout:
     requested: float
     """When the workers were woken (perf_counter)."""
     seconds: float = 0.0
-    """From waking the workers to the last one's result."""
+    """From waking the workers to the coordinator taking the last one's result: for a rollout collected during an
+    update, after that update."""
 
 
 class ParallelCoordinator:
@@ -261,9 +262,8 @@ class ParallelCoordinator:
         n = max(len(results), 1)
         t_env, t_inf, t_render = (sum(getattr(r, name) for r in results) / n
                                   for name in ("time_env", "time_inference", "time_render"))
-        if self.policy_lag and not self._rank and (note := self._idle.observe(  # one rank speaks for all
-                t_env + t_render + t_inf, rollout.seconds, torch.get_num_threads())):
-            print(note, flush=True)
+        if self.policy_lag:
+            self._say_if_idle(t_env + t_render + t_inf, rollout.seconds, model)
         # of the workers' rollout, only what the learner waited for is this update's: the rest ran during the last
         seen = min(1.0, waited / max(rollout.seconds, 1e-9))
         timers.add("env", t_env * seen)
@@ -272,6 +272,14 @@ class ParallelCoordinator:
         timers.add("sync", max(0.0, waited - (t_env + t_render + t_inf) * seen))
         fresh, self._fresh_envs = sorted(self._fresh_envs), set()
         return CollectResult.merged(results, t_env, t_inf, t_render, fresh)
+
+    def _say_if_idle(self, busy: float, seconds: float, model: nn.Module) -> None:
+        """Say once, on stderr, where the workers of an overlapped rollout waited for the learner (`IdleWorkers`);
+        a distributed run's first rank speaks for all, and a run whose progress is off says nothing."""
+        idle = self._idle.observe(busy, seconds)
+        if idle is not None and not self._rank and self.cfg.logging.progress != "off":
+            device = next(model.parameters()).device.type
+            print(idle_note(idle, busy, seconds, device, torch.get_num_threads()), file=sys.stderr, flush=True)
 
     def _start(self, model: nn.Module, timers: PhaseTimer, version: int | None = None) -> tuple[float, int]:
         """Publish `model`'s parameters (unless they are already, as `version`) and wake every worker to collect into

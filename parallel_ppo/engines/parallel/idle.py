@@ -1,13 +1,14 @@
-"""What an overlapped run says when its workers wait for the learner: where the update outlasts the rollout, the
-workers finish theirs and sit idle until the learner asks for the next, and overlapping gains little. On 16 cores the
-wrist camera's Nature CNN took 42 to 47 s an update on the one thread 16 workers leave, while they collected a rollout
-in about 10 s: the overlapped runs made 149 and 136 steps/s against the synchronous run's 385
+"""What an overlapped run says when its workers wait for the learner: where the update takes much longer than the
+rollout, the workers finish theirs and sit idle until the learner asks for the next, and overlapping gains nothing.
+On 16 cores the wrist camera's Nature CNN took 42 to 47 s an update on the one thread 16 workers leave, while they
+collected a rollout in about 10 s: the overlapped runs made 149 and 136 steps/s against the synchronous run's 385
 (docs/results/intel-xeon-avx512-bf16-16c-h200/overlap_16c.md)."""
 
 from __future__ import annotations
 
 IDLE_SHARE = 0.5
-"""The share of a rollout's time the workers sat idle above which a rollout counts as waiting for the learner."""
+"""The share of a rollout's time the workers sat idle above which a rollout counts as waiting for the learner (the
+update then took about twice their collecting, or more)."""
 ROLLOUTS = 2
 """Rollouts running that must wait so before the run says so: one long evaluation or checkpoint does not."""
 MIN_SECONDS = 1.0
@@ -16,23 +17,31 @@ publishing the parameters), and a run of them is fast whatever the trainer (Cart
 
 
 class IdleWorkers:
-    """Counts the overlapped rollouts whose workers waited for the learner, and words the note once."""
+    """Counts the overlapped rollouts whose workers waited for the learner."""
 
     def __init__(self) -> None:
         self.running = 0
         self.said = False
 
-    def observe(self, busy: float, seconds: float, learner_threads: int) -> str | None:
-        """A rollout of `seconds` (from waking the workers to taking their results) in which the mean worker was
-        busy (stepping, drawing, inferring) `busy` seconds: the note, the first time ROLLOUTS running of at least
-        MIN_SECONDS were idle more than IDLE_SHARE of their time, else None."""
+    def observe(self, busy: float, seconds: float) -> float | None:
+        """A rollout of `seconds` (from waking the workers to the coordinator taking their results: after the update,
+        for a rollout collected during it) in which the mean worker was busy (stepping, drawing, inferring) `busy`
+        seconds. Returns its idle share the first time ROLLOUTS running of at least MIN_SECONDS were idle more than
+        IDLE_SHARE of their time (the run says so once), else None."""
         idle = 1.0 - busy / max(seconds, 1e-9)
         self.running = self.running + 1 if idle > IDLE_SHARE and seconds >= MIN_SECONDS else 0
         if self.said or self.running < ROLLOUTS:
             return None
         self.said = True
-        return (f"parallel_ppo: the workers sat idle {idle:.0%} of the last rollout ({busy:.1f} s busy of "
-                f"{seconds:.1f} s), waiting for the update: overlapping gains little where the update outlasts the "
-                f"rollout. Fewer workers with a learner thread for each core they leave (parallel.learner_threads, now "
-                f"{learner_threads}), a learner on a GPU (--device cuda) or the synchronous trainer (parallel.overlap: "
-                "false) may be faster.")
+        return idle
+
+
+def idle_note(idle: float, busy: float, seconds: float, device: str, learner_threads: int) -> str:
+    """The line an overlapped run prints once its workers waited for the learner (`IdleWorkers.observe`), with the
+    remedies that fit its learner's `device`."""
+    remedies = ("fewer workers with a learner thread for each core they leave (parallel.learner_threads, now "
+                f"{learner_threads}), a learner on a GPU (--device cuda) or " if device == "cpu" else "")
+    return (f"parallel_ppo: the workers sat idle {idle:.0%} of the last rollout ({busy:.1f} s busy of "
+            f"{seconds:.1f} s), waiting for the update: overlapping gains nothing where the update takes this much "
+            f"longer than the rollout, and may lose to the synchronous trainer. Try {remedies}the synchronous "
+            "trainer (parallel.overlap: false).")
