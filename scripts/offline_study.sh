@@ -7,8 +7,9 @@
 # Results are rewritten after every point, so whatever finished survives a cut-off.
 #   bash scripts/offline_study.sh [RESULTS_DIR] [SECONDS]      (defaults docs/results and 20 s per run)
 # PLAN="threads:1 workers:16 cuda:16" (family:counts, counts comma-separated) runs those points, in that order, instead.
-# SETS="parallel.learner_threads=4 ..." passes each KEY=VALUE to every point as a --set (the study's own give way); such
-# a study's files are named for its settings (study-...-parallel-learner-threads-4), beside the default's.
+# SETS="parallel.learner_threads=4 ..." passes each KEY=VALUE to every point as a --set (the study's own give way, but
+# for the threads and ranks families' thread counts); such a study's files are named for its settings
+# (study-...-parallel-learner-threads-4), beside the default's.
 # ENV (and CONFIG) study another task: `ENV=robosuite/Lift` (staged by `offline_stage.sh 3.12 robot` in .robot/, which
 # travels alone: with .whl/ it is over a device call's 64 MiB), `CONFIG=config/robosuite_lift_camera.yaml` its camera.
 # GL=mesa draws the camera with Mesa's llvmpipe on the CPU instead of the GPU (staged by `offline_stage.sh 3.12 mesa`
@@ -84,7 +85,7 @@ study() {  # FAMILY "COUNTS"
     for s in "${items[@]}"; do sets+=(--set "$s"); done
     python3 bench.py study --env "$env" ${CONFIG:+--config "$CONFIG"} --seconds "$seconds" "${sets[@]}" \
         --runs-dir /tmp/offline_study_runs --results-dir "$results" \
-        --families "$1" --processes "$2" 2>&1 | grep --line-buffered -iE "steps/s|failed|wrote|error|traceback|skipped"
+        --families "$1" --processes "$2" 2>&1 | grep --line-buffered -iE "steps/s|failed|wrote|error|traceback|skipped|dropping|replacing"
 }
 if [ -n "${PLAN:-}" ]; then
     for point in $PLAN; do study "${point%%:*}" "$(tr , ' ' <<< "${point#*:}")"; done

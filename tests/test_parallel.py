@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -160,10 +161,21 @@ def test_an_overlapped_run_says_once_that_its_workers_wait_for_the_learner():
     assert all(short.observe(0.01, 0.5) is None for _ in range(5)), "rollouts under a second are not counted"
     assert short.observe(0.1, 1.0) is None and short.observe(0.1, 1.0) is not None
     cpu = idle_note(0.8, 2.0, 10.0, "cpu", 3)
-    assert "idle 80% of the last rollout (2.0 s busy of 10.0 s)" in cpu and "parallel.overlap: false" in cpu
-    assert "fewer workers" in cpu and "parallel.learner_threads, now 3" in cpu and "--device cuda" in cpu
-    gpu = idle_note(0.8, 2.0, 10.0, "cuda", 1)  # a GPU learner: neither its CPU threads nor a GPU to suggest
-    assert "parallel.overlap: false" in gpu and "learner_threads" not in gpu and "--device cuda" not in gpu
+    assert "idle 80% of the last rollout (2.0 s busy of 10.0 s)" in cpu and "the update bounds this run" in cpu
+    assert "the 3 thread(s) the workers leave" in cpu and "fewer workers" in cpu and "--device cuda" in cpu
+    assert "parallel.overlap: false" in cpu
+    gpu = idle_note(0.8, 2.0, 10.0, "cuda", 1)  # a GPU learner: its update owes nothing to the cores left
+    assert "the update bounds this run" in gpu and "thread" not in gpu and "--device" not in gpu
+
+
+@pytest.mark.parametrize(("progress", "rank", "says"), [("auto", None, True), ("off", None, False), ("on", 0, True),
+                                                         ("on", 1, False)])
+def test_the_idle_note_is_silent_with_progress_off_and_on_all_ranks_but_the_first(capsys, progress, rank, says):
+    coordinator = SimpleNamespace(_idle=IdleWorkers(), _rank=rank,
+                                  cfg=SimpleNamespace(logging=SimpleNamespace(progress=progress)))
+    for _ in range(2):  # two rollouts of 10 s, the workers busy 1 s of each
+        ParallelCoordinator._say_if_idle(coordinator, 1.0, 10.0, torch.nn.Linear(2, 2))
+    assert ("the workers sat idle 90%" in capsys.readouterr().err) == says
 
 
 class SaysEveryTime(IdleWorkers):
@@ -215,7 +227,7 @@ def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypat
     assert all(0 < busy and 0 < seconds for busy, seconds in SaysEveryTime.seen)
     said = capsys.readouterr().err
     assert said.count("the workers sat idle 90% of the last rollout") == (2 if lag else 0)
-    assert said.count("parallel.learner_threads, now") == (2 if lag else 0), "a CPU learner's remedies"
+    assert said.count("fewer workers with a learner thread") == (2 if lag else 0), "a CPU learner's remedies"
     for k, (ours, theirs) in enumerate(zip(overlapped, synchronous, strict=True)):
         for name in BUFFER_FIELDS:
             torch.testing.assert_close(ours[name], theirs[name], rtol=1e-5, atol=1e-5, msg=f"rollout {k}: {name}")

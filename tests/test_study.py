@@ -86,6 +86,12 @@ def test_the_users_sets_come_after_the_studys_own_and_win(tmp_path):
     assert len(given) == 4, "the study's own and the user's"
     cfg = build_config("config/robosuite_lift.yaml", {}, given, parallel=True)  # the trainer's rule: the last wins
     assert cfg.training.microbatch_size == 32 and cfg.parallel.learner_threads == 4
+    for family, threads in (("threads", "1"), ("ranks", "1")):  # but a family's defining thread counts stay
+        cmd = point_command(family, 1 if family == "threads" else 2,
+                            StudySettings("config/robosuite_lift.yaml", "robosuite/Lift", 30.0, extra=mine),
+                            tmp_path / "run", cores=16)
+        learner = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--set" and "learner_threads" in cmd[i + 1]]
+        assert learner[-1] == f"parallel.learner_threads={threads}", family
 
 
 def test_a_learner_never_gets_more_threads_than_the_cores(tmp_path):
@@ -161,8 +167,9 @@ def test_an_earlier_study_is_kept_only_for_the_same_machine_and_settings(tmp_pat
         earlier_points(path, identity)
     # a CUDA point of before the GPU took the whole minibatch (no microbatch recorded) is not kept beside new ones
     path.write_text(json.dumps({**identity, "points": [row("threads", 1, 100.0), row("cuda", 16, 500.0),
-                                                       {**row("cuda_overlap", 16, 900.0), "microbatch": 0}]}))
-    assert [p["label"] for p in earlier_points(path, identity)] == ["threads_1", "cuda_overlap_16"]
+                                                       {**row("cuda_overlap", 16, 900.0), "microbatch": 0},
+                                                       {**row("cuda", 8, 0.0), "error": "crashed"}]}))
+    assert [p["label"] for p in earlier_points(path, identity)] == ["threads_1", "cuda_overlap_16", "cuda_8"]
     assert "dropping cuda_16" in capsys.readouterr().out
 
 

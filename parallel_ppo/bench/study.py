@@ -86,17 +86,20 @@ def per_process_layout(settings: StudySettings, processes: int) -> dict[str, int
 
 
 def point_command(family: str, processes: int, settings: StudySettings, out: Path, cores: int) -> list[str]:
-    """The trainer command of one study point on a machine of `cores` usable cores."""
+    """The trainer command of one study point on a machine of `cores` usable cores. The user's `--set` items
+    (`settings.extra`) come after the study's own and win, but for the thread counts that define the `threads` and
+    `ranks` families: a one-core point stays one thread whatever the other points' learners are given."""
     layout = per_process_layout(settings, processes)
     m = settings.envs_per_process
     overlap, gpu = family in ("overlap", "cuda_overlap"), family in GPU_FAMILIES
     learner = 1 if overlap else min(processes, cores)  # overlapped: one thread beside the P workers
+    own: tuple[str, ...] = ()
     if family == "threads":
-        cmd = [*trainer_command(0), "--num-envs", str(layout["envs"]), "--device", "cpu",
-               "--set", f"parallel.learner_threads={processes}", "--set", f"env.env_threads={processes}"]
+        cmd = [*trainer_command(0), "--num-envs", str(layout["envs"]), "--device", "cpu"]
+        own = ("--set", f"parallel.learner_threads={processes}", "--set", f"env.env_threads={processes}")
     elif family == "ranks":  # the distributed scaling rule: envs and minibatch per rank; one thread each
-        cmd = [*trainer_command(0, processes), "--num-envs", str(m), "--device", "cpu",
-               "--set", "parallel.learner_threads=1", "--set", "env.env_threads=1"]
+        cmd = [*trainer_command(0, processes), "--num-envs", str(m), "--device", "cpu"]
+        own = ("--set", "parallel.learner_threads=1", "--set", "env.env_threads=1")
     else:  # the learner gets as many threads as there are workers (up to the cores), each worker one
         cmd = [*trainer_command(processes), "--num-workers", str(processes), "--num-envs-per-worker", str(m),
                "--set", "parallel.worker_threads=1", "--set", f"parallel.learner_threads={learner}",
@@ -106,7 +109,7 @@ def point_command(family: str, processes: int, settings: StudySettings, out: Pat
     return [*cmd, "--config", settings.config, "--env", settings.env, "--batch-size", str(batch),
             "--set", f"training.n_steps={settings.n_steps}", "--duration", f"{settings.seconds / 3600:.8f}",
             "--output-dir", str(out), "--overwrite", *BENCH_RUN_SETS, *(GPU_ARITHMETIC if gpu else SAME_ARITHMETIC),
-            *settings.extra]
+            *settings.extra, *own]
 
 
 def run_study_point(family: str, processes: int, settings: StudySettings, runs_dir: Path,
@@ -219,7 +222,7 @@ def earlier_points(path: Path, identity: dict[str, Any]) -> list[dict[str, Any]]
     """The points of the study in `path` when it was measured on this machine with these settings (`identity`),
     else none (the new study replaces it, and says so); a file that is not a study's results is refused. A GPU
     family's points measured before the GPU took the whole minibatch at once (no `microbatch` recorded: chunks of
-    64) are dropped, and the study says so."""
+    64) are dropped, and the study says so (a failed point, which records none, is kept)."""
     if not path.is_file():
         return []
     try:
@@ -231,7 +234,7 @@ def earlier_points(path: Path, identity: dict[str, Any]) -> list[dict[str, Any]]
     if not same:
         print(f"  {path} holds a study of other settings or another machine: replacing it", flush=True)
         return []
-    chunked = [p["label"] for p in points if p["family"] in GPU_FAMILIES and "microbatch" not in p]
+    chunked = [p["label"] for p in points if p["family"] in GPU_FAMILIES and "microbatch" not in p and "error" not in p]
     if chunked:
         print(f"  {path}: dropping {', '.join(chunked)} (the GPU learner in chunks of 64 samples, as measured before "
               "it took the whole minibatch)", flush=True)

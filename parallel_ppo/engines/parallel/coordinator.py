@@ -17,7 +17,7 @@ from torch import nn
 from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.collect import CollectResult, RolloutError, StopCheck, never
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.model import network, policy_tensors
+from parallel_ppo.core.model import module_device, network, policy_tensors
 from parallel_ppo.core.threads import ThreadPlan, worker_cpus
 from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.engines.parallel.idle import IdleWorkers, idle_note
@@ -278,7 +278,7 @@ class ParallelCoordinator:
         a distributed run's first rank speaks for all, and a run whose progress is off says nothing."""
         idle = self._idle.observe(busy, seconds)
         if idle is not None and not self._rank and self.cfg.logging.progress != "off":
-            device = next(model.parameters()).device.type
+            device = module_device(model).type
             print(idle_note(idle, busy, seconds, device, torch.get_num_threads()), file=sys.stderr, flush=True)
 
     def _start(self, model: nn.Module, timers: PhaseTimer, version: int | None = None) -> tuple[float, int]:

@@ -1,5 +1,5 @@
 """What an overlapped run says when its workers wait for the learner: where the update takes much longer than the
-rollout, the workers finish theirs and sit idle until the learner asks for the next, and overlapping gains nothing.
+rollout, the workers finish theirs and sit idle until the learner asks for the next, and the update bounds the run.
 On 16 cores the wrist camera's Nature CNN took 42 to 47 s an update on the one thread 16 workers leave, while they
 collected a rollout in about 10 s: the overlapped runs made 149 and 136 steps/s against the synchronous run's 385
 (docs/results/intel-xeon-avx512-bf16-16c-h200/overlap_16c.md)."""
@@ -39,9 +39,10 @@ class IdleWorkers:
 def idle_note(idle: float, busy: float, seconds: float, device: str, learner_threads: int) -> str:
     """The line an overlapped run prints once its workers waited for the learner (`IdleWorkers.observe`), with the
     remedies that fit its learner's `device`."""
-    remedies = ("fewer workers with a learner thread for each core they leave (parallel.learner_threads, now "
-                f"{learner_threads}), a learner on a GPU (--device cuda) or " if device == "cpu" else "")
-    return (f"parallel_ppo: the workers sat idle {idle:.0%} of the last rollout ({busy:.1f} s busy of "
-            f"{seconds:.1f} s), waiting for the update: overlapping gains nothing where the update takes this much "
-            f"longer than the rollout, and may lose to the synchronous trainer. Try {remedies}the synchronous "
-            "trainer (parallel.overlap: false).")
+    said = (f"parallel_ppo: the workers sat idle {idle:.0%} of the last rollout ({busy:.1f} s busy of {seconds:.1f} "
+            "s), waiting for the update: the update bounds this run, and more workers gain nothing.")
+    if device != "cpu":
+        return said
+    return (f"{said} The learner has the {learner_threads} thread(s) the workers leave: fewer workers with a learner "
+            "thread for each core they leave (parallel.learner_threads), the synchronous trainer (parallel.overlap: "
+            "false), whose learner takes every core, or a learner on a GPU (--device cuda) may be faster.")
