@@ -51,6 +51,11 @@ GPU_ARITHMETIC = ("--set", "training.precision=fp32", "--set", "training.microba
 caches, while a GPU needs the whole minibatch to fill its units (in chunks of 64, a CUDA learner fed by 16 workers
 made 0.75 times the CPU learner's steps/s on Lift from state: docs/results/intel-xeon-avx512-bf16-16c-h200)."""
 
+def slug(text: str) -> str:
+    """`text` in lower-case letters, digits and single dashes, for a file name."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
 def drawing_tag(drawn: dict[str, str]) -> str:
     """How the frames were drawn where a variable chose it, for the study's file name: `-mesa` (EGL's vendor is
     Mesa's alone, or software rendering forced: on a GPU box, the CPU draws), `-osmesa`, `-lp<N>` (Mesa's threads
@@ -58,7 +63,7 @@ def drawing_tag(drawn: dict[str, str]) -> str:
     tags = [tag for tag, chosen in (("mesa", fingerprint.mesa_egl(drawn)), ("osmesa", fingerprint.osmesa(drawn)))
             if chosen]
     if "LP_NUM_THREADS" in drawn:
-        tags.append("lp" + re.sub(r"[^a-z0-9]+", "-", drawn["LP_NUM_THREADS"].lower()).strip("-"))
+        tags.append("lp" + slug(drawn["LP_NUM_THREADS"]))
     return "".join(f"-{t}" for t in tags)
 
 
@@ -77,6 +82,11 @@ class StudySettings:
     then this figure at every rank count)."""
     extra: tuple[str, ...] = ()
     """Further flags for every run (`--set` overrides)."""
+
+    @property
+    def sets(self) -> list[str]:
+        """The KEY=VALUE items of `extra`'s `--set` flags."""
+        return [self.extra[i + 1] for i in range(0, len(self.extra), 2)]
 
 
 def per_process_layout(settings: StudySettings, processes: int) -> dict[str, int]:
@@ -164,8 +174,7 @@ def results_slug(cpu_model: str, cores: int, gpu: str | None, kind: Sequence[str
     `intel-xeon-platinum-8480-avx512-bf16-16c-h100-80gb-hbm3`; `kind` (`fingerprint.cpu_kind`) tells apart CPUs
     that share a model name (an AMD EPYC with AVX-512 and bf16 and one without either)."""
     def clean(text: str) -> str:
-        text = re.sub(r"\((r|tm)\)|\bcpu\b|@.*$|\bprocessor\b|\bnvidia\b|\d+-core", " ", text.lower())
-        return re.sub(r"[^a-z0-9]+", "-", text).strip("-")
+        return slug(re.sub(r"\((r|tm)\)|\bcpu\b|@.*$|\bprocessor\b|\bnvidia\b|\d+-core", " ", text.lower()))
 
     return "-".join([clean(cpu_model) or "cpu", *kind, f"{cores}c"]) + (f"-{clean(gpu)}" if gpu else "")
 
@@ -188,10 +197,8 @@ def results_name(settings: StudySettings, drawn: dict[str, str]) -> str:
     config = Path(settings.config)
     own_env = ((load_yaml(config).get("env") or {}).get("id") or EnvConfig().id) if config.is_file() else None
     name = "study" if config.stem == "ppo_parallel" else f"study-{config.stem}"
-    env = re.sub(r"[^a-z0-9]+", "-", settings.env.lower()).strip("-")
-    sets = "".join("-" + re.sub(r"[^a-z0-9]+", "-", settings.extra[i + 1].lower()).strip("-")
-                   for i in range(0, len(settings.extra), 2))
-    return (name if settings.env == own_env else f"{name}-{env}") + sets + drawing_tag(drawn)
+    sets = "".join(f"-{slug(item)}" for item in settings.sets)
+    return (name if settings.env == own_env else f"{name}-{slug(settings.env)}") + sets + drawing_tag(drawn)
 
 
 def simulated(env_id: str) -> bool:
@@ -204,10 +211,9 @@ def check_settings(settings: StudySettings) -> None:
     alone and as one worker, as every point of the study builds it."""
     m, b = settings.envs_per_process, settings.batch_per_process
     flags = {"env.id": settings.env, "training.n_steps": settings.n_steps, "env.num_envs": m, "training.batch_size": b}
-    sets = [settings.extra[i + 1] for i in range(0, len(settings.extra), 2)]
-    build_config(settings.config, flags, sets, parallel=False)
-    build_config(settings.config, {**flags, "parallel.num_workers": 1, "parallel.num_envs_per_worker": m}, sets,
-                 parallel=True)
+    build_config(settings.config, flags, settings.sets, parallel=False)
+    build_config(settings.config, {**flags, "parallel.num_workers": 1, "parallel.num_envs_per_worker": m},
+                 settings.sets, parallel=True)
 
 
 def merge_rows(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
