@@ -178,3 +178,40 @@ def test_tune_trains_on_the_chosen_threads_and_measures_the_limit_on_them(monkey
     assert tuning.compute_limit["threads"] == 2
     kept = settled(cfg, tmp_path, tuning.learner, 1)  # config.yaml's: a resumed run chooses again on its machine
     assert kept.parallel.learner_threads == "auto"
+
+
+def test_an_overlapped_learner_whose_workers_wait_takes_what_auto_chooses_within_every_core(monkeypatch, tmp_path):
+    """`parallel.idle_learner_threads`: `auto` is chosen as a synchronous learner's threads on every core (whatever
+    the learner's own setting), and shares its cached choice; a count is kept; none where it would be no more than
+    the learner's own, or the update runs on a GPU. The run trains on its own threads, and its start lines say
+    both."""
+    monkeypatch.setenv(CACHE_DIR_VARIABLE, str(tmp_path))
+    monkeypatch.setattr(learner_threads, "measure_threads", FakeMeasure({1: 100.0, 2: 150.0, 4: 190.0, 8: 200.0}))
+    cfg = resolved(1)
+    cfg.model.impala_depths, cfg.model.hidden_size = [4, 8, 8], 32
+    with threads_kept():
+        torch.set_num_threads(1)
+        idle = before_run.idle_threads(cfg, PROCGEN, 0.2, 1, 8)
+        assert (idle.threads, idle.ceiling, idle.source, idle.stored) == (4, 8, "measured", True), idle
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(8)  # as `tune` has a synchronous learner's threads while it chooses them
+        synchronous = resolved()
+        synchronous.model.impala_depths, synchronous.model.hidden_size = [4, 8, 8], 32
+        synchronous = choose_threads(synchronous, PROCGEN, 0.0, 8, measure=refuse)
+        assert (synchronous.threads, synchronous.source) == (4, "cached"), "one entry for both"
+    assert before_run.idle_threads(resolved(1), CARTPOLE, 0.2, 1, 8) is None, "a small network: one, no more"
+    assert before_run.idle_threads(cfg, PROCGEN, 0.2, 8, 8) is None
+    cfg.parallel.idle_learner_threads = 6
+    configured = before_run.idle_threads(cfg, PROCGEN, 0.2, 1, 6)
+    assert (configured.threads, configured.source) == (6, "config")
+    on_cpu = before_run.learner_device
+    monkeypatch.setattr(before_run, "learner_device", lambda cfg: torch.device("cuda"))
+    assert before_run.idle_threads(cfg, PROCGEN, 0.2, 1, 6) is None
+    monkeypatch.setattr(before_run, "learner_device", on_cpu)
+    cfg.parallel.idle_learner_threads, cfg.run.limit_seconds = "auto", 0.0
+    with threads_kept():
+        tuning = tune(cfg, PROCGEN, 1, idle_ceiling=8)
+        assert torch.get_num_threads() == 1
+    assert (tuning.threads.threads, tuning.idle_threads.threads, tuning.idle_threads.source) == (1, 4, "cached")
+    assert tuning.start_lines()[-1].startswith("learner threads 4 of 8 while its workers wait for the update: from the")
+    assert tuning.record()["idle_threads"]["threads"] == 4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import signal
@@ -28,9 +29,10 @@ from parallel_ppo.core.threads import thread_plan, worker_cpus
 from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.engines.parallel import coordinator as coordinator_module
 from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
-from parallel_ppo.engines.parallel.idle import IdleWorkers, idle_note
+from parallel_ppo.engines.parallel.idle import IdleWorkers, LentCores, idle_note
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.runs.training import RunPlan, train_run
+from parallel_ppo.tuning.compute_limit import threads_kept
 
 pytestmark = pytest.mark.slow  # every test here trains or starts trainers
 
@@ -164,6 +166,7 @@ def test_an_overlapped_run_says_once_that_its_workers_wait_for_the_learner():
     assert "idle 80% of the last rollout (2.0 s busy of 10.0 s)" in cpu and "the update bounds this run" in cpu
     assert "the 3 thread(s) the workers leave" in cpu and "fewer workers" in cpu and "--device cuda" in cpu
     assert "parallel.overlap: false" in cpu
+    assert "the 1 thread(s) the workers leave (16 while they wait)" in idle_note(0.8, 2.0, 10.0, "cpu", 1, 16)
     gpu = idle_note(0.8, 2.0, 10.0, "cuda", 1)  # a GPU learner: its update owes nothing to the cores left
     assert "the update bounds this run" in gpu and "thread" not in gpu and "--device" not in gpu
 
@@ -171,7 +174,7 @@ def test_an_overlapped_run_says_once_that_its_workers_wait_for_the_learner():
 @pytest.mark.parametrize(("progress", "rank", "says"), [("auto", None, True), ("off", None, False), ("on", 0, True),
                                                          ("on", 1, False)])
 def test_the_idle_note_is_silent_with_progress_off_and_on_all_ranks_but_the_first(capsys, progress, rank, says):
-    coordinator = SimpleNamespace(_idle=IdleWorkers(), _rank=rank,
+    coordinator = SimpleNamespace(_idle=IdleWorkers(), _lent=LentCores(1, 1), _rank=rank,
                                   cfg=SimpleNamespace(logging=SimpleNamespace(progress=progress)))
     for _ in range(2):  # two rollouts of 10 s, the workers busy 1 s of each
         ParallelCoordinator._say_if_idle(coordinator, 1.0, 10.0, torch.nn.Linear(2, 2))
@@ -194,7 +197,8 @@ def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypat
     collected with the parameters given to collect k-1: it holds exactly what a synchronous coordinator collects when
     given those parameters at its k-th call. With a lag of 0, the two buffers filled in turn hold what the
     synchronous coordinator collects with the same ones. Only the lagged rollouts are shown to the idle-worker
-    check, whose note is printed."""
+    check, whose note is printed. While a rollout is in flight, the learner takes its lent threads from the first
+    minibatch step after the workers have collected it (`during_update`), and has its own again as the next starts."""
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(coordinator_module, "IdleWorkers", SaysEveryTime)
     monkeypatch.setattr(SaysEveryTime, "seen", [], raising=False)
@@ -207,18 +211,26 @@ def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypat
     def rollouts(overlap: bool, given: list[int]) -> tuple[list[dict[str, torch.Tensor]], list[int]]:
         cfg = _config("CartPole-v1", True, 2, tmp_path, (f"parallel.overlap={str(overlap).lower()}",
                                                          f"parallel.policy_lag={lag}", "parallel.refresh_params=false"))
-        source = ParallelCoordinator(cfg, env_spaces(cfg.env), thread_plan(cfg, parallel=True))
+        threads = dataclasses.replace(thread_plan(cfg, parallel=True), learner=1, idle_learner=3)
+        source = ParallelCoordinator(cfg, env_spaces(cfg.env), threads)
         try:
             out, lags = [], []
             for index in given:
                 source.collect(models[index], PhaseTimer())
                 out.append({name: getattr(source.buffer, name).clone() for name in BUFFER_FIELDS})
                 lags.append((source.policy_lag, [b is source.buffer for b in source.buffers].index(True)))
+                lent.append((torch.get_num_threads(), threads_while_updating(source)))
             return out, lags
         finally:
             source.close()
 
-    overlapped, lags = rollouts(True, [0, 1, 2])
+    lent: list[tuple[int, int]] = []
+    with threads_kept():
+        torch.set_num_threads(1)
+        overlapped, lags = rollouts(True, [0, 1, 2])
+    # (threads as collect returned, then once the rollout in flight, if any, was collected) of each rollout
+    assert lent == [(1, 3 if lag else 1)] * 3
+
     synchronous, sync_lags = rollouts(False, [0, 0, 1] if lag else [0, 1, 2])  # what the overlapped workers used
     # (lag, buffer) of each rollout: the overlapped ones fill the two buffers in turn
     assert lags == list(zip([0, 1, 1] if lag else [0, 0, 0], [0, 1, 0], strict=True))
@@ -234,6 +246,16 @@ def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypat
     if lag:
         assert not torch.equal(overlapped[2]["logprobs"], rollouts(False, [0, 1, 2])[0][2]["logprobs"]), \
             "the third rollout of a synchronous run with the same models differs (it acts with the newest)"
+
+
+def threads_while_updating(source: ParallelCoordinator) -> int:
+    """The learner's torch threads once the rollout in flight (if any) is collected, `during_update` asked as
+    before each minibatch step meanwhile."""
+    deadline = time.monotonic() + 60
+    while source._in_flight is not None and not source._lent.lending and time.monotonic() < deadline:
+        source.during_update()
+        time.sleep(0.01)
+    return torch.get_num_threads()
 
 
 def release_when_published(source: ParallelCoordinator, version: int, held: Path) -> None:

@@ -164,9 +164,12 @@ def test_an_update_on_some_rows_never_reads_the_others():
     cfg = fixed(batch_size=16, n_epochs=2, microbatch_size=0)
     model = small_model(5)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-5)
-    stats = ppo_update(model, optimizer, poisoned, cfg, torch.Generator().manual_seed(0), rows=rows)
+    first, steps_before = next(model.parameters()), []  # before_step: called before each of them
+    stats = ppo_update(model, optimizer, poisoned, cfg, torch.Generator().manual_seed(0), rows=rows,
+                       before_step=lambda: steps_before.append(int(optimizer.state.get(first, {}).get("step", 0))))
     assert all(math.isfinite(v) for v in stats.values()), stats
-    assert int(optimizer.state[next(model.parameters())]["step"]) == 2 * BATCH // 16  # 4 minibatches an epoch
+    assert int(optimizer.state[first]["step"]) == 2 * BATCH // 16  # 4 minibatches an epoch
+    assert steps_before == list(range(2 * BATCH // 16))
     alone = small_model(5)
     alone_optimizer = torch.optim.Adam(alone.parameters(), lr=1e-3, eps=1e-5)
     ppo_update(alone, alone_optimizer, batch[rows], fixed(batch_size=len(rows) // 4, n_epochs=2, microbatch_size=0),

@@ -130,12 +130,13 @@ def test_speedups_are_against_one_core_and_a_gpu_learner_against_its_cpu_twin():
     assert all("efficiency" not in r for r in rows if r["family"].startswith("cuda"))
     # without its twin (not measured, or failed), none: not a ratio of another kind in the same column
     assert all("base" not in r and "speedup" not in r for r in (rows[2], rows[8]))
-    table = study_table([{**r, "envs": 8, "threads": {"learner": 1}, "device": "cuda", "precision": "fp32",
+    one, lent = {"learner": 1}, {"learner": 1, "learner_while_workers_wait": 4}  # the second: overlapped, on the CPU
+    table = study_table([{**r, "envs": 8, "threads": t, "device": "cuda", "precision": "fp32",
                           "phase_fractions": {}, "updates": 3, "microbatch": m}
-                         for r, m in ((rows[3], 0), (rows[2], 0), (rows[5], 64))])
+                         for r, m, t in ((rows[3], 0, one), (rows[2], 0, one), (rows[5], 64, lent))])
     cuda_4, cuda_2, overlap_4 = table.splitlines()[2:]
     assert "| 2.00× | - |" in cuda_4 and "| - | - | - |" in cuda_2, "a ratio where its twin was measured, else none"
-    assert "fp32, whole |" in cuda_4 and "fp32, chunks of 64 |" in overlap_4
+    assert "1 thr, fp32, whole |" in cuda_4 and "1 (then 4) thr, fp32, chunks of 64 |" in overlap_4
 
 
 def test_a_later_call_replaces_its_points_and_keeps_the_others():

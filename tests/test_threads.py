@@ -7,6 +7,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import torch
 
 from parallel_ppo.bench.scaling import default_worker_counts
 from parallel_ppo.bench.study import available_cores
@@ -20,7 +21,9 @@ from parallel_ppo.core.threads import (
     user_draw_threads,
     worker_cpus,
 )
+from parallel_ppo.engines.parallel.idle import LentCores
 from parallel_ppo.errors import ConfigError
+from parallel_ppo.tuning.compute_limit import threads_kept
 
 CARTPOLE = str(Path(__file__).resolve().parents[1] / "config" / "cartpole.yaml")
 
@@ -56,6 +59,44 @@ def test_an_overlapped_learner_gets_the_cores_its_workers_leave(monkeypatch):
     assert learner("parallel.num_workers=4", "parallel.overlap=true", "parallel.learner_threads=3") == 3
     assert learner("parallel.num_workers=4", "parallel.overlap=true", "parallel.policy_lag=0") == 16, \
         "workers that wait for the update leave it every core"
+
+
+def test_an_overlapped_learner_takes_every_core_while_its_workers_wait(monkeypatch):
+    """The plan's ceiling for an overlapped learner whose workers have collected (`auto` chooses within it), or the
+    count set; none where the workers never collect through the update."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+
+    def idle(*sets: str) -> int:
+        return thread_plan(build_config(CARTPOLE, {}, ["parallel.num_workers=16", *sets], True), True).idle_learner
+
+    assert idle("parallel.overlap=true") == 16
+    assert idle("parallel.overlap=true", "parallel.idle_learner_threads=0") == 16
+    assert idle("parallel.overlap=true", "parallel.idle_learner_threads=4") == 4
+    assert idle() == 0 and idle("parallel.overlap=true", "parallel.policy_lag=0") == 0
+    assert thread_plan(build_config(CARTPOLE, {}, ["parallel.overlap=true"], False), False).idle_learner == 0
+
+
+def test_lent_cores_are_taken_once_the_workers_have_collected_and_given_back_as_the_next_rollout_starts():
+    asked = []
+
+    def collected(answer: bool):
+        return lambda: asked.append(answer) or answer
+
+    with threads_kept():
+        torch.set_num_threads(1)
+        cores = LentCores(1, 3)
+        cores.lend_if(collected(False))
+        assert torch.get_num_threads() == 1 and not cores.lending
+        cores.lend_if(collected(True))
+        assert torch.get_num_threads() == 3 and cores.lending and cores.updates == 1
+        cores.lend_if(collected(True))
+        assert asked == [False, True], "not asked again while lending"
+        cores.give_back()
+        assert torch.get_num_threads() == 1 and not cores.lending
+        cores.give_back()
+        assert torch.get_num_threads() == 1
+        LentCores(2, 2).lend_if(collected(True))
+        assert asked == [False, True] and torch.get_num_threads() == 1, "nothing to lend: not asked"
 
 
 def test_the_plan_counts_the_cpus_this_process_may_use_not_the_machines(monkeypatch):

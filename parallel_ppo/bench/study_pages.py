@@ -16,8 +16,9 @@ FAMILIES = ("threads", "workers", "overlap", "ranks", "cuda", "cuda_overlap")
 FAMILY_TEXT = {
     "threads": "1 process, N intra-op threads (sequential trainer, CPU)",
     "workers": "N worker processes, learner on the CPU (parallel trainer)",
-    "overlap": "N worker processes collecting while the learner on the CPU, one thread, updates (parallel "
-               "trainer, parallel.overlap: policy lag 1; N + 1 busy threads at most)",
+    "overlap": "N worker processes collecting while the learner on the CPU, one thread, updates, taking the threads "
+               "of parallel.idle_learner_threads once they have collected (parallel trainer, parallel.overlap: "
+               "policy lag 1)",
     "ranks": "N distributed ranks, each a sequential collector and learner (torchrun, gloo)",
     "cuda": "N CPU worker processes, learner on CUDA, the whole minibatch at once (parallel trainer, --device cuda)",
     "cuda_overlap": "N CPU worker processes collecting while the learner on CUDA updates, the whole minibatch at once "
@@ -64,7 +65,9 @@ def study_table(rows: list[dict[str, Any]]) -> str:
         shown = [100 * fractions.get(p, 0.0) for p in SHOWN_PHASES]
         other = max(0.0, 100 * sum(fractions.get(p, 0.0) for p in PHASES) - sum(shown))
         chunk = {None: "", 0: ", whole"}.get(r.get("microbatch"), f", chunks of {r.get('microbatch')}")
-        learner = f"{r['device']}, {r['threads'].get('learner', '?')} thr, {r.get('precision', '?')}{chunk}"
+        lent = r["threads"].get("learner_while_workers_wait")  # an overlapped learner's, once its workers wait
+        threads = f"{r['threads'].get('learner', '?')}{f' (then {lent})' if lent else ''} thr"
+        learner = f"{r['device']}, {threads}, {r.get('precision', '?')}{chunk}"
         lines.append("| " + " | ".join([
             r["family"], str(r["processes"]), str(r["envs"]), str(r.get("batch_size", "-")), learner,
             str(r["updates"]), f"{r['steps_per_second']:,.0f}", r.get("base", "-"),

@@ -249,6 +249,9 @@ class SequentialCollector:
         timers.add("inference", result.time_inference)
         return result
 
+    def during_update(self) -> None:
+        """Nothing is in flight during the update: its envs wait for it."""
+
     def abandon_rollout(self) -> None:
         """Nothing is ever in flight: the rollout is collected inside `collect`."""
 

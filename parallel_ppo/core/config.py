@@ -27,6 +27,12 @@ class ParallelConfig:
     (with `overlap`, those its workers leave); or `auto` (the default), the fewest of those that train as fast as
     all of them, measured before the run and cached (`tuning.learner_threads`; one, unmeasured, for a network too
     small to gain from more)."""
+    idle_learner_threads: int | str = setting("auto", non_negative=True, auto=True)
+    """With `overlap` and the update on the CPU: the learner's torch threads from its first minibatch after every
+    worker has collected the rollout in flight (their cores idle, waiting for the update) until the next rollout
+    starts: a number; 0 for every logical CPU this process may use; or `auto` (the default), the count
+    `learner_threads: auto` chooses within all of them (one for a network too small to gain from more). Never
+    fewer than the learner's own: set 1 to keep them."""
     start_method: str = setting("forkserver", choices=("spawn", "forkserver"))
     """How workers start: forkserver (forked from a process that loaded torch, and what the env's family preloads,
     once, so workers share that memory; the default) or spawn (each worker imports everything itself)."""

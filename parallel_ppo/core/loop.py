@@ -48,6 +48,9 @@ SUCCESS_RATE = metric("charts/success_rate", "of the last logging.return_window 
                       summary=True)
 LEARNING_RATE = metric("charts/learning_rate", "the update's learning rate")
 WORKER_RESTARTS = metric("system/worker_restarts", "worker processes restarted so far", tensorboard=False)
+LEARNER_THREADS = metric("system/learner_threads", "the learner's torch threads as its update ended: more than its "
+                         "own where an overlapped learner took the cores of workers waiting for it "
+                         "(parallel.idle_learner_threads)")
 POLICY_LAG = metric("charts/policy_lag", "updates by which the parameters that collected the update's rollout trail "
                     "those it updates: 0 on-policy, 1 with parallel.overlap (after the first update)", summary=True)
 LAGGED_SHARE = metric("charts/lagged_share", "share of the update's env steps taken with older parameters than those "
@@ -58,7 +61,8 @@ LEARNED_SHARE = metric("charts/learned_share", "share of the rollout's env steps
 ROLLOUT_CUT = metric("charts/rollout_cut", "share of the rollout's env steps not taken because parallel.sync_fraction "
                      "ended the slowest workers' rollouts early (0 without)", summary=True)
 LOOP_METRICS = (UPDATE, ENV_STEPS, WALL_TIME, SPS, EPISODIC_RETURN, EPISODIC_LENGTH, EPISODES, REWARD_PER_STEP,
-                SUCCESS_RATE, LEARNING_RATE, WORKER_RESTARTS, POLICY_LAG, LAGGED_SHARE, LEARNED_SHARE, ROLLOUT_CUT)
+                SUCCESS_RATE, LEARNING_RATE, WORKER_RESTARTS, LEARNER_THREADS, POLICY_LAG, LAGGED_SHARE, LEARNED_SHARE,
+                ROLLOUT_CUT)
 """The loop's metrics (declared above, by the loop that computes them), as the writers ask for them."""
 
 
@@ -84,6 +88,11 @@ class RolloutSource(Protocol):
         """Point `buffer` at one rollout, collected by `model` (or, `policy_lag` updates behind, by the model of an
         earlier call), adding the phases it spent to `timers`; once `stopping()` is true, the rollout may end early
         (the loop then stops without using it)."""
+        ...
+
+    def during_update(self) -> None:
+        """Called before each minibatch step of the update (an overlapped coordinator lends the learner the cores of
+        workers that have collected the rollout in flight)."""
         ...
 
     def abandon_rollout(self) -> None:
@@ -365,7 +374,7 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
                                                    update_generator(cfg.run.seed, state.update))).flatten(0, 1)
         decoupled = cfg.parallel.decoupled_clip and source.policy_lag > 0 and rows is taken_rows  # none dropped
         stats = ppo_update(state.model, state.optimizer, data, group.local_training(cfg), state.generator,
-                           group.gradients, augment, draws, rows, decoupled)
+                           group.gradients, augment, draws, rows, decoupled, source.during_update)
         if state.obs_normalizer is not None:  # after the update that learned with the statistics it collected with
             # (overlapped: the rollout in flight was collected with the statistics before these)
             normalizer = state.obs_normalizer
@@ -380,5 +389,6 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
     return {UPDATE: state.update, ENV_STEPS: state.env_steps, EPISODIC_RETURN: mean_or_nan(state.episode_returns),
             EPISODIC_LENGTH: mean_or_nan(state.episode_lengths), EPISODES: state.episodes, LEARNING_RATE: lr,
             REWARD_PER_STEP: agreed.result.reward_sum / steps, **state.episode_info.row(),
-            **stats, WORKER_RESTARTS: source.restarts, POLICY_LAG: source.policy_lag, LAGGED_SHARE: source.lagged_share,
+            **stats, WORKER_RESTARTS: source.restarts, LEARNER_THREADS: torch.get_num_threads(),
+            POLICY_LAG: source.policy_lag, LAGGED_SHARE: source.lagged_share,
             LEARNED_SHARE: learned / steps, ROLLOUT_CUT: 1 - steps / (cfg.rollout_size * group.world_size)}

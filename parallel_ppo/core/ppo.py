@@ -273,8 +273,9 @@ def average_gradients(model: nn.Module, reducer: Reducer, max_norm: float) -> No
 def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBatch, cfg: TrainingConfig,
                generator: torch.Generator, reducer: Reducer | None = None, augment: Augment | None = None,
                draws: torch.Tensor | None = None, rows: torch.Tensor | None = None,
-               decoupled: bool = False) -> dict[str, float]:
-    """`n_epochs` passes of minibatch SGD over `data`; returns the statistics averaged over minibatches. With
+               decoupled: bool = False, before_step: Callable[[], None] | None = None) -> dict[str, float]:
+    """`n_epochs` passes of minibatch SGD over `data`; returns the statistics averaged over minibatches, calling
+    `before_step` (if given) before each step (an overlapped learner takes its idle workers' cores there). With
     `augment` (`core.augment`), each minibatch's observations are augmented first, in epoch e by their samples'
     `draws[:, e]` (a row per sample of `data`). With `rows`, only those samples of `data` are learned from (a cut
     rollout's steps taken: `RolloutBuffer.taken`), in as many minibatches as all of `data` makes, each smaller.
@@ -303,6 +304,8 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBa
                 batch = dataclasses.replace(batch, **{"shifted" if cfg.augment_regularizer else "obs": shifted})
             if anchor is not None:  # on the observations the loss reads
                 batch = anchored(anchor, batch, cfg)
+            if before_step is not None:
+                before_step()
             stats = minibatch_step(model, optimizer, batch, cfg, reducer, minibatch_moments)
             for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + value

@@ -24,12 +24,16 @@ class ThreadPlan:
     """Drawing threads of Mesa's software OpenGL in each process that owns envs (`draw_with`)."""
     worker: int | None = None
     """torch threads of each worker process (None: sequential, no workers)."""
+    idle_learner: int = 0
+    """torch threads of an overlapped learner once its workers have collected the rollout in flight
+    (`parallel.idle_learner_threads`; `auto` chooses within this count); 0 where it keeps `learner`."""
 
     def describe(self) -> dict[str, int]:
         """The plan as summary.json and the start line show it."""
         if self.worker is None:
             return {"learner": self.learner, "env": self.env}
-        return {"learner": self.learner, "worker": self.worker, "env_per_worker": self.env,
+        idle = {"learner_while_workers_wait": self.idle_learner} if self.idle_learner > self.learner else {}
+        return {"learner": self.learner, **idle, "worker": self.worker, "env_per_worker": self.env,
                 "draw_per_worker": self.draw}
 
 
@@ -47,16 +51,20 @@ def thread_plan(cfg: Config, parallel: bool, ranks_on_host: int = 1) -> ThreadPl
     """Configured counts, or automatic ones (0; the learner's `auto` too, the ceiling its measurement chooses
     within: `tuning.learner_threads`): the learner and a sequential trainer's envs get every usable
     logical CPU (`usable_cpus`; shared evenly among the ranks of a distributed run on this host), an overlapped
-    learner those its workers leave (`overlapped_learner_threads`); a worker's envs step on one thread, since W
-    workers already fill the cores, and draw on its share of the cores (at least one)."""
+    learner those its workers leave (`overlapped_learner_threads`), and every core again once they wait for the
+    update (`idle_learner`); a worker's envs step on one thread, since W workers already fill the cores, and draw
+    on its share of the cores (at least one)."""
     cores = max(1, usable_cpus() // ranks_on_host)
     fixed = 0 if cfg.parallel.learner_threads == "auto" else cfg.parallel.learner_threads
-    learner, env = fixed or cores, cfg.env.env_threads
-    if parallel and cfg.parallel.lag and not fixed:
-        learner = overlapped_learner_threads(cores, cfg.parallel.num_workers)
+    learner, env, idle = fixed or cores, cfg.env.env_threads, 0
+    if parallel and cfg.parallel.lag:
+        learner = fixed or overlapped_learner_threads(cores, cfg.parallel.num_workers)
+        idle = cfg.parallel.idle_learner_threads
+        idle = cores if idle in ("auto", 0) else int(idle)
     if parallel:
         share = env or max(1, cores // cfg.parallel.num_workers)
-        return ThreadPlan(learner=learner, env=env or 1, draw=share, worker=cfg.parallel.worker_threads)
+        return ThreadPlan(learner=learner, env=env or 1, draw=share, worker=cfg.parallel.worker_threads,
+                          idle_learner=idle)
     return ThreadPlan(learner=learner, env=env or cores, draw=env or cores)
 
 

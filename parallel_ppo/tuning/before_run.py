@@ -11,8 +11,9 @@ import torch
 
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.group import ALONE, Group
+from parallel_ppo.core.model import learner_device
 from parallel_ppo.envs.spaces import EnvSpaces
-from parallel_ppo.tuning.compute_limit import measure_compute_limit, network_flops
+from parallel_ppo.tuning.compute_limit import measure_compute_limit, network_flops, threads_kept
 from parallel_ppo.tuning.learner_settings import LearnerChoice, choose, matmul_peaks
 from parallel_ppo.tuning.learner_threads import ThreadChoice, choose_threads
 
@@ -28,21 +29,31 @@ class Tuning:
     """The bare network's compute limit (None when `run.limit_seconds` is 0)."""
     roofline: dict[str, Any] | None = None
     """The network's FLOPs and the matmul peaks (GFLOP/s); None when `run.limit_seconds` is 0."""
+    idle_threads: ThreadChoice | None = None
+    """An overlapped learner's threads while its workers wait for the update (`parallel.idle_learner_threads`),
+    where they are more than its own."""
 
     def record(self) -> dict[str, Any]:
-        """summary.json's `learner` entry: how the settings were decided, and under `threads` the thread count."""
-        return {**self.learner.to_dict(), "threads": self.threads.to_dict()}
+        """summary.json's `learner` entry: how the settings were decided, under `threads` the thread count, and
+        under `idle_threads` those of an overlapped learner whose workers wait."""
+        idle = {"idle_threads": self.idle_threads.to_dict()} if self.idle_threads is not None else {}
+        return {**self.learner.to_dict(), "threads": self.threads.to_dict(), **idle}
 
     def start_lines(self) -> list[str]:
-        """The run's start lines about the learner: its settings, and its threads where the config left them open."""
-        return [f"learner {self.learner.describe()}"] + ([self.threads.describe()] if self.threads.source != "config"
-                                                          else [])
+        """The run's start lines about the learner: its settings, its threads where the config left them open, and
+        those it takes while its workers wait."""
+        lines = [f"learner {self.learner.describe()}"]
+        lines += [self.threads.describe()] if self.threads.source != "config" else []
+        if self.idle_threads is not None:
+            lines.append(self.idle_threads.describe(" while its workers wait for the update"))
+        return lines
 
 
-def tune(cfg: Config, spaces: EnvSpaces, ceiling: int, group: Group = ALONE) -> Tuning:
+def tune(cfg: Config, spaces: EnvSpaces, ceiling: int, group: Group = ALONE, idle_ceiling: int = 0) -> Tuning:
     """Before any env or worker exists: choose the learner's `auto` settings (precision, microbatch, device) on the
     `ceiling` threads the thread plan gives the learner, then its `auto` threads within them (a distributed run's
-    ranks take rank 0's count, at most their own ceiling), and set this process's torch threads to them; then
+    ranks take rank 0's count, at most their own ceiling), and an overlapped learner's threads while its workers
+    wait (`idle_threads`, within `idle_ceiling`), and set this process's torch threads to the first; then
     measure the compute limit with them (the candidates' measurement already holds it when it ran now on the same
     threads) and the machine's arithmetic roofline; each measurement is skipped when `run.limit_seconds` is 0. `cfg`
     is not changed.
@@ -57,9 +68,10 @@ def tune(cfg: Config, spaces: EnvSpaces, ceiling: int, group: Group = ALONE) -> 
     chosen = choice.resolve(local)
     threads = group.broadcast(choose_threads(chosen, spaces, seconds, ceiling, beside_ranks=group.distributed))
     threads = dataclasses.replace(threads, threads=min(threads.threads, ceiling), ceiling=ceiling)
+    idle = idle_threads(chosen, spaces, seconds, threads.threads, idle_ceiling, group)
     torch.set_num_threads(threads.threads)
     if seconds <= 0:
-        return Tuning(choice, threads)
+        return Tuning(choice, threads, idle_threads=idle)
     limit = (choice.limit if threads.threads == ceiling else None) or measure_compute_limit(chosen, spaces, seconds)
     peaks = matmul_peaks(chosen)
     roofline = {**network_flops(chosen, spaces), "peak_gflops": peaks}
@@ -67,4 +79,22 @@ def tune(cfg: Config, spaces: EnvSpaces, ceiling: int, group: Group = ALONE) -> 
         limit = {**limit, "rank_limit_sps": limit["limit_sps"], "limit_sps": limit["limit_sps"] * group.world_size}
         roofline |= {"rank_peak_gflops": peaks,
                      "peak_gflops": {k: v * group.world_size for k, v in peaks.items()}}
-    return Tuning(choice, threads, limit, roofline)
+    return Tuning(choice, threads, limit, roofline, idle)
+
+
+def idle_threads(chosen: Config, spaces: EnvSpaces, seconds: float, own: int, ceiling: int,
+                 group: Group = ALONE) -> ThreadChoice | None:
+    """An overlapped learner's threads once its workers wait for the update (`parallel.idle_learner_threads`,
+    `chosen` the config with the learner's settings resolved): a configured count (`ceiling`), or `auto`'s choice
+    within `ceiling` (`choose_threads`, as a synchronous learner's, sharing its cached choice); None where that is no
+    more than its `own`, or the update runs on another device than the CPU."""
+    if ceiling <= own or learner_device(chosen).type != "cpu":
+        return None
+    if chosen.parallel.idle_learner_threads == "auto":  # on the threads a synchronous learner chooses on: its cache
+        auto = dataclasses.replace(chosen, parallel=dataclasses.replace(chosen.parallel, learner_threads="auto"))
+        with threads_kept():
+            torch.set_num_threads(ceiling)
+            choice = group.broadcast(choose_threads(auto, spaces, seconds, ceiling, beside_ranks=group.distributed))
+    else:
+        choice = ThreadChoice(ceiling, ceiling, "config")
+    return choice if choice.threads > own else None

@@ -139,8 +139,8 @@ class ThreadChoice:
         return {"threads": self.threads, "ceiling": self.ceiling, "source": self.source, "rates": self.rates,
                 "busy_cores": self.busy_cores, "stored": self.stored, "cached_threads": self.cached_threads}
 
-    def describe(self) -> str:
-        """One line for the start of a run."""
+    def describe(self, when: str = "") -> str:
+        """One line for the start of a run (`when`: the part of the run the count is for, if not all of it)."""
         rates = ", ".join(f"{t} thread{'s' * (t != '1')} {sps:.0f}" for t, sps in self.rates.items())
         said = {"measured": f"measured now, compute limit SPS {rates}",
                 "cached": f"from the measurement cached ({rates})",
@@ -158,7 +158,7 @@ class ThreadChoice:
         if self.source == "measured" and not self.stored:
             busy = (self.busy_cores or 0.0) > BUSY_CORES
             kept = ", not cached: " + ("other processes kept the machine busy" if busy else "the cache is not writable")
-        return f"learner threads {self.threads} of {self.ceiling}: {said.get(self.source, 'as configured')}{rule}{kept}"
+        return f"learner threads {self.threads} of {self.ceiling}{when}: {said.get(self.source, 'as configured')}{rule}{kept}"
 
 
 def choose_threads(cfg: Config, spaces: EnvSpaces, seconds: float, ceiling: int, *,

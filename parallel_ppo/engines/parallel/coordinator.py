@@ -20,7 +20,7 @@ from parallel_ppo.core.config import Config
 from parallel_ppo.core.model import module_device, network, policy_tensors
 from parallel_ppo.core.threads import ThreadPlan, worker_cpus
 from parallel_ppo.core.timing import PhaseTimer
-from parallel_ppo.engines.parallel.idle import IdleWorkers, idle_note
+from parallel_ppo.engines.parallel.idle import IdleWorkers, LentCores, idle_note
 from parallel_ppo.engines.parallel.processes import (
     WorkerProcess,
     describe_exit,
@@ -88,7 +88,8 @@ class ParallelCoordinator:
     with the same parameters: they collect while the learner updates, and each rollout after the first trails the
     parameters it updates by one update. With `parallel.refresh_params` too, the next `collect` publishes the updated
     parameters at once and the workers act with them from their next step: only the steps taken during the update
-    (and what the loop did after it) trail it (`lagged_share`).
+    (and what the loop did after it) trail it (`lagged_share`). Once every worker has collected the rollout in
+    flight, the learner takes their cores until the next starts (`LentCores`, `ThreadPlan.idle_learner`).
     """
 
     mode = "parallel"
@@ -121,7 +122,7 @@ class ParallelCoordinator:
         self.lagged_share = 0.0
         """Of the env steps of that rollout, the share `lagged`."""
         self._refresh = bool(self.lag and p.refresh_params)
-        self._idle = IdleWorkers()
+        self._idle, self._lent = IdleWorkers(), LentCores(threads.learner, threads.idle_learner)
         self._calls = 0
         self._in_flight: _Rollout | None = None
         self._slot = len(self.buffers) - 1  # the buffer filled last: each rollout fills the next one, in turn
@@ -279,12 +280,24 @@ class ParallelCoordinator:
         idle = self._idle.observe(busy, seconds)
         if idle is not None and not self._rank and self.cfg.logging.progress != "off":
             device = module_device(model).type
-            print(idle_note(idle, busy, seconds, device, torch.get_num_threads()), file=sys.stderr, flush=True)
+            lent = self._lent.lent if self._lent.lent > self._lent.own else 0
+            print(idle_note(idle, busy, seconds, device, self._lent.own, lent), file=sys.stderr, flush=True)
+
+    def during_update(self) -> None:
+        """Before each minibatch step: once every worker has collected the rollout in flight (an overlapped one),
+        the learner takes their cores (`LentCores`)."""
+        if self._in_flight is not None:
+            self._lent.lend_if(self._collected)
+
+    def _collected(self) -> bool:
+        """Whether every worker has answered for the rollout in flight (or ended: its pipe reads as closed)."""
+        return all(w is None or w.conn.poll() for w in self._workers)
 
     def _start(self, model: nn.Module, timers: PhaseTimer, version: int | None = None) -> tuple[float, int]:
         """Publish `model`'s parameters (unless they are already, as `version`) and wake every worker to collect into
         the next buffer (in turn); returns the seconds it took (phase `publish`) and the version published."""
         started = time.perf_counter()
+        self._lent.give_back()
         with timers.phase("publish"):
             if version is None:
                 version = self.policy.publish(model)
@@ -363,8 +376,9 @@ class ParallelCoordinator:
 
     def close(self) -> None:
         """Stop every worker (politely, then by force); safe to call more than once. A rollout still in flight is
-        abandoned."""
+        abandoned, and the learner has its own threads again."""
         self.abandon_rollout()
+        self._lent.give_back()
         for w in self._workers:
             if w is not None:
                 try:

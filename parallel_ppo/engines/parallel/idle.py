@@ -1,10 +1,15 @@
-"""What an overlapped run says when its workers wait for the learner: where the update takes much longer than the
+"""What an overlapped run does when its workers wait for the learner: where the update takes longer than the
 rollout, the workers finish theirs and sit idle until the learner asks for the next, and the update bounds the run.
+The learner then takes their cores (`LentCores`), and where they waited most of two rollouts, the run says so.
 On 16 cores the wrist camera's Nature CNN took 42 to 47 s an update on the one thread 16 workers leave, while they
 collected a rollout in about 10 s: the overlapped runs made 149 and 136 steps/s against the synchronous run's 385
 (docs/results/intel-xeon-avx512-bf16-16c-h200/overlap_16c.md)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
 
 IDLE_SHARE = 0.5
 """The share of a rollout's time the workers sat idle above which a rollout counts as waiting for the learner (the
@@ -14,6 +19,29 @@ ROLLOUTS = 2
 MIN_SECONDS = 1.0
 """Rollouts shorter than this are not counted: their idle time is the rollout's fixed cost (waking the workers,
 publishing the parameters), and a run of them is fast whatever the trainer (CartPole's take milliseconds)."""
+
+
+class LentCores:
+    """An overlapped learner's torch threads: its `own` (the cores its workers leave) while they collect, `lent`
+    from its first minibatch step after every worker has collected the rollout in flight until the next starts."""
+
+    def __init__(self, own: int, lent: int) -> None:
+        self.own, self.lent = own, lent
+        self.lending = False
+        self.updates = 0
+        """Updates that took the lent threads."""
+
+    def lend_if(self, collected: Callable[[], bool]) -> None:
+        """Before a minibatch step: take the lent threads once `collected()` (asked only while they would help)."""
+        if self.lent > self.own and not self.lending and collected():
+            torch.set_num_threads(self.lent)
+            self.lending, self.updates = True, self.updates + 1
+
+    def give_back(self) -> None:
+        """As the next rollout starts: the learner's own threads again."""
+        if self.lending:
+            torch.set_num_threads(self.own)
+            self.lending = False
 
 
 class IdleWorkers:
@@ -36,13 +64,14 @@ class IdleWorkers:
         return idle
 
 
-def idle_note(idle: float, busy: float, seconds: float, device: str, learner_threads: int) -> str:
+def idle_note(idle: float, busy: float, seconds: float, device: str, learner_threads: int, lent: int = 0) -> str:
     """The line an overlapped run prints once its workers waited for the learner (`IdleWorkers.observe`), with the
-    remedies that fit its learner's `device`."""
+    remedies that fit its learner's `device` (`lent`: the threads it takes while they wait, if more)."""
     said = (f"parallel_ppo: the workers sat idle {idle:.0%} of the last rollout ({busy:.1f} s busy of {seconds:.1f} "
             "s), waiting for the update: the update bounds this run, and more workers gain nothing.")
     if device != "cpu":
         return said
-    return (f"{said} The learner has the {learner_threads} thread(s) the workers leave: fewer workers with a learner "
+    has = f"the {learner_threads} thread(s) the workers leave" + (f" ({lent} while they wait)" if lent else "")
+    return (f"{said} The learner has {has}: fewer workers with a learner "
             "thread for each core they leave (parallel.learner_threads), the synchronous trainer (parallel.overlap: "
             "false), whose learner takes every core, or a learner on a GPU (--device cuda) may be faster.")
