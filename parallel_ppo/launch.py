@@ -233,8 +233,7 @@ def prepare(request: Request) -> PreparedRun:
         planned = thread_plan(cfg, request.parallel, group.local_world_size)
         retain_freed_memory()
         tuning = tune(cfg, spaces, planned.learner, group, planned.idle_learner)  # sets the learner's torch threads
-        idle = tuning.idle_threads.threads if tuning.idle_threads is not None else 0
-        threads = dataclasses.replace(planned, learner=tuning.threads.threads, idle_learner=idle)
+        threads = tuning.resolve(planned)
         plan = RunPlan(settled(cfg, run_dir, tuning.learner, group.world_size), spaces, run_dir, request.mode,
                        threads.describe(), learner=tuning.record(), compute_limit=tuning.compute_limit,
                        roofline=tuning.roofline, resume=resume, overwrite=request.overwrite)

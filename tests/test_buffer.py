@@ -15,7 +15,7 @@ from parallel_ppo.core.collect import EnvRunner, SequentialCollector
 from parallel_ppo.core.config import EnvConfig, ModelConfig
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.group import ALONE, AgreedRollout
-from parallel_ppo.core.loop import ENV_STEPS, LEARNED_SHARE, ROLLOUT_CUT, TrainState, update
+from parallel_ppo.core.loop import ENV_STEPS, LEARNED_SHARE, LEARNER_THREADS, ROLLOUT_CUT, TrainState, update
 from parallel_ppo.core.model import build_model
 from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.envs.batch import make_batch_env
@@ -251,6 +251,7 @@ def test_an_update_that_drops_lagged_steps_learns_from_the_others(monkeypatch, l
         source.close()
     assert row[ENV_STEPS] == state.env_steps == 64
     assert row[LEARNED_SHARE] == (1 - lagging / 16 if lagging <= 8 else 1.0)
+    assert row[LEARNER_THREADS] == torch.get_num_threads()
     first = next(state.model.parameters())
     assert int(state.optimizer.state[first]["step"]) == 2 * 64 // 16
     assert all(torch.isfinite(p).all() for p in state.model.parameters())

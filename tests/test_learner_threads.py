@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -201,6 +202,10 @@ def test_an_overlapped_learner_whose_workers_wait_takes_what_auto_chooses_within
         assert (synchronous.threads, synchronous.source) == (4, "cached"), "one entry for both"
     assert before_run.idle_threads(resolved(1), CARTPOLE, 0.2, 1, 8) is None, "a small network: one, no more"
     assert before_run.idle_threads(cfg, PROCGEN, 0.2, 8, 8) is None
+    sent = []  # a distributed run: every rank broadcasts once, whether it wants threads or not; rank 0's, capped
+    rank = SimpleNamespace(distributed=True, broadcast=lambda value: sent.append(value) or idle)
+    assert before_run.idle_threads(cfg, PROCGEN, 0.2, 8, 8, rank) is None and sent == [None]
+    assert before_run.idle_threads(cfg, PROCGEN, 0.2, 1, 2, rank).threads == 2 and len(sent) == 2
     cfg.parallel.idle_learner_threads = 6
     configured = before_run.idle_threads(cfg, PROCGEN, 0.2, 1, 6)
     assert (configured.threads, configured.source) == (6, "config")

@@ -228,6 +228,7 @@ def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypat
     with threads_kept():
         torch.set_num_threads(1)
         overlapped, lags = rollouts(True, [0, 1, 2])
+        assert torch.get_num_threads() == 1, "closing gives them back"
     # (threads as collect returned, then once the rollout in flight, if any, was collected) of each rollout
     assert lent == [(1, 3 if lag else 1)] * 3
 
@@ -271,7 +272,7 @@ def test_refreshing_workers_act_with_the_last_parameters_then_with_the_new_ones(
     learner held the first, is held halfway (step 16 of 32) in each worker until the next collect, given other
     parameters and observation statistics, has published them. The worker held first acts with the first
     parameters and statistics to step 16 and with the new ones from there; the other switches at or before it;
-    `lagged_share` counts the steps before the switches."""
+    `lagged_share` counts the steps before the switches. While a worker is held, the learner takes no lent threads."""
     monkeypatch.chdir(ROOT)
     held = tmp_path / "held"
     monkeypatch.setenv(PAUSE_ENV_VAR, f"rollout:2:{held}")  # spawned workers start with this environment
@@ -286,13 +287,18 @@ def test_refreshing_workers_act_with_the_last_parameters_then_with_the_new_ones(
             tensor.mul_(3.0)
         models[1].obs_mean.fill_(0.5)  # and normalizes otherwise: a step taken with the new parameters and the
         models[1].obs_std.fill_(2.0)  # old statistics (or the reverse) would match neither model
-    source = ParallelCoordinator(cfg, env_spaces(cfg.env), thread_plan(cfg, parallel=True))
+    threads = dataclasses.replace(thread_plan(cfg, parallel=True), learner=1, idle_learner=3)
+    source = ParallelCoordinator(cfg, env_spaces(cfg.env), threads)
     try:
         source.collect(models[0], PhaseTimer())
         assert (source.policy_lag, source.lagged_share) == (0, 0.0)
         deadline = time.monotonic() + 60
         while not held.exists() and time.monotonic() < deadline:
             time.sleep(0.01)
+        with threads_kept():
+            for _ in range(20):  # as before each minibatch step of the update
+                source.during_update()
+            assert not source._lent.lending, "a worker still collects the rollout in flight"
         release = threading.Thread(target=release_when_published, args=(source, 4, held), daemon=True)
         release.start()
         source.collect(models[1], PhaseTimer())  # publishes models[1] while the workers are held at step 16

@@ -97,9 +97,11 @@ def test_the_users_sets_come_after_the_studys_own_and_win(tmp_path):
 def test_a_learner_never_gets_more_threads_than_the_cores(tmp_path):
     cmd = point_command("workers", 16, SETTINGS, tmp_path / "run", cores=2)
     assert sets(cmd)["parallel.learner_threads"] == "2" and flag(cmd, "--num-workers") == "16"
-    for processes, cores in ((16, 2), (8, 16), (1, 16)):  # an overlapped learner: one thread beside its workers
-        cmd = point_command("overlap", processes, SETTINGS, tmp_path / "run", cores=cores)
-        assert sets(cmd)["parallel.learner_threads"] == "1"
+    for processes, cores in ((16, 2), (8, 16), (1, 16)):  # an overlapped learner: one thread beside its workers,
+        cmd = point_command("overlap", processes, SETTINGS, tmp_path / "run", cores=cores)  # P once they wait
+        given = sets(cmd)
+        assert given["parallel.learner_threads"] == "1"
+        assert given["parallel.idle_learner_threads"] == str(min(processes, cores))
 
 
 def test_results_folder_names_the_cpu_cores_and_gpu():

@@ -10,10 +10,12 @@ Six families of short timed training runs on the same task, at 1, 2, 4, ... proc
 - `cuda_overlap`: the same, the workers collecting the next rollout while the CUDA learner updates.
 
 Every point of P processes uses P cores (a learner's threads are P, at most the usable cores; a rank's 1), but for
-the overlapped families, whose learner's one thread updates beside its P busy workers: P + 1 at most. Every family
-keeps each process's work the same as it grows (the scaling rule of `per_process_layout`): 8 envs and a minibatch of
-`batch_per_process` samples per process, the global figures derived. A point that crashes or hangs is recorded with
-its error and the study goes on, so one failure never loses the rest of a scarce machine's time.
+the overlapped families, whose learner's one thread updates beside its P busy workers: P + 1 at most (a CPU
+learner takes P threads, as the synchronous one has, once its workers have collected:
+`parallel.idle_learner_threads`). Every family keeps each process's work the same as it grows (the scaling rule of
+`per_process_layout`): 8 envs and a minibatch of `batch_per_process` samples per process, the global figures
+derived. A point that crashes or hangs is recorded with its error and the study goes on, so one failure never loses
+the rest of a scarce machine's time.
 
 A simulated study (`make study-sim`: the sim family, whose step sleeps for the physics time) runs the worker
 families past the cores: sleeping workers leave the cores to the trainer's own work. Its pages say so.
@@ -102,7 +104,7 @@ def point_command(family: str, processes: int, settings: StudySettings, out: Pat
     layout = per_process_layout(settings, processes)
     m = settings.envs_per_process
     overlap, gpu = family in ("overlap", "cuda_overlap"), family in GPU_FAMILIES
-    learner = 1 if overlap else min(processes, cores)  # overlapped: one thread beside the P workers
+    learner = 1 if overlap else min(processes, cores)  # overlapped: one thread beside the P workers, P once they wait
     own: tuple[str, ...] = ()
     if family == "threads":
         cmd = [*trainer_command(0), "--num-envs", str(layout["envs"]), "--device", "cpu"]
@@ -114,6 +116,7 @@ def point_command(family: str, processes: int, settings: StudySettings, out: Pat
         cmd = [*trainer_command(processes), "--num-workers", str(processes), "--num-envs-per-worker", str(m),
                "--set", "parallel.worker_threads=1", "--set", f"parallel.learner_threads={learner}",
                "--set", "env.env_threads=1", "--set", f"parallel.overlap={str(overlap).lower()}",
+               "--set", f"parallel.idle_learner_threads={min(processes, cores)}",
                "--set", f"env.num_envs={layout['envs']}", "--device", "cuda" if gpu else "cpu"]
     batch = settings.batch_per_process if family == "ranks" else layout["batch_size"]
     return [*cmd, "--config", settings.config, "--env", settings.env, "--batch-size", str(batch),

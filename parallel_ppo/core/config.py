@@ -30,9 +30,11 @@ class ParallelConfig:
     idle_learner_threads: int | str = setting("auto", non_negative=True, auto=True)
     """With `overlap` and the update on the CPU: the learner's torch threads from its first minibatch after every
     worker has collected the rollout in flight (their cores idle, waiting for the update) until the next rollout
-    starts: a number; 0 for every logical CPU this process may use; or `auto` (the default), the count
-    `learner_threads: auto` chooses within all of them (one for a network too small to gain from more). Never
-    fewer than the learner's own: set 1 to keep them."""
+    starts: a number; 0 for every logical CPU this process may use (a distributed rank's share); or `auto` (the
+    default), the count `learner_threads: auto` chooses within all of them (one for a network too small to gain
+    from more), but none with `refresh_params` off, whose runs reproduce exactly (which minibatch first runs on the
+    lent threads depends on timing, and a thread count changes how sums are split). Never fewer than the learner's
+    own: set 1 to keep them."""
     start_method: str = setting("forkserver", choices=("spawn", "forkserver"))
     """How workers start: forkserver (forked from a process that loaded torch, and what the env's family preloads,
     once, so workers share that memory; the default) or spawn (each worker imports everything itself)."""

@@ -270,6 +270,17 @@ def average_gradients(model: nn.Module, reducer: Reducer, max_norm: float) -> No
         offset += g.numel()
 
 
+def minibatch(data: TrainBatch, idx: torch.Tensor, cfg: TrainingConfig, augment: Augment | None,
+              draws: torch.Tensor | None, anchor: nn.Module | None) -> TrainBatch:
+    """The rows `idx` of `data` as the loss reads them: their observations shifted by `draws` (`augment`; for a
+    regularizer beside the loss with `augment_regularizer`), anchored to `anchor` on those (`anchored`)."""
+    batch = data[idx]
+    if augment is not None:
+        shifted = augment(batch.obs, draws)
+        batch = dataclasses.replace(batch, **{"shifted" if cfg.augment_regularizer else "obs": shifted})
+    return batch if anchor is None else anchored(anchor, batch, cfg)
+
+
 def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBatch, cfg: TrainingConfig,
                generator: torch.Generator, reducer: Reducer | None = None, augment: Augment | None = None,
                draws: torch.Tensor | None = None, rows: torch.Tensor | None = None,
@@ -298,14 +309,9 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBa
         if reducer is not None and cfg.norm_adv:
             moments = advantage_moments([data.advantages[idx] for idx in minibatches], reducer)
         for idx, minibatch_moments in zip(minibatches, moments, strict=True):
-            batch = data[idx]
-            if augment is not None:  # the loss reads the shifted frames, or a regularizer beside it does
-                shifted = augment(batch.obs, draws[idx, epoch])
-                batch = dataclasses.replace(batch, **{"shifted" if cfg.augment_regularizer else "obs": shifted})
-            if anchor is not None:  # on the observations the loss reads
-                batch = anchored(anchor, batch, cfg)
             if before_step is not None:
                 before_step()
+            batch = minibatch(data, idx, cfg, augment, None if augment is None else draws[idx, epoch], anchor)
             stats = minibatch_step(model, optimizer, batch, cfg, reducer, minibatch_moments)
             for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + value

@@ -60,7 +60,7 @@ def thread_plan(cfg: Config, parallel: bool, ranks_on_host: int = 1) -> ThreadPl
     if parallel and cfg.parallel.lag:
         learner = fixed or overlapped_learner_threads(cores, cfg.parallel.num_workers)
         idle = cfg.parallel.idle_learner_threads
-        idle = cores if idle in ("auto", 0) else int(idle)
+        idle = 0 if idle == "auto" and not cfg.parallel.refresh_params else cores if idle in ("auto", 0) else int(idle)
     if parallel:
         share = env or max(1, cores // cfg.parallel.num_workers)
         return ThreadPlan(learner=learner, env=env or 1, draw=share, worker=cfg.parallel.worker_threads,

@@ -12,6 +12,7 @@ import torch
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.group import ALONE, Group
 from parallel_ppo.core.model import learner_device
+from parallel_ppo.core.threads import ThreadPlan
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.tuning.compute_limit import measure_compute_limit, network_flops, threads_kept
 from parallel_ppo.tuning.learner_settings import LearnerChoice, choose, matmul_peaks
@@ -32,6 +33,11 @@ class Tuning:
     idle_threads: ThreadChoice | None = None
     """An overlapped learner's threads while its workers wait for the update (`parallel.idle_learner_threads`),
     where they are more than its own."""
+
+    def resolve(self, planned: ThreadPlan) -> ThreadPlan:
+        """The thread plan with the learner's chosen counts in place of its ceilings."""
+        idle = self.idle_threads.threads if self.idle_threads is not None else 0
+        return dataclasses.replace(planned, learner=self.threads.threads, idle_learner=idle)
 
     def record(self) -> dict[str, Any]:
         """summary.json's `learner` entry: how the settings were decided, under `threads` the thread count, and
@@ -86,15 +92,18 @@ def idle_threads(chosen: Config, spaces: EnvSpaces, seconds: float, own: int, ce
                  group: Group = ALONE) -> ThreadChoice | None:
     """An overlapped learner's threads once its workers wait for the update (`parallel.idle_learner_threads`,
     `chosen` the config with the learner's settings resolved): a configured count (`ceiling`), or `auto`'s choice
-    within `ceiling` (`choose_threads`, as a synchronous learner's, sharing its cached choice); None where that is no
-    more than its `own`, or the update runs on another device than the CPU."""
-    if ceiling <= own or learner_device(chosen).type != "cpu":
+    within `ceiling` (`choose_threads` on the threads a synchronous learner chooses on, so the two share a cached
+    choice where the learner settings resolve alike; a distributed run's ranks take rank 0's, at most their own
+    ceiling); None where that is no more than its `own`, or the update runs on another device than the CPU."""
+    wanted = ceiling > own and learner_device(chosen).type == "cpu"
+    if chosen.parallel.idle_learner_threads != "auto":
+        return ThreadChoice(ceiling, ceiling, "config") if wanted else None
+    auto = dataclasses.replace(chosen, parallel=dataclasses.replace(chosen.parallel, learner_threads="auto"))
+    with threads_kept():
+        torch.set_num_threads(max(1, ceiling))
+        choice = choose_threads(auto, spaces, seconds, ceiling, beside_ranks=group.distributed) if wanted else None
+        choice = group.broadcast(choice)  # every rank, so that each makes the same collective calls
+    if choice is None or not wanted:
         return None
-    if chosen.parallel.idle_learner_threads == "auto":  # on the threads a synchronous learner chooses on: its cache
-        auto = dataclasses.replace(chosen, parallel=dataclasses.replace(chosen.parallel, learner_threads="auto"))
-        with threads_kept():
-            torch.set_num_threads(ceiling)
-            choice = group.broadcast(choose_threads(auto, spaces, seconds, ceiling, beside_ranks=group.distributed))
-    else:
-        choice = ThreadChoice(ceiling, ceiling, "config")
+    choice = dataclasses.replace(choice, threads=min(choice.threads, ceiling), ceiling=ceiling)
     return choice if choice.threads > own else None

@@ -158,7 +158,8 @@ class ThreadChoice:
         if self.source == "measured" and not self.stored:
             busy = (self.busy_cores or 0.0) > BUSY_CORES
             kept = ", not cached: " + ("other processes kept the machine busy" if busy else "the cache is not writable")
-        return f"learner threads {self.threads} of {self.ceiling}{when}: {said.get(self.source, 'as configured')}{rule}{kept}"
+        why = said.get(self.source, "as configured")
+        return f"learner threads {self.threads} of {self.ceiling}{when}: {why}{rule}{kept}"
 
 
 def choose_threads(cfg: Config, spaces: EnvSpaces, seconds: float, ceiling: int, *,

@@ -280,7 +280,7 @@ class ParallelCoordinator:
         idle = self._idle.observe(busy, seconds)
         if idle is not None and not self._rank and self.cfg.logging.progress != "off":
             device = module_device(model).type
-            lent = self._lent.lent if self._lent.lent > self._lent.own else 0
+            lent = self._lent.lent if self._lent.lends else 0
             print(idle_note(idle, busy, seconds, device, self._lent.own, lent), file=sys.stderr, flush=True)
 
     def during_update(self) -> None:
@@ -291,7 +291,10 @@ class ParallelCoordinator:
 
     def _collected(self) -> bool:
         """Whether every worker has answered for the rollout in flight (or ended: its pipe reads as closed)."""
-        return all(w is None or w.conn.poll() for w in self._workers)
+        try:
+            return all(w is None or w.conn.poll() for w in self._workers)
+        except OSError:  # a pipe closed here: its worker is being replaced, and collects nothing now
+            return True
 
     def _start(self, model: nn.Module, timers: PhaseTimer, version: int | None = None) -> tuple[float, int]:
         """Publish `model`'s parameters (unless they are already, as `version`) and wake every worker to collect into

@@ -28,19 +28,24 @@ class LentCores:
     def __init__(self, own: int, lent: int) -> None:
         self.own, self.lent = own, lent
         self.lending = False
-        self.updates = 0
-        """Updates that took the lent threads."""
+        self._before = own
+
+    @property
+    def lends(self) -> bool:
+        """Whether there are more threads to lend than the learner's own."""
+        return self.lent > self.own
 
     def lend_if(self, collected: Callable[[], bool]) -> None:
         """Before a minibatch step: take the lent threads once `collected()` (asked only while they would help)."""
-        if self.lent > self.own and not self.lending and collected():
+        if self.lends and not self.lending and collected():
+            self._before = torch.get_num_threads()
             torch.set_num_threads(self.lent)
-            self.lending, self.updates = True, self.updates + 1
+            self.lending = True
 
     def give_back(self) -> None:
-        """As the next rollout starts: the learner's own threads again."""
+        """As the next rollout starts: the threads the learner had before it took the lent ones."""
         if self.lending:
-            torch.set_num_threads(self.own)
+            torch.set_num_threads(self._before)
             self.lending = False
 
 
