@@ -183,9 +183,9 @@ def test_tune_trains_on_the_chosen_threads_and_measures_the_limit_on_them(monkey
 
 def test_an_overlapped_learner_whose_workers_wait_takes_what_auto_chooses_within_every_core(monkeypatch, tmp_path):
     """`parallel.idle_learner_threads`: `auto` is chosen as a synchronous learner's threads on every core (whatever
-    the learner's own setting), and shares its cached choice; a count is kept; none where it would be no more than
-    the learner's own, or the update runs on a GPU. The run trains on its own threads, and its start lines say
-    both."""
+    the learner's own setting), and shares its cached choice where the settings are alike; a count is kept; none
+    where it would be no more than the learner's own, or the update runs on a GPU. The run trains on its own
+    threads, and its start lines say both."""
     monkeypatch.setenv(CACHE_DIR_VARIABLE, str(tmp_path))
     monkeypatch.setattr(learner_threads, "measure_threads", FakeMeasure({1: 100.0, 2: 150.0, 4: 190.0, 8: 200.0}))
     cfg = resolved(1)

@@ -295,6 +295,7 @@ def test_refreshing_workers_act_with_the_last_parameters_then_with_the_new_ones(
         deadline = time.monotonic() + 60
         while not held.exists() and time.monotonic() < deadline:
             time.sleep(0.01)
+        assert held.exists(), "no worker reached the hold"
         with threads_kept():
             for _ in range(20):  # as before each minibatch step of the update
                 source.during_update()
@@ -303,6 +304,9 @@ def test_refreshing_workers_act_with_the_last_parameters_then_with_the_new_ones(
         release.start()
         source.collect(models[1], PhaseTimer())  # publishes models[1] while the workers are held at step 16
         release.join()
+        with threads_kept():  # the next rollout, not held: its workers collect it, then the learner takes their cores
+            torch.set_num_threads(1)
+            assert threads_while_updating(source) == 3
         assert int(source.policy.version) == 4, "each collect publishes once (a version is 2 writes)"
         obs, actions, logprobs = (getattr(source.buffer, name).clone() for name in ("obs", "actions", "logprobs"))
         lagged = source.lagged.clone()

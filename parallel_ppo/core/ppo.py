@@ -309,9 +309,9 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBa
         if reducer is not None and cfg.norm_adv:
             moments = advantage_moments([data.advantages[idx] for idx in minibatches], reducer)
         for idx, minibatch_moments in zip(minibatches, moments, strict=True):
+            batch = minibatch(data, idx, cfg, augment, None if augment is None else draws[idx, epoch], anchor)
             if before_step is not None:
                 before_step()
-            batch = minibatch(data, idx, cfg, augment, None if augment is None else draws[idx, epoch], anchor)
             stats = minibatch_step(model, optimizer, batch, cfg, reducer, minibatch_moments)
             for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + value

@@ -26,7 +26,8 @@ class ThreadPlan:
     """torch threads of each worker process (None: sequential, no workers)."""
     idle_learner: int = 0
     """torch threads of an overlapped learner once its workers have collected the rollout in flight
-    (`parallel.idle_learner_threads`; `auto` chooses within this count); 0 where it keeps `learner`."""
+    (`parallel.idle_learner_threads`; `auto` chooses within this count); 0 where it keeps `learner` (`auto` with
+    `refresh_params` off)."""
 
     def describe(self) -> dict[str, int]:
         """The plan as summary.json and the start line show it."""
@@ -52,8 +53,8 @@ def thread_plan(cfg: Config, parallel: bool, ranks_on_host: int = 1) -> ThreadPl
     within: `tuning.learner_threads`): the learner and a sequential trainer's envs get every usable
     logical CPU (`usable_cpus`; shared evenly among the ranks of a distributed run on this host), an overlapped
     learner those its workers leave (`overlapped_learner_threads`), and every core again once they wait for the
-    update (`idle_learner`); a worker's envs step on one thread, since W workers already fill the cores, and draw
-    on its share of the cores (at least one)."""
+    update (`idle_learner`; `auto` none with `refresh_params` off); a worker's envs step on one thread, since W
+    workers already fill the cores, and draw on its share of the cores (at least one)."""
     cores = max(1, usable_cpus() // ranks_on_host)
     fixed = 0 if cfg.parallel.learner_threads == "auto" else cfg.parallel.learner_threads
     learner, env, idle = fixed or cores, cfg.env.env_threads, 0

@@ -95,12 +95,14 @@ def idle_threads(chosen: Config, spaces: EnvSpaces, seconds: float, own: int, ce
     within `ceiling` (`choose_threads` on the threads a synchronous learner chooses on, so the two share a cached
     choice where the learner settings resolve alike; a distributed run's ranks take rank 0's, at most their own
     ceiling); None where that is no more than its `own`, or the update runs on another device than the CPU."""
+    if ceiling <= 0:  # no lending (the config's: alike on every rank)
+        return None
     wanted = ceiling > own and learner_device(chosen).type == "cpu"
     if chosen.parallel.idle_learner_threads != "auto":
         return ThreadChoice(ceiling, ceiling, "config") if wanted else None
     auto = dataclasses.replace(chosen, parallel=dataclasses.replace(chosen.parallel, learner_threads="auto"))
     with threads_kept():
-        torch.set_num_threads(max(1, ceiling))
+        torch.set_num_threads(ceiling)
         choice = choose_threads(auto, spaces, seconds, ceiling, beside_ranks=group.distributed) if wanted else None
         choice = group.broadcast(choice)  # every rank, so that each makes the same collective calls
     if choice is None or not wanted:

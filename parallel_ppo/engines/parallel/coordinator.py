@@ -293,7 +293,7 @@ class ParallelCoordinator:
         """Whether every worker has answered for the rollout in flight (or ended: its pipe reads as closed)."""
         try:
             return all(w is None or w.conn.poll() for w in self._workers)
-        except OSError:  # a pipe closed here: its worker is being replaced, and collects nothing now
+        except OSError:  # a pipe closed on this side: its worker was stopped, and collects nothing
             return True
 
     def _start(self, model: nn.Module, timers: PhaseTimer, version: int | None = None) -> tuple[float, int]:
