@@ -72,8 +72,8 @@ def tune(cfg: Config, spaces: EnvSpaces, ceiling: int, group: Group = ALONE, idl
     torch.set_num_threads(ceiling)
     choice = group.broadcast(choose(local, spaces, seconds, beside_ranks=group.distributed))
     chosen = choice.resolve(local)
-    threads = group.broadcast(choose_threads(chosen, spaces, seconds, ceiling, beside_ranks=group.distributed))
-    threads = dataclasses.replace(threads, threads=min(threads.threads, ceiling), ceiling=ceiling)
+    threads = rank_zeros(choose_threads(chosen, spaces, seconds, ceiling, beside_ranks=group.distributed), ceiling,
+                         group)
     idle = idle_threads(chosen, spaces, seconds, threads.threads, idle_ceiling, group)
     torch.set_num_threads(threads.threads)
     if seconds <= 0:
@@ -104,8 +104,12 @@ def idle_threads(chosen: Config, spaces: EnvSpaces, seconds: float, own: int, ce
     with threads_kept():
         torch.set_num_threads(ceiling)
         choice = choose_threads(auto, spaces, seconds, ceiling, beside_ranks=group.distributed) if wanted else None
-        choice = group.broadcast(choice)  # every rank, so that each makes the same collective calls
-    if choice is None or not wanted:
-        return None
-    choice = dataclasses.replace(choice, threads=min(choice.threads, ceiling), ceiling=ceiling)
-    return choice if choice.threads > own else None
+        choice = rank_zeros(choice, ceiling, group)  # every rank, so that each makes the same collective calls
+    return choice if wanted and choice is not None and choice.threads > own else None
+
+
+def rank_zeros(choice: ThreadChoice | None, ceiling: int, group: Group) -> ThreadChoice | None:
+    """Rank 0's thread choice (this process's alone), at most this rank's `ceiling`."""
+    choice = group.broadcast(choice)
+    return None if choice is None else dataclasses.replace(choice, threads=min(choice.threads, ceiling),
+                                                            ceiling=ceiling)
