@@ -3,7 +3,8 @@
 # .robot/) and the libraries staged in .gl/ (scripts/offline_stage.sh) into /tmp, and the GL loaders of .robot/ into /
 # where the machine lacks them, then runs `bench.py study` family by family in
 # the order that matters most when the machine may be taken back at any moment (the 1-core base, the workers at 8
-# and 16, synchronous then overlapped, the CUDA learner at 16, synchronous then overlapped, the ranks, then the rest).
+# and 16, synchronous then overlapped, the CUDA learner at 16, synchronous then overlapped, the ranks at 8 and 16,
+# then the workers, CUDA learner, ranks and threads at the smaller counts; overlap only at 8 and 16).
 # Results are rewritten after every point, so whatever finished survives a cut-off.
 #   bash scripts/offline_study.sh [RESULTS_DIR] [SECONDS]      (defaults docs/results and 20 s per run)
 # PLAN="threads:1 workers:16 cuda:16" (family:counts, counts comma-separated) runs those points, in that order, instead.
@@ -14,8 +15,8 @@
 # travels alone: with .whl/ it is over a device call's 64 MiB), `CONFIG=config/robosuite_lift_camera.yaml` its camera.
 # GL=mesa draws the camera with Mesa's llvmpipe on the CPU instead of the GPU (staged by `offline_stage.sh 3.12 mesa`
 # in .mesa/, unpacked to /tmp/offline_mesa by a call that carries it; LP_NUM_THREADS is passed on as set).
-# Budget: 20 points × (SECONDS + start-up); on a 16-core H100 box each run's start-up was ~25 s (every process
-# imports torch with CUDA), so ~15 minutes at 20 s: split the families over two calls where one call is capped.
+# Budget: 21 points × (SECONDS + start-up); on a 16-core H100 box each run's start-up was ~25 s (every process
+# imports torch with CUDA), so ~16 minutes at 20 s: split the families over two calls where one call is capped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 results="${1:-docs/results}"
@@ -81,11 +82,11 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.i
 study() {  # FAMILY "COUNTS"
     date +%T
     local items=() sets=()
-    read -ra items <<< "${SETS:-}"  # split on spaces, never globbed (model.cnn_channels=[32,64,64])
+    read -ra items <<< "${SETS:-}"  # split on spaces, never globbed (model.impala_depths=[16,32,32])
     for s in "${items[@]}"; do sets+=(--set "$s"); done
     python3 bench.py study --env "$env" ${CONFIG:+--config "$CONFIG"} --seconds "$seconds" "${sets[@]}" \
         --runs-dir /tmp/offline_study_runs --results-dir "$results" \
-        --families "$1" --processes "$2" 2>&1 | grep --line-buffered -iE "steps/s|failed|wrote|error|traceback|skipped|dropping|replacing"
+        --families "$1" --processes "$2" 2>&1 | grep --line-buffered -iE "steps/s|failed|wrote|error|traceback|skipped|dropping"
 }
 if [ -n "${PLAN:-}" ]; then
     for point in $PLAN; do study "${point%%:*}" "$(tr , ' ' <<< "${point#*:}")"; done

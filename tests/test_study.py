@@ -163,8 +163,9 @@ def test_an_earlier_study_is_kept_only_for_the_same_machine_and_settings(tmp_pat
     identity = {"settings": {"env": "starpilot", "seconds": 30.0}, "cores": 16, "gpu": None, "cpu_model": "X"}
     path.write_text(json.dumps({**identity, "points": [row("threads", 1, 100.0)]}))
     assert [p["label"] for p in earlier_points(path, identity)] == ["threads_1"]
-    assert earlier_points(path, {**identity, "settings": {"env": "starpilot", "seconds": 20.0}}) == []
-    assert "replacing it" in capsys.readouterr().out
+    with pytest.raises(RunDataError, match=r"other settings .*\(settings\.seconds 30\.0, not 20\.0\)"):
+        earlier_points(path, {**identity, "settings": {"env": "starpilot", "seconds": 20.0}})  # its points kept
+    assert json.loads(path.read_text())["points"][0]["label"] == "threads_1"
     path.write_text("{not json")
     with pytest.raises(RunDataError, match="is not the results of a study"):
         earlier_points(path, identity)
@@ -228,6 +229,10 @@ def test_each_task_has_its_own_results_files(tmp_path):
                          extra=("--set", "parallel.learner_threads=4"))
     assert results_name(lift, {"MUJOCO_GL": "osmesa"}) == \
         "study-robosuite_lift_camera-parallel-learner-threads-4-osmesa"
+    signed = [StudySettings(lift.config, lift.env, 30.0, extra=("--set", f"training.ent_coef={v}"))
+              for v in ("-1", "1")]  # a value's sign is kept: neither study replaces the other
+    assert [results_name(s, {}) for s in signed] == ["study-robosuite_lift_camera-training-ent-coef-minus1",
+                                                      "study-robosuite_lift_camera-training-ent-coef-1"]
     mine = tmp_path / "mine.yaml"  # no env.id: its env is the built-in one
     mine.write_text("training:\n  n_steps: 64\n")
     default_env = build_config(str(mine), {}, [], parallel=False).env.id

@@ -53,6 +53,10 @@ GPU_ARITHMETIC = ("--set", "training.precision=fp32", "--set", "training.microba
 caches, while a GPU needs the whole minibatch to fill its units (in chunks of 64, a CUDA learner fed by 16 workers
 made 0.75 times the CPU learner's steps/s on Lift from state: docs/results/intel-xeon-avx512-bf16-16c-h200)."""
 
+SIGN = re.compile(r"(^|[=,\[ ])-")
+"""A minus sign that starts a value (`x=-1`, `[-1,-2]`): `results_name` spells it out, which `slug` would drop."""
+
+
 def slug(text: str) -> str:
     """`text` in lower-case letters, digits and single dashes, for a file name."""
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
@@ -193,14 +197,14 @@ def results_name(settings: StudySettings, drawn: dict[str, str]) -> str:
     """The stem of the study's files in the machine's folder, `study[-<config>][-<env>][-<sets>][<drawing_tag>]`:
     the config's name unless it is ppo_parallel (the Procgen study's), the env's unless the config trains it (its
     env.id, else the built-in one), the user's `--set` items (`parallel-learner-threads-4`), how the frames were
-    drawn where a variable chose it (`drawn`). `study` for
-    starpilot on ppo_parallel.yaml, `study-robosuite_lift` for robosuite/Lift on its config, `study-bigfish` for
-    bigfish on ppo_parallel.yaml: the studies of several tasks on one machine sit side by side instead of replacing
-    one another."""
+    drawn where a variable chose it (`drawn`); a value's sign is kept (`x=-1` is `x-minus1`, beside `x=1`'s `x-1`).
+    `study` for starpilot on ppo_parallel.yaml, `study-robosuite_lift` for robosuite/Lift on its config,
+    `study-bigfish` for bigfish on ppo_parallel.yaml: the studies of several tasks on one machine sit side by side
+    instead of replacing one another."""
     config = Path(settings.config)
     own_env = ((load_yaml(config).get("env") or {}).get("id") or EnvConfig().id) if config.is_file() else None
     name = "study" if config.stem == "ppo_parallel" else f"study-{config.stem}"
-    sets = "".join(f"-{slug(item)}" for item in settings.sets)
+    sets = "".join("-" + slug(SIGN.sub(r"\1minus", item)) for item in settings.sets)
     return (name if settings.env == own_env else f"{name}-{slug(settings.env)}") + sets + drawing_tag(drawn)
 
 
@@ -227,9 +231,28 @@ def merge_rows(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dic
     return sorted(rows, key=lambda r: (FAMILIES.index(r["family"]), r["processes"]))
 
 
+def flattened(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """`d`'s leaves by dotted key: {"settings": {"seconds": 30.0}} is {"settings.seconds": 30.0}."""
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        if isinstance(value, dict) and value:
+            out.update(flattened(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def differences(data: dict[str, Any], identity: dict[str, Any]) -> list[str]:
+    """What differs between a study's results (`data`) and `identity`: `settings.seconds 20.0, not 30.0`."""
+    were, now = flattened({k: data.get(k) for k in identity}), flattened(identity)
+    return [f"{k} {were.get(k)!r}, not {now.get(k)!r}"
+            for k in sorted(set(were) | set(now)) if were.get(k) != now.get(k)]
+
+
 def earlier_points(path: Path, identity: dict[str, Any]) -> list[dict[str, Any]]:
-    """The points of the study in `path` when it was measured on this machine with these settings (`identity`),
-    else none (the new study replaces it, and says so); a file that is not a study's results is refused. A GPU
+    """The points of the study in `path`, measured on this machine with these settings (`identity`); a study of
+    other settings or another machine in its place is refused (RunDataError, naming what differs: its points would
+    be lost), as is a file that is not a study's results. A GPU
     family's points measured before the GPU took the whole minibatch at once (no `microbatch` recorded: chunks of
     64) are dropped, and the study says so (a failed point, which records none, is kept)."""
     if not path.is_file():
@@ -241,8 +264,9 @@ def earlier_points(path: Path, identity: dict[str, Any]) -> list[dict[str, Any]]
     except (ValueError, KeyError, TypeError) as e:
         raise RunDataError(f"{path} is not the results of a study ({type(e).__name__}: {e}); move it away") from None
     if not same:
-        print(f"  {path} holds a study of other settings or another machine: replacing it", flush=True)
-        return []
+        differ = ", ".join(differences(data, identity))
+        raise RunDataError(f"{path} holds a study of other settings or another machine ({differ}): give the same, "
+                           "another --results-dir, or move it away")
     chunked = [p["label"] for p in points if p["family"] in GPU_FAMILIES and "microbatch" not in p and "error" not in p]
     if chunked:
         print(f"  {path}: dropping {', '.join(chunked)} (the GPU learner in chunks of 64 samples, as measured before "

@@ -24,14 +24,14 @@ class ParallelConfig:
     """Torch/OpenMP threads in each worker process."""
     learner_threads: int | str = setting("auto", non_negative=True, auto=True)
     """Torch threads of the process that runs the update: a number; 0 for every logical CPU this process may use
-    (with `overlap`, those its workers leave); or `auto` (the default), the fewest of those that train as fast as
-    all of them, measured before the run and cached (`tuning.learner_threads`; one, unmeasured, for a network too
-    small to gain from more)."""
+    (with `overlap` and its lag, those its workers leave); or `auto` (the default), the fewest of those that train
+    as fast as all of them, measured before the run and cached (`tuning.learner_threads`; one, unmeasured, for a
+    network too small to gain from more)."""
     idle_learner_threads: int | str = setting("auto", non_negative=True, auto=True)
-    """With `overlap` and the update on the CPU: the learner's torch threads from its first minibatch after every
-    worker has collected the rollout in flight (their cores idle, waiting for the update) until the next rollout
-    starts: a number; 0 for every logical CPU this process may use (a distributed rank's share); or `auto` (the
-    default), the count `learner_threads: auto` chooses within all of them (one for a network too small to gain
+    """With `overlap` (and its lag) and the update on the CPU: the learner's torch threads from its first minibatch
+    after every worker has collected the rollout in flight (their cores idle, waiting for the update) until the next
+    rollout starts: a number; 0 for every logical CPU this process may use (a distributed rank's share); or `auto`
+    (the default), the count `learner_threads: auto` chooses within all of them (one for a network too small to gain
     from more), but none with `refresh_params` off, whose runs reproduce exactly (which minibatch first runs on the
     lent threads depends on timing, and a thread count changes how sums are split). Never fewer than the learner's
     own: set 1 to keep them."""
@@ -46,12 +46,13 @@ class ParallelConfig:
     max_worker_restarts: int = setting(3, non_negative=True)
     """Restarts allowed per worker slot before the run stops with an error."""
     overlap: bool = False
-    """Workers collect the next rollout while the learner updates on the last one (two rollout buffers, in turn), so
-    no core waits for the update. They start it with the parameters published before that update: the policy behind
-    a rollout trails the one it updates by up to `policy_lag` updates (recorded per update; with `refresh_params`,
-    only the steps taken during the update), and PPO's ratio, taken against the log-probabilities stored with each
-    sample (or weighed by them: `decoupled_clip`), corrects for it. Off: synchronous, no lag (the reference). The
-    sequential trainer ignores it, as it does the other worker settings."""
+    """Workers collect the next rollout while the learner updates on the last one (two rollout buffers, in turn),
+    instead of waiting for the update (where it outlasts their rollout, they wait for the rest of it). They start it
+    with the parameters published before that update: the policy behind a rollout trails the one it updates by up to
+    `policy_lag` updates (recorded per update; with `refresh_params`, only the steps taken during the update), and
+    PPO's ratio, taken against the log-probabilities stored with each sample (or weighed by them: `decoupled_clip`),
+    corrects for it. Off: synchronous, no lag (the reference). The sequential trainer ignores it, as it does the
+    other worker settings."""
     policy_lag: int = setting(1, non_negative=True, maximum=1)
     """With `overlap`: updates by which the workers' parameters may trail the learner's. 1 lets them collect
     through the update; 0 has them wait for it, filling the two buffers in turn: the synchronous trainer's data
@@ -66,12 +67,13 @@ class ParallelConfig:
     Off (on Lift from state it learned less: docs/training.md): the ratio is clipped around the policy that took
     each step."""
     drop_lagged: bool = False
-    """With `overlap` and `refresh_params`: the update learns only from the steps taken with the parameters it
-    updates, in as many minibatches as the whole rollout makes (each smaller); the steps taken during the update
-    before carry their envs forward and teach nothing (metrics.csv's `learned_share`). Where they are more than
-    half the rollout (an update longer than a rollout), it learns from every step, as without it; with
-    `decoupled_clip` too, that clip acts only then (an update of on-policy steps needs none). Off (on Lift from state
-    it did not give the synchronous trainer's learning back: docs/training.md)."""
+    """With `overlap` and `refresh_params` (refused with distributed ranks, whose updates must be of one size): the
+    update learns only from the steps taken with the parameters it updates, in as many minibatches as the whole
+    rollout makes (each smaller); the steps taken during the update before carry their envs forward and teach
+    nothing (metrics.csv's `learned_share`). Where they are more than half the rollout (an update longer than a
+    rollout), it learns from every step, as without it; with `decoupled_clip` too, that clip acts only then (an
+    update of on-policy steps needs none). Off (on Lift from state it did not give the synchronous trainer's
+    learning back: docs/training.md)."""
     refresh_params: bool = True
     """With `overlap`: the workers take the parameters of each update as soon as it ends, from their next step on,
     so only the steps taken while the learner updated (and logged, checkpointed) act with the parameters before

@@ -61,8 +61,8 @@ ENTROPY = metric("losses/entropy", "mean entropy of the policy, mean over miniba
 APPROX_KL = metric("losses/approx_kl", "approximate KL of the new policy from the old, E[(r − 1) − log r], mean over "
                    "minibatches", summary=True)
 CLIP_FRACTION = metric("losses/clipfrac", "fraction of samples whose ratio left the clip range", summary=True)
-RATIO_MEAN = metric("losses/ratio_mean", "mean probability ratio new/old (1 at the first minibatch; drifts as the "
-                    "epochs move the policy)", summary=True)
+RATIO_MEAN = metric("losses/ratio_mean", "mean probability ratio new/old (1 at the first minibatch of an on-policy "
+                    "update on unshifted frames; drifts as the epochs move the policy)", summary=True)
 EXPLAINED_VARIANCE = metric("losses/explained_variance", "1 − Var(returns − values) / Var(returns) of the rollout",
                             summary=True)
 PRIVILEGED_PREDICTION = metric("losses/privileged_prediction", "mean squared error of the vector keys only the critic "

@@ -88,7 +88,8 @@ class RunSummary:
     phase_fractions: dict = dataclasses.field(default_factory=dict)
     worker_restarts: int = 0
     policy_lag: int = 0
-    """The largest policy lag of this session's updates (`charts/policy_lag`): 1 with `parallel.overlap`."""
+    """The largest policy lag of this session's updates (`charts/policy_lag`): 1 with `parallel.overlap` (0 with its
+    `policy_lag: 0`)."""
     resumes: int = 0
     restarts: int = 0
     """Resumes that a restart made by itself: a group torchrun restarted, or `--resume-if-exists`."""
