@@ -143,7 +143,24 @@ def test_setting_pairs_writes_an_evidence_file(tmp_path):
     assert row[4] == row[5] == "fp32/whole" and "| 1 |" in (out / "pairs.md").read_text()
 
 
+def test_inference_cost_writes_an_evidence_file(tmp_path):
+    """scripts/inference_cost.py: a worker's forward pass, the workers' batched and a round trip timed, the evidence
+    file's figures those of its table (what a central inference would save is their difference)."""
+    out = tmp_path / "inference.json"
+    proc = subprocess.run([sys.executable, "scripts/inference_cost.py", "--config", "config/cartpole.yaml",
+                           "--workers", "3", "--threads", "1", "--steps", "2", "--rounds", "1", "--output", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    evidence = json.loads(out.read_text())
+    assert {"machine", "cpu_kind", "date", "commit", "command", "figures", "tables"} <= set(evidence)
+    (worker, batched, trip), f = evidence["tables"]["cost"]["rows"], evidence["figures"]
+    assert (worker[1], batched[1], trip[1]) == (4, 12, 0)  # cartpole.yaml: 4 envs a worker
+    assert (worker[2], batched[2], trip[2]) == (f["worker_ms"], f["batched_ms"], f["round_trip_ms"])
+    assert f["saved_ms_a_worker_step"] == pytest.approx(worker[2] - batched[2] - trip[2], abs=2e-3)
+
+
 @pytest.mark.parametrize("argv", [
+    ["scripts/inference_cost.py", "--config", "no.yaml", "--output", "{out}"],
     ["scripts/mode_pairs.py", "--config", "no.yaml", "--output-dir", "{out}"],
     ["scripts/setting_pairs.py", "--config", "no.yaml", "--a", "a:", "--b", "b:", "--output-dir", "{out}"],
     ["scripts/learning_matrix.py", "--jobs", "0", "--output", "{out}"],
