@@ -4,6 +4,7 @@ and the periodic evaluation during training (metrics.csv, TensorBoard, summary.j
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -98,6 +99,12 @@ def test_eval_writes_eval_json_and_a_video(trained: Path, tmp_path: Path):
                    "--deterministic")
     assert proc.returncode == 0, proc.stderr
     assert set(json.loads((trained / "eval.json").read_text())) == {"test_sampled", "train_deterministic"}
+    garbled = tmp_path / "garbled"  # an eval.json that cannot be read: refused before playing, left as it was
+    shutil.copytree(trained, garbled)
+    (garbled / "eval.json").write_text("{not json")
+    proc = _python("-m", "parallel_ppo", "eval", "--checkpoint", str(garbled), "--episodes", "1")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "move it away" in proc.stderr
+    assert (garbled / "eval.json").read_text() == "{not json"
 
 
 @pytest.mark.slow

@@ -142,6 +142,7 @@ def test_normalization_is_inside_and_the_file_describes_itself(runs, tmp_path):
     (["--format", "tflite", "{run}"], "invalid choice: 'tflite'"),
     (["--output", "/proc/policy.onnx", "{run}"], "cannot write export file /proc/policy.onnx"),
     (["--output", "{empty}", "{run}"], "is a directory"),
+    (["--format", "torchscript", "--output", "{empty}/p.onnx", "{run}"], "name it p.pt, or give --format onnx"),
     (["--format", "onnx", "{run}", "--onnx-missing"], "pip install onnx onnxruntime"),
 ])
 def test_bad_input_is_one_line_and_exit_2_and_writes_nothing(runs, tmp_path, capsys, monkeypatch, args, words):

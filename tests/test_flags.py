@@ -77,6 +77,10 @@ def test_print_config_prints_what_the_command_resolves_to_and_starts_nothing(tmp
     assert not out.exists()
     assert run_trainer(["--config", CARTPOLE, "--batch-size", "7", "--print-config"], parallel=False, prog="t") == 2
     assert capsys.readouterr().err.count("\n") == 1
+    for bad in ("training.precision=tf32", "parallel.learner_threads=5000", "logging.return_window=10000000"):
+        assert run_trainer(["--config", CARTPOLE, "--set", bad, "--device", "cpu", "--print-config"], parallel=True,
+                           prog="t") == 2, bad  # refused as a run refuses it (tf32 on a CPU learner), not later
+        assert capsys.readouterr().err.count("\n") == 1
 
 
 def test_parallel_num_envs_is_split_over_the_workers():

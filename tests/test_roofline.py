@@ -145,3 +145,7 @@ def test_roofline_reports_candidates_flops_and_peaks(tmp_path, capsys, monkeypat
 def test_roofline_run_without_figures_exits_2(tmp_path, capsys) -> None:
     assert main(["roofline", "--env", "CartPole-v1", "--run", str(tmp_path)]) == 2
     assert "no summary.json" in capsys.readouterr().err
+    kept = ROOT / "docs/results/intel-xeon-avx512-bf16-2c/runs/overlap_cartpole/synchronous/seed_1/summary.json"
+    (tmp_path / "summary.json").write_text(json.dumps({**json.loads(kept.read_text()), "sps": None}))
+    assert main(["roofline", "--env", "CartPole-v1", "--run", str(tmp_path)]) == 2
+    assert "no FLOP figures" in capsys.readouterr().err

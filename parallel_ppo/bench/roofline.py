@@ -58,7 +58,7 @@ def run_roofline_line(run_dir: str) -> str:
     if not path.is_file():
         raise RunDataError(f"--run {run_dir}: no summary.json there (not a finished run)")
     s = RunSummary.read(path)
-    if s.achieved_gflops is None or s.peak_gflops is None:
+    if None in (s.achieved_gflops, s.peak_gflops, s.sps, s.flops_per_env_step, s.peak_fraction):
         raise RunDataError(f"--run {run_dir}: its summary has no FLOP figures (run.limit_seconds was 0, "
                           "or an older run)")
     return (f"run {run_dir}: {s.sps:,.0f} SPS × {fmt_flop(s.flops_per_env_step)} = "

@@ -14,7 +14,7 @@ from typing import Any
 
 from parallel_ppo.cli.common import OneLineParser, duration_in, fail, positive_int, seed_number
 from parallel_ppo.core.config import Config
-from parallel_ppo.errors import ConfigError, ParallelPPOError
+from parallel_ppo.errors import ConfigError, ParallelPPOError, RunDataError
 
 DEFAULT_FPS = 15
 MAX_DEMO_SECONDS = 3600.0
@@ -86,26 +86,24 @@ def demo_parser(prog: str) -> OneLineParser:
     return p
 
 
-def record_eval(run_dir: Path, key: str, entry: dict[str, Any]) -> Path:
-    """Merge `entry` under `key` into RUN_DIR/eval.json (earlier evaluations of other kinds are kept)."""
-    from parallel_ppo.core.files import write_json
-
+def earlier_evals(run_dir: Path) -> dict[str, Any]:
+    """The evaluations in RUN_DIR/eval.json (none where there is no file); RunDataError for one that cannot be read
+    as them, before any episode is played: writing the new one would lose them."""
     path = run_dir / "eval.json"
-    data: dict[str, Any] = {}
-    if path.is_file():
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            data = {}
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise RunDataError(f"{path} holds no evaluations that can be read ({type(e).__name__}); move it away") from None
     if not isinstance(data, dict):
-        data = {}
-    data[key] = entry
-    write_json(path, data)
-    return path
+        raise RunDataError(f"{path} holds no evaluations (a JSON {type(data).__name__}); move it away")
+    return data
 
 
 def eval_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo eval") -> int:
     from parallel_ppo.core.evaluate import play_episodes
+    from parallel_ppo.core.files import write_json
     from parallel_ppo.core.policy import Policy
     from parallel_ppo.envs.views import ENV_VIEW, Views
     from parallel_ppo.runs.video import captioned, check_video_path, write_video
@@ -119,6 +117,7 @@ def eval_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
             check_video_path(Path(args.video))
         policy = Policy.load(args.checkpoint)
         cfg, model, run_dir, checkpoint = policy.cfg, policy.model, policy.run_dir, policy.state
+        evals = earlier_evals(run_dir)  # earlier evaluations of other kinds are kept
         views = Views.chosen(args.views or [ENV_VIEW], policy.spaces, cfg.env, "--views", cfg.model.actor_keys)
         result = play_episodes(model, cfg, args.levels, args.episodes, args.num_envs, args.deterministic, args.seed,
                                frames=captioned(frames) if args.video else None, views=views)
@@ -130,7 +129,11 @@ def eval_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
     entry = {**result.stats(), "checkpoint_update": checkpoint["update"],
              "checkpoint_env_steps": checkpoint["env_steps"], "seed": args.seed, "command": command}
     key = f"{result.levels}_{'deterministic' if args.deterministic else 'sampled'}"
-    path = record_eval(run_dir, key, entry)
+    path = run_dir / "eval.json"
+    try:
+        write_json(path, {**evals, key: entry})
+    except OSError as e:
+        return fail(prog, e, 1)
     print(format_eval(cfg, entry))
     print(f"wrote {path}" + (f" and {args.video} ({len(frames)} frames)" if args.video else ""))
     if args.video:

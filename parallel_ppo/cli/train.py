@@ -128,6 +128,7 @@ def print_config(request: Request, seeds: str | None, prog: str) -> int:
     """`--print-config`: the config the run would train with, as YAML on stdout, checked as a run checks it (a
     resumed run's own config under the flags, its checkpoint's match, the ranks under torchrun)."""
     from parallel_ppo.launch import checked_spaces, validated_config
+    from parallel_ppo.tuning.learner_settings import check_precision
 
     try:
         if seeds is not None:
@@ -135,6 +136,7 @@ def print_config(request: Request, seeds: str | None, prog: str) -> int:
         checked = validated_config(request)
         checked_spaces(*checked)
         cfg = checked[0]
+        check_precision(cfg)  # as the learner's settings check it before a run
     except ParallelPPOError as e:
         return fail(prog, e, 2, flags=True)
     print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from parallel_ppo.envs.config import EnvConfig, Rules, rules_of, setting  # noqa: F401 (re-exported)
+from parallel_ppo.envs.config import MAX_THREADS, EnvConfig, Rules, rules_of, setting  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -20,14 +20,14 @@ class ParallelConfig:
     """Worker processes, each stepping its own batch of envs."""
     num_envs_per_worker: int = setting(8, positive=True, command_line=True)
     """Envs in each worker's batch."""
-    worker_threads: int = setting(1, positive=True)
+    worker_threads: int = setting(1, positive=True, maximum=MAX_THREADS)
     """Torch/OpenMP threads in each worker process."""
-    learner_threads: int | str = setting("auto", non_negative=True, auto=True)
+    learner_threads: int | str = setting("auto", non_negative=True, maximum=MAX_THREADS, auto=True)
     """Torch threads of the process that runs the update: a number; 0 for every logical CPU this process may use
     (with `overlap` and its lag, those its workers leave); or `auto` (the default), the fewest of those that train
     as fast as all of them, measured before the run and cached (`tuning.learner_threads`; one, unmeasured, for a
     network too small to gain from more)."""
-    idle_learner_threads: int | str = setting("auto", non_negative=True, auto=True)
+    idle_learner_threads: int | str = setting("auto", non_negative=True, maximum=MAX_THREADS, auto=True)
     """With `overlap` (and its lag) and the update on the CPU: the learner's torch threads from its first minibatch
     after every worker has collected the rollout in flight (their cores idle, waiting for the update) until the next
     rollout starts: a number; 0 for every logical CPU this process may use (a distributed rank's share); or `auto`
@@ -318,7 +318,7 @@ class LoggingConfig:
     itself; `off` shows neither."""
     progress_seconds: float = setting(30.0, positive=True, maximum=10**9, unit="s")
     """Seconds between two progress lines when stdout is not a terminal (the first update is always logged)."""
-    return_window: int = setting(100, positive=True)
+    return_window: int = setting(100, positive=True, maximum=10**6)
     """Episodes in the rolling mean of returns and lengths."""
     episode_info: list[str] = setting([], names=True)
     """Numeric entries of an episode's final info (the info of the step that ended it) to log, e.g.

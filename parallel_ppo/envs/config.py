@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 PROCGEN_MODES = ("easy", "hard", "extreme", "memory", "exploration")
+MAX_THREADS = 4096
+"""The most threads a setting may ask for (more than any CPU has logical cores; torch takes a C int)."""
 """Procgen's difficulties: the choices of `env.distribution_mode`."""
 
 
@@ -71,7 +73,7 @@ class EnvConfig:
     """Procgen: number of distinct levels (0 = unlimited)."""
     start_level: int = setting(0, non_negative=True, maximum=2**31 - 1, resume=True)
     """Procgen: seed of the first level."""
-    env_threads: int = setting(0, non_negative=True, resume=True)
+    env_threads: int = setting(0, non_negative=True, maximum=MAX_THREADS, resume=True)
     """The env's own threads per process, Procgen's stepping and Mesa's drawing threads (LP_NUM_THREADS, unless
     set): 0 = automatic, the CPUs this process may use (a distributed rank: its share of them) in a sequential
     process; in a worker one to step and its share of those CPUs (CPUs / workers, at least one) to draw."""

@@ -182,6 +182,10 @@ def output_path(policy: Policy, fmt: str, output: str | Path | None) -> Path:
     path = Path(output) if output is not None else policy.run_dir / FORMATS[fmt]
     if path.is_dir():
         raise ConfigError(f"export file {path} is a directory")
+    other = next((f for f, name in FORMATS.items() if f != fmt and path.suffix == Path(name).suffix), None)
+    if other is not None:  # a file named for the other format (it would replace an export of that format)
+        raise ConfigError(f"export file {path} is named as {other} is, and --format {fmt} writes {fmt}: name it "
+                          f"{path.with_suffix(Path(FORMATS[fmt]).suffix).name}, or give --format {other}")
     check_writable(path.parent if str(path.parent) else Path("."), f"export file {path}")
     return path
 
