@@ -487,3 +487,53 @@ def test_a_reference_does_not_count_as_a_run(tmp_path: Path, capsys) -> None:
     assert entry.main(["--run", f"b={write_run(tmp_path / 'b')}", "--reference", f"sac={tmp_path / 'sac.csv'}",
                        "--output-dir", str(out)]) == 2
     assert "nothing to compare: give at least two runs" in capsys.readouterr().err and not out.exists()
+
+
+# ------------------------------------------------------------------------------- summary and output files (fake runs)
+WRONG_TYPES = {  # summary.json field → a value of the wrong type inside it, the entry the error must name
+    "logical_cores_text": ("hardware", {"cpu_model": "x", "logical_cores": "2"}, "'hardware.logical_cores'"),
+    "cpu_kind_numbers": ("hardware", {"cpu_model": "x", "cpu_kind": [1, 2]}, "'hardware.cpu_kind'"),
+    "success_rate_text": ("final_metrics", {"success_rate": "0.5"}, "'final_metrics.success_rate'"),
+    "episode_stat_list": ("final_metrics", {"episode_distance": [1.0]}, "'final_metrics.episode_distance'"),
+}
+
+
+@pytest.mark.parametrize("case", WRONG_TYPES)
+def test_a_wrong_type_inside_a_summary_field_is_one_line_naming_the_file_and_entry(case: str, tmp_path: Path,
+                                                                                   capsys) -> None:
+    from parallel_ppo.cli import compare as entry
+    from parallel_ppo.runs.summary import RunSummary
+
+    field, value, expect = WRONG_TYPES[case]
+    bad = write_run(tmp_path / "bad", **{field: value})
+    out = tmp_path / "out"
+    assert entry.main(["--run", f"a={write_run(tmp_path / 'a')}", "--run", f"b={bad}", "--output-dir", str(out)]) == 2
+    res = capsys.readouterr()
+    lines = res.err.strip().splitlines()
+    assert res.out == "" and len(lines) == 1 and lines[0].startswith("compare_results.py: error:"), res.err
+    assert str(bad / "summary.json") in lines[0] and expect in lines[0], lines[0]
+    assert not out.exists()
+    # What the trainer may write is read: nulls (psutil may not know the physical cores), no cpu_kind, NaN.
+    fine = write_run(tmp_path / "fine", hardware={"cpu_model": "x", "logical_cores": 2, "physical_cores": None},
+                     final_metrics={"success_rate": None, "episode_distance": float("nan"), "policy_lag": 1})
+    assert RunSummary.read(fine / "summary.json").final_metrics["policy_lag"] == 1
+
+
+def test_an_output_that_cannot_be_written_leaves_every_output_file_as_it_was(tmp_path: Path, capsys) -> None:
+    from parallel_ppo.cli import compare as entry
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "comparison.md").mkdir()  # the fourth output: the three before it must not be written either
+    for name in ("comparison.png", "comparison_report.txt"):
+        (out / name).write_text(f"old {name}")
+    runs = ["--run", f"a={write_run(tmp_path / 'a')}", "--run", f"b={write_run(tmp_path / 'b', rows=ROWS[:2])}"]
+    assert entry.main([*runs, "--output-dir", str(out)]) == 2
+    res = capsys.readouterr()
+    lines = res.err.strip().splitlines()
+    assert res.out == "" and len(lines) == 1 and lines[0].startswith("compare_results.py: error:"), res.err
+    assert f"{out / 'comparison.md'}: Is a directory" in lines[0], lines[0]
+    assert sorted(p.name for p in out.iterdir()) == ["comparison.md", "comparison.png", "comparison_report.txt"]
+    assert [(out / n).read_text() for n in ("comparison.png", "comparison_report.txt")] == [
+        "old comparison.png", "old comparison_report.txt"]
+    assert not any((out / "comparison.md").iterdir())

@@ -8,6 +8,7 @@ import json
 import math
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,6 +155,7 @@ class RunSummary:
             if not _has_type(data[f.name], hints[f.name]):
                 raise RunDataError(f"{path}: field {f.name!r} has an unexpected value {short_repr(data[f.name])}")
             values[f.name] = data[f.name]
+        _check_nested(path, values)
         summary = cls(**values)
         if summary.mode not in ("sequential", "parallel", "distributed"):
             raise RunDataError(f"{path}: mode must be sequential, parallel or distributed, got {summary.mode!r}")
@@ -170,6 +172,40 @@ def observation_record(spaces: Any) -> dict[str, Any]:
     keys = None if layout is None else {
         p.key: {"shape": list(p.source_shape), "dtype": "uint8" if p.image else "float32"} for p in layout.parts}
     return {"obs_shape": [int(d) for d in spaces.obs_shape], "dtype": np.dtype(spaces.obs_dtype).name, "keys": keys}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_finite(value: Any) -> bool:
+    return _is_number(value) and math.isfinite(value)
+
+
+def _is_text_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+HARDWARE_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "cpu_model": (lambda v: isinstance(v, str), "a string"),
+    "logical_cores": (_is_finite, "a finite number"),
+    "physical_cores": (_is_finite, "a finite number"),
+    "memory_gb": (_is_finite, "a finite number"),
+    "cpu_kind": (_is_text_list, "a list of strings"),
+}
+"""What the report reads of summary.json's `hardware` (`fingerprint.hardware`), each entry absent or null or this."""
+
+
+def _check_nested(path: Path, values: dict[str, Any]) -> None:
+    """Refuse (RunDataError naming the file and the entry) a `hardware` entry not as `HARDWARE_TYPES` says, or a
+    `final_metrics` value that is neither a number nor null (NaN is fine: the report reads it as missing)."""
+    hardware, final = values["hardware"], values.get("final_metrics", {})
+    checks = [(f"hardware.{key}", hardware[key], *HARDWARE_TYPES[key]) for key in HARDWARE_TYPES if key in hardware]
+    checks += [(f"final_metrics.{key}", value, _is_number, "a number") for key, value in final.items()]
+    for name, value, fits, expected in checks:
+        if value is not None and not fits(value):
+            raise RunDataError(f"{path}: field {name!r} has an unexpected value {short_repr(value)} "
+                               f"(expected {expected} or null)")
 
 
 def _has_type(value: Any, hint: Any) -> bool:

@@ -52,8 +52,9 @@ def make_report(specs: list[tuple[str, list[Path]]], out_dir: Path, prog: str, b
         return 2
     try:
         written = write_outputs(outputs, out_dir)
-    except OSError as e:
-        print(f"{prog}: error: cannot write the comparison to {out_dir}: {e.strerror or e}", file=sys.stderr)
+    except OSError as e:  # nothing written (write_outputs writes all or none)
+        name = f"{e.filename}: " if e.filename and Path(e.filename) != out_dir else ""
+        print(f"{prog}: error: cannot write the comparison to {out_dir}: {name}{e.strerror or e}", file=sys.stderr)
         return 2
     try:
         sys.stdout.write(console_summary(comparison, written))

@@ -1,18 +1,20 @@
 """The comparison's figures (comparison.png, phase_breakdown.png and, across seeds, learning_curves.png) and its
 output files.
 
-Everything is rendered in memory (`render_outputs`) and only then written (`write_outputs`), so a failure
+Everything is rendered in memory (`render_outputs`) and only then written, all or none (`write_outputs`), so a failure
 never leaves a half-written comparison behind.
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 from matplotlib import colormaps
@@ -22,7 +24,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
-from parallel_ppo.core.files import atomic_write
+from parallel_ppo.core.files import current_umask
 from parallel_ppo.runs import seeds
 from parallel_ppo.runs.report.formatting import NO_EPISODES, fmt_duration, fmt_return
 from parallel_ppo.runs.report.numbers import PHASE_NAMES, Comparison
@@ -288,20 +290,51 @@ def render_outputs(cmp: Comparison) -> dict[str, bytes]:
 
 
 def write_outputs(outputs: Mapping[str, bytes], out_dir: Path) -> list[Path]:
-    """Create `out_dir` and write each file atomically (temp file + rename); returns the paths written."""
+    """Create `out_dir` and write every file or none: a directory where a file goes is refused first, then each
+    file goes to a temp file beside it, and the temp files are renamed into place once all are written. An
+    OSError names the file it is about; returns the paths written."""
+    targets = [out_dir / name for name in outputs]
     out_dir.mkdir(parents=True, exist_ok=True)
-    umask = os.umask(0)
-    os.umask(umask)
-    mode = 0o666 & ~umask  # what a plain open() would give (atomic_write's temp files are private, 0600)
+    temps: list[Path] = []
+    try:
+        for target in targets:
+            if target.is_dir():
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(target))
+        for target, data in zip(targets, outputs.values(), strict=True):
+            temps.append(_write_temp(target, data))
+        for temp, target in zip(temps, targets, strict=True):
+            try:
+                os.replace(temp, target)
+            except OSError as e:
+                raise _about(target, e) from None
+    except BaseException:
+        for temp in temps:
+            temp.unlink(missing_ok=True)
+        raise
+    return targets
 
-    def writer(data: bytes) -> Callable[[BinaryIO], None]:
-        def write(f: BinaryIO) -> None:
-            os.fchmod(f.fileno(), mode)
+
+def _write_temp(target: Path, data: bytes) -> Path:
+    """`data` in a new temp file beside `target` (mode as a plain open() gives), fsynced."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as e:
+        raise _about(target, e) from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o666 & ~current_umask())  # mkstemp makes it 0600
             f.write(data)
-        return write
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        Path(name).unlink(missing_ok=True)
+        raise _about(target, e) from None
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+    return Path(name)
 
-    written = []
-    for name, data in outputs.items():
-        atomic_write(out_dir / name, writer(data))
-        written.append(out_dir / name)
-    return written
+
+def _about(target: Path, error: OSError) -> OSError:
+    """`error` as an OSError that names `target`."""
+    return OSError(error.errno, error.strerror or str(error), str(target))
