@@ -118,11 +118,18 @@ train-parallel: install
 ## scaling rule: each rank runs ENVS_PER_RANK envs and the config's minibatch, the global figures NPROC × those;
 ## ENVS_TOTAL=N on the command line splits N envs and the minibatch over the ranks instead:
 ## make train-distributed NPROC=4 DURATION=30m; across hosts see docs/distributed.md
-## (OMP_NUM_THREADS only quiets torchrun's notice: each rank sets its threads itself, cores / ranks on the host)
+## (OMP_NUM_THREADS only quiets torchrun's notice: each rank sets its threads itself, cores / ranks on the host).
+## NPROC and the trainer's flags are checked first (rank 0's --print-config under torchrun's variables, nothing run):
+## a bad value is one line and exit status 2, not torchrun's report of failed ranks.
+DIST_FLAGS = --config config/ppo_sequential.yaml --env $(ENV) --duration $(DURATION) $(DIST_ENVS) \
+             --seed $(SEED) --output-dir $(or $(OUT),benchmarks/distributed_$(TAG)) $(ARGS)
 train-distributed: install
+	@case "$(NPROC)" in *[!0-9]*|'') ok=;; *[1-9]*) ok=1;; *) ok=;; esac; test -n "$$ok" || \
+		{ echo "make train-distributed: error: NPROC must be a whole number above 0, got '$(NPROC)'" >&2; exit 2; }
+	@RANK=0 LOCAL_RANK=0 WORLD_SIZE=$(NPROC) LOCAL_WORLD_SIZE=$(NPROC) MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
+		$(PY) train_timed.py --distributed --print-config $(DIST_FLAGS) > /dev/null
 	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node $(NPROC) train_timed.py --distributed \
-		--config config/ppo_sequential.yaml --env $(ENV) --duration $(DURATION) $(DIST_ENVS) \
-		--seed $(SEED) --output-dir $(or $(OUT),benchmarks/distributed_$(TAG)) $(ARGS)
+		$(DIST_FLAGS)
 
 ## Compare benchmarks/sequential_$(TAG) with benchmarks/parallel_$(TAG), training whichever has no
 ## summary.json yet first (DURATION each, 90m or 1.5h): make compare TAG=30m DURATION=30m
@@ -166,7 +173,7 @@ autotune: install
 ## Learning benchmark: config variants × seeds (one run at a time, MINUTES each), compared across seeds:
 ## make bench-learning ENV=starpilot MINUTES=10 SEEDS=1,2,3 → benchmarks/learning_$(ENV)/ (reruns keep finished runs)
 bench-learning: install
-	$(PY) bench.py learning --env $(ENV) --minutes $(MINUTES) --seeds $(SEEDS) \
+	$(PY) bench.py learning --env $(ENV) --minutes $(MINUTES) --seeds "$(SEEDS)" \
 		--output-dir $(or $(OUT),benchmarks/learning_$(ENV)) $(ARGS)
 
 ## Continuous control at equal steps, to set beside CleanRL's published ppo_continuous_action returns (quoted in
@@ -176,7 +183,7 @@ MUJOCO_ENVS ?= HalfCheetah-v5 Hopper-v5
 STEPS       ?= 1000000
 bench-mujoco: install
 	for env in $(MUJOCO_ENVS); do $(PY) bench.py learning --config config/mujoco.yaml --env $$env --minutes 600 \
-		--seeds $(SEEDS) --variant "ppo:" --set run.total_steps=$(STEPS) --output-dir benchmarks/mujoco_$$env $(ARGS) \
+		--seeds "$(SEEDS)" --variant "ppo:" --set run.total_steps=$(STEPS) --output-dir benchmarks/mujoco_$$env $(ARGS) \
 		|| exit 1; done
 
 ## Atari at equal steps, to set beside CleanRL's published ppo_atari curve (quoted in docs/results/amd-epyc-avx512-bf16-2c/atari.md):
@@ -185,7 +192,7 @@ bench-mujoco: install
 ATARI_ENV   ?= BreakoutNoFrameskip-v4
 ATARI_STEPS ?= 1000000
 bench-atari: install
-	$(PY) bench.py learning --config config/atari.yaml --env $(ATARI_ENV) --minutes 600 --seeds $(SEEDS) --parallel \
+	$(PY) bench.py learning --config config/atari.yaml --env $(ATARI_ENV) --minutes 600 --seeds "$(SEEDS)" --parallel \
 		--variant "ppo:" --set run.total_steps=$(ATARI_STEPS) --set training.anneal_steps=10000000 \
 		--output-dir benchmarks/atari_$(ATARI_ENV) $(ARGS)
 

@@ -4,6 +4,9 @@ files and arithmetic (checked against the runs' own metrics; no test asserts a s
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -177,3 +180,46 @@ def test_scripts_refuse_bad_input_in_one_line_before_they_write(tmp_path, argv):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not out.exists() and bad.read_text() == '{"figures": ['
+
+
+BENCH_REFUSALS = {
+    "an empty --processes": (["study", "--processes", ""], "--processes must be positive whole numbers, got ''"),
+    "an empty --workers": (["scaling", "--workers", ""], "--workers must be positive whole numbers, got ''"),
+    "a study run of over a week": (["study", "--seconds", "1000d"], "--seconds: a benchmark run takes at most 7d"),
+    "a learning run of over a week": (["learning", "--minutes", "8d"], "--minutes: a benchmark run takes at most 7d"),
+    "a study point the trainer refuses": (
+        ["study", "--env", "CartPole-v1", "--processes", "1000", "--families", "workers", "--seconds", "5"],
+        "workers point at 1000 processes would be refused by the trainer: env.num_envs = 8000 is larger"),
+    "a layout the trainer refuses": (["layouts", "--processes", "3", "--envs", "6"],
+                                     "run r3_e2 would be refused by the trainer: batch size 256"),
+    "a sweep point the trainer refuses": (["scaling", "--workers", "1 2", "--envs-per-worker", "8 3"],
+                                          "run w1_e3 would be refused by the trainer: batch size 256"),
+    "a seed the trainer refuses": (["learning", "--seeds", "1,99999999999"],
+                                   "seed 99999999999 would be refused by the trainer: run.seed"),
+}
+
+
+@pytest.mark.slow  # starts bench.py (a Python that imports torch)
+@pytest.mark.parametrize("case", list(BENCH_REFUSALS), ids=list(BENCH_REFUSALS))
+def test_benchmarks_refuse_bad_input_in_one_line_before_any_run(tmp_path, case):
+    """A list left empty, a run too long to time out, any run whose settings the trainer would refuse (a late one
+    too): exit 2 and one line, before the first run starts and before anything is written."""
+    argv, needle = BENCH_REFUSALS[case]
+    out = tmp_path / "out"
+    where = (["--runs-dir", str(out / "runs"), "--results-dir", str(out / "results")] if argv[0] == "study"
+             else ["--output-dir", str(out)])
+    proc = subprocess.run([sys.executable, "bench.py", *argv, *where], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert needle in proc.stderr and proc.stdout == "" and not out.exists(), proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+@pytest.mark.parametrize("target", ["bench-learning", "bench-mujoco", "bench-atari"])
+def test_make_passes_seeds_as_one_argument(target):
+    """SEEDS="1 2" reaches bench.py as one --seeds value (make -n: nothing runs)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    out = subprocess.run(["make", "-n", "-o", "install", target, "SEEDS=1 2"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    words = shlex.split(out.replace("\\\n", " "))
+    assert words[words.index("--seeds") + 1] == "1 2", out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -184,3 +185,28 @@ def test_crafted_checkpoint_is_refused_without_running_code(tmp_path, train_time
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "refusing to load it" in lines[0], proc.stderr
     assert not marker.exists()
+
+
+DISTRIBUTED_ERRORS = {
+    "no ranks": (["NPROC=0"], "make train-distributed: error: NPROC must be a whole number above 0, got '0'"),
+    "ranks not a number": (["NPROC=abc"], "NPROC must be a whole number above 0, got 'abc'"),
+    "a duration that is not one": (["DURATION=abc"], "train_timed.py: error: argument --duration: expected a duration"),
+    "envs that do not split over the ranks": (["NPROC=3", "ENVS_TOTAL=16"],
+                                              "num_envs_total (--num-envs-total) = 16 does not split evenly over 3"),
+}
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+@pytest.mark.parametrize("case", list(DISTRIBUTED_ERRORS), ids=list(DISTRIBUTED_ERRORS))
+def test_make_train_distributed_checks_its_values_before_torchrun(case, tmp_path):
+    """A bad NPROC, or a flag the trainer refuses, is one line of the Makefile's or the trainer's (beside make's own
+    `*** Error 2`) and exit status 2: torchrun never starts, nothing is written."""
+    assignments, needle = DISTRIBUTED_ERRORS[case]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    out = tmp_path / "run"
+    proc = subprocess.run(["make", "-s", "--no-print-directory", "-o", "install", "train-distributed",
+                           f"PY={sys.executable}", f"OUT={out}", *assignments], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    lines = [line for line in proc.stderr.strip().splitlines() if not line.startswith("make: ***")]
+    assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr and "torchrun" not in proc.stderr + proc.stdout and not out.exists()

@@ -9,11 +9,12 @@ the figure its summary.json and compare show.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 
@@ -84,36 +85,60 @@ def stop_tree(child: subprocess.Popen, grace: float = 10.0) -> None:
     except psutil.NoSuchProcess:
         procs = []
     for proc in procs:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             proc.terminate()
-        except psutil.NoSuchProcess:
-            pass
     _, alive = psutil.wait_procs(procs, timeout=grace)
     for proc in alive:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
-        except psutil.NoSuchProcess:
-            pass
     try:
         child.communicate(timeout=grace)
     except subprocess.TimeoutExpired:  # a grandchild we could not see still holds the pipe
         pass
 
 
+class Point(NamedTuple):
+    """One timed run: workers (0: sequential) × envs per worker, as `ranks` ranks when distributed, `flags` last."""
+
+    label: str
+    what: str
+    workers: int
+    envs_per_worker: int
+    ranks: int = 0
+    flags: tuple[str, ...] = ()
+    worker_threads: int = 1
+
+    def command(self, out_dir: Path, seconds: float, config: str, extra: list[str]) -> list[str]:
+        """Its trainer command, the run going to `out_dir / label`."""
+        m = self.envs_per_worker
+        if self.workers:
+            cmd = [*trainer_command(self.workers, self.ranks), "--num-workers", str(self.workers),
+                   "--num-envs-per-worker", str(m), "--set", f"parallel.worker_threads={self.worker_threads}",
+                   "--set", f"env.num_envs={self.workers * m}"]  # the layout's total, over a config's
+        else:
+            cmd = [*trainer_command(0, self.ranks), "--num-envs", str(m)]
+        return [*cmd, "--config", config, "--duration", f"{seconds / 3600:.8f}", "--output-dir",
+                str(out_dir / self.label), "--overwrite", *BENCH_RUN_SETS, *extra, *self.flags]
+
+
 def run_point(out: Path, workers: int, envs_per_worker: int, seconds: float, config: str, extra: list[str],
               worker_threads: int = 1, ranks: int = 0) -> dict[str, Any]:
-    """One timed run (workers == 0: sequential with `envs_per_worker` envs), or `ranks` ranks of that layout each;
-    returns its table row."""
-    if workers:
-        cmd = [*trainer_command(workers, ranks), "--num-workers", str(workers), "--num-envs-per-worker",
-               str(envs_per_worker), "--set", f"parallel.worker_threads={worker_threads}",
-               "--set", f"env.num_envs={workers * envs_per_worker}"]  # the layout's total, over a config's
-    else:
-        cmd = [*trainer_command(0, ranks), "--num-envs", str(envs_per_worker)]
-    cmd += ["--config", config, "--duration", f"{seconds / 3600:.8f}", "--output-dir", str(out), "--overwrite",
-            *BENCH_RUN_SETS, *extra]
-    run_bench_trainer(cmd, out.name)
+    """One timed run into `out` (`Point.command`); returns its table row."""
+    point = Point(out.name, "", workers, envs_per_worker, ranks, worker_threads=worker_threads)
+    run_bench_trainer(point.command(out.parent, seconds, config, extra), out.name)
     return point_row(load_run(out.name, out), worker_threads)
+
+
+def run_points(points: list[Point], out_dir: Path, seconds: float, config: str,
+               extra: list[str]) -> list[dict[str, Any]]:
+    """Run `points` one at a time, each into `out_dir / label`; their table rows."""
+    rows = []
+    for p in points:
+        print(f"  {p.label}: {p.what}, {seconds:.0f} s ...", flush=True)
+        run_bench_trainer(p.command(out_dir, seconds, config, extra), p.label)
+        rows.append(r := point_row(load_run(p.label, out_dir / p.label), p.worker_threads))
+        print(f"    {r['steps_per_second']:,.0f} steps/s, peak PSS {r['peak_pss_mb'] or 0:,.0f} MB", flush=True)
+    return rows
 
 
 def point_row(run: Run, worker_threads: int = 1) -> dict[str, Any]:
@@ -235,41 +260,25 @@ def write_scaling(rows: list[dict[str, Any]], out_dir: Path, title: str) -> None
     plot_scaling(rows, out_dir / "scaling.png")
 
 
-def best_layout(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    return max(rows, key=lambda r: r["steps_per_second"])
-
-
 def default_worker_counts() -> list[int]:
     """1, 2, 4, ... up to the physical cores this process may use (`usable_cpus`), included if not a power of 2."""
     logical = psutil.cpu_count() or 1
     physical = psutil.cpu_count(logical=False) or logical
     cores = max(1, min(physical, usable_cpus() * physical // logical))  # about the cores the usable CPUs belong to
-    counts = [1]
-    while counts[-1] * 2 <= cores:
-        counts.append(counts[-1] * 2)
-    if counts[-1] != cores:
-        counts.append(cores)
-    return counts
+    counts = [2**i for i in range(cores.bit_length())]
+    return counts if counts[-1] == cores else [*counts, cores]
 
 
-def sweep(out_dir: Path, workers: list[int], envs_per_worker: list[int], seconds: float, config: str,
-          extra: list[str], sequential: bool = True, distributed: bool = True) -> list[dict[str, Any]]:
+def sweep_points(workers: list[int], envs_per_worker: list[int], sequential: bool, distributed: bool) -> list[Point]:
     """A sequential point (same envs as one worker, when asked) then every workers × envs-per-worker point, and
     (`distributed`) for 2 or more workers the same count of distributed ranks, each a sequential source with
     envs-per-worker envs."""
-    rows = []
-    points = [(0, m, 0) for m in envs_per_worker[:1]] if sequential else []
-    points += [(w, m, 0) for m in envs_per_worker for w in workers]
+    points = [Point(f"seq_e{m}", f"sequential × {m} envs", 0, m) for m in envs_per_worker[:1]] if sequential else []
+    points += [Point(f"w{w}_e{m}", f"{w} workers × {m} envs", w, m) for m in envs_per_worker for w in workers]
     if distributed:
-        points += [(0, m, w) for m in envs_per_worker for w in workers if w >= 2]
-    for w, m, ranks in points:
-        label = f"r{ranks}_e{m}" if ranks else f"seq_e{m}" if w == 0 else f"w{w}_e{m}"
-        what = f"{ranks} ranks" if ranks else "sequential" if w == 0 else f"{w} workers"
-        print(f"  {label}: {what} × {m} envs, {seconds:.0f} s ...", flush=True)
-        rows.append(run_point(out_dir / label, w, m, seconds, config, extra, ranks=ranks))
-        print(f"    {rows[-1]['steps_per_second']:,.0f} steps/s, peak PSS {rows[-1]['peak_pss_mb'] or 0:,.0f} MB",
-              flush=True)
-    return rows
+        points += [Point(f"r{w}_e{m}", f"{w} ranks × {m} envs", 0, m, w)
+                   for m in envs_per_worker for w in workers if w >= 2]
+    return points
 
 
 def autotune(out_dir: Path, seconds: float, config: str, extra: list[str]) -> dict[str, Any]:
@@ -278,13 +287,12 @@ def autotune(out_dir: Path, seconds: float, config: str, extra: list[str]) -> di
 
     rows = _autotune_points(out_dir, seconds, config, extra)
     add_speedups(rows)
-    best = best_layout(rows)
+    best = max(rows, key=lambda r: r["steps_per_second"])
     path = out_dir / "ppo_autotuned.yaml"
     cfg, trainer, command = _autotuned_config(best, config, path)
     header = (f"# Written by `make autotune`: the fastest layout measured on this machine "
               f"({best['steps_per_second']:,.0f} env steps/s).\n# Use: {command}\n")
-    text = header + yaml.safe_dump(cfg, sort_keys=False)
-    write_text(path, text)
+    write_text(path, header + yaml.safe_dump(cfg, sort_keys=False))
     result = {"best": best, "trainer": trainer, "command": command, "config": str(path), "points": rows}
     write_json(out_dir / "autotune.json", result)
     return result
@@ -338,28 +346,20 @@ def _autotuned_config(best: dict[str, Any], config: str, path: Path) -> tuple[di
     return cfg, trainer, f"python -m parallel_ppo {trainer} --config {path}"
 
 
-def layouts(out_dir: Path, processes: list[int], envs: int, seconds: float, config: str,
-            extra: list[str]) -> list[dict[str, Any]]:
+def layout_points(processes: list[int], envs: int) -> list[Point]:
     """The ways to spend P processes on the same `envs` envs, for each P: the sequential trainer (every core's
     threads) first, then P workers; P distributed ranks, each a sequential source with envs / P envs; and P ranks
-    each with one worker of envs / P envs."""
-    rows = []
-    points = [("seq", 0, envs, 0, f"sequential, {envs} envs")]
-    for p in processes:
-        if p < 2:
-            continue
+    each with one worker of envs / P envs (the ranks split the envs and the minibatch: one problem)."""
+    points = [Point("seq", f"sequential, {envs} envs", 0, envs)]
+    split = ("--num-envs-total", str(envs))
+    for p in (p for p in processes if p >= 2):
         if envs % p:
             raise ConfigError(f"{envs} envs do not split evenly over {p} processes")
         m = envs // p
-        points += [(f"w{p}_e{m}", p, m, 0, f"{p} workers × {m} envs"), (f"r{p}_e{m}", 0, m, p, f"{p} ranks × {m} envs"),
-                   (f"r{p}_w1_e{m}", 1, m, p, f"{p} ranks × (1 worker × {m} envs)")]
-    for label, workers, m, ranks, what in points:
-        print(f"  {label}: {what}, {seconds:.0f} s ...", flush=True)
-        split = ["--num-envs-total", str(envs)] if ranks else []  # one problem split: the same envs and minibatch
-        rows.append(run_point(out_dir / label, workers, m, seconds, config, [*extra, *split], ranks=ranks))
-        print(f"    {rows[-1]['steps_per_second']:,.0f} steps/s", flush=True)
-    add_speedups(rows)
-    return rows
+        points += [Point(f"w{p}_e{m}", f"{p} workers × {m} envs", p, m),
+                   Point(f"r{p}_e{m}", f"{p} ranks × {m} envs", 0, m, p, split),
+                   Point(f"r{p}_w1_e{m}", f"{p} ranks × (1 worker × {m} envs)", 1, m, p, split)]
+    return points
 
 
 def layout_name(row: dict[str, Any]) -> str:
@@ -390,6 +390,7 @@ def layouts_table(rows: list[dict[str, Any]]) -> str:
 
 def write_layouts(rows: list[dict[str, Any]], out_dir: Path) -> None:
     """layouts.json, layouts.md and layouts.png (the scaling chart of these points) in `out_dir`."""
+    add_speedups(rows)
     write_json(out_dir / "layouts.json", {"points": rows})
     hw = rows[0]["hardware"]
     write_text(out_dir / "layouts.md", f"# Layouts of {rows[0]['envs']} envs\n\n{layouts_table(rows)}\n\n"

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from parallel_ppo.bench import scaling
 from parallel_ppo.bench.roofline import format_table, run_roofline_line
 from parallel_ppo.bench.scaling import BenchRunCrashed
 from parallel_ppo.bench.speedcheck import SPEED_TARGET
@@ -26,7 +27,7 @@ from parallel_ppo.cli.common import (
     positive_int,
     setting_item,
 )
-from parallel_ppo.cli.study import add_study, study
+from parallel_ppo.cli.study import add_study, run_budget, study, trainer_config
 from parallel_ppo.core.allocator import retain_freed_memory
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config
@@ -94,8 +95,8 @@ def _add_speed_check(sub: Any) -> None:
                    help="extra config override for both the limit and the trainer (repeatable)")
     s.add_argument("--seconds", type=duration_in("s"), default=20.0, metavar="TIME",
                    help="timed budget of the limit measurement (default 20)")
-    s.add_argument("--train-seconds", type=duration_in("s"), default=120.0, metavar="TIME",
-                   help="wall-clock budget of the trainer run in seconds (default 120)")
+    s.add_argument("--train-seconds", type=run_budget("s"), default=120.0, metavar="TIME",
+                   help="wall-clock budget of the trainer run in seconds (default 120, at most a week)")
     s.add_argument("--output-dir", metavar="DIR",
                    help=f"trainer run and JSON go here (default {SPEED_CHECK_DIR}, a new one each time)")
     s.add_argument("--output", metavar="FILE.json",
@@ -127,8 +128,8 @@ def _add_sweeps(sub: Any) -> None:
         c.add_argument("--env", metavar="ID", help="Procgen game or gymnasium id")
         c.add_argument("--set", action="append", default=[], type=setting_item, metavar="KEY=VALUE",
                        help="config override passed to every run (repeatable)")
-        c.add_argument("--seconds", type=duration_in("s"), default=20.0 if name == "autotune" else 60.0,
-                       metavar="TIME", help="wall-clock budget of each run")
+        c.add_argument("--seconds", type=run_budget("s"), default=20.0 if name == "autotune" else 60.0,
+                       metavar="TIME", help="wall-clock budget of each run (at most a week)")
         c.add_argument("--output-dir", default=f"benchmarks/{name}", metavar="DIR",
                        help=f"where the runs and results go (default benchmarks/{name})")
         if name == "scaling":
@@ -153,8 +154,8 @@ def _add_learning(sub: Any) -> None:
                        "one of the other trainer or another env is refused.")
     add_config_flag(c, PROCGEN_CONFIGS["learning"])
     c.add_argument("--env", default="starpilot", metavar="ID", help="Procgen game or gymnasium id (starpilot)")
-    c.add_argument("--minutes", type=duration_in("m"), default=10.0, metavar="TIME",
-                   help="per run (default 10; a bare number is minutes, 90s or 1.5h work too)")
+    c.add_argument("--minutes", type=run_budget("m"), default=10.0, metavar="TIME",
+                   help="per run (default 10, at most a week; a bare number is minutes, 90s or 1.5h work too)")
     c.add_argument("--seeds", default="1,2,3", metavar="LIST", help="seeds, e.g. 1,2,3 (the default)")
     c.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
                    help="a variant (repeatable; keys as for --set, e.g. fp32:training.precision=fp32); "
@@ -168,28 +169,29 @@ def _add_learning(sub: Any) -> None:
 
 
 def learning(args: Any, prog: str) -> int:
-    from parallel_ppo.bench.learning import DEFAULT_VARIANTS, check_kept_runs, main_learning, parse_variant
+    from parallel_ppo.bench import learning as runs
 
     out = Path(args.output_dir or f"benchmarks/learning_{args.env}")
     try:
         seeds = int_list(args.seeds, "--seeds")
         if len(set(seeds)) != len(seeds):
             raise ConfigError(f"--seeds lists a seed twice: {args.seeds!r}")
-        variants = [parse_variant(v) for v in args.variant] or list(DEFAULT_VARIANTS)
+        variants = [runs.parse_variant(v) for v in args.variant] or list(runs.DEFAULT_VARIANTS)
         labels = [v.label for v in variants]
         if len(set(labels)) != len(labels):
             raise ConfigError(f"two variants have the same label ({', '.join(labels)})")
         extra = ["--env", args.env, *(a for item in args.set for a in ("--set", item))]
-        env_ids = {v.label: build_config(args.config, {"env.id": args.env}, [*args.set, *v.sets],
-                                         parallel=args.parallel).env.id
-                   for v in variants}  # every run's config is checked before the first one starts
+        env_ids = {}
+        for v, seed in runs.plan(variants, seeds):  # every run is checked before the first one starts
+            cmd = runs.run_command(v, seed, out, args.config, args.minutes, extra, args.parallel)
+            env_ids[v.label] = trainer_config(cmd, f"benchmark run {v.label} seed {seed}").env.id
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--output-dir {out} exists and is not a directory")
         mode = "parallel" if args.parallel else "sequential"
-        check_kept_runs(out, env_ids, mode)
+        runs.check_kept_runs(out, env_ids, mode)
         print(f"{prog}: {args.env}, {len(variants)} variants × {len(seeds)} seeds × {args.minutes:g} min, one at a "
               f"time, {mode} trainer → {out}", flush=True)
-        return main_learning(out, variants, seeds, args.config, args.minutes, extra, prog, args.parallel)
+        return runs.main_learning(out, variants, seeds, args.config, args.minutes, extra, prog, args.parallel)
     except ParallelPPOError as e:
         return fail(prog, e, 2)
     except BenchRunCrashed as e:
@@ -230,49 +232,60 @@ def envs(args: Any, prog: str) -> int:
 
 
 def sweep(args: Any, prog: str) -> int:
-    from parallel_ppo.bench import scaling
-
+    """`scaling`, `layouts` or `autotune`; the runs of the first two are checked before the first one starts."""
     out = Path(args.output_dir)
     try:
         extra = _run_args(args)
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--output-dir {out} exists and is not a directory")
+        if args.command == "autotune":
+            return _autotune(args, out, extra, prog)
+        points, plan = _sweep_points(args)
+        for p in points:
+            trainer_config(p.command(out, args.seconds, args.config, extra), f"benchmark run {p.label}")
+        print(f"{prog}: {plan}, {args.seconds:g} s each", flush=True)
+        rows = scaling.run_points(points, out, args.seconds, args.config, extra)
         if args.command == "scaling":
-            workers = int_list(args.workers, "--workers") if args.workers else scaling.default_worker_counts()
-            per_worker = int_list(args.envs_per_worker, "--envs-per-worker")
-            print(f"{prog}: scaling sweep, workers {workers} × envs/worker {per_worker}, {args.seconds:g} s each",
-                  flush=True)
-            rows = scaling.sweep(out, workers, per_worker, args.seconds, args.config, extra,
-                                 sequential=not args.no_sequential, distributed=not args.no_distributed)
             scaling.write_scaling(rows, out, f"Scaling: {rows[0]['label']} and {len(rows) - 1} more runs")
             print(scaling.scaling_table(rows))
-            print(f"wrote {out / 'scaling.json'}, {out / 'scaling.md'}, {out / 'scaling.png'}")
-        elif args.command == "layouts":
-            processes = int_list(args.processes, "--processes")
-            print(f"{prog}: layouts of {args.envs} envs over {processes} processes, {args.seconds:g} s each",
-                  flush=True)
-            rows = scaling.layouts(out, processes, args.envs, args.seconds, args.config, extra)
+        else:
             scaling.write_layouts(rows, out)
             print(scaling.layouts_table(rows))
-            print(f"wrote {out / 'layouts.json'}, {out / 'layouts.md'}, {out / 'layouts.png'}")
-        else:
-            print(f"{prog}: autotune, {args.seconds:g} s per layout", flush=True)
-            result = scaling.autotune(out, args.seconds, args.config, extra)
-            print(scaling.scaling_table(result["points"]))
-            best = result["best"]
-            if best["ranks"]:
-                layout = f"distributed, {best['ranks']} ranks × {best['envs_per_worker']} envs"
-            elif best["workers"]:
-                layout = (f"{best['workers']} workers × {best['envs_per_worker']} envs, {best['worker_threads']} "
-                          "thread(s) per worker")
-            else:
-                layout = f"sequential, {best['envs_per_worker']} envs"
-            print(f"fastest here: {layout} at {best['steps_per_second']:,.0f} env steps/s")
-            print(f"use it: {result['command']}")
+        written = [str(out / f"{args.command}.{ext}") for ext in ("json", "md", "png")]
+        print(f"wrote {', '.join(written)}")
     except ParallelPPOError as e:
         return fail(prog, e, 2)
     except BenchRunCrashed as e:
         return fail(prog, e, 1)
+    return 0
+
+
+def _sweep_points(args: Any) -> tuple[list[scaling.Point], str]:
+    """The runs of `scaling` or `layouts` and what they are, in words."""
+    if args.command == "layouts":
+        processes = int_list(args.processes, "--processes")
+        return scaling.layout_points(processes, args.envs), f"layouts of {args.envs} envs over {processes} processes"
+    workers = int_list(args.workers, "--workers") if args.workers is not None else scaling.default_worker_counts()
+    per_worker = int_list(args.envs_per_worker, "--envs-per-worker")
+    points = scaling.sweep_points(workers, per_worker, not args.no_sequential, not args.no_distributed)
+    return points, f"scaling sweep, workers {workers} × envs/worker {per_worker}"
+
+
+def _autotune(args: Any, out: Path, extra: list[str], prog: str) -> int:
+    """Autotune's runs (a layout the trainer refuses is skipped) and the fastest of them."""
+    print(f"{prog}: autotune, {args.seconds:g} s per layout", flush=True)
+    result = scaling.autotune(out, args.seconds, args.config, extra)
+    print(scaling.scaling_table(result["points"]))
+    best = result["best"]
+    if best["ranks"]:
+        layout = f"distributed, {best['ranks']} ranks × {best['envs_per_worker']} envs"
+    elif best["workers"]:
+        layout = (f"{best['workers']} workers × {best['envs_per_worker']} envs, {best['worker_threads']} "
+                  "thread(s) per worker")
+    else:
+        layout = f"sequential, {best['envs_per_worker']} envs"
+    print(f"fastest here: {layout} at {best['steps_per_second']:,.0f} env steps/s")
+    print(f"use it: {result['command']}")
     return 0
 
 

@@ -52,7 +52,8 @@ LEARNER_THREADS = metric("system/learner_threads", "the learner's torch threads 
                          "own where an overlapped learner took the cores of workers waiting for it "
                          "(parallel.idle_learner_threads)")
 POLICY_LAG = metric("charts/policy_lag", "updates by which the parameters that collected the update's rollout trail "
-                    "those it updates: 0 on-policy, 1 with parallel.overlap (after the first update; 0 with policy_lag 0)", summary=True)
+                    "those it updates: 0 on-policy, 1 with parallel.overlap (after the first update; 0 with "
+                    "policy_lag 0)", summary=True)
 LAGGED_SHARE = metric("charts/lagged_share", "share of the update's env steps taken with older parameters than those "
                       "it updates: 0 on-policy; with parallel.overlap, those taken during the update before (all of "
                       "them without parallel.refresh_params)", summary=True)
