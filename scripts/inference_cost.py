@@ -6,14 +6,17 @@ Times, in this process and interleaved over rounds, one step's inference of the 
   precision's kept casts, sampling the actions);
 - `batched`: `--workers` times as many observations on `--device` (`--threads` of them on a CPU), copied there from
   pinned memory and the actions, log-probs and values copied back, as a central inference would have to;
-- `round trip`: a small message to another process and back through a pipe, what each step of a worker that waits
-  for a central inference would add at the least.
-Prints the medians and writes an evidence file (machine, date, commit, command, figures):
-`docs/results/<machine>/inference_cost-<config>-<N>-workers.json` unless `--output` says. A measurement: nothing
-else should run meanwhile. The observations are random (a forward pass costs what its shapes cost); a
-`training.precision` of `auto` is timed as fp32 (`--set training.precision=bf16` for bf16).
+- `round trip`: a step index sent to another process and back through a pipe: what each step of a worker that waits
+  for a central inference would add at the least (a real one would move the observations too).
+The figure to read is `batched_over_workers`: the batched pass's observations a second against the workers' own on
+the cores they would have (one each, at most the machine's), above 1 where a central inference would act faster.
+`saved_ms_a_worker_step` (a worker's step less the batched pass and the round trip) is given only where every
+worker has a core of its own. Prints the medians and writes an evidence file (machine, date, commit, command,
+figures): `docs/results/<machine>/inference_cost-<config>-<env>[-<sets>]-<N>-workers-<device>.json` unless
+`--output` says. A measurement: nothing else should run meanwhile. The observations are random (a forward pass
+costs what its shapes cost); a `training.precision` of `auto` is timed as fp32 (`--set training.precision=bf16`).
 
-    .venv/bin/python scripts/inference_cost.py [--config config/ppo_parallel.yaml] [--workers 16] [--device cuda]
+    .venv/bin/python scripts/inference_cost.py [--env starpilot] [--config FILE] [--workers 16] [--device cuda]
         [--threads N] [--steps 200] [--rounds 3] [--output FILE] [--set KEY=VALUE ...]
 """
 
@@ -27,20 +30,26 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-
-def positive(text: str) -> int:
-    """argparse type: a whole number above 0."""
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number above 0")
-    return int(text)
+Step = Callable[[], None]
 
 
-def per_step_ms(step: Callable[[], None], steps: int) -> float:
+def whole_number(most: int) -> Callable[[str], int]:
+    """argparse type: a whole number from 1 to `most`."""
+    def parse(text: str) -> int:
+        if not text.isdigit() or not 1 <= int(text) <= most:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to {most}")
+        return int(text)
+    return parse
+
+
+def per_step_ms(step: Step, steps: int) -> float:
     """Milliseconds per call of `step`, over `steps` calls after 20 of warm-up."""
     for _ in range(20):
         step()
@@ -50,14 +59,14 @@ def per_step_ms(step: Callable[[], None], steps: int) -> float:
     return 1000 * (time.perf_counter() - start) / steps
 
 
-def echo(conn) -> None:  # noqa: ANN001 (a Connection)
+def echo(conn: Connection) -> None:
     """The other end of the round trip: sends back what it receives until None."""
     while (message := conn.recv()) is not None:
         conn.send(message)
 
 
 def round_trip_ms(steps: int) -> float:
-    """Milliseconds for a step's worth of message (a step index) to reach another process and come back."""
+    """Milliseconds for a step index to reach another process and come back."""
     ours, theirs = mp.Pipe()
     child = mp.get_context("spawn").Process(target=echo, args=(theirs,), daemon=True)
     child.start()
@@ -68,7 +77,7 @@ def round_trip_ms(steps: int) -> float:
         child.join(10)
 
 
-def inference_step(model, spaces, precision: str, envs: int, device, rng):  # noqa: ANN001, ANN201
+def inference_step(model: Any, spaces: Any, precision: str, envs: int, device: Any, rng: Any) -> Step:
     """One step's acting for `envs` random observations on `device`: from pinned host memory where it is a GPU,
     the network's forward pass in `precision`, the actions sampled, and what the rollout keeps back on the host."""
     import numpy as np
@@ -86,40 +95,116 @@ def inference_step(model, spaces, precision: str, envs: int, device, rng):  # no
     def step() -> None:
         with torch.no_grad(), autocast(precision, device.type):
             params, values = model(host.to(device, non_blocking=True))
-        actions, logprobs = sample(spaces.actions, params.float().cpu(), spaces.actions.noise(rngs))
+        sample(spaces.actions, params.float().cpu(), spaces.actions.noise(rngs))
         values.float().cpu()
     return step
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
+    import torch
+
+    from parallel_ppo.bench.study import available_cores
+    from parallel_ppo.cli.common import OneLineParser
+    from parallel_ppo.envs.config import MAX_THREADS
+
+    p = OneLineParser(prog="inference_cost.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--env", help="the env (default: the config's own)")
+    p.add_argument("--config", help="default: the env family's shipped config, as bench.py takes it")
+    p.add_argument("--workers", type=whole_number(4096), default=16, help="workers one batched pass acts for")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                   help="the batched pass's device (default: cuda where there is one, else cpu)")
+    p.add_argument("--threads", type=whole_number(MAX_THREADS), default=available_cores(),
+                   help="torch threads of the batched pass on a CPU (default: every core)")
+    p.add_argument("--steps", type=whole_number(10**6), default=200)
+    p.add_argument("--rounds", type=whole_number(1000), default=3)
+    p.add_argument("--output", type=Path)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    return p.parse_args()
+
+
+def measure(args: argparse.Namespace, cfg: Any, spaces: Any, device: Any, precision: str) -> dict[str, list[float]]:
+    """Each round's milliseconds a step of the worker's pass, the batched one and the round trip, in ABBA order."""
     import numpy as np
     import torch
 
-    from parallel_ppo.bench.study import available_cores, gpu_name, machine_results_dir
-    from parallel_ppo.core.configure import build_config
-    from parallel_ppo.core.files import write_text
     from parallel_ppo.core.model import kept_casts, network
-    from parallel_ppo.envs.batch import env_spaces
-    from parallel_ppo.errors import ParallelPPOError
+
+    rng, envs, cpu = np.random.default_rng(0), cfg.parallel.num_envs_per_worker, torch.device("cpu")
+    steps = {"worker": (inference_step(network(cfg, spaces).eval(), spaces, precision, envs, cpu, rng), cpu, 1),
+             "batched": (inference_step(network(cfg, spaces).to(device).eval(), spaces, precision,
+                                        envs * args.workers, device, rng), device, args.threads)}
+    times: dict[str, list[float]] = {"worker": [], "batched": [], "round_trip": []}
+    for r in range(args.rounds):
+        for name in list(times)[:: 1 if r % 2 == 0 else -1]:
+            if name == "round_trip":
+                times[name].append(round_trip_ms(args.steps))
+                continue
+            step, on, threads = steps[name]
+            torch.set_num_threads(threads)
+            with kept_casts(precision, on.type):
+                times[name].append(per_step_ms(step, args.steps))
+            print(f"round {r + 1}: {name}: {times[name][-1]:.3f} ms a step", flush=True)
+    return times
+
+
+def evidence(args: argparse.Namespace, cfg: Any, device: Any, precision: str,
+             times: dict[str, list[float]]) -> dict[str, Any]:
+    """The evidence file's content: the setting, the medians and what they make, a table of every round."""
+    from parallel_ppo.bench.study import available_cores, gpu_name
     from parallel_ppo.runs import fingerprint
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default="config/ppo_parallel.yaml")
-    parser.add_argument("--workers", type=positive, default=16, help="workers whose envs one batched pass acts for")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="the batched pass's device (default: cuda where there is one, else cpu)")
-    parser.add_argument("--threads", type=positive, default=available_cores(),
-                        help="torch threads of the batched pass on a CPU (default: every core)")
-    parser.add_argument("--steps", type=positive, default=200)
-    parser.add_argument("--rounds", type=positive, default=3)
-    parser.add_argument("--output", type=Path)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    args = parser.parse_args()
+    median = {name: statistics.median(t) for name, t in times.items()}
+    envs, cores, gpu = cfg.parallel.num_envs_per_worker, available_cores(), gpu_name()
+    total, own_cores = envs * args.workers, min(args.workers, cores)
+    worker_rate, batched_rate = 1000 * envs / median["worker"], 1000 * total / median["batched"]
+    saved = median["worker"] - median["batched"] - median["round_trip"] if args.workers <= cores else None
+    where = f"{gpu}" if device.type == "cuda" else f"{args.threads} CPU thread(s)"
+    rows = [["a worker, 1 CPU thread", envs, "worker"], [f"batched, {where}", total, "batched"],
+            ["round trip to another process", 0, "round_trip"]]
+    return {
+        "machine": f"{fingerprint.describe_cpu()}, {cores} cores" + (f", {gpu}" if gpu else ""),
+        "cpu_kind": fingerprint.cpu_kind(),
+        "date": datetime.date.today().isoformat(), "commit": fingerprint.source_commit() or "unknown",
+        "command": "scripts/inference_cost.py " + " ".join(sys.argv[1:]),
+        "setting": {"config": args.config, "env": cfg.env.id, "model": cfg.model.kind, "precision": precision,
+                    "envs_per_worker": envs, "workers": args.workers, "cores": cores, "device": str(device),
+                    "threads": args.threads if device.type == "cpu" else None, "batched_on": where},
+        "figures": {"worker_ms": round(median["worker"], 3), "batched_ms": round(median["batched"], 3),
+                    "round_trip_ms": round(median["round_trip"], 3), "worker_obs_per_s": round(worker_rate),
+                    "batched_obs_per_s": round(batched_rate),
+                    "batched_over_workers": round(batched_rate / (own_cores * worker_rate), 2),
+                    "saved_ms_a_worker_step": None if saved is None else round(saved, 3)},
+        "tables": {"cost": {"columns": ["what", "observations a step", "ms a step (median)", "rounds"],
+                            "rows": [[what, n, round(median[name], 3), ", ".join(f"{t:.3f}" for t in times[name])]
+                                     for what, n, name in rows]}},
+    }
+
+
+def main() -> int:
+    import torch
+
+    from parallel_ppo.bench.study import machine_results_dir, slug
+    from parallel_ppo.cli.common import default_config
+    from parallel_ppo.core.configure import build_config
+    from parallel_ppo.core.files import write_text
+    from parallel_ppo.envs.batch import env_spaces
+    from parallel_ppo.errors import ConfigError, ParallelPPOError
+    from parallel_ppo.runs.directory import check_writable
+
+    args = parse_args()
     try:
-        cfg = build_config(args.config, {"training.device": "cpu"}, args.set, parallel=True)
-        spaces = env_spaces(cfg.env)
+        args.config = args.config or default_config(args.env, "ppo_parallel.yaml")
+        flags = {"training.device": "cpu", **({"env.id": args.env} if args.env else {})}
+        cfg = build_config(args.config, flags, args.set, parallel=True)
         device = torch.device(args.device)
         torch.empty(1, device=device)  # a device this machine lacks fails here
+        what = [Path(args.config).stem, slug(cfg.env.id), *map(slug, args.set), str(args.workers), "workers"]
+        name = f"inference_cost-{'-'.join(what)}-{device.type}.json"
+        output = args.output or machine_results_dir(ROOT / "docs" / "results") / name
+        if output.is_dir():
+            raise ConfigError(f"--output {output} is a directory")
+        check_writable(output.parent, f"--output {output}")
+        spaces = env_spaces(cfg.env)
     except ParallelPPOError as e:
         print(f"inference_cost.py: error: {e}", file=sys.stderr)
         return 2
@@ -127,56 +212,15 @@ def main() -> int:
         print(f"inference_cost.py: error: --device {args.device}: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     precision = "fp32" if cfg.training.precision == "auto" else cfg.training.precision
-    envs = cfg.parallel.num_envs_per_worker
-    rng = np.random.default_rng(0)
-    worker_model = network(cfg, spaces).eval()
-    batched_model = network(cfg, spaces).to(device).eval()
-    worker = inference_step(worker_model, spaces, precision, envs, torch.device("cpu"), rng)
-    batched = inference_step(batched_model, spaces, precision, envs * args.workers, device, rng)
-    times: dict[str, list[float]] = {"worker": [], "batched": [], "round_trip": []}
-    for r in range(args.rounds):
-        for name in list(times)[:: 1 if r % 2 == 0 else -1]:
-            if name == "round_trip":
-                times[name].append(round_trip_ms(args.steps))
-                continue
-            torch.set_num_threads(1 if name == "worker" else args.threads)
-            with kept_casts(precision, "cpu" if name == "worker" else device.type):
-                times[name].append(per_step_ms(worker if name == "worker" else batched, args.steps))
-            print(f"round {r + 1}: {name}: {times[name][-1]:.3f} ms a step", flush=True)
-    median = {name: statistics.median(t) for name, t in times.items()}
-    total = envs * args.workers
-    saved = median["worker"] - median["batched"] - median["round_trip"]
-    gpu = gpu_name()
-    where = f"{gpu}" if device.type == "cuda" else f"{args.threads} CPU thread(s)"
-    name = f"inference_cost-{Path(args.config).stem}-{args.workers}-workers.json"
-    output = args.output or machine_results_dir(ROOT / "docs" / "results") / name
-    evidence = {
-        "machine": f"{fingerprint.describe_cpu()}, {available_cores()} cores" + (f", {gpu}" if gpu else ""),
-        "cpu_kind": fingerprint.cpu_kind(),
-        "date": datetime.date.today().isoformat(), "commit": fingerprint.source_commit() or "unknown",
-        "command": "scripts/inference_cost.py " + " ".join(sys.argv[1:]),
-        "setting": {"config": args.config, "env": cfg.env.id, "model": cfg.model.kind, "precision": precision,
-                    "envs_per_worker": envs, "workers": args.workers, "device": str(device),
-                    "threads": args.threads if device.type == "cpu" else None},
-        "figures": {"worker_ms": round(median["worker"], 3), "batched_ms": round(median["batched"], 3),
-                    "round_trip_ms": round(median["round_trip"], 3),
-                    "worker_obs_per_s": round(1000 * envs / median["worker"]),
-                    "batched_obs_per_s": round(1000 * total / median["batched"]),
-                    "saved_ms_a_worker_step": round(saved, 3)},
-        "tables": {"cost": {"columns": ["what", "observations a step", "ms a step (median)", "rounds"],
-                            "rows": [["a worker, 1 CPU thread", envs, round(median["worker"], 3),
-                                      ", ".join(f"{t:.3f}" for t in times["worker"])],
-                                     [f"batched, {where}", total, round(median["batched"], 3),
-                                      ", ".join(f"{t:.3f}" for t in times["batched"])],
-                                     ["round trip to another process", 0, round(median["round_trip"], 3),
-                                      ", ".join(f"{t:.3f}" for t in times["round_trip"])]]}},
-    }
+    data = evidence(args, cfg, device, precision, measure(args, cfg, spaces, device, precision))
     output.parent.mkdir(parents=True, exist_ok=True)
-    write_text(output, json.dumps(evidence, indent=1) + "\n")
-    print(f"{cfg.env.id} ({cfg.model.kind}, {precision}): a worker's {envs} observations {median['worker']:.3f} ms a "
-          f"step on one CPU thread; {args.workers} workers' {total} at once {median['batched']:.3f} ms on {where}; "
-          f"a round trip {median['round_trip']:.3f} ms: a central inference would "
-          f"{'save' if saved > 0 else 'cost'} each worker {abs(saved):.3f} ms a step, its device free; {output}")
+    write_text(output, json.dumps(data, indent=1) + "\n")
+    f = data["figures"]
+    print(f"{cfg.env.id} ({cfg.model.kind}, {precision}): a worker's {cfg.parallel.num_envs_per_worker} observations "
+          f"{f['worker_ms']:.3f} ms a step on one CPU thread; {args.workers} workers' at once {f['batched_ms']:.3f} "
+          f"ms on {data['setting']['batched_on']}; a round trip {f['round_trip_ms']:.3f} ms; the batched "
+          f"pass acts on {f['batched_over_workers']:.2f} times the observations a second of the workers' own; "
+          f"{output}")
     return 0
 
 

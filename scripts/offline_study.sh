@@ -7,6 +7,9 @@
 # then the workers, CUDA learner, ranks and threads at the smaller counts; overlap only at 8 and 16).
 # Results are rewritten after every point, so whatever finished survives a cut-off.
 #   bash scripts/offline_study.sh [RESULTS_DIR] [SECONDS]      (defaults docs/results and 20 s per run)
+# A study joins the committed one of its machine and task only with the same settings, SECONDS too (the 16-core H200's
+# were measured at 15 s for starpilot, 30 s for Lift from state, 40 s for the camera); a study of other settings in
+# its place is refused, and the script stops.
 # PLAN="threads:1 workers:16 cuda:16" (family:counts, counts comma-separated) runs those points, in that order, instead.
 # SETS="parallel.learner_threads=4 ..." passes each KEY=VALUE to every point as a --set (the study's own give way, but
 # for the threads and ranks families' thread counts); such a study's files are named for its settings
@@ -89,6 +92,10 @@ study() {  # FAMILY "COUNTS"
     python3 bench.py study --env "$env" ${CONFIG:+--config "$CONFIG"} --seconds "$seconds" "${sets[@]}" \
         --runs-dir /tmp/offline_study_runs --results-dir "$results" \
         --families "$1" --processes "$2" 2>&1 | grep --line-buffered -iE "steps/s|failed|wrote|error|traceback|skipped|dropping"
+    local status=${PIPESTATUS[0]}
+    if [ "$status" = 2 ]; then  # refused before any run (settings, or results of other settings): so is every call
+        echo "offline_study: stopped: the study refused its input (above)" >&2; exit 2
+    fi
 }
 if [ -n "${PLAN:-}" ]; then
     for point in $PLAN; do study "${point%%:*}" "$(tr , ' ' <<< "${point#*:}")"; done
@@ -105,7 +112,7 @@ else
     study threads "2 4 8 16"
 fi
 if [ -n "${INFERENCE:-}" ]; then
-    python3 scripts/inference_cost.py ${CONFIG:+--config "$CONFIG"} --set "env.id=$env" --workers "$INFERENCE" 2>&1 |
-        grep --line-buffered -iE "error|traceback|observations"
+    python3 scripts/inference_cost.py --env "$env" ${CONFIG:+--config "$CONFIG"} --workers "$INFERENCE" 2>&1 |
+        grep --line-buffered -iE "error|traceback|observations a second"
 fi
 date +%T

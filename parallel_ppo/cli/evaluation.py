@@ -117,7 +117,7 @@ def eval_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
             check_video_path(Path(args.video))
         policy = Policy.load(args.checkpoint)
         cfg, model, run_dir, checkpoint = policy.cfg, policy.model, policy.run_dir, policy.state
-        evals = earlier_evals(run_dir)  # earlier evaluations of other kinds are kept
+        earlier_evals(run_dir)  # one that cannot be read is refused before playing (they are kept, with this one)
         views = Views.chosen(args.views or [ENV_VIEW], policy.spaces, cfg.env, "--views", cfg.model.actor_keys)
         result = play_episodes(model, cfg, args.levels, args.episodes, args.num_envs, args.deterministic, args.seed,
                                frames=captioned(frames) if args.video else None, views=views)
@@ -130,8 +130,10 @@ def eval_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
              "checkpoint_env_steps": checkpoint["env_steps"], "seed": args.seed, "command": command}
     key = f"{result.levels}_{'deterministic' if args.deterministic else 'sampled'}"
     path = run_dir / "eval.json"
-    try:
-        write_json(path, {**evals, key: entry})
+    try:  # read again: an evaluation of another kind may have been written while this one played
+        write_json(path, {**earlier_evals(run_dir), key: entry})
+    except ParallelPPOError as e:
+        return fail(prog, e, 2)
     except OSError as e:
         return fail(prog, e, 1)
     print(format_eval(cfg, entry))

@@ -48,10 +48,11 @@ def run_budget(unit: str) -> Callable[[str], float]:
 
 def trainer_config(cmd: list[str], name: str) -> Config:
     """The config the trainer of benchmark run `name` builds from its command (`bench.scaling.trainer_command` and
-    flags), read by the trainer's own parser and built as it builds it, nothing run: a ConfigError naming the run
-    where the trainer would refuse it. What only a start tells (the learner's device, the env itself) is not
-    checked."""
+    flags), read by the trainer's own parser and built as it builds it (its precision checked on its device), nothing
+    run: a ConfigError naming the run where the trainer would refuse it. What only a start tells (the env itself) is
+    not checked."""
     from parallel_ppo.cli.train import make_parser, request_of
+    from parallel_ppo.tuning.learner_settings import check_precision
 
     def refuse(message: str) -> NoReturn:
         raise ConfigError(message)
@@ -63,7 +64,9 @@ def trainer_config(cmd: list[str], name: str) -> Config:
     parser.error = refuse  # a ConfigError, not an exit
     try:
         request = request_of(parser.parse_args(cmd[start + 1:]), parallel)
-        return build_config(request.config, request.flags, list(request.sets), parallel, ranks)
+        cfg = build_config(request.config, request.flags, list(request.sets), parallel, ranks)
+        check_precision(cfg)  # as the learner's settings check it before the run
+        return cfg
     except ConfigError as e:
         raise ConfigError(f"{name} would be refused by the trainer: {e}") from None
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 PROCGEN_MODES = ("easy", "hard", "extreme", "memory", "exploration")
+"""Procgen's difficulties: the choices of `env.distribution_mode`."""
 MAX_THREADS = 4096
 """The most threads a setting may ask for (more than any CPU has logical cores; torch takes a C int)."""
-"""Procgen's difficulties: the choices of `env.distribution_mode`."""
 
 
 @dataclass(frozen=True)
