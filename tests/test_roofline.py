@@ -148,4 +148,4 @@ def test_roofline_run_without_figures_exits_2(tmp_path, capsys) -> None:
     kept = ROOT / "docs/results/intel-xeon-avx512-bf16-2c/runs/overlap_cartpole/synchronous/seed_1/summary.json"
     (tmp_path / "summary.json").write_text(json.dumps({**json.loads(kept.read_text()), "sps": None}))
     assert main(["roofline", "--env", "CartPole-v1", "--run", str(tmp_path)]) == 2
-    assert "no FLOP figures" in capsys.readouterr().err
+    assert "no SPS or FLOP figures" in capsys.readouterr().err

@@ -59,8 +59,8 @@ def run_roofline_line(run_dir: str) -> str:
         raise RunDataError(f"--run {run_dir}: no summary.json there (not a finished run)")
     s = RunSummary.read(path)
     if None in (s.achieved_gflops, s.peak_gflops, s.sps, s.flops_per_env_step, s.peak_fraction):
-        raise RunDataError(f"--run {run_dir}: its summary has no FLOP figures (run.limit_seconds was 0, "
-                          "or an older run)")
+        raise RunDataError(f"--run {run_dir}: its summary has no SPS or FLOP figures (run.limit_seconds was 0, "
+                          "no update after the first, or an older run)")
     return (f"run {run_dir}: {s.sps:,.0f} SPS × {fmt_flop(s.flops_per_env_step)} = "
             f"{fmt_flop(s.achieved_gflops * 1e9, '/s')}, {s.peak_fraction:.0%} of its {s.precision} matmul peak "
             f"({s.peak_gflops:,.0f} GFLOP/s)")

@@ -291,8 +291,9 @@ def render_outputs(cmp: Comparison) -> dict[str, bytes]:
 
 def write_outputs(outputs: Mapping[str, bytes], out_dir: Path) -> list[Path]:
     """Create `out_dir` and write every file or none: a directory where a file goes is refused first, then each
-    file goes to a temp file beside it, and the temp files are renamed into place once all are written. An
-    OSError names the file it is about; returns the paths written."""
+    file goes to a temp file beside it, and the temp files are renamed into place once all are written (a rename that
+    fails after others succeeded, the directory changed meanwhile, leaves those). An OSError names the file it is
+    about; returns the paths written."""
     targets = [out_dir / name for name in outputs]
     out_dir.mkdir(parents=True, exist_ok=True)
     temps: list[Path] = []
