@@ -12,12 +12,13 @@ The figure to read is `batched_over_workers`: the batched pass's observations a 
 the cores they would have (one each, at most the machine's), above 1 where a central inference would act faster.
 `saved_ms_a_worker_step` (a worker's step less the batched pass and the round trip) is given only where every
 worker has a core of its own. Prints the medians and writes an evidence file (machine, date, commit, command,
-figures): `docs/results/<machine>/inference_cost-<config>-<env>[-<sets>]-<N>-workers-<device>.json` unless
-`--output` says. A measurement: nothing else should run meanwhile. The observations are random (a forward pass
-costs what its shapes cost); a `training.precision` of `auto` is timed as fp32 (`--set training.precision=bf16`).
+figures): `<results-dir>/<machine>/inference_cost-<config>-<env>[-<sets>]-<N>-workers-<device>.json` (docs/results
+by default) unless `--output` says. A measurement: nothing else should run meanwhile. The observations are random
+(a forward pass costs what its shapes cost); a `training.precision` of `auto` is timed as fp32
+(`--set training.precision=bf16` for bf16).
 
     .venv/bin/python scripts/inference_cost.py [--env starpilot] [--config FILE] [--workers 16] [--device cuda]
-        [--threads N] [--steps 200] [--rounds 3] [--output FILE] [--set KEY=VALUE ...]
+        [--threads N] [--steps 200] [--rounds 3] [--results-dir DIR | --output FILE] [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -117,7 +118,9 @@ def parse_args() -> argparse.Namespace:
                    help="torch threads of the batched pass on a CPU (default: every core)")
     p.add_argument("--steps", type=whole_number(10**6), default=200)
     p.add_argument("--rounds", type=whole_number(1000), default=3)
-    p.add_argument("--output", type=Path)
+    p.add_argument("--results-dir", type=Path, default=ROOT / "docs" / "results",
+                   help="the machine's folder goes in it (default docs/results)")
+    p.add_argument("--output", type=Path, help="the evidence file (default: named for the settings, in the folder)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     return p.parse_args()
 
@@ -200,7 +203,7 @@ def main() -> int:
         torch.empty(1, device=device)  # a device this machine lacks fails here
         what = [Path(args.config).stem, slug(cfg.env.id), *map(slug, args.set), str(args.workers), "workers"]
         name = f"inference_cost-{'-'.join(what)}-{device.type}.json"
-        output = args.output or machine_results_dir(ROOT / "docs" / "results") / name
+        output = args.output or machine_results_dir(args.results_dir) / name
         if output.is_dir():
             raise ConfigError(f"--output {output} is a directory")
         check_writable(output.parent, f"--output {output}")

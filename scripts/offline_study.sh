@@ -17,7 +17,7 @@
 # ENV (and CONFIG) study another task: `ENV=robosuite/Lift` (staged by `offline_stage.sh 3.12 robot` in .robot/, which
 # travels alone: with .whl/ it is over a device call's 64 MiB), `CONFIG=config/robosuite_lift_camera.yaml` its camera.
 # INFERENCE=16 then times the task's inference (scripts/inference_cost.py): a worker's own against 16 workers' batched
-# on the GPU (or every core), into the machine's folder under docs/results (seconds).
+# on the GPU (or every core), into the machine's folder under RESULTS_DIR (seconds).
 # GL=mesa draws the camera with Mesa's llvmpipe on the CPU instead of the GPU (staged by `offline_stage.sh 3.12 mesa`
 # in .mesa/, unpacked to /tmp/offline_mesa by a call that carries it; LP_NUM_THREADS is passed on as set).
 # Budget: 21 points × (SECONDS + start-up); on a 16-core H100 box each run's start-up was ~25 s (every process
@@ -112,7 +112,8 @@ else
     study threads "2 4 8 16"
 fi
 if [ -n "${INFERENCE:-}" ]; then
-    python3 scripts/inference_cost.py --env "$env" ${CONFIG:+--config "$CONFIG"} --workers "$INFERENCE" 2>&1 |
+    python3 scripts/inference_cost.py --env "$env" ${CONFIG:+--config "$CONFIG"} --workers "$INFERENCE" \
+        --results-dir "$results" 2>&1 |
         grep --line-buffered -iE "error|traceback|observations a second"
 fi
 date +%T
