@@ -25,9 +25,11 @@ from parallel_ppo.cli.common import (
     fail,
     int_list,
     positive_int,
+    run_budget,
     setting_item,
 )
-from parallel_ppo.cli.study import add_study, run_budget, study, trainer_config
+from parallel_ppo.cli.study import add_study, study
+from parallel_ppo.cli.train import trainer_config
 from parallel_ppo.core.allocator import retain_freed_memory
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from parallel_ppo.cli.flags import with_flags
-from parallel_ppo.core.units import to_unit
+from parallel_ppo.core.units import SECONDS_PER, to_unit
 from parallel_ppo.errors import ConfigError
 
 
@@ -78,6 +78,24 @@ def duration_in(unit: str) -> Callable[[str], float]:
         return value
 
     return duration
+
+
+LONGEST_RUN_DAYS = 7
+"""The longest budget of one benchmark run, a week: the trainer takes up to a year, but a study stops a run as hung
+after 3 × its budget + 2 min, a wait Python's poll() must hold in milliseconds (below 2**31 ms, about 24.8 days)."""
+
+
+def run_budget(unit: str) -> Callable[[str], float]:
+    """argparse type of a benchmark run's budget: a positive duration (`duration_in(unit)`) of at most a week."""
+    duration = duration_in(unit)
+
+    def budget(text: str) -> float:
+        value = duration(text)
+        if value * SECONDS_PER[unit] > LONGEST_RUN_DAYS * SECONDS_PER["d"]:
+            raise argparse.ArgumentTypeError(f"a benchmark run takes at most {LONGEST_RUN_DAYS}d, got {text!r}")
+        return value
+
+    return budget
 
 
 def positive_int(text: str) -> int:

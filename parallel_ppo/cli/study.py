@@ -1,13 +1,10 @@
 """bench.py's `study` subcommand: the many-core study (threads, workers, distributed ranks and a CUDA learner at
-1, 2, 4, ... processes) into docs/results/; and what every benchmark that runs the trainer checks before its first
-run: a run's budget (`run_budget`) and the settings of each run as the trainer reads them (`trainer_config`)."""
+1, 2, 4, ... processes) into docs/results/."""
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from parallel_ppo.bench.scaling import BenchRunCrashed
 from parallel_ppo.bench.study import (
@@ -22,53 +19,9 @@ from parallel_ppo.bench.study import (
     run_study,
 )
 from parallel_ppo.bench.study_pages import FAMILIES, GPU_FAMILIES, results_files, study_table
-from parallel_ppo.cli.common import add_config_flag, duration_in, fail, int_list, positive_int, setting_item
-from parallel_ppo.core.config import Config
-from parallel_ppo.core.configure import build_config
-from parallel_ppo.core.units import SECONDS_PER
+from parallel_ppo.cli.common import add_config_flag, fail, int_list, positive_int, run_budget, setting_item
+from parallel_ppo.cli.train import trainer_config
 from parallel_ppo.errors import ConfigError, ParallelPPOError
-
-LONGEST_RUN_DAYS = 7
-"""The longest budget of one benchmark run, a week: the trainer takes up to a year, but a study stops a run as hung
-after 3 × its budget + 2 min, a wait Python's poll() must hold in milliseconds (below 2**31 ms, about 24.8 days)."""
-
-
-def run_budget(unit: str) -> Callable[[str], float]:
-    """argparse type of a benchmark run's budget: a positive duration (`duration_in(unit)`) of at most a week."""
-    duration = duration_in(unit)
-
-    def budget(text: str) -> float:
-        value = duration(text)
-        if value * SECONDS_PER[unit] > LONGEST_RUN_DAYS * SECONDS_PER["d"]:
-            raise argparse.ArgumentTypeError(f"a benchmark run takes at most {LONGEST_RUN_DAYS}d, got {text!r}")
-        return value
-
-    return budget
-
-
-def trainer_config(cmd: list[str], name: str) -> Config:
-    """The config the trainer of benchmark run `name` builds from its command (`bench.scaling.trainer_command` and
-    flags), read by the trainer's own parser and built as it builds it (its precision checked on its device), nothing
-    run: a ConfigError naming the run where the trainer would refuse it. What only a start tells (the env itself) is
-    not checked."""
-    from parallel_ppo.cli.train import make_parser, request_of
-    from parallel_ppo.tuning.learner_settings import check_precision
-
-    def refuse(message: str) -> NoReturn:
-        raise ConfigError(message)
-
-    start = cmd.index("parallel_ppo") + 1  # [..., "-m", "parallel_ppo", "train" | "train-parallel", flags...]
-    parallel = cmd[start] == "train-parallel"
-    ranks = int(cmd[cmd.index("--nproc_per_node") + 1]) if "--nproc_per_node" in cmd else None
-    parser = make_parser(cmd[start], parallel)
-    parser.error = refuse  # a ConfigError, not an exit
-    try:
-        request = request_of(parser.parse_args(cmd[start + 1:]), parallel)
-        cfg = build_config(request.config, request.flags, list(request.sets), parallel, ranks)
-        check_precision(cfg)  # as the learner's settings check it before the run
-        return cfg
-    except ConfigError as e:
-        raise ConfigError(f"{name} would be refused by the trainer: {e}") from None
 
 
 def add_study(sub: Any) -> None:

@@ -1,4 +1,5 @@
-"""Command line of both timed trainers: flags → a `launch.Request` → the run, with one-line errors."""
+"""Command line of both timed trainers: flags → a `launch.Request` → the run, with one-line errors; and the config a
+benchmark's trainer command would build (`trainer_config`), checked before any of its runs starts."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import yaml
 
@@ -217,3 +218,27 @@ def run_one(request: Request, prog: str) -> int:
         return execute(prepared, prog)[1]
     except ParallelPPOError as e:  # W&B that could not start (nothing written)
         return 2 if quiet else fail(prog, e, 2, flags=True)
+
+
+def trainer_config(cmd: list[str], name: str) -> Config:
+    """The config the trainer of benchmark run `name` builds from its command (`bench.scaling.trainer_command` and
+    flags), read by the trainer's own parser and built as it builds it (its precision checked on its device), nothing
+    run: a ConfigError naming the run where the trainer would refuse it. What only a start tells (the env itself) is
+    not checked."""
+    from parallel_ppo.tuning.learner_settings import check_precision
+
+    def refuse(message: str) -> NoReturn:
+        raise ConfigError(message)
+
+    start = cmd.index("parallel_ppo") + 1  # [..., "-m", "parallel_ppo", "train" | "train-parallel", flags...]
+    parallel = cmd[start] == "train-parallel"
+    ranks = int(cmd[cmd.index("--nproc_per_node") + 1]) if "--nproc_per_node" in cmd else None
+    parser = make_parser(cmd[start], parallel)
+    parser.error = refuse  # a ConfigError, not an exit
+    try:
+        request = request_of(parser.parse_args(cmd[start + 1:]), parallel)
+        cfg = build_config(request.config, request.flags, list(request.sets), parallel, ranks)
+        check_precision(cfg)  # as the learner's settings check it before the run
+        return cfg
+    except ConfigError as e:
+        raise ConfigError(f"{name} would be refused by the trainer: {e}") from None
