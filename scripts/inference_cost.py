@@ -13,9 +13,9 @@ the cores they would have (one each, at most the machine's), above 1 where a cen
 `saved_ms_a_worker_step` (a worker's step less the batched pass and the round trip) is given only where every
 worker has a core of its own. Prints the medians and writes an evidence file (machine, date, commit, command,
 figures): `<results-dir>/<machine>/inference_cost-<config>-<env>[-<sets>]-<N>-workers-<device>.json` (docs/results
-by default) unless `--output` says. A measurement: nothing else should run meanwhile. The observations are random
-(a forward pass costs what its shapes cost); a `training.precision` of `auto` is timed as fp32
-(`--set training.precision=bf16` for bf16).
+by default; a CPU's device part is `cpu-<threads>-threads`) unless `--output` says. A measurement: nothing else
+should run meanwhile. The observations are random (a forward pass costs what its shapes cost), a dict's keys
+packed as the env's are; a `training.precision` of `auto` is timed as fp32 (`--set training.precision=bf16`).
 
     .venv/bin/python scripts/inference_cost.py [--env starpilot] [--config FILE] [--workers 16] [--device cuda]
         [--threads N] [--steps 200] [--rounds 3] [--results-dir DIR | --output FILE] [--set KEY=VALUE ...]
@@ -72,10 +72,25 @@ def round_trip_ms(steps: int) -> float:
     child = mp.get_context("spawn").Process(target=echo, args=(theirs,), daemon=True)
     child.start()
     try:
+        ours.send(0)
+        if not ours.poll(60):  # a child that could not start would leave the loop waiting for ever
+            raise RuntimeError("the round trip's other process did not answer in 60 s")
+        ours.recv()
         return per_step_ms(lambda: (ours.send(1), ours.recv()), steps)
     finally:
         ours.send(None)
         child.join(10)
+
+
+def random_observations(spaces: Any, envs: int, rng: Any) -> Any:
+    """`envs` random observations of `spaces`: uint8 pixels, floats in [0, 1); a dict's keys packed by its layout."""
+    import numpy as np
+
+    if spaces.layout is None:
+        high = 256 if spaces.obs_dtype == np.uint8 else 1
+        return (rng.random((envs, *spaces.obs_shape)) * high).astype(spaces.obs_dtype)
+    return spaces.layout.pack({p.key: rng.random((envs, *p.shape)) * (256 if p.image else 1)
+                               for p in spaces.layout.parts})
 
 
 def inference_step(model: Any, spaces: Any, precision: str, envs: int, device: Any, rng: Any) -> Step:
@@ -87,8 +102,7 @@ def inference_step(model: Any, spaces: Any, precision: str, envs: int, device: A
     from parallel_ppo.core.distributions import sample
     from parallel_ppo.core.model import autocast
 
-    high = 256 if spaces.obs_dtype == np.uint8 else 1
-    host = torch.from_numpy((rng.random((envs, *spaces.obs_shape)) * high).astype(spaces.obs_dtype))
+    host = torch.from_numpy(random_observations(spaces, envs, rng))
     if device.type == "cuda":
         host = host.pin_memory()
     rngs = [np.random.default_rng(i) for i in range(envs)]
@@ -118,24 +132,27 @@ def parse_args() -> argparse.Namespace:
                    help="torch threads of the batched pass on a CPU (default: every core)")
     p.add_argument("--steps", type=whole_number(10**6), default=200)
     p.add_argument("--rounds", type=whole_number(1000), default=3)
-    p.add_argument("--results-dir", type=Path, default=ROOT / "docs" / "results",
-                   help="the machine's folder goes in it (default docs/results)")
-    p.add_argument("--output", type=Path, help="the evidence file (default: named for the settings, in the folder)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--results-dir", type=Path, default=ROOT / "docs" / "results",
+                       help="the machine's folder goes in it (default docs/results)")
+    where.add_argument("--output", type=Path, help="the evidence file (default: named for the settings, in the folder)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     return p.parse_args()
 
 
-def measure(args: argparse.Namespace, cfg: Any, spaces: Any, device: Any, precision: str) -> dict[str, list[float]]:
-    """Each round's milliseconds a step of the worker's pass, the batched one and the round trip, in ABBA order."""
+def measure(args: argparse.Namespace, cfg: Any, spaces: Any, models: tuple[Any, Any], device: Any,
+            precision: str) -> dict[str, list[float]]:
+    """Each round's milliseconds a step of the worker's pass (`models[0]`, on the CPU), the batched one
+    (`models[1]`, on `device`) and the round trip, in ABBA order."""
     import numpy as np
     import torch
 
-    from parallel_ppo.core.model import kept_casts, network
+    from parallel_ppo.core.model import kept_casts
 
     rng, envs, cpu = np.random.default_rng(0), cfg.parallel.num_envs_per_worker, torch.device("cpu")
-    steps = {"worker": (inference_step(network(cfg, spaces).eval(), spaces, precision, envs, cpu, rng), cpu, 1),
-             "batched": (inference_step(network(cfg, spaces).to(device).eval(), spaces, precision,
-                                        envs * args.workers, device, rng), device, args.threads)}
+    steps = {"worker": (inference_step(models[0], spaces, precision, envs, cpu, rng), cpu, 1),
+             "batched": (inference_step(models[1], spaces, precision, envs * args.workers, device, rng), device,
+                         args.threads)}
     times: dict[str, list[float]] = {"worker": [], "batched": [], "round_trip": []}
     for r in range(args.rounds):
         for name in list(times)[:: 1 if r % 2 == 0 else -1]:
@@ -183,47 +200,58 @@ def evidence(args: argparse.Namespace, cfg: Any, device: Any, precision: str,
     }
 
 
-def main() -> int:
-    import torch
-
-    from parallel_ppo.bench.study import machine_results_dir, slug
+def prepare(args: argparse.Namespace) -> tuple[Any, Any, Any, tuple[Any, Any], Path]:
+    """The config, spaces, batched device, the two models (a worker's on the CPU, the batched one on the device) and
+    the evidence file's path: every check before measuring (ConfigError)."""
+    from parallel_ppo.bench.study import SIGN, machine_results_dir, slug
     from parallel_ppo.cli.common import default_config
     from parallel_ppo.core.configure import build_config
-    from parallel_ppo.core.files import write_text
+    from parallel_ppo.core.model import network, resolve_device
     from parallel_ppo.envs.batch import env_spaces
-    from parallel_ppo.errors import ConfigError, ParallelPPOError
+    from parallel_ppo.errors import ConfigError
     from parallel_ppo.runs.directory import check_writable
+
+    config = args.config or default_config(args.env, "ppo_parallel.yaml")
+    cfg = build_config(config, {"training.device": "cpu", **({"env.id": args.env} if args.env else {})}, args.set,
+                       parallel=True)
+    device = resolve_device(args.device)
+    on = f"{device.type}-{args.threads}-threads" if device.type == "cpu" else device.type
+    what = [Path(config).stem, slug(cfg.env.id), *(slug(SIGN.sub(r"\1minus", s)) for s in args.set), str(args.workers)]
+    output = args.output or machine_results_dir(args.results_dir) / f"inference_cost-{'-'.join(what)}-workers-{on}.json"
+    if output.is_dir():
+        raise ConfigError(f"the evidence file {output} is a directory")
+    check_writable(output.parent, f"the evidence file {output}")
+    spaces = env_spaces(cfg.env)
+    models = (network(cfg, spaces).eval(), network(cfg, spaces).to(device).eval())
+    args.config = str(Path(config).resolve().relative_to(ROOT)) if Path(config).resolve().is_relative_to(ROOT) \
+        else config
+    return cfg, spaces, device, models, output
+
+
+def main() -> int:
+    from parallel_ppo.core.files import write_text
+    from parallel_ppo.errors import ParallelPPOError
 
     args = parse_args()
     try:
-        args.config = args.config or default_config(args.env, "ppo_parallel.yaml")
-        flags = {"training.device": "cpu", **({"env.id": args.env} if args.env else {})}
-        cfg = build_config(args.config, flags, args.set, parallel=True)
-        device = torch.device(args.device)
-        torch.empty(1, device=device)  # a device this machine lacks fails here
-        what = [Path(args.config).stem, slug(cfg.env.id), *map(slug, args.set), str(args.workers), "workers"]
-        name = f"inference_cost-{'-'.join(what)}-{device.type}.json"
-        output = args.output or machine_results_dir(args.results_dir) / name
-        if output.is_dir():
-            raise ConfigError(f"--output {output} is a directory")
-        check_writable(output.parent, f"--output {output}")
-        spaces = env_spaces(cfg.env)
+        cfg, spaces, device, models, output = prepare(args)
     except ParallelPPOError as e:
         print(f"inference_cost.py: error: {e}", file=sys.stderr)
         return 2
-    except (RuntimeError, AssertionError) as e:  # torch's words for a device it cannot use
-        print(f"inference_cost.py: error: --device {args.device}: {str(e).splitlines()[0]}", file=sys.stderr)
-        return 2
     precision = "fp32" if cfg.training.precision == "auto" else cfg.training.precision
-    data = evidence(args, cfg, device, precision, measure(args, cfg, spaces, device, precision))
-    output.parent.mkdir(parents=True, exist_ok=True)
-    write_text(output, json.dumps(data, indent=1) + "\n")
+    data = evidence(args, cfg, device, precision, measure(args, cfg, spaces, models, device, precision))
     f = data["figures"]
     print(f"{cfg.env.id} ({cfg.model.kind}, {precision}): a worker's {cfg.parallel.num_envs_per_worker} observations "
           f"{f['worker_ms']:.3f} ms a step on one CPU thread; {args.workers} workers' at once {f['batched_ms']:.3f} "
           f"ms on {data['setting']['batched_on']}; a round trip {f['round_trip_ms']:.3f} ms; the batched "
-          f"pass acts on {f['batched_over_workers']:.2f} times the observations a second of the workers' own; "
-          f"{output}")
+          f"pass acts on {f['batched_over_workers']:.2f} times the observations a second of the workers' own")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        write_text(output, json.dumps(data, indent=1) + "\n")
+    except OSError as e:
+        print(f"inference_cost.py: error: cannot write {output}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    print(f"wrote {output}")
     return 0
 
 

@@ -147,25 +147,33 @@ def test_setting_pairs_writes_an_evidence_file(tmp_path):
 
 
 def test_inference_cost_writes_an_evidence_file(tmp_path):
-    """scripts/inference_cost.py: a worker's forward pass, the workers' batched and a round trip timed, the evidence
-    file's figures those of its table (what a central inference would save is their difference)."""
-    out = tmp_path / "inference.json"
-    proc = subprocess.run([sys.executable, "scripts/inference_cost.py", "--config", "config/cartpole.yaml",
-                           "--workers", "3", "--threads", "1", "--steps", "2", "--rounds", "1", "--output", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    evidence = json.loads(out.read_text())
-    assert {"machine", "cpu_kind", "date", "commit", "command", "figures", "tables"} <= set(evidence)
-    (worker, batched, trip), f = evidence["tables"]["cost"]["rows"], evidence["figures"]
+    """scripts/inference_cost.py on one core (its affinity): a worker's forward pass, the workers' batched and a round
+    trip timed, the evidence file's figures those of its table, named for its settings; the batched pass set
+    against the one core three workers would share, a step's saving only where one worker has the core."""
+    def one_core() -> None:
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+    def inference(*args: str) -> dict:
+        proc = subprocess.run([sys.executable, "scripts/inference_cost.py", "--env", "CartPole-v1", "--steps", "2",
+                               "--rounds", "1", "--results-dir", str(tmp_path), *args], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120, preexec_fn=one_core)
+        assert proc.returncode == 0, proc.stderr
+        (written,) = [line.removeprefix("wrote ") for line in proc.stdout.splitlines() if line.startswith("wrote ")]
+        return {"path": Path(written), **json.loads(Path(written).read_text())}
+
+    three = inference("--workers", "3", "--set", "training.gamma=0.9")
+    assert three["path"].name == \
+        "inference_cost-cartpole-cartpole-v1-training-gamma-0-9-3-workers-cpu-1-threads.json"
+    assert {"machine", "cpu_kind", "date", "commit", "command", "figures", "tables"} <= set(three)
+    (worker, batched, trip), f = three["tables"]["cost"]["rows"], three["figures"]
     assert (worker[1], batched[1], trip[1]) == (4, 12, 0)  # cartpole.yaml: 4 envs a worker
     assert (worker[2], batched[2], trip[2]) == (f["worker_ms"], f["batched_ms"], f["round_trip_ms"])
-    own_cores = min(3, evidence["setting"]["cores"])  # the workers' own rate on the cores they would have
-    assert f["batched_over_workers"] == pytest.approx(f["batched_obs_per_s"] / (own_cores * f["worker_obs_per_s"]),
-                                                      rel=0.02)
-    if evidence["setting"]["cores"] >= 3:  # a step's saving means something only where each worker has a core
-        assert f["saved_ms_a_worker_step"] == pytest.approx(worker[2] - batched[2] - trip[2], abs=2e-3)
-    else:
-        assert f["saved_ms_a_worker_step"] is None
+    assert three["setting"]["cores"] == 1 and f["saved_ms_a_worker_step"] is None  # 3 workers on 1 core
+    assert f["batched_over_workers"] == pytest.approx(f["batched_obs_per_s"] / f["worker_obs_per_s"], rel=0.02,
+                                                      abs=0.006)  # 1 core: the workers' own rate is one worker's
+    one = inference("--workers", "1")
+    (worker, batched, trip), f = one["tables"]["cost"]["rows"], one["figures"]
+    assert f["saved_ms_a_worker_step"] == pytest.approx(worker[2] - batched[2] - trip[2], abs=2e-3)
 
 
 @pytest.mark.parametrize("argv", [
@@ -204,6 +212,8 @@ BENCH_REFUSALS = {
                                           "run w1_e3 would be refused by the trainer: batch size 256"),
     "a seed the trainer refuses": (["learning", "--seeds", "1,99999999999"],
                                    "seed 99999999999 would be refused by the trainer: run.seed"),
+    "a precision the CPU learner lacks": (["scaling", "--set", "training.precision=tf32"],
+                                          "would be refused by the trainer: training.precision tf32 needs"),
 }
 
 

@@ -130,13 +130,11 @@ def eval_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
              "checkpoint_env_steps": checkpoint["env_steps"], "seed": args.seed, "command": command}
     key = f"{result.levels}_{'deterministic' if args.deterministic else 'sampled'}"
     path = run_dir / "eval.json"
+    print(format_eval(cfg, entry))  # shown before it is recorded, so a failed write loses no result
     try:  # read again: an evaluation of another kind may have been written while this one played
         write_json(path, {**earlier_evals(run_dir), key: entry})
-    except ParallelPPOError as e:
-        return fail(prog, e, 2)
-    except OSError as e:
+    except (ParallelPPOError, OSError) as e:
         return fail(prog, e, 1)
-    print(format_eval(cfg, entry))
     print(f"wrote {path}" + (f" and {args.video} ({len(frames)} frames)" if args.video else ""))
     if args.video:
         publish(prog, cfg, run_dir, f"videos/eval_{key}", frames, DEFAULT_FPS, checkpoint["env_steps"], args.video)
