@@ -110,6 +110,7 @@ BROKEN: dict[str, tuple[Callable[[Path], object], str]] = {
 BAD_ARGS = {  # {four}/{eight}/{missing} are filled in; words the error line must contain
     "missing_dir": (["--sequential", "{four}", "--parallel", "{missing}"], "not found"),
     "same_label": (["--run", "a={four}", "--run", "a={eight}"], "given twice"),
+    "same_run_two_labels": (["--sequential", "{four}", "--parallel", "{four}"], "are the same run(s)"),
     "no_equals": (["--run", "{four}", "--run", "b={eight}"], "LABEL=DIR"),
     "one_run": (["--sequential", "{four}"], "at least two runs"),
     "bad_flag": (["--sequential", "{four}", "--parallel", "{eight}", "--threshold", "high"], "invalid float"),

@@ -77,6 +77,9 @@ def test_print_config_prints_what_the_command_resolves_to_and_starts_nothing(tmp
     assert not out.exists()
     assert run_trainer(["--config", CARTPOLE, "--batch-size", "7", "--print-config"], parallel=False, prog="t") == 2
     assert capsys.readouterr().err.count("\n") == 1
+    with pytest.raises(SystemExit) as exit_:  # argparse's refusal: an empty path is not the default run directory
+        run_trainer(["--config", CARTPOLE, "--output-dir", "", "--print-config"], parallel=False, prog="t")
+    assert exit_.value.code == 2 and "--output-dir: an empty path" in capsys.readouterr().err
     for bad in ("training.precision=tf32", "parallel.learner_threads=5000", "logging.return_window=10000000"):
         assert run_trainer(["--config", CARTPOLE, "--set", bad, "--device", "cpu", "--print-config"], parallel=True,
                            prog="t") == 2, bad  # refused as a run refuses it (tf32 on a CPU learner), not later

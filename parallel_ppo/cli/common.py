@@ -98,6 +98,14 @@ def run_budget(unit: str) -> Callable[[str], float]:
     return budget
 
 
+def some_path(text: str) -> str:
+    """argparse type of a path flag: any text but an empty one (which would mean the current directory, or the
+    default, unseen)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; give a directory or leave the flag out")
+    return text
+
+
 def positive_int(text: str) -> int:
     """argparse type: a whole number above 0."""
     try:

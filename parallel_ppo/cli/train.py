@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import yaml
 
-from parallel_ppo.cli.common import OneLineParser, duration_in, fail, setting_item
+from parallel_ppo.cli.common import OneLineParser, duration_in, fail, setting_item, some_path
 from parallel_ppo.cli.flags import FLAGS
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config
@@ -35,7 +35,7 @@ def make_parser(prog: str, parallel: bool) -> OneLineParser:
                         f"{builtin('run.duration')} h)")
     p.add_argument("--total-steps", type=int, metavar="N",
                    help=f"also stop after N env steps (run.total_steps; {builtin('run.total_steps')}, no limit)")
-    p.add_argument("--output-dir", metavar="DIR", help="run directory (run.output_dir; built-in: "
+    p.add_argument("--output-dir", type=some_path, metavar="DIR", help="run directory (run.output_dir; built-in: "
                                                        "benchmarks/<mode>_<time>)")
     p.add_argument("--env", metavar="ID", help="Procgen game (starpilot, ...), gymnasium id (CartPole-v1) or "
                                                f"module:EnvId (env.id; {builtin('env.id')})")

@@ -161,10 +161,16 @@ def load_groups(specs: Sequence[tuple[str, Sequence[str | Path]]]) -> list[RunGr
     `LABEL/<directory name>` (`LABEL/<parent>/<directory name>` where two share a name); every run's name must be
     unique across the labels. Fails on the first bad run."""
     named: list[tuple[str, list[str], list[Path]]] = []
+    labelled: dict[frozenset[str], str] = {}  # each label's runs (real paths) → the label
     for label, directories in _unique(specs):
         paths = expand_run_dirs([Path(d) for d in directories])
-        if len(set(map(os.path.realpath, paths))) != len(paths):
+        real = frozenset(map(os.path.realpath, paths))
+        if len(real) != len(paths):
             raise ConfigError(f"run label {label!r} lists the same run directory twice")
+        if real in labelled:  # compared with itself: every ratio 1
+            raise ConfigError(f"run labels {labelled[real]!r} and {label!r} are the same run(s): "
+                              f"{', '.join(map(str, paths))}")
+        labelled[real] = label
         names = [label] if len(paths) == 1 else [f"{label}/{p.name}" for p in paths]
         if len(set(names)) < len(names):  # seed_1 of two experiments
             names = [f"{label}/{p.parent.name}/{p.name}" for p in paths]
