@@ -4,6 +4,7 @@ parallel and distributed equality tests run `toy_envs:CameraReach-v0` too)."""
 
 from __future__ import annotations
 
+import shutil
 import warnings
 from pathlib import Path
 
@@ -285,5 +286,6 @@ def test_a_dict_env_trains_and_its_policy_loads(tmp_path):
     assert float(policy.model.obs_std[0]) != 1.0  # the vector keys' statistics were learned and saved
     result = ppo.evaluate(run, episodes=4, num_envs=2)
     assert len(result.returns) == 4 and len(result.successes) == 4 and 0 <= result.success_rate <= 1
-    comparison = ppo.compare({"a": run.path, "b": run.path})
+    twin = shutil.copytree(run.path, tmp_path / "twin")  # one run under two labels is refused: a copy is another
+    comparison = ppo.compare({"a": run.path, "b": twin})
     assert [s.success_rate for s in comparison.stats] == [run.summary.final_metrics["success_rate"]] * 2
