@@ -203,7 +203,7 @@ def evidence(args: argparse.Namespace, cfg: Any, device: Any, precision: str,
 def prepare(args: argparse.Namespace) -> tuple[Any, Any, Any, tuple[Any, Any], Path]:
     """The config, spaces, batched device, the two models (a worker's on the CPU, the batched one on the device) and
     the evidence file's path: every check before measuring (ConfigError)."""
-    from parallel_ppo.bench.study import SIGN, machine_results_dir, slug
+    from parallel_ppo.bench.study import machine_results_dir, set_slug, slug
     from parallel_ppo.cli.common import default_config
     from parallel_ppo.core.configure import build_config
     from parallel_ppo.core.model import network, resolve_device
@@ -216,7 +216,7 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Any, Any, tuple[Any, Any], P
                        parallel=True)
     device = resolve_device(args.device)
     on = f"{device.type}-{args.threads}-threads" if device.type == "cpu" else device.type
-    what = [Path(config).stem, slug(cfg.env.id), *(slug(SIGN.sub(r"\1minus", s)) for s in args.set), str(args.workers)]
+    what = [Path(config).stem, slug(cfg.env.id), *map(set_slug, args.set), str(args.workers)]
     output = args.output or machine_results_dir(args.results_dir) / f"inference_cost-{'-'.join(what)}-workers-{on}.json"
     if output.is_dir():
         raise ConfigError(f"the evidence file {output} is a directory")

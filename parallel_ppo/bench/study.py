@@ -54,12 +54,17 @@ caches, while a GPU needs the whole minibatch to fill its units (in chunks of 64
 made 0.75 times the CPU learner's steps/s on Lift from state: docs/results/intel-xeon-avx512-bf16-16c-h200)."""
 
 SIGN = re.compile(r"(^|[=,\[ ])-")
-"""A minus sign that starts a value (`x=-1`, `[-1,-2]`): `results_name` spells it out, which `slug` would drop."""
+"""A minus sign that starts a value (`x=-1`, `[-1,-2]`): `set_slug` spells it out, which `slug` would drop."""
 
 
 def slug(text: str) -> str:
     """`text` in lower-case letters, digits and single dashes, for a file name."""
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def set_slug(item: str) -> str:
+    """A `--set` item for a file name, its values' signs kept: `x=-1` is `x-minus1`, beside `x=1`'s `x-1`."""
+    return slug(SIGN.sub(r"\1minus", item))
 
 
 def drawing_tag(drawn: dict[str, str]) -> str:
@@ -204,7 +209,7 @@ def results_name(settings: StudySettings, drawn: dict[str, str]) -> str:
     config = Path(settings.config)
     own_env = ((load_yaml(config).get("env") or {}).get("id") or EnvConfig().id) if config.is_file() else None
     name = "study" if config.stem == "ppo_parallel" else f"study-{config.stem}"
-    sets = "".join("-" + slug(SIGN.sub(r"\1minus", item)) for item in settings.sets)
+    sets = "".join("-" + set_slug(item) for item in settings.sets)
     return (name if settings.env == own_env else f"{name}-{slug(settings.env)}") + sets + drawing_tag(drawn)
 
 

@@ -178,19 +178,15 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _is_finite(value: Any) -> bool:
-    return _is_number(value) and math.isfinite(value)
-
-
 def _is_text_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
 HARDWARE_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "cpu_model": (lambda v: isinstance(v, str), "a string"),
-    "logical_cores": (_is_finite, "a finite number"),
-    "physical_cores": (_is_finite, "a finite number"),
-    "memory_gb": (_is_finite, "a finite number"),
+    "cpu_model": (lambda v: _has_type(v, str), "a string"),
+    "logical_cores": (lambda v: _has_type(v, float), "a finite number"),
+    "physical_cores": (lambda v: _has_type(v, float), "a finite number"),
+    "memory_gb": (lambda v: _has_type(v, float), "a finite number"),
     "cpu_kind": (_is_text_list, "a list of strings"),
 }
 """What the report reads of summary.json's `hardware` (`fingerprint.hardware`), each entry absent or null or this."""
