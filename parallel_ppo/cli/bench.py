@@ -175,7 +175,7 @@ def learning(args: Any, prog: str) -> int:
 
     out = Path(args.output_dir or f"benchmarks/learning_{args.env}")
     try:
-        seeds = int_list(args.seeds, "--seeds")
+        seeds = int_list(args.seeds, "--seeds", least=0)  # as the trainers take
         if len(set(seeds)) != len(seeds):
             raise ConfigError(f"--seeds lists a seed twice: {args.seeds!r}")
         variants = [runs.parse_variant(v) for v in args.variant] or list(runs.DEFAULT_VARIANTS)

@@ -128,14 +128,15 @@ def seed_number(text: str) -> int:
     return value
 
 
-def int_list(text: str, name: str) -> list[int]:
-    """`1,2,4` or `1 2 4` as positive whole numbers (flag `name` in the error)."""
+def int_list(text: str, name: str, least: int = 1) -> list[int]:
+    """`1,2,4` or `1 2 4` as whole numbers of at least `least` (flag `name` in the error)."""
     try:
         values = [int(v) for v in text.replace(",", " ").split()]
     except ValueError:
         raise ConfigError(f"{name} must be whole numbers, got {text!r}") from None
-    if not values or any(v <= 0 for v in values):
-        raise ConfigError(f"{name} must be positive whole numbers, got {text!r}")
+    if not values or any(v < least for v in values):
+        kind = "positive" if least == 1 else "non-negative" if least == 0 else f"at least {least},"
+        raise ConfigError(f"{name} must be {kind} whole numbers, got {text!r}")
     return values
 
 
