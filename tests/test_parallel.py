@@ -37,7 +37,7 @@ from parallel_ppo.tuning.compute_limit import threads_kept
 pytestmark = pytest.mark.slow  # every test here trains or starts trainers
 
 ROOT = Path(__file__).resolve().parents[1]
-BUFFER_FIELDS = ("obs", "actions", "rewards", "bootstrap", "dones", "logprobs", "values", "last_values")
+BUFFER_FIELDS = ("obs", "actions", "rewards", "bootstrap", "dones", "logprobs", "values", "last_values", "last_obs")
 
 
 SETTINGS = {
@@ -329,16 +329,22 @@ def test_refreshing_workers_act_with_the_last_parameters_then_with_the_new_ones(
 @pytest.mark.parametrize("decoupled", [True, False])
 def test_an_overlapped_update_is_decoupled_where_its_rollout_trails(tmp_path, monkeypatch, decoupled):
     """With `parallel.decoupled_clip`, the updates whose rollouts trail the learner (all but the first) clip around
-    the policy they start from; the first, on-policy, and every update without the setting, are PPO's own."""
+    the policy they start from; the first, on-policy, and every update without the setting, are PPO's own. With
+    `parallel.fresh_values` (here where the clip is not decoupled), the learner values those rollouts' lagged steps
+    again before GAE (the workers take no parameters mid-rollout here, so every step)."""
     monkeypatch.chdir(ROOT)
-    seen = []
-    original = loop.ppo_update
+    seen, valued = [], []
+    original, revalue = loop.ppo_update, loop.revalue_lagged
     monkeypatch.setattr(loop, "ppo_update", lambda *args: seen.append(args[9]) or original(*args))
+    monkeypatch.setattr(loop, "revalue_lagged", lambda *args: valued.append(int(args[2].sum())) or revalue(*args))
     cfg = _config("CartPole-v1", True, 2, tmp_path, ("parallel.overlap=true", "run.total_steps=384",
-                                                     f"parallel.decoupled_clip={str(decoupled).lower()}"))
+                                                     "parallel.refresh_params=false",
+                                                     f"parallel.decoupled_clip={str(decoupled).lower()}",
+                                                     f"parallel.fresh_values={str(not decoupled).lower()}"))
     spaces = env_spaces(cfg.env)
     train_run(RunPlan(cfg, spaces, tmp_path, "parallel", {}), ParallelCoordinator(cfg, spaces, thread_plan(cfg, True)))
     assert seen == [False, decoupled, decoupled]
+    assert valued == ([] if decoupled else [cfg.rollout_size] * 2)
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="this platform does not pin processes")

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.config import ModelConfig, TrainingConfig
 from parallel_ppo.core.distributions import sample_actions
 from parallel_ppo.core.model import build_model
@@ -21,6 +22,7 @@ from parallel_ppo.core.ppo import (
     normalize_advantages,
     ppo_loss,
     ppo_update,
+    revalue_lagged,
 )
 
 OBS_SIZE, NUM_ACTIONS, BATCH = 6, 4, 64
@@ -147,6 +149,32 @@ def test_a_decoupled_update_clips_around_the_policy_it_starts_from():
     later = ppo_update(model, torch.optim.Adam(model.parameters(), lr=3e-3), lagged,
                        fixed(batch_size=16, n_epochs=3), torch.Generator().manual_seed(0), decoupled=True)
     assert later["losses/approx_kl"] > 1e-5
+
+
+def test_the_lagged_steps_are_valued_again_by_the_learner():
+    """`revalue_lagged` (`parallel.fresh_values`): the values of the lagged steps, and each env's last value where its
+    last step taken lagged (env 2's rollout was cut after 3 steps), are the learner's on the stored observations,
+    computed in chunks smaller than the rollout; every other value stays as stored."""
+    old, new = small_model(0), small_model(1)
+    buf = RolloutBuffer.allocate(5, 4, (OBS_SIZE,), np.dtype(np.float32))
+    buf.obs.copy_(torch.randn(5, 4, OBS_SIZE))
+    buf.last_obs.copy_(torch.randn(4, OBS_SIZE))
+    buf.lengths[2] = 3
+    with torch.no_grad():
+        buf.values.copy_(old(buf.obs.flatten(0, 1))[1].reshape(5, 4))
+        buf.last_values.copy_(old(buf.last_obs)[1])
+        fresh, fresh_last = new(buf.obs.flatten(0, 1))[1].reshape(5, 4), new(buf.last_obs)[1]
+    stored, stored_last = buf.values.clone(), buf.last_values.clone()
+    lagged = torch.zeros(5, 4, dtype=torch.bool)
+    lagged[:, 0] = True  # env 0 lagged throughout: its last value too
+    lagged[:2, 1] = True  # env 1 took the new parameters at step 2: its last value was the new policy's
+    lagged[:3, 2] = True  # env 2, cut after step 2, lagged to its end
+    revalue_lagged(new, buf, lagged, fixed(microbatch_size=3))
+    torch.testing.assert_close(buf.values[lagged], fresh[lagged])
+    assert torch.equal(buf.values[~lagged], stored[~lagged])
+    torch.testing.assert_close(buf.last_values[[0, 2]], fresh_last[[0, 2]])
+    assert torch.equal(buf.last_values[[1, 3]], stored_last[[1, 3]])
+    assert not torch.allclose(stored[lagged], fresh[lagged]), "the two models value them apart"
 
 
 def test_an_update_on_some_rows_never_reads_the_others():

@@ -27,6 +27,7 @@ class RolloutBuffer:
     bootstrap: torch.Tensor  # (T, N) float32: gamma × V(last state) where a time limit cut the episode at t, else 0
     dones: torch.Tensor  # (T, N) float32
     last_values: torch.Tensor  # (N,) float32: value of the observation after each env's last step
+    last_obs: torch.Tensor  # (N, *obs_shape): that observation (the learner values it again where it lagged)
     lengths: torch.Tensor  # (N,) int64: steps each env took; below n_steps where a straggler's rollout was cut
     versions: torch.Tensor  # (T, N) int32: the published policy's version each step acted with (overlapped workers)
 
@@ -61,6 +62,7 @@ class RolloutBuffer:
             bootstrap=zeros(n_steps, num_envs),
             dones=zeros(n_steps, num_envs),
             last_values=zeros(num_envs),
+            last_obs=zeros(num_envs, *obs_shape, dtype=torch_dtype),
             lengths=lengths,
             versions=zeros(n_steps, num_envs, dtype=torch.int32),
         )
@@ -80,7 +82,8 @@ class RolloutBuffer:
             logprobs=self.logprobs[:, start:stop], values=self.values[:, start:stop],
             rewards=self.rewards[:, start:stop], bootstrap=self.bootstrap[:, start:stop],
             dones=self.dones[:, start:stop],
-            last_values=self.last_values[start:stop], lengths=self.lengths[start:stop],
+            last_values=self.last_values[start:stop], last_obs=self.last_obs[start:stop],
+            lengths=self.lengths[start:stop],
             versions=self.versions[:, start:stop],
         )
 

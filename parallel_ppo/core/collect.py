@@ -155,6 +155,7 @@ class EnvRunner:
             with autocast(self.precision, device.type):
                 _, last_values = model(torch.from_numpy(self.obs).to(device))
             buf.last_values.copy_(last_values.float())
+            buf.last_obs.copy_(torch.from_numpy(self.obs))
             buf.lengths.fill_(steps)
             t_inf += time.perf_counter() - start
         return self._result(result, t_env, t_inf, drawn)

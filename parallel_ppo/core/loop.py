@@ -25,7 +25,7 @@ from parallel_ppo.core.metrics import metric
 from parallel_ppo.core.model import learner_device, module_device
 from parallel_ppo.core.normalization import ObsNormalizer
 from parallel_ppo.core.pause import pause_point
-from parallel_ppo.core.ppo import TrainBatch, build_learner, ppo_update
+from parallel_ppo.core.ppo import TrainBatch, build_learner, ppo_update, revalue_lagged
 from parallel_ppo.core.reward_scale import RewardScaler
 from parallel_ppo.core.stopping import StopRequest
 from parallel_ppo.core.timing import PHASE_METRICS, PHASES, PhaseTimer
@@ -362,6 +362,8 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
     for param_group in state.optimizer.param_groups:
         param_group["lr"] = lr
     with timers.phase("gae"):
+        if cfg.parallel.fresh_values and source.lagged is not None:
+            revalue_lagged(state.model, source.buffer, source.lagged, cfg.training)
         if state.reward_scaler is not None:
             state.reward_scaler.start_episodes(agreed.result.fresh_envs)
         data = rollout_batch(source.buffer, cfg, state.reward_scaler, group).to(module_device(state.model))

@@ -12,11 +12,11 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from parallel_ppo.core.buffer import minibatch_indices
+from parallel_ppo.core.buffer import RolloutBuffer, minibatch_indices
 from parallel_ppo.core.config import Config, TrainingConfig
 from parallel_ppo.core.distributions import kl_divergence, log_prob_entropy
 from parallel_ppo.core.metrics import metric
-from parallel_ppo.core.model import autocast, network, tf32_products
+from parallel_ppo.core.model import autocast, module_device, network, tf32_products
 from parallel_ppo.envs.spaces import EnvSpaces
 
 
@@ -192,6 +192,24 @@ def anchored(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> TrainB
             logprobs.append(log_prob_entropy(logits, batch.actions[start:start + chunk])[0])
             values.append(part_values.float())
     return dataclasses.replace(batch, proximal=torch.cat(logprobs), values=torch.cat(values))
+
+
+def revalue_lagged(model: nn.Module, buf: RolloutBuffer, lagged: torch.Tensor, cfg: TrainingConfig) -> None:
+    """Value again with `model` (the parameters the update starts from) the observations of the steps `lagged`
+    ((T, N) bool), and the one after each env's last step where that step lagged, in place of the values stored with
+    older parameters (`parallel.fresh_values`); without gradient, in chunks as the loss runs. A time limit's
+    bootstrap keeps its stored value: the observation it valued is not kept."""
+    last_lagged = lagged[buf.lengths - 1, torch.arange(buf.num_envs)]
+    obs = torch.cat([buf.obs[lagged], buf.last_obs[last_lagged]])
+    device, chunk = module_device(model), cfg.microbatch_size or cfg.batch_size
+    values = []
+    with torch.no_grad(), autocast(cfg.precision, device.type):
+        for start in range(0, len(obs), chunk):
+            values.append(model(obs[start:start + chunk].to(device))[1].float().cpu())
+    fresh = torch.cat(values)
+    count = int(lagged.sum())
+    buf.values[lagged] = fresh[:count]
+    buf.last_values[last_lagged] = fresh[count:]
 
 
 def anchor_pass(cfg: TrainingConfig, shifted: bool, decoupled: bool) -> str:
