@@ -233,6 +233,8 @@ def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypat
     assert lent == [(1, 3 if lag else 1)] * 3
 
     synchronous, sync_lags = rollouts(False, [0, 0, 1] if lag else [0, 1, 2])  # what the overlapped workers used
+    for rollout, after in zip(synchronous[:-1], synchronous[1:], strict=True):  # the envs go on from the last obs
+        assert torch.equal(rollout["last_obs"], after["obs"][0])
     # (lag, buffer) of each rollout: the overlapped ones fill the two buffers in turn
     assert lags == list(zip([0, 1, 1] if lag else [0, 0, 0], [0, 1, 0], strict=True))
     assert sync_lags == [(0, 0)] * 3
@@ -330,21 +332,31 @@ def test_refreshing_workers_act_with_the_last_parameters_then_with_the_new_ones(
 def test_an_overlapped_update_is_decoupled_where_its_rollout_trails(tmp_path, monkeypatch, decoupled):
     """With `parallel.decoupled_clip`, the updates whose rollouts trail the learner (all but the first) clip around
     the policy they start from; the first, on-policy, and every update without the setting, are PPO's own. With
-    `parallel.fresh_values` (here where the clip is not decoupled), the learner values those rollouts' lagged steps
-    again before GAE (the workers take no parameters mid-rollout here, so every step)."""
+    `parallel.fresh_values` (here where the clip is not decoupled, and the workers take no parameters mid-rollout, so
+    that every step of a trailing rollout lags), the values GAE read are the learner's own on every step; without
+    it, a trailing rollout's are the stored ones, an update older."""
     monkeypatch.chdir(ROOT)
-    seen, valued = [], []
-    original, revalue = loop.ppo_update, loop.revalue_lagged
-    monkeypatch.setattr(loop, "ppo_update", lambda *args: seen.append(args[9]) or original(*args))
-    monkeypatch.setattr(loop, "revalue_lagged", lambda *args: valued.append(int(args[2].sum())) or revalue(*args))
-    cfg = _config("CartPole-v1", True, 2, tmp_path, ("parallel.overlap=true", "run.total_steps=384",
-                                                     "parallel.refresh_params=false",
-                                                     f"parallel.decoupled_clip={str(decoupled).lower()}",
-                                                     f"parallel.fresh_values={str(not decoupled).lower()}"))
+    seen, own_values = [], []
+    original = loop.ppo_update
+
+    def update(*args):
+        model, data = args[0], args[2]
+        with torch.no_grad():
+            own_values.append(torch.allclose(data.values, model(data.obs)[1], rtol=1e-5, atol=1e-5))
+        seen.append(args[9])
+        return original(*args)
+
+    monkeypatch.setattr(loop, "ppo_update", update)
+    sets = ("parallel.decoupled_clip=true", "parallel.fresh_values=false") if decoupled else (
+        "parallel.refresh_params=false",)
+    cfg = _config("CartPole-v1", True, 2, tmp_path, ("parallel.overlap=true", "run.total_steps=384", *sets))
     spaces = env_spaces(cfg.env)
     train_run(RunPlan(cfg, spaces, tmp_path, "parallel", {}), ParallelCoordinator(cfg, spaces, thread_plan(cfg, True)))
     assert seen == [False, decoupled, decoupled]
-    assert valued == ([] if decoupled else [cfg.rollout_size] * 2)
+    if decoupled:  # the workers took each update's parameters once it ended: only what they took before lagged
+        assert own_values[0]
+    else:
+        assert own_values == [True, True, True]
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="this platform does not pin processes")

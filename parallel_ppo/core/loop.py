@@ -363,7 +363,7 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
         param_group["lr"] = lr
     with timers.phase("gae"):
         if cfg.parallel.fresh_values and source.lagged is not None:
-            revalue_lagged(state.model, source.buffer, source.lagged, cfg.training)
+            revalue_lagged(state.model, source.buffer, source.lagged, group.local_training(cfg))
         if state.reward_scaler is not None:
             state.reward_scaler.start_episodes(agreed.result.fresh_envs)
         data = rollout_batch(source.buffer, cfg, state.reward_scaler, group).to(module_device(state.model))

@@ -63,7 +63,8 @@ APPROX_KL = metric("losses/approx_kl", "approximate KL of the new policy from th
 CLIP_FRACTION = metric("losses/clipfrac", "fraction of samples whose ratio left the clip range", summary=True)
 RATIO_MEAN = metric("losses/ratio_mean", "mean probability ratio new/old (1 at the first minibatch of an on-policy "
                     "update on unshifted frames; drifts as the epochs move the policy)", summary=True)
-EXPLAINED_VARIANCE = metric("losses/explained_variance", "1 − Var(returns − values) / Var(returns) of the rollout",
+EXPLAINED_VARIANCE = metric("losses/explained_variance", "1 − Var(returns − values) / Var(returns) of the rollout "
+                            "(the values GAE read: an overlapped learner's own on lagged steps, parallel.fresh_values)",
                             summary=True)
 PRIVILEGED_PREDICTION = metric("losses/privileged_prediction", "mean squared error of the vector keys only the critic "
                                "reads (as it reads them) as the actor's features predict them "
@@ -197,19 +198,17 @@ def anchored(model: nn.Module, batch: TrainBatch, cfg: TrainingConfig) -> TrainB
 def revalue_lagged(model: nn.Module, buf: RolloutBuffer, lagged: torch.Tensor, cfg: TrainingConfig) -> None:
     """Value again with `model` (the parameters the update starts from) the observations of the steps `lagged`
     ((T, N) bool), and the one after each env's last step where that step lagged, in place of the values stored with
-    older parameters (`parallel.fresh_values`); without gradient, in chunks as the loss runs. A time limit's
-    bootstrap keeps its stored value: the observation it valued is not kept."""
+    older parameters (`parallel.fresh_values`); without gradient, in chunks as the loss runs, each gathered on its
+    own (no copy of the whole rollout). A time limit's bootstrap keeps its stored value: its observation is not kept."""
     last_lagged = lagged[buf.lengths - 1, torch.arange(buf.num_envs)]
-    obs = torch.cat([buf.obs[lagged], buf.last_obs[last_lagged]])
     device, chunk = module_device(model), cfg.microbatch_size or cfg.batch_size
-    values = []
     with torch.no_grad(), autocast(cfg.precision, device.type):
-        for start in range(0, len(obs), chunk):
-            values.append(model(obs[start:start + chunk].to(device))[1].float().cpu())
-    fresh = torch.cat(values)
-    count = int(lagged.sum())
-    buf.values[lagged] = fresh[:count]
-    buf.last_values[last_lagged] = fresh[count:]
+        for obs, values, where in ((buf.obs.flatten(0, 1), buf.values.view(-1), lagged.flatten()),
+                                   (buf.last_obs, buf.last_values, last_lagged)):
+            rows = where.nonzero().squeeze(1)
+            for start in range(0, len(rows), chunk):
+                part = rows[start:start + chunk]
+                values[part] = model(obs[part].to(device))[1].float().cpu()
 
 
 def anchor_pass(cfg: TrainingConfig, shifted: bool, decoupled: bool) -> str:
@@ -316,7 +315,7 @@ def ppo_update(model: nn.Module, optimizer: torch.optim.Optimizer, data: TrainBa
     before each step, the KL that may stop an epoch early is every learner's mean, and so are the statistics."""
     totals: dict[str, float] = {}
     count, rows = 0, torch.arange(len(data)) if rows is None else rows
-    explained = explained_variance(data.values[rows], data.returns[rows])  # of the values as collected
+    explained = explained_variance(data.values[rows], data.returns[rows])  # of the values GAE read
     where = anchor_pass(cfg, augment is not None, decoupled)
     anchor = copy.deepcopy(model) if where == "minibatch" else None  # other frames each epoch
     data = anchored(model, data, cfg) if where == "rollout" else data  # the frames as collected: once is enough
