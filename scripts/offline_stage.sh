@@ -10,7 +10,8 @@
 # h5py, pyyaml, psutil, tensorboard), and the GL loaders (libEGL, libGL) MuJoCo's EGL renderer opens.
 # With `mesa` it stages, in .mesa/, Mesa's EGL and its software renderer (llvmpipe) from this machine, for drawing the
 # camera on the CPU where a GPU box would draw it on its GPU (`GL=mesa` in offline_study.sh). At 45 MB it travels in
-# a device call of its own, before the one that carries .robot/ (the machine must stay warm between the two).
+# a device call of its own, after one that carried .robot/ (whose robosuite the camera study needs; the machine must
+# stay warm between the two).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py="${1:-3.12}"

@@ -83,6 +83,9 @@ if python3 -c "$procgen_game" "$env"; then
     fi
 fi
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
+if [[ "$env" == robosuite/* ]] && ! python3 -c "import robosuite" 2>/dev/null; then  # every point would fail
+    echo "offline_study: robosuite is not importable here: carry .robot/ in this call or an earlier one" >&2; exit 2
+fi
 
 sets=()
 read -ra items <<< "${SETS:-}"  # split on spaces, never globbed (model.impala_depths=[16,32,32])

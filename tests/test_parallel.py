@@ -333,8 +333,8 @@ def test_an_overlapped_update_is_decoupled_where_its_rollout_trails(tmp_path, mo
     """With `parallel.decoupled_clip`, the updates whose rollouts trail the learner (all but the first) clip around
     the policy they start from; the first, on-policy, and every update without the setting, are PPO's own. With
     `parallel.fresh_values` (here where the clip is not decoupled, and the workers take no parameters mid-rollout, so
-    that every step of a trailing rollout lags), the values GAE read are the learner's own on every step; without
-    it, a trailing rollout's are the stored ones, an update older."""
+    that every step of a trailing rollout lags), the values GAE read are the learner's own on every step. (Without
+    it, with the workers taking each update as it ends, which steps lag depends on timing: not asserted.)"""
     monkeypatch.chdir(ROOT)
     seen, own_values = [], []
     original = loop.ppo_update

@@ -135,8 +135,9 @@ def int_list(text: str, name: str, least: int = 1) -> list[int]:
     except ValueError:
         raise ConfigError(f"{name} must be whole numbers, got {text!r}") from None
     if not values or any(v < least for v in values):
-        kind = "positive" if least == 1 else "non-negative" if least == 0 else f"at least {least},"
-        raise ConfigError(f"{name} must be {kind} whole numbers, got {text!r}")
+        kind = {1: "positive whole numbers", 0: "non-negative whole numbers"}.get(
+            least, f"whole numbers of at least {least}")
+        raise ConfigError(f"{name} must be {kind}, got {text!r}")
     return values
 
 
