@@ -152,10 +152,10 @@ class EnvRunner:
                 if progress is not None:
                     progress += 1
             start = time.perf_counter()
+            buf.last_obs.copy_(torch.from_numpy(self.obs))  # valued as stored, as `_act` does each step's
             with autocast(self.precision, device.type):
-                _, last_values = model(torch.from_numpy(self.obs).to(device))
+                _, last_values = model(buf.last_obs.to(device))
             buf.last_values.copy_(last_values.float())
-            buf.last_obs.copy_(torch.from_numpy(self.obs))
             buf.lengths.fill_(steps)
             t_inf += time.perf_counter() - start
         return self._result(result, t_env, t_inf, drawn)
