@@ -76,7 +76,7 @@ class PreparedRun:
 
 def check_network_and_memory(cfg: Config, spaces: EnvSpaces, buffers: int = 1) -> None:
     """Build the network and the augmentation once (refusing settings that do not fit the env), and refuse `buffers`
-    rollouts (2 for overlapped workers) that cannot fit in the memory available now, naming their sizes."""
+    rollouts (2 for overlapped workers; n_steps + 1 rows each) that cannot fit in the memory now free, naming sizes."""
     from parallel_ppo.core.augment import random_shift
     from parallel_ppo.core.buffer import RolloutBuffer
     from parallel_ppo.core.model import network
@@ -88,12 +88,12 @@ def check_network_and_memory(cfg: Config, spaces: EnvSpaces, buffers: int = 1) -
         raise ConfigError(f"cannot build the network: {str(e).strip().splitlines()[-1][:200]}; use smaller widths "
                           "(model.hidden_size, model.mlp_hidden, model.impala_depths)") from None
     random_shift(cfg, spaces)  # the augmentation's keys are the env's image keys
-    per_step = RolloutBuffer.bytes_per_step(obs_shape, obs_dtype, actions) + 8  # + the advantages and returns
-    need = cfg.rollout_size * per_step * buffers
+    per_step = RolloutBuffer.bytes_per_step(obs_shape, obs_dtype, actions) + 8  # and the advantages and returns
+    need = (cfg.training.n_steps + 1) * cfg.env.num_envs * per_step * buffers  # + 1: `last_obs`, one row an env
     available = psutil.virtual_memory().available
     if need > available:
         raise ConfigError(
-            f"the rollout needs {need / 2**30:,.1f} GiB ({cfg.training.n_steps:,} steps × {cfg.env.num_envs:,} "
+            f"the rollout needs {need / 2**30:,.1f} GiB ({cfg.training.n_steps:,} + 1 steps × {cfg.env.num_envs:,} "
             f"envs × {per_step:,} bytes{' × 2 buffers' if buffers > 1 else ''}) but {available / 2**30:,.1f} GiB "
             f"of memory is available; use fewer steps (training.n_steps) or envs")
 

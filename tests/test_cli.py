@@ -135,7 +135,7 @@ USER_ERRORS = {
                                           ["cannot write output directory /proc/parallel_ppo/run"], []),
     "rollout larger than memory": (
         "train_timed.py", ["--env", "starpilot", "--num-envs", "4096", "--set", "training.n_steps=100000"],
-        ["100,000 steps × 4,096 envs", "GiB of memory is available"], []),
+        ["100,000 + 1 steps × 4,096 envs", "GiB of memory is available"], []),
     "exploration mode of a game without one": (
         "train_timed.py", ["--env", "starpilot", "--set", "env.distribution_mode=exploration"],
         ["starpilot has no exploration mode"], []),

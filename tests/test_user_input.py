@@ -29,8 +29,8 @@ from parallel_ppo.core.model import network
 from parallel_ppo.core.policy import Policy
 from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.envs.batch import env_spaces
-from parallel_ppo.errors import RunDataError
-from parallel_ppo.runs.directory import prepare_run_dir
+from parallel_ppo.errors import ConfigError, RunDataError
+from parallel_ppo.runs.directory import check_writable, prepare_run_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = str(ROOT / "config" / "cartpole.yaml")
@@ -261,3 +261,16 @@ def test_an_env_that_cannot_start_or_returns_another_shape_is_a_rollout_error():
             source.collect(network(cfg, source.spaces), PhaseTimer())
     finally:
         source.close()
+
+
+def test_a_folder_that_takes_no_files_is_not_called_missing(tmp_path, monkeypatch):
+    """A file system that answers a new file with ENOENT (/proc) is named as taking none, not as missing."""
+    import errno
+    import tempfile
+
+    def refuse(*args, **kwargs):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", refuse)
+    with pytest.raises(ConfigError, match=re.escape(f"{tmp_path}: it takes no new files")):
+        check_writable(tmp_path / "run")

@@ -3,6 +3,7 @@ asked to replace them."""
 
 from __future__ import annotations
 
+import errno
 import shutil
 import tempfile
 import time
@@ -29,8 +30,9 @@ def check_writable(path: Path, what: str = "") -> None:
     try:
         with tempfile.TemporaryFile(dir=ancestor):
             pass
-    except OSError as e:
-        raise ConfigError(f"cannot write {what}: {ancestor}: {e.strerror}") from None
+    except OSError as e:  # ENOENT from a folder that exists: a file system that takes no new files (/proc)
+        reason = "it takes no new files" if e.errno == errno.ENOENT else e.strerror
+        raise ConfigError(f"cannot write {what}: {ancestor}: {reason}") from None
 
 
 def default_run_dir(mode: str) -> str:
