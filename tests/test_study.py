@@ -16,6 +16,7 @@ from parallel_ppo.bench.study import (
     drawing_tag,
     earlier_points,
     family_points,
+    machine_results_dir,
     merge_rows,
     point_command,
     process_counts,
@@ -157,6 +158,24 @@ def test_bad_families_are_refused_before_anything_runs(tmp_path):
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "--families" in proc.stderr
     assert not (tmp_path / "runs").exists() and not (tmp_path / "res").exists()
 
+
+
+@pytest.mark.slow  # starts bench.py
+def test_a_results_file_of_another_study_is_refused_before_the_study_starts(tmp_path):
+    """One line, exit 2, before the study's first line and its first run; the file is left as it was."""
+    res = tmp_path / "res"
+    settings = StudySettings("config/sim_lift.yaml", "sim/Sleep", 2.0)
+    path = results_files(machine_results_dir(res) / results_name(settings, drawing()))["json"]
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"settings": {"env": "sim/Sleep", "seconds": 60.0}, "points": []}))
+    before = path.read_text()
+    proc = subprocess.run([sys.executable, "bench.py", "study", "--config", "config/sim_lift.yaml", "--env",
+                           "sim/Sleep", "--seconds", "2", "--families", "threads", "--processes", "1", "--runs-dir",
+                           str(tmp_path / "runs"), "--results-dir", str(res)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "holds a study of other settings" in proc.stderr and proc.stdout == ""
+    assert not (tmp_path / "runs").exists() and path.read_text() == before
 
 def test_an_earlier_study_is_kept_only_for_the_same_machine_and_settings(tmp_path, capsys):
     path = tmp_path / "study.json"

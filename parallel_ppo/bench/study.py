@@ -279,18 +279,29 @@ def earlier_points(path: Path, identity: dict[str, Any]) -> list[dict[str, Any]]
     return [p for p in points if p["label"] not in chunked]
 
 
-def run_study(families: list[str], counts: list[int], settings: StudySettings, runs_dir: Path,
-              results_root: Path) -> tuple[Path, list[dict[str, Any]]]:
-    """Run every point, one at a time, rewriting the results after each (a machine taken back mid-study leaves the
-    points it finished); returns the results' stem (`results_files`) and the rows measured now."""
+@dataclass
+class StudyPlan:
+    """What a study will run and where its results go, checked before the first run (`plan_study`)."""
+
+    points: list[tuple[str, int]]
+    skipped: list[str]  # the GPU families asked for where no CUDA device runs them
+    cores: int
+    stem: Path  # `results_files`' stem
+    identity: dict[str, Any]  # what a results file must match to merge with these points
+    kept: list[dict[str, Any]]  # the points measured before in that file and kept
+    hardware: dict[str, Any]
+
+
+def plan_study(families: list[str], counts: list[int], settings: StudySettings, results_root: Path) -> StudyPlan:
+    """The study's points on this machine (the GPU families only where CUDA runs them) and its results file; refuses
+    (ConfigError, RunDataError) a study with no point to run here, or whose results file holds another's."""
     gpu = gpu_name()
-    if gpu is None and set(families) & set(GPU_FAMILIES):
-        print(f"  {', '.join(f for f in families if f in GPU_FAMILIES)}: skipped (no CUDA device here)", flush=True)
-        families = [f for f in families if f not in GPU_FAMILIES]
+    skipped = [] if gpu else [f for f in families if f in GPU_FAMILIES]
     hw, cores = fingerprint.hardware(), available_cores()
-    points = family_points(families, counts, cores)
+    points = family_points([f for f in families if f not in skipped], counts, cores)
     if not points:
-        raise ConfigError("the study has no points to run here")
+        without = f" ({', '.join(skipped)} need a CUDA device)" if skipped else ""
+        raise ConfigError(f"the study has no points to run here{without}")
     config = Path(settings.config).resolve()  # named from the checkout when in it, so results compare across hosts
     shown = {**asdict(settings), "config": str(config.relative_to(ROOT) if config.is_relative_to(ROOT) else config)}
     drawn = fingerprint.drawing()  # names the files where a variable chose it; a study drawn otherwise is not merged
@@ -300,14 +311,20 @@ def run_study(families: list[str], counts: list[int], settings: StudySettings, r
         identity["simulated"] = True
     stem = machine_results_dir(results_root) / results_name(settings, drawn)
     kept = earlier_points(results_files(stem)["json"], identity)
-    meta = {**identity, "hardware": hw, "versions": fingerprint.versions(),
+    return StudyPlan(points, skipped, cores, stem, identity, kept, hw)
+
+
+def run_study(plan: StudyPlan, settings: StudySettings, runs_dir: Path) -> list[dict[str, Any]]:
+    """Run every point of `plan`, one at a time, rewriting the results after each (a machine taken back mid-study
+    leaves the points it finished); returns the rows measured now."""
+    meta = {**plan.identity, "hardware": plan.hardware, "versions": fingerprint.versions(),
             "commit": fingerprint.source_commit(), "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
     rows: list[dict[str, Any]] = []
-    for family, n in points:
+    for family, n in plan.points:
         print(f"  {family} × {n}: {settings.seconds:g} s ...", flush=True)
-        rows.append({**run_study_point(family, n, settings, runs_dir, cores), "commit": meta["commit"]})
+        rows.append({**run_study_point(family, n, settings, runs_dir, plan.cores), "commit": meta["commit"]})
         r = rows[-1]
         print(f"    failed: {r['error']}" if "error" in r else
               f"    {r['steps_per_second']:,.0f} steps/s over {r['updates']} updates", flush=True)
-        write_results(merge_rows(kept, rows), stem, meta)
-    return stem, rows
+        write_results(merge_rows(plan.kept, rows), plan.stem, meta)
+    return rows

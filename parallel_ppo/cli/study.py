@@ -9,16 +9,16 @@ from typing import Any
 from parallel_ppo.bench.scaling import BenchRunCrashed
 from parallel_ppo.bench.study import (
     ROOT,
+    StudyPlan,
     StudySettings,
     available_cores,
     check_settings,
-    family_points,
-    gpu_name,
+    plan_study,
     point_command,
     process_counts,
     run_study,
 )
-from parallel_ppo.bench.study_pages import FAMILIES, GPU_FAMILIES, results_files, study_table
+from parallel_ppo.bench.study_pages import FAMILIES, results_files, study_table
 from parallel_ppo.cli.common import add_config_flag, fail, int_list, positive_int, run_budget, setting_item
 from parallel_ppo.cli.train import trainer_config
 from parallel_ppo.errors import ConfigError, ParallelPPOError
@@ -60,20 +60,22 @@ def study(args: Any, prog: str) -> int:
         settings = StudySettings(args.config, args.env, args.seconds, n_steps=args.n_steps,
                                  extra=tuple(a for item in args.set for a in ("--set", item)))
         check_settings(settings)
-        check_points(families, counts, settings, Path(args.runs_dir))
         for path in (Path(args.runs_dir), Path(args.results_dir)):
             if path.exists() and not path.is_dir():
                 raise ConfigError(f"{path} exists and is not a directory")
+        plan = plan_study([f for f in FAMILIES if f in families], counts, settings, Path(args.results_dir))
+        check_points(plan, settings, Path(args.runs_dir))
         print(f"{prog}: study of {', '.join(families)} at {counts} processes, {args.seconds:g} s per run, "
               f"one at a time", flush=True)
-        stem, rows = run_study([f for f in FAMILIES if f in families], counts, settings, Path(args.runs_dir),
-                               Path(args.results_dir))
+        if plan.skipped:
+            print(f"  {', '.join(plan.skipped)}: skipped (no CUDA device here)", flush=True)
+        rows = run_study(plan, settings, Path(args.runs_dir))
     except ParallelPPOError as e:
         return fail(prog, e, 2)
     except OSError as e:  # the results folder could not be written
         return fail(prog, e, 1)
     print(study_table(rows))
-    files = results_files(stem)
+    files = results_files(plan.stem)
     print(f"wrote {files['md']}, {files['json']}, {files['png']}")
     failed = [r["label"] for r in rows if "error" in r]
     if failed:
@@ -82,11 +84,8 @@ def study(args: Any, prog: str) -> int:
     return 0
 
 
-def check_points(families: list[str], counts: list[int], settings: StudySettings, runs_dir: Path) -> None:
-    """Refuse (ConfigError) a study with a point whose settings the trainer would refuse, before any run; the GPU
-    families only where CUDA runs them (elsewhere the study skips them)."""
-    cores = available_cores()
-    runnable = families if gpu_name() else [f for f in families if f not in GPU_FAMILIES]
-    for family, n in family_points(runnable, counts, cores):
-        cmd = point_command(family, n, settings, runs_dir / f"{family}_{n}", cores)
+def check_points(plan: StudyPlan, settings: StudySettings, runs_dir: Path) -> None:
+    """Refuse (ConfigError) a study with a point whose settings the trainer would refuse, before any run."""
+    for family, n in plan.points:
+        cmd = point_command(family, n, settings, runs_dir / f"{family}_{n}", plan.cores)
         trainer_config(cmd, f"the study's {family} point at {n} processes")
