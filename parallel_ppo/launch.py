@@ -93,7 +93,7 @@ def check_network_and_memory(cfg: Config, spaces: EnvSpaces, buffers: int = 1) -
     available = psutil.virtual_memory().available
     if need > available:
         raise ConfigError(
-            f"the rollout needs {need / 2**30:,.1f} GiB ({cfg.training.n_steps:,} + 1 steps × {cfg.env.num_envs:,} "
+            f"the rollout needs {need / 2**30:,.1f} GiB ({cfg.training.n_steps + 1:,} rows × {cfg.env.num_envs:,} "
             f"envs × {per_step:,} bytes{' × 2 buffers' if buffers > 1 else ''}) but {available / 2**30:,.1f} GiB "
             f"of memory is available; use fewer steps (training.n_steps) or envs")
 

@@ -132,10 +132,11 @@ USER_ERRORS = {
     "output dir under a file": ("train_parallel_timed.py", ["--output-dir", "{a_file}/run"],
                                 ["cannot create output directory", "is not a directory"], []),
     "output dir that cannot be written": ("train_parallel_timed.py", ["--output-dir", "/proc/parallel_ppo/run"],
-                                          ["cannot write output directory /proc/parallel_ppo/run"], []),
+                                          ["cannot write output directory /proc/parallel_ppo/run: /proc: it takes "
+                                           "no new files"], []),
     "rollout larger than memory": (
         "train_timed.py", ["--env", "starpilot", "--num-envs", "4096", "--set", "training.n_steps=100000"],
-        ["100,000 + 1 steps × 4,096 envs", "GiB of memory is available"], []),
+        ["100,001 rows × 4,096 envs", "GiB of memory is available"], []),
     "exploration mode of a game without one": (
         "train_timed.py", ["--env", "starpilot", "--set", "env.distribution_mode=exploration"],
         ["starpilot has no exploration mode"], []),

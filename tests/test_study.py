@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import parallel_ppo.bench.study as study_module
 from parallel_ppo.bench.study import (
     StudySettings,
     drawing_tag,
@@ -18,6 +19,7 @@ from parallel_ppo.bench.study import (
     family_points,
     machine_results_dir,
     merge_rows,
+    plan_study,
     point_command,
     process_counts,
     results_name,
@@ -159,12 +161,11 @@ def test_bad_families_are_refused_before_anything_runs(tmp_path):
     assert not (tmp_path / "runs").exists() and not (tmp_path / "res").exists()
 
 
-
 @pytest.mark.slow  # starts bench.py
 def test_a_results_file_of_another_study_is_refused_before_the_study_starts(tmp_path):
     """One line, exit 2, before the study's first line and its first run; the file is left as it was."""
     res = tmp_path / "res"
-    settings = StudySettings("config/sim_lift.yaml", "sim/Sleep", 2.0)
+    settings = StudySettings(str(ROOT / "config" / "sim_lift.yaml"), "sim/Sleep", 2.0)
     path = results_files(machine_results_dir(res) / results_name(settings, drawing()))["json"]
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"settings": {"env": "sim/Sleep", "seconds": 60.0}, "points": []}))
@@ -177,11 +178,20 @@ def test_a_results_file_of_another_study_is_refused_before_the_study_starts(tmp_
     assert "holds a study of other settings" in proc.stderr and proc.stdout == ""
     assert not (tmp_path / "runs").exists() and path.read_text() == before
 
-def test_an_earlier_study_is_kept_only_for_the_same_machine_and_settings(tmp_path, capsys):
+
+def test_a_study_of_gpu_families_alone_without_cuda_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(study_module, "gpu_name", lambda: None)
+    with pytest.raises(ConfigError, match=r"no points to run here \(cuda, cuda_overlap: no CUDA device here\)"):
+        plan_study(["cuda", "cuda_overlap"], [16], SETTINGS, tmp_path)
+    plan = plan_study(["threads", "cuda"], [1], SETTINGS, tmp_path)
+    assert plan.points == [("threads", 1)] and plan.skipped == ["cuda"] and plan.kept == plan.dropped == []
+
+
+def test_an_earlier_study_is_kept_only_for_the_same_machine_and_settings(tmp_path):
     path = tmp_path / "study.json"
     identity = {"settings": {"env": "starpilot", "seconds": 30.0}, "cores": 16, "gpu": None, "cpu_model": "X"}
     path.write_text(json.dumps({**identity, "points": [row("threads", 1, 100.0)]}))
-    assert [p["label"] for p in earlier_points(path, identity)] == ["threads_1"]
+    assert [p["label"] for p in earlier_points(path, identity)[0]] == ["threads_1"]
     with pytest.raises(RunDataError, match=r"other settings .*\(settings\.seconds 30\.0, not 20\.0\)"):
         earlier_points(path, {**identity, "settings": {"env": "starpilot", "seconds": 20.0}})  # its points kept
     assert json.loads(path.read_text())["points"][0]["label"] == "threads_1"
@@ -192,8 +202,8 @@ def test_an_earlier_study_is_kept_only_for_the_same_machine_and_settings(tmp_pat
     path.write_text(json.dumps({**identity, "points": [row("threads", 1, 100.0), row("cuda", 16, 500.0),
                                                        {**row("cuda_overlap", 16, 900.0), "microbatch": 0},
                                                        {**row("cuda", 8, 0.0), "error": "crashed"}]}))
-    assert [p["label"] for p in earlier_points(path, identity)] == ["threads_1", "cuda_overlap_16", "cuda_8"]
-    assert "dropping cuda_16" in capsys.readouterr().out
+    kept, dropped = earlier_points(path, identity)
+    assert [p["label"] for p in kept] == ["threads_1", "cuda_overlap_16", "cuda_8"] and dropped == ["cuda_16"]
 
 
 def test_frames_drawn_another_way_make_another_studys_files(monkeypatch):

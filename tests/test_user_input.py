@@ -5,6 +5,7 @@ start, else with its checkpoint and summary written."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -13,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -265,9 +267,6 @@ def test_an_env_that_cannot_start_or_returns_another_shape_is_a_rollout_error():
 
 def test_a_folder_that_takes_no_files_is_not_called_missing(tmp_path, monkeypatch):
     """A file system that answers a new file with ENOENT (/proc) is named as taking none, not as missing."""
-    import errno
-    import tempfile
-
     def refuse(*args, **kwargs):
         raise FileNotFoundError(errno.ENOENT, "No such file or directory")
 

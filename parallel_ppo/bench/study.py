@@ -254,14 +254,14 @@ def differences(data: dict[str, Any], identity: dict[str, Any]) -> list[str]:
             for k in sorted(set(were) | set(now)) if were.get(k) != now.get(k)]
 
 
-def earlier_points(path: Path, identity: dict[str, Any]) -> list[dict[str, Any]]:
-    """The points of the study in `path`, measured on this machine with these settings (`identity`); a study of
-    other settings or another machine in its place is refused (RunDataError, naming what differs: its points would
-    be lost), as is a file that is not a study's results. A GPU
-    family's points measured before the GPU took the whole minibatch at once (no `microbatch` recorded: chunks of
-    64) are dropped, and the study says so (a failed point, which records none, is kept)."""
+def earlier_points(path: Path, identity: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The points of the study in `path`, measured on this machine with these settings (`identity`), and the labels
+    of those dropped: a GPU family's points measured before the GPU took the whole minibatch at once (no `microbatch`
+    recorded: chunks of 64; a failed point, which records none, is kept). A study of other settings or another
+    machine in its place is refused (RunDataError, naming what differs: its points would be lost), as is a file that
+    is not a study's results."""
     if not path.is_file():
-        return []
+        return [], []
     try:
         data = json.loads(path.read_text())
         points = [p for p in data["points"] if p["family"] in FAMILIES and p["label"] and p["measured_at"]]
@@ -273,22 +273,26 @@ def earlier_points(path: Path, identity: dict[str, Any]) -> list[dict[str, Any]]
         raise RunDataError(f"{path} holds a study of other settings or another machine ({differ}): give the same, "
                            "another --results-dir, or move it away")
     chunked = [p["label"] for p in points if p["family"] in GPU_FAMILIES and "microbatch" not in p and "error" not in p]
-    if chunked:
-        print(f"  {path}: dropping {', '.join(chunked)} (the GPU learner in chunks of 64 samples, as measured before "
-              "it took the whole minibatch)", flush=True)
-    return [p for p in points if p["label"] not in chunked]
+    return [p for p in points if p["label"] not in chunked], chunked
 
 
-@dataclass
+@dataclass(frozen=True)
 class StudyPlan:
-    """What a study will run and where its results go, checked before the first run (`plan_study`)."""
+    """What a study will run and where its results go, decided before the first run (`plan_study`)."""
 
+    settings: StudySettings
     points: list[tuple[str, int]]
-    skipped: list[str]  # the GPU families asked for where no CUDA device runs them
+    skipped: list[str]
+    """The GPU families asked for where no CUDA device runs them."""
     cores: int
-    stem: Path  # `results_files`' stem
-    identity: dict[str, Any]  # what a results file must match to merge with these points
-    kept: list[dict[str, Any]]  # the points measured before in that file and kept
+    stem: Path
+    """The results files' stem (`results_files`)."""
+    identity: dict[str, Any]
+    """What a results file must match for these points to join it."""
+    kept: list[dict[str, Any]]
+    """The points of that file kept beside the new ones."""
+    dropped: list[str]
+    """The labels of that file's points dropped (`earlier_points`)."""
     hardware: dict[str, Any]
 
 
@@ -300,7 +304,7 @@ def plan_study(families: list[str], counts: list[int], settings: StudySettings, 
     hw, cores = fingerprint.hardware(), available_cores()
     points = family_points([f for f in families if f not in skipped], counts, cores)
     if not points:
-        without = f" ({', '.join(skipped)} need a CUDA device)" if skipped else ""
+        without = f" ({', '.join(skipped)}: no CUDA device here)" if skipped else ""
         raise ConfigError(f"the study has no points to run here{without}")
     config = Path(settings.config).resolve()  # named from the checkout when in it, so results compare across hosts
     shown = {**asdict(settings), "config": str(config.relative_to(ROOT) if config.is_relative_to(ROOT) else config)}
@@ -310,16 +314,17 @@ def plan_study(families: list[str], counts: list[int], settings: StudySettings, 
     if simulated(settings.env):  # a key only simulated studies have: the real ones measured before still merge
         identity["simulated"] = True
     stem = machine_results_dir(results_root) / results_name(settings, drawn)
-    kept = earlier_points(results_files(stem)["json"], identity)
-    return StudyPlan(points, skipped, cores, stem, identity, kept, hw)
+    kept, dropped = earlier_points(results_files(stem)["json"], identity)
+    return StudyPlan(settings, points, skipped, cores, stem, identity, kept, dropped, hw)
 
 
-def run_study(plan: StudyPlan, settings: StudySettings, runs_dir: Path) -> list[dict[str, Any]]:
+def run_study(plan: StudyPlan, runs_dir: Path) -> list[dict[str, Any]]:
     """Run every point of `plan`, one at a time, rewriting the results after each (a machine taken back mid-study
     leaves the points it finished); returns the rows measured now."""
     meta = {**plan.identity, "hardware": plan.hardware, "versions": fingerprint.versions(),
             "commit": fingerprint.source_commit(), "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
     rows: list[dict[str, Any]] = []
+    settings = plan.settings
     for family, n in plan.points:
         print(f"  {family} × {n}: {settings.seconds:g} s ...", flush=True)
         rows.append({**run_study_point(family, n, settings, runs_dir, plan.cores), "commit": meta["commit"]})

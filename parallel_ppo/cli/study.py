@@ -64,12 +64,15 @@ def study(args: Any, prog: str) -> int:
             if path.exists() and not path.is_dir():
                 raise ConfigError(f"{path} exists and is not a directory")
         plan = plan_study([f for f in FAMILIES if f in families], counts, settings, Path(args.results_dir))
-        check_points(plan, settings, Path(args.runs_dir))
+        check_points(plan, Path(args.runs_dir))
         print(f"{prog}: study of {', '.join(families)} at {counts} processes, {args.seconds:g} s per run, "
               f"one at a time", flush=True)
         if plan.skipped:
             print(f"  {', '.join(plan.skipped)}: skipped (no CUDA device here)", flush=True)
-        rows = run_study(plan, settings, Path(args.runs_dir))
+        if plan.dropped:
+            print(f"  {results_files(plan.stem)['json']}: dropping {', '.join(plan.dropped)} (the GPU learner in "
+                  "chunks of 64 samples, as measured before it took the whole minibatch)", flush=True)
+        rows = run_study(plan, Path(args.runs_dir))
     except ParallelPPOError as e:
         return fail(prog, e, 2)
     except OSError as e:  # the results folder could not be written
@@ -84,8 +87,8 @@ def study(args: Any, prog: str) -> int:
     return 0
 
 
-def check_points(plan: StudyPlan, settings: StudySettings, runs_dir: Path) -> None:
+def check_points(plan: StudyPlan, runs_dir: Path) -> None:
     """Refuse (ConfigError) a study with a point whose settings the trainer would refuse, before any run."""
     for family, n in plan.points:
-        cmd = point_command(family, n, settings, runs_dir / f"{family}_{n}", plan.cores)
+        cmd = point_command(family, n, plan.settings, runs_dir / f"{family}_{n}", plan.cores)
         trainer_config(cmd, f"the study's {family} point at {n} processes")
