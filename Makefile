@@ -62,7 +62,8 @@ PIP_INDEX        = $(if $(filter none,$(TORCH_INDEX)),,--extra-index-url $(TORCH
 EXTRAS          ?= dev
 
 # Before anything is installed, scripts/check_system.py checks the system libraries Procgen and MuJoCo's EGL
-# rendering load and prints the apt-get line for those missing (Procgen's stop the install; CHECK_SYSTEM=no skips it).
+# rendering load and prints the apt-get line for those missing (Procgen's stop the install), and, before a fresh
+# .venv, the free disk space (too little stops it); CHECK_SYSTEM=no skips it.
 CHECK_SYSTEM    ?= yes
 HOST_PYTHON      = $(if $(wildcard $(PY)),$(PY),$(or $(PYTHON),$(error $(NO_PYTHON))))
 
@@ -73,11 +74,16 @@ STAMP  = $(VENV)/.installed-$(subst $(comma),+,$(EXTRAS))
 
 install: $(STAMP)
 
+# A download that breaks off (a dropped connection) is resumed 20 times by pip and the whole install tried three times,
+# 20 s apart, before the install fails.
+RETRY = for n in 1 2 3; do $(1) && break; [ $$n -lt 3 ] || exit 1; \
+        echo "install: attempt $$n of 3 failed; trying again in 20 s" >&2; sleep 20; done
+
 $(STAMP): pyproject.toml
-	$(if $(filter no,$(CHECK_SYSTEM)),,$(HOST_PYTHON) scripts/check_system.py)
+	$(if $(filter no,$(CHECK_SYSTEM)),,$(HOST_PYTHON) scripts/check_system.py --venv $(VENV))
 	test -x $(PY) || $(HOST_PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $(PIP_INDEX) -e '.[$(EXTRAS)]'
+	$(call RETRY,$(PY) -m pip install --quiet --upgrade pip)
+	$(call RETRY,PIP_RESUME_RETRIES=20 $(PY) -m pip install --quiet $(PIP_INDEX) -e '.[$(EXTRAS)]')
 	touch $@
 
 ## Every test (what CI runs), two test files at a time (TEST_WORKERS=1: one); `make test-fast`, the edit-test loop,

@@ -2,7 +2,7 @@
 `apt-get install` line that adds the missing ones. `make install` runs it before it creates the virtual environment,
 so it runs with any Python 3 and imports nothing outside the standard library.
 
-    python3 scripts/check_system.py [--verbose] [--pretend-missing NAME ...]
+    python3 scripts/check_system.py [--verbose] [--venv PATH] [--pretend-missing NAME ...] [--pretend-free GB]
 
 Procgen is required: procgen-mirror's libenv.so (procgen's on Python 3.10 is built the same way) links the Qt it
 carries, and that Qt links the system's libGL.so.1 (which brings libGLX, libGLdispatch, libX11, libxcb) and GLib.
@@ -11,9 +11,13 @@ loads libEGL.so.1, the GLVND dispatcher, which loads Mesa's EGL vendor library, 
 state-based MuJoCo, Atari, CartPole and Procgen do without it, so its absence is a warning. Each library is probed
 by loading it, as the wheels will (dlopen: a library that is present but lacks one of its own dependencies fails).
 
-Exit 0: everything present, or only the optional renderer missing (warning lines); 2: a required library missing.
-Problems go to stderr, one line per group, then the apt-get line that installs every missing package. Not Linux:
-nothing to check. --pretend-missing NAME treats that library (or driver file) as absent (tests).
+With --venv PATH (the Makefile's $(VENV)) and no environment there yet, it also checks the free disk space: a full
+disk otherwise shows up late, as pip's "Connection interrupted while downloading".
+
+Exit 0: everything present, or only the optional renderer missing (warning lines); 2: a required library missing,
+or too little space. Problems go to stderr, one line per group, then the apt-get line that installs every missing
+package. Not Linux: no library to check. --pretend-missing NAME treats that library (or driver file) as absent,
+--pretend-free GB reads that much free space everywhere (tests).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import glob
 import os
 import shutil
 import sys
+import tempfile
 from dataclasses import dataclass
 
 
@@ -60,6 +65,9 @@ GROUPS = (
     )),
 )
 
+VENV_GB = 3.0  # .venv after `make install` (the dev extras, torch's CPU build): 3.0 GB measured
+DOWNLOAD_GB = 1.0  # pip's downloads and unpacked wheels in the temporary directory while it installs
+
 DRIVER_DIRS = ("/usr/lib/*/dri", "/usr/lib64/dri", "/usr/lib/dri", "/usr/local/lib/*/dri", "/usr/local/lib/dri")
 LIB_DIRS = ("/usr/lib/*", "/usr/lib64", "/usr/lib", "/lib/*", "/lib64")
 
@@ -91,6 +99,28 @@ def present(need: Need, pretend_missing: set[str]) -> bool:
         elif loads(probe):
             return True
     return False
+
+
+def space_problem(venv: str, pretend_free: float | None = None) -> str | None:
+    """One line on what lacks room for a fresh install into `venv`, or None (also when `venv` exists already: an
+    update adds little)."""
+    if os.path.exists(venv):
+        return None
+    home = os.path.dirname(os.path.abspath(venv))
+    while not os.path.exists(home):
+        home = os.path.dirname(home)
+    needs: dict[int, tuple[str, float]] = {}  # file system → (a folder on it, GB needed there)
+    for folder, gb in ((home, VENV_GB), (tempfile.gettempdir(), DOWNLOAD_GB)):
+        first, total = needs.get(os.stat(folder).st_dev, (folder, 0.0))
+        needs[os.stat(folder).st_dev] = (first, total + gb)
+    for folder, gb in needs.values():
+        free = shutil.disk_usage(folder).free / 1e9 if pretend_free is None else pretend_free
+        if free < gb:
+            return (f"check_system: {free:.1f} GB free on the disk of {folder}, and a fresh install needs about "
+                    f"{gb:.0f} GB there ({VENV_GB:.0f} GB for {venv}, {DOWNLOAD_GB:.0f} GB of pip's downloads in "
+                    f"{tempfile.gettempdir()}): free some space, or put them elsewhere (make install VENV=/path/venv, "
+                    "TMPDIR=/path)")
+    return None
 
 
 def check(pretend_missing: set[str], verbose: bool = False) -> int:
@@ -130,9 +160,16 @@ def check(pretend_missing: set[str], verbose: bool = False) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--verbose", "-v", action="store_true", help="one line per library checked")
+    parser.add_argument("--venv", metavar="PATH", help="where the virtual environment goes: check the free space")
     parser.add_argument("--pretend-missing", action="append", default=[], metavar="NAME",
                         help="treat this soname or driver file as absent (for tests; repeatable)")
+    parser.add_argument("--pretend-free", type=float, metavar="GB", help="read this much free space (for tests)")
     args = parser.parse_args(argv)
+    problem = space_problem(args.venv, args.pretend_free) if args.venv else None
+    if problem:
+        print(problem, file=sys.stderr)
+        print("check_system: stopping (make install CHECK_SYSTEM=no skips this check)", file=sys.stderr)
+        return 2
     return check(set(args.pretend_missing), args.verbose)
 
 

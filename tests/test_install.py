@@ -57,6 +57,18 @@ def test_without_apt_the_check_names_the_libraries_and_the_debian_packages():
     assert "install the packages that provide these libraries (Debian/Ubuntu: apt-get install libgl1)" in result.stderr
 
 
+def test_too_little_disk_space_stops_a_fresh_install_and_says_where(tmp_path):
+    """A full disk shows up early and by name, not as pip's "Connection interrupted while downloading"."""
+    result = _check("--venv", str(tmp_path / "venv"), "--pretend-free", "0.5")
+    assert result.returncode == 2 and result.stdout == ""
+    first, last = result.stderr.splitlines()
+    assert first.startswith(f"check_system: 0.5 GB free on the disk of {tmp_path}, and a fresh install needs about ")
+    assert f"for {tmp_path / 'venv'}" in first and "make install VENV=/path/venv" in first
+    assert "CHECK_SYSTEM=no" in last
+    assert _check("--venv", str(tmp_path), "--pretend-free", "0.5").returncode == 0  # an existing venv: no check
+    assert _check("--venv", str(tmp_path / "venv"), "--pretend-free", "9").returncode == 0
+
+
 def _make_install(path: Path | None, *assignments: str) -> subprocess.CompletedProcess:
     """`make -n install` for a fresh virtual environment (nothing runs), with only `path` on PATH when given."""
     outer = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}  # as run by `make test` too
@@ -83,7 +95,7 @@ def _fake_pythons(tmp_path: Path, **versions: str | None) -> Path:
 @needs_make
 def test_make_install_checks_the_system_before_it_creates_the_environment():
     lines = _make_install(None, "PYTHON=/opt/py/python3.11").stdout.splitlines()
-    assert lines[0] == "/opt/py/python3.11 scripts/check_system.py"
+    assert lines[0] == "/opt/py/python3.11 scripts/check_system.py --venv /nonexistent/venv"
     assert lines[1] == "test -x /nonexistent/venv/bin/python || /opt/py/python3.11 -m venv /nonexistent/venv"
     lines = _make_install(None, "PYTHON=/opt/py/python3.11", "CHECK_SYSTEM=no").stdout.splitlines()
     assert "check_system" not in lines[0] and "-m venv" in lines[0]
