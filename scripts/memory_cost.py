@@ -10,7 +10,8 @@ with `--run` a short parallel run of the config, every process of its tree sampl
 - `envs N`: N envs built as a worker builds them, reset and stepped 20 times (frames drawn). An env's cost is the
   slope of the resident set over N (least squares), the first env's extra (a renderer's driver, loaded once per
   process) what the line leaves above `imports` at N = 0.
-- `buffer`: the shared rollout buffer, n_steps × num_envs × bytes per step, computed and allocated.
+- `buffer`: the shared rollout buffer (n_steps × num_envs steps and the observation after each env's last), its
+  tensors' sizes summed and its allocation measured.
 - `learner P/M` (each candidate of the config's precision P and microbatch M): the spaces read as the trainer reads
   them (which builds one env for a family that does not know them), the network and Adam, a rollout as the update
   takes it, then one `ppo_update`: its peak (the kernel's high-water mark) above the resident set before it.
@@ -113,8 +114,7 @@ def one(kind: str, arg: str, config: str, sets: list[str]) -> dict[str, float]:
         for field in dataclasses.fields(buffer):  # every page written, as the workers write them
             getattr(buffer, field.name).fill_(1)
         out["buffer"] = memory()
-        out["computed"] = {"mb": cfg.training.n_steps * cfg.env.num_envs * RolloutBuffer.bytes_per_step(
-            spaces.obs_shape, spaces.obs_dtype, spaces.actions) / MB}
+        out["computed"] = {"mb": sum(getattr(buffer, f.name).nbytes for f in dataclasses.fields(buffer)) / MB}
     elif kind == "learner":
         from parallel_ppo.tuning.compute_limit import _random_batch
 

@@ -33,6 +33,7 @@ from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.errors import ConfigError, RunDataError
 from parallel_ppo.runs.directory import check_writable, prepare_run_dir
+from parallel_ppo.runs.report.make import make_report
 
 ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = str(ROOT / "config" / "cartpole.yaml")
@@ -265,11 +266,15 @@ def test_an_env_that_cannot_start_or_returns_another_shape_is_a_rollout_error():
         source.close()
 
 
-def test_a_folder_that_takes_no_files_is_not_called_missing(tmp_path, monkeypatch):
-    """A file system that answers a new file with ENOENT (/proc) is named as taking none, not as missing."""
+def test_a_folder_that_takes_no_files_is_not_called_missing(tmp_path, monkeypatch, capsys):
+    """A file system that answers a new file with ENOENT (/proc) is named as taking none, not as missing; a
+    comparison is refused so before it reads a run."""
     def refuse(*args, **kwargs):
         raise FileNotFoundError(errno.ENOENT, "No such file or directory")
 
     monkeypatch.setattr(tempfile, "TemporaryFile", refuse)
     with pytest.raises(ConfigError, match=re.escape(f"{tmp_path}: it takes no new files")):
         check_writable(tmp_path / "run")
+    assert make_report([("a", [tmp_path / "a"]), ("b", [tmp_path / "b"])], tmp_path / "cmp", "compare_results.py") == 2
+    assert capsys.readouterr().err == (f"compare_results.py: error: cannot write output directory {tmp_path / 'cmp'}: "
+                                       f"{tmp_path}: it takes no new files\n")

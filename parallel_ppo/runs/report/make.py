@@ -13,22 +13,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from parallel_ppo.errors import ConfigError, ParallelPPOError
+from parallel_ppo.runs.directory import check_writable
 from parallel_ppo.runs.reading import is_run_dir, load_groups
 from parallel_ppo.runs.reference import load_references
 
 
 def check_arguments(specs: list[tuple[str, list[Path]]], baseline: str | None, out_dir: Path) -> None:
-    """What can be refused before any run is read: too few runs, an unknown baseline, an output path
-    that cannot be a directory."""
+    """What can be refused before any run is read: too few runs, an unknown baseline, an output directory that
+    cannot be created or written."""
     labels = [label for label, _ in specs]
     if len(specs) < 2 and not any(len(dirs) > 1 or (dirs[0].is_dir() and not is_run_dir(dirs[0]))
                                   for _, dirs in specs):
         raise ConfigError("nothing to compare: give at least two runs (--sequential/--parallel or --run)")
     if baseline is not None and baseline.rpartition("/")[0] not in labels and baseline not in labels:
         raise ConfigError(f"--baseline {baseline!r} is not one of the runs ({', '.join(labels)})")
-    existing = next((p for p in (out_dir, *out_dir.parents) if p.exists()), None)
-    if existing is not None and not existing.is_dir():
-        raise ConfigError(f"output directory {out_dir}: {existing} exists and is not a directory")
+    check_writable(out_dir)
 
 
 def make_report(specs: list[tuple[str, list[Path]]], out_dir: Path, prog: str, baseline: str | None = None,
