@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import glob
+import math
 import os
 import shutil
 import sys
@@ -65,7 +66,8 @@ GROUPS = (
     )),
 )
 
-VENV_GB = 3.0  # .venv after `make install` (the dev extras, torch's CPU build): 3.0 GB measured
+# The default install (the dev extras, torch's CPU build); a CUDA torch or the genesis extra takes gigabytes more.
+VENV_GB = 3.5  # .venv after `make install`: 3.0 GB measured, and a margin
 DOWNLOAD_GB = 1.0  # pip's downloads and unpacked wheels in the temporary directory while it installs
 
 DRIVER_DIRS = ("/usr/lib/*/dri", "/usr/lib64/dri", "/usr/lib/dri", "/usr/local/lib/*/dri", "/usr/local/lib/dri")
@@ -102,24 +104,26 @@ def present(need: Need, pretend_missing: set[str]) -> bool:
 
 
 def space_problem(venv: str, pretend_free: float | None = None) -> str | None:
-    """One line on what lacks room for a fresh install into `venv`, or None (also when `venv` exists already: an
-    update adds little)."""
-    if os.path.exists(venv):
+    """One line on what lacks room for a fresh install into `venv`, or None (also where an install there finished
+    once: an update adds little; a half-made one, left by a full disk, is checked again)."""
+    if os.path.exists(os.path.join(venv, "bin", "python")) and glob.glob(os.path.join(venv, ".installed-*")):
         return None
     home = os.path.dirname(os.path.abspath(venv))
     while not os.path.exists(home):
         home = os.path.dirname(home)
-    needs: dict[int, tuple[str, float]] = {}  # file system → (a folder on it, GB needed there)
-    for folder, gb in ((home, VENV_GB), (tempfile.gettempdir(), DOWNLOAD_GB)):
-        first, total = needs.get(os.stat(folder).st_dev, (folder, 0.0))
-        needs[os.stat(folder).st_dev] = (first, total + gb)
-    for folder, gb in needs.values():
-        free = shutil.disk_usage(folder).free / 1e9 if pretend_free is None else pretend_free
-        if free < gb:
-            return (f"check_system: {free:.1f} GB free on the disk of {folder}, and a fresh install needs about "
-                    f"{gb:.0f} GB there ({VENV_GB:.0f} GB for {venv}, {DOWNLOAD_GB:.0f} GB of pip's downloads in "
-                    f"{tempfile.gettempdir()}): free some space, or put them elsewhere (make install VENV=/path/venv, "
-                    "TMPDIR=/path)")
+    if not os.path.isdir(home):
+        return f"check_system: cannot create {venv}: {home} is not a directory"
+    disks: dict[int, list[tuple[str, float, str]]] = {}  # file system → what goes there: (folder, GB, what)
+    for part in ((home, VENV_GB, venv), (tempfile.gettempdir(), DOWNLOAD_GB, "pip's downloads")):
+        disks.setdefault(os.stat(part[0]).st_dev, []).append(part)
+    for parts in disks.values():
+        need = sum(gb for _, gb, _ in parts)
+        free = shutil.disk_usage(parts[0][0]).free / 1e9 if pretend_free is None else pretend_free
+        if free < need:
+            listed = ", ".join(f"{gb:.1f} GB for {what} in {folder}" for folder, gb, what in parts)
+            return (f"check_system: {math.floor(free * 10) / 10:.1f} GB free on the disk of {parts[0][0]}, and a "
+                    f"fresh install needs about {need:.1f} GB there ({listed}): free some space, or put them "
+                    "elsewhere (make install VENV=/path/venv, TMPDIR=/path)")
     return None
 
 
