@@ -11,8 +11,8 @@ loads libEGL.so.1, the GLVND dispatcher, which loads Mesa's EGL vendor library, 
 state-based MuJoCo, Atari, CartPole and Procgen do without it, so its absence is a warning. Each library is probed
 by loading it, as the wheels will (dlopen: a library that is present but lacks one of its own dependencies fails).
 
-With --venv PATH (the Makefile's $(VENV)) and no environment there yet, it also checks the free disk space: a full
-disk otherwise shows up late, as pip's "Connection interrupted while downloading".
+With --venv PATH (the Makefile's $(VENV)) and no finished install there (no `.installed-*` stamp), it also checks
+the free disk space: a full disk otherwise shows up late, as pip's "Connection interrupted while downloading".
 
 Exit 0: everything present, or only the optional renderer missing (warning lines); 2: a required library missing,
 or too little space. Problems go to stderr, one line per group, then the apt-get line that installs every missing
