@@ -284,7 +284,6 @@ class StudyPlan:
     points: list[tuple[str, int]]
     skipped: list[str]
     """The GPU families asked for where no CUDA device runs them."""
-    cores: int
     stem: Path
     """The results files' stem (`results_files`)."""
     identity: dict[str, Any]
@@ -294,6 +293,11 @@ class StudyPlan:
     dropped: list[str]
     """The labels of that file's points dropped (`earlier_points`)."""
     hardware: dict[str, Any]
+
+    @property
+    def cores(self) -> int:
+        """The CPUs this process may use, as the results file records them."""
+        return self.identity["cores"]
 
 
 def plan_study(families: list[str], counts: list[int], settings: StudySettings, results_root: Path) -> StudyPlan:
@@ -313,9 +317,9 @@ def plan_study(families: list[str], counts: list[int], settings: StudySettings, 
                 "drawing": drawn or None}
     if simulated(settings.env):  # a key only simulated studies have: the real ones measured before still merge
         identity["simulated"] = True
-    stem = machine_results_dir(results_root) / results_name(settings, drawn)
+    stem = results_root / results_slug(hw["cpu_model"], cores, gpu, hw["cpu_kind"]) / results_name(settings, drawn)
     kept, dropped = earlier_points(results_files(stem)["json"], identity)
-    return StudyPlan(settings, points, skipped, cores, stem, identity, kept, dropped, hw)
+    return StudyPlan(settings, points, skipped, stem, identity, kept, dropped, hw)
 
 
 def run_study(plan: StudyPlan, runs_dir: Path) -> list[dict[str, Any]]:
