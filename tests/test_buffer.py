@@ -233,8 +233,9 @@ def test_an_update_on_a_cut_rollout_learns_from_the_steps_taken(monkeypatch):
 @pytest.mark.parametrize("lagging", [4, 9])
 def test_an_update_that_drops_lagged_steps_learns_from_the_others(monkeypatch, lagging):
     """With `parallel.drop_lagged`, `loop.update` on a rollout whose first `lagging` of 16 steps lag: at most half
-    (4), their log-probs made NaN, it learns from the others (its parameters stay numbers) in as many optimizer
-    steps as on a whole rollout, and counts every step; more than half (9), it learns from all of them."""
+    (4), their log-probs and values made NaN, it learns from the others (its parameters stay numbers) in as many
+    optimizer steps as on a whole rollout, counts every step, and leaves the dropped steps' values unrevalued
+    (`parallel.fresh_values` is on); more than half (9), it learns from all of them, valued again."""
     monkeypatch.chdir(ROOT)
     cfg = build_config("config/cartpole.yaml", {"env.id": "CartPole-v1", "run.seed": 1}, [
         "env.num_envs=4", "training.n_steps=16", "training.batch_size=16", "training.n_epochs=2",
@@ -247,6 +248,7 @@ def test_an_update_that_drops_lagged_steps_learns_from_the_others(monkeypatch, l
         source.lagged_share = lagging / 16
         if lagging <= 8:
             source.buffer.logprobs[:lagging] = float("nan")
+        source.buffer.values[:lagging] = float("nan")
         source.during_update = lambda: torch.set_num_threads(3)  # as an overlapped learner takes idle cores
         with threads_kept():
             torch.set_num_threads(1)
@@ -259,3 +261,4 @@ def test_an_update_that_drops_lagged_steps_learns_from_the_others(monkeypatch, l
     first = next(state.model.parameters())
     assert int(state.optimizer.state[first]["step"]) == 2 * 64 // 16
     assert all(torch.isfinite(p).all() for p in state.model.parameters())
+    assert source.buffer.values[:lagging].isnan().all() == (lagging <= 8), "dropped steps are not valued again"

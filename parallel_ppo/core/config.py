@@ -61,9 +61,9 @@ class ParallelConfig:
     """With `overlap`: before GAE, the learner values again, with the parameters it updates, the observations of the
     steps taken with older ones (and the one after each env's last step, where that step was one of them), as the
     synchronous trainer's values are, instead of reading the values the workers stored (one forward pass over those
-    steps; a time limit's bootstrap keeps its stored value). Off, the critic learns towards returns built on its own
-    estimates of an update before (on CartPole, where nearly every step lags, it learned slower: docs/training.md): GAE
-    reads the stored values."""
+    steps; a time limit's bootstrap keeps its stored value; not where `drop_lagged` leaves those steps out). Off, the
+    critic learns towards returns built on its own estimates of an update before (on CartPole, where nearly every
+    step lags, it learned slower: docs/training.md): GAE reads the stored values."""
     decoupled_clip: bool = False
     """With `overlap`: an update whose rollout trails it clips PPO's ratio (and the value loss) around the policy
     it starts from, and weighs every step by that policy's probability of its action over the probability it was

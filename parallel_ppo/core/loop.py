@@ -361,16 +361,17 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
     lr = learning_rate(cfg, state.env_steps, agreed.started)
     for param_group in state.optimizer.param_groups:
         param_group["lr"] = lr
-    with timers.phase("gae"):
-        if cfg.parallel.fresh_values and source.lagged is not None:
+    taken = source.buffer.taken()
+    taken_rows, rows = learned_rows(taken, source, cfg.parallel.drop_lagged)
+    with timers.phase("gae"):  # lagged steps dropped need no fresh values: they lead each env's rollout
+        if cfg.parallel.fresh_values and source.lagged is not None and rows is taken_rows:
             revalue_lagged(state.model, source.buffer, source.lagged, group.local_training(cfg))
         if state.reward_scaler is not None:
             state.reward_scaler.start_episodes(agreed.result.fresh_envs)
         data = rollout_batch(source.buffer, cfg, state.reward_scaler, group).to(module_device(state.model))
     with timers.phase("update"):
         pause_point("update", state.update + 1)
-        augment, draws, taken = random_shift(cfg, source.spaces), None, source.buffer.taken()
-        taken_rows, rows = learned_rows(taken, source, cfg.parallel.drop_lagged)
+        augment, draws = random_shift(cfg, source.spaces), None
         if augment is not None:  # every rank draws every env's shifts and takes its own: those of one process
             steps, envs = source.buffer.rewards.shape
             draws = group.own_columns(augment.draw(steps, envs * group.world_size, cfg.training.n_epochs,
