@@ -331,9 +331,9 @@ def test_parallel_mode_validates_the_derived_rollout():
 
 
 @pytest.mark.parametrize("workers, fraction, waited", [(2, 0.5, 1), (3, 0.666, 2), (50, 0.14, 7), (16, 0.6, 10),
-                                                    (2, 1.0, 2)])
+                                                    (2, 1.0, 2), (2, 1e-10, 1)])
 def test_sync_fraction_waits_for_that_share_of_the_workers_rounded_up(workers, fraction, waited):
-    """0.14 × 50 is 7.000000000000001 in floats: still 7 workers."""
+    """0.14 × 50 is 7.000000000000001 in floats: still 7 workers; the smallest share waits for one."""
     flags = {"parallel.num_workers": workers, "parallel.num_envs_per_worker": 4, "parallel.sync_fraction": fraction}
     cfg = build_config(None, flags, ["training.batch_size=64"], parallel=True)
     assert cfg.parallel.workers_waited_for == waited

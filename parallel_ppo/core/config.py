@@ -76,15 +76,15 @@ class ParallelConfig:
     drop_lagged: bool = False
     """With `overlap` and `refresh_params` (refused with distributed ranks, whose updates must be of one size): the
     update learns only from the steps taken with the parameters it updates, in as many minibatches as the whole
-    rollout makes (each smaller); the steps taken during the update before carry their envs forward and teach
-    nothing (metrics.csv's `learned_share`). Where they are more than half the rollout (an update longer than a
-    rollout), it learns from every step, as without it; with `decoupled_clip` too, that clip acts only then (an
-    update of on-policy steps needs none). Off (on Lift from state it did not give the synchronous trainer's
-    learning back: docs/training.md)."""
+    rollout makes (each smaller); the steps taken during the update before carry their envs forward and are not
+    learned from (metrics.csv's `learned_share`; the observation and reward statistics still count them). Where they
+    are more than half the rollout (an update longer than a rollout), it learns from every step, as without it; with
+    `decoupled_clip` too, that clip acts only then (an update of on-policy steps needs none). Off (on Lift from state
+    it did not give the synchronous trainer's learning back: docs/training.md)."""
     refresh_params: bool = True
     """With `overlap`: the workers take the parameters of each update as soon as it ends, from their next step on,
-    so only the steps taken while the learner updated (and logged, checkpointed) act with the parameters before
-    it (metrics.csv's `lagged_share`); the rest of the rollout is on-policy. Which steps those are depends on
+    so only the steps taken while the learner updated (and logged, checkpointed, evaluated) act with the parameters
+    before it (metrics.csv's `lagged_share`); the rest of the rollout is on-policy. Which steps those are depends on
     timing, so such a run is not reproduced exactly. Off: each rollout acts wholly with the parameters it started
     with, one update behind (reproducible)."""
 
@@ -110,7 +110,7 @@ class ParallelConfig:
     @property
     def workers_waited_for(self) -> int:
         """The workers whose finished rollouts end a rollout: `sync_fraction` of them, rounded up (all at 1)."""
-        return math.ceil(self.sync_fraction * self.num_workers - 1e-9)  # 0.14 × 50 is 7.000000000000001
+        return max(1, math.ceil(self.sync_fraction * self.num_workers - 1e-9))  # 0.14 × 50 is 7.000000000000001
 
     @property
     def lag(self) -> int:

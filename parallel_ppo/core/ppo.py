@@ -63,9 +63,9 @@ APPROX_KL = metric("losses/approx_kl", "approximate KL of the new policy from th
 CLIP_FRACTION = metric("losses/clipfrac", "fraction of samples whose ratio left the clip range", summary=True)
 RATIO_MEAN = metric("losses/ratio_mean", "mean probability ratio new/old (1 at the first minibatch of an on-policy "
                     "update on unshifted frames; drifts as the epochs move the policy)", summary=True)
-EXPLAINED_VARIANCE = metric("losses/explained_variance", "1 − Var(returns − values) / Var(returns) of the rollout "
-                            "(the values GAE read: an overlapped learner's own on lagged steps, parallel.fresh_values)",
-                            summary=True)
+EXPLAINED_VARIANCE = metric("losses/explained_variance", "1 − Var(returns − values) / Var(returns) of the steps "
+                            "learned from (the values GAE read: an overlapped learner's own on lagged steps, "
+                            "parallel.fresh_values)", summary=True)
 PRIVILEGED_PREDICTION = metric("losses/privileged_prediction", "mean squared error of the vector keys only the critic "
                                "reads (as it reads them) as the actor's features predict them "
                                "(training.predict_privileged; empty without)", summary=True)
