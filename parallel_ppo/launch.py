@@ -31,7 +31,7 @@ from parallel_ppo.engines.distributed import RESTART_COUNT_VAR, RUN_ID_VAR, Peer
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.errors import ConfigError
-from parallel_ppo.runs.directory import prepare_run_dir, resolve_run_dir
+from parallel_ppo.runs.directory import check_resumable, prepare_run_dir, resolve_run_dir
 from parallel_ppo.runs.report.formatting import fmt_flop
 from parallel_ppo.runs.tracking import start_tracking
 from parallel_ppo.runs.training import RunPlan, eval_views, train_run
@@ -105,10 +105,10 @@ def load_resume(request: Request) -> tuple[str, dict]:
         raise ConfigError(f"cannot resume: {path} is not a directory")
     if request.config is not None or request.overwrite:
         raise ConfigError("--resume takes the config from the run directory; drop --config/--overwrite")
-    output_dir = request.flags.get("run.output_dir")
-    if output_dir and Path(output_dir).resolve() != path.resolve():
+    if (output_dir := request.flags.get("run.output_dir")) and Path(output_dir).resolve() != path.resolve():
         raise ConfigError("--resume continues in its own directory; drop --output-dir")
     state = load_checkpoint(path / "checkpoint.pt")
+    check_resumable(path)
     if state.get("mode", request.mode) != request.mode:
         raise ConfigError(f"cannot resume: {path} holds a {state['mode']} run; use the {state['mode']} trainer")
     return str(path / "config.yaml"), state

@@ -538,3 +538,13 @@ def test_an_output_that_cannot_be_written_leaves_every_output_file_as_it_was(tmp
     assert [(out / n).read_text() for n in ("comparison.png", "comparison_report.txt")] == [
         "old comparison.png", "old comparison_report.txt"]
     assert not any((out / "comparison.md").iterdir())
+
+
+def test_a_label_with_tex_signs_is_drawn_as_written(tmp_path: Path) -> None:
+    """matplotlib would read `$...$` in a label as TeX and fail on a bad one; the figures show it as written."""
+    from parallel_ppo.cli import compare as entry
+
+    label = "$\\frac{a}$"
+    args = ["--run", f"{label}={write_run(tmp_path / 'a')}", "--run", f"b={write_run(tmp_path / 'b', seed=2)}"]
+    assert entry.main([*args, "--output-dir", str(tmp_path / "out")]) == 0
+    assert [r["label"] for r in json.loads((tmp_path / "out" / "comparison.json").read_text())["runs"]] == [label, "b"]

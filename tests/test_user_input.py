@@ -1,7 +1,8 @@
 """What a user hands a trainer that it cannot use ends in one line, never a crash: a checkpoint that does not fit the
 learner of its config is refused before a resume writes anything (and by eval and export, through the same check);
 an env of the user's own that fails stops the sequential trainer as the parallel one: before the run if it cannot
-start, else with its checkpoint and summary written."""
+start, else with its checkpoint and summary written; a run directory whose files a resume would fail on, and a path
+no file system takes, are refused before anything is written."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from parallel_ppo.core.policy import Policy
 from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.errors import ConfigError, RunDataError
-from parallel_ppo.runs.directory import check_writable, prepare_run_dir
+from parallel_ppo.runs.directory import check_writable, prepare_run_dir, resolve_run_dir
 from parallel_ppo.runs.report.make import make_report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -278,3 +279,82 @@ def test_a_folder_that_takes_no_files_is_not_called_missing(tmp_path, monkeypatc
     assert make_report([("a", [tmp_path / "a"]), ("b", [tmp_path / "b"])], tmp_path / "cmp", "compare_results.py") == 2
     assert capsys.readouterr().err == (f"compare_results.py: error: cannot write output directory {tmp_path / 'cmp'}: "
                                        f"{tmp_path}: it takes no new files\n")
+
+
+def _folder_for(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+def _file_for(path: Path) -> None:
+    shutil.rmtree(path)
+    path.write_text("")
+
+
+DAMAGED = {
+    "metrics.csv of other bytes than text": (lambda run: (run / "metrics.csv").write_bytes(b"update\n1\n\xff\xfe"),
+                                             "metrics.csv cannot be read ('utf-8' codec can't decode byte 0xff"),
+    "metrics.csv with a field over csv's limit": (lambda run: (run / "metrics.csv").write_text("a\n" + "9" * 200_000),
+                                                  "metrics.csv cannot be read (field larger than field limit"),
+    "metrics.csv a folder": (lambda run: _folder_for(run / "metrics.csv"), "metrics.csv is not a file; move it away"),
+    "summary.json a folder": (lambda run: (run / "summary.json").mkdir(), "summary.json is not a file; move it away"),
+    "logs a file": (lambda run: _file_for(run / "logs"), "logs is not a folder; move it away"),
+}
+
+
+@pytest.mark.parametrize("kind", DAMAGED)
+def test_a_run_directory_that_a_resume_would_fail_on_is_refused_before_it_writes_anything(runs, tmp_path, capsys,
+                                                                                         monkeypatch, kind):
+    """A run's file that a resume reads or writes, damaged: one line naming it, exit 2, the run directory as it was
+    (config.yaml not rewritten), where the run would have failed with a traceback once its workers had started."""
+    def started(*args: object) -> None:
+        raise AssertionError("the run directory was not refused before the run started")
+
+    monkeypatch.setattr("parallel_ppo.launch.join", started)
+    damage, words = DAMAGED[kind]
+    run = tmp_path / "run"
+    shutil.copytree(runs["sequential"], run)
+    damage(run)
+    before = hashes(run)
+    status = train_cli(["--resume", str(run)], parallel=False, prog="train_timed.py")
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and words in err, err
+    assert hashes(run) == before
+
+
+LONG = "x" * 300
+"""A name longer than any file system takes (255 bytes)."""
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "--output-dir", f"runs/{LONG}"], ["train-parallel", "--resume", LONG], ["train", "--config", LONG],
+    ["eval", "--checkpoint", LONG], ["export", LONG], ["export", "run", "--output", f"{LONG}.onnx"],
+    ["compare", "--run", f"a={LONG}", "--run", "b=b"], ["compare", "--run", "a=a", "--output-dir", LONG],
+    ["compare", "--run", "a=a", "--reference", f"sac={LONG}.csv"], ["bench", "roofline", "--output", LONG],
+    ["bench", "scaling", "--output-dir", LONG], ["bench", "study", "--runs-dir", LONG],
+    ["compare", "--run", "a=a", "--output-dir", ""], ["train", "--config", ""],
+])
+def test_a_path_no_file_system_takes_is_one_line_before_any_work(tmp_path, monkeypatch, capsys, argv):
+    """An empty path, or a name over 255 bytes, in any command's path flag: one line, exit 2, before anything is
+    read or measured (no `OSError: File name too long` traceback, no report written to the current directory)."""
+    from parallel_ppo.cli import main
+
+    def started(*args: object) -> None:  # a path let through must not train here
+        raise AssertionError("the path was not refused before the run started")
+
+    monkeypatch.setattr("parallel_ppo.launch.join", started)
+    monkeypatch.chdir(tmp_path)
+    try:
+        status = main(argv)
+    except SystemExit as e:  # argparse's refusal
+        status = e.code
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1, err
+    assert ("longer than the 255 a file system takes" if argv[-1] else "an empty path") in err, err
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_config_files_output_directory_no_file_system_takes_is_refused(tmp_path):
+    cfg = build_config(CARTPOLE, {"run.output_dir": str(tmp_path / LONG)}, [], parallel=False)
+    with pytest.raises(ConfigError, match="^output directory: a name of 300 bytes"):
+        resolve_run_dir(cfg, "sequential", overwrite=False)

@@ -27,6 +27,7 @@ from parallel_ppo.cli.common import (
     positive_int,
     run_budget,
     setting_item,
+    some_path,
 )
 from parallel_ppo.cli.study import add_study, study
 from parallel_ppo.cli.train import trainer_config
@@ -38,6 +39,7 @@ from parallel_ppo.core.threads import draw_with, thread_plan
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.errors import ConfigError, ParallelPPOError
 from parallel_ppo.runs import fingerprint
+from parallel_ppo.runs.directory import check_writable
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,8 +79,9 @@ def _add_roofline(sub: Any) -> None:
     r.add_argument("--threads", type=int, metavar="N",
                    help="torch threads (default: every logical CPU the trainer's learner may use, the ceiling of "
                         "parallel.learner_threads: auto)")
-    r.add_argument("--output", metavar="FILE.json", help="also write the result as JSON")
-    r.add_argument("--run", metavar="DIR", help="also show a finished run's achieved FLOP/s against the peak")
+    r.add_argument("--output", type=some_path, metavar="FILE.json", help="also write the result as JSON")
+    r.add_argument("--run", type=some_path, metavar="DIR",
+                   help="also show a finished run's achieved FLOP/s against the peak")
 
 
 def _add_speed_check(sub: Any) -> None:
@@ -99,9 +102,9 @@ def _add_speed_check(sub: Any) -> None:
                    help="timed budget of the limit measurement (default 20)")
     s.add_argument("--train-seconds", type=run_budget("s"), default=120.0, metavar="TIME",
                    help="wall-clock budget of the trainer run in seconds (default 120, at most a week)")
-    s.add_argument("--output-dir", metavar="DIR",
+    s.add_argument("--output-dir", type=some_path, metavar="DIR",
                    help=f"trainer run and JSON go here (default {SPEED_CHECK_DIR}, a new one each time)")
-    s.add_argument("--output", metavar="FILE.json",
+    s.add_argument("--output", type=some_path, metavar="FILE.json",
                    help="JSON result path (default <output-dir>/speed_check.json)")
 
 
@@ -116,7 +119,7 @@ def _add_envs(sub: Any) -> None:
     e.add_argument("--set", action="append", default=[], type=setting_item, metavar="KEY=VALUE",
                    help="config override (repeatable)")
     e.add_argument("--seconds", type=duration_in("s"), default=10.0, metavar="TIME", help="per measurement (10)")
-    e.add_argument("--output", metavar="FILE.json", help="also write the rows as JSON")
+    e.add_argument("--output", type=some_path, metavar="FILE.json", help="also write the rows as JSON")
 
 
 def _add_sweeps(sub: Any) -> None:
@@ -132,7 +135,7 @@ def _add_sweeps(sub: Any) -> None:
                        help="config override passed to every run (repeatable)")
         c.add_argument("--seconds", type=run_budget("s"), default=20.0 if name == "autotune" else 60.0,
                        metavar="TIME", help="wall-clock budget of each run (at most a week)")
-        c.add_argument("--output-dir", default=f"benchmarks/{name}", metavar="DIR",
+        c.add_argument("--output-dir", default=f"benchmarks/{name}", type=some_path, metavar="DIR",
                        help=f"where the runs and results go (default benchmarks/{name})")
         if name == "scaling":
             c.add_argument("--workers", metavar="LIST",
@@ -167,7 +170,7 @@ def _add_learning(sub: Any) -> None:
     c.add_argument("--parallel", action="store_true",
                    help="train with the parallel trainer and the config's workers (the same learning per step, "
                         "faster where stepping envs is much of the work); default: the sequential trainer")
-    c.add_argument("--output-dir", metavar="DIR", help="default benchmarks/learning_<env>")
+    c.add_argument("--output-dir", type=some_path, metavar="DIR", help="default benchmarks/learning_<env>")
 
 
 def learning(args: Any, prog: str) -> int:
@@ -303,8 +306,7 @@ def _check_output(path: str | None) -> None:
     p = Path(path)
     if p.is_dir():
         raise ConfigError(f"--output {p} is a directory; give a file name such as result.json")
-    if p.parent.exists() and not p.parent.is_dir():
-        raise ConfigError(f"--output {p}: {p.parent} is not a directory")
+    check_writable(p.parent, f"--output {p}")  # before the measurement, not after it
 
 
 def _set_threads(cfg: Config, threads: int | None) -> None:

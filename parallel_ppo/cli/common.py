@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from parallel_ppo.cli.flags import with_flags
+from parallel_ppo.core.files import path_problem
 from parallel_ppo.core.units import SECONDS_PER, to_unit
 from parallel_ppo.errors import ConfigError
 
@@ -44,7 +45,8 @@ class OneLineParser(argparse.ArgumentParser):
 
     def _dash_values_attached(self, args: list[str]) -> list[str]:
         """`--flag -5m` as `--flag=-5m` where `--flag` takes one value and `-5m` is a negative number (with a unit or
-        not), so that its own check names the problem; anything else that starts with a dash stays a flag."""
+        not; a list that starts with one, `-1,2`; -inf, -nan), so that its own check names the problem; anything else
+        that starts with a dash stays a flag."""
         out: list[str] = []
         i = 0
         while i < len(args):
@@ -53,7 +55,7 @@ class OneLineParser(argparse.ArgumentParser):
             if args[i] == "--":
                 return out + args[i:]
             if (args[i].startswith("--") and action is not None and action.nargs is None
-                    and re.fullmatch(r"-(\d+\.?\d*|\.\d+)(e-?\d+)?[smhd]?", follows)):
+                    and re.fullmatch(r"-((\d+\.?\d*|\.\d+)(e-?\d+)?[smhd]?(,\S*)?|inf|infinity|nan)", follows)):
                 out.append(f"{args[i]}={follows}")
                 i += 2
             else:
@@ -100,9 +102,11 @@ def run_budget(unit: str) -> Callable[[str], float]:
 
 def some_path(text: str) -> str:
     """argparse type of a path flag: any text but an empty one (which would mean the current directory, or the
-    default, unseen)."""
+    default, unseen) or one no file system takes (found before any work, not by the first file written)."""
     if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path; give a directory or leave the flag out")
+        raise argparse.ArgumentTypeError("an empty path; give one or leave the flag out")
+    if problem := path_problem(text):
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 
@@ -150,8 +154,9 @@ def add_config_flag(p: Any, procgen: str) -> None:
     from parallel_ppo.envs.families import FAMILIES, PROCGEN
 
     shipped = [f.config for f in FAMILIES if f is not PROCGEN]
-    p.add_argument("--config", help=f"YAML config file (default: config/{procgen} for a Procgen game, else the "
-                                    f"shipped config of the env's family: {', '.join(shipped[:-1])} or {shipped[-1]})")
+    p.add_argument("--config", type=some_path,
+                   help=f"YAML config file (default: config/{procgen} for a Procgen game, else the shipped config of "
+                        f"the env's family: {', '.join(shipped[:-1])} or {shipped[-1]})")
 
 
 def default_config(env_id: str | None, procgen: str) -> str:

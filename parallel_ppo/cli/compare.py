@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from parallel_ppo.cli.common import OneLineParser, fail
+from parallel_ppo.cli.common import OneLineParser, fail, some_path
 from parallel_ppo.errors import ParallelPPOError
 from parallel_ppo.runs.reading import parse_run_spec
 from parallel_ppo.runs.reference import parse_reference_spec
@@ -23,8 +23,8 @@ def make_parser(prog: str) -> OneLineParser:
     p = OneLineParser(prog=prog, description=(
         "Compare timed PPO runs side by side. Prints the table and writes comparison.png, phase_breakdown.png, "
         "comparison_report.txt, comparison.md and comparison.json to --output-dir."))
-    p.add_argument("--sequential", metavar="DIR", help="the sequential run (label 'sequential')")
-    p.add_argument("--parallel", metavar="DIR", help="the parallel run (label 'parallel')")
+    p.add_argument("--sequential", type=some_path, metavar="DIR", help="the sequential run (label 'sequential')")
+    p.add_argument("--parallel", type=some_path, metavar="DIR", help="the parallel run (label 'parallel')")
     p.add_argument("--run", action="append", default=[], metavar="LABEL=DIR[,DIR...]",
                    help="runs under a label of your choice (repeatable, e.g. a sweep of worker counts); several "
                         "directories, or a parent of run directories, make one label over seeds")
@@ -34,7 +34,7 @@ def make_parser(prog: str) -> OneLineParser:
                         "compared by return at equal env steps only, never as a run")
     p.add_argument("--at-steps", type=float, metavar="N",
                    help="env steps at which returns are compared across seeds (default: the shortest run's)")
-    p.add_argument("--output-dir", default="benchmarks/comparison", metavar="DIR",
+    p.add_argument("--output-dir", default="benchmarks/comparison", type=some_path, metavar="DIR",
                    help="where the report files go (default: benchmarks/comparison)")
     p.add_argument("--baseline", metavar="LABEL",
                    help="run the speed-ups are measured against: a label (one over seeds means its first run) or "

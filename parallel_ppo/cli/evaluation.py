@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from parallel_ppo.cli.common import OneLineParser, duration_in, fail, positive_int, seed_number
+from parallel_ppo.cli.common import OneLineParser, duration_in, fail, positive_int, seed_number, some_path
 from parallel_ppo.core.config import Config
 from parallel_ppo.errors import ConfigError, ParallelPPOError, RunDataError
 
@@ -22,7 +22,7 @@ MAX_FPS = 120
 
 
 def _common(p: OneLineParser) -> None:
-    p.add_argument("--checkpoint", required=True, metavar="RUN_DIR_OR_FILE",
+    p.add_argument("--checkpoint", required=True, type=some_path, metavar="RUN_DIR_OR_FILE",
                    help="a run directory (its checkpoint.pt) or a checkpoint file")
     p.add_argument("--levels", choices=("auto", "train", "test"), default="auto",
                    help="the run's own levels, or levels it never saw; auto (the default): test where the run has "
@@ -52,7 +52,8 @@ def eval_parser(prog: str) -> OneLineParser:
     _common(p)
     p.add_argument("--episodes", type=positive_int, default=20, metavar="N", help="complete episodes (20)")
     p.add_argument("--num-envs", type=positive_int, default=8, metavar="N", help="envs played at once (8)")
-    p.add_argument("--video", metavar="FILE.mp4|FILE.gif", help="also write env 0's episodes as a video")
+    p.add_argument("--video", type=some_path, metavar="FILE.mp4|FILE.gif",
+                   help="also write env 0's episodes as a video")
     _views(p, "--video")
     return p
 
@@ -79,7 +80,7 @@ def demo_parser(prog: str) -> OneLineParser:
     _common(p)
     p.add_argument("--seconds", type=demo_seconds, default=20.0, metavar="TIME",
                    help=f"video length (20; at most {MAX_DEMO_SECONDS:.0f})")
-    p.add_argument("--output", metavar="FILE.mp4|FILE.gif", help="default RUN_DIR/demo.mp4")
+    p.add_argument("--output", type=some_path, metavar="FILE.mp4|FILE.gif", help="default RUN_DIR/demo.mp4")
     p.add_argument("--fps", type=demo_fps, default=DEFAULT_FPS, metavar="N", help=f"frames/s ({DEFAULT_FPS}; at most "
                    f"{MAX_FPS})")
     _views(p, "the video")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from parallel_ppo.cli.common import OneLineParser, fail
+from parallel_ppo.cli.common import OneLineParser, fail, some_path
 from parallel_ppo.errors import ParallelPPOError
 
 
@@ -11,11 +11,12 @@ def export_parser(prog: str) -> OneLineParser:
                       "observations in (a batch, as the env gives them, normalized inside when the run normalized "
                       "them); the action, the distribution's parameters and the value out "
                       "(docs/evaluation.md, \"Export\").")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (its checkpoint.pt) or a checkpoint file")
+    p.add_argument("run_dir", type=some_path, metavar="RUN_DIR",
+                   help="a run directory (its checkpoint.pt) or a checkpoint file")
     p.add_argument("--format", choices=("onnx", "torchscript"), default="onnx",
                    help="onnx (needs the onnx and onnxruntime packages) or torchscript (torch.jit.load); onnx is "
                         "the default")
-    p.add_argument("--output", metavar="PATH", help="default RUN_DIR/policy.onnx or RUN_DIR/policy.pt")
+    p.add_argument("--output", type=some_path, metavar="PATH", help="default RUN_DIR/policy.onnx or RUN_DIR/policy.pt")
     return p
 
 

@@ -19,7 +19,15 @@ from parallel_ppo.bench.study import (
     run_study,
 )
 from parallel_ppo.bench.study_pages import FAMILIES, results_files, study_table
-from parallel_ppo.cli.common import add_config_flag, fail, int_list, positive_int, run_budget, setting_item
+from parallel_ppo.cli.common import (
+    add_config_flag,
+    fail,
+    int_list,
+    positive_int,
+    run_budget,
+    setting_item,
+    some_path,
+)
 from parallel_ppo.cli.train import trainer_config
 from parallel_ppo.errors import ConfigError, ParallelPPOError
 
@@ -43,9 +51,9 @@ def add_study(sub: Any) -> None:
     c.add_argument("--n-steps", type=positive_int, default=64, metavar="N", help="steps per env per rollout (64)")
     c.add_argument("--set", action="append", default=[], type=setting_item, metavar="KEY=VALUE",
                    help="config override passed to every run (repeatable)")
-    c.add_argument("--runs-dir", default="benchmarks/study", metavar="DIR",
+    c.add_argument("--runs-dir", default="benchmarks/study", type=some_path, metavar="DIR",
                    help="where the run directories go (default benchmarks/study; not for git)")
-    c.add_argument("--results-dir", default=str(ROOT / "docs" / "results"), metavar="DIR",
+    c.add_argument("--results-dir", default=str(ROOT / "docs" / "results"), type=some_path, metavar="DIR",
                    help="parent of the results folder (default docs/results)")
 
 

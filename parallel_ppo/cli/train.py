@@ -29,7 +29,8 @@ def make_parser(prog: str, parallel: bool) -> OneLineParser:
     p = OneLineParser(prog=prog, description=f"Wall-clock-bounded PPO training, {mode}. A flag's default is the "
                       "config file's value, else the built-in one shown; --print-config shows what a command "
                       "resolves to.")
-    p.add_argument("--config", help="YAML config file (sections env, parallel, model, training, run, logging)")
+    p.add_argument("--config", type=some_path,
+                   help="YAML config file (sections env, parallel, model, training, run, logging)")
     p.add_argument("--duration", type=duration_in("h"), metavar="TIME",
                    help="wall-clock budget: 90m, 1.5h, 3600s; a bare number is hours (run.duration; "
                         f"{builtin('run.duration')} h)")
@@ -49,7 +50,7 @@ def make_parser(prog: str, parallel: bool) -> OneLineParser:
     p.add_argument("--set", action="append", default=[], type=setting_item, metavar="KEY=VALUE",
                    help="override any config field, e.g. --set training.n_steps=64 (repeatable)")
     p.add_argument("--overwrite", action="store_true", help="replace the results of an earlier run in DIR")
-    p.add_argument("--resume", metavar="DIR",
+    p.add_argument("--resume", type=some_path, metavar="DIR",
                    help="continue the run in DIR from its checkpoint (its config.yaml, then any flags given)")
     p.add_argument("--resume-if-exists", action="store_true",
                    help="continue the run in --output-dir if it has a checkpoint, else start it there: the same "

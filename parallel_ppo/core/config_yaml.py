@@ -67,7 +67,7 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     if p.is_dir():
         raise ConfigError(f"config file {p} is a directory; give the YAML file in it")
     if not p.is_file():
-        raise ConfigError(f"config file not found: {p}")
+        raise ConfigError(f"config file {p} is not a regular file" if p.exists() else f"config file not found: {p}")
     try:
         data = parse_yaml(p.read_text())
     except (OSError, UnicodeDecodeError) as e:

@@ -60,3 +60,18 @@ def read_evidence(path: Path) -> dict[str, Any]:
 def write_text(path: Path, text: str) -> None:
     """`text` as UTF-8, atomically."""
     atomic_write(path, lambda f: f.write(text.encode()))
+
+
+NAME_MAX, PATH_MAX = 255, 4096
+"""Bytes in a file or folder name, and in a whole path, that Linux's file systems and calls take (ext4, xfs, tmpfs)."""
+
+
+def path_problem(path: str | Path) -> str | None:
+    """What makes `path` one that no file system takes (too long a name, or too long a whole), or None."""
+    size = len(os.fsencode(str(path)))
+    if size >= PATH_MAX:
+        return f"a path of {size:,} bytes, longer than the {PATH_MAX - 1:,} a file system takes"
+    for part in Path(path).parts:
+        if (size := len(os.fsencode(part))) > NAME_MAX:
+            return f"a name of {size:,} bytes ({part[:20]}...), longer than the {NAME_MAX} a file system takes"
+    return None

@@ -3,6 +3,7 @@ asked to replace them."""
 
 from __future__ import annotations
 
+import csv
 import errno
 import shutil
 import tempfile
@@ -12,9 +13,9 @@ from pathlib import Path
 import yaml
 
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.files import write_text
+from parallel_ppo.core.files import path_problem, write_text
 from parallel_ppo.errors import ConfigError
-from parallel_ppo.runs.summary import RUN_FILES
+from parallel_ppo.runs.summary import RUN_DIRS, RUN_FILES
 
 
 def check_writable(path: Path, what: str = "") -> None:
@@ -42,6 +43,8 @@ def default_run_dir(mode: str) -> str:
 def resolve_run_dir(cfg: Config, mode: str, overwrite: bool) -> Path:
     """The run directory (not yet created); refuses to mix with an earlier run's results unless told to."""
     path = Path(cfg.run.output_dir or default_run_dir(mode))
+    if problem := path_problem(path):
+        raise ConfigError(f"output directory: {problem}")
     if path.exists() and not path.is_dir():
         raise ConfigError(f"output directory {path} exists and is not a directory")
     if not overwrite and path.is_dir() and any((path / name).exists() for name in RUN_FILES):
@@ -50,6 +53,26 @@ def resolve_run_dir(cfg: Config, mode: str, overwrite: bool) -> Path:
                           "another --output-dir")
     check_writable(path)
     return path
+
+
+def check_resumable(path: Path) -> None:
+    """Refuse to resume a run directory whose files the run would fail on after its workers started, its config.yaml
+    rewritten: a file that is a folder (or the reverse), or a metrics.csv that is not readable CSV text."""
+    for name in RUN_FILES:
+        target = path / name
+        if target.exists() and target.is_dir() != (name in RUN_DIRS):
+            kind = "folder" if name in RUN_DIRS else "file"
+            raise ConfigError(f"cannot resume: {target} is not a {kind}; move it away")
+    metrics = path / "metrics.csv"
+    try:
+        with open(metrics, newline="") as f:
+            for _ in csv.reader(f):
+                pass
+    except FileNotFoundError:
+        pass  # the resumed run starts a new one
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise ConfigError(f"cannot resume: {metrics} cannot be read ({e}); move it away to resume without its "
+                          "earlier rows") from None
 
 
 def prepare_run_dir(path: Path, cfg: Config, overwrite: bool) -> None:

@@ -19,6 +19,7 @@ import numpy as np
 
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import config_from_dict, load_yaml
+from parallel_ppo.core.files import path_problem
 from parallel_ppo.core.timing import PHASES
 from parallel_ppo.errors import ConfigError, RunDataError
 from parallel_ppo.runs.figures import steady_sps
@@ -119,6 +120,9 @@ def parse_run_spec(spec: str) -> tuple[str, list[Path]]:
     paths = [d.strip() for d in directories.split(",")]
     if not eq or not label.strip() or not all(paths):
         raise ConfigError(f"--run expects LABEL=DIR or LABEL=DIR1,DIR2,..., got {spec!r}")
+    for path in paths:
+        if problem := path_problem(path):
+            raise ConfigError(f"--run {label.strip()}=...: {problem}")
     return label.strip(), [Path(p) for p in paths]
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from parallel_ppo.core.files import path_problem
 from parallel_ppo.errors import ConfigError, RunDataError
 from parallel_ppo.runs.figures import logged_by
 from parallel_ppo.runs.reading import RunGroup, csv_rows
@@ -51,6 +52,8 @@ def parse_reference_spec(spec: str) -> tuple[str, Path]:
     label, eq, path = spec.partition("=")
     if not eq or not label.strip() or not path.strip():
         raise ConfigError(f"--reference expects LABEL=CSV, got {spec!r}")
+    if problem := path_problem(path.strip()):
+        raise ConfigError(f"--reference {label.strip()}=...: {problem}")
     return label.strip(), Path(path.strip())
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib import colormaps
+from matplotlib import colormaps, rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -276,7 +276,7 @@ def plot_phases(cmp: Comparison) -> bytes:
 
 
 def render_outputs(cmp: Comparison) -> dict[str, bytes]:
-    """Every output file's content, built in memory."""
+    """Every output file's content, built in memory; the figures' text as written (a label's `$` is no TeX)."""
     makers: dict[str, Callable[[Comparison], bytes]] = {
         "comparison.png": plot_comparison,
         "phase_breakdown.png": plot_phases,
@@ -286,7 +286,8 @@ def render_outputs(cmp: Comparison) -> dict[str, bytes]:
     }
     if cmp.has_seeds:
         makers["learning_curves.png"] = plot_seeds
-    return {name: make(cmp) for name, make in makers.items()}
+    with rc_context({"text.parse_math": False}):
+        return {name: make(cmp) for name, make in makers.items()}
 
 
 def write_outputs(outputs: Mapping[str, bytes], out_dir: Path) -> list[Path]:
