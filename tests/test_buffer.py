@@ -261,4 +261,5 @@ def test_an_update_that_drops_lagged_steps_learns_from_the_others(monkeypatch, l
     first = next(state.model.parameters())
     assert int(state.optimizer.state[first]["step"]) == 2 * 64 // 16
     assert all(torch.isfinite(p).all() for p in state.model.parameters())
-    assert source.buffer.values[:lagging].isnan().all() == (lagging <= 8), "dropped steps are not valued again"
+    stale = source.buffer.values[:lagging].isnan()
+    assert stale.all() if lagging <= 8 else not stale.any(), "dropped steps are not valued again; kept ones all are"

@@ -91,7 +91,10 @@ def test_malformed_cli_exits_2_with_one_line(tmp_path, capsys, args):
 
 NAMED_CASES = {  # what a user gave → what the one line must name
     "negative duration": (["--duration", "-5m"], "argument --duration: must be a positive duration, got '-5m'"),
+    "negative seed in a list": (["--seeds", "-1,2"], "run.seed (--seed) must not be negative, got -1"),
+    "-inf duration": (["--duration", "-inf"], "argument --duration: must be a positive duration, got '-inf'"),
     "config directory": (["--config", "{tmp}"], "is a directory"),
+    "config not a file": (["--config", "/dev/null"], "config file /dev/null is not a regular file"),
     "duplicate key": (["--config", "{duplicate}"], "the key 'n_steps' is given twice (lines 2 and 3)"),
     "W&B flags without --track": (["--wandb-project", "p", "--wandb-tags", "a"],
                                   "tracking.project (--wandb-project) and tracking.tags (--wandb-tags) set up W&B "

@@ -286,19 +286,14 @@ def _folder_for(path: Path) -> None:
     path.mkdir()
 
 
-def _file_for(path: Path) -> None:
-    shutil.rmtree(path)
-    path.write_text("")
-
-
 DAMAGED = {
     "metrics.csv of other bytes than text": (lambda run: (run / "metrics.csv").write_bytes(b"update\n1\n\xff\xfe"),
                                              "metrics.csv cannot be read ('utf-8' codec can't decode byte 0xff"),
+    # (read in the locale's encoding, as a resume reads it: UTF-8 under a C or UTF-8 locale, PEP 538)
     "metrics.csv with a field over csv's limit": (lambda run: (run / "metrics.csv").write_text("a\n" + "9" * 200_000),
                                                   "metrics.csv cannot be read (field larger than field limit"),
-    "metrics.csv a folder": (lambda run: _folder_for(run / "metrics.csv"), "metrics.csv is not a file; move it away"),
-    "summary.json a folder": (lambda run: (run / "summary.json").mkdir(), "summary.json is not a file; move it away"),
-    "logs a file": (lambda run: _file_for(run / "logs"), "logs is not a folder; move it away"),
+    "metrics.csv a folder": (lambda run: _folder_for(run / "metrics.csv"), "metrics.csv is a folder, not the run's"),
+    "summary.json a folder": (lambda run: (run / "summary.json").mkdir(), "summary.json is a folder, not the run's"),
 }
 
 

@@ -45,7 +45,7 @@ def eval_levels(env: EnvConfig, levels: str) -> EnvConfig:
     if resolve_levels(env, levels) == "train":
         return dataclasses.replace(env)
     if why := no_test_levels(env):
-        raise ConfigError(f"{why} (use --levels train, or eval.levels=train)")
+        raise ConfigError(f"{why} (use levels train, or eval.levels=train)")
     start = env.start_level + env.num_levels
     return dataclasses.replace(env, start_level=start, num_levels=min(TEST_LEVELS, LEVEL_LIMIT - start))
 

@@ -15,7 +15,7 @@ import yaml
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.files import path_problem, write_text
 from parallel_ppo.errors import ConfigError
-from parallel_ppo.runs.summary import RUN_DIRS, RUN_FILES
+from parallel_ppo.runs.summary import RUN_FILES
 
 
 def check_writable(path: Path, what: str = "") -> None:
@@ -56,13 +56,11 @@ def resolve_run_dir(cfg: Config, mode: str, overwrite: bool) -> Path:
 
 
 def check_resumable(path: Path) -> None:
-    """Refuse to resume a run directory whose files the run would fail on after its workers started, its config.yaml
-    rewritten: a file that is a folder (or the reverse), or a metrics.csv that is not readable CSV text."""
-    for name in RUN_FILES:
-        target = path / name
-        if target.exists() and target.is_dir() != (name in RUN_DIRS):
-            kind = "folder" if name in RUN_DIRS else "file"
-            raise ConfigError(f"cannot resume: {target} is not a {kind}; move it away")
+    """Refuse to resume a run directory whose metrics.csv or summary.json the run would fail on once its workers had
+    started, config.yaml rewritten: a folder in the place of either, or a metrics.csv that is not CSV text."""
+    for name in ("metrics.csv", "summary.json"):
+        if (path / name).is_dir():
+            raise ConfigError(f"cannot resume: {path / name} is a folder, not the run's file; move it away")
     metrics = path / "metrics.csv"
     try:
         with open(metrics, newline="") as f:
@@ -71,8 +69,8 @@ def check_resumable(path: Path) -> None:
     except FileNotFoundError:
         pass  # the resumed run starts a new one
     except (OSError, UnicodeDecodeError, csv.Error) as e:
-        raise ConfigError(f"cannot resume: {metrics} cannot be read ({e}); move it away to resume without its "
-                          "earlier rows") from None
+        raise ConfigError(f"cannot resume: {metrics} cannot be read ({e}); repair it (without it the run would "
+                          "lose its earlier rows)") from None
 
 
 def prepare_run_dir(path: Path, cfg: Config, overwrite: bool) -> None:

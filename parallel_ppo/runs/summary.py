@@ -21,8 +21,6 @@ from parallel_ppo.errors import RunDataError
 RUN_FILES = ("metrics.csv", "summary.json", "checkpoint.pt", "config.yaml", "logs", "eval.json", "demo.mp4", "wandb")
 """What a run directory holds, its evaluations, default demo video and W&B files included (`--overwrite` replaces
 exactly these)."""
-RUN_DIRS = ("logs", "wandb")
-"""Those of RUN_FILES that are folders."""
 
 READ_COLUMNS = ("update", "env_steps", "wall_time", "sps", "episodic_return_mean", "episodic_length_mean",
                 "episodes", "test_return_mean", "success_rate", *(f"time_{p}" for p in PHASES), "cpu_percent",
