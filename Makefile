@@ -140,6 +140,8 @@ train-distributed: install
 ## Compare benchmarks/sequential_$(TAG) with benchmarks/parallel_$(TAG), training whichever has no
 ## summary.json yet first (DURATION each, 90m or 1.5h): make compare TAG=30m DURATION=30m
 compare: install
+	@case "$(TAG)" in ''|*[!A-Za-z0-9._-]*) \
+		echo "make compare: error: TAG names the runs: letters, digits, . _ or -, got '$(TAG)'" >&2; exit 2;; esac
 	test -f benchmarks/sequential_$(TAG)/summary.json || $(MAKE) --no-print-directory train OUT=
 	test -f benchmarks/parallel_$(TAG)/summary.json || $(MAKE) --no-print-directory train-parallel OUT=
 	$(PY) compare_results.py --sequential benchmarks/sequential_$(TAG) --parallel benchmarks/parallel_$(TAG) \
@@ -190,7 +192,7 @@ STEPS       ?= 1000000
 bench-mujoco: install
 	for env in $(MUJOCO_ENVS); do $(PY) bench.py learning --config config/mujoco.yaml --env $$env --minutes 600 \
 		--seeds "$(SEEDS)" --variant "ppo:" --set run.total_steps=$(STEPS) --output-dir benchmarks/mujoco_$$env $(ARGS) \
-		|| exit 1; done
+		|| exit $$?; done
 
 ## Atari at equal steps, to set beside CleanRL's published ppo_atari curve (quoted in docs/results/amd-epyc-avx512-bf16-2c/atari.md):
 ## ATARI_STEPS (1M) per run on CleanRL's 10M-step learning-rate schedule, SEEDS, one run at a time, the parallel trainer,

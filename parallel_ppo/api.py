@@ -16,6 +16,8 @@ multiprocessing code (a notebook needs nothing).
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,13 +26,68 @@ import torch
 
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.evaluate import EvalResult
+from parallel_ppo.core.files import path_problem
 from parallel_ppo.core.policy import Policy
 from parallel_ppo.core.threads import draw_threads_kept
 from parallel_ppo.errors import ConfigError, RunFailed
 from parallel_ppo.launch import Request, execute, prepare
+from parallel_ppo.runs.directory import check_writable
 from parallel_ppo.runs.reading import Run, load_groups, load_run
 
 MODES = ("sequential", "parallel")
+
+
+def _path(value: Any, name: str, kind: str = "a path (a str or pathlib.Path)") -> Path:
+    """An argument that names a file or folder: a str or os.PathLike, not empty, one a file system takes; `kind`
+    says what else it may be, where a message names it."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise ConfigError(f"{name} must be {kind}, got {type(value).__name__}")
+    text = os.fsdecode(os.fspath(value))
+    if not text.strip():
+        raise ConfigError(f"{name} is an empty path; give one or leave it out")
+    if problem := path_problem(text):
+        raise ConfigError(f"{name}: {problem}")
+    return Path(text)
+
+
+def _optional_path(value: Any, name: str) -> Path | None:
+    return None if value is None else _path(value, name)
+
+
+RUN_OR_FILE = "a Run, a run directory or a checkpoint file"
+
+
+def _where(value: Any, name: str) -> Any:
+    """A run (`Run`), a loaded `Policy`, or the path of a run directory or checkpoint file, checked as a path."""
+    return value if isinstance(value, (Run, Policy)) else _path(value, name, RUN_OR_FILE)
+
+
+def _switch(value: Any, name: str) -> bool:
+    """A yes/no argument: True or False only (a string such as "no" would read as True)."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def _whole(value: Any, name: str, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ConfigError(f"{name} must be a whole number of at least {least}, got {value!r}")
+    return value
+
+
+def _number(value: Any, name: str) -> float | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value)):
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    return value
+
+
+def _settings(overrides: Any) -> dict[str, Any]:
+    """`overrides` as `{"section.key": value}`."""
+    if overrides is None:
+        return {}
+    if not isinstance(overrides, Mapping) or not all(isinstance(key, str) for key in overrides):
+        raise ConfigError(f"overrides must be a mapping of 'section.key' names to values, got {overrides!r}"[:200])
+    return dict(overrides)
 
 
 def train(config: str | Path | Config | None = None, *, mode: str = "sequential",
@@ -45,7 +102,8 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
     (`logging.progress`: a bar on a terminal, else INFO lines on the `parallel_ppo.progress` logger, seen where
     logging is set up); False also turns the progress off unless `overrides` sets it.
 
-    Settings that cannot run raise ConfigError before anything starts, naming the config key (`section.key`) (an
+    Settings that cannot run, and arguments of the wrong kind (`overwrite="no"`, a number for a path), raise
+    ConfigError before anything starts, naming the config key (`section.key`) or the argument (an
     entry of `logging.episode_info` that the env gives as no number: when the first such episode ends); a
     run that stops on an error (a worker that keeps failing, say) raises RunFailed once its checkpoint and summary
     are written; Ctrl-C (SIGINT) or SIGTERM stops it at the next update and it
@@ -55,12 +113,15 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
     """
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    flags = dict(overrides or {})
+    if config is not None and not isinstance(config, Config):
+        config = _path(config, "config", "a YAML file's path, a Config or None")
+    flags = _settings(overrides)
     if output_dir is not None:
-        flags["run.output_dir"] = str(output_dir)
-    if not verbose:
+        flags["run.output_dir"] = str(_path(output_dir, "output_dir"))
+    if not _switch(verbose, "verbose"):
         flags.setdefault("logging.progress", "off")
-    request = Request(config, flags, parallel=mode == "parallel", overwrite=overwrite,
+    resume = _optional_path(resume, "resume")
+    request = Request(config, flags, parallel=mode == "parallel", overwrite=_switch(overwrite, "overwrite"),
                       resume=None if resume is None else str(resume))
     threads = torch.get_num_threads()
     try:
@@ -79,7 +140,8 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
 
 def load_policy(where: str | Path | Run, seed: int = 0) -> Policy:
     """The policy of a run (a `Run`, a run directory or a checkpoint file); `seed` seeds its sampled actions."""
-    return Policy.load(where.path if isinstance(where, Run) else where, seed)
+    seed = _whole(seed, "seed", 0)
+    return Policy.load(where.path if isinstance(where, Run) else _path(where, "where", RUN_OR_FILE), seed)
 
 
 def evaluate(policy: Policy | Run | str | Path, episodes: int = 20, levels: str | None = None, num_envs: int = 8,
@@ -89,10 +151,10 @@ def evaluate(policy: Policy | Run | str | Path, episodes: int = 20, levels: str 
     default: test where the run has levels to hold out, else train)."""
     from parallel_ppo.core.evaluate import play_episodes
 
+    episodes, num_envs = _whole(episodes, "episodes", 1), _whole(num_envs, "num_envs", 1)
+    seed, deterministic = _whole(seed, "seed", 0), _switch(deterministic, "deterministic")
     if not isinstance(policy, Policy):
-        policy = load_policy(policy, seed)
-    if episodes <= 0 or num_envs <= 0:
-        raise ConfigError(f"episodes and num_envs must be positive, got {episodes} and {num_envs}")
+        policy = load_policy(_where(policy, "policy"), seed)
     levels = levels or "auto"
     if levels not in ("auto", "train", "test"):
         raise ConfigError(f"levels must be auto, train or test, got {levels!r}")
@@ -105,7 +167,8 @@ def export(policy: Policy | Run | str | Path, format: str = "onnx", output: str 
     What the file takes and returns: `runs.export` and docs/evaluation.md, "Export"."""
     from parallel_ppo.runs.export import export_policy
 
-    return export_policy(policy.path if isinstance(policy, Run) else policy, format, output).path
+    where = _where(policy, "policy")
+    return export_policy(where.path if isinstance(where, Run) else where, format, _optional_path(output, "output")).path
 
 
 def compare(runs: Mapping[str, str | Path | Run | Sequence[str | Path]], output_dir: str | Path | None = None,
@@ -119,13 +182,20 @@ def compare(runs: Mapping[str, str | Path | Run | Sequence[str | Path]], output_
     from parallel_ppo.runs.report.numbers import compare as compare_groups
     from parallel_ppo.runs.report.plots import render_outputs, write_outputs
 
+    if not isinstance(runs, Mapping) or not isinstance(references or {}, Mapping):
+        raise ConfigError("runs (and references) must be mappings of labels to run directories (CSV files)")
     specs = []
     for label, where in runs.items():
-        dirs = [where] if isinstance(where, (str, Path, Run)) else list(where)
-        specs.append((label, [d.path if isinstance(d, Run) else Path(d) for d in dirs]))
+        dirs = [where] if isinstance(where, (str, os.PathLike, Run)) or not isinstance(where, Sequence) else where
+        specs.append((str(label), [d.path if isinstance(d, Run) else _path(d, f"run {label}") for d in dirs]))
+    out = _optional_path(output_dir, "output_dir")
+    if out is not None:
+        check_writable(out)  # before the runs are read
+    curves = [(label, _path(path, f"reference {label}")) for label, path in (references or {}).items()]
+    threshold, at_steps = _number(threshold, "threshold"), _number(at_steps, "at_steps")
     groups = load_groups(specs)
-    curves = load_references([(label, Path(path)) for label, path in (references or {}).items()], groups)
-    comparison = compare_groups(groups, baseline, threshold, at_steps=at_steps, references=curves)
-    if output_dir is not None:
-        write_outputs(render_outputs(comparison), Path(output_dir))
+    comparison = compare_groups(groups, baseline, threshold, at_steps=at_steps,
+                                references=load_references(curves, groups))
+    if out is not None:
+        write_outputs(render_outputs(comparison), out)
     return comparison

@@ -11,7 +11,6 @@ ratios; the table is rewritten to <output-dir>/pairs.md after every pair.
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from parallel_ppo.cli.common import OneLineParser, duration_in, positive_int, some_path  # noqa: E402
+from parallel_ppo.cli.train import trainer_config  # noqa: E402
 from parallel_ppo.core.files import write_text  # noqa: E402
+from parallel_ppo.errors import ConfigError  # noqa: E402
 from parallel_ppo.runs.reading import Run, load_run  # noqa: E402
 
 TRAINERS = {"sequential": ("train_timed.py", "config/ppo_sequential.yaml"),
@@ -43,19 +45,29 @@ def train(mode: str, run_dir: Path, minutes: float, extra: list[str], config: st
     return load_run(mode, run_dir)
 
 
+def refusal(config: str | None, extra: list[str]) -> str | None:
+    """Why the pairs cannot run, before any output exists: a missing config, or arguments a trainer would refuse."""
+    for mode, (_, shipped) in TRAINERS.items():
+        if not (ROOT / (config or shipped)).is_file():
+            return f"no config {config or shipped}"
+        try:
+            trainer_config(["python", "-m", "parallel_ppo", "train" if mode == "sequential" else "train-parallel",
+                            "--config", str(ROOT / (config or shipped)), *extra], mode)
+        except ConfigError as e:
+            return str(e)
+    return None
+
+
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--pairs", type=int, default=3, choices=range(1, 101), metavar="N")
-    p.add_argument("--minutes", type=float, default=6.0)
-    p.add_argument("--output-dir", default="benchmarks/mode_pairs")
-    p.add_argument("--config", help="one config for both modes (default: the shipped starpilot pair)")
+    p = OneLineParser(prog="mode_pairs.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--pairs", type=positive_int, default=3, metavar="N")
+    p.add_argument("--minutes", type=duration_in("m"), default=6.0, metavar="TIME")
+    p.add_argument("--output-dir", type=some_path, default="benchmarks/mode_pairs")
+    p.add_argument("--config", type=some_path, help="one config for both modes (default: the shipped starpilot pair)")
     args, extra = p.parse_known_args()
     extra = [a for a in extra if a != "--"]
-    configs = [args.config] if args.config else [shipped for _, shipped in TRAINERS.values()]
-    missing = [c for c in configs if not (ROOT / c).is_file()]
-    if missing or not args.minutes > 0:
-        print("mode_pairs.py: error: " + (f"no config {missing[0]}" if missing else
-                                           f"--minutes must be positive, got {args.minutes}"), file=sys.stderr)
+    if problem := refusal(args.config, extra):
+        print(f"mode_pairs.py: error: {problem}", file=sys.stderr)
         return 2
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)

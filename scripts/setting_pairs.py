@@ -33,7 +33,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from parallel_ppo.bench.study import available_cores  # noqa: E402
+from parallel_ppo.cli.common import OneLineParser, duration_in, positive_int, some_path  # noqa: E402
+from parallel_ppo.cli.train import trainer_config  # noqa: E402
 from parallel_ppo.core.files import write_text  # noqa: E402
+from parallel_ppo.errors import ConfigError  # noqa: E402
 from parallel_ppo.runs import fingerprint  # noqa: E402
 from parallel_ppo.runs.reading import Run, load_run  # noqa: E402
 
@@ -80,6 +83,26 @@ def trainer(args: argparse.Namespace, label: str) -> str:
     return "sequential" if args.sequential_a and label == args.a[0] else "parallel"
 
 
+def refusal(args: argparse.Namespace) -> str | None:
+    """Why the pairs cannot run, before any output exists: another checkout without the trainer or config, a
+    missing config, or a variant's arguments that its trainer would refuse (an A run from another checkout is
+    checked by that checkout's trainer when it starts)."""
+    needs = ("train_timed.py" if args.sequential_a else "train_parallel_timed.py", args.config)
+    if args.a_checkout and not all((args.a_checkout / name).is_file() for name in needs):
+        return f"--a-checkout {args.a_checkout} is not a checkout of this project with {' and '.join(needs)}"
+    if not (ROOT / args.config).is_file():
+        return f"no config {args.config}"
+    try:
+        for label, extra in (args.a, args.b):
+            if not (args.a_checkout and label == args.a[0]):
+                command = "train" if trainer(args, label) == "sequential" else "train-parallel"
+                trainer_config(["python", "-m", "parallel_ppo", command, "--config", str(ROOT / args.config),
+                                *extra], label)
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
 def evidence_of(args: argparse.Namespace, pairs: list[dict]) -> dict:
     """The sitting as an evidence file: machine, date, commit, command, the ratios and the pairs' table."""
     (a, a_args), (b, b_args) = args.a, args.b
@@ -100,25 +123,18 @@ def evidence_of(args: argparse.Namespace, pairs: list[dict]) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", required=True)
+    p = OneLineParser(prog="setting_pairs.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", required=True, type=some_path)
     p.add_argument("--a", type=variant, required=True, metavar="'LABEL: ARGS'")
     p.add_argument("--b", type=variant, required=True, metavar="'LABEL: ARGS'")
     p.add_argument("--sequential-a", action="store_true", help="A runs the sequential trainer (train_timed.py)")
     p.add_argument("--a-checkout", type=Path, metavar="DIR", help="A runs from this checkout of the project")
-    p.add_argument("--pairs", type=int, default=3, choices=range(1, 101), metavar="N")
-    p.add_argument("--minutes", type=float, default=4.0)
-    p.add_argument("--output-dir", default="benchmarks/setting_pairs")
+    p.add_argument("--pairs", type=positive_int, default=3, metavar="N")
+    p.add_argument("--minutes", type=duration_in("m"), default=4.0, metavar="TIME")
+    p.add_argument("--output-dir", type=some_path, default="benchmarks/setting_pairs")
     args = p.parse_args()
-    needs = ("train_timed.py" if args.sequential_a else "train_parallel_timed.py", args.config)
-    if args.a_checkout and not all((args.a_checkout / name).is_file() for name in needs):
-        print(f"setting_pairs.py: error: --a-checkout {args.a_checkout} is not a checkout of this project with "
-              f"{' and '.join(needs)}", file=sys.stderr)
-        return 2
-    missing = not (ROOT / args.config).is_file()
-    if missing or not args.minutes > 0:
-        print("setting_pairs.py: error: " + (f"no config {args.config}" if missing else
-                                             f"--minutes must be positive, got {args.minutes}"), file=sys.stderr)
+    if problem := refusal(args):
+        print(f"setting_pairs.py: error: {problem}", file=sys.stderr)
         return 2
     (a, a_args), (b, b_args) = args.a, args.b
     out = Path(args.output_dir)

@@ -91,6 +91,53 @@ def test_bad_settings_raise_config_error_before_anything_starts(tmp_path, kwargs
     assert not (tmp_path / "run").exists()
 
 
+def _section_gone() -> ppo.Config:
+    cfg = ppo.Config()
+    cfg.env = None
+    return cfg
+
+
+CARTPOLE = str(ROOT / "config" / "cartpole.yaml")
+WRONG_ARGUMENTS = {  # each raised TypeError, AttributeError or ValueError from inside, or was misread
+    "a number for the config": (lambda out: ppo.train(123, output_dir=out), "config must be a YAML file's path, a "
+                                "Config or None, got int"),
+    "a string for overwrite (read as True)": (lambda out: ppo.train(CARTPOLE, output_dir=out, overwrite="no"),
+                                              "overwrite must be True or False, got 'no'"),
+    "an empty output_dir (the default used)": (lambda out: ppo.train(CARTPOLE, output_dir=""),
+                                               "output_dir is an empty path"),
+    "a --set item for overrides": (lambda out: ppo.train(CARTPOLE, output_dir=out, overrides="run.seed=2"),
+                                   "overrides must be a mapping of 'section.key' names to values"),
+    "a section replaced": (lambda out: ppo.train(_section_gone(), output_dir=out),
+                           "config section env must be EnvConfig, got NoneType"),
+    "a number for a policy": (lambda out: ppo.load_policy(123), "where must be a Run, a run directory or a "
+                              "checkpoint file, got int"),
+    "a negative seed": (lambda out: ppo.load_policy(out, seed=-1), "seed must be a whole number of at least 0"),
+    "a fraction of episodes": (lambda out: ppo.evaluate(out, episodes=1.5), "episodes must be a whole number of at "
+                               "least 1, got 1.5"),
+    "an unknown export format": (lambda out: ppo.export(out, format="xyz"), "export format must be one of onnx, "
+                                 "torchscript"),
+    "a string for the runs": (lambda out: ppo.compare("runs/a"), "runs (and references) must be mappings"),
+    "a number for a run": (lambda out: ppo.compare({"a": 123, "b": out}), "run a must be a path"),
+    "a file for the output_dir": (lambda out: ppo.compare({"a": out, "b": out}, output_dir=CARTPOLE),
+                                  "cartpole.yaml is not a directory"),
+    "text for the threshold": (lambda out: ppo.compare({"a": out, "b": out}, threshold="x"),
+                               "threshold must be a number, got 'x'"),
+}
+
+
+@pytest.mark.parametrize("case", WRONG_ARGUMENTS)
+def test_an_argument_of_the_wrong_kind_is_a_config_error_before_any_work(tmp_path, monkeypatch, case):
+    def started(*args: object) -> None:  # an argument let through must not train here
+        raise AssertionError("the argument was not refused before the run started")
+
+    monkeypatch.setattr("parallel_ppo.launch.join", started)
+    call, message = WRONG_ARGUMENTS[case]
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ppo.ConfigError, match=re.escape(message)):
+        call(tmp_path / "run")
+    assert not list(tmp_path.iterdir())
+
+
 def test_a_config_built_in_code_is_validated_like_a_file():
     cfg = ppo.Config(env=ppo.EnvConfig(id="CartPole-v1", num_envs=4), training=ppo.TrainingConfig(batch_size=3))
     with pytest.raises(ppo.ConfigError, match="batch size 3 does not divide"):

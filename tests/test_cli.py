@@ -210,3 +210,16 @@ def test_make_train_distributed_checks_its_values_before_torchrun(case, tmp_path
     lines = [line for line in proc.stderr.strip().splitlines() if not line.startswith("make: ***")]
     assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr and "torchrun" not in proc.stderr + proc.stdout and not out.exists()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+@pytest.mark.parametrize("tag", ["", "a b", "a;b"])
+def test_make_compare_refuses_a_tag_that_names_no_run_before_it_trains(tag):
+    """An empty TAG once trained an hour into benchmarks/sequential_; one with a space broke the shell's test. (PY is
+    `false`: were the TAG let through, its training would fail at once, not run.)"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    proc = subprocess.run(["make", "-s", "--no-print-directory", "-o", "install", "compare", "PY=false",
+                           f"TAG={tag}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    lines = [line for line in proc.stderr.strip().splitlines() if not line.startswith("make: ***")]
+    assert proc.returncode == 2 and lines == [f"make compare: error: TAG names the runs: letters, digits, . _ or -, "
+                                              f"got '{tag}'"], proc.stderr

@@ -330,8 +330,14 @@ def tracking_settings() -> list[str]:
 
 
 def changed_fields(cfg: Config) -> dict[str, dict[str, Any]]:
-    """`{section: {key: value}}` of the fields of `cfg` that differ from the defaults."""
-    default = Config().to_dict()
+    """`{section: {key: value}}` of the fields of `cfg` that differ from the defaults (each section must still be
+    its own kind: one replaced by another value is refused, naming it)."""
+    defaults = Config()
+    for section in dataclasses.fields(Config):
+        kind = type(getattr(defaults, section.name))
+        if not isinstance(value := getattr(cfg, section.name), kind):
+            raise ConfigError(f"config section {section.name} must be {kind.__name__}, got {type(value).__name__}")
+    default = defaults.to_dict()
     return {section: {k: v for k, v in values.items() if v != default[section][k]}
             for section, values in cfg.to_dict().items()}
 

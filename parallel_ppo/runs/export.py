@@ -177,8 +177,6 @@ class ExportMismatch(RuntimeError):
 
 def output_path(policy: Policy, fmt: str, output: str | Path | None) -> Path:
     """Where the export goes (default RUN_DIR/policy.onnx or policy.pt), refused up front if it cannot be written."""
-    if fmt not in FORMATS:
-        raise ConfigError(f"export format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     path = Path(output) if output is not None else policy.run_dir / FORMATS[fmt]
     if path.is_dir():
         raise ConfigError(f"export file {path} is a directory")
@@ -312,7 +310,10 @@ def export_policy(where: str | Path | Policy, fmt: str, output: str | Path | Non
     """Write a run's policy (a run directory, a checkpoint file or a loaded `Policy`) as one ONNX or TorchScript
     file (default RUN_DIR/policy.onnx or RUN_DIR/policy.pt), atomically, after checking on a made-up batch that
     the file reproduces the policy's outputs. Bad input (no checkpoint, unknown format, an unwritable place,
-    ONNX packages missing) raises a ParallelPPOError before anything is written."""
+    ONNX packages missing) raises a ParallelPPOError before anything is written (an unknown format before the
+    policy is loaded)."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"export format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     policy = where if isinstance(where, Policy) else Policy.load(where)
     check_dict_export(policy)
     path = output_path(policy, fmt, output)
