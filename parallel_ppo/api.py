@@ -16,12 +16,13 @@ multiprocessing code (a notebook needs nothing).
 
 from __future__ import annotations
 
-import math
+import numbers
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from parallel_ppo.core.config import Config
@@ -37,10 +38,16 @@ from parallel_ppo.runs.reading import Run, load_groups, load_run
 MODES = ("sequential", "parallel")
 
 
+def _shown(value: Any) -> str:
+    """A value as a message shows it: its repr on one line, cut to 80 characters."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _path(value: Any, name: str, kind: str = "a path (a str or pathlib.Path)") -> Path:
-    """An argument that names a file or folder: a str or os.PathLike, not empty, one a file system takes; `kind`
-    says what else it may be, where a message names it."""
-    if not isinstance(value, (str, os.PathLike)):
+    """An argument that names a file or folder: a str, bytes or os.PathLike, not empty, one a file system takes;
+    `kind` says what else it may be, where a message names it."""
+    if not isinstance(value, (str, bytes, os.PathLike)):
         raise ConfigError(f"{name} must be {kind}, got {type(value).__name__}")
     text = os.fsdecode(os.fspath(value))
     if not text.strip():
@@ -63,21 +70,23 @@ def _where(value: Any, name: str) -> Any:
 
 
 def _switch(value: Any, name: str) -> bool:
-    """A yes/no argument: True or False only (a string such as "no" would read as True)."""
-    if not isinstance(value, bool):
-        raise ConfigError(f"{name} must be True or False, got {value!r}")
-    return value
+    """A yes/no argument: True or False (numpy's too) only; a string such as "no" would read as True."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(f"{name} must be True or False, got {_shown(value)}")
+    return bool(value)
 
 
 def _whole(value: Any, name: str, least: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ConfigError(f"{name} must be a whole number of at least {least}, got {value!r}")
-    return value
+    """A whole number (numpy's too) of at least `least`."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < least:
+        raise ConfigError(f"{name} must be a whole number of at least {least}, got {_shown(value)}")
+    return int(value)
 
 
-def _number(value: Any, name: str) -> float | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value)):
-        raise ConfigError(f"{name} must be a number, got {value!r}")
+def _number(value: Any, name: str) -> Any:
+    """A number (numpy's too), or None; what it may be beyond that is the comparison's to check."""
+    if value is not None and (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real)):
+        raise ConfigError(f"{name} must be a number, got {_shown(value)}")
     return value
 
 
@@ -86,7 +95,7 @@ def _settings(overrides: Any) -> dict[str, Any]:
     if overrides is None:
         return {}
     if not isinstance(overrides, Mapping) or not all(isinstance(key, str) for key in overrides):
-        raise ConfigError(f"overrides must be a mapping of 'section.key' names to values, got {overrides!r}"[:200])
+        raise ConfigError(f"overrides must be a mapping of 'section.key' names to values, got {_shown(overrides)}")
     return dict(overrides)
 
 
@@ -186,8 +195,9 @@ def compare(runs: Mapping[str, str | Path | Run | Sequence[str | Path]], output_
         raise ConfigError("runs (and references) must be mappings of labels to run directories (CSV files)")
     specs = []
     for label, where in runs.items():
-        dirs = [where] if isinstance(where, (str, os.PathLike, Run)) or not isinstance(where, Sequence) else where
-        specs.append((str(label), [d.path if isinstance(d, Run) else _path(d, f"run {label}") for d in dirs]))
+        one = isinstance(where, (str, bytes, os.PathLike, Run)) or not isinstance(where, Iterable)
+        specs.append((label, [d.path if isinstance(d, Run) else _path(d, f"run {label}") for d in
+                              ([where] if one else list(where))]))
     out = _optional_path(output_dir, "output_dir")
     if out is not None:
         check_writable(out)  # before the runs are read

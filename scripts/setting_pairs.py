@@ -128,7 +128,8 @@ def main() -> int:
     p.add_argument("--a", type=variant, required=True, metavar="'LABEL: ARGS'")
     p.add_argument("--b", type=variant, required=True, metavar="'LABEL: ARGS'")
     p.add_argument("--sequential-a", action="store_true", help="A runs the sequential trainer (train_timed.py)")
-    p.add_argument("--a-checkout", type=Path, metavar="DIR", help="A runs from this checkout of the project")
+    p.add_argument("--a-checkout", type=lambda text: Path(some_path(text)), metavar="DIR",
+                   help="A runs from this checkout of the project")
     p.add_argument("--pairs", type=positive_int, default=3, metavar="N")
     p.add_argument("--minutes", type=duration_in("m"), default=4.0, metavar="TIME")
     p.add_argument("--output-dir", type=some_path, default="benchmarks/setting_pairs")

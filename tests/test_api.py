@@ -138,6 +138,14 @@ def test_an_argument_of_the_wrong_kind_is_a_config_error_before_any_work(tmp_pat
     assert not list(tmp_path.iterdir())
 
 
+def test_numpy_numbers_and_any_iterable_of_run_directories_are_taken(tmp_path):
+    seeds = [write_run(tmp_path / "a" / f"seed_{seed}", seed=seed) for seed in (1, 2)]
+    cmp = ppo.compare({"a": (path for path in seeds), "b": write_run(tmp_path / "b")}, threshold=np.float32(15),
+                      at_steps=np.int64(2048))
+    assert [g.label for g in cmp.groups] == ["a", "b"] and len(cmp.groups[0].runs) == 2
+    assert cmp.threshold == 15 and cmp.equal_steps == 2048
+
+
 def test_a_config_built_in_code_is_validated_like_a_file():
     cfg = ppo.Config(env=ppo.EnvConfig(id="CartPole-v1", num_envs=4), training=ppo.TrainingConfig(batch_size=3))
     with pytest.raises(ppo.ConfigError, match="batch size 3 does not divide"):

@@ -221,5 +221,5 @@ def test_make_compare_refuses_a_tag_that_names_no_run_before_it_trains(tag):
     proc = subprocess.run(["make", "-s", "--no-print-directory", "-o", "install", "compare", "PY=false",
                            f"TAG={tag}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     lines = [line for line in proc.stderr.strip().splitlines() if not line.startswith("make: ***")]
-    assert proc.returncode == 2 and lines == [f"make compare: error: TAG names the runs: letters, digits, . _ or -, "
-                                              f"got '{tag}'"], proc.stderr
+    assert proc.returncode == 2 and lines == [f"make compare: error: TAG names the runs: letters, digits and . _ : + - "
+                                              f"only, got '{tag}'"], proc.stderr
