@@ -40,11 +40,14 @@ MODES = ("sequential", "parallel")
 
 def _shown(value: Any) -> str:
     """A value as a message shows it: its repr on one line, cut to 80 characters."""
-    text = " ".join(repr(value).split())
+    try:
+        text = " ".join(repr(value).split())
+    except ValueError:  # an int of more digits than Python will write
+        return f"a {type(value).__name__} too long to show"
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _path(value: Any, name: str, kind: str = "a path (a str or pathlib.Path)") -> Path:
+def _path(value: Any, name: str, kind: str = "a path (a str, bytes or pathlib.Path)") -> Path:
     """An argument that names a file or folder: a str, bytes or os.PathLike, not empty, one a file system takes;
     `kind` says what else it may be, where a message names it."""
     if not isinstance(value, (str, bytes, os.PathLike)):
@@ -83,11 +86,17 @@ def _whole(value: Any, name: str, least: int) -> int:
     return int(value)
 
 
-def _number(value: Any, name: str) -> Any:
-    """A number (numpy's too), or None; what it may be beyond that is the comparison's to check."""
-    if value is not None and (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real)):
-        raise ConfigError(f"{name} must be a number, got {_shown(value)}")
-    return value
+def _number(value: Any, name: str) -> float | None:
+    """A number (numpy's too) as a float, or None; what it may be beyond that is the comparison's to check."""
+    if value is None:
+        return None
+    refusal = ConfigError(f"{name} must be a number a float holds, got {_shown(value)}")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise refusal
+    try:
+        return float(value)
+    except OverflowError:
+        raise refusal from None
 
 
 def _settings(overrides: Any) -> dict[str, Any]:
@@ -193,9 +202,12 @@ def compare(runs: Mapping[str, str | Path | Run | Sequence[str | Path]], output_
 
     if not isinstance(runs, Mapping) or not isinstance(references or {}, Mapping):
         raise ConfigError("runs (and references) must be mappings of labels to run directories (CSV files)")
+    for label in (*runs, *(references or {})):
+        if not isinstance(label, str):
+            raise ConfigError(f"labels must be strings, got {_shown(label)}")
     specs = []
     for label, where in runs.items():
-        one = isinstance(where, (str, bytes, os.PathLike, Run)) or not isinstance(where, Iterable)
+        one = isinstance(where, (str, bytes, os.PathLike, Run, Mapping)) or not isinstance(where, Iterable)
         specs.append((label, [d.path if isinstance(d, Run) else _path(d, f"run {label}") for d in
                               ([where] if one else list(where))]))
     out = _optional_path(output_dir, "output_dir")

@@ -121,7 +121,10 @@ WRONG_ARGUMENTS = {  # each raised TypeError, AttributeError or ValueError from 
     "a file for the output_dir": (lambda out: ppo.compare({"a": out, "b": out}, output_dir=CARTPOLE),
                                   "cartpole.yaml is not a directory"),
     "text for the threshold": (lambda out: ppo.compare({"a": out, "b": out}, threshold="x"),
-                               "threshold must be a number, got 'x'"),
+                               "threshold must be a number a float holds, got 'x'"),
+    "a number no float holds": (lambda out: ppo.compare({"a": out, "b": out}, at_steps=10**400),
+                                "at_steps must be a number a float holds, got 1000"),
+    "a label that is no string": (lambda out: ppo.compare({0: out, "b": out}), "labels must be strings, got 0"),
 }
 
 
@@ -141,9 +144,10 @@ def test_an_argument_of_the_wrong_kind_is_a_config_error_before_any_work(tmp_pat
 def test_numpy_numbers_and_any_iterable_of_run_directories_are_taken(tmp_path):
     seeds = [write_run(tmp_path / "a" / f"seed_{seed}", seed=seed) for seed in (1, 2)]
     cmp = ppo.compare({"a": (path for path in seeds), "b": write_run(tmp_path / "b")}, threshold=np.float32(15),
-                      at_steps=np.int64(2048))
+                      at_steps=np.int64(2048), output_dir=tmp_path / "out")
     assert [g.label for g in cmp.groups] == ["a", "b"] and len(cmp.groups[0].runs) == 2
     assert cmp.threshold == 15 and cmp.equal_steps == 2048
+    assert json.loads((tmp_path / "out" / "comparison.json").read_text())["return_threshold"] == 15
 
 
 def test_a_config_built_in_code_is_validated_like_a_file():
