@@ -48,13 +48,11 @@ def _shown(value: Any) -> str:
 
 
 def _path(value: Any, name: str, kind: str = "a path (a str, bytes or pathlib.Path)") -> Path:
-    """An argument that names a file or folder: a str, bytes or os.PathLike, not empty, one a file system takes;
-    `kind` says what else it may be, where a message names it."""
+    """An argument that names a file or folder: a str, bytes or os.PathLike that `path_problem` passes; `kind` says
+    what else it may be, where a message names it."""
     if not isinstance(value, (str, bytes, os.PathLike)):
         raise ConfigError(f"{name} must be {kind}, got {type(value).__name__}")
     text = os.fsdecode(os.fspath(value))
-    if not text.strip():
-        raise ConfigError(f"{name} is an empty path; give one or leave it out")
     if problem := path_problem(text):
         raise ConfigError(f"{name}: {problem}")
     return Path(text)

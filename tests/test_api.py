@@ -104,7 +104,7 @@ WRONG_ARGUMENTS = {  # each raised TypeError, AttributeError or ValueError from 
     "a string for overwrite (read as True)": (lambda out: ppo.train(CARTPOLE, output_dir=out, overwrite="no"),
                                               "overwrite must be True or False, got 'no'"),
     "an empty output_dir (the default used)": (lambda out: ppo.train(CARTPOLE, output_dir=""),
-                                               "output_dir is an empty path"),
+                                               "output_dir: an empty path"),
     "a --set item for overrides": (lambda out: ppo.train(CARTPOLE, output_dir=out, overrides="run.seed=2"),
                                    "overrides must be a mapping of 'section.key' names to values"),
     "a section replaced": (lambda out: ppo.train(_section_gone(), output_dir=out),

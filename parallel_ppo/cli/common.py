@@ -101,10 +101,8 @@ def run_budget(unit: str) -> Callable[[str], float]:
 
 
 def some_path(text: str) -> str:
-    """argparse type of a path flag: any text but an empty one (which would mean the current directory, or the
-    default, unseen) or one no file system takes (found before any work, not by the first file written)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path; give one or leave the flag out")
+    """argparse type of a path flag: any text but one `path_problem` refuses (found before any work, not by the
+    first file written)."""
     if problem := path_problem(text):
         raise argparse.ArgumentTypeError(problem)
     return text

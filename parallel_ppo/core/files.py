@@ -67,7 +67,10 @@ NAME_MAX, PATH_MAX = 255, 4096
 
 
 def path_problem(path: str | Path) -> str | None:
-    """What makes `path` one that no file system takes (too long a name, or too long a whole), or None."""
+    """What makes `path` no path to give: empty (which would mean the current directory, or a default, unseen), or
+    one no file system takes (too long a name, or too long a whole); None where it is fine."""
+    if not str(path).strip():
+        return "an empty path; give one or leave it out"
     size = len(os.fsencode(str(path)))
     if size >= PATH_MAX:
         return f"a path of {size:,} bytes, longer than the {PATH_MAX - 1:,} a file system takes"
