@@ -27,11 +27,11 @@ from parallel_ppo.core.loop import RolloutSource, check_checkpoint_fits
 from parallel_ppo.core.model import learner_device
 from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.threads import ThreadPlan, draw_with, thread_plan
-from parallel_ppo.engines.distributed import RESTART_COUNT_VAR, RUN_ID_VAR, PeerLost, join, launched_by_torchrun
+from parallel_ppo.engines.distributed import RESTART_COUNT_VAR, RUN_ID_VAR, PeerLost, join, torchrun_world
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.errors import ConfigError
-from parallel_ppo.runs.directory import check_resumable, prepare_run_dir, resolve_run_dir
+from parallel_ppo.runs.directory import check_resumable, prepare_run_dir, resolve_run_dir, settle_run_dir
 from parallel_ppo.runs.report.formatting import fmt_flop
 from parallel_ppo.runs.tracking import start_tracking
 from parallel_ppo.runs.training import RunPlan, eval_views, train_run
@@ -122,16 +122,6 @@ def check_resume_config(cfg: Config, state: dict, run_dir: Path) -> None:
         raise ConfigError(f"checkpoint in {run_dir} was made with {mismatch}; it cannot be resumed so")
 
 
-def world_size(request: Request) -> int | None:
-    """The ranks of a distributed run as torchrun announced them (None when not distributed)."""
-    if not request.distributed:
-        return None
-    if not launched_by_torchrun():
-        raise ConfigError("--distributed runs under torchrun, e.g. torchrun --standalone --nproc_per_node 2 "
-                          "train_timed.py --distributed ... (see docs/distributed.md)")
-    return int(os.environ["WORLD_SIZE"])
-
-
 def restart_of(request: Request, cfg: Config) -> Request | None:
     """A restart continues where the run left off: with `resume_if_exists`, or in a group torchrun restarted, a
     run directory with a checkpoint is resumed (the request to resume it, counted as a restart; None: start as
@@ -154,23 +144,12 @@ def restart_of(request: Request, cfg: Config) -> Request | None:
     return dataclasses.replace(request, config=None, overwrite=False, resume=output_dir)
 
 
-def check_elastic(world: int | None) -> None:
-    """torchrun shares its rendezvous store with the ranks (unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1), and its
-    restart count is kept by each host's agent (pytorch/pytorch#135712): with restarts across hosts, the ranks of
-    a restarted group could meet under different attempt numbers and wait for each other until the timeout."""
-    hosts_share_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
-    if world and world != int(os.environ.get("LOCAL_WORLD_SIZE", world)) and hosts_share_store and restarts:
-        raise ConfigError("torchrun --max-restarts across hosts needs TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in "
-                          "torchrun's environment on every host (pytorch/pytorch#135712)")
-
-
 def validated_config(request: Request) -> tuple[Config, dict | None, Request, bool]:
     """The request's config, built and validated once (a restart's second build is the resumed run's own config),
     the checkpoint it resumes, the request as it goes on (a restart: the resume of its run directory) and whether
-    it is a restart. It builds no env and sets nothing in this process (`checked_spaces` goes on from here)."""
-    world = world_size(request)
-    check_elastic(world)
+    it is a restart. It builds no env and sets nothing in this process (`checked_spaces` goes on from here); a new
+    run's directory is checked here, a taken one being the usual slip (a distributed run's, once the ranks meet)."""
+    world = torchrun_world(request.distributed)
     restarted = False
     if request.resume is None:
         cfg = build_config(request.config, request.flags, list(request.sets), request.parallel, world)
@@ -185,6 +164,9 @@ def validated_config(request: Request) -> tuple[Config, dict | None, Request, bo
         cfg = build_config(config_file, {**request.flags, "run.output_dir": request.resume}, list(request.sets),
                            request.parallel, world)
     learner_device(cfg)  # a device asked for by name must exist
+    if request.resume is None and not request.distributed:
+        run_dir = resolve_run_dir(cfg, request.mode, request.overwrite)
+        cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, output_dir=str(run_dir)))
     return cfg, resume, request, restarted
 
 
@@ -218,8 +200,8 @@ def claim_run_dir(cfg: Config, request: Request, group: Group) -> Path:
 
 def prepare(request: Request) -> PreparedRun:
     """Everything before the first update, checked in the order that lets a user error stop it before any env,
-    worker or file exists: config, spaces, memory, output directory, then threads, the measurements and the source.
-    A distributed rank joins the others once its config holds."""
+    worker or file exists: config and output directory, spaces, memory, then threads, the measurements and the
+    source. A distributed rank joins the others once its config holds (its rank 0 checks the directory then)."""
     cfg, resume, request, restarted = validated_config(request)
     # The run's envs start here: this process's drawing threads (LP_NUM_THREADS, read by Mesa once per process)
     # precede its first frame, the spaces' probe; a parallel run's workers set their own
@@ -297,14 +279,18 @@ def say(prog: str | None, text: str) -> None:
 
 def train_main(run: PreparedRun, prog: str | None, interrupt: bool = False) -> dict:
     """Train with the console lines and output files of a run (a distributed run's rank 0)."""
-    plan = run.plan
+    plan, started = run.plan, False
     try:
         write_run_start(run, prog)
         tracker = start_tracking(plan.cfg, plan.run_dir, run.source.mode, plan.resume is not None,
                                  run.group.distributed)
+        started = True
     except BaseException:
         run.source.close()  # the workers are up: `train_run` would close them, but it never started
         raise
+    finally:
+        if plan.resume is None:  # an overwritten run's files go only now; a start that failed puts them back
+            settle_run_dir(plan.run_dir, started)
     summary: dict = {"stop_reason": "error"}  # what the tracker is told if training raises
     try:
         summary = train_run(plan, run.source, run.group, tracker)

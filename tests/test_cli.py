@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from parallel_ppo.runs.directory import EARLIER_RUN
+
 ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.slow  # every test here trains or starts trainers
@@ -68,6 +70,22 @@ def test_existing_run_is_refused_without_overwrite(tmp_path, train_timed):
     assert (out_dir / existing).read_text() == "earlier run\n"
 
 
+def test_a_taken_directory_is_refused_before_any_env_is_built(tmp_path, monkeypatch):
+    """The usual slip, a run directory already used, is found before the env is built for its spaces (seconds for
+    a robosuite env), in either mode."""
+    import parallel_ppo as ppo
+    from parallel_ppo.errors import ConfigError
+
+    def built(*_):
+        raise AssertionError("an env was built before the run directory was checked")
+
+    monkeypatch.setattr("parallel_ppo.launch.env_spaces", built)
+    (tmp_path / "metrics.csv").write_text("")
+    for mode in ("sequential", "parallel"):
+        with pytest.raises(ConfigError, match="already holds a run's files"):
+            ppo.train(str(ROOT / "config" / "cartpole.yaml"), mode=mode, output_dir=tmp_path, verbose=False)
+
+
 def test_the_refusal_says_whether_the_run_has_a_checkpoint(tmp_path):
     """A run directory's refusal says when it holds no checkpoint (--resume-if-exists could not go on from it)."""
     from parallel_ppo.core.config import Config
@@ -111,6 +129,7 @@ def test_overwrite_replaces_an_earlier_run_and_resume_if_exists_continues_it(tmp
     assert (out_dir / "summary.json").is_file()
     assert not (out_dir / "eval.json").exists() and not (out_dir / "demo.mp4").exists()
     assert (out_dir / "notes.txt").read_text() == "mine\n"
+    assert not (out_dir / EARLIER_RUN).exists()  # the earlier run, set aside while the new one started, is gone
     proc = train_timed(*command, "--total-steps", "32", "--resume-if-exists", timeout=300)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out_dir / "summary.json").read_text())

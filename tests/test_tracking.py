@@ -111,8 +111,7 @@ def test_track_without_wandb_installed_is_one_line_and_exit_2(tmp_path, monkeypa
 ])
 def test_a_bad_wandb_setting_is_named_with_its_value(tmp_path, monkeypatch, mode, tags, words):
     """wandb says only "1 validation error for Settings" in its first line: the setting and its value are named
-    instead, without a login hint (not the cause; offline nothing logs in), and the new run directory is left
-    as it was."""
+    instead, without a login hint (not the cause; offline nothing logs in)."""
     import wandb
 
     from parallel_ppo.errors import TrackingError
@@ -127,9 +126,33 @@ def test_a_bad_wandb_setting_is_named_with_its_value(tmp_path, monkeypatch, mode
         wandb.teardown()  # wandb keeps the settings it was set up with for the process: the next test sets its own
     message = str(error.value)
     assert words in message and "wandb login" not in message and "\n" not in message, message
-    assert not (tmp_path / "run").exists()
     if tags:  # the trainers' error line names the flag too
         assert "W&B setting tracking.tags (--wandb-tags) = ('xxxx" in with_flags(message)
+
+
+def test_a_wandb_run_that_cannot_start_puts_back_the_run_it_was_to_replace(tmp_path, monkeypatch):
+    """--overwrite with W&B that cannot start: the refusal leaves the earlier run's files as they were, nothing of
+    the new run's and no set-aside folder; files that are no run's stay."""
+    import wandb
+
+    from parallel_ppo.errors import TrackingError
+    from parallel_ppo.runs.directory import EARLIER_RUN
+
+    run_dir = tmp_path / "run"
+    (run_dir / "logs").mkdir(parents=True)
+    earlier = {"config.yaml": "earlier", "metrics.csv": "update\n1\n", "checkpoint.pt": "weights",
+               "logs/events": "events", "notes.txt": "mine"}
+    for name, text in earlier.items():
+        (run_dir / name).write_text(text)
+    monkeypatch.setenv("WANDB_MODE", "bogus")
+    try:
+        with pytest.raises(TrackingError, match="WANDB_MODE = 'bogus'"):
+            ppo.train(CARTPOLE, output_dir=run_dir, overwrite=True, verbose=False,
+                      overrides={"tracking.wandb": True, "run.total_steps": 256, "logging.tensorboard": False})
+    finally:
+        wandb.teardown()
+    found = {str(p.relative_to(run_dir)): p.read_text() for p in run_dir.rglob("*") if p.is_file()}
+    assert found == earlier and not (run_dir / EARLIER_RUN).exists()
 
 
 def _offline_runs(run_dir: Path, run_id: str) -> list[Path]:

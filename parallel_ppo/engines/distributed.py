@@ -27,6 +27,7 @@ from parallel_ppo.core.config import Config, TrainingConfig
 from parallel_ppo.core.group import ALONE, STOP_REASONS, Group
 from parallel_ppo.core.lifetime import signal_on_parent_death
 from parallel_ppo.core.model import policy_tensors
+from parallel_ppo.errors import ConfigError
 
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 """What torchrun sets for each rank; `--distributed` without them is a user error."""
@@ -47,11 +48,34 @@ class PeerLost(RuntimeError):
     """Another rank died, hung past the collective timeout, or closed its connection: this rank cannot go on."""
 
 
+def torchrun_world(distributed: bool) -> int | None:
+    """The ranks of a distributed run as torchrun announced them (None when not `distributed`)."""
+    if not distributed:
+        return None
+    if not launched_by_torchrun():
+        raise ConfigError("--distributed runs under torchrun, e.g. torchrun --standalone --nproc_per_node 2 "
+                          "train_timed.py --distributed ... (see docs/distributed.md)")
+    world = int(os.environ["WORLD_SIZE"])
+    check_elastic(world)
+    return world
+
+
+def check_elastic(world: int | None) -> None:
+    """torchrun shares its rendezvous store with the ranks (unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1), and its
+    restart count is kept by each host's agent (pytorch/pytorch#135712): with restarts across hosts, the ranks of
+    a restarted group could meet under different attempt numbers and wait for each other until the timeout."""
+    hosts_share_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
+    if world and world != int(os.environ.get("LOCAL_WORLD_SIZE", world)) and hosts_share_store and restarts:
+        raise ConfigError("torchrun --max-restarts across hosts needs TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in "
+                          "torchrun's environment on every host (pytorch/pytorch#135712)")
+
+
 def attempt_store(rank: int, world_size: int, timeout: float) -> dist.Store:
     """The store the ranks meet in (torchrun's agent's, or one rank 0 serves), under a prefix of this attempt's own:
     a group that torchrun restarts meets in the same store, where the keys of the attempt before (the dead ranks'
     addresses) would otherwise be taken for this one's. The restart count is each host agent's own, so this holds
-    on one host; across hosts `launch.check_elastic` asks for a store of each attempt's own instead."""
+    on one host; across hosts `check_elastic` asks for a store of each attempt's own instead."""
     agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
                           is_master=not agent and rank == 0, timeout=timedelta(seconds=timeout))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import os
 import shutil
 import tempfile
 import time
@@ -16,6 +17,9 @@ from parallel_ppo.core.config import Config
 from parallel_ppo.core.files import path_problem, write_text
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs.summary import RUN_FILES
+
+EARLIER_RUN = "replaced_run"
+"""The folder of a run directory where an earlier run's files wait while a run that replaces them starts."""
 
 
 def check_writable(path: Path, what: str = "") -> None:
@@ -74,11 +78,33 @@ def check_resumable(path: Path) -> None:
 
 
 def prepare_run_dir(path: Path, cfg: Config, overwrite: bool) -> None:
-    """Create the run directory, clear an earlier run's files if overwriting, and write config.yaml."""
+    """Create the run directory and write config.yaml; overwriting, an earlier run's files are set aside in
+    EARLIER_RUN until `settle_run_dir` (a start killed outright leaves them there)."""
     path.mkdir(parents=True, exist_ok=True)
     if overwrite:
-        remove_run_files(path)
+        aside = path / EARLIER_RUN
+        shutil.rmtree(aside, ignore_errors=True)  # what an earlier start killed outright left: replaced, as asked
+        aside.mkdir()
+        for name in RUN_FILES:
+            if (path / name).exists() or (path / name).is_symlink():
+                os.replace(path / name, aside / name)
     write_text(path / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+def settle_run_dir(path: Path, started: bool) -> None:
+    """The end of a new run's start: an earlier run's files set aside are deleted once it has `started`; if it has
+    not, its own files go and the earlier run's are put back (a directory left empty is removed)."""
+    aside = path / EARLIER_RUN
+    if started:
+        shutil.rmtree(aside, ignore_errors=True)
+        return
+    remove_run_files(path)
+    if aside.is_dir():
+        for earlier in aside.iterdir():
+            os.replace(earlier, path / earlier.name)
+        aside.rmdir()
+    if path.is_dir() and not any(path.iterdir()):
+        path.rmdir()
 
 
 def remove_run_files(path: Path) -> None:

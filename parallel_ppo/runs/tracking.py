@@ -21,7 +21,6 @@ from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import check_wandb
 from parallel_ppo.core.files import write_text
 from parallel_ppo.errors import ConfigError, TrackingError
-from parallel_ppo.runs.directory import remove_run_files
 from parallel_ppo.runs.video import add_tensorboard_video
 
 RUN_ID_FILE = Path("wandb") / "run_id"
@@ -128,17 +127,13 @@ class WandbTracker:
 
 def start_tracking(cfg: Config, run_dir: Path, mode: str, resumed: bool,
                    distributed: bool = False) -> WandbTracker | None:
-    """The run's tracker (None when `tracking.wandb` is off). A W&B run that cannot start raises ConfigError, and a
-    new run's directory is left as it was before (empty or gone)."""
+    """The run's tracker (None when `tracking.wandb` is off). A W&B run that cannot start raises TrackingError (a new
+    run's directory is then put back as it was: `runs.directory.settle_run_dir`)."""
     if not cfg.tracking.wandb:
         return None
     try:
         return WandbTracker.start(cfg, run_dir, "distributed" if distributed else mode, resumed)
     except ConfigError as e:
-        if not resumed:
-            remove_run_files(run_dir)
-            if run_dir.is_dir() and not any(run_dir.iterdir()):
-                run_dir.rmdir()
         raise TrackingError(str(e)) from None
 
 
