@@ -15,13 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import yaml
 
 from parallel_ppo.core.allocator import retain_freed_memory
 from parallel_ppo.core.checkpoint import JOB_ID, load_checkpoint, next_resume_count
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config, config_from_dict, resume_mismatch, validate
-from parallel_ppo.core.files import write_text
 from parallel_ppo.core.group import Group
 from parallel_ppo.core.loop import RolloutSource, check_checkpoint_fits
 from parallel_ppo.core.model import learner_device
@@ -31,7 +29,7 @@ from parallel_ppo.engines.distributed import RESTART_COUNT_VAR, RUN_ID_VAR, Peer
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.errors import ConfigError
-from parallel_ppo.runs.directory import check_resumable, prepare_run_dir, resolve_run_dir, settle_run_dir
+from parallel_ppo.runs.directory import check_resumable, new_run_dir, resolve_run_dir, resumed_run_dir
 from parallel_ppo.runs.report.formatting import fmt_flop
 from parallel_ppo.runs.tracking import start_tracking
 from parallel_ppo.runs.training import RunPlan, eval_views, train_run
@@ -147,8 +145,7 @@ def restart_of(request: Request, cfg: Config) -> Request | None:
 def validated_config(request: Request) -> tuple[Config, dict | None, Request, bool]:
     """The request's config, built and validated once (a restart's second build is the resumed run's own config),
     the checkpoint it resumes, the request as it goes on (a restart: the resume of its run directory) and whether
-    it is a restart. It builds no env and sets nothing in this process (`checked_spaces` goes on from here); a new
-    run's directory is checked here, a taken one being the usual slip (a distributed run's, once the ranks meet)."""
+    it is a restart. It builds no env and sets nothing in this process (`checked_spaces` goes on from here)."""
     world = torchrun_world(request.distributed)
     restarted = False
     if request.resume is None:
@@ -164,9 +161,6 @@ def validated_config(request: Request) -> tuple[Config, dict | None, Request, bo
         cfg = build_config(config_file, {**request.flags, "run.output_dir": request.resume}, list(request.sets),
                            request.parallel, world)
     learner_device(cfg)  # a device asked for by name must exist
-    if request.resume is None and not request.distributed:
-        run_dir = resolve_run_dir(cfg, request.mode, request.overwrite)
-        cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, output_dir=str(run_dir)))
     return cfg, resume, request, restarted
 
 
@@ -203,6 +197,9 @@ def prepare(request: Request) -> PreparedRun:
     worker or file exists: config and output directory, spaces, memory, then threads, the measurements and the
     source. A distributed rank joins the others once its config holds (its rank 0 checks the directory then)."""
     cfg, resume, request, restarted = validated_config(request)
+    if request.resume is None and not request.distributed:  # a taken directory, the usual slip, before any env
+        run_dir = resolve_run_dir(cfg, request.mode, request.overwrite)
+        cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, output_dir=str(run_dir)))
     # The run's envs start here: this process's drawing threads (LP_NUM_THREADS, read by Mesa once per process)
     # precede its first frame, the spaces' probe; a parallel run's workers set their own
     if not request.parallel:
@@ -279,18 +276,16 @@ def say(prog: str | None, text: str) -> None:
 
 def train_main(run: PreparedRun, prog: str | None, interrupt: bool = False) -> dict:
     """Train with the console lines and output files of a run (a distributed run's rank 0)."""
-    plan, started = run.plan, False
-    try:
-        write_run_start(run, prog)
-        tracker = start_tracking(plan.cfg, plan.run_dir, run.source.mode, plan.resume is not None,
-                                 run.group.distributed)
-        started = True
+    plan = run.plan
+    try:  # a start that fails leaves the directory as it was (an overwritten run's files go only once it started)
+        with (new_run_dir(plan.run_dir, plan.cfg, plan.overwrite) if plan.resume is None
+              else resumed_run_dir(plan.run_dir, plan.cfg)):
+            say_start(run, prog)
+            tracker = start_tracking(plan.cfg, plan.run_dir, run.source.mode, plan.resume is not None,
+                                     run.group.distributed)
     except BaseException:
         run.source.close()  # the workers are up: `train_run` would close them, but it never started
         raise
-    finally:
-        if plan.resume is None:  # an overwritten run's files go only now; a start that failed puts them back
-            settle_run_dir(plan.run_dir, started)
     summary: dict = {"stop_reason": "error"}  # what the tracker is told if training raises
     try:
         summary = train_run(plan, run.source, run.group, tracker)
@@ -312,13 +307,10 @@ def train_main(run: PreparedRun, prog: str | None, interrupt: bool = False) -> d
     return summary
 
 
-def write_run_start(run: PreparedRun, prog: str | None) -> None:
-    """The run directory with its config.yaml, and the start lines."""
+def say_start(run: PreparedRun, prog: str | None) -> None:
+    """The start lines (config.yaml is written by `runs.directory.new_run_dir` or `resumed_run_dir`)."""
     plan = run.plan
-    if plan.resume is None:
-        prepare_run_dir(plan.run_dir, plan.cfg, plan.overwrite)
-    else:
-        write_text(plan.run_dir / "config.yaml", yaml.safe_dump(plan.cfg.to_dict(), sort_keys=False))
+    if plan.resume is not None:
         resume = plan.resume
         say(prog, f"resuming {plan.run_dir} at update {resume['update']}, {resume['env_steps']:,} steps, "
                   f"{resume['elapsed']:.0f} s elapsed")

@@ -526,7 +526,7 @@ def test_an_output_that_cannot_be_written_leaves_every_output_file_as_it_was(tmp
     out = tmp_path / "out"
     out.mkdir()
     (out / "comparison.md").mkdir()  # the fourth output: the three before it must not be written either
-    for name in ("comparison.png", "comparison_report.txt"):
+    for name in ("comparison.png", "comparison_report.txt", "learning_curves.png"):
         (out / name).write_text(f"old {name}")
     runs = ["--run", f"a={write_run(tmp_path / 'a')}", "--run", f"b={write_run(tmp_path / 'b', rows=ROWS[:2])}"]
     assert entry.main([*runs, "--output-dir", str(out)]) == 2
@@ -534,10 +534,15 @@ def test_an_output_that_cannot_be_written_leaves_every_output_file_as_it_was(tmp
     lines = res.err.strip().splitlines()
     assert res.out == "" and len(lines) == 1 and lines[0].startswith("compare_results.py: error:"), res.err
     assert f"{out / 'comparison.md'}: Is a directory" in lines[0], lines[0]
-    assert sorted(p.name for p in out.iterdir()) == ["comparison.md", "comparison.png", "comparison_report.txt"]
-    assert [(out / n).read_text() for n in ("comparison.png", "comparison_report.txt")] == [
-        "old comparison.png", "old comparison_report.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["comparison.md", "comparison.png", "comparison_report.txt",
+                                                     "learning_curves.png"]
+    assert [(out / n).read_text() for n in ("comparison.png", "comparison_report.txt", "learning_curves.png")] == [
+        "old comparison.png", "old comparison_report.txt", "old learning_curves.png"]
     assert not any((out / "comparison.md").iterdir())
+    (out / "comparison.md").rmdir()  # written now: the report without seeds replaces the earlier one, curves too
+    assert entry.main([*runs, "--output-dir", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["comparison.json", "comparison.md", "comparison.png",
+                                                     "comparison_report.txt", "phase_breakdown.png"]
 
 
 def test_a_label_with_tex_signs_is_drawn_as_written(tmp_path: Path) -> None:

@@ -142,6 +142,7 @@ def test_normalization_is_inside_and_the_file_describes_itself(runs, tmp_path):
     (["--format", "tflite", "{run}"], "invalid choice: 'tflite'"),
     (["--output", "/proc/policy.onnx", "{run}"], "cannot write export file /proc/policy.onnx"),
     (["--output", "{empty}", "{run}"], "is a directory"),
+    (["--format", "torchscript", "--output", "{run}/checkpoint.pt", "{run}"], "would replace a run's checkpoint.pt"),
     (["--format", "torchscript", "--output", "{empty}/p.onnx", "{run}"], "name it p.pt, or give --format onnx"),
     (["--format", "onnx", "{run}", "--onnx-missing"], "pip install onnx onnxruntime"),
 ])
@@ -152,6 +153,7 @@ def test_bad_input_is_one_line_and_exit_2_and_writes_nothing(runs, tmp_path, cap
         args = [a for a in args if a != "--onnx-missing"]
         monkeypatch.setattr(export, "ONNX_PACKAGES", ("onnx", "onnxruntime", "no_such_package_here"))
     before = {p: sorted(p.iterdir()) for p in (runs["cartpole"], tmp_path)}
+    checkpoint = (runs["cartpole"] / "checkpoint.pt").read_bytes()
     try:
         status = main(["export", *(a.format(**places) for a in args)])
     except SystemExit as e:  # argparse's refusal of a flag: OneLineParser exits with status 2
@@ -160,6 +162,7 @@ def test_bad_input_is_one_line_and_exit_2_and_writes_nothing(runs, tmp_path, cap
     assert status == 2 and err.count("\n") == 1 and words in err, err
     assert err.startswith("parallel-ppo export: error: ") and "Traceback" not in err
     assert {p: sorted(p.iterdir()) for p in before} == before
+    assert (runs["cartpole"] / "checkpoint.pt").read_bytes() == checkpoint
 
 
 def _dict_policy(tmp_path: Path, keys: dict[str, tuple[tuple[int, ...], bool]]) -> Policy:

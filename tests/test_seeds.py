@@ -236,8 +236,11 @@ def test_learning_benchmark_writes_its_runs_and_comparison(tmp_path):
         assert json.loads((out / "norm" / f"seed_{seed}" / "summary.json").read_text())["mode"] == "parallel"
     for name in ("comparison.json", "comparison.md", "learning_curves.png"):
         assert (out / "comparison" / name).is_file()
+    killed = out / "norm" / "seed_2" / "summary.json"  # a run killed outright has none: resumed, not started over
+    killed.unlink()
     again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and again.stdout.count("done before, kept") == 2, again.stdout
+    assert again.returncode == 0 and again.stdout.count("done before, kept") == 1, again.stdout
+    assert "norm seed 2: resuming" in again.stdout and json.loads(killed.read_text())["resumes"] == 1
     # the same directory asked of the sequential trainer: refused before anything trains, not mixed in
     other = subprocess.run([a for a in cmd if a != "--parallel"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert other.returncode == 2 and "trained by the parallel trainer" in other.stderr, other.stderr

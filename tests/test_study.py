@@ -150,6 +150,11 @@ def test_a_later_call_replaces_its_points_and_keeps_the_others():
     merged = merge_rows(old, new)
     assert [(r["label"], r["steps_per_second"]) for r in merged] == [
         ("threads_1", 100.0), ("threads_2", 180.0), ("workers_2", 150.0), ("workers_4", 260.0)]
+    failed = {**row("workers", 2, 0.0), "error": "crashed"}
+    again = merge_rows(merged, [failed, {**row("threads", 4, 0.0), "error": "hung"}])
+    assert [(r["label"], r.get("error"), r.get("steps_per_second")) for r in again] == [
+        ("threads_1", None, 100.0), ("threads_2", None, 180.0), ("threads_4", "hung", 0.0), ("workers_2", None, 150.0),
+        ("workers_4", None, 260.0)], "a point that fails again keeps its figure; one never measured records its error"
 
 
 @pytest.mark.slow  # starts bench.py (a Python that imports torch)

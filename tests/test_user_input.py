@@ -33,7 +33,7 @@ from parallel_ppo.core.policy import Policy
 from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.errors import ConfigError, RunDataError
-from parallel_ppo.runs.directory import check_writable, prepare_run_dir, resolve_run_dir
+from parallel_ppo.runs.directory import EARLIER_RUN, check_writable, new_run_dir, resolve_run_dir
 from parallel_ppo.runs.report.make import make_report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +45,8 @@ def make_run(path: Path, mode: str, sets: tuple[str, ...] = ()) -> Path:
     """A CartPole run directory as `mode`'s trainer leaves it after an update (config.yaml, metrics.csv, logs/ and a
     checkpoint holding Adam's moments), made in-process: training one would take seconds."""
     cfg = build_config(CARTPOLE, {"run.output_dir": str(path)}, list(sets), parallel=mode == "parallel")
-    prepare_run_dir(path, cfg, overwrite=False)
+    with new_run_dir(path, cfg, overwrite=False):  # config.yaml, as a run starts
+        pass
     (path / "metrics.csv").write_text("update,env_steps\n1,256\n")
     (path / "logs").mkdir()
     (path / "logs" / "events.out.tfevents.1.host").write_bytes(b"events")
@@ -353,3 +354,86 @@ def test_a_config_files_output_directory_no_file_system_takes_is_refused(tmp_pat
     cfg = build_config(CARTPOLE, {"run.output_dir": str(tmp_path / LONG)}, [], parallel=False)
     with pytest.raises(ConfigError, match="^output directory: a name of 300 bytes"):
         resolve_run_dir(cfg, "sequential", overwrite=False)
+
+
+def _files(path: Path) -> dict[str, str]:
+    return {str(p.relative_to(path)): p.read_text() for p in path.rglob("*") if p.is_file()}
+
+
+class Stop(Exception):
+    """A start that fails (W&B, a write, Ctrl-C: any exception of the body)."""
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+@pytest.mark.parametrize("starts", [True, False])
+def test_a_new_run_dir_keeps_what_is_no_run_of_its_own_and_replaces_a_run_only_once_started(tmp_path, overwrite,
+                                                                                           starts):
+    """`new_run_dir`: a folder of the user's own named replaced_run is never touched without --overwrite; with it,
+    the earlier run's files are gone once the start has returned and are back, the new run's gone, if it raised. A
+    directory that existed stays, empty or not."""
+    cfg = build_config(CARTPOLE, {}, [], parallel=False)
+    earlier = {"metrics.csv": "update\n1\n", "logs/events": "events", "notes.txt": "mine"}
+    own = {f"{EARLIER_RUN}/data.txt": "the user's", "notes.txt": "mine"}
+    before = earlier if overwrite else own
+    for name, text in before.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    try:
+        with new_run_dir(tmp_path, cfg, overwrite):
+            assert (tmp_path / "config.yaml").is_file() and not (tmp_path / "metrics.csv").exists()
+            if not starts:
+                raise Stop
+    except Stop:
+        pass
+    after = _files(tmp_path)
+    assert all(after[name] == text for name, text in before.items() if name in after)
+    if starts:
+        assert set(after) == {"config.yaml", *(k for k in before if k.startswith((EARLIER_RUN, "notes")))}
+    else:
+        assert after == before
+
+
+def test_an_earlier_run_is_not_set_aside_in_part(tmp_path, monkeypatch):
+    """A move that fails half-way puts back what moved, and a replaced_run in the way is refused before any move,
+    in the directory check too (before the run's envs start)."""
+    cfg = build_config(CARTPOLE, {"run.output_dir": str(tmp_path)}, [], parallel=False)
+    earlier = {"metrics.csv": "update\n1\n", "checkpoint.pt": "weights", "summary.json": "{}"}
+    for name, text in earlier.items():
+        (tmp_path / name).write_text(text)
+    moves, replace = [], os.replace
+
+    def fails_second(src, dst):
+        moves.append(src)
+        if len(moves) == 2 and Path(dst).parent.name == EARLIER_RUN:
+            raise OSError(28, "No space left on device")
+        replace(src, dst)
+
+    monkeypatch.setattr("parallel_ppo.runs.directory.os.replace", fails_second)
+    with pytest.raises(OSError, match="No space"), new_run_dir(tmp_path, cfg, overwrite=True):
+        pass
+    assert _files(tmp_path) == earlier and not (tmp_path / EARLIER_RUN).exists()
+    (tmp_path / EARLIER_RUN).write_text("in the way")
+    for check in (lambda: resolve_run_dir(cfg, "sequential", overwrite=True),
+                  lambda: new_run_dir(tmp_path, cfg, overwrite=True).__enter__()):
+        with pytest.raises(ConfigError, match=f"{EARLIER_RUN} is in the way"):
+            check()
+    assert _files(tmp_path) == {**earlier, EARLIER_RUN: "in the way"}
+
+
+def test_a_resume_whose_start_fails_leaves_the_run_as_it_was(runs, tmp_path, capsys, monkeypatch):
+    """`--resume RUN --track` where W&B cannot start: one line, exit 2, and config.yaml not rewritten with the new
+    settings (a plain resume afterwards would fail the same way), no W&B folder left."""
+    import wandb
+
+    run = tmp_path / "run"
+    shutil.copytree(runs["sequential"], run)
+    before = hashes(run)
+    monkeypatch.setenv("WANDB_MODE", "bogus")
+    try:
+        status = train_cli(["--resume", str(run), "--track", "--total-steps", "4096"],
+                           parallel=False, prog="train_timed.py")
+    finally:
+        wandb.teardown()
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and "WANDB_MODE = 'bogus'" in err, err
+    assert hashes(run) == before and not (run / "wandb").exists()

@@ -20,7 +20,7 @@ from parallel_ppo.envs.batch import env_spaces, make_batch_env
 from parallel_ppo.envs.spaces import ActionSpace, EnvSpaces
 from parallel_ppo.envs.views import MIN_HEIGHT, Views, image_views, side_by_side
 from parallel_ppo.errors import ConfigError
-from parallel_ppo.runs.directory import prepare_run_dir
+from parallel_ppo.runs.directory import new_run_dir
 
 CAMERA = "toy_envs:CameraReach-v0"
 RENDERED = "toy_envs:RenderedCameraReach-v0"
@@ -116,7 +116,8 @@ def test_an_evaluation_records_the_chosen_views_until_the_sink_has_enough():
 def make_run(path: Path, env_id: str, sets: tuple[str, ...] = ()) -> Path:
     """A run directory with a checkpoint of an untrained policy (no training: fast)."""
     cfg = build_config(None, {"env.id": env_id, "run.output_dir": str(path)}, [*TINY, *sets], False)
-    prepare_run_dir(path, cfg, overwrite=False)
+    with new_run_dir(path, cfg, overwrite=False):  # config.yaml, as a run starts
+        pass
     with torch.random.fork_rng(devices=[]):
         state = TrainState.new(cfg, env_spaces(cfg.env))
     save_checkpoint(path / "checkpoint.pt", state.to_checkpoint(cfg, "sequential", 1.0))

@@ -230,7 +230,10 @@ def check_settings(settings: StudySettings) -> None:
 
 def merge_rows(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The points of an earlier study in the same results folder with every point measured now replaced (so a
-    study can be measured in several calls of a short-lived machine), in family then process order."""
+    study can be measured in several calls of a short-lived machine), in family then process order; a point that
+    failed now keeps the figure it had."""
+    figures = {r["label"] for r in old if "error" not in r}
+    new = [r for r in new if "error" not in r or r["label"] not in figures]
     measured = {r["label"] for r in new}
     rows = [r for r in old if r["label"] not in measured] + new
     return sorted(rows, key=lambda r: (FAMILIES.index(r["family"]), r["processes"]))
@@ -333,7 +336,8 @@ def run_study(plan: StudyPlan, runs_dir: Path) -> list[dict[str, Any]]:
         print(f"  {family} × {n}: {settings.seconds:g} s ...", flush=True)
         rows.append({**run_study_point(family, n, settings, runs_dir, plan.cores), "commit": meta["commit"]})
         r = rows[-1]
-        print(f"    failed: {r['error']}" if "error" in r else
+        kept = any(k["label"] == r["label"] and "error" not in k for k in plan.kept)
+        print(f"    failed: {r['error']}{' (the figure measured before is kept)' if kept else ''}" if "error" in r else
               f"    {r['steps_per_second']:,.0f} steps/s over {r['updates']} updates", flush=True)
         write_results(merge_rows(plan.kept, rows), plan.stem, meta)
     return rows

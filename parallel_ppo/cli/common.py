@@ -88,13 +88,15 @@ after 3 × its budget + 2 min, a wait Python's poll() must hold in milliseconds 
 
 
 def run_budget(unit: str) -> Callable[[str], float]:
-    """argparse type of a benchmark run's budget: a positive duration (`duration_in(unit)`) of at most a week."""
+    """argparse type of a benchmark run's budget: a duration (`duration_in(unit)`) of 0.1 s to a week."""
     duration = duration_in(unit)
 
     def budget(text: str) -> float:
         value = duration(text)
         if value * SECONDS_PER[unit] > LONGEST_RUN_DAYS * SECONDS_PER["d"]:
             raise argparse.ArgumentTypeError(f"a benchmark run takes at most {LONGEST_RUN_DAYS}d, got {text!r}")
+        if value * SECONDS_PER[unit] < 0.1:  # 1e-9 minutes reached the trainer as a --duration of 0 hours
+            raise argparse.ArgumentTypeError(f"a benchmark run takes at least 0.1s, got {text!r}")
         return value
 
     return budget

@@ -9,12 +9,14 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import yaml
 
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.files import path_problem, write_text
+from parallel_ppo.core.files import atomic_write, path_problem, write_text
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs.summary import RUN_FILES
 
@@ -55,6 +57,8 @@ def resolve_run_dir(cfg: Config, mode: str, overwrite: bool) -> Path:
         found = "" if (path / "checkpoint.pt").is_file() else " but no checkpoint.pt (nothing to resume)"
         raise ConfigError(f"{path} already holds a run's files{found}; pass --overwrite to replace them or choose "
                           "another --output-dir")
+    if overwrite and ((path / EARLIER_RUN).exists() or (path / EARLIER_RUN).is_symlink()):
+        raise ConfigError(in_the_way(path))
     check_writable(path)
     return path
 
@@ -77,34 +81,79 @@ def check_resumable(path: Path) -> None:
                           "lose its earlier rows)") from None
 
 
-def prepare_run_dir(path: Path, cfg: Config, overwrite: bool) -> None:
-    """Create the run directory and write config.yaml; overwriting, an earlier run's files are set aside in
-    EARLIER_RUN until `settle_run_dir` (a start killed outright leaves them there)."""
+@contextmanager
+def new_run_dir(path: Path, cfg: Config, overwrite: bool) -> Iterator[None]:
+    """The directory of a new run, with its config.yaml, for the run's start (the body). Overwriting, the earlier
+    run's files wait in EARLIER_RUN meanwhile: deleted once the body has returned, put back in place of the new
+    run's if it raises (and a directory made here is removed). A start killed outright leaves them there."""
+    made = not path.exists()
     path.mkdir(parents=True, exist_ok=True)
-    if overwrite:
-        aside = path / EARLIER_RUN
-        shutil.rmtree(aside, ignore_errors=True)  # what an earlier start killed outright left: replaced, as asked
-        aside.mkdir()
-        for name in RUN_FILES:
-            if (path / name).exists() or (path / name).is_symlink():
-                os.replace(path / name, aside / name)
-    write_text(path / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    moved = set_aside(path) if overwrite else []
+    try:
+        write_text(path / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        yield
+    except BaseException:
+        remove_run_files(path)
+        put_back(path, moved)
+        if made:
+            with suppress(OSError):  # not empty: a file of the user's came meanwhile
+                path.rmdir()
+        raise
+    if moved:
+        shutil.rmtree(path / EARLIER_RUN)
 
 
-def settle_run_dir(path: Path, started: bool) -> None:
-    """The end of a new run's start: an earlier run's files set aside are deleted once it has `started`; if it has
-    not, its own files go and the earlier run's are put back (a directory left empty is removed)."""
-    aside = path / EARLIER_RUN
-    if started:
-        shutil.rmtree(aside, ignore_errors=True)
+@contextmanager
+def resumed_run_dir(path: Path, cfg: Config) -> Iterator[None]:
+    """The directory of a resumed run, its config.yaml written with the settings it goes on with, for the run's
+    start (the body): if the body raises, config.yaml is written back as it was and a W&B folder made meanwhile
+    is removed (a refused `--track` leaves the run as it was)."""
+    config, wandb = path / "config.yaml", path / "wandb"
+    earlier, had_wandb = config.read_bytes(), wandb.exists()
+    try:
+        write_text(config, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        yield
+    except BaseException:
+        atomic_write(config, lambda f: f.write(earlier))
+        if not had_wandb:
+            shutil.rmtree(wandb, ignore_errors=True)
+        raise
+
+
+def set_aside(path: Path) -> list[str]:
+    """Move the run files in `path` into EARLIER_RUN, which must not exist yet; returns their names (all are moved
+    or none)."""
+    present = [name for name in RUN_FILES if (path / name).exists() or (path / name).is_symlink()]
+    if not present:
+        return []
+    try:
+        (path / EARLIER_RUN).mkdir()
+    except FileExistsError:
+        raise ConfigError(in_the_way(path)) from None
+    moved: list[str] = []
+    try:
+        for name in present:
+            os.replace(path / name, path / EARLIER_RUN / name)
+            moved.append(name)
+    except BaseException:
+        put_back(path, moved)
+        raise
+    return moved
+
+
+def put_back(path: Path, moved: list[str]) -> None:
+    """Undo `set_aside`, which moved the files named `moved` (none: nothing to undo)."""
+    if not moved:
         return
-    remove_run_files(path)
-    if aside.is_dir():
-        for earlier in aside.iterdir():
-            os.replace(earlier, path / earlier.name)
-        aside.rmdir()
-    if path.is_dir() and not any(path.iterdir()):
-        path.rmdir()
+    for name in moved:
+        os.replace(path / EARLIER_RUN / name, path / name)
+    (path / EARLIER_RUN).rmdir()
+
+
+def in_the_way(path: Path) -> str:
+    """The refusal of an overwrite whose folder for the earlier run's files is taken."""
+    return (f"{path / EARLIER_RUN} is in the way: --overwrite sets the earlier run's files aside there until the new "
+            "run has started (one left there holds a run whose replacement was killed); move it away")
 
 
 def remove_run_files(path: Path) -> None:

@@ -49,6 +49,7 @@ from parallel_ppo.envs.observations import DictLayout
 from parallel_ppo.envs.spaces import ActionSpace
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs.directory import check_writable
+from parallel_ppo.runs.summary import RUN_FILES
 
 FORMATS = {"onnx": "policy.onnx", "torchscript": "policy.pt"}
 """Export format → the file it writes in the run directory by default."""
@@ -180,6 +181,8 @@ def output_path(policy: Policy, fmt: str, output: str | Path | None) -> Path:
     path = Path(output) if output is not None else policy.run_dir / FORMATS[fmt]
     if path.is_dir():
         raise ConfigError(f"export file {path} is a directory")
+    if path.name in RUN_FILES and path.exists():  # the checkpoint read, say: the run could be resumed no more
+        raise ConfigError(f"export file {path} would replace a run's {path.name}; give another name")
     other = next((f for f, name in FORMATS.items() if f != fmt and path.suffix == Path(name).suffix), None)
     if other is not None:  # a file named for the other format (it would replace an export of that format)
         raise ConfigError(f"export file {path} is named as {other} is, and --format {fmt} writes {fmt}: name it "

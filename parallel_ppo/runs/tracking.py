@@ -128,7 +128,7 @@ class WandbTracker:
 def start_tracking(cfg: Config, run_dir: Path, mode: str, resumed: bool,
                    distributed: bool = False) -> WandbTracker | None:
     """The run's tracker (None when `tracking.wandb` is off). A W&B run that cannot start raises TrackingError (a new
-    run's directory is then put back as it was: `runs.directory.settle_run_dir`)."""
+    run's directory is then put back as it was: `runs.directory.new_run_dir`)."""
     if not cfg.tracking.wandb:
         return None
     try:

@@ -275,6 +275,10 @@ def plot_phases(cmp: Comparison) -> bytes:
     return _png(fig)
 
 
+SEED_CURVES = "learning_curves.png"
+"""The one output of a comparison with seeds only: one without removes an earlier comparison's from its folder."""
+
+
 def render_outputs(cmp: Comparison) -> dict[str, bytes]:
     """Every output file's content, built in memory; the figures' text as written (a label's `$` is no TeX)."""
     makers: dict[str, Callable[[Comparison], bytes]] = {
@@ -285,7 +289,7 @@ def render_outputs(cmp: Comparison) -> dict[str, bytes]:
         "comparison.json": lambda c: (json.dumps(to_json(c), indent=2, allow_nan=False) + "\n").encode(),
     }
     if cmp.has_seeds:
-        makers["learning_curves.png"] = plot_seeds
+        makers[SEED_CURVES] = plot_seeds
     with rc_context({"text.parse_math": False}):
         return {name: make(cmp) for name, make in makers.items()}
 
@@ -294,7 +298,7 @@ def write_outputs(outputs: Mapping[str, bytes], out_dir: Path) -> list[Path]:
     """Create `out_dir` and write every file or none: a directory where a file goes is refused first, then each
     file goes to a temp file beside it, and the temp files are renamed into place once all are written (a rename that
     fails after others succeeded, the directory changed meanwhile, leaves those). An OSError names the file it is
-    about; returns the paths written."""
+    about; returns the paths written. An earlier comparison's learning curves, which this one has not, are removed."""
     targets = [out_dir / name for name in outputs]
     out_dir.mkdir(parents=True, exist_ok=True)
     temps: list[Path] = []
@@ -313,6 +317,8 @@ def write_outputs(outputs: Mapping[str, bytes], out_dir: Path) -> list[Path]:
         for temp in temps:
             temp.unlink(missing_ok=True)
         raise
+    if SEED_CURVES not in outputs:  # an earlier comparison's, which this report would seem to include
+        (out_dir / SEED_CURVES).unlink(missing_ok=True)
     return targets
 
 
