@@ -179,7 +179,7 @@ autotune: install
 		--seconds $(AUTOTUNE_SECONDS) --output-dir benchmarks/autotune $(ARGS)
 
 ## Learning benchmark: config variants × seeds (one run at a time, MINUTES each), compared across seeds:
-## make bench-learning ENV=starpilot MINUTES=10 SEEDS=1,2,3 → benchmarks/learning_$(ENV)/ (reruns keep finished runs, resume stopped ones)
+## make bench-learning ENV=starpilot MINUTES=10 SEEDS=1,2,3 → benchmarks/learning_$(ENV)/ (reruns keep finished runs)
 bench-learning: install
 	$(PY) bench.py learning --env $(ENV) --minutes $(MINUTES) --seeds "$(SEEDS)" \
 		--output-dir $(or $(OUT),benchmarks/learning_$(ENV)) $(ARGS)

@@ -206,7 +206,7 @@ BENCH_REFUSALS = {
     "an empty --workers": (["scaling", "--workers", ""], "--workers must be positive whole numbers, got ''"),
     "a study run of over a week": (["study", "--seconds", "1000d"], "--seconds: a benchmark run takes at most 7d"),
     "a learning run of over a week": (["learning", "--minutes", "8d"], "--minutes: a benchmark run takes at most 7d"),
-    "a learning run under a second": (["learning", "--minutes", "1e-9"], "--minutes: a benchmark run takes at least"),
+    "a learning run under 0.1 s": (["learning", "--minutes", "1e-9"], "--minutes: a benchmark run takes at least"),
     "a study point the trainer refuses": (
         ["study", "--env", "CartPole-v1", "--processes", "1000", "--families", "workers", "--seconds", "5"],
         "workers point at 1000 processes would be refused by the trainer: env.num_envs = 8000 is larger"),

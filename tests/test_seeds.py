@@ -223,7 +223,7 @@ def test_trainer_runs_each_seed_into_its_directory(tmp_path):
 @pytest.mark.slow
 def test_learning_benchmark_writes_its_runs_and_comparison(tmp_path):
     """One variant × two seeds of a second each, in the parallel trainer (`--parallel`; the sequential one is the
-    default, as in the sweeps); a second call keeps the finished runs."""
+    default, as in the sweeps); a second call keeps the runs that met their budget and starts a stopped one over."""
     out = tmp_path / "learning"
     cmd = [sys.executable, "bench.py", "learning", "--config", "config/cartpole.yaml", "--env", "CartPole-v1",
            "--minutes", "0.015", "--seeds", "1,2", "--variant", "norm:training.normalize_reward=true", "--parallel",
@@ -236,11 +236,11 @@ def test_learning_benchmark_writes_its_runs_and_comparison(tmp_path):
         assert json.loads((out / "norm" / f"seed_{seed}" / "summary.json").read_text())["mode"] == "parallel"
     for name in ("comparison.json", "comparison.md", "learning_curves.png"):
         assert (out / "comparison" / name).is_file()
-    killed = out / "norm" / "seed_2" / "summary.json"  # a run killed outright has none: resumed, not started over
-    killed.unlink()
+    stopped = out / "norm" / "seed_2" / "summary.json"  # as a Ctrl-C leaves it: not kept, started over
+    stopped.write_text(stopped.read_text().replace('"stop_reason": "duration"', '"stop_reason": "signal"'))
     again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and again.stdout.count("done before, kept") == 1, again.stdout
-    assert "norm seed 2: resuming" in again.stdout and json.loads(killed.read_text())["resumes"] == 1
+    assert "norm seed 2: training" in again.stdout and json.loads(stopped.read_text())["stop_reason"] == "duration"
     # the same directory asked of the sequential trainer: refused before anything trains, not mixed in
     other = subprocess.run([a for a in cmd if a != "--parallel"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert other.returncode == 2 and "trained by the parallel trainer" in other.stderr, other.stderr

@@ -437,3 +437,11 @@ def test_a_resume_whose_start_fails_leaves_the_run_as_it_was(runs, tmp_path, cap
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and "WANDB_MODE = 'bogus'" in err, err
     assert hashes(run) == before and not (run / "wandb").exists()
+
+
+def test_a_start_that_fails_removes_the_directory_it_made_only(tmp_path):
+    cfg = build_config(CARTPOLE, {}, [], parallel=False)
+    for path in (tmp_path / "new" / "run", tmp_path):
+        with pytest.raises(Stop), new_run_dir(path, cfg, overwrite=False):
+            raise Stop
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new"], "made by the test: its parent stays, as before"

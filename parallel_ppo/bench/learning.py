@@ -3,9 +3,9 @@ multi-seed comparison (curves with bands, IQM and bootstrap intervals) of the va
 
 Runs go one after another, never at once, seed by seed (every variant's seed 1, then every variant's seed 2,
 ...), so an interrupted benchmark leaves comparable data. A run that met its budget is not run again, and one that
-was stopped goes on from its checkpoint (or starts again without one): rerunning the same command finishes an
-interrupted benchmark. A run of another trainer or env is refused before anything trains (kept, it would mix into
-the comparison).
+did not (stopped by a signal, an error or a kill) starts over, as the command now asks: rerunning the same command
+finishes an interrupted benchmark. A finished run of another trainer or env is refused before anything trains
+(kept, it would mix into the comparison).
 
     OUT/<variant>/seed_<n>/   one run directory per variant and seed
     OUT/comparison/           compare_results.py's report over the variants
@@ -62,8 +62,8 @@ def run_command(variant: Variant, seed: int, out: Path, config: str, minutes: fl
     """The command of one run: the sequential trainer, or the parallel one with the config's workers (learning per
     step does not depend on the mode: a parallel update equals a sequential one), with the variant's overrides last."""
     cmd = [*trainer_command(int(parallel)), "--config", config, "--seed", str(seed), "--duration",
-           f"{minutes / 60:.8f}", "--output-dir", str(seed_dir(out / variant.label, seed)), "--resume-if-exists",
-           "--overwrite", *BENCH_RUN_SETS, *extra]
+           f"{minutes / 60:.8f}", "--output-dir", str(seed_dir(out / variant.label, seed)), "--overwrite",
+           *BENCH_RUN_SETS, *extra]
     for item in variant.sets:
         cmd += ["--set", item]
     return cmd
@@ -99,14 +99,14 @@ def run_all(out: Path, variants: list[Variant], seeds: list[int], config: str, m
         if met_budget(run_dir):
             print(f"[{i}/{len(runs)}] {variant.label} seed {seed}: done before, kept ({run_dir})", flush=True)
             continue
-        doing = "resuming" if (run_dir / "checkpoint.pt").is_file() else "training"
-        print(f"[{i}/{len(runs)}] {variant.label} seed {seed}: {doing} {minutes:g} min → {run_dir}", flush=True)
+        print(f"[{i}/{len(runs)}] {variant.label} seed {seed}: training {minutes:g} min → {run_dir}", flush=True)
         command = run_command(variant, seed, out, config, minutes, extra, parallel)
         run_bench_trainer(command, f"{variant.label} seed {seed}")
 
 
 def met_budget(run_dir: Path) -> bool:
-    """Whether the run in `run_dir` ended on its budget (not on a signal or an error, or never)."""
+    """Whether the run in `run_dir` ended on its budget (not on a signal or an error, or never): one that did not
+    is not resumed, its settings and code perhaps not the command's now."""
     try:
         return RunSummary.read(run_dir / "summary.json").stop_reason in ("duration", "total_steps")
     except RunDataError:  # none yet, or one `check_kept_runs` lets through: trained (again) by the trainer

@@ -91,7 +91,8 @@ def study(args: Any, prog: str) -> int:
     failed = [r["label"] for r in rows if "error" in r]
     if failed:
         return fail(prog, BenchRunCrashed(f"{len(failed)} of {len(rows)} points failed ({', '.join(failed)}); their "
-                                          f"errors are in {files['md']}"), 1)
+                                          f"errors are above, and in {files['md']} where no earlier figure was "
+                                          "kept"), 1)
     return 0
 
 

@@ -93,14 +93,16 @@ def new_run_dir(path: Path, cfg: Config, overwrite: bool) -> Iterator[None]:
         write_text(path / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         yield
     except BaseException:
-        remove_run_files(path)
-        put_back(path, moved)
+        try:
+            remove_run_files(path)
+        finally:
+            put_back(path, moved)
         if made:
             with suppress(OSError):  # not empty: a file of the user's came meanwhile
                 path.rmdir()
         raise
     if moved:
-        shutil.rmtree(path / EARLIER_RUN)
+        shutil.rmtree(path / EARLIER_RUN, ignore_errors=True)  # started: what stays, the next --overwrite names
 
 
 @contextmanager
@@ -153,7 +155,7 @@ def put_back(path: Path, moved: list[str]) -> None:
 def in_the_way(path: Path) -> str:
     """The refusal of an overwrite whose folder for the earlier run's files is taken."""
     return (f"{path / EARLIER_RUN} is in the way: --overwrite sets the earlier run's files aside there until the new "
-            "run has started (one left there holds a run whose replacement was killed); move it away")
+            "run has started (one left there holds a run whose replacement did not finish starting); move it away")
 
 
 def remove_run_files(path: Path) -> None:
