@@ -372,7 +372,7 @@ def test_a_new_run_dir_keeps_what_is_no_run_of_its_own_and_replaces_a_run_only_o
     the earlier run's files are gone once the start has returned and are back, the new run's gone, if it raised. A
     directory that existed stays, empty or not."""
     cfg = build_config(CARTPOLE, {}, [], parallel=False)
-    earlier = {"metrics.csv": "update\n1\n", "logs/events": "events", "notes.txt": "mine"}
+    earlier = {"metrics.csv": "update\n1\n", "logs/events": "events", "policy.onnx": "exported", "notes.txt": "mine"}
     own = {f"{EARLIER_RUN}/data.txt": "the user's", "notes.txt": "mine"}
     before = earlier if overwrite else own
     for name, text in before.items():

@@ -181,7 +181,7 @@ def output_path(policy: Policy, fmt: str, output: str | Path | None) -> Path:
     path = Path(output) if output is not None else policy.run_dir / FORMATS[fmt]
     if path.is_dir():
         raise ConfigError(f"export file {path} is a directory")
-    if path.name in RUN_FILES and path.exists():  # the checkpoint read, say: the run could be resumed no more
+    if path.name in RUN_FILES and path.name not in FORMATS.values() and path.exists():  # the checkpoint read, say
         raise ConfigError(f"export file {path} would replace a run's {path.name}; give another name")
     other = next((f for f, name in FORMATS.items() if f != fmt and path.suffix == Path(name).suffix), None)
     if other is not None:  # a file named for the other format (it would replace an export of that format)

@@ -18,9 +18,10 @@ import numpy as np
 from parallel_ppo.core.timing import PHASES
 from parallel_ppo.errors import RunDataError
 
-RUN_FILES = ("metrics.csv", "summary.json", "checkpoint.pt", "config.yaml", "logs", "eval.json", "demo.mp4", "wandb")
-"""What a run directory holds, its evaluations, default demo video and W&B files included (`--overwrite` replaces
-exactly these)."""
+RUN_FILES = ("metrics.csv", "summary.json", "checkpoint.pt", "config.yaml", "logs", "eval.json", "demo.mp4", "wandb",
+             "policy.onnx", "policy.pt")
+"""What a run directory holds, its evaluations, default demo video, W&B files and default exports included
+(`--overwrite` replaces exactly these)."""
 
 READ_COLUMNS = ("update", "env_steps", "wall_time", "sps", "episodic_return_mean", "episodic_length_mean",
                 "episodes", "test_return_mean", "success_rate", *(f"time_{p}" for p in PHASES), "cpu_percent",
