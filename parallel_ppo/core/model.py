@@ -95,8 +95,10 @@ def resolve_device(name: str) -> torch.device:
     except (RuntimeError, ValueError):
         raise ConfigError(f"training.device = {name!r} is not a torch device (cpu, cuda, cuda:1, xpu, mps, "
                           "privateuseone:0, or auto)") from None
+    if device.type == "cpu" and device.index:  # torch takes cpu:5 as the CPU: a number that names nothing
+        raise ConfigError(f"training.device = {name!r}: the CPU takes no device number; set it to cpu")
     if device.type == "cpu":
-        return device
+        return torch.device("cpu")
     if device.type == "privateuseone":
         directml_device()  # importing torch_directml registers its backend
     if device.type == "meta":
