@@ -10,6 +10,7 @@ import dataclasses
 import os
 import signal
 import sys
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,9 +30,9 @@ from parallel_ppo.engines.distributed import RESTART_COUNT_VAR, RUN_ID_VAR, Peer
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.errors import ConfigError
-from parallel_ppo.runs.directory import check_resumable, new_run_dir, resolve_run_dir, resumed_run_dir
+from parallel_ppo.runs.directory import check_resumable, new_run_dir, resolve_run_dir, resumed_run_dir, run_dir_lock
 from parallel_ppo.runs.report.formatting import fmt_flop
-from parallel_ppo.runs.tracking import start_tracking
+from parallel_ppo.runs.tracking import WandbTracker, start_tracking
 from parallel_ppo.runs.training import RunPlan, eval_views, train_run
 from parallel_ppo.tuning.before_run import Tuning, tune
 from parallel_ppo.tuning.learner_settings import LearnerChoice
@@ -276,16 +277,25 @@ def say(prog: str | None, text: str) -> None:
 
 def train_main(run: PreparedRun, prog: str | None, interrupt: bool = False) -> dict:
     """Train with the console lines and output files of a run (a distributed run's rank 0)."""
-    plan = run.plan
+    plan, lock = run.plan, ExitStack()
     try:  # a start that fails leaves the directory as it was (an overwritten run's files go only once it started)
+        lock.enter_context(run_dir_lock(plan.run_dir))  # held to the run's end
         with (new_run_dir(plan.run_dir, plan.cfg, plan.overwrite) if plan.resume is None
               else resumed_run_dir(plan.run_dir, plan.cfg)):
             say_start(run, prog)
             tracker = start_tracking(plan.cfg, plan.run_dir, run.source.mode, plan.resume is not None,
                                      run.group.distributed)
     except BaseException:
+        lock.close()
         run.source.close()  # the workers are up: `train_run` would close them, but it never started
         raise
+    with lock:
+        return train_tracked(run, tracker, prog, interrupt)
+
+
+def train_tracked(run: PreparedRun, tracker: WandbTracker | None, prog: str | None, interrupt: bool) -> dict:
+    """`train_main`'s training, once the run has started."""
+    plan = run.plan
     summary: dict = {"stop_reason": "error"}  # what the tracker is told if training raises
     try:
         summary = train_run(plan, run.source, run.group, tracker)

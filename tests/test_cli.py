@@ -70,6 +70,21 @@ def test_existing_run_is_refused_without_overwrite(tmp_path, train_timed):
     assert (out_dir / existing).read_text() == "earlier run\n"
 
 
+def test_a_run_into_a_directory_another_run_is_writing_is_refused(tmp_path, train_timed):
+    """Two runs into one directory at once (two terminals; a requeued job while the first still runs): the second
+    is refused in one line, exit 2, even with --overwrite, and leaves the first's files as they are."""
+    from parallel_ppo.runs.directory import run_dir_lock
+
+    (tmp_path / "metrics.csv").write_text("the first run's\n")
+    with run_dir_lock(tmp_path):  # held as the first run's process holds it
+        proc = train_timed(*TINY, "--output-dir", str(tmp_path), "--total-steps", "16", "--overwrite", timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"train_timed.py: error: another run is writing into {tmp_path} now; wait for it to end, or choose another "
+        "--output-dir"], proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.csv"]
+    assert (tmp_path / "metrics.csv").read_text() == "the first run's\n"
+
+
 def test_a_taken_directory_is_refused_before_any_env_is_built(tmp_path, monkeypatch):
     """The usual slip, a run directory already used, is found before the env is built for its spaces (seconds for
     a robosuite env), in either mode."""

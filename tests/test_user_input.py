@@ -33,7 +33,7 @@ from parallel_ppo.core.policy import Policy
 from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.errors import ConfigError, RunDataError
-from parallel_ppo.runs.directory import EARLIER_RUN, check_writable, new_run_dir, resolve_run_dir
+from parallel_ppo.runs.directory import EARLIER_RUN, check_writable, new_run_dir, resolve_run_dir, run_dir_lock
 from parallel_ppo.runs.report.make import make_report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -442,6 +442,16 @@ def test_a_resume_whose_start_fails_leaves_the_run_as_it_was(runs, tmp_path, cap
 def test_a_start_that_fails_removes_the_directory_it_made_only(tmp_path):
     cfg = build_config(CARTPOLE, {}, [], parallel=False)
     for path in (tmp_path / "new" / "run", tmp_path):
-        with pytest.raises(Stop), new_run_dir(path, cfg, overwrite=False):
+        with pytest.raises(Stop), run_dir_lock(path), new_run_dir(path, cfg, overwrite=False):
             raise Stop
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new"], "made by the test: its parent stays, as before"
+
+
+def test_a_run_directory_takes_one_run_at_a_time(tmp_path):
+    """A second lock of a directory is refused while the first is held (a second open of it, as another process's
+    would be), and taken again once it is released."""
+    with run_dir_lock(tmp_path), pytest.raises(ConfigError, match=f"another run is writing into {tmp_path} now"):
+        with run_dir_lock(tmp_path):
+            pass
+    with run_dir_lock(tmp_path):
+        pass

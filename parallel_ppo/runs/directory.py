@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import fcntl
 import os
 import shutil
 import tempfile
@@ -82,11 +83,35 @@ def check_resumable(path: Path) -> None:
 
 
 @contextmanager
-def new_run_dir(path: Path, cfg: Config, overwrite: bool) -> Iterator[None]:
-    """The directory of a new run, with its config.yaml, for the run's start (the body). Overwriting, the earlier
-    run's files wait in EARLIER_RUN meanwhile: deleted once the body has returned, put back in place of the new
-    run's if it raises (and a directory made here is removed). A start killed outright leaves them there."""
+def run_dir_lock(path: Path) -> Iterator[None]:
+    """The run directory, made if need be and locked while the body runs: another run into it meanwhile (a second
+    terminal, a requeued job while the first still runs) is refused instead of mixing its files into this one's.
+    A directory made here is removed if the body leaves it empty (a start that failed). A file system that takes no
+    lock (some network ones) runs unlocked."""
     made = not path.exists()
+    path.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"another run is writing into {path} now; wait for it to end, or choose another "
+                              "--output-dir") from None
+        except OSError:
+            pass  # no locks here: as before there were any
+        yield
+    finally:
+        os.close(fd)
+        if made:
+            with suppress(OSError):  # not empty: the run started, or a file of the user's came meanwhile
+                path.rmdir()
+
+
+@contextmanager
+def new_run_dir(path: Path, cfg: Config, overwrite: bool) -> Iterator[None]:
+    """The directory of a new run (made and locked by `run_dir_lock`), with its config.yaml, for the run's start
+    (the body). Overwriting, the earlier run's files wait in EARLIER_RUN meanwhile: deleted once the body has
+    returned, put back in place of the new run's if it raises. A start killed outright leaves them there."""
     path.mkdir(parents=True, exist_ok=True)
     moved = set_aside(path) if overwrite else []
     try:
@@ -97,9 +122,6 @@ def new_run_dir(path: Path, cfg: Config, overwrite: bool) -> Iterator[None]:
             remove_run_files(path)
         finally:
             put_back(path, moved)
-        if made:
-            with suppress(OSError):  # not empty: a file of the user's came meanwhile
-                path.rmdir()
         raise
     if moved:
         shutil.rmtree(path / EARLIER_RUN, ignore_errors=True)  # started: what stays, the next --overwrite names
