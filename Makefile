@@ -138,15 +138,13 @@ train-distributed: install
 		$(DIST_FLAGS)
 
 ## Compare benchmarks/sequential_$(TAG) with benchmarks/parallel_$(TAG), training whichever has no
-## summary.json yet first (DURATION each, 90m or 1.5h; one stopped before it wrote its summary is resumed from its
-## checkpoint, or started over without one): make compare TAG=30m DURATION=30m
+## summary.json yet first (DURATION each, 90m or 1.5h): make compare TAG=30m DURATION=30m. The trainer refuses a
+## directory holding a run stopped before its summary: ARGS=--resume-if-exists continues it, ARGS=--overwrite starts over
 compare: install
 	@case "$(TAG)" in ''|*[!A-Za-z0-9._:+-]*) \
 		echo "make compare: error: TAG names the runs: letters, digits and . _ : + - only, got '$(TAG)'" >&2; exit 2;; esac
-	test -f benchmarks/sequential_$(TAG)/summary.json || $(MAKE) --no-print-directory train OUT= \
-		ARGS='--resume-if-exists --overwrite $(ARGS)'
-	test -f benchmarks/parallel_$(TAG)/summary.json || $(MAKE) --no-print-directory train-parallel OUT= \
-		ARGS='--resume-if-exists --overwrite $(ARGS)'
+	test -f benchmarks/sequential_$(TAG)/summary.json || $(MAKE) --no-print-directory train OUT=
+	test -f benchmarks/parallel_$(TAG)/summary.json || $(MAKE) --no-print-directory train-parallel OUT=
 	$(PY) compare_results.py --sequential benchmarks/sequential_$(TAG) --parallel benchmarks/parallel_$(TAG) \
 		--output-dir benchmarks/comparison_$(TAG)
 

@@ -258,14 +258,3 @@ def test_make_compare_refuses_a_tag_that_names_no_run_before_it_trains(tag):
     assert proc.returncode == 2 and lines == [f"make compare: error: TAG names the runs: letters, digits and . _ : + - "
                                               f"only, got '{tag}'"], proc.stderr
 
-
-def test_make_compare_resumes_a_run_stopped_before_its_summary():
-    """A run directory without summary.json (a killed run) is trained with --resume-if-exists --overwrite: resumed
-    from its checkpoint, or started over without one, where the trainer used to refuse the directory as taken. A dry
-    run (make -n) shows the commands; nothing trains."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
-    proc = subprocess.run(["make", "-n", "--no-print-directory", "-o", "install", "compare", "TAG=no_such_tag_dry",
-                           "ARGS=--seed 3"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
-    trainers = [line for line in proc.stdout.replace("\\\n", " ").splitlines() if "_timed.py --config" in line]
-    assert proc.returncode == 0 and len(trainers) == 2, proc.stdout + proc.stderr
-    assert all(line.rstrip().endswith("--resume-if-exists --overwrite --seed 3") for line in trainers), trainers

@@ -4,8 +4,8 @@ multi-seed comparison (curves with bands, IQM and bootstrap intervals) of the va
 Runs go one after another, never at once, seed by seed (every variant's seed 1, then every variant's seed 2,
 ...), so an interrupted benchmark leaves comparable data. A run that met its budget is not run again, and one that
 did not (stopped by a signal, an error or a kill) starts over, as the command now asks: rerunning the same command
-finishes an interrupted benchmark. A finished run of another trainer or env is refused before anything trains
-(kept, it would mix into the comparison).
+finishes an interrupted benchmark. A run of another trainer or env that wrote its summary is refused before
+anything trains (kept, it would mix into the comparison).
 
     OUT/<variant>/seed_<n>/   one run directory per variant and seed
     OUT/comparison/           compare_results.py's report over the variants
