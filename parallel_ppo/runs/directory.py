@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import errno
-import fcntl
 import os
 import shutil
 import tempfile
@@ -20,6 +19,11 @@ from parallel_ppo.core.config import Config
 from parallel_ppo.core.files import atomic_write, path_problem, write_text
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs.summary import RUN_FILES
+
+try:
+    import fcntl
+except ImportError:  # Windows: runs go unlocked
+    fcntl = None  # type: ignore[assignment]
 
 EARLIER_RUN = "replaced_run"
 """The folder of a run directory where an earlier run's files wait while a run that replaces them starts."""
@@ -86,25 +90,36 @@ def check_resumable(path: Path) -> None:
 def run_dir_lock(path: Path) -> Iterator[None]:
     """The run directory, made if need be and locked while the body runs: another run into it meanwhile (a second
     terminal, a requeued job while the first still runs) is refused instead of mixing its files into this one's.
-    A directory made here is removed if the body leaves it empty (a start that failed). A file system that takes no
-    lock (some network ones) runs unlocked."""
+    A directory made here is removed if the body leaves it empty (a start that failed)."""
     made = not path.exists()
     path.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fd = locked(path)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ConfigError(f"another run is writing into {path} now; wait for it to end, or choose another "
-                              "--output-dir") from None
-        except OSError:
-            pass  # no locks here: as before there were any
         yield
     finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
         if made:
             with suppress(OSError):  # not empty: the run started, or a file of the user's came meanwhile
                 path.rmdir()
+
+
+def locked(path: Path) -> int | None:
+    """A descriptor of directory `path` that holds its lock (closing it lets go), or None where nothing locks: a
+    system without flock (Windows), a file system that takes no lock (some network ones)."""
+    if fcntl is None:
+        return None
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigError(f"another run is writing into {path} now; wait for it to end, or choose another "
+                          "--output-dir") from None
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 @contextmanager
