@@ -30,7 +30,7 @@ from parallel_ppo.engines.distributed import RESTART_COUNT_VAR, RUN_ID_VAR, Peer
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.errors import ConfigError
-from parallel_ppo.runs.directory import check_resumable, new_run_dir, resolve_run_dir, resumed_run_dir, run_dir_lock
+from parallel_ppo.runs.directory import new_run_dir, resolve_run_dir, resume_state, resumed_run_dir, run_dir_lock
 from parallel_ppo.runs.report.formatting import fmt_flop
 from parallel_ppo.runs.tracking import WandbTracker, start_tracking
 from parallel_ppo.runs.training import RunPlan, eval_views, train_run
@@ -106,8 +106,7 @@ def load_resume(request: Request) -> tuple[str, dict]:
         raise ConfigError("--resume takes the config from the run directory; drop --config/--overwrite")
     if (output_dir := request.flags.get("run.output_dir")) and Path(output_dir).resolve() != path.resolve():
         raise ConfigError("--resume continues in its own directory; drop --output-dir")
-    state = load_checkpoint(path / "checkpoint.pt")
-    check_resumable(path)
+    state = resume_state(path)
     if state.get("mode", request.mode) != request.mode:
         raise ConfigError(f"cannot resume: {path} holds a {state['mode']} run; use the {state['mode']} trainer")
     return str(path / "config.yaml"), state
@@ -281,7 +280,7 @@ def train_main(run: PreparedRun, prog: str | None, interrupt: bool = False) -> d
     try:  # a start that fails leaves the directory as it was (an overwritten run's files go only once it started)
         lock.enter_context(run_dir_lock(plan.run_dir))  # held to the run's end
         with (new_run_dir(plan.run_dir, plan.cfg, plan.overwrite) if plan.resume is None
-              else resumed_run_dir(plan.run_dir, plan.cfg)):
+              else resumed_run_dir(plan.run_dir, plan.cfg, plan.resume)):
             say_start(run, prog)
             tracker = start_tracking(plan.cfg, plan.run_dir, run.source.mode, plan.resume is not None,
                                      run.group.distributed)

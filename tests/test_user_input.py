@@ -27,13 +27,23 @@ from parallel_ppo.core.checkpoint import load_checkpoint, save_checkpoint
 from parallel_ppo.core.collect import RolloutError, SequentialCollector
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config
+from parallel_ppo.core.files import write_text
 from parallel_ppo.core.loop import TrainState, check_checkpoint_fits
 from parallel_ppo.core.model import network
 from parallel_ppo.core.policy import Policy
 from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.errors import ConfigError, RunDataError
-from parallel_ppo.runs.directory import EARLIER_RUN, check_writable, new_run_dir, resolve_run_dir, run_dir_lock
+from parallel_ppo.runs.directory import (
+    CHECKPOINT_READ,
+    EARLIER_RUN,
+    check_writable,
+    file_identity,
+    new_run_dir,
+    resolve_run_dir,
+    resumed_run_dir,
+    run_dir_lock,
+)
 from parallel_ppo.runs.report.make import make_report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -458,3 +468,25 @@ def test_a_run_directory_takes_one_run_at_a_time(tmp_path):
             pass
     with run_dir_lock(tmp_path):
         pass
+
+
+def test_the_start_checks_the_directory_again_under_its_lock(tmp_path):
+    """What a run found before its lock (seconds to minutes earlier: env, workers, measurements) is checked again
+    once it holds it: a new run's directory that a run ended into meanwhile is refused unless overwriting, and a
+    resume whose checkpoint was written again since it was read (by a run ended since) is refused."""
+    cfg = build_config(CARTPOLE, {}, [], parallel=False)
+    (tmp_path / "metrics.csv").write_text("update\n1\n")
+    with pytest.raises(ConfigError, match="already holds a run's files"), new_run_dir(tmp_path, cfg, overwrite=False):
+        pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.csv"]
+    (tmp_path / "config.yaml").write_text("as it was")
+    (tmp_path / "checkpoint.pt").write_bytes(b"update 2")
+    resume = {CHECKPOINT_READ: file_identity(tmp_path / "checkpoint.pt")}
+    with resumed_run_dir(tmp_path, cfg, resume):
+        pass
+    write_text(tmp_path / "checkpoint.pt", "update 4")  # as a run's checkpoint is written: a new file in its place
+    (tmp_path / "config.yaml").write_text("as it was")
+    with pytest.raises(ConfigError, match="checkpoint.pt was written again while this run started"):
+        with resumed_run_dir(tmp_path, cfg, resume):
+            pass
+    assert (tmp_path / "config.yaml").read_text() == "as it was"

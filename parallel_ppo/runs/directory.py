@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from parallel_ppo.core.checkpoint import load_checkpoint
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.files import atomic_write, path_problem, write_text
 from parallel_ppo.errors import ConfigError
@@ -24,6 +25,9 @@ try:
     import fcntl
 except ImportError:  # Windows: runs go unlocked
     fcntl = None  # type: ignore[assignment]
+
+CHECKPOINT_READ = "checkpoint_read"
+"""The resumed checkpoint's `file_identity` as it was loaded, under this key of the resume state."""
 
 EARLIER_RUN = "replaced_run"
 """The folder of a run directory where an earlier run's files wait while a run that replaces them starts."""
@@ -58,14 +62,37 @@ def resolve_run_dir(cfg: Config, mode: str, overwrite: bool) -> Path:
         raise ConfigError(f"output directory: {problem}")
     if path.exists() and not path.is_dir():
         raise ConfigError(f"output directory {path} exists and is not a directory")
-    if not overwrite and path.is_dir() and any((path / name).exists() for name in RUN_FILES):
-        found = "" if (path / "checkpoint.pt").is_file() else " but no checkpoint.pt (nothing to resume)"
-        raise ConfigError(f"{path} already holds a run's files{found}; pass --overwrite to replace them or choose "
-                          "another --output-dir")
+    check_free(path, overwrite)
     if overwrite and ((path / EARLIER_RUN).exists() or (path / EARLIER_RUN).is_symlink()):
         raise ConfigError(in_the_way(path))
     check_writable(path)
     return path
+
+
+def check_free(path: Path, overwrite: bool) -> None:
+    """Refuse a directory that holds a run's files, unless they are to be replaced."""
+    if not overwrite and path.is_dir() and any((path / name).exists() for name in RUN_FILES):
+        found = "" if (path / "checkpoint.pt").is_file() else " but no checkpoint.pt (nothing to resume)"
+        raise ConfigError(f"{path} already holds a run's files{found}; pass --overwrite to replace them or choose "
+                          "another --output-dir")
+
+
+def file_identity(path: Path) -> tuple[int, int, int] | None:
+    """What tells a file from one written in its place since (inode, mtime in ns, size; None: no file)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def resume_state(path: Path) -> dict:
+    """The checkpoint a resume of `path` goes on from, the run directory checked (`check_resumable`), with the
+    file's identity as it was read (CHECKPOINT_READ: `resumed_run_dir` checks it again under the directory's lock)."""
+    read = file_identity(path / "checkpoint.pt")  # before the load: a file written since is told from this one
+    state = {**load_checkpoint(path / "checkpoint.pt"), CHECKPOINT_READ: read}
+    check_resumable(path)
+    return state
 
 
 def check_resumable(path: Path) -> None:
@@ -97,11 +124,11 @@ def run_dir_lock(path: Path) -> Iterator[None]:
     try:
         yield
     finally:
-        if fd is not None:
-            os.close(fd)
-        if made:
+        if made:  # before the lock goes, lest another run lock the directory removed
             with suppress(OSError):  # not empty: the run started, or a file of the user's came meanwhile
                 path.rmdir()
+        if fd is not None:
+            os.close(fd)
 
 
 def locked(path: Path) -> int | None:
@@ -126,8 +153,10 @@ def locked(path: Path) -> int | None:
 def new_run_dir(path: Path, cfg: Config, overwrite: bool) -> Iterator[None]:
     """The directory of a new run (made and locked by `run_dir_lock`), with its config.yaml, for the run's start
     (the body). Overwriting, the earlier run's files wait in EARLIER_RUN meanwhile: deleted once the body has
-    returned, put back in place of the new run's if it raises. A start killed outright leaves them there."""
+    returned, put back in place of the new run's if it raises. A start killed outright leaves them there. The
+    directory is checked again (`check_free`): a run into it may have ended while this one started."""
     path.mkdir(parents=True, exist_ok=True)
+    check_free(path, overwrite)
     moved = set_aside(path) if overwrite else []
     try:
         write_text(path / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
@@ -143,10 +172,14 @@ def new_run_dir(path: Path, cfg: Config, overwrite: bool) -> Iterator[None]:
 
 
 @contextmanager
-def resumed_run_dir(path: Path, cfg: Config) -> Iterator[None]:
+def resumed_run_dir(path: Path, cfg: Config, resume: dict) -> Iterator[None]:
     """The directory of a resumed run, its config.yaml written with the settings it goes on with, for the run's
     start (the body): if the body raises, config.yaml is written back as it was and a W&B folder made meanwhile
-    is removed (a refused `--track` leaves the run as it was)."""
+    is removed (a refused `--track` leaves the run as it was). A checkpoint that is no longer the one `resume` was
+    read from (another run into the directory wrote it while this one started) is refused."""
+    if file_identity(path / "checkpoint.pt") != resume.get(CHECKPOINT_READ):
+        raise ConfigError(f"{path / 'checkpoint.pt'} was written again while this run started (by another run into "
+                          "the directory, ended since); run the command again to go on from it")
     config, wandb = path / "config.yaml", path / "wandb"
     earlier, had_wandb = config.read_bytes(), wandb.exists()
     try:
