@@ -460,14 +460,20 @@ def test_a_start_that_fails_removes_the_directory_it_made_only(tmp_path):
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == ["new", "there"]
 
 
-def test_a_run_directory_takes_one_run_at_a_time(tmp_path):
+def test_a_run_directory_takes_one_run_at_a_time(tmp_path, monkeypatch):
     """A second lock of a directory is refused while the first is held (a second open of it, as another process's
-    would be), and taken again once it is released."""
+    would be), and taken again once it is released; a lock on a directory no longer at its path is none."""
     with run_dir_lock(tmp_path), pytest.raises(ConfigError, match=f"another run is writing into {tmp_path} now"):
         with run_dir_lock(tmp_path):
             pass
     with run_dir_lock(tmp_path):
         pass
+    other = tmp_path / "other"
+    other.mkdir()
+    with monkeypatch.context() as patch, pytest.raises(ConfigError, match="was removed and made again while this"):
+        patch.setattr(os, "stat", lambda *args, **kwargs: os.lstat(other))  # the path is another directory now
+        with run_dir_lock(tmp_path):
+            pass
 
 
 def test_the_start_checks_the_directory_again_under_its_lock(tmp_path):
@@ -476,8 +482,9 @@ def test_the_start_checks_the_directory_again_under_its_lock(tmp_path):
     resume whose checkpoint was written again since it was read (by a run ended since) is refused."""
     cfg = build_config(CARTPOLE, {}, [], parallel=False)
     (tmp_path / "metrics.csv").write_text("update\n1\n")
-    with pytest.raises(ConfigError, match="already holds a run's files"), new_run_dir(tmp_path, cfg, overwrite=False):
-        pass
+    with pytest.raises(ConfigError, match="got a run's files while this run started"):
+        with new_run_dir(tmp_path, cfg, overwrite=False):
+            pass
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.csv"]
     (tmp_path / "config.yaml").write_text("as it was")
     (tmp_path / "checkpoint.pt").write_bytes(b"update 2")

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import yaml
 
-from parallel_ppo.core.checkpoint import load_checkpoint
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.files import atomic_write, path_problem, write_text
 from parallel_ppo.errors import ConfigError
@@ -62,19 +61,19 @@ def resolve_run_dir(cfg: Config, mode: str, overwrite: bool) -> Path:
         raise ConfigError(f"output directory: {problem}")
     if path.exists() and not path.is_dir():
         raise ConfigError(f"output directory {path} exists and is not a directory")
-    check_free(path, overwrite)
+    if not overwrite and holds_run(path):
+        found = "" if (path / "checkpoint.pt").is_file() else " but no checkpoint.pt (nothing to resume)"
+        raise ConfigError(f"{path} already holds a run's files{found}; pass --overwrite to replace them or choose "
+                          "another --output-dir")
     if overwrite and ((path / EARLIER_RUN).exists() or (path / EARLIER_RUN).is_symlink()):
         raise ConfigError(in_the_way(path))
     check_writable(path)
     return path
 
 
-def check_free(path: Path, overwrite: bool) -> None:
-    """Refuse a directory that holds a run's files, unless they are to be replaced."""
-    if not overwrite and path.is_dir() and any((path / name).exists() for name in RUN_FILES):
-        found = "" if (path / "checkpoint.pt").is_file() else " but no checkpoint.pt (nothing to resume)"
-        raise ConfigError(f"{path} already holds a run's files{found}; pass --overwrite to replace them or choose "
-                          "another --output-dir")
+def holds_run(path: Path) -> bool:
+    """Whether `path` is a directory with a run's files in it."""
+    return path.is_dir() and any((path / name).exists() for name in RUN_FILES)
 
 
 def file_identity(path: Path) -> tuple[int, int, int] | None:
@@ -89,6 +88,8 @@ def file_identity(path: Path) -> tuple[int, int, int] | None:
 def resume_state(path: Path) -> dict:
     """The checkpoint a resume of `path` goes on from, the run directory checked (`check_resumable`), with the
     file's identity as it was read (CHECKPOINT_READ: `resumed_run_dir` checks it again under the directory's lock)."""
+    from parallel_ppo.core.checkpoint import load_checkpoint  # torch's: not for compare's imports of this module
+
     read = file_identity(path / "checkpoint.pt")  # before the load: a file written since is told from this one
     state = {**load_checkpoint(path / "checkpoint.pt"), CHECKPOINT_READ: read}
     check_resumable(path)
@@ -146,6 +147,13 @@ def locked(path: Path) -> int | None:
     except OSError:
         os.close(fd)
         return None
+    try:
+        same = os.path.samestat(os.fstat(fd), os.stat(path))
+    except OSError:
+        same = False
+    if not same:  # removed by another run's failed start meanwhile (and perhaps made again)
+        os.close(fd)
+        raise ConfigError(f"{path} was removed and made again while this run locked it; run the command again")
     return fd
 
 
@@ -154,9 +162,11 @@ def new_run_dir(path: Path, cfg: Config, overwrite: bool) -> Iterator[None]:
     """The directory of a new run (made and locked by `run_dir_lock`), with its config.yaml, for the run's start
     (the body). Overwriting, the earlier run's files wait in EARLIER_RUN meanwhile: deleted once the body has
     returned, put back in place of the new run's if it raises. A start killed outright leaves them there. The
-    directory is checked again (`check_free`): a run into it may have ended while this one started."""
+    directory is checked again: a run into it may have ended while this one started."""
     path.mkdir(parents=True, exist_ok=True)
-    check_free(path, overwrite)
+    if not overwrite and holds_run(path):
+        raise ConfigError(f"{path} got a run's files while this run started (another run into it, ended since); "
+                          "run the command again")
     moved = set_aside(path) if overwrite else []
     try:
         write_text(path / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
