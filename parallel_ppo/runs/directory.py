@@ -137,7 +137,10 @@ def locked(path: Path) -> int | None:
     system without flock (Windows), a file system that takes no lock (some network ones)."""
     if fcntl is None:
         return None
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:  # removed by another run's failed start since it was made
+        raise ConfigError(gone(path)) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -153,8 +156,12 @@ def locked(path: Path) -> int | None:
         same = False
     if not same:  # removed by another run's failed start meanwhile (and perhaps made again)
         os.close(fd)
-        raise ConfigError(f"{path} was removed and made again while this run locked it; run the command again")
+        raise ConfigError(gone(path))
     return fd
+
+
+def gone(path: Path) -> str:
+    return f"{path} was removed (by another run's failed start) while this run locked it; run the command again"
 
 
 @contextmanager
@@ -165,8 +172,7 @@ def new_run_dir(path: Path, cfg: Config, overwrite: bool) -> Iterator[None]:
     directory is checked again: a run into it may have ended while this one started."""
     path.mkdir(parents=True, exist_ok=True)
     if not overwrite and holds_run(path):
-        raise ConfigError(f"{path} got a run's files while this run started (another run into it, ended since); "
-                          "run the command again")
+        raise ConfigError(f"{path} got another run's files while this run started; run the command again")
     moved = set_aside(path) if overwrite else []
     try:
         write_text(path / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
