@@ -21,7 +21,7 @@ from parallel_ppo.core.configure import parse_set
 from parallel_ppo.errors import ConfigError, RunDataError
 from parallel_ppo.runs.reading import expand_run_dirs, seed_dir
 from parallel_ppo.runs.report.make import make_report
-from parallel_ppo.runs.summary import RunSummary
+from parallel_ppo.runs.summary import BUDGETS, RunSummary
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def met_budget(run_dir: Path) -> bool:
     """Whether the run in `run_dir` ended on its budget (not on a signal or an error, or never): one that did not
     is not resumed, its settings and code perhaps not the command's now."""
     try:
-        return RunSummary.read(run_dir / "summary.json").stop_reason in ("duration", "total_steps")
+        return RunSummary.read(run_dir / "summary.json").stop_reason in BUDGETS
     except RunDataError:  # none yet, or one `check_kept_runs` lets through: trained (again) by the trainer
         return False
 

@@ -228,11 +228,16 @@ def check_settings(settings: StudySettings) -> None:
                  settings.sets, parallel=True)
 
 
+def measured_labels(rows: list[dict[str, Any]]) -> set[str]:
+    """The labels of the points in `rows` that have a figure (no error)."""
+    return {r["label"] for r in rows if "error" not in r}
+
+
 def merge_rows(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The points of an earlier study in the same results folder with every point measured now replaced (so a
     study can be measured in several calls of a short-lived machine), in family then process order; a point that
     failed now keeps the figure it had."""
-    figures = {r["label"] for r in old if "error" not in r}
+    figures = measured_labels(old)
     new = [r for r in new if "error" not in r or r["label"] not in figures]
     measured = {r["label"] for r in new}
     rows = [r for r in old if r["label"] not in measured] + new
@@ -336,7 +341,7 @@ def run_study(plan: StudyPlan, runs_dir: Path) -> list[dict[str, Any]]:
         print(f"  {family} × {n}: {settings.seconds:g} s ...", flush=True)
         rows.append({**run_study_point(family, n, settings, runs_dir, plan.cores), "commit": meta["commit"]})
         r = rows[-1]
-        kept = any(k["label"] == r["label"] and "error" not in k for k in plan.kept)
+        kept = r["label"] in measured_labels(plan.kept)
         print(f"    failed: {r['error']}{' (the figure measured before is kept)' if kept else ''}" if "error" in r else
               f"    {r['steps_per_second']:,.0f} steps/s over {r['updates']} updates", flush=True)
         write_results(merge_rows(plan.kept, rows), plan.stem, meta)

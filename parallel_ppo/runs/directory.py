@@ -65,7 +65,7 @@ def resolve_run_dir(cfg: Config, mode: str, overwrite: bool) -> Path:
         found = "" if (path / "checkpoint.pt").is_file() else " but no checkpoint.pt (nothing to resume)"
         raise ConfigError(f"{path} already holds a run's files{found}; pass --overwrite to replace them or choose "
                           "another --output-dir")
-    if overwrite and ((path / EARLIER_RUN).exists() or (path / EARLIER_RUN).is_symlink()):
+    if overwrite and os.path.lexists(path / EARLIER_RUN):
         raise ConfigError(in_the_way(path))
     check_writable(path)
     return path
@@ -211,7 +211,7 @@ def resumed_run_dir(path: Path, cfg: Config, resume: dict) -> Iterator[None]:
 def set_aside(path: Path) -> list[str]:
     """Move the run files in `path` into EARLIER_RUN, which must not exist yet; returns their names (all are moved
     or none)."""
-    present = [name for name in RUN_FILES if (path / name).exists() or (path / name).is_symlink()]
+    present = [name for name in RUN_FILES if os.path.lexists(path / name)]
     if not present:
         return []
     try:

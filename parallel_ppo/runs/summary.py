@@ -23,6 +23,9 @@ RUN_FILES = ("metrics.csv", "summary.json", "checkpoint.pt", "config.yaml", "log
 """What a run directory holds, its evaluations, default demo video, W&B files and default exports included
 (`--overwrite` replaces exactly these)."""
 
+BUDGETS = ("duration", "total_steps")
+"""Stop reasons that mean the run met its budget."""
+
 READ_COLUMNS = ("update", "env_steps", "wall_time", "sps", "episodic_return_mean", "episodic_length_mean",
                 "episodes", "test_return_mean", "success_rate", *(f"time_{p}" for p in PHASES), "cpu_percent",
                 "system_cpu_percent", "rss_mb", "pss_mb")

@@ -27,11 +27,8 @@ from parallel_ppo.runs import fingerprint
 from parallel_ppo.runs.figures import compute_figures, return_figures, steady_sps
 from parallel_ppo.runs.metrics import MetricsLogger, ResourceSampler, Tracker
 from parallel_ppo.runs.progress import make_progress
-from parallel_ppo.runs.summary import RunSummary, observation_record
+from parallel_ppo.runs.summary import BUDGETS, RunSummary, observation_record
 from parallel_ppo.runs.video import EVAL_VIDEO_TAG, VIDEO_FPS, add_tensorboard_video, captioned, purge_tensorboard
-
-BUDGETS = ("duration", "total_steps")
-"""Stop reasons that mean the run met its budget."""
 
 
 class EvalHook:
