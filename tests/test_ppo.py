@@ -17,6 +17,7 @@ from parallel_ppo.core.distributions import sample_actions
 from parallel_ppo.core.model import build_model
 from parallel_ppo.core.ppo import (
     TrainBatch,
+    anchored,
     explained_variance,
     minibatch_step,
     normalize_advantages,
@@ -149,6 +150,43 @@ def test_a_decoupled_update_clips_around_the_policy_it_starts_from():
     later = ppo_update(model, torch.optim.Adam(model.parameters(), lr=3e-3), lagged,
                        fixed(batch_size=16, n_epochs=3), torch.Generator().manual_seed(0), decoupled=True)
     assert later["losses/approx_kl"] > 1e-5
+
+
+class GaussianAtZero(nn.Module):
+    """A continuous policy that ignores its observation: a Gaussian at 0 whose log-std is its one parameter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log_std = nn.Parameter(torch.zeros(1))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = obs.shape[0]
+        return torch.cat([torch.zeros(rows, 1), self.log_std.expand(rows, 1)], 1), torch.zeros(rows)
+
+
+@pytest.mark.parametrize("acting_std", [1.25, 0.8])
+def test_a_lagged_policys_steps_move_the_spread_only_through_the_clip_around_it(acting_std):
+    """Steps taken by an older policy wider (or narrower) than the model, each action once with an advantage of +1
+    and once with -1: no signal about the spread. PPO's clip around the acting policy drops the gradient of the
+    steps that would narrow a policy (widen it) and keeps those that would widen it, so its loss widens (narrows)
+    the model; the decoupled loss, clipped around the model itself, does not push it (the weight it adds moves
+    nothing here: no unclipped loss pushes where the advantages say nothing). Why a lag kept HalfCheetah's policy
+    wide: docs/training.md."""
+    n = 2000  # the acting policy's quantiles, each taken once with an advantage of +1 and once with -1
+    actions = (acting_std * torch.distributions.Normal(0.0, 1.0).icdf((torch.arange(n) + 0.5) / n)).repeat(2)[:, None]
+    acting = -0.5 * (actions[:, 0] / acting_std) ** 2 - math.log(acting_std) - 0.5 * math.log(2 * math.pi)
+    batch = TrainBatch(torch.zeros(2 * n, 1), actions, acting, torch.zeros(2 * n),
+                       torch.cat([torch.ones(n), -torch.ones(n)]), torch.zeros(2 * n))
+    cfg = fixed(microbatch_size=2 * n, clip_vloss=False, ent_coef=0.0)
+    widening = {}
+    for decoupled in (False, True):
+        model = GaussianAtZero()
+        loss, _ = ppo_loss(model, anchored(model, batch, cfg) if decoupled else batch, cfg)
+        loss.backward()
+        widening[decoupled] = -float(model.log_std.grad)  # a gradient step's push on the log-std
+    wider = 1 if acting_std > 1 else -1
+    assert wider * widening[False] > 0.1, widening  # about 0.36 and 0.21
+    assert widening[True] == pytest.approx(0, abs=1e-4), widening
 
 
 def test_the_lagged_steps_are_valued_again_by_the_learner():
