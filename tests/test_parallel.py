@@ -29,7 +29,7 @@ from parallel_ppo.core.threads import thread_plan, worker_cpus
 from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.engines.parallel import coordinator as coordinator_module
 from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
-from parallel_ppo.engines.parallel.idle import IdleWorkers, LentCores, idle_note
+from parallel_ppo.engines.parallel.idle import IdleWorkers, LaggedSteps, LentCores, idle_note, lag_note
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.runs.training import RunPlan, train_run
 from parallel_ppo.tuning.compute_limit import threads_kept
@@ -171,14 +171,49 @@ def test_an_overlapped_run_says_once_that_its_workers_wait_for_the_learner():
     assert "the update bounds this run" in gpu and "thread" not in gpu and "--device" not in gpu
 
 
+def test_an_overlapped_run_says_once_that_most_of_its_steps_lag_under_the_clip_around_the_acting_policy():
+    """Two rollouts running of which more than half the steps lagged, in a run whose continuous actions are clipped
+    around the policy that took them: said once."""
+    lagging = LaggedSteps(watching=True)
+    assert lagging.observe(0.9) is None and lagging.observe(0.3) is None, "one rollout, then the count restarts"
+    assert lagging.observe(0.6) is None and lagging.observe(1.0) == 1.0, "the second running that lagged"
+    assert lagging.observe(1.0) is None and lagging.observe(1.0) is None, "said once"
+    decoupled = LaggedSteps(watching=False)  # parallel.decoupled_clip on: nothing to suggest
+    assert all(decoupled.observe(1.0) is None for _ in range(5))
+    assert lagging.observe(0.5) is None and lagging.observe(0.5) is None, "half is not most"
+    note = lag_note(1.0)
+    assert "100% of the last rollout's steps" in note and "parallel.decoupled_clip: true" in note
+
+    def widening(config: str, continuous: bool, *sets: str) -> bool:
+        spaces = SimpleNamespace(actions=SimpleNamespace(continuous=continuous))
+        return LaggedSteps.widening(build_config(config, {}, ["parallel.overlap=true", *sets], True), spaces)
+    assert widening("config/mujoco.yaml", True), "continuous actions, the clip around the acting policy"
+    assert not widening("config/mujoco.yaml", True, "parallel.decoupled_clip=true")
+    assert not widening("config/cartpole.yaml", False), "discrete actions: the decoupled clip did not help there"
+    camera = "config/robosuite_lift_camera.yaml"  # frames shifted in the loss
+    assert widening(camera, True) and not widening(camera, True, "training.augment_anchor=true"), \
+        "the anchor on shifted frames is decoupled already"
+
+
+@pytest.mark.parametrize("sets", [(), ("parallel.decoupled_clip=true",)])
+def test_a_coordinator_watches_for_lagged_steps_where_the_clip_widens_the_policy(tmp_path, monkeypatch, sets):
+    """Pendulum's continuous actions, overlapped: watched unless the clip is decoupled (no worker started)."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(ParallelCoordinator, "_start_workers", lambda self: None)
+    cfg = _config("Pendulum-v1", True, 2, tmp_path, ("parallel.overlap=true", *sets))
+    assert ParallelCoordinator(cfg, env_spaces(cfg.env), thread_plan(cfg, True))._lagging.watching == (not sets)
+
+
 @pytest.mark.parametrize(("progress", "rank", "says"), [("auto", None, True), ("off", None, False), ("on", 0, True),
                                                          ("on", 1, False)])
 def test_the_idle_note_is_silent_with_progress_off_and_on_all_ranks_but_the_first(capsys, progress, rank, says):
     coordinator = SimpleNamespace(_idle=IdleWorkers(), _lent=LentCores(1, 1), _rank=rank,
+                                  _lagging=LaggedSteps(watching=True), lagged_share=1.0,
                                   cfg=SimpleNamespace(logging=SimpleNamespace(progress=progress)))
-    for _ in range(2):  # two rollouts of 10 s, the workers busy 1 s of each
+    for _ in range(2):  # two rollouts of 10 s, the workers busy 1 s of each, every step lagged
         ParallelCoordinator._say_if_idle(coordinator, 1.0, 10.0, torch.nn.Linear(2, 2))
-    assert ("the workers sat idle 90%" in capsys.readouterr().err) == says
+    err = capsys.readouterr().err
+    assert ("the workers sat idle 90%" in err) == says and ("parallel.decoupled_clip: true" in err) == says
 
 
 class SaysEveryTime(IdleWorkers):
@@ -329,12 +364,13 @@ def test_refreshing_workers_act_with_the_last_parameters_then_with_the_new_ones(
 
 
 @pytest.mark.parametrize("decoupled", [True, False])
-def test_an_overlapped_update_is_decoupled_where_its_rollout_trails(tmp_path, monkeypatch, decoupled):
+def test_an_overlapped_update_is_decoupled_where_its_rollout_trails(tmp_path, monkeypatch, capsys, decoupled):
     """With `parallel.decoupled_clip`, the updates whose rollouts trail the learner (all but the first) clip around
     the policy they start from; the first, on-policy, and every update without the setting, are PPO's own. With
     `parallel.fresh_values` (here where the clip is not decoupled, and the workers take no parameters mid-rollout, so
     that every step of a trailing rollout lags), the values GAE read are the learner's own on every step. (Without
-    it, with the workers taking each update as it ends, which steps lag depends on timing: not asserted.)"""
+    it, with the workers taking each update as it ends, which steps lag depends on timing: not asserted.) Its
+    actions are discrete, so the run never suggests the setting (`LaggedSteps.widening`)."""
     monkeypatch.chdir(ROOT)
     seen, own_values = [], []
     original = loop.ppo_update
@@ -353,6 +389,7 @@ def test_an_overlapped_update_is_decoupled_where_its_rollout_trails(tmp_path, mo
     spaces = env_spaces(cfg.env)
     train_run(RunPlan(cfg, spaces, tmp_path, "parallel", {}), ParallelCoordinator(cfg, spaces, thread_plan(cfg, True)))
     assert seen == [False, decoupled, decoupled]
+    assert "parallel.decoupled_clip: true" not in capsys.readouterr().err, "CartPole's actions are discrete"
     if decoupled:  # the workers took each update's parameters once it ended: only what they took before lagged
         assert own_values[0]
     else:

@@ -185,7 +185,7 @@ def test_a_lagged_policys_steps_move_the_spread_only_through_the_clip_around_it(
         loss.backward()
         widening[decoupled] = -float(model.log_std.grad)  # a gradient step's push on the log-std
     wider = 1 if acting_std > 1 else -1
-    assert wider * widening[False] > 0.1, widening  # about 0.36 and 0.21
+    assert wider * widening[False] > 0.1, widening  # about 0.35 and 0.22
     assert widening[True] == pytest.approx(0, abs=1e-4), widening
 
 

@@ -72,9 +72,10 @@ class ParallelConfig:
     older parameters no longer count their lag as the update's own move, and approx_kl, clipfrac and target_kl
     measure that move alone. Where every step acted with the policy the update starts from, it is PPO's loss.
     Off: the ratio is clipped around the policy that took each step, which keeps a lagged step's gradient where it
-    widens a policy that has narrowed since and drops it where it narrows it. Turn it on where most steps lag (an
-    update that outlasts the rollout: on HalfCheetah it ended at about 1.6 times the return without it); where few
-    do (Lift from state on 2 cores), it has not helped (docs/training.md)."""
+    widens a policy that has narrowed since and drops it where it narrows it. With continuous actions, turn it on
+    where most steps lag (an update that outlasts the rollout: on HalfCheetah it ended at about 1.6 times the return
+    without it); where few do (Lift from state on 2 cores), and on CartPole's discrete actions, it has not helped
+    (docs/training.md)."""
     drop_lagged: bool = False
     """With `overlap` and `refresh_params` (refused with distributed ranks, whose updates must be of one size): the
     update learns only from the steps taken with the parameters it updates, in as many minibatches as the whole

@@ -20,7 +20,7 @@ from parallel_ppo.core.config import Config
 from parallel_ppo.core.model import module_device, network, policy_tensors
 from parallel_ppo.core.threads import ThreadPlan, worker_cpus
 from parallel_ppo.core.timing import PhaseTimer
-from parallel_ppo.engines.parallel.idle import IdleWorkers, LentCores, idle_note
+from parallel_ppo.engines.parallel.idle import IdleWorkers, LaggedSteps, LentCores, idle_note, lag_note
 from parallel_ppo.engines.parallel.processes import (
     WorkerProcess,
     describe_exit,
@@ -103,8 +103,7 @@ class ParallelCoordinator:
         self.env_threads, self.draw_threads = threads.env, threads.draw
         self.worker_threads = threads.worker or 1  # a parallel plan always has one; the field is optional
         self.spaces = spaces
-        numel = sum(t.numel() for t in policy_tensors(network(cfg, spaces)))
-        self.policy = PublishedPolicy.allocate(numel)
+        self.policy = PublishedPolicy.allocate(sum(t.numel() for t in policy_tensors(network(cfg, spaces))))
         self.progress = torch.zeros(p.num_workers, dtype=torch.int64).share_memory_()
         self.abandon = torch.zeros((), dtype=torch.int64).share_memory_()
         self.cut = torch.zeros((), dtype=torch.int64).share_memory_()
@@ -123,6 +122,7 @@ class ParallelCoordinator:
         """Of the env steps of that rollout, the share `lagged`."""
         self._refresh = bool(self.lag and p.refresh_params)
         self._idle, self._lent = IdleWorkers(), LentCores(threads.learner, threads.idle_learner)
+        self._lagging = LaggedSteps(watching=LaggedSteps.widening(cfg, spaces))
         self._calls = 0
         self._in_flight: _Rollout | None = None
         self._slot = len(self.buffers) - 1  # the buffer filled last: each rollout fills the next one, in turn
@@ -275,13 +275,16 @@ class ParallelCoordinator:
         return CollectResult.merged(results, t_env, t_inf, t_render, fresh)
 
     def _say_if_idle(self, busy: float, seconds: float, model: nn.Module) -> None:
-        """Say once, on stderr, where the workers of an overlapped rollout waited for the learner (`IdleWorkers`);
-        a distributed run's first rank speaks for all, and a run whose progress is off says nothing."""
-        idle = self._idle.observe(busy, seconds)
-        if idle is not None and not self._rank and self.cfg.logging.progress != "off":
-            device = module_device(model).type
+        """Say once each, on stderr, where an overlapped rollout's workers waited for the learner (`IdleWorkers`) and
+        where most of its steps lagged, the clip around the acting one (`LaggedSteps`); first rank only, progress on."""
+        idle, lagged = self._idle.observe(busy, seconds), self._lagging.observe(self.lagged_share)
+        if self._rank or self.cfg.logging.progress == "off":
+            return
+        if idle is not None:
             lent = self._lent.lent if self._lent.lends else 0
-            print(idle_note(idle, busy, seconds, device, self._lent.own, lent), file=sys.stderr, flush=True)
+            print(idle_note(idle, busy, seconds, module_device(model).type, self._lent.own, lent), file=sys.stderr)
+        if lagged is not None:
+            print(lag_note(lagged), file=sys.stderr)
 
     def during_update(self) -> None:
         """Before each minibatch step: once every worker has collected the rollout in flight (an overlapped one),

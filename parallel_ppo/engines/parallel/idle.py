@@ -1,8 +1,9 @@
-"""What an overlapped run does when its workers wait for the learner: where the update takes longer than the
-rollout, the workers finish theirs and sit idle until the learner asks for the next, and the update bounds the run.
-The learner then takes their cores (`LentCores`), and where they waited most of two rollouts, the run says so.
-On 16 cores the wrist camera's Nature CNN took 42 to 47 s an update on the one thread 16 workers leave, while they
-collected a rollout in about 10 s: the overlapped runs made 149 and 136 steps/s against the synchronous run's 385
+"""What an overlapped run does when its workers wait for the learner, and what it says then and where most of its
+steps lag (`LaggedSteps`). Where the update takes longer than the rollout, the workers finish theirs and sit idle
+until the learner asks for the next, and the update bounds the run. The learner then takes their cores
+(`LentCores`), and where they waited most of two rollouts, the run says so. On 16 cores the wrist camera's Nature CNN
+took 42 to 47 s an update on the one thread 16 workers leave, while they collected a rollout in about 10 s: the
+overlapped runs made 149 and 136 steps/s against the synchronous run's 385
 (docs/results/intel-xeon-avx512-bf16-16c-h200/overlap_16c.md)."""
 
 from __future__ import annotations
@@ -10,6 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+
+from parallel_ppo.core.config import Config
+from parallel_ppo.core.ppo import anchor_pass
+from parallel_ppo.envs.spaces import EnvSpaces
 
 IDLE_SHARE = 0.5
 """The share of a rollout's time the workers sat idle above which a rollout counts as waiting for the learner (the
@@ -80,3 +85,40 @@ def idle_note(idle: float, busy: float, seconds: float, device: str, learner_thr
     return (f"{said} The learner has {has}: fewer workers with a learner "
             "thread for each core they leave (parallel.learner_threads), the synchronous trainer (parallel.overlap: "
             "false), whose learner takes every core, or a learner on a GPU (--device cuda) may be faster.")
+
+
+LAGGED_SHARE = 0.5
+"""The share of a rollout's steps taken with older parameters above which the run suggests the decoupled clip."""
+
+
+class LaggedSteps:
+    """Counts the overlapped rollouts most of whose steps lagged, where the clip around the acting policy widens the
+    policy (`widening`; `watching` False: never)."""
+
+    def __init__(self, watching: bool) -> None:
+        self.watching, self.running = watching, 0
+
+    @staticmethod
+    def widening(cfg: Config, spaces: EnvSpaces) -> bool:
+        """Whether a run's lagged steps are clipped around the policy that took them (neither `decoupled_clip` nor
+        `training.augment_anchor` on shifted frames in the loss) with continuous actions, whose spread that clip
+        widens; with discrete ones (CartPole) the decoupled clip did not help (docs/training.md)."""
+        anchored = anchor_pass(cfg.training, bool(cfg.training.augment_shift), False) == "minibatch"
+        return spaces.actions.continuous and not (cfg.parallel.decoupled_clip or anchored)
+
+    def observe(self, share: float) -> float | None:
+        """A rollout whose `share` of steps lagged. Returns it the first time ROLLOUTS running lagged more than
+        LAGGED_SHARE (the run says so once), else None."""
+        self.running = self.running + 1 if share > LAGGED_SHARE else 0
+        if not self.watching or self.running < ROLLOUTS:
+            return None
+        self.watching = False
+        return share
+
+
+def lag_note(share: float) -> str:
+    """The line an overlapped run prints once most of its steps lagged under the clip around the acting policy."""
+    return (f"parallel_ppo: {share:.0%} of the last rollout's steps acted with the parameters of an update before. "
+            "PPO's clip around the policy that took them widens a policy that has narrowed since (on HalfCheetah, "
+            "every step lagging, it ended at about half the synchronous trainer's return); parallel.decoupled_clip: "
+            "true clips around the policy the update starts from, and learned more there (docs/training.md).")
