@@ -121,5 +121,6 @@ def lag_note(share: float) -> str:
     return (f"parallel_ppo: {share:.0%} of the last rollout's steps acted with the parameters of an update before. "
             "PPO's clip around the policy that took them widens a policy that has narrowed since (on HalfCheetah, "
             "every step lagging, it ended at about half the synchronous trainer's return); parallel.decoupled_clip: "
-            "true clips around the policy the update starts from: it learned more on HalfCheetah, less on Lift from "
-            "state (few steps lagging); measure before keeping it (docs/training.md).")
+            "true clips around the policy the update starts from: it learned more on HalfCheetah, while on Lift from "
+            "state (few steps lagging) two seeds with it ended at a far lower success; measure before keeping it "
+            "(docs/training.md).")
