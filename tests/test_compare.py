@@ -553,3 +553,25 @@ def test_a_label_with_tex_signs_is_drawn_as_written(tmp_path: Path) -> None:
     args = ["--run", f"{label}={write_run(tmp_path / 'a')}", "--run", f"b={write_run(tmp_path / 'b', seed=2)}"]
     assert entry.main([*args, "--output-dir", str(tmp_path / "out")]) == 0
     assert [r["label"] for r in json.loads((tmp_path / "out" / "comparison.json").read_text())["runs"]] == [label, "b"]
+
+
+def test_long_labels_take_more_legend_rows_not_the_figures_edges(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from parallel_ppo.runs.reading import load_groups
+    from parallel_ppo.runs.report import plots
+    from parallel_ppo.runs.report.numbers import compare
+
+    labels = [f"overlapped_with_a_long_descriptive_label_{i}" for i in range(4)]
+    cmp = compare(load_groups([(label, [write_run(tmp_path / label / "seed_1")]) for label in labels]))
+    figures: list = []
+    monkeypatch.setattr(plots, "_png", lambda fig: figures.append(fig) or b"")
+    plots.plot_comparison(cmp)
+    plots.plot_seeds(cmp)
+    for fig in figures:
+        legend, renderer = fig.legends[0], FigureCanvasAgg(fig).get_renderer()
+        assert len(legend.get_texts()) == 4
+        assert legend.get_window_extent(renderer).width <= fig.bbox.width
+    assert figures[0]._suptitle.get_text().count("\n") == 1  # wrapped onto two lines
+    assert [t.get_text() for t in figures[1].legends[0].get_texts()] == [f"{label} (1 seed)" for label in labels]

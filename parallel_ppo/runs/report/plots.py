@@ -12,6 +12,7 @@ import io
 import json
 import os
 import tempfile
+import textwrap
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from pathlib import Path
@@ -81,6 +82,22 @@ def _png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
+def _wrapped(title: str) -> str:
+    """A figure's title on at most two lines of the figure's width, cut short with an ellipsis beyond."""
+    return "\n".join(textwrap.wrap(title, 110, max_lines=2, placeholder=" …"))
+
+
+def _legend_below(fig: Figure, handles: list[Any], names: list[str]) -> None:
+    """The runs' legend below the panels, in as many columns (at most 4) as fit the figure's width: long labels take
+    more rows rather than run off its edges."""
+    FigureCanvasAgg(fig)
+    for ncol in range(min(len(names), 4), 0, -1):
+        legend = fig.legend(handles, names, loc="outside lower center", ncol=ncol, fontsize=11)
+        if ncol == 1 or legend.get_window_extent(fig.canvas.get_renderer()).width <= fig.bbox.width:
+            return
+        legend.remove()
+
+
 def plot_comparison(cmp: Comparison) -> bytes:
     """comparison.png: return vs wall time, return vs env steps, SPS over time, CPU and memory over time."""
     colors = _run_colors(len(cmp.runs))
@@ -88,7 +105,7 @@ def plot_comparison(cmp: Comparison) -> bytes:
     scale, unit = _time_unit(longest)
     fig = Figure(figsize=(14, 9.5), layout="constrained")
     (ax_time, ax_steps), (ax_sps, ax_res) = fig.subplots(2, 2)
-    fig.suptitle(report_title(cmp), fontsize=14, fontweight="bold")
+    fig.suptitle(_wrapped(report_title(cmp)), fontsize=14, fontweight="bold")  # the legend names every run
     # PSS (shared pages split among processes) when every run logged it; RSS double-counts shared memory.
     mem_col = "pss_mb" if all(np.isfinite(r.metrics["pss_mb"]).all() for r in cmp.runs) else "rss_mb"
     mem_gb = max(float(np.max(r.metrics[mem_col])) for r in cmp.runs) >= 2048
@@ -118,7 +135,7 @@ def plot_comparison(cmp: Comparison) -> bytes:
         ax.grid(alpha=0.3)
     handles = [Line2D([], [], color=c, lw=2.5) for c in colors]
     names = [f"{run_name(s)}: {s.sps:,.0f} SPS" for s in cmp.stats]
-    fig.legend(handles, names, loc="outside lower center", ncol=min(len(names), 4), fontsize=11)
+    _legend_below(fig, handles, names)
     return _png(fig)
 
 
@@ -130,8 +147,8 @@ def plot_seeds(cmp: Comparison) -> bytes:
     fig = Figure(figsize=(14, 5.5), layout="constrained")
     ax_steps, ax_time = fig.subplots(1, 2)
     bands = " or ".join(sorted({seeds.band_name(len(g.runs)) for g in cmp.groups}))
-    fig.suptitle(f"Mean return across seeds of {', '.join(g.label for g in cmp.groups)} (band: {bands})",
-                 fontsize=13, fontweight="bold")
+    title = f"Mean return across seeds of {', '.join(g.label for g in cmp.groups)} (band: {bands})"
+    fig.suptitle(_wrapped(title), fontsize=13, fontweight="bold")
     longest = max(float(r.metrics["wall_time"][-1]) for r in cmp.runs)
     scale, unit = _time_unit(longest)
     names = []
@@ -144,7 +161,8 @@ def plot_seeds(cmp: Comparison) -> bytes:
             ax.plot(x / x_scale, mean, color=color, lw=2)
             ax.fill_between(x / x_scale, low, high, color=color, alpha=0.2, lw=0)
         n = len(group.runs)
-        names.append(f"{group.label} ({n} seed{'s' if n > 1 else ''}, band: {seeds.band_name(n)})")
+        band = "" if " or " not in bands else f", band: {seeds.band_name(n)}"  # else the title says it
+        names.append(f"{group.label} ({n} seed{'s' if n > 1 else ''}{band})")
     ax_steps.axvline(cmp.equal_steps, color="0.35", ls=":", lw=1)
     _draw_references(cmp, ax_steps)
     ax_steps.xaxis.set_major_formatter(FuncFormatter(_count))
@@ -154,8 +172,7 @@ def plot_seeds(cmp: Comparison) -> bytes:
                 title="Return vs wall time (learning per hour)")
     for ax in (ax_steps, ax_time):
         ax.grid(alpha=0.3)
-    fig.legend([Line2D([], [], color=c, lw=2.5) for c in colors], names, loc="outside lower center",
-               ncol=min(len(names), 4), fontsize=11)
+    _legend_below(fig, [Line2D([], [], color=c, lw=2.5) for c in colors], names)
     return _png(fig)
 
 
