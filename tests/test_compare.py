@@ -557,6 +557,8 @@ def test_a_label_with_tex_signs_is_drawn_as_written(tmp_path: Path) -> None:
 
 def test_long_labels_take_more_legend_rows_not_the_figures_edges(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four long labels: each figure's one legend fits its width (on more rows), the titles wrap onto two lines, and
+    the seed band is named once, in the title, or in every legend entry where the labels' bands differ."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     from parallel_ppo.runs.reading import load_groups
@@ -564,14 +566,23 @@ def test_long_labels_take_more_legend_rows_not_the_figures_edges(tmp_path: Path,
     from parallel_ppo.runs.report.numbers import compare
 
     labels = [f"overlapped_with_a_long_descriptive_label_{i}" for i in range(4)]
-    cmp = compare(load_groups([(label, [write_run(tmp_path / label / "seed_1")]) for label in labels]))
     figures: list = []
     monkeypatch.setattr(plots, "_png", lambda fig: figures.append(fig) or b"")
-    plots.plot_comparison(cmp)
-    plots.plot_seeds(cmp)
+    for seeds in (1, 5):  # the last label's band: the range of its one seed, or an interval of five
+        groups = [(label, [write_run(tmp_path / str(seeds) / label / f"seed_{s}", seed=s)
+                           for s in range(1, (seeds if label == labels[-1] else 1) + 1)]) for label in labels]
+        cmp = compare(load_groups(groups))
+        plots.plot_comparison(cmp)
+        plots.plot_seeds(cmp)
     for fig in figures:
+        assert len(fig.legends) == 1, "a legend too wide is taken off"
         legend, renderer = fig.legends[0], FigureCanvasAgg(fig).get_renderer()
-        assert len(legend.get_texts()) == 4
         assert legend.get_window_extent(renderer).width <= fig.bbox.width
-    assert figures[0]._suptitle.get_text().count("\n") == 1  # wrapped onto two lines
-    assert [t.get_text() for t in figures[1].legends[0].get_texts()] == [f"{label} (1 seed)" for label in labels]
+        assert fig._suptitle.get_text().count("\n") == 1  # wrapped onto two lines
+    one_band, two_bands = figures[1], figures[3]
+    assert "(band: range of seeds)" in one_band._suptitle.get_text()
+    assert [t.get_text() for t in one_band.legends[0].get_texts()] == [f"{label} (1 seed)" for label in labels]
+    assert "(band: 95% bootstrap CI of the mean or range of seeds)" in two_bands._suptitle.get_text()
+    assert [t.get_text() for t in two_bands.legends[0].get_texts()] == [
+        *(f"{label} (1 seed, band: range of seeds)" for label in labels[:3]),
+        f"{labels[3]} (5 seeds, band: 95% bootstrap CI of the mean)"]

@@ -74,9 +74,9 @@ class ParallelConfig:
     Off: the ratio is clipped around the policy that took each step, which keeps a lagged step's gradient where it
     widens a policy that has narrowed since and drops it where it narrows it. With continuous actions, turn it on
     where most steps lag (an update that outlasts the rollout: on HalfCheetah it ended at about 1.6 times the return
-    without it); where few do (Lift from state on 2 cores: its policies ended narrower than the synchronous
-    trainer's, two of three seeds at a far lower success), and on CartPole's discrete actions, it has not helped
-    (docs/training.md)."""
+    without it); where few do (Lift from state on 2 cores: its three finished runs ended narrower than the
+    synchronous trainer's, two at a far lower success, and it failed a check written down in advance), and on
+    CartPole's discrete actions, it has not helped (docs/training.md)."""
     drop_lagged: bool = False
     """With `overlap` and `refresh_params` (refused with distributed ranks, whose updates must be of one size): the
     update learns only from the steps taken with the parameters it updates, in as many minibatches as the whole

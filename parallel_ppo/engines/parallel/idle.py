@@ -122,5 +122,5 @@ def lag_note(share: float) -> str:
             "PPO's clip around the policy that took them widens a policy that has narrowed since (on HalfCheetah, "
             "every step lagging, it ended at about half the synchronous trainer's return); parallel.decoupled_clip: "
             "true clips around the policy the update starts from: it learned more on HalfCheetah, while on Lift from "
-            "state (few steps lagging) its policies ended narrower than the synchronous trainer's and two of three "
-            "seeds at a far lower success; measure before keeping it (docs/training.md).")
+            "state (few steps lagging) its three finished runs ended narrower than the synchronous trainer's, two "
+            "at a far lower success; measure before keeping it (docs/training.md).")

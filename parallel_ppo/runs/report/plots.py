@@ -83,7 +83,7 @@ def _png(fig: Figure) -> bytes:
 
 
 def _wrapped(title: str) -> str:
-    """A figure's title on at most two lines of the figure's width, cut short with an ellipsis beyond."""
+    """A figure's title on at most two lines of about the figure's width, cut short with an ellipsis beyond."""
     return "\n".join(textwrap.wrap(title, 110, max_lines=2, placeholder=" …"))
 
 
@@ -146,8 +146,9 @@ def plot_seeds(cmp: Comparison) -> bytes:
     colors = _run_colors(len(cmp.groups))
     fig = Figure(figsize=(14, 5.5), layout="constrained")
     ax_steps, ax_time = fig.subplots(1, 2)
-    bands = " or ".join(sorted({seeds.band_name(len(g.runs)) for g in cmp.groups}))
-    title = f"Mean return across seeds of {', '.join(g.label for g in cmp.groups)} (band: {bands})"
+    names_of_bands = sorted({seeds.band_name(len(g.runs)) for g in cmp.groups})
+    bands = " or ".join(names_of_bands)
+    title = f"Mean return across seeds (band: {bands}) of {', '.join(g.label for g in cmp.groups)}"  # cut at its end
     fig.suptitle(_wrapped(title), fontsize=13, fontweight="bold")
     longest = max(float(r.metrics["wall_time"][-1]) for r in cmp.runs)
     scale, unit = _time_unit(longest)
@@ -161,7 +162,7 @@ def plot_seeds(cmp: Comparison) -> bytes:
             ax.plot(x / x_scale, mean, color=color, lw=2)
             ax.fill_between(x / x_scale, low, high, color=color, alpha=0.2, lw=0)
         n = len(group.runs)
-        band = "" if " or " not in bands else f", band: {seeds.band_name(n)}"  # else the title says it
+        band = f", band: {seeds.band_name(n)}" if len(names_of_bands) > 1 else ""  # else the title says it
         names.append(f"{group.label} ({n} seed{'s' if n > 1 else ''}{band})")
     ax_steps.axvline(cmp.equal_steps, color="0.35", ls=":", lw=1)
     _draw_references(cmp, ax_steps)
