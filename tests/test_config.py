@@ -358,6 +358,16 @@ def test_dropping_lagged_steps_needs_workers_that_refresh_and_one_process():
     assert build_config(None, {}, sets, parallel=True).parallel.drop_lagged
 
 
+def test_a_cap_on_the_lagged_share_needs_workers_that_refresh():
+    """Workers wait for an update's parameters mid-rollout only where they take them there (`refresh_params`)."""
+    sets = ["parallel.overlap=true", "parallel.max_lagged_share=0.25"]
+    with pytest.raises(ConfigError, match=r"max_lagged_share 0.25 has workers wait .* set it to true, or this to 1"):
+        build_config(None, {}, [*sets, "parallel.refresh_params=false"], parallel=True)
+    with pytest.raises(ConfigError, match=r"parallel.max_lagged_share"):
+        build_config(None, {}, ["parallel.max_lagged_share=0"], parallel=True)
+    assert build_config(None, {}, sets, parallel=True, world_size=2).parallel.max_lagged_share == 0.25
+
+
 def test_dict_round_trip():
     """config_from_dict(cfg.to_dict()) rebuilds an equal config."""
     cfg = build_config(None, {}, small_sets("model.mlp_hidden=[8, 8, 8]", "run.seed=9"), parallel=False)

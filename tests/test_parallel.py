@@ -363,6 +363,36 @@ def test_refreshing_workers_act_with_the_last_parameters_then_with_the_new_ones(
     assert torch.equal(lagged, ~new), "the lagged steps are those the old parameters took"
 
 
+def test_workers_wait_for_the_update_once_they_took_their_lagged_share(tmp_path, monkeypatch):
+    """`parallel.max_lagged_share` 0.25 of a 32-step rollout: while the learner holds the first rollout (no next
+    `collect`), each worker takes the first 8 steps of the second with the first parameters and waits there, however
+    long the learner takes; the next `collect` publishes others, and they take the other 24 steps with those."""
+    monkeypatch.chdir(ROOT)
+    cfg = _config("CartPole-v1", True, 2, tmp_path, ("parallel.overlap=true", "parallel.max_lagged_share=0.25"))
+    models = []
+    for i in range(2):
+        torch.manual_seed(i)
+        models.append(network(cfg, env_spaces(cfg.env)))
+    source = ParallelCoordinator(cfg, env_spaces(cfg.env), thread_plan(cfg, parallel=True))
+    try:
+        source.collect(models[0], PhaseTimer())
+        deadline = time.monotonic() + 60
+        while int(source.progress.sum()) < 2 * (32 + 8) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.5)  # a worker that did not wait would step on
+        assert source.progress.tolist() == [32 + 8, 32 + 8], "each waits after its 8 steps"
+        source.collect(models[1], PhaseTimer())
+        obs, actions, logprobs = (getattr(source.buffer, name).clone() for name in ("obs", "actions", "logprobs"))
+        lagged, share = source.lagged.clone(), source.lagged_share
+    finally:
+        source.close()
+    with torch.no_grad():
+        acted = [log_prob_entropy(m(obs.flatten(0, 1))[0], actions.flatten(0, 1))[0].view(32, 4) for m in models]
+    torch.testing.assert_close(logprobs[:8], acted[0][:8], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(logprobs[8:], acted[1][8:], rtol=1e-5, atol=1e-5)
+    assert share == 0.25 and lagged[:8].all() and not lagged[8:].any()
+
+
 @pytest.mark.parametrize("decoupled", [True, False])
 def test_an_overlapped_update_is_decoupled_where_its_rollout_trails(tmp_path, monkeypatch, capsys, decoupled):
     """With `parallel.decoupled_clip`, the updates whose rollouts trail the learner (all but the first) clip around

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +15,7 @@ from parallel_ppo.core.collect import EnvRunner
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.distributions import log_prob_entropy
 from parallel_ppo.core.model import autocast, kept_casts, network, policy_tensors
-from parallel_ppo.engines.parallel.published import PolicyCopy, PublishedPolicy, lagged_steps
+from parallel_ppo.engines.parallel.published import PolicyCopy, PublishedPolicy, await_newer, hold_step, lagged_steps
 from parallel_ppo.envs.batch import env_spaces, make_batch_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,3 +118,22 @@ def test_the_lagged_steps_of_a_cut_rollout_are_among_those_taken(refreshed):
         assert torch.equal(lagged_steps(buf, 8, True), taken)
     else:  # a rollout for the published model
         assert lagged_steps(buf, 4, False) is None
+
+
+def test_a_worker_holds_until_a_newer_policy_is_published_or_its_rollout_is_abandoned():
+    """`parallel.max_lagged_share`: the step a worker waits at (a share of the rollout, rounded up; none at 1), and
+    the wait, which ends once the version moves on (here 0.2 s after it starts) or at once when abandoned."""
+    assert (hold_step(0.25, 32), hold_step(0.001, 512), hold_step(1.0, 32)) == (8, 1, None)
+    published = PublishedPolicy.allocate(3)
+    published.version.fill_(2)
+
+    def publish_later() -> None:
+        time.sleep(0.2)
+        published.version += 2
+
+    later = threading.Thread(target=publish_later)
+    later.start()
+    await_newer(published, 2, lambda: False)
+    assert int(published.version) == 4, "it waited for the next publication"
+    later.join()
+    await_newer(published, 4, lambda: True)  # abandoned: no newer policy comes, and it returns

@@ -112,15 +112,15 @@ class EnvRunner:
         return cls(env, cfg.run.seed, first_env, cfg.training.precision, stream, cfg.training.gamma, info_keys(cfg))
 
     def collect(self, model: nn.Module, buf: RolloutBuffer, progress: torch.Tensor | None = None,
-                stopping: StopCheck = never, cut_short: StopCheck = never,
-                refresh: Callable[[], int] | None = None) -> CollectResult:
-        """Fill `buf` (n_steps × this runner's envs) with one rollout of `model`; `progress` counts steps done.
-        When `stopping()` turns true, the rollout ends where it is, its buffer half-written; when `cut_short()` does,
-        once `CUT_NO_EARLIER` of its steps are taken, it ends as a whole rollout of `buf.lengths` steps. `refresh`,
-        before each step, brings `model` up to the newest published policy; its version goes to `buf.versions`."""
+                stopping: StopCheck = never, cut_short: StopCheck = never, refresh: Callable[[], int] | None = None,
+                hold: tuple[int, Callable[[], None]] | None = None) -> CollectResult:
+        """Fill `buf` (n_steps × this runner's envs) with one rollout of `model`; `progress` counts steps done. When
+        `stopping()` turns true, the rollout ends where it is, its buffer half-written; when `cut_short()` does, once
+        `CUT_NO_EARLIER` of its steps are taken, it ends as a whole rollout of `buf.lengths` steps. `refresh`, before
+        each step, brings `model` up to the newest published policy (its version to `buf.versions`); `hold` (t, wait):
+        before step t, `wait()` (for the parameters of the update under way: `parallel.max_lagged_share`)."""
         result = CollectResult([], [], 0.0, 0.0)
-        t_env = t_inf = 0.0
-        drawn = render_seconds(self.env)
+        t_env, t_inf, drawn = 0.0, 0.0, render_seconds(self.env)
         device = module_device(model)
         self.rollouts += 1
         cut_after, steps, held = math.ceil(CUT_NO_EARLIER * buf.n_steps), buf.n_steps, None
@@ -128,6 +128,8 @@ class EnvRunner:
             for t in range(buf.n_steps):
                 if t == buf.n_steps // 2:
                     pause_point("rollout", self.rollouts)
+                if hold is not None and t == hold[0]:
+                    hold[1]()
                 if stopping():
                     return self._result(result, t_env, t_inf, drawn)
                 if t >= cut_after and cut_short():

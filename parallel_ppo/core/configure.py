@@ -192,6 +192,10 @@ def check_workers(p: ParallelConfig, world_size: int) -> None:
     if p.drop_lagged and p.lag and not p.refresh_params:
         raise ConfigError("parallel.drop_lagged learns from the steps taken with the parameters of the update only, "
                           "and without parallel.refresh_params every step is taken with older ones: set one of them")
+    if p.max_lagged_share < 1 and p.lag and not p.refresh_params:
+        raise ConfigError(f"parallel.max_lagged_share {p.max_lagged_share} has workers wait for an update's "
+                          "parameters mid-rollout, which they take only with parallel.refresh_params: set it to true, "
+                          "or this to 1")
     if world_size > 1 and p.drop_lagged and p.lag:
         raise ConfigError(f"parallel.drop_lagged leaves each rank a share of its rollout that timing sets; "
                           f"{world_size} distributed ranks must take updates of one size: set it to false")

@@ -29,7 +29,7 @@ from parallel_ppo.engines.parallel.processes import (
     thread_env,
     try_recv,
 )
-from parallel_ppo.engines.parallel.published import PublishedPolicy, lagged_steps
+from parallel_ppo.engines.parallel.published import PublishedPolicy, hold_step, lagged_steps
 from parallel_ppo.engines.parallel.watchdog import Watchdog, auto_bound, in_seconds, work_seconds
 from parallel_ppo.engines.parallel.watchdog import rule as watchdog_rule
 from parallel_ppo.engines.parallel.worker import (
@@ -75,6 +75,7 @@ class _Rollout:
     seconds: float = 0.0
     """From waking the workers to the coordinator taking the last one's result: for a rollout collected during an
     update, after that update."""
+    hold: tuple[int, int] | None = None  # where its workers wait for a newer policy (during an update: Collect.hold)
 
 
 class ParallelCoordinator:
@@ -83,14 +84,13 @@ class ParallelCoordinator:
     Synchronous (the default): `collect` publishes the current parameters, wakes every worker, and returns when all
     have filled their env slice, so the update always sees on-policy data (no policy lag). With
     `parallel.sync_fraction` below 1, the slowest workers' slices end short once that share of workers is done
-    (DD-PPO's pre-emption of stragglers). With `parallel.overlap`
-    and a `policy_lag` of 1, `collect` returns one rollout and sets the workers on the next, into the other buffer,
-    with the same parameters: they collect while the learner updates, and each rollout after the first trails the
-    parameters it updates by one update. With `parallel.refresh_params` too, the next `collect` publishes the updated
-    parameters at once and the workers act with them from their next step: only the steps taken during the update
-    (and what the loop did after it) trail it (`lagged_share`). Once every worker has collected the rollout in
-    flight, the learner takes their cores until the next starts (`LentCores`, `ThreadPlan.idle_learner`).
-    """
+    (DD-PPO's pre-emption of stragglers). With `parallel.overlap` and a `policy_lag` of 1, `collect` returns one
+    rollout and sets the workers on the next, into the other buffer, with the same parameters: they collect while the
+    learner updates, and each rollout after the first trails the parameters it updates by one update. With
+    `parallel.refresh_params` too, the next `collect` publishes the updated parameters at once and the workers act
+    with them from their next step: only the steps taken during the update (and what the loop did after it) trail it
+    (`lagged_share`; at most `max_lagged_share`, where they wait). Once every worker has collected the rollout in
+    flight, the learner takes their cores until the next starts (`LentCores`, `ThreadPlan.idle_learner`)."""
 
     mode = "parallel"
 
@@ -116,11 +116,11 @@ class ParallelCoordinator:
         self.policy_lag = 0
         """Updates by which the parameters of the rollout `collect` returned last trail the model it was given."""
         self.lagged: torch.Tensor | None = None
-        """(T, N) bool: the steps of the rollout `collect` returned last not taken with the model it was given (None:
-        none)."""
+        """(T, N) bool: the steps of that rollout not taken with the model it was given (None: none)."""
         self.lagged_share = 0.0
         """Of the env steps of that rollout, the share `lagged`."""
         self._refresh = bool(self.lag and p.refresh_params)
+        self._hold_at = hold_step(p.max_lagged_share, cfg.training.n_steps) if self._refresh else None
         self._idle, self._lent = IdleWorkers(), LentCores(threads.learner, threads.idle_learner)
         self._lagging = LaggedSteps(watching=LaggedSteps.widening(cfg, spaces))
         self._calls = 0
@@ -305,10 +305,11 @@ class ParallelCoordinator:
         started = time.perf_counter()
         self._lent.give_back()
         with timers.phase("publish"):
+            hold = None if version is None or self._hold_at is None else (self._hold_at, version)  # through an update
             if version is None:
                 version = self.policy.publish(model)
             self._slot = (self._slot + 1) % len(self.buffers)
-            self._in_flight = _Rollout(self._slot, self._calls, time.perf_counter())
+            self._in_flight = _Rollout(self._slot, self._calls, time.perf_counter(), hold=hold)
             self.abandon.fill_(0)
             for i in range(len(self._workers)):
                 self.watchdog.forget(i)
@@ -370,7 +371,7 @@ class ParallelCoordinator:
         w = self._workers[index]
         assert self._in_flight is not None
         try:
-            w.conn.send(Collect(self._in_flight.slot, self._refresh))
+            w.conn.send(Collect(self._in_flight.slot, self._refresh, self._in_flight.hold))
         except (BrokenPipeError, OSError):
             pass  # it died; the wait loop sees its sentinel
 

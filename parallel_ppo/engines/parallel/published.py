@@ -9,7 +9,10 @@ the ordered atomic operations torch's reference counting executes between the co
 
 from __future__ import annotations
 
+import math
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +20,9 @@ from torch import nn
 
 from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.model import policy_tensors
+
+AWAIT_POLL = 0.0005
+"""Seconds between a waiting worker's looks at the published version: a small share of a step, no core's worth."""
 
 
 @dataclass
@@ -60,6 +66,19 @@ class PolicyCopy:
             if int(self.published.version) == version:  # nothing was written while it copied
                 self.version = version
         return self.version
+
+
+def hold_step(share: float, n_steps: int) -> int | None:
+    """The step of a rollout collected during an update before which its workers wait for the update's parameters,
+    `share` of it (`parallel.max_lagged_share`) taken; None at 1: never."""
+    return math.ceil(share * n_steps) if share < 1 else None
+
+
+def await_newer(published: PublishedPolicy, version: int, stopping: Callable[[], bool]) -> None:
+    """Wait until a policy newer than `version` is published (or being written), or `stopping()`: a worker that
+    took its share of the rollout with older parameters (`parallel.max_lagged_share`) waits for the update's."""
+    while int(published.version) == version and not stopping():
+        time.sleep(AWAIT_POLL)
 
 
 def lagged_steps(buffer: RolloutBuffer, version: int | None, refreshed: bool) -> torch.Tensor | None:

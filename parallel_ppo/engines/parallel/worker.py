@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import time
@@ -11,14 +12,15 @@ from multiprocessing.connection import Connection
 
 import setproctitle
 import torch
+from torch import nn
 
 from parallel_ppo.core.allocator import retain_freed_memory
 from parallel_ppo.core.buffer import RolloutBuffer
-from parallel_ppo.core.collect import CollectResult
+from parallel_ppo.core.collect import CollectResult, EnvRunner
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.lifetime import signal_on_parent_death
 from parallel_ppo.core.threads import draw_with
-from parallel_ppo.engines.parallel.published import PolicyCopy, PublishedPolicy
+from parallel_ppo.engines.parallel.published import PolicyCopy, PublishedPolicy, await_newer
 from parallel_ppo.envs.spaces import EnvSpaces
 
 
@@ -52,6 +54,8 @@ class Collect:
 
     slot: int = 0
     refresh: bool = False
+    hold: tuple[int, int] | None = None
+    """With `refresh`, (t, version): before step t, wait for a newer policy than `version` (`max_lagged_share`)."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,22 @@ def process_title(spec: WorkerSpec) -> str:
     return f"parallel_ppo worker {spec.index} envs {first}-{first + spec.num_envs - 1} ({spec.cfg.env.id})"
 
 
+def _rollout(spec: WorkerSpec, message: Collect, runner: EnvRunner, model: nn.Module, policy: PolicyCopy,
+             buf: RolloutBuffer) -> CollectResult:
+    """One rollout into `buf` as `message` asks, with the published policy taken first (and before each step, with
+    `refresh`), until the coordinator abandons it."""
+
+    def abandoned() -> bool:
+        return bool(spec.abandon)
+
+    policy.refresh()
+    hold = None if message.hold is None else (
+        message.hold[0], functools.partial(await_newer, spec.policy, message.hold[1], abandoned))
+    return runner.collect(model, buf, spec.progress[spec.index], stopping=abandoned,
+                          cut_short=lambda: bool(spec.cut), refresh=policy.refresh if message.refresh else None,
+                          hold=hold)
+
+
 def worker_main(spec: WorkerSpec, conn: Connection) -> None:
     """Serve rollout requests (Collect) until told to Stop or the coordinator goes away."""
     for sig in IGNORED_SIGNALS:
@@ -117,7 +137,6 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
     try:
         if spec.cpus is not None:
             os.sched_setaffinity(0, spec.cpus)
-        from parallel_ppo.core.collect import EnvRunner
         from parallel_ppo.core.model import network
         from parallel_ppo.envs.batch import make_batch_env
 
@@ -131,7 +150,6 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         start_seconds = time.perf_counter() - started
         policy = PolicyCopy(spec.policy, model := network(cfg, spec.spaces))  # the model's own tensors
         slices = [b.env_slice(spec.first_env, spec.first_env + spec.num_envs) for b in spec.buffers]
-        progress = spec.progress[spec.index]
         fail_at = _injected_fault(spec.index)
         conn.send(Ready(os.getpid(), start_seconds))
         rollouts = 0
@@ -139,10 +157,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
             rollouts += 1
             if rollouts == fail_at:
                 raise RuntimeError(f"fault injected by {FAULT_ENV_VAR} in rollout {rollouts}")
-            policy.refresh()
-            conn.send(Done(runner.collect(model, slices[message.slot], progress, stopping=lambda: bool(spec.abandon),
-                                          cut_short=lambda: bool(spec.cut),
-                                          refresh=policy.refresh if message.refresh else None)))
+            conn.send(Done(_rollout(spec, message, runner, model, policy, slices[message.slot])))
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass  # the coordinator is gone or stopping
     except BaseException as e:
