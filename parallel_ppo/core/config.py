@@ -94,7 +94,8 @@ class ParallelConfig:
     max_lagged_share: float = setting(1.0, positive=True, maximum=1)
     """With `overlap` and `refresh_params`: the share of its rollout a worker may take during an update, with the
     parameters before it; there it waits for the update's. It bounds the lag where the update outlasts that share
-    of the rollout (metrics.csv's `lagged_share`), at the cost of the time the workers wait; 1: they never wait."""
+    of the rollout (metrics.csv's `lagged_share`), at the cost of the time the workers wait (on HalfCheetah on 2
+    cores, all the overlap's gain: docs/training.md); 1: they never wait."""
 
     pin_workers: bool = False
     """Pin each worker process to its drawing share of the CPUs this process may use (`env.env_threads`, else
