@@ -366,24 +366,35 @@ def test_refreshing_workers_act_with_the_last_parameters_then_with_the_new_ones(
 def test_workers_wait_for_the_update_once_they_took_their_lagged_share(tmp_path, monkeypatch):
     """`parallel.max_lagged_share` 0.25 of a 32-step rollout: while the learner holds the first rollout (no next
     `collect`), each worker takes the first 8 steps of the second with the first parameters and waits there, however
-    long the learner takes; the next `collect` publishes others, and they take the other 24 steps with those."""
+    long the learner takes, and the learner takes their cores meanwhile; the next `collect` publishes others, and they
+    take the other 24 steps with those. A rollout abandoned while they wait ends at once: each answers."""
     monkeypatch.chdir(ROOT)
     cfg = _config("CartPole-v1", True, 2, tmp_path, ("parallel.overlap=true", "parallel.max_lagged_share=0.25"))
     models = []
     for i in range(2):
         torch.manual_seed(i)
         models.append(network(cfg, env_spaces(cfg.env)))
-    source = ParallelCoordinator(cfg, env_spaces(cfg.env), thread_plan(cfg, parallel=True))
+    threads = dataclasses.replace(thread_plan(cfg, parallel=True), learner=1, idle_learner=3)
+    source = ParallelCoordinator(cfg, env_spaces(cfg.env), threads)
     try:
-        source.collect(models[0], PhaseTimer())
-        deadline = time.monotonic() + 60
-        while int(source.progress.sum()) < 2 * (32 + 8) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.5)  # a worker that did not wait would step on
-        assert source.progress.tolist() == [32 + 8, 32 + 8], "each waits after its 8 steps"
-        source.collect(models[1], PhaseTimer())
+        with threads_kept():
+            torch.set_num_threads(1)
+            source.collect(models[0], PhaseTimer())
+            held_at(source, 32 + 8)
+            time.sleep(0.5)  # a worker that did not wait would step on
+            assert source.progress.tolist() == [32 + 8, 32 + 8], "each waits after its 8 steps"
+            source.during_update()
+            assert torch.get_num_threads() == 3, "the learner takes the cores of the workers that wait"
+            source.collect(models[1], PhaseTimer())
+            assert torch.get_num_threads() == 1, "given back before they go on"
         obs, actions, logprobs = (getattr(source.buffer, name).clone() for name in ("obs", "actions", "logprobs"))
         lagged, share = source.lagged.clone(), source.lagged_share
+        held_at(source, 64 + 8)  # the third rollout, in flight
+        source.abandon_rollout()
+        deadline = time.monotonic() + 60
+        while not all(w.conn.poll() for w in source._workers) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert all(w.conn.poll() for w in source._workers), "an abandoned rollout ends for the workers that wait"
     finally:
         source.close()
     with torch.no_grad():
@@ -391,6 +402,13 @@ def test_workers_wait_for_the_update_once_they_took_their_lagged_share(tmp_path,
     torch.testing.assert_close(logprobs[:8], acted[0][:8], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(logprobs[8:], acted[1][8:], rtol=1e-5, atol=1e-5)
     assert share == 0.25 and lagged[:8].all() and not lagged[8:].any()
+
+
+def held_at(source: ParallelCoordinator, steps: int) -> None:
+    """Wait (at most a minute) until every worker of `source` has taken `steps` steps in all."""
+    deadline = time.monotonic() + 60
+    while int(source.progress.min()) < steps and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 @pytest.mark.parametrize("decoupled", [True, False])

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -121,19 +119,20 @@ def test_the_lagged_steps_of_a_cut_rollout_are_among_those_taken(refreshed):
 
 
 def test_a_worker_holds_until_a_newer_policy_is_published_or_its_rollout_is_abandoned():
-    """`parallel.max_lagged_share`: the step a worker waits at (a share of the rollout, rounded up; none at 1), and
-    the wait, which ends once the version moves on (here 0.2 s after it starts) or at once when abandoned."""
-    assert (hold_step(0.25, 32), hold_step(0.001, 512), hold_step(1.0, 32)) == (8, 1, None)
+    """`parallel.max_lagged_share`: the step a worker waits at (that share of the rollout, rounded down; none at 1),
+    and the wait, which ends once the version moves on (here as its third look at `stopping` publishes) or at once
+    when the rollout is abandoned."""
+    assert (hold_step(0.25, 32), hold_step(0.29, 100), hold_step(0.001, 512), hold_step(1.0, 32)) == (8, 29, 0, None)
     published = PublishedPolicy.allocate(3)
     published.version.fill_(2)
+    looks = []
 
-    def publish_later() -> None:
-        time.sleep(0.2)
-        published.version += 2
+    def stopping() -> bool:
+        looks.append(int(published.version))
+        if len(looks) == 3:
+            published.version += 2  # a publication, whole
+        return False
 
-    later = threading.Thread(target=publish_later)
-    later.start()
-    await_newer(published, 2, lambda: False)
-    assert int(published.version) == 4, "it waited for the next publication"
-    later.join()
+    await_newer(published, 2, stopping)
+    assert looks == [2, 2, 2] and int(published.version) == 4, "it waited until the version moved on"
     await_newer(published, 4, lambda: True)  # abandoned: no newer policy comes, and it returns

@@ -55,8 +55,9 @@ POLICY_LAG = metric("charts/policy_lag", "updates by which the parameters that c
                     "those it updates: 0 on-policy, 1 with parallel.overlap (after the first update; 0 with "
                     "policy_lag 0)", summary=True)
 LAGGED_SHARE = metric("charts/lagged_share", "share of the update's env steps taken with older parameters than those "
-                      "it updates: 0 on-policy; with parallel.overlap, those taken during the update before (all of "
-                      "them without parallel.refresh_params)", summary=True)
+                      "it updates: 0 on-policy; with parallel.overlap, those taken during the update before (at most "
+                      "parallel.max_lagged_share of a worker's; all of them without parallel.refresh_params)",
+                      summary=True)
 LEARNED_SHARE = metric("charts/learned_share", "share of the rollout's env steps taken that the update learned from: 1 "
                        "but where parallel.drop_lagged left out the lagged ones", summary=True)
 ROLLOUT_CUT = metric("charts/rollout_cut", "share of the rollout's env steps not taken because parallel.sync_fraction "

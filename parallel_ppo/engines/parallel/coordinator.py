@@ -30,8 +30,7 @@ from parallel_ppo.engines.parallel.processes import (
     try_recv,
 )
 from parallel_ppo.engines.parallel.published import PublishedPolicy, hold_step, lagged_steps
-from parallel_ppo.engines.parallel.watchdog import Watchdog, auto_bound, in_seconds, work_seconds
-from parallel_ppo.engines.parallel.watchdog import rule as watchdog_rule
+from parallel_ppo.engines.parallel.watchdog import Watchdog, auto_bound, describe, work_seconds
 from parallel_ppo.engines.parallel.worker import (
     PRELOAD_ENV_VAR,
     Collect,
@@ -75,7 +74,9 @@ class _Rollout:
     seconds: float = 0.0
     """From waking the workers to the coordinator taking the last one's result: for a rollout collected during an
     update, after that update."""
-    hold: tuple[int, int] | None = None  # where its workers wait for a newer policy (during an update: Collect.hold)
+    hold: tuple[int, int] | None = None
+    """(step, version): one collected during an update, where its workers wait for a newer policy (`Collect.hold`)."""
+    held: torch.Tensor | None = None  # each worker's step count (`progress`) once it waits there
 
 
 class ParallelCoordinator:
@@ -175,12 +176,7 @@ class ParallelCoordinator:
 
     def describe_watchdog(self) -> str:
         """One line for the start of a run: how long a worker may neither step nor compute, and why."""
-        whose = "a worker" if self._rank is None else f"rank {self._rank}'s worker"
-        line = f"{whose} that neither steps nor computes for {in_seconds(self.watchdog.bound)} is restarted"
-        if self.cfg.parallel.worker_timeout != "auto":
-            return f"{line} (parallel.worker_timeout)"
-        return (f"{line} (parallel.worker_timeout auto: {watchdog_rule()}; the slowest worker built and reset its "
-                f"envs in {max(self._start_seconds):.1f} s)")
+        return describe(self._rank, self.cfg.parallel.worker_timeout, self.watchdog.bound, max(self._start_seconds))
 
     # -- worker lifecycle -------------------------------------------------------------------------------
     def _spawn(self, index: int, restart: int) -> WorkerProcess:
@@ -247,6 +243,7 @@ class ParallelCoordinator:
         if self._in_flight is None:  # the first rollout, or every one without a lag
             publish, version = self._start(model, timers)
         elif self._refresh:  # the workers take `model` from their next step on
+            self._lent.give_back()  # those waiting for it go on with their cores
             with timers.phase("publish"):
                 version = self.policy.publish(model)
             publish = time.perf_counter() - start
@@ -287,15 +284,17 @@ class ParallelCoordinator:
             print(lag_note(lagged), file=sys.stderr)
 
     def during_update(self) -> None:
-        """Before each minibatch step: once every worker has collected the rollout in flight (an overlapped one),
-        the learner takes their cores (`LentCores`)."""
+        """Before each minibatch step: once the workers are done with the rollout in flight, the learner takes their
+        cores (`LentCores`)."""
         if self._in_flight is not None:
             self._lent.lend_if(self._collected)
 
     def _collected(self) -> bool:
-        """Whether every worker has answered for the rollout in flight (or ended: its pipe reads as closed)."""
+        """Whether every worker answered for the rollout in flight (or ended), or waits for the update's parameters."""
+        held = self._in_flight.held if self._in_flight is not None else None
         try:
-            return all(w is None or w.conn.poll() for w in self._workers)
+            return all(w is None or w.conn.poll() or (held is not None and int(self.progress[i]) >= int(held[i]))
+                       for i, w in enumerate(self._workers))
         except OSError:  # a pipe closed on this side: its worker was stopped, and collects nothing
             return True
 
@@ -309,7 +308,8 @@ class ParallelCoordinator:
             if version is None:
                 version = self.policy.publish(model)
             self._slot = (self._slot + 1) % len(self.buffers)
-            self._in_flight = _Rollout(self._slot, self._calls, time.perf_counter(), hold=hold)
+            self._in_flight = _Rollout(self._slot, self._calls, time.perf_counter(), hold=hold,
+                                       held=None if hold is None else self.progress + hold[0])
             self.abandon.fill_(0)
             for i in range(len(self._workers)):
                 self.watchdog.forget(i)

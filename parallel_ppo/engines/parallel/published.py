@@ -69,9 +69,9 @@ class PolicyCopy:
 
 
 def hold_step(share: float, n_steps: int) -> int | None:
-    """The step of a rollout collected during an update before which its workers wait for the update's parameters,
-    `share` of it (`parallel.max_lagged_share`) taken; None at 1: never."""
-    return math.ceil(share * n_steps) if share < 1 else None
+    """The step of a rollout collected during an update before which its workers wait for the update's parameters:
+    `share` of it (`parallel.max_lagged_share`), rounded down, taken; None at 1: never."""
+    return math.floor(share * n_steps + 1e-9) if share < 1 else None  # 0.29 × 100 is 28.999999999999996
 
 
 def await_newer(published: PublishedPolicy, version: int, stopping: Callable[[], bool]) -> None:

@@ -48,6 +48,17 @@ def rule() -> str:
     return f"{FACTOR:g} x the slowest worker's start, at least {FLOOR:g} s"
 
 
+def describe(rank: int | None, timeout: float | str, bound: float, slowest_start: float) -> str:
+    """One line for the start of a run: how long a worker (of distributed `rank`) may neither step nor compute before
+    it is restarted, and why (`parallel.worker_timeout`, `timeout`: a number or `auto`)."""
+    whose = "a worker" if rank is None else f"rank {rank}'s worker"
+    line = f"{whose} that neither steps nor computes for {in_seconds(bound)} is restarted"
+    if timeout != "auto":
+        return f"{line} (parallel.worker_timeout)"
+    return (f"{line} (parallel.worker_timeout auto: {rule()}; the slowest worker built and reset its envs in "
+            f"{slowest_start:.1f} s)")
+
+
 def work_seconds(pid: int) -> float | None:
     """Seconds process `pid` has run (user and system CPU time, every thread's) or, on Linux, waited for a core to
     run on (the kernel's run-queue wait of each live thread, added when the thread gets a core: a wait that never
