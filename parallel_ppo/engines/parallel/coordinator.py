@@ -278,8 +278,8 @@ class ParallelCoordinator:
         if self._rank or self.cfg.logging.progress == "off":
             return
         if idle is not None:
-            lent = self._lent.lent if self._lent.lends else 0
-            print(idle_note(idle, busy, seconds, module_device(model).type, self._lent.own, lent), file=sys.stderr)
+            lent, cap = (self._lent.lent if self._lent.lends else 0), self.cfg.parallel.max_lagged_share
+            print(idle_note(idle, busy, seconds, module_device(model).type, self._lent.own, lent, cap), file=sys.stderr)
         if lagged is not None:
             print(lag_note(lagged), file=sys.stderr)
 

@@ -74,11 +74,16 @@ class IdleWorkers:
         return idle
 
 
-def idle_note(idle: float, busy: float, seconds: float, device: str, learner_threads: int, lent: int = 0) -> str:
+def idle_note(idle: float, busy: float, seconds: float, device: str, learner_threads: int, lent: int = 0,
+              cap: float = 1.0) -> str:
     """The line an overlapped run prints once its workers waited for the learner (`IdleWorkers.observe`), with the
-    remedies that fit its learner's `device` (`lent`: the threads it takes while they wait, if more)."""
+    remedies that fit its learner's `device` (`lent`: the threads it takes while they wait, if more; `cap`: the
+    run's `parallel.max_lagged_share`, the share of a rollout after which they wait for the update)."""
     said = (f"parallel_ppo: the workers sat idle {idle:.0%} of the last rollout ({busy:.1f} s busy of {seconds:.1f} "
             "s), waiting for the update: the update bounds this run, and more workers gain nothing.")
+    if cap < 1:
+        said += (f" They wait for it after parallel.max_lagged_share ({cap:g}) of each rollout: a larger share keeps "
+                 "them stepping (1: never waits), with that many more steps one update behind.")
     if device != "cpu":
         return said
     has = f"the {learner_threads} thread(s) the workers leave" + (f" ({lent} while they wait)" if lent else "")
