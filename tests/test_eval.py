@@ -135,20 +135,13 @@ def test_periodic_eval_in_metrics_tensorboard_and_summary(trained: Path):
     ("demo", ["--output", "{tmp}/x.avi"], ".mp4 or .gif"),
     ("eval", ["--checkpoint", "{no_generator}"], "it lacks generator"),
     ("eval", ["--checkpoint", "{tmp}/missing"], "not found"),
-    ("eval", ["--checkpoint", "{mismatched}"], "does not match"),
 ])
-def test_bad_eval_and_demo_input_is_one_line_and_exit_2(trained, tmp_path, capsys, command, args, words):
-    """In-process, before any episode is played."""
+def test_bad_eval_and_demo_input_is_one_line_and_exit_2(trained, bad_checkpoints, tmp_path, capsys, command, args,
+                                                         words):
+    """In-process, before any episode is played (the later --checkpoint replaces the trained run's)."""
     from parallel_ppo.cli.evaluation import demo_main, eval_main
 
-    state = torch.load(trained / "checkpoint.pt", weights_only=True)
-    del state["generator"]
-    torch.save(state, tmp_path / "no_generator.pt")
-    state = torch.load(trained / "checkpoint.pt", weights_only=True)
-    state["config"]["model"]["hidden_size"] = 32  # the weights are for 16
-    torch.save(state, tmp_path / "mismatched.pt")
-    args = [a.format(tmp=tmp_path, no_generator=tmp_path / "no_generator.pt", mismatched=tmp_path / "mismatched.pt")
-            for a in args]
+    args = [a.format(tmp=tmp_path, no_generator=bad_checkpoints["no_generator"]) for a in args]
     try:
         status = (eval_main if command == "eval" else demo_main)(["--checkpoint", str(trained), *args])
     except SystemExit as e:
@@ -157,10 +150,24 @@ def test_bad_eval_and_demo_input_is_one_line_and_exit_2(trained, tmp_path, capsy
     assert status == 2 and err.count("\n") == 1 and words in err, err
 
 
+@pytest.fixture(scope="module")
+def bad_checkpoints(trained: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The trained checkpoint cut short (corrupt), without its generator, and with a config its weights do not fit."""
+    out = tmp_path_factory.mktemp("bad")
+    (out / "corrupt.pt").write_bytes((trained / "checkpoint.pt").read_bytes()[:1000])
+    state = torch.load(trained / "checkpoint.pt", weights_only=True)
+    del state["generator"]
+    torch.save(state, out / "no_generator.pt")
+    state = torch.load(trained / "checkpoint.pt", weights_only=True)
+    state["config"]["model"]["hidden_size"] = 32  # the weights are for 16
+    torch.save(state, out / "mismatched.pt")
+    return {name: out / f"{name}.pt" for name in ("corrupt", "no_generator", "mismatched")}
+
+
 @pytest.mark.slow
-def test_a_corrupt_checkpoint_is_one_line_and_exit_2(trained: Path, tmp_path: Path):
-    """From the command line: nothing the load prints (a warning, a traceback) adds a line."""
-    corrupt = tmp_path / "corrupt.pt"
-    corrupt.write_bytes((trained / "checkpoint.pt").read_bytes()[:1000])
-    proc = _python("-m", "parallel_ppo", "eval", "--checkpoint", str(corrupt))
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "corrupt" in proc.stderr, proc.stderr
+def test_a_corrupt_or_mismatched_checkpoint_is_one_line_and_exit_2(bad_checkpoints: dict[str, Path]):
+    """From the command line: nothing the load prints (a warning, a traceback) adds a line, whether it fails reading
+    the file (corrupt) or building the policy from it (mismatched)."""
+    for name, words in (("corrupt", "corrupt"), ("mismatched", "does not match")):
+        proc = _python("-m", "parallel_ppo", "eval", "--checkpoint", str(bad_checkpoints[name]))
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and words in proc.stderr, proc.stderr

@@ -169,7 +169,7 @@ def test_an_overlapped_run_says_once_that_its_workers_wait_for_the_learner():
     assert "the 1 thread(s) the workers leave (16 while they wait)" in idle_note(0.8, 2.0, 10.0, "cpu", 1, 16)
     assert "max_lagged_share" not in cpu, "a run without the cap never waits for the update on its account"
     capped = idle_note(0.8, 2.0, 10.0, "cuda", 1, cap=0.25)
-    assert "after parallel.max_lagged_share (0.25) of each rollout" in capped and "1: never waits" in capped
+    assert "after parallel.max_lagged_share (0.25) of each rollout" in capped and "at 1 they never wait" in capped
     gpu = idle_note(0.8, 2.0, 10.0, "cuda", 1)  # a GPU learner: its update owes nothing to the cores left
     assert "the update bounds this run" in gpu and "thread" not in gpu and "--device" not in gpu
 

@@ -83,7 +83,7 @@ def idle_note(idle: float, busy: float, seconds: float, device: str, learner_thr
             "s), waiting for the update: the update bounds this run, and more workers gain nothing.")
     if cap < 1:
         said += (f" They wait for it after parallel.max_lagged_share ({cap:g}) of each rollout: a larger share keeps "
-                 "them stepping (1: never waits), with that many more steps one update behind.")
+                 "them stepping (at 1 they never wait), with that many more steps one update behind.")
     if device != "cpu":
         return said
     has = f"the {learner_threads} thread(s) the workers leave" + (f" ({lent} while they wait)" if lent else "")
