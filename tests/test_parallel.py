@@ -212,7 +212,8 @@ def test_a_coordinator_watches_for_lagged_steps_where_the_clip_widens_the_policy
 def test_the_idle_note_is_silent_with_progress_off_and_on_all_ranks_but_the_first(capsys, progress, rank, says):
     coordinator = SimpleNamespace(_idle=IdleWorkers(), _lent=LentCores(1, 1), _rank=rank,
                                   _lagging=LaggedSteps(watching=True), lagged_share=1.0,
-                                  cfg=SimpleNamespace(logging=SimpleNamespace(progress=progress)))
+                                  cfg=SimpleNamespace(logging=SimpleNamespace(progress=progress),
+                                                      parallel=SimpleNamespace(max_lagged_share=1.0)))
     for _ in range(2):  # two rollouts of 10 s, the workers busy 1 s of each, every step lagged
         ParallelCoordinator._say_if_idle(coordinator, 1.0, 10.0, torch.nn.Linear(2, 2))
     err = capsys.readouterr().err
