@@ -170,4 +170,4 @@ def test_a_corrupt_or_mismatched_checkpoint_is_one_line_and_exit_2(bad_checkpoin
     the file (corrupt) or building the policy from it (mismatched)."""
     for name, words in (("corrupt", "corrupt"), ("mismatched", "does not match")):
         proc = _python("-m", "parallel_ppo", "eval", "--checkpoint", str(bad_checkpoints[name]))
-        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and words in proc.stderr, proc.stderr
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and words in proc.stderr, f"{name}: {proc.stderr}"
