@@ -134,22 +134,27 @@ def test_parallel_update_equals_sequential(tmp_path, monkeypatch, env_id, worker
         _same_episode_statistics([tmp_path / f"{env_id}_w{workers}" for workers in (0, *worker_counts)])
 
 
-@pytest.mark.parametrize("env_id, lag", [("CartPole-v1", 0), ("CartPole-v1", 1), ("Pendulum-v1", 0)])
-def test_overlapped_updates_equal_sequential_where_on_policy(tmp_path, monkeypatch, env_id, lag):
+@pytest.mark.parametrize("env_id, lag, held", [("CartPole-v1", 0, False), ("CartPole-v1", 1, False),
+                                                ("Pendulum-v1", 0, False), ("Pendulum-v1", 1, True)])
+def test_overlapped_updates_equal_sequential_where_on_policy(tmp_path, monkeypatch, env_id, lag, held):
     """The overlapped path's first update is on-policy, whatever the lag: it equals the sequential trainer's (with a
     lag of 1, the workers are already collecting the next rollout when the run stops, and that one is abandoned).
     With a lag of 0 so do later ones: Pendulum's two updates, its observations and rewards normalized, the second
-    rollout collected with the statistics the first published."""
+    rollout collected with the statistics the first published; and with a lag of 1 where the workers wait for
+    each update's parameters before their first step (`parallel.max_lagged_share` below a step), so that no step
+    lags: the second buffer in turn, published mid-rollout, taken by refreshing workers."""
     monkeypatch.chdir(ROOT)
     seq_buffer, seq_params = _one_update(tmp_path, env_id, 0, ())
     (tmp_path / f"{env_id}_w0").rename(tmp_path / "sequential")
-    buffer, params = _one_update(tmp_path, env_id, 2, ("parallel.overlap=true", f"parallel.policy_lag={lag}"))
+    hold = ("parallel.max_lagged_share=0.001",) if held else ()
+    buffer, params = _one_update(tmp_path, env_id, 2, ("parallel.overlap=true", f"parallel.policy_lag={lag}", *hold))
     for name in BUFFER_FIELDS:
         torch.testing.assert_close(buffer[name], seq_buffer[name], rtol=1e-5, atol=1e-5)
     for key in params:
         torch.testing.assert_close(params[key], seq_params[key], rtol=1e-4, atol=1e-5)
     summary = json.loads((tmp_path / f"{env_id}_w2" / "summary.json").read_text())
-    assert summary["policy_lag"] == 0 and summary["final_metrics"]["policy_lag"] == 0
+    final = summary["final_metrics"]
+    assert summary["policy_lag"] == final["policy_lag"] == int(held) and final["lagged_share"] == 0
 
 
 def test_an_overlapped_run_says_once_that_its_workers_wait_for_the_learner():
