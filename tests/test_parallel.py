@@ -142,7 +142,8 @@ def test_overlapped_updates_equal_sequential_where_on_policy(tmp_path, monkeypat
     With a lag of 0 so do later ones: Pendulum's two updates, its observations and rewards normalized, the second
     rollout collected with the statistics the first published; and with a lag of 1 where the workers wait for
     each update's parameters before their first step (`parallel.max_lagged_share` below a step), so that no step
-    lags: the second buffer in turn, published mid-rollout, taken by refreshing workers."""
+    lags: the second buffer in turn, and the update's parameters published while the workers wait for them at
+    their first step and taken there by refreshing workers."""
     monkeypatch.chdir(ROOT)
     seq_buffer, seq_params = _one_update(tmp_path, env_id, 0, ())
     (tmp_path / f"{env_id}_w0").rename(tmp_path / "sequential")
