@@ -299,6 +299,26 @@ def test_warnings_name_what_differs(runs: dict[str, Path]) -> None:
     assert "software versions differ: torch" in warnings and "0.0.1 (b)" in warnings
     assert "training.precision: fp32 (a) vs bf16 (b)" in warnings
 
+    def of_family(run: Run, family: str | None) -> Run:
+        hardware = {k: v for k, v in {**hw, "cpu_family": family}.items() if v is not None}
+        return dataclasses.replace(run, summary=dataclasses.replace(run.summary, hardware=hardware))
+
+    def hardware_warning(x: Run, y: Run) -> str:
+        return "\n".join(w for w in compare([x, y]).warnings if "different hardware" in w)
+
+    apart = hardware_warning(of_family(seq, "25/17"), of_family(other, "26/2"))  # one model name, two families
+    assert "family 25/17)" in apart and "family 26/2)" in apart
+    assert hardware_warning(of_family(seq, "25/17"), of_family(other, "25/17")) == ""
+    assert hardware_warning(of_family(seq, "25/17"), of_family(other, None)) == ""  # one recorded before it was
+
+    def with_versions(run: Run, **versions: str) -> Run:
+        return dataclasses.replace(run, summary=dataclasses.replace(run.summary, versions=versions))
+
+    assert "mujoco 3.3.5 (a) vs 3.3.7 (b)" in "\n".join(compare(
+        [with_versions(seq, torch="2", mujoco="3.3.5"), with_versions(other, torch="2", mujoco="3.3.7")]).warnings)
+    assert "mujoco" not in "\n".join(compare(  # a version one run did not record is not a difference
+        [with_versions(seq, torch="2"), with_versions(other, torch="2", mujoco="3.3.7")]).warnings)
+
 
 def test_the_runs_train_in_the_pinned_precision(runs: dict[str, Path]) -> None:
     for name, run in runs.items():

@@ -386,7 +386,7 @@ def test_bf16_is_a_candidate_only_where_it_is_native(monkeypatch, tmp_path):
     assert (asked.precision, asked.native_bf16) == ("bf16", None)  # asked for by name: used, not second-guessed
 
 
-def test_native_bf16_is_read_from_the_cpu_flags(tmp_path):
+def test_the_cpu_kind_and_family_are_read_from_cpuinfo(tmp_path):
     def kind(text: str) -> list[str]:
         (tmp_path / "cpuinfo").write_text(text)
         return fingerprint.cpu_kind(fingerprint.read_cpu_flags(tmp_path / "cpuinfo"))
@@ -396,6 +396,12 @@ def test_native_bf16_is_read_from_the_cpu_flags(tmp_path):
     assert kind("processor\t: 0\nflags\t\t: fpu sse2 avx2 amx_bf16 amx_tile\n") == ["bf16"]
     assert kind("processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n") == ["bf16"]  # Arm
     assert fingerprint.read_cpu_flags(tmp_path / "missing") == frozenset()
+    (tmp_path / "cpuinfo").write_text("processor\t: 0\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\n"
+                                      "processor\t: 1\ncpu family\t: 26\nmodel\t\t: 2\n")
+    assert fingerprint.read_cpu_family(tmp_path / "cpuinfo") == "25/17"  # the first processor's
+    (tmp_path / "cpuinfo").write_text("processor\t: 0\nFeatures\t: fp asimd\nCPU part\t: 0xd0c\n")
+    assert fingerprint.read_cpu_family(tmp_path / "cpuinfo") is None  # Arm: no family
+    assert fingerprint.read_cpu_family(tmp_path / "missing") is None
 
 
 def test_a_small_network_keeps_the_defaults_unmeasured(tmp_path):

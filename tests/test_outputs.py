@@ -40,8 +40,8 @@ CONTRACT_COLUMNS = [
 
 SUMMARY_FIELDS = [f.name for f in dataclasses.fields(RunSummary)]
 """Every field of the typed summary (the contract's fields among them) is written."""
-HARDWARE_FIELDS = ["cpu_model", "logical_cores", "physical_cores", "memory_gb"]
-VERSION_FIELDS = ["python", "torch", "numpy", "procgen", "gymnasium"]
+HARDWARE_FIELDS = ["cpu_model", "logical_cores", "physical_cores", "memory_gb", "cpu_kind", "cpu_family"]
+VERSION_FIELDS = ["python", "torch", "numpy", "procgen", "gymnasium", "mujoco", "robosuite"]
 
 RUNS = {
     "cartpole": ["--config", "config/cartpole.yaml", "--total-steps", "2048", "--seed", "3"],

@@ -47,6 +47,22 @@ def cpu_flags() -> frozenset[str]:
     return read_cpu_flags()
 
 
+def read_cpu_family(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """The x86 CPU's `family/model` in `cpuinfo` (`25/17`: an AMD EPYC of the Zen 4 generation); None where either is
+    missing (Arm). Two CPUs of one model name and `cpu_kind` but another family computed a seeded robosuite run's
+    floats differently from its first update: a seeded run repeats only on its own family and model."""
+    try:
+        lines = cpuinfo.read_text().splitlines()
+    except OSError:
+        return None
+    fields = {}
+    for line in lines:
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    family, model = fields.get("cpu family"), fields.get("model")
+    return f"{family}/{model}" if family and model else None
+
+
 def cpu_kind(flags: frozenset[str] | None = None) -> list[str]:
     """What tells our machine kinds apart beyond the model name: `avx512` and `bf16` (NATIVE_BF16_FLAGS)."""
     flags = cpu_flags() if flags is None else flags
@@ -85,6 +101,7 @@ def hardware() -> dict:
         "physical_cores": psutil.cpu_count(logical=False),
         "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
         "cpu_kind": cpu_kind(),
+        "cpu_family": read_cpu_family(),
     }
 
 
@@ -98,6 +115,8 @@ def versions() -> dict:
         "numpy": numpy.__version__,
         "procgen": _version("procgen-mirror") or _version("procgen"),
         "gymnasium": _version("gymnasium"),
+        "mujoco": _version("mujoco"),
+        "robosuite": _version("robosuite"),
         "platform": f"{sys.platform}-{platform.machine()}",
     }
 

@@ -192,6 +192,7 @@ HARDWARE_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "physical_cores": (lambda v: _has_type(v, float), "a finite number"),
     "memory_gb": (lambda v: _has_type(v, float), "a finite number"),
     "cpu_kind": (_is_text_list, "a list of strings"),
+    "cpu_family": (lambda v: _has_type(v, str), "a string"),
 }
 """What the report reads of summary.json's `hardware` (`fingerprint.hardware`), each entry absent or null or this."""
 

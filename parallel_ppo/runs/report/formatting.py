@@ -54,10 +54,13 @@ def fmt_flop(count: float, per: str = "") -> str:
     return f"{count:.0f} FLOP{per}"
 
 
-def describe_hardware(run: Run, kind: bool = True) -> str:
-    """CPU model (and kind: `avx512`, `bf16`, unless `kind` is False), cores and memory of the run's machine."""
+def describe_hardware(run: Run, kind: bool = True, family: bool = True) -> str:
+    """CPU model (and kind: `avx512`, `bf16`, unless `kind` is False; and x86 family/model, unless `family` is False),
+    cores and memory of the run's machine."""
     hw = run.summary.hardware
-    flags = f" ({', '.join(hw['cpu_kind'])})" if kind and hw.get("cpu_kind") else ""
+    parts = [*(hw.get("cpu_kind") or [] if kind else []), *([f"family {hw['cpu_family']}"]
+                                                            if family and hw.get("cpu_family") else [])]
+    flags = f" ({', '.join(parts)})" if parts else ""
     return (f"{hw.get('cpu_model', '?')}{flags}, {hw.get('logical_cores', '?')} logical / "
             f"{hw.get('physical_cores', '?')} physical cores, {hw.get('memory_gb', '?')} GB RAM")
 

@@ -256,12 +256,13 @@ def _duration_warning(runs: Sequence[Run]) -> str | None:
 def _machine_warnings(runs: Sequence[Run]) -> list[str]:
     """Different hardware, and each software version that differs."""
     out = []
-    with_kind = all("cpu_kind" in r.summary.hardware for r in runs)  # runs recorded before the kind was, compare
-    hardware = {r.label: describe_hardware(r, kind=with_kind) for r in runs}  # without it
+    # runs recorded before the kind (or the family) was compare without it
+    with_kind, with_family = (all(key in r.summary.hardware for r in runs) for key in ("cpu_kind", "cpu_family"))
+    hardware = {r.label: describe_hardware(r, kind=with_kind, family=with_family) for r in runs}
     if len(set(hardware.values())) > 1:
         out.append(f"runs ran on different hardware, so their speeds are not comparable: "
                    f"{_grouped(hardware)}")
-    version_keys = sorted({k for r in runs for k in r.summary.versions})
+    version_keys = sorted(set.intersection(*(set(r.summary.versions) for r in runs)))  # those every run recorded
     for key in version_keys:
         values = {r.label: r.summary.versions.get(key) for r in runs}
         if len(set(map(str, values.values()))) > 1:
