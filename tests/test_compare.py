@@ -310,6 +310,9 @@ def test_warnings_name_what_differs(runs: dict[str, Path]) -> None:
     assert "family 25/17)" in apart and "family 26/2)" in apart
     assert hardware_warning(of_family(seq, "25/17"), of_family(other, "25/17")) == ""
     assert hardware_warning(of_family(seq, "25/17"), of_family(other, None)) == ""  # one recorded before it was
+    unknown = dataclasses.replace(other, summary=dataclasses.replace(other.summary,
+                                                                     hardware={**hw, "cpu_family": None}))
+    assert hardware_warning(of_family(seq, "25/17"), unknown) == ""  # not x86: no family to tell apart
 
     def with_versions(run: Run, **versions: str) -> Run:
         return dataclasses.replace(run, summary=dataclasses.replace(run.summary, versions=versions))
@@ -318,6 +321,8 @@ def test_warnings_name_what_differs(runs: dict[str, Path]) -> None:
         [with_versions(seq, torch="2", mujoco="3.3.5"), with_versions(other, torch="2", mujoco="3.3.7")]).warnings)
     assert "mujoco" not in "\n".join(compare(  # a version one run did not record is not a difference
         [with_versions(seq, torch="2"), with_versions(other, torch="2", mujoco="3.3.7")]).warnings)
+    assert "robosuite" not in "\n".join(compare(  # nor a package one run's environment did not have
+        [with_versions(seq, robosuite=None), with_versions(other, robosuite="1.5.2")]).warnings)
 
 
 def test_the_runs_train_in_the_pinned_precision(runs: dict[str, Path]) -> None:

@@ -254,18 +254,18 @@ def _duration_warning(runs: Sequence[Run]) -> str | None:
 
 
 def _machine_warnings(runs: Sequence[Run]) -> list[str]:
-    """Different hardware, and each software version that differs."""
+    """Different hardware, and each software version that differs among those every run recorded (a package one run
+    did not have, or a field written before it was recorded, is no difference)."""
     out = []
-    # runs recorded before the kind (or the family) was compare without it
-    with_kind, with_family = (all(key in r.summary.hardware for r in runs) for key in ("cpu_kind", "cpu_family"))
+    with_kind = all("cpu_kind" in r.summary.hardware for r in runs)  # runs recorded before the kind was
+    with_family = all(r.summary.hardware.get("cpu_family") for r in runs)  # before the family was, or not x86
     hardware = {r.label: describe_hardware(r, kind=with_kind, family=with_family) for r in runs}
     if len(set(hardware.values())) > 1:
         out.append(f"runs ran on different hardware, so their speeds are not comparable: "
                    f"{_grouped(hardware)}")
-    version_keys = sorted(set.intersection(*(set(r.summary.versions) for r in runs)))  # those every run recorded
-    for key in version_keys:
+    for key in sorted({k for r in runs for k in r.summary.versions}):
         values = {r.label: r.summary.versions.get(key) for r in runs}
-        if len(set(map(str, values.values()))) > 1:
+        if None not in values.values() and len(set(map(str, values.values()))) > 1:
             out.append(f"software versions differ: {key} {_grouped(values)}")
     return out
 
