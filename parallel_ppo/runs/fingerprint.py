@@ -13,17 +13,22 @@ import psutil
 
 from parallel_ppo.core.threads import user_draw_threads
 
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def cpuinfo_entries(cpuinfo: Path = CPUINFO) -> list[tuple[str, str]]:
+    """Each `key: value` line of `cpuinfo`, stripped, in order (every processor's); empty where the file is missing."""
+    try:
+        lines = cpuinfo.read_text().splitlines()
+    except OSError:
+        return []
+    return [(key.strip(), value.strip()) for key, _, value in (line.partition(":") for line in lines)]
+
 
 @functools.cache
 def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    name = next((value for key, value in cpuinfo_entries() if key == "model name"), None)
+    return name or platform.processor() or platform.machine()
 
 
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
@@ -31,14 +36,10 @@ NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 matmul ran at ~1/100 of fp32 on an AMD EPYC without AVX-512)."""
 
 
-def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+def read_cpu_flags(cpuinfo: Path = CPUINFO) -> frozenset[str]:
     """The CPU's feature flags in `cpuinfo` (x86 `flags`, Arm `Features`); empty where the file is missing."""
-    try:
-        lines = cpuinfo.read_text().splitlines()
-    except OSError:
-        return frozenset()
-    return frozenset(flag for line in lines if line.split(":")[0].strip() in ("flags", "Features")
-                     for flag in line.partition(":")[2].split())
+    return frozenset(flag for key, value in cpuinfo_entries(cpuinfo) if key in ("flags", "Features")
+                     for flag in value.split())
 
 
 @functools.cache
@@ -47,18 +48,13 @@ def cpu_flags() -> frozenset[str]:
     return read_cpu_flags()
 
 
-def read_cpu_family(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+def read_cpu_family(cpuinfo: Path = CPUINFO) -> str | None:
     """The x86 CPU's `family/model` in `cpuinfo` (`25/17`: an AMD EPYC of the Zen 4 generation); None where either is
     missing (Arm). Two CPUs of one model name and `cpu_kind` but another family computed a seeded robosuite run's
     floats differently from its first update: a seeded run repeats only on its own family and model."""
-    try:
-        lines = cpuinfo.read_text().splitlines()
-    except OSError:
-        return None
-    fields = {}
-    for line in lines:
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())
+    fields: dict[str, str] = {}
+    for key, value in cpuinfo_entries(cpuinfo):
+        fields.setdefault(key, value)  # the first processor's
     family, model = fields.get("cpu family"), fields.get("model")
     return f"{family}/{model}" if family and model else None
 

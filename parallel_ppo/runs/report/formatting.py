@@ -58,8 +58,9 @@ def describe_hardware(run: Run, kind: bool = True, family: bool = True) -> str:
     """CPU model (and kind: `avx512`, `bf16`, unless `kind` is False; and x86 family/model, unless `family` is False),
     cores and memory of the run's machine."""
     hw = run.summary.hardware
-    parts = [*(hw.get("cpu_kind") or [] if kind else []), *([f"family {hw['cpu_family']}"]
-                                                            if family and hw.get("cpu_family") else [])]
+    parts = list(hw.get("cpu_kind") or []) if kind else []
+    if family and hw.get("cpu_family"):
+        parts.append(f"family {hw['cpu_family']}")
     flags = f" ({', '.join(parts)})" if parts else ""
     return (f"{hw.get('cpu_model', '?')}{flags}, {hw.get('logical_cores', '?')} logical / "
             f"{hw.get('physical_cores', '?')} physical cores, {hw.get('memory_gb', '?')} GB RAM")
