@@ -107,22 +107,26 @@ def test_killed_worker_is_restarted_and_run_finishes(tmp_path):
     run.assert_nothing_left()
 
 
-def test_worker_killed_during_an_overlapped_update_is_restarted_and_nothing_is_lost(tmp_path):
+@pytest.mark.parametrize("capped", [False, True], ids=["collecting", "held"])
+def test_worker_killed_during_an_overlapped_update_is_restarted_and_nothing_is_lost(tmp_path, capped):
     """The coordinator is held in update 2 while the workers collect rollout 3 (sleeping envs: 2 × 256 steps of
-    `5 ms` each); a worker killed then (the hold ends after the kill) is replaced when the coordinator next waits,
-    and re-collects its slice: every update is a full rollout, one update behind."""
+    `5 ms` each; `capped`: they wait for the update's parameters after 25 of them, `parallel.max_lagged_share`); a
+    worker killed then (the hold ends after the kill) is replaced when the coordinator next waits, and re-collects
+    its slice: every update is a full rollout, one update behind, and none lags past the cap."""
     held = tmp_path / "held"
     sleeping = ["--config", "config/sim_lift.yaml", "--num-workers", "2", "--num-envs-per-worker", "2",
                 "--set", "env.options=[step_ms=5]", "--set", "training.n_steps=256", "--set", "training.batch_size=256",
-                "--set", "training.n_epochs=1"]
-    run = Run(tmp_path, PARALLEL, [*sleeping, "--total-steps", "4096", "--set", "parallel.overlap=true"],
-              env={PAUSE_ENV_VAR: f"update:2:{held}"})
+                "--set", "training.n_epochs=1", "--set", "parallel.overlap=true"]
+    cap = ["--set", "parallel.max_lagged_share=0.1"] if capped else []
+    run = Run(tmp_path, PARALLEL, [*sleeping, *cap, "--total-steps", "4096"], env={PAUSE_ENV_VAR: f"update:2:{held}"})
     wait_for(held, run.proc, timeout=180)
     summary = kill_worker_1_and_finish(run, held)
     assert summary["total_env_steps"] == 4096 and summary["policy_lag"] == 1
     rows = run.rows()
     assert [int(r["env_steps"]) for r in rows] == [1024, 2048, 3072, 4096], "every update is a full rollout"
     assert [int(r["policy_lag"]) for r in rows] == [0, 1, 1, 1]
+    if capped:
+        assert all(float(r["lagged_share"]) <= 25 / 256 for r in rows), [r["lagged_share"] for r in rows]
     run.assert_nothing_left()
 
 
