@@ -136,7 +136,7 @@ def test_setting_pairs_writes_an_evidence_file(tmp_path):
                            "--output-dir", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     evidence = json.loads((out / "pairs.json").read_text())
-    assert {"machine", "cpu_kind", "date", "commit", "command", "figures", "tables"} <= set(evidence)
+    assert {"machine", "cpu_kind", "cpu_family", "date", "commit", "command", "figures", "tables"} <= set(evidence)
     assert (evidence["a"]["trainer"], evidence["b"]["trainer"]) == ("sequential", "parallel")
     assert evidence["a"]["commit"] == evidence["commit"]
     modes = [json.loads((out / run / "summary.json").read_text())["mode"] for run in ("small_1", "big_1")]

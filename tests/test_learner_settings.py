@@ -170,10 +170,10 @@ def test_a_fixed_precision_keeps_its_default_chunk(tmp_path):
     assert (choice.precision, choice.microbatch_size) == ("bf16", 64)
 
 
-@pytest.mark.parametrize("other", [{"cpu_model": "Other CPU"}, {"cpu_kind": ["avx512"]}, {"cpu_family": "26/2"}])
+@pytest.mark.parametrize("other", [{"cpu_model": "Other CPU"}, {"cpu_kind": ["avx512"]}, {"cpu_family": "25/1"}])
 def test_a_cached_choice_depends_on_the_machine(tmp_path, monkeypatch, other):
-    """Another CPU model, the same model name without native bf16 (our two AMD EPYC kinds) or of another family (a
-    home directory several machines share) measures again."""
+    """Another CPU model, the same model name without native bf16 (our two AMD EPYC kinds) or of another family and
+    model (a home directory several machines share) measures again."""
     cache = tmp_path / "cache.json"
     machine = {"cpu_model": "AMD EPYC", "cpu_kind": ["avx512", "bf16"], "cpu_family": "25/17", "logical_cores": 2}
     monkeypatch.setattr("parallel_ppo.runs.fingerprint.hardware", lambda: machine)

@@ -107,7 +107,7 @@ def test_killed_worker_is_restarted_and_run_finishes(tmp_path):
     run.assert_nothing_left()
 
 
-@pytest.mark.parametrize("capped", [False, True], ids=["collecting", "held"])
+@pytest.mark.parametrize("capped", [False, True], ids=["uncapped", "capped"])
 def test_worker_killed_during_an_overlapped_update_is_restarted_and_nothing_is_lost(tmp_path, capped):
     """The coordinator is held in update 2 while the workers collect rollout 3 (sleeping envs: 2 × 256 steps of
     `5 ms` each; `capped`: they wait for the update's parameters after 25 of them, `parallel.max_lagged_share`); a
@@ -126,7 +126,7 @@ def test_worker_killed_during_an_overlapped_update_is_restarted_and_nothing_is_l
     assert [int(r["env_steps"]) for r in rows] == [1024, 2048, 3072, 4096], "every update is a full rollout"
     assert [int(r["policy_lag"]) for r in rows] == [0, 1, 1, 1]
     if capped:
-        assert all(float(r["lagged_share"]) <= 25 / 256 for r in rows), [r["lagged_share"] for r in rows]
+        assert all(float(r["lagged_share"]) <= 25 / 256 + 1e-6 for r in rows), [r["lagged_share"] for r in rows]
     run.assert_nothing_left()
 
 

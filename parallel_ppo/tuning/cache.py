@@ -29,13 +29,15 @@ def cache_path() -> Path:
 
 
 def machine_digest(cfg: Config, **fields: Any) -> str:
-    """A cache key: `fields` with what every learner measurement depends on (CPU, its kind and family, torch, threads,
-    device: two CPUs that share a model name, one with native bf16 and one without or of another family, never share
-    an entry, as where one home directory serves several machines)."""
+    """A cache key: `fields` with what every learner measurement depends on (CPU and its kind, torch, threads,
+    device: two CPU kinds that share a model name, one with native bf16 and one without, never share an entry), and
+    the CPU's family and model where /proc/cpuinfo tells them (`cpu_family`, as where one home directory serves
+    machines of several; only where known, so keys elsewhere stay valid)."""
     hw = fingerprint.hardware()
-    machine = {"cpu": hw["cpu_model"], "cpu_kind": hw["cpu_kind"], "cpu_family": hw.get("cpu_family"),
-               "cores": hw["logical_cores"], "torch": torch.__version__, "threads": torch.get_num_threads(),
-               "device": str(learner_device(cfg))}
+    machine = {"cpu": hw["cpu_model"], "cpu_kind": hw["cpu_kind"], "cores": hw["logical_cores"],
+               "torch": torch.__version__, "threads": torch.get_num_threads(), "device": str(learner_device(cfg))}
+    if hw.get("cpu_family"):
+        machine["cpu_family"] = hw["cpu_family"]
     return hashlib.sha256(json.dumps({**machine, **fields}, sort_keys=True).encode()).hexdigest()[:16]
 
 
