@@ -112,7 +112,7 @@ def evidence_of(args: argparse.Namespace, pairs: list[dict]) -> dict:
     rows = [[i, pair[a]["sps"], pair[b]["sps"], pair["ratio"], pair[a]["learner"], pair[b]["learner"],
              *(pair[x][f"{ph}_s_per_1k"] for ph in PHASES for x in (a, b))] for i, pair in enumerate(pairs, 1)]
     return {"machine": f"{fingerprint.describe_cpu()}, {available_cores()} cores", "cpu_kind": fingerprint.cpu_kind(),
-            "cpu_family": fingerprint.hardware()["cpu_family"], "date": datetime.date.today().isoformat(),
+            "cpu_family": fingerprint.read_cpu_family(), "date": datetime.date.today().isoformat(),
             "commit": fingerprint.source_commit() or "unknown",
             "command": shlex.join(["scripts/setting_pairs.py", *sys.argv[1:]]), "config": args.config,
             "minutes": args.minutes, "a": {"label": a, "args": a_args, "trainer": trainer(args, a),
