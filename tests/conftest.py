@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 # Before torch loads, here and in every trainer the tests start: OpenMP threads that wait for work sleep instead of
@@ -67,6 +68,17 @@ def _own_learner_cache(tmp_path_factory):
         os.environ[CACHE_DIR_VARIABLE] = str(shared)
     else:
         os.environ[CACHE_DIR_VARIABLE] = str(tmp_path_factory.mktemp("learner_cache"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_temp_dir(tmp_path_factory):
+    """Temporary files of the processes the tests start (a killed trainer's multiprocessing folder `pymp-*`,
+    torchrun's `torchelastic_*`) go under pytest's own folder, which pytest prunes, not into the system's /tmp."""
+    own = (tmp_path_factory.getbasetemp().parent if os.environ.get("PYTEST_XDIST_WORKER")
+           else tmp_path_factory.getbasetemp()) / "tmp"
+    own.mkdir(exist_ok=True)
+    os.environ["TMPDIR"] = str(own)
+    tempfile.tempdir = None  # this process's next temporary file asks TMPDIR again
 
 
 @pytest.fixture(autouse=True)

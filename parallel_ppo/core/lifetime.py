@@ -1,4 +1,4 @@
-"""A process's life tied to its parent's: Linux's parent-death signal."""
+"""A process's life tied to its parent's: Linux's parent-death signal, and a check that works everywhere."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import ctypes
 import os
 import signal
 import sys
+from collections.abc import Callable
 
 
 def signal_on_parent_death(sig: signal.Signals) -> None:
@@ -20,3 +21,11 @@ def signal_on_parent_death(sig: signal.Signals) -> None:
         return
     if os.getppid() == 1:  # the parent died before the request was made
         os.kill(os.getpid(), sig)
+
+
+def parent_watch() -> Callable[[], bool]:
+    """A check, cheap to ask often, that turns true once this process's parent has died: the orphan is adopted by
+    another process, so its parent's pid changes. It ends a wait that no pipe would end (off Linux, where no
+    parent-death signal comes)."""
+    parent = os.getppid()
+    return lambda: os.getppid() != parent

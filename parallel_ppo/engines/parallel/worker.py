@@ -7,6 +7,7 @@ import os
 import signal
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
@@ -18,7 +19,7 @@ from parallel_ppo.core.allocator import retain_freed_memory
 from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.collect import CollectResult, EnvRunner
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.lifetime import signal_on_parent_death
+from parallel_ppo.core.lifetime import parent_watch, signal_on_parent_death
 from parallel_ppo.core.threads import draw_with
 from parallel_ppo.engines.parallel.published import PolicyCopy, PublishedPolicy, await_newer
 from parallel_ppo.envs.spaces import EnvSpaces
@@ -109,16 +110,18 @@ def process_title(spec: WorkerSpec) -> str:
 
 
 def _rollout(spec: WorkerSpec, message: Collect, runner: EnvRunner, model: nn.Module, policy: PolicyCopy,
-             buf: RolloutBuffer) -> CollectResult:
+             buf: RolloutBuffer, orphaned: Callable[[], bool]) -> CollectResult:
     """One rollout into `buf` as `message` asks, with the published policy taken first (and before each step, with
-    `refresh`), until the coordinator abandons it."""
+    `refresh`), until the coordinator abandons it. A hold for the update's parameters also ends once `orphaned()`:
+    where the coordinator died and no parent-death signal came (off Linux), no pipe would end that wait."""
 
     def abandoned() -> bool:
         return bool(spec.abandon)
 
     policy.refresh()
     hold = None if message.hold is None else (
-        message.hold[0], functools.partial(await_newer, spec.policy, message.hold[1], abandoned))
+        message.hold[0], functools.partial(await_newer, spec.policy, message.hold[1],
+                                           lambda: abandoned() or orphaned()))
     return runner.collect(model, buf, spec.progress[spec.index], stopping=abandoned,
                           cut_short=lambda: bool(spec.cut), refresh=policy.refresh if message.refresh else None,
                           hold=hold)
@@ -129,6 +132,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
     for sig in IGNORED_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     signal_on_parent_death(signal.SIGKILL)  # it ignores SIGTERM, and must not outlive the run
+    orphaned = parent_watch()  # the same, off Linux, for a wait that no pipe ends
     setproctitle.setproctitle(process_title(spec))
     torch.set_num_threads(spec.torch_threads)
     draw_with(spec.draw_threads)
@@ -157,7 +161,10 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
             rollouts += 1
             if rollouts == fail_at:
                 raise RuntimeError(f"fault injected by {FAULT_ENV_VAR} in rollout {rollouts}")
-            conn.send(Done(_rollout(spec, message, runner, model, policy, slices[message.slot])))
+            result = _rollout(spec, message, runner, model, policy, slices[message.slot], orphaned)
+            if orphaned():  # a hold it left unfinished is no rollout: none is sent, and the worker ends
+                break
+            conn.send(Done(result))
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass  # the coordinator is gone or stopping
     except BaseException as e:
