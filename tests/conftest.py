@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -71,14 +72,19 @@ def _own_learner_cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _own_temp_dir(tmp_path_factory):
+def _own_temp_dir():
     """Temporary files of the processes the tests start (a killed trainer's multiprocessing folder `pymp-*`,
-    torchrun's `torchelastic_*`) go under pytest's own folder, which pytest prunes, not into the system's /tmp."""
-    own = (tmp_path_factory.getbasetemp().parent if os.environ.get("PYTEST_XDIST_WORKER")
-           else tmp_path_factory.getbasetemp()) / "tmp"
-    own.mkdir(exist_ok=True)
-    os.environ["TMPDIR"] = str(own)
-    tempfile.tempdir = None  # this process's next temporary file asks TMPDIR again
+    torchrun's `torchelastic_*`) go into a folder of the session's own, removed at its end, not left in /tmp: one
+    with a short name beside /tmp's others, as a forkserver's socket path must stay under 104 characters (macOS)."""
+    tempfile.gettempdir()  # this process keeps the system's (its multiprocessing folder goes at its exit)
+    own, before = tempfile.mkdtemp(prefix="ppo-tests-"), os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = own
+    yield
+    if before is None:
+        del os.environ["TMPDIR"]
+    else:
+        os.environ["TMPDIR"] = before
+    shutil.rmtree(own, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

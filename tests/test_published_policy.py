@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -139,35 +136,3 @@ def test_a_worker_holds_until_a_newer_policy_is_published_or_its_rollout_is_aban
     await_newer(published, 2, stopping)
     assert looks == [2, 2, 2] and int(published.version) == 4, "it waited until the version moved on"
     await_newer(published, 4, lambda: True)  # abandoned: no newer policy comes, and it returns
-
-
-ORPHAN = """
-import sys, time
-from parallel_ppo.core.lifetime import parent_watch
-orphaned = parent_watch()
-print(orphaned(), flush=True)
-deadline = time.monotonic() + 60
-while not orphaned() and time.monotonic() < deadline:
-    time.sleep(0.01)
-print(orphaned(), flush=True)
-"""
-
-PARENT = """
-import subprocess, sys, time
-out = open(sys.argv[1], "w")
-subprocess.Popen([sys.executable, "-c", sys.argv[2]], stdout=out, cwd=sys.argv[3])
-while not open(sys.argv[1]).read():  # the orphan-to-be has taken its parent's pid
-    time.sleep(0.01)
-"""
-
-
-def test_a_worker_sees_its_parent_die_where_no_signal_tells_it(tmp_path):
-    """`parent_watch`, which ends a held worker's wait off Linux (no parent-death signal there): false while the
-    parent lives, true once it has died and the orphan was adopted. A real process tree: a parent that starts the
-    watcher and exits."""
-    lines = tmp_path / "orphan.txt"
-    subprocess.run([sys.executable, "-c", PARENT, str(lines), ORPHAN, str(ROOT)], check=True, timeout=60)
-    deadline = time.monotonic() + 60
-    while len(lines.read_text().split()) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert lines.read_text().split() == ["False", "True"]

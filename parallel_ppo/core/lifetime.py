@@ -1,9 +1,11 @@
-"""A process's life tied to its parent's: Linux's parent-death signal, and a check that works everywhere."""
+"""A process's life tied to its parent's: Linux's parent-death signal, and a check on multiprocessing's parent."""
 
 from __future__ import annotations
 
 import ctypes
+import multiprocessing
 import os
+import select
 import signal
 import sys
 from collections.abc import Callable
@@ -23,9 +25,14 @@ def signal_on_parent_death(sig: signal.Signals) -> None:
         os.kill(os.getpid(), sig)
 
 
-def parent_watch() -> Callable[[], bool]:
-    """A check, cheap to ask often, that turns true once this process's parent has died: the orphan is adopted by
-    another process, so its parent's pid changes. It ends a wait that no pipe would end (off Linux, where no
-    parent-death signal comes)."""
-    parent = os.getppid()
-    return lambda: os.getppid() != parent
+def parent_process_watch() -> Callable[[], bool]:
+    """A check, about a microsecond to ask, that turns true once the process that started this one through
+    multiprocessing (a worker's coordinator, whatever the start method) has died or let it go: its end of their pipe
+    is closed. A forkserver's child keeps the forkserver alive, so no parent-death signal comes when the coordinator
+    dies; this tells. Never true in a process that multiprocessing did not start."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return lambda: False
+    poller = select.poll()
+    poller.register(parent.sentinel, select.POLLIN)
+    return lambda: bool(poller.poll(0))  # the pipe carries nothing: readable means closed

@@ -49,8 +49,10 @@ class PublishedPolicy:
 class PolicyCopy:
     """A worker's own copy of the published policy, in `model`'s parameters and buffers (which it owns)."""
 
-    def __init__(self, published: PublishedPolicy, model: nn.Module) -> None:
+    def __init__(self, published: PublishedPolicy, model: nn.Module, gone: Callable[[], bool] = lambda: False) -> None:
         self.published = published
+        self.gone = gone
+        """True once the publisher is gone, perhaps in the middle of a publication that will never be whole."""
         self.flat = torch.zeros_like(published.flat)
         torch.nn.utils.vector_to_parameters(self.flat, policy_tensors(model))  # the model's tensors view `flat`
         self.version = -1
@@ -60,6 +62,8 @@ class PolicyCopy:
         """Take the published policy if it is newer than the model's; returns the version the model holds."""
         while (version := int(self.published.version)) != self.version:
             if version % 2:  # a publication is being written: a few microseconds
+                if self.gone():
+                    break  # the model keeps what it holds, for a rollout that ends
                 os.sched_yield()  # to the coordinator, where the workers fill the cores
                 continue
             self.flat.copy_(self.published.flat)

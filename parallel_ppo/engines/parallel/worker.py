@@ -19,7 +19,7 @@ from parallel_ppo.core.allocator import retain_freed_memory
 from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.collect import CollectResult, EnvRunner
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.lifetime import parent_watch, signal_on_parent_death
+from parallel_ppo.core.lifetime import parent_process_watch, signal_on_parent_death
 from parallel_ppo.core.threads import draw_with
 from parallel_ppo.engines.parallel.published import PolicyCopy, PublishedPolicy, await_newer
 from parallel_ppo.envs.spaces import EnvSpaces
@@ -112,17 +112,15 @@ def process_title(spec: WorkerSpec) -> str:
 def _rollout(spec: WorkerSpec, message: Collect, runner: EnvRunner, model: nn.Module, policy: PolicyCopy,
              buf: RolloutBuffer, orphaned: Callable[[], bool]) -> CollectResult:
     """One rollout into `buf` as `message` asks, with the published policy taken first (and before each step, with
-    `refresh`), until the coordinator abandons it. A hold for the update's parameters also ends once `orphaned()`:
-    where the coordinator died and no parent-death signal came (off Linux), no pipe would end that wait."""
+    `refresh`), until the coordinator abandons it or is gone (`orphaned`: no one would read the rest)."""
 
-    def abandoned() -> bool:
-        return bool(spec.abandon)
+    def stopping() -> bool:
+        return bool(spec.abandon) or orphaned()
 
     policy.refresh()
     hold = None if message.hold is None else (
-        message.hold[0], functools.partial(await_newer, spec.policy, message.hold[1],
-                                           lambda: abandoned() or orphaned()))
-    return runner.collect(model, buf, spec.progress[spec.index], stopping=abandoned,
+        message.hold[0], functools.partial(await_newer, spec.policy, message.hold[1], stopping))
+    return runner.collect(model, buf, spec.progress[spec.index], stopping=stopping,
                           cut_short=lambda: bool(spec.cut), refresh=policy.refresh if message.refresh else None,
                           hold=hold)
 
@@ -132,7 +130,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
     for sig in IGNORED_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     signal_on_parent_death(signal.SIGKILL)  # it ignores SIGTERM, and must not outlive the run
-    orphaned = parent_watch()  # the same, off Linux, for a wait that no pipe ends
+    orphaned = parent_process_watch()  # the coordinator gone, which a forkserver's child gets no signal for
     setproctitle.setproctitle(process_title(spec))
     torch.set_num_threads(spec.torch_threads)
     draw_with(spec.draw_threads)
@@ -152,7 +150,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
             raise RuntimeError(f"env spaces {env.spaces} differ from the coordinator's {spec.spaces}")
         runner = EnvRunner.for_run(env, cfg, first, spec.stream)
         start_seconds = time.perf_counter() - started
-        policy = PolicyCopy(spec.policy, model := network(cfg, spec.spaces))  # the model's own tensors
+        policy = PolicyCopy(spec.policy, model := network(cfg, spec.spaces), orphaned)  # the model's own tensors
         slices = [b.env_slice(spec.first_env, spec.first_env + spec.num_envs) for b in spec.buffers]
         fail_at = _injected_fault(spec.index)
         conn.send(Ready(os.getpid(), start_seconds))
@@ -162,7 +160,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
             if rollouts == fail_at:
                 raise RuntimeError(f"fault injected by {FAULT_ENV_VAR} in rollout {rollouts}")
             result = _rollout(spec, message, runner, model, policy, slices[message.slot], orphaned)
-            if orphaned():  # a hold it left unfinished is no rollout: none is sent, and the worker ends
+            if orphaned():  # the rollout ended where it was, for no one: nothing is sent, and the worker ends
                 break
             conn.send(Done(result))
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
