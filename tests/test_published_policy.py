@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +17,7 @@ from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.collect import EnvRunner
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.distributions import log_prob_entropy
+from parallel_ppo.core.lifetime import parent_process_watch
 from parallel_ppo.core.model import autocast, kept_casts, network, policy_tensors
 from parallel_ppo.engines.parallel.published import PolicyCopy, PublishedPolicy, await_newer, hold_step, lagged_steps
 from parallel_ppo.envs.batch import env_spaces, make_batch_env
@@ -136,3 +142,49 @@ def test_a_worker_holds_until_a_newer_policy_is_published_or_its_rollout_is_aban
     await_newer(published, 2, stopping)
     assert looks == [2, 2, 2] and int(published.version) == 4, "it waited until the version moved on"
     await_newer(published, 4, lambda: True)  # abandoned: no newer policy comes, and it returns
+
+
+def test_a_copy_stops_waiting_for_a_publication_whose_publisher_is_gone():
+    """A publication left half-written (an odd version) by a coordinator that died: the copy keeps what it holds."""
+    published = PublishedPolicy.allocate(3)
+    copy = PolicyCopy(published, torch.nn.Linear(1, 1), gone=lambda: True)
+    published.version.fill_(2)
+    assert copy.refresh() == 2
+    published.version.fill_(3)
+    assert copy.refresh() == 2 and copy.version == 2
+
+
+STARTER = """
+import multiprocessing, os, signal, sys, time
+from parallel_ppo.core.lifetime import parent_process_watch
+
+def watch(path):
+    gone = parent_process_watch()
+    print(gone(), file=open(path, "a"), flush=True)
+    deadline = time.monotonic() + 60
+    while not gone() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print(gone(), file=open(path, "a"), flush=True)
+
+if __name__ == "__main__":
+    multiprocessing.get_context("forkserver").Process(target=watch, args=(sys.argv[1],)).start()
+    while not open(sys.argv[1], "a+").tell():  # the child has looked once
+        time.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_forkserver_child_sees_its_starter_killed(tmp_path):
+    """`parent_process_watch` in a forkserver's child: false while the process that started it lives, true once that
+    one is SIGKILLed (the forkserver, kept alive by its child, is no sign). Never true where multiprocessing did not
+    start the process."""
+    assert parent_process_watch()() is False
+    script, lines = tmp_path / "starter.py", tmp_path / "watch.txt"
+    script.write_text(STARTER)
+    proc = subprocess.run([sys.executable, str(script), str(lines)], cwd=ROOT, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 60
+    while len(lines.read_text().split()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert lines.read_text().split() == ["False", "True"]

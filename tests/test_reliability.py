@@ -171,12 +171,12 @@ def test_a_finished_run_resumes_to_no_update_and_a_truncated_checkpoint_is_refus
 
 
 def test_killed_coordinator_leaves_nothing_and_resumes(tmp_path):
-    """SIGKILL of the coordinator itself, held in update 2 while its workers collect rollout 3 and wait, after 25 of
-    its 256 steps, for the update's parameters (`parallel.max_lagged_share`), which will never come. Their forkserver
-    lives as long as they do, so no parent-death signal reaches them: they see the coordinator gone and exit, the
-    forkserver after them; no /dev/shm entry remains, and --resume continues from the last checkpoint."""
+    """SIGKILL of the coordinator itself, held in update 2 while its workers wait, before the first step of rollout 3,
+    for the update's parameters (`parallel.max_lagged_share` under one step), which will never come. Their
+    forkserver lives as long as they do, so no parent-death signal reaches them: they see the coordinator gone and
+    exit, the forkserver after them; no /dev/shm entry remains, and --resume continues from the last checkpoint."""
     held = tmp_path / "held"
-    run = Run(tmp_path, PARALLEL, [*SLEEPING_OVERLAPPED, "--set", "parallel.max_lagged_share=0.1",
+    run = Run(tmp_path, PARALLEL, [*SLEEPING_OVERLAPPED, "--set", "parallel.max_lagged_share=0.001",
                                    "--total-steps", "3072", "--set", "run.checkpoint_interval=0.01"],
               env={PAUSE_ENV_VAR: f"update:2:{held}"})
     wait_for(held, run.proc, timeout=180)
@@ -185,6 +185,7 @@ def test_killed_coordinator_leaves_nothing_and_resumes(tmp_path):
     run.proc.kill()
     assert run.proc.wait(timeout=60) == -signal.SIGKILL  # not `finish`: a worker left alive holds its output open
     run.assert_nothing_left()
+    run.finish()
 
     resumed = Run(tmp_path, PARALLEL, ["--resume", str(run.out)], out=run.out)
     code, err = resumed.finish()

@@ -27,9 +27,10 @@ def signal_on_parent_death(sig: signal.Signals) -> None:
 
 def parent_process_watch() -> Callable[[], bool]:
     """A check, about a microsecond to ask, that turns true once the process that started this one through
-    multiprocessing (a worker's coordinator, whatever the start method) has died or let it go: its end of their pipe
-    is closed. A forkserver's child keeps the forkserver alive, so no parent-death signal comes when the coordinator
-    dies; this tells. Never true in a process that multiprocessing did not start."""
+    multiprocessing's spawn or forkserver (a worker's coordinator) has died or let it go: its end of their pipe is
+    closed (under fork, siblings forked later would hold copies of it). A forkserver's child keeps the forkserver
+    alive, so no parent-death signal comes when the coordinator dies; this tells. Never true in a process that
+    multiprocessing did not start."""
     parent = multiprocessing.parent_process()
     if parent is None:
         return lambda: False
