@@ -144,14 +144,24 @@ def test_a_worker_holds_until_a_newer_policy_is_published_or_its_rollout_is_aban
     await_newer(published, 4, lambda: True)  # abandoned: no newer policy comes, and it returns
 
 
-def test_a_copy_stops_waiting_for_a_publication_whose_publisher_is_gone():
-    """A publication left half-written (an odd version) by a coordinator that died: the copy keeps what it holds."""
+def test_a_copy_stops_waiting_for_a_publication_whose_publisher_is_gone(monkeypatch):
+    """A publication left half-written (an odd version) by a coordinator that died: the copy waits while the
+    coordinator lives, then keeps what it holds (a wait that never ended fails here, not at the suite's timeout)."""
+    yields = []
+
+    def sched_yield() -> None:
+        yields.append(1)
+        assert len(yields) < 10_000, "it waited on after the publisher was gone"
+
+    monkeypatch.setattr(os, "sched_yield", sched_yield)
     published = PublishedPolicy.allocate(3)
-    copy = PolicyCopy(published, torch.nn.Linear(1, 1), gone=lambda: True)
+    looks = []
+    copy = PolicyCopy(published, torch.nn.Linear(1, 1), gone=lambda: looks.append(1) or len(looks) >= 3)
     published.version.fill_(2)
-    assert copy.refresh() == 2
+    assert copy.refresh() == 2 and not looks
     published.version.fill_(3)
     assert copy.refresh() == 2 and copy.version == 2
+    assert len(looks) == 3 and len(yields) == 2, "it waited while the publisher lived"
 
 
 STARTER = """
@@ -161,14 +171,17 @@ from parallel_ppo.core.lifetime import parent_process_watch
 def watch(path):
     gone = parent_process_watch()
     print(gone(), file=open(path, "a"), flush=True)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 20
     while not gone() and time.monotonic() < deadline:
         time.sleep(0.01)
     print(gone(), file=open(path, "a"), flush=True)
 
 if __name__ == "__main__":
-    multiprocessing.get_context("forkserver").Process(target=watch, args=(sys.argv[1],)).start()
-    while not open(sys.argv[1], "a+").tell():  # the child has looked once
+    child = multiprocessing.get_context("forkserver").Process(target=watch, args=(sys.argv[1],))
+    child.start()
+    while not os.path.getsize(sys.argv[1]):  # until the child has looked once
+        if not child.is_alive():
+            sys.exit(f"the child ended first (exit status {child.exitcode})")
         time.sleep(0.01)
     os.kill(os.getpid(), signal.SIGKILL)
 """
@@ -181,10 +194,11 @@ def test_a_forkserver_child_sees_its_starter_killed(tmp_path):
     assert parent_process_watch()() is False
     script, lines = tmp_path / "starter.py", tmp_path / "watch.txt"
     script.write_text(STARTER)
-    proc = subprocess.run([sys.executable, str(script), str(lines)], cwd=ROOT, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert proc.returncode == -signal.SIGKILL
-    deadline = time.monotonic() + 60
+    lines.touch()
+    proc = subprocess.run([sys.executable, str(script), str(lines)], cwd=ROOT, timeout=60, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    deadline = time.monotonic() + 30
     while len(lines.read_text().split()) < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert lines.read_text().split() == ["False", "True"]
