@@ -1,4 +1,4 @@
-"""The public API: README's "From Python" example run as written but for 30% of its step budget (CartPole learned in
+"""The public API: README's "From Python" example run as written but for a tenth of its step budget (CartPole learned in
 both modes, a policy that acts as the trainer's, evaluate and compare from Python), and its refusals before
 anything starts."""
 
@@ -21,10 +21,10 @@ from parallel_ppo.core.distributions import sample_actions
 from parallel_ppo.core.model import autocast, build_model
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = 30_000
-"""The example runs here with 30% of the config's 100k-step budget, to keep `make test` short (how well it learns in
-the full budget is a benchmark's question: scripts/learning_matrix.py)."""
-THRESHOLD = 150  # at 30k steps seeds 1-3 reached 251, 216 and 275 (fp32) on our AMD EPYC; random play scores ~22
+STEPS = 10_240
+"""The example runs here with a tenth of the config's 100k-step budget, to keep `make test` short (how well it learns
+in the full budget is a benchmark's question: scripts/learning_matrix.py)."""
+THRESHOLD = 50  # at 10,240 steps seeds 1-5 reached 88-107 (fp32) on our AMD EPYC; random play scores ~22
 
 
 def readme_example() -> str:
@@ -46,7 +46,7 @@ def test_the_readme_example_trains_both_modes_and_acts_as_the_trainer(tmp_path):
     for mode in ("sequential", "parallel"):
         summary = json.loads((tmp_path / "benchmarks" / f"cartpole_{mode}" / "summary.json").read_text())
         assert summary["mode"] == mode and summary["stop_reason"] == "total_steps"
-        assert STEPS <= summary["total_env_steps"] < STEPS + 256 and summary["episodes"] >= 100
+        assert STEPS <= summary["total_env_steps"] < STEPS + 256 and summary["episodes"] >= 20
         assert summary["episodic_return_mean"] >= THRESHOLD, (mode, summary["episodic_return_mean"])
     assert re.search(r"evaluation: \d+ over 10 episodes", proc.stdout), proc.stdout
     assert (tmp_path / "benchmarks" / "cartpole_comparison" / "comparison.json").is_file()

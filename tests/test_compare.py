@@ -37,8 +37,8 @@ PRECISION = os.environ.get("PARALLEL_PPO_TEST_PRECISION", "fp32")
 one), so that the runs compared differ only where a test makes them differ. PARALLEL_PPO_TEST_PRECISION=bf16 runs
 the module with the other one."""
 assert PRECISION in ("fp32", "bf16"), f"PARALLEL_PPO_TEST_PRECISION={PRECISION!r}: fp32 or bf16"
-# One torch thread per process: the runs train side by side on a small machine.
-COMMON = ["--config", "config/cartpole.yaml", "--set", "training.n_epochs=4", "--set",
+# One torch thread per process: the runs train side by side on a small machine; no compute limit measured.
+COMMON = ["--config", "config/cartpole.yaml", "--set", "training.n_epochs=4", "--set", "run.limit_seconds=0", "--set",
           "logging.tensorboard=false", "--set", "parallel.learner_threads=1", "--set", "env.env_threads=1",
           "--set", f"training.precision={PRECISION}", "--set", "training.microbatch_size=0"]
 TRAINING = {

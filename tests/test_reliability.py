@@ -79,9 +79,11 @@ class Run:
 PARALLEL = "train_parallel_timed.py"
 SLEEPING_OVERLAPPED = ["--config", "config/sim_lift.yaml", "--num-workers", "2", "--num-envs-per-worker", "2",
                       "--set", "env.options=[step_ms=5]", "--set", "training.n_steps=256", "--set",
-                      "training.batch_size=256", "--set", "training.n_epochs=1", "--set", "parallel.overlap=true"]
+                      "training.batch_size=256", "--set", "training.n_epochs=1", "--set", "parallel.overlap=true",
+                      "--set", "run.limit_seconds=0"]
 CARTPOLE = ["--config", "config/cartpole.yaml", "--num-workers", "2", "--num-envs-per-worker", "4",
-            "--set", "training.n_steps=256", "--set", "training.n_epochs=2"]
+            "--set", "training.n_steps=256", "--set", "training.n_epochs=2", "--set", "run.limit_seconds=0"]
+"""The runs here measure no compute limit (`run.limit_seconds` 0): none is asked of them."""
 
 
 def kill_worker_1_and_finish(run: Run, held: Path | None = None) -> dict:
@@ -99,12 +101,13 @@ def kill_worker_1_and_finish(run: Run, held: Path | None = None) -> dict:
 
 
 def test_killed_worker_is_restarted_and_run_finishes(tmp_path):
-    """Worker 1 killed while the coordinator is held in update 3 (so the run cannot end first) is restarted."""
+    """Worker 1 killed while the coordinator is held in update 3 (so the run cannot end first) is restarted for
+    rollout 4, the last."""
     held = tmp_path / "held"
-    run = Run(tmp_path, PARALLEL, [*CARTPOLE, "--total-steps", "30000"], env={PAUSE_ENV_VAR: f"update:3:{held}"})
+    run = Run(tmp_path, PARALLEL, [*CARTPOLE, "--total-steps", "8192"], env={PAUSE_ENV_VAR: f"update:3:{held}"})
     wait_for(held, run.proc, timeout=180)
     summary = kill_worker_1_and_finish(run, held)
-    assert summary["total_env_steps"] >= 30000
+    assert summary["total_env_steps"] == 8192 and len(run.rows()) == 4
     steps = [int(r["env_steps"]) for r in run.rows()]
     assert steps == sorted(steps) and steps[1] - steps[0] == 256 * 8, "every update is a full rollout"
     run.assert_nothing_left()

@@ -222,18 +222,19 @@ def test_trainer_runs_each_seed_into_its_directory(tmp_path):
 
 @pytest.mark.slow
 def test_learning_benchmark_writes_its_runs_and_comparison(tmp_path):
-    """One variant × two seeds of a second each, in the parallel trainer (`--parallel`; the sequential one is the
-    default, as in the sweeps); a second call keeps the runs that met their budget and starts a stopped one over."""
+    """One variant × two seeds of a second each, in the sequential trainer (the default, as in the sweeps); a second
+    call keeps the runs that met their budget and starts a stopped one over; the parallel trainer (`--parallel`) is
+    refused their directory."""
     out = tmp_path / "learning"
     cmd = [sys.executable, "bench.py", "learning", "--config", "config/cartpole.yaml", "--env", "CartPole-v1",
-           "--minutes", "0.015", "--seeds", "1,2", "--variant", "norm:training.normalize_reward=true", "--parallel",
+           "--minutes", "0.015", "--seeds", "1,2", "--variant", "norm:training.normalize_reward=true",
            "--output-dir", str(out), "--set", "logging.tensorboard=false"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     for seed in (1, 2):
         config = (out / "norm" / f"seed_{seed}" / "config.yaml").read_text()
         assert "normalize_reward: true" in config and f"seed: {seed}" in config
-        assert json.loads((out / "norm" / f"seed_{seed}" / "summary.json").read_text())["mode"] == "parallel"
+        assert json.loads((out / "norm" / f"seed_{seed}" / "summary.json").read_text())["mode"] == "sequential"
     for name in ("comparison.json", "comparison.md", "learning_curves.png"):
         assert (out / "comparison" / name).is_file()
     stopped = out / "norm" / "seed_2" / "summary.json"  # as a Ctrl-C leaves it: not kept, started over
@@ -241,10 +242,22 @@ def test_learning_benchmark_writes_its_runs_and_comparison(tmp_path):
     again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and again.stdout.count("done before, kept") == 1, again.stdout
     assert "norm seed 2: training" in again.stdout and json.loads(stopped.read_text())["stop_reason"] == "duration"
-    # the same directory asked of the sequential trainer: refused before anything trains, not mixed in
-    other = subprocess.run([a for a in cmd if a != "--parallel"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert other.returncode == 2 and "trained by the parallel trainer" in other.stderr, other.stderr
+    # the same directory asked of the parallel trainer: refused before anything trains, not mixed in
+    other = subprocess.run([*cmd, "--parallel"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert other.returncode == 2 and "trained by the sequential trainer" in other.stderr, other.stderr
     assert len(other.stderr.strip().splitlines()) == 1 and other.stdout == "", other.stdout
+
+
+def test_learning_benchmark_runs_the_trainer_it_is_asked_for(tmp_path):
+    """`--parallel` runs the parallel trainer (the benchmark test above trains the sequential one); the variant's
+    overrides come last, so they win over the benchmark's own."""
+    from parallel_ppo.bench.learning import Variant, run_command
+
+    variant = Variant("norm", ("training.normalize_reward=true",))
+    for parallel, command in ((False, "train"), (True, "train-parallel")):
+        cmd = run_command(variant, 3, tmp_path, "config/cartpole.yaml", 0.5, ["--set", "a=1"], parallel)
+        assert cmd[1:4] == ["-m", "parallel_ppo", command] and cmd[-4:] == ["--set", "a=1", "--set", variant.sets[0]]
+        assert cmd[cmd.index("--output-dir") + 1] == str(tmp_path / "norm" / "seed_3")
 
 
 def test_learning_benchmark_refuses_kept_runs_of_another_trainer_or_env(tmp_path):

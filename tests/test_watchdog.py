@@ -121,19 +121,23 @@ def _trainer(tmp_path: Path, env_id: str, timeout: str, steps: int,
 
 @pytest.mark.slow
 def test_a_long_reset_beside_busy_processes_is_not_a_hang(tmp_path):
-    """Each worker's reset computes for 6 s of CPU time with the cores taken by two spinning processes (two workers
-    and two spinners on 2 cores: 12 s of wall time or more; 6 s where cores are free): it takes no step for longer
-    than the 4-second bound, but it computes, so it is not restarted. (A 1-second bound restarted one beside a training
-    run as well: a stretch of a second in which a worker gets under 5% of a core, the watchdog's sign of work, is
-    rare but not unheard of on a shared 2-core machine; 4 s leaves room for a stall of seconds.)"""
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    """Each worker's reset computes for 5 s of CPU time with the cores taken by two spinning processes, which start
+    spinning as the first such reset starts (two workers and two spinners on 2 cores: 10 s of wall time or more; 5 s
+    where cores are free): it takes no step for longer than the 4-second bound, but it computes, so it is not
+    restarted. (A 1-second bound restarted one beside a training run as well: a stretch of a second in which a worker
+    gets under 5% of a core, the watchdog's sign of work, is rare but not unheard of on a shared 2-core machine; 4 s
+    leaves room for a stall of seconds.)"""
+    flag = tmp_path / "slow_reset"
+    spin = f"import os, time\nwhile not os.path.exists({str(flag)!r}): time.sleep(0.01)\nwhile True: pass"
+    spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(2)]
     try:
-        out = _trainer(tmp_path, "SlowResetReach-v0", "4s", 64)
+        out = _trainer(tmp_path, "SlowResetReach-v0", "4s", 64, {"SLOW_RESET_FLAG": str(flag)})
     finally:
         for spinner in spinners:
             spinner.kill()
             spinner.wait()
     assert out.returncode == 0, out.stderr
+    assert flag.exists(), "no long reset ran"
     assert "a worker that neither steps nor computes for 4 s is restarted (parallel.worker_timeout)" in out.stdout
     assert "restarting" not in out.stderr, out.stderr
 

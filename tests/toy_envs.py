@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import gymnasium
 import numpy as np
@@ -111,13 +112,16 @@ class FloatImages(Reach):
 
 class SlowResetReach(Reach):
     """Reach whose every reset after the first computes for RESET_SECONDS (as a robosuite reset or a first JIT
-    compilation does): a worker that takes no step for that long, yet is alive."""
+    compilation does): a worker that takes no step for that long, yet is alive. Such a reset first creates the file
+    named by $SLOW_RESET_FLAG, if set."""
 
-    RESET_SECONDS = 6.0  # over the watchdog test's 4 s bound even where the cores are free
+    RESET_SECONDS = 5.0  # over the watchdog test's 4 s bound even where the cores are free
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
         self.resets = getattr(self, "resets", 0) + 1
         if self.resets > 1:
+            if "SLOW_RESET_FLAG" in os.environ:
+                Path(os.environ["SLOW_RESET_FLAG"]).touch()
             end = time.thread_time() + self.RESET_SECONDS  # CPU time: however busy the machine, this much work
             while time.thread_time() < end:
                 pass
