@@ -248,16 +248,23 @@ def test_learning_benchmark_writes_its_runs_and_comparison(tmp_path):
     assert len(other.stderr.strip().splitlines()) == 1 and other.stdout == "", other.stdout
 
 
-def test_learning_benchmark_runs_the_trainer_it_is_asked_for(tmp_path):
-    """`--parallel` runs the parallel trainer (the benchmark test above trains the sequential one); the variant's
-    overrides come last, so they win over the benchmark's own."""
-    from parallel_ppo.bench.learning import Variant, run_command
+def test_learning_benchmark_runs_the_trainer_it_is_asked_for(tmp_path, monkeypatch, capsys):
+    """`bench.py learning --parallel` hands each run to the parallel trainer (the benchmark test above trains the
+    sequential one), the variant's overrides last; the trainer and the comparison recorded here, not run."""
+    from parallel_ppo.bench import learning
+    from parallel_ppo.cli.bench import main
 
-    variant = Variant("norm", ("training.normalize_reward=true",))
-    for parallel, command in ((False, "train"), (True, "train-parallel")):
-        cmd = run_command(variant, 3, tmp_path, "config/cartpole.yaml", 0.5, ["--set", "a=1"], parallel)
-        assert cmd[1:4] == ["-m", "parallel_ppo", command] and cmd[-4:] == ["--set", "a=1", "--set", variant.sets[0]]
-        assert cmd[cmd.index("--output-dir") + 1] == str(tmp_path / "norm" / "seed_3")
+    started = []
+    monkeypatch.setattr(learning, "run_bench_trainer", lambda cmd, name: started.append(cmd))
+    monkeypatch.setattr(learning, "make_report", lambda specs, out, prog: 0)
+    monkeypatch.chdir(ROOT)
+    assert main(["learning", "--config", "config/cartpole.yaml", "--env", "CartPole-v1", "--minutes", "0.5",
+                 "--seeds", "1,2", "--variant", "norm:training.normalize_reward=true", "--parallel",
+                 "--output-dir", str(tmp_path)]) == 0, capsys.readouterr().err
+    assert [cmd[1:4] for cmd in started] == [["-m", "parallel_ppo", "train-parallel"]] * 2
+    assert [cmd[cmd.index("--output-dir") + 1] for cmd in started] == [str(tmp_path / "norm" / f"seed_{s}")
+                                                                        for s in (1, 2)]
+    assert all(cmd[-2:] == ["--set", "training.normalize_reward=true"] for cmd in started)
 
 
 def test_learning_benchmark_refuses_kept_runs_of_another_trainer_or_env(tmp_path):
