@@ -177,9 +177,11 @@ def test_killed_coordinator_leaves_nothing_and_resumes(tmp_path):
     """SIGKILL of the coordinator itself, held in update 2 while its workers wait, before the first step of rollout 3,
     for the update's parameters (`parallel.max_lagged_share` under one step), which will never come. Their
     forkserver lives as long as they do, so no parent-death signal reaches them: they see the coordinator gone and
-    exit, the forkserver after them; no /dev/shm entry remains, and --resume continues from the last checkpoint."""
+    exit, the forkserver after them; no /dev/shm entry remains, and --resume continues from the last checkpoint.
+    (Steps of 1 ms: no timing matters here.)"""
     held = tmp_path / "held"
-    run = Run(tmp_path, PARALLEL, [*SLEEPING_OVERLAPPED, "--set", "parallel.max_lagged_share=0.001",
+    run = Run(tmp_path, PARALLEL, [*SLEEPING_OVERLAPPED, "--set", "env.options=[step_ms=1]",
+                                   "--set", "parallel.max_lagged_share=0.001",
                                    "--total-steps", "3072", "--set", "run.checkpoint_interval=0.01"],
               env={PAUSE_ENV_VAR: f"update:2:{held}"})
     wait_for(held, run.proc, timeout=180)
