@@ -77,13 +77,13 @@ class Run:
 
 
 PARALLEL = "train_parallel_timed.py"
+# The runs here measure no compute limit (`run.limit_seconds` 0): none is asked of them.
 SLEEPING_OVERLAPPED = ["--config", "config/sim_lift.yaml", "--num-workers", "2", "--num-envs-per-worker", "2",
                       "--set", "env.options=[step_ms=5]", "--set", "training.n_steps=256", "--set",
                       "training.batch_size=256", "--set", "training.n_epochs=1", "--set", "parallel.overlap=true",
                       "--set", "run.limit_seconds=0"]
 CARTPOLE = ["--config", "config/cartpole.yaml", "--num-workers", "2", "--num-envs-per-worker", "4",
             "--set", "training.n_steps=256", "--set", "training.n_epochs=2", "--set", "run.limit_seconds=0"]
-"""The runs here measure no compute limit (`run.limit_seconds` 0): none is asked of them."""
 
 
 def kill_worker_1_and_finish(run: Run, held: Path | None = None) -> dict:

@@ -250,7 +250,7 @@ def test_learning_benchmark_writes_its_runs_and_comparison(tmp_path):
 
 def test_learning_benchmark_runs_the_trainer_it_is_asked_for(tmp_path, monkeypatch, capsys):
     """`bench.py learning --parallel` hands each run to the parallel trainer (the benchmark test above trains the
-    sequential one), the variant's overrides last; the trainer and the comparison recorded here, not run."""
+    sequential one), the variant's overrides last; the trainers recorded and the comparison stubbed, nothing run."""
     from parallel_ppo.bench import learning
     from parallel_ppo.cli.bench import main
 
