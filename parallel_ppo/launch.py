@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,36 +30,13 @@ from parallel_ppo.engines.distributed import RESTART_COUNT_VAR, RUN_ID_VAR, Peer
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.errors import ConfigError
+from parallel_ppo.request import Request
 from parallel_ppo.runs.directory import new_run_dir, resolve_run_dir, resume_state, resumed_run_dir, run_dir_lock
 from parallel_ppo.runs.report.formatting import fmt_flop
 from parallel_ppo.runs.tracking import WandbTracker, start_tracking
 from parallel_ppo.runs.training import RunPlan, eval_views, train_run
 from parallel_ppo.tuning.before_run import Tuning, tune
 from parallel_ppo.tuning.learner_settings import LearnerChoice
-
-
-@dataclass(frozen=True)
-class Request:
-    """What to train, as a command line or `parallel_ppo.train` asks for it, before any check."""
-
-    config: str | Path | Config | None = None
-    """A YAML file, a Config built in code, or None for the defaults."""
-    flags: dict[str, Any] = field(default_factory=dict)
-    """`{section.key: value}` set on top of it (None: not given), as the trainers' flags set them."""
-    sets: tuple[str, ...] = ()
-    """`section.key=value` items, applied last."""
-    parallel: bool = False
-    distributed: bool = False
-    """One rank of a run under torchrun."""
-    overwrite: bool = False
-    resume: str | None = None
-    """A run directory to continue from its checkpoint (its own config.yaml, then the flags)."""
-    resume_if_exists: bool = False
-    """Continue the run in the output directory if it has a checkpoint, else start it there (a requeued job)."""
-
-    @property
-    def mode(self) -> str:
-        return "distributed" if self.distributed else "parallel" if self.parallel else "sequential"
 
 
 @dataclass(frozen=True)

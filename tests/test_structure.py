@@ -19,14 +19,15 @@ LAYERS = {  # subpackage → the subpackages (besides itself and parallel_ppo.er
     "runs": ("envs", "core"),
     "tuning": ("envs", "core", "runs"),
     "bench": ("envs", "core", "engines", "runs", "tuning"),
-    "launch": ("envs", "core", "engines", "runs", "tuning"),
-    "api": ("envs", "core", "engines", "runs", "tuning", "launch"),
-    "cli": ("envs", "core", "engines", "runs", "tuning", "bench", "launch", "api"),
+    "request": ("envs", "core", "runs"),
+    "launch": ("envs", "core", "engines", "runs", "tuning", "request"),
+    "api": ("envs", "core", "engines", "runs", "tuning", "request", "launch"),
+    "cli": ("envs", "core", "engines", "runs", "tuning", "bench", "request", "launch", "api"),
 }
 """The envs (their config section, spaces, families and simulators) are the lowest layer: the core trains on them
 and they know nothing of it. Training (envs, core, engines, runs, tuning, launch, api) never imports the
 benchmarks, and the run directory's code (runs) no engine: what a run measures before it starts is `tuning`,
-below both launch and bench."""
+below both launch and bench. A request and its first checks (`request`) load no torch."""
 
 
 def _module_name(path: Path, package: Path) -> str:
@@ -91,7 +92,8 @@ def test_each_layer_imports_only_the_layers_below_it():
 def test_training_imports_no_benchmark_and_runs_no_engine():
     """The two rules of the layers spelled out (issue 37), checked on the import graph itself."""
     graph = _imports()
-    training = [m for m in graph if _layer(m) in ("envs", "core", "engines", "runs", "tuning", "launch", "api")]
+    training = [m for m in graph if _layer(m) in ("envs", "core", "engines", "runs", "tuning", "request", "launch",
+                                                  "api")]
     assert [f"{m} → {d}" for m in training for d in sorted(graph[m]) if _layer(d) == "bench"] == []
     runs = [m for m in graph if _layer(m) == "runs"]
     assert [f"{m} → {d}" for m in runs for d in sorted(graph[m]) if _layer(d) == "engines"] == []
@@ -138,6 +140,24 @@ def test_reading_and_reporting_runs_needs_no_torch():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "False"
+
+
+def test_a_refused_command_says_so_before_torch_loads(tmp_path):
+    """A trainer's refused setting or taken run directory, and a benchmark's refused flags, are one line and exit 2
+    without importing torch (its import costs seconds: a typo should not)."""
+    code = ("import sys\nfrom parallel_ppo.cli import main\ntry:\n    status = main(sys.argv[1:])\n"
+            "except SystemExit as e:  # a flag argparse refused\n    status = e.code\n"
+            "print(status, 'torch' in sys.modules, file=sys.stderr)")
+    (tmp_path / "summary.json").write_text("{}")  # an earlier run's file: the directory is taken
+    commands = [["train", "--env", "CartPole-v1", "--set", "training.batch_size=0"],
+                ["train-parallel", "--env", "CartPole-v1", "--set", "parallel.num_workers=-1"],
+                ["train", "--env", "CartPole-v1", "--output-dir", str(tmp_path)],
+                ["bench", "learning", "--minutes", "8d"], ["bench", "learning", "--seeds", "1,1"]]
+    for argv in commands:
+        out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=ROOT,
+                             timeout=60)
+        *lines, last = out.stderr.strip().splitlines()
+        assert last == "2 False" and len(lines) == 1 and ": error: " in lines[0], (argv, out.stderr)
 
 
 def trainer_flags() -> set[str]:

@@ -8,7 +8,8 @@ from typing import Any
 
 from parallel_ppo.errors import RunDataError
 from parallel_ppo.runs.report.formatting import fmt_flop
-from parallel_ppo.tuning.compute_limit import BUSY_CORES, PEAK_SIZE, Candidate
+from parallel_ppo.tuning.compute_limit import PEAK_SIZE, Candidate
+from parallel_ppo.tuning.other_load import BUSY_CORES
 
 
 def format_table(result: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ from parallel_ppo.core.config import Config
 from parallel_ppo.runs import fingerprint
 from parallel_ppo.runs.figures import steady_span
 from parallel_ppo.runs.reading import load_run
-from parallel_ppo.tuning.compute_limit import BUSY_CORES, OtherLoad
+from parallel_ppo.tuning.other_load import BUSY_CORES, OtherLoad
 
 SPEED_TARGET = 0.85
 """The goal: the sequential trainer's steady-state SPS is at least this fraction of the compute limit."""

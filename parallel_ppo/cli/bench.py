@@ -2,7 +2,7 @@
 `envs` (raw env throughput), `scaling` (the worker sweep, with distributed ranks), `layouts` (sequential,
 parallel and distributed uses of the same processes), `autotune` (the fastest layout here), `learning`
 (return per step and per hour over config variants × seeds) and `study` (the many-core study: every scaling
-family on this machine, a CUDA learner included, into docs/results/)."""
+family on this machine, a CUDA learner included, into docs/results/). Torch loads after a command's flags pass."""
 
 from __future__ import annotations
 
@@ -11,10 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from parallel_ppo.bench import scaling
-from parallel_ppo.bench.roofline import format_table, run_roofline_line
 from parallel_ppo.bench.scaling import BenchRunCrashed
 from parallel_ppo.bench.speedcheck import SPEED_TARGET
 from parallel_ppo.cli.common import (
@@ -221,7 +218,7 @@ def envs(args: Any, prog: str) -> int:
     try:
         cfg = build_config(args.config, flags, args.set, parallel=True)
         _check_output(args.output)
-        torch.set_num_threads(thread_plan(cfg, parallel=True).learner)
+        _set_threads(cfg, None, parallel=True)
         draw_with(thread_plan(cfg, parallel=False).draw)  # this process draws as the sequential trainer does
         cfg, choice = resolve(cfg, cfg.run.limit_seconds)
         print(f"{prog}: network {choice.describe()}", flush=True)
@@ -295,24 +292,24 @@ def _autotune(args: Any, out: Path, extra: list[str], prog: str) -> int:
 
 
 def _write_json(path: str | Path, data: dict[str, Any]) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, data)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_json(Path(path), data)
 
 
 def _check_output(path: str | None) -> None:
     if path is None:
         return
-    p = Path(path)
-    if p.is_dir():
+    if (p := Path(path)).is_dir():
         raise ConfigError(f"--output {p} is a directory; give a file name such as result.json")
     check_writable(p.parent, f"--output {p}")  # before the measurement, not after it
 
 
-def _set_threads(cfg: Config, threads: int | None) -> None:
+def _set_threads(cfg: Config, threads: int | None, parallel: bool = False) -> None:
+    import torch
+
     if threads is not None and threads <= 0:
         raise ConfigError(f"--threads must be positive, got {threads}")
-    torch.set_num_threads(threads or thread_plan(cfg, parallel=False).learner)
+    torch.set_num_threads(threads or thread_plan(cfg, parallel).learner)
 
 
 def _measure(cfg: Config, seconds: float) -> tuple[Config, dict[str, Any]]:
@@ -329,6 +326,8 @@ def _measure(cfg: Config, seconds: float) -> tuple[Config, dict[str, Any]]:
 
 
 def roofline(args: Any, prog: str) -> int:
+    from parallel_ppo.bench.roofline import format_table, run_roofline_line
+
     flags = {"env.id": args.env, "env.num_envs": args.num_envs, "training.batch_size": args.batch_size}
     try:
         cfg = build_config(args.config, flags, args.set, parallel=False)
@@ -350,6 +349,7 @@ def roofline(args: Any, prog: str) -> int:
 
 
 def speed_check(args: Any, prog: str) -> int:
+    from parallel_ppo.bench.roofline import format_table
     from parallel_ppo.bench.speedcheck import (
         format_speed_check,
         run_trainer,

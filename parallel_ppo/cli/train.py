@@ -7,7 +7,7 @@ import argparse
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 import yaml
 
@@ -16,12 +16,10 @@ from parallel_ppo.cli.flags import FLAGS
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.errors import ConfigError, ParallelPPOError
-from parallel_ppo.runs.directory import default_run_dir, resolve_run_dir
+from parallel_ppo.request import Request, check_new_run
+from parallel_ppo.runs.directory import default_run_dir
 from parallel_ppo.runs.progress import progress_to_stdout
 from parallel_ppo.runs.reading import seed_dir
-
-if TYPE_CHECKING:  # the training modules load torch: imported when a run starts, so --help and bad flags are quick
-    from parallel_ppo.launch import Request
 
 
 def make_parser(prog: str, parallel: bool) -> OneLineParser:
@@ -108,8 +106,6 @@ def builtin(key: str) -> str:
 
 def request_of(args: argparse.Namespace, parallel: bool) -> Request:
     """What the parsed command line asks to train."""
-    from parallel_ppo.launch import Request
-
     flags = {key: getattr(args, flag[2:].replace("-", "_"), None) for key, flag in FLAGS.items()}
     return Request(args.config, flags, tuple(args.set), parallel=parallel, distributed=args.distributed,
                    overwrite=args.overwrite, resume=args.resume, resume_if_exists=args.resume_if_exists)
@@ -149,8 +145,6 @@ def seed_runs(args: argparse.Namespace, parallel: bool) -> list[Request]:
     """`--seeds`: one request per seed, each checked (config and run directory) before any trains; with
     `--resume-if-exists`, a seed whose directory has a checkpoint goes on from it (one that ended, at once), its
     checkpoint checked when its turn comes."""
-    from parallel_ppo.launch import Request
-
     if args.distributed:
         raise ConfigError("--seeds trains seeds one after another in one process; under torchrun launch one "
                           "--distributed run per seed")
@@ -172,8 +166,7 @@ def seed_runs(args: argparse.Namespace, parallel: bool) -> list[Request]:
         flags = {**base.flags, "run.seed": seed, "run.output_dir": str(seed_dir(parent, seed))}
         one = Request(base.config, flags, base.sets, parallel=parallel, overwrite=base.overwrite,
                       resume_if_exists=base.resume_if_exists)
-        if not (one.resume_if_exists and (seed_dir(parent, seed) / "checkpoint.pt").is_file()):
-            resolve_run_dir(build_config(one.config, one.flags, list(one.sets), parallel), "", one.overwrite)
+        check_new_run(one)
         out.append(one)
     return out
 
@@ -200,7 +193,12 @@ def run_seeds(args: argparse.Namespace, parallel: bool, prog: str) -> int:
 
 def run_one(request: Request, prog: str) -> int:
     """One training run (one rank's, under `--distributed`: only rank 0 speaks and writes, unless a rank loses the
-    others); returns its exit status."""
+    others); returns its exit status. The training modules load torch: a new run's settings and run directory are
+    checked before they are imported, so a refusal is quick."""
+    try:
+        check_new_run(request)
+    except ParallelPPOError as e:
+        return fail(prog, e, 2, flags=True)
     from parallel_ppo.core.collect import RolloutError
     from parallel_ppo.engines.distributed import PeerLost, launch_rank
     from parallel_ppo.launch import execute, prepare

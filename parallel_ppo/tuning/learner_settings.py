@@ -32,9 +32,7 @@ from parallel_ppo.runs import fingerprint
 from parallel_ppo.tuning.cache import cache_path, machine_digest, read_cache, store
 from parallel_ppo.tuning.compute_limit import (
     BUSY_BUDGET,
-    BUSY_CORES,
     Candidate,
-    busy,
     extra_passes,
     for_candidate,
     matmul_peak,
@@ -42,6 +40,7 @@ from parallel_ppo.tuning.compute_limit import (
     network_flops,
     on_one_thread,
 )
+from parallel_ppo.tuning.other_load import BUSY_CORES, busy
 
 PRECISIONS = ("fp32", "bf16", "tf32")
 """Every precision a learner may use; tf32 on a CUDA GPU only (`tf32_is_native`)."""

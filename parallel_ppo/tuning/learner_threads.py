@@ -30,9 +30,7 @@ from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.runs import fingerprint
 from parallel_ppo.tuning.cache import cache_path, machine_digest, read_cache, store
 from parallel_ppo.tuning.compute_limit import (
-    BUSY_CORES,
     NetworkSteps,
-    OtherLoad,
     fixed_candidate,
     rate_figures,
     threads_kept,
@@ -46,6 +44,7 @@ from parallel_ppo.tuning.learner_settings import (
     is_small,
     network_fields,
 )
+from parallel_ppo.tuning.other_load import BUSY_CORES, OtherLoad
 
 THREADS_RULE = 2
 """Part of the cache key: a choice made by an earlier rule (1: bf16 forwards that cast the weights afresh each time, as
