@@ -31,7 +31,8 @@ from parallel_ppo.core.files import path_problem
 from parallel_ppo.core.policy import Policy
 from parallel_ppo.core.threads import draw_threads_kept
 from parallel_ppo.errors import ConfigError, RunFailed
-from parallel_ppo.launch import Request, execute, prepare
+from parallel_ppo.launch import execute, prepare
+from parallel_ppo.request import Request
 from parallel_ppo.runs.directory import check_writable
 from parallel_ppo.runs.reading import Run, load_groups, load_run
 

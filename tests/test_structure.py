@@ -25,7 +25,7 @@ LAYERS = {  # subpackage → the subpackages (besides itself and parallel_ppo.er
     "cli": ("envs", "core", "engines", "runs", "tuning", "bench", "request", "launch", "api"),
 }
 """The envs (their config section, spaces, families and simulators) are the lowest layer: the core trains on them
-and they know nothing of it. Training (envs, core, engines, runs, tuning, launch, api) never imports the
+and they know nothing of it. Training (envs, core, engines, runs, tuning, request, launch, api) never imports the
 benchmarks, and the run directory's code (runs) no engine: what a run measures before it starts is `tuning`,
 below both launch and bench. A request and its first checks (`request`) load no torch."""
 
@@ -152,7 +152,9 @@ def test_a_refused_command_says_so_before_torch_loads(tmp_path):
     commands = [["train", "--env", "CartPole-v1", "--set", "training.batch_size=0"],
                 ["train-parallel", "--env", "CartPole-v1", "--set", "parallel.num_workers=-1"],
                 ["train", "--env", "CartPole-v1", "--output-dir", str(tmp_path)],
-                ["bench", "learning", "--minutes", "8d"], ["bench", "learning", "--seeds", "1,1"]]
+                ["bench", "learning", "--minutes", "8d"],
+                ["bench", "learning", "--seeds", "1,1", "--minutes", "1s", "--output-dir", str(tmp_path / "bench")],
+                ["bench", "scaling", "--config", "config/cartpole.yaml", "--set", "training.batch_size=0"]]
     for argv in commands:
         out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=ROOT,
                              timeout=60)

@@ -2,7 +2,7 @@
 `envs` (raw env throughput), `scaling` (the worker sweep, with distributed ranks), `layouts` (sequential,
 parallel and distributed uses of the same processes), `autotune` (the fastest layout here), `learning`
 (return per step and per hour over config variants × seeds) and `study` (the many-core study: every scaling
-family on this machine, a CUDA learner included, into docs/results/). Torch loads after a command's flags pass."""
+family, a CUDA learner included, into docs/results/). Those that start trainers check flags before torch loads."""
 
 from __future__ import annotations
 
@@ -305,10 +305,10 @@ def _check_output(path: str | None) -> None:
 
 
 def _set_threads(cfg: Config, threads: int | None, parallel: bool = False) -> None:
-    import torch
-
     if threads is not None and threads <= 0:
         raise ConfigError(f"--threads must be positive, got {threads}")
+    import torch
+
     torch.set_num_threads(threads or thread_plan(cfg, parallel).learner)
 
 

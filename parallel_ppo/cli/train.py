@@ -1,4 +1,4 @@
-"""Command line of both timed trainers: flags → a `launch.Request` → the run, with one-line errors; and the config a
+"""Command line of both timed trainers: flags → a `request.Request` → the run, with one-line errors; and the config a
 benchmark's trainer command would build (`trainer_config`), checked before any of its runs starts."""
 
 from __future__ import annotations
@@ -224,7 +224,6 @@ def trainer_config(cmd: list[str], name: str) -> Config:
     flags), read by the trainer's own parser and built as it builds it (its precision checked on its device), nothing
     run: a ConfigError naming the run where the trainer would refuse it. What only a start tells (the env itself) is
     not checked."""
-    from parallel_ppo.tuning.learner_settings import check_precision
 
     def refuse(message: str) -> NoReturn:
         raise ConfigError(message)
@@ -237,6 +236,8 @@ def trainer_config(cmd: list[str], name: str) -> Config:
     try:
         request = request_of(parser.parse_args(cmd[start + 1:]), parallel)
         cfg = build_config(request.config, request.flags, list(request.sets), parallel, ranks)
+        from parallel_ppo.tuning.learner_settings import check_precision  # torch: after the config's own checks
+
         check_precision(cfg)  # as the learner's settings check it before the run
         return cfg
     except ConfigError as e:
