@@ -65,11 +65,13 @@ def test_scaling_sweep_writes_consistent_results(tmp_path):
 
 @pytest.mark.slow
 def test_env_bench_reports_every_path(tmp_path):
-    """On a dict observation with normalization on, as robosuite Lift's config has (the random policy reads none)."""
+    """On a dict observation with normalization on, as robosuite Lift's config has, and an asymmetric actor-critic
+    whose actor predicts the critic's extra keys (the random policy reads and predicts nothing)."""
     out = tmp_path / "envs.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
     args = ["--config", "config/cartpole.yaml", "--env", "toy_envs:CameraReach-v0", "--set", "model.kind=auto",
-            "--set", "training.normalize_obs=true", "--num-workers", "2", "--num-envs-per-worker", "4",
+            "--set", "training.normalize_obs=true", "--set", "model.actor_keys=[camera,state]",
+            "--set", "training.predict_privileged=0.5", "--num-workers", "2", "--num-envs-per-worker", "4",
             "--seconds", "0.5", "--output", str(out)]
     proc = subprocess.run([sys.executable, "bench.py", "envs", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)

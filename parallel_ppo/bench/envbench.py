@@ -64,9 +64,9 @@ def bench_envs(cfg: Config, seconds: float) -> list[dict[str, Any]]:
     rows.append({"path": "bare envs", "policy": "random", "workers": 0, "envs": total,
                  "steps_per_second": _bare_env_rate(base, seconds)})
     for policy in ("random", "network"):
-        run_cfg = base if policy == "network" else dataclasses.replace(  # a random policy reads no observation
+        run_cfg = base if policy == "network" else dataclasses.replace(  # a random policy: nothing to read or predict
             base, model=dataclasses.replace(base.model, kind="random"),
-            training=dataclasses.replace(base.training, normalize_obs=False))
+            training=dataclasses.replace(base.training, normalize_obs=False, predict_privileged=0.0))
         sequential = SequentialCollector(run_cfg, env_threads=thread_plan(run_cfg, parallel=False).env)
         rows.append({"path": "sequential", "policy": policy, "workers": 0, "envs": total,
                      **_collector_rate(sequential, run_cfg, seconds)})
