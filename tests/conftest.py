@@ -29,6 +29,12 @@ def run_train_timed(*args: str, timeout: float = 600) -> subprocess.CompletedPro
                           text=True, timeout=timeout)
 
 
+def toy_envs_environ() -> dict[str, str]:
+    """This process's environment with tests/ first on PYTHONPATH: a trainer started with it imports toy_envs, in
+    its workers too, as it would a user's own env module."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+
+
 @pytest.fixture
 def genesis_taken_as_installed(monkeypatch):
     """`importlib.util.find_spec` finds the module `genesis` (its extra is outside dev): enough for the family checks

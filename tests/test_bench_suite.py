@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import toy_envs_environ
 
 from parallel_ppo.runs.reading import load_run
 
@@ -68,13 +69,12 @@ def test_env_bench_reports_every_path(tmp_path):
     """On a dict observation with normalization on, as robosuite Lift's config has, and an asymmetric actor-critic
     whose actor predicts the critic's extra keys (the random policy reads and predicts nothing)."""
     out = tmp_path / "envs.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
     args = ["--config", "config/cartpole.yaml", "--env", "toy_envs:CameraReach-v0", "--set", "model.kind=auto",
             "--set", "training.normalize_obs=true", "--set", "model.actor_keys=[camera,state]",
             "--set", "training.predict_privileged=0.5", "--num-workers", "2", "--num-envs-per-worker", "4",
             "--seconds", "0.5", "--output", str(out)]
     proc = subprocess.run([sys.executable, "bench.py", "envs", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=toy_envs_environ())
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(out.read_text())["rows"]
     assert [(r["path"], r["policy"]) for r in rows] == [

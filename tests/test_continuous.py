@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 
@@ -14,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, toy_envs_environ
 
 from parallel_ppo.core.checkpoint import load_checkpoint
 from parallel_ppo.core.config import EnvConfig, ModelConfig
@@ -36,7 +35,7 @@ REACH = ["--config", "config/mujoco.yaml", "--env", "toy_envs:Reach-v0", "--set"
 
 def trainer(script: str, *args: str) -> subprocess.CompletedProcess:
     """A trainer run with tests/ on PYTHONPATH, as a user's own env module would be importable."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    env = toy_envs_environ()
     return subprocess.run([sys.executable, script, *args], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=240)
 

@@ -15,6 +15,7 @@ import psutil
 import pytest
 import torch
 import yaml
+from conftest import toy_envs_environ
 from sessions import assert_nothing_left, session_pids, sessions_of, shm_entries, start, torchrun, wait_for
 
 from parallel_ppo.core.checkpoint import load_checkpoint
@@ -172,7 +173,7 @@ def test_two_ranks_with_continuous_actions_and_observation_statistics_take_the_s
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     one, two = tmp_path / "one", tmp_path / "two"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    env = toy_envs_environ()
     code, _, err = finish(start([sys.executable, "train_timed.py", *args, "--num-envs", "16", "--output-dir",
                                  str(one)], cwd=ROOT, env=env))
     assert code == 0, err

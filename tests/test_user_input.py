@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import toy_envs_environ
 
 from parallel_ppo.cli.train import run as train_cli
 from parallel_ppo.core.checkpoint import load_checkpoint, save_checkpoint
@@ -240,7 +241,7 @@ def test_a_resumed_trainer_refuses_a_wrong_shape_moment_in_one_line(runs, tmp_pa
 def test_a_user_env_that_fails_stops_the_sequential_run_resumably(tmp_path):
     """An env raising in step() (on each env's 40th step, in the second update): one line naming its error, exit 1,
     the checkpoint and summary written; --resume continues from the first update."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    env = toy_envs_environ()
     out = tmp_path / "run"
     command = [sys.executable, "train_timed.py", "--config", CARTPOLE, "--env", "toy_envs:FailingReach-v0",
                "--num-envs", "2", "--set", "training.n_steps=32", "--batch-size", "64", "--set", "training.n_epochs=1",

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import toy_envs_environ
 
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.threads import thread_plan
@@ -108,8 +109,7 @@ def test_a_lower_reading_moves_the_mark_down_and_a_missing_one_does_not():
 
 def _trainer(tmp_path: Path, env_id: str, timeout: str, steps: int,
              extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, **(extra_env or {}),
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    env = {**toy_envs_environ(), **(extra_env or {})}
     args = ["--config", "config/mujoco.yaml", "--env", f"toy_envs:{env_id}", "--num-workers", "2",
             "--num-envs-per-worker", "1", "--total-steps", str(steps), "--set", "training.n_steps=32",
             "--set", "training.batch_size=64", "--set", "training.n_epochs=1", "--set", "run.limit_seconds=0",
