@@ -63,6 +63,9 @@ if [ "${GL:-}" = mesa ]; then  # draw on the CPU with Mesa's llvmpipe (a no-GPU 
 fi
 [ -d "$site" ] && export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 procgen_game="import sys; from parallel_ppo.envs.procgen_envs import PROCGEN_GAMES as g; sys.exit(sys.argv[1] not in g)"
+if [ -f .whl/GAME ] && python3 -c "$procgen_game" "$env" && [ "$(cat .whl/GAME)" != "$env" ]; then
+    echo "offline_study: .whl/ holds procgen for $(cat .whl/GAME) alone, not $env" >&2; exit 2
+fi
 if python3 -c "$procgen_game" "$env"; then
     # Procgen's libenv.so links libGL; copy in only the libraries the machine lacks, from the staged packages.
     libenv=$(python3 -c "import procgen, pathlib; print(pathlib.Path(procgen.__file__).parent)")/data/prebuilt/libenv.so
