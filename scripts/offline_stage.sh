@@ -2,7 +2,8 @@
 # Stage what an offline machine needs to run the study (scripts/offline_study.sh) when it already has Python with
 # torch (a GPU box's image, say) but no route to a package index: the project's other Python dependencies as
 # wheels in .whl/ and the shared libraries Procgen's libenv.so links (libGL and its X11 companions) as Debian
-# packages in .gl/ (procgen for starpilot alone: scripts/slim_procgen_wheel.py). Both folders are kept out of git (.git/info/exclude). Run it here, with network:
+# packages in .gl/, procgen's for starpilot alone (scripts/slim_procgen_wheel.py). Both folders are kept out of git
+# (.git/info/exclude). Run it here, with network:
 #   bash scripts/offline_stage.sh [PYTHON_VERSION]      (default 3.12, the version the offline machine runs)
 # With `robot` after the version it stages the robot task instead (`ENV=robosuite/Lift`), in .robot/: robosuite 1.5.2
 # with the Panda arm's assets only (its wheel, 157 MB, is over what a device call carries), MuJoCo 3.3.7, the other
@@ -74,8 +75,9 @@ download .whl procgen-mirror==0.10.7 gym3==0.3.3 gym-notices gymnasium==1.4.0 fa
     glfw moderngl glcontext setproctitle
 python3 -m pip wheel -q --no-deps -w .whl gym==0.26.2  # gym has no wheel on PyPI; it is pure Python
 # procgen's wheel (48 MB) beside the tree is over a call's 64 MiB: the backgrounds starpilot never draws are blanked,
-# so these wheels run starpilot alone (offline_study.sh refuses another game with them).
-python3 scripts/slim_procgen_wheel.py .whl/procgen_mirror-*.whl starpilot && echo starpilot > .whl/GAME
+# so these wheels run starpilot alone (the package says so in procgen/SLIM_GAME; offline_study.sh refuses
+# another game with it).
+python3 scripts/slim_procgen_wheel.py .whl/procgen_mirror-*.whl starpilot
 (cd .gl && apt-get download $libgl libpcre2-8-0 \
     && { apt-get download libglib2.0-0t64 2>/dev/null || apt-get download libglib2.0-0; })  # t64: Debian 13, Ubuntu 24.04
 du -sh .whl .gl

@@ -63,13 +63,15 @@ if [ "${GL:-}" = mesa ]; then  # draw on the CPU with Mesa's llvmpipe (a no-GPU 
 fi
 [ -d "$site" ] && export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 procgen_game="import sys; from parallel_ppo.envs.procgen_envs import PROCGEN_GAMES as g; sys.exit(sys.argv[1] not in g)"
-if [ -f .whl/GAME ] && python3 -c "$procgen_game" "$env" && [ "$(cat .whl/GAME)" != "$env" ]; then
-    echo "offline_study: .whl/ holds procgen for $(cat .whl/GAME) alone, not $env" >&2; exit 2
-fi
 if python3 -c "$procgen_game" "$env"; then
     # Procgen's libenv.so links libGL; copy in only the libraries the machine lacks, from the staged packages.
     libenv=$(python3 -c "import procgen, pathlib; print(pathlib.Path(procgen.__file__).parent)")/data/prebuilt/libenv.so
     [ -f "$libenv" ] || { echo "offline_study: procgen is not importable here (stage .whl/ first)" >&2; exit 1; }
+    slim="$(dirname "$(dirname "$(dirname "$libenv")")")/SLIM_GAME"  # a wheel slimmed for one game (offline_stage.sh)
+    if [ -f "$slim" ] && [ "$(cat "$slim")" != "$env" ]; then
+        echo "offline_study: the procgen installed here draws $(cat "$slim") alone, not $env (stage the whole wheel)" >&2
+        exit 2
+    fi
     if [ -d .gl ] && [[ "$(ldd "$libenv")" == *"not found"* ]]; then
         mkdir -p /tmp/offline_gl/all /tmp/offline_gl/lib
         for f in .gl/*.deb; do dpkg -x "$f" /tmp/offline_gl/all; done

@@ -1,8 +1,9 @@
 """Shrink a procgen wheel for one game: the background images that game never draws become 1-pixel PNGs.
 
 procgen loads every asset folder when it starts, so the files must stay; their pixels need not. The full wheel
-(48 MB) beside the project's tree is over what a device call carries (64 MiB); starpilot's slim one is 28 MB, and its
-observations are the same to the last byte (checked: 300 random steps of 2 envs). Rewrites RECORD to match.
+(48 MB) beside the project's tree is over what a device call carries (64 MiB); starpilot's slim one is 27 MB, and its
+observations are the same to the last byte (checked: 300 random steps of 2 envs). procgen/SLIM_GAME names the game
+(offline_study.sh refuses another); RECORD is rewritten to match.
     python scripts/slim_procgen_wheel.py WHEEL GAME     (GAME: starpilot, the study's default)
 """
 
@@ -33,18 +34,28 @@ def slim(path: str, game: str) -> None:
     out = io.BytesIO()
     record_name = next(i.filename for i, _ in items if i.filename.endswith(".dist-info/RECORD"))
     lines = []
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+    with zipfile.ZipFile(out, "w") as dst:
+
+        def write(info: zipfile.ZipInfo, data: bytes) -> None:  # the entry's own attributes kept
+            info.compress_type = zipfile.ZIP_STORED if info.is_dir() else zipfile.ZIP_DEFLATED
+            dst.writestr(info, data)
+            if not info.is_dir() and info.filename != record_name:
+                lines.append(_record_line(info.filename, data))
+
+        record = None
         for info, data in items:
             parts = info.filename.split("/")
             if parts[:3] == ["procgen", "data", "assets"] and len(parts) > 4 and parts[3] in blank:
                 data = PIXEL
-            if info.filename != record_name:
-                info.compress_type = zipfile.ZIP_DEFLATED
-                dst.writestr(info, data)  # the entry's own attributes kept
-                if not info.is_dir():
-                    lines.append(_record_line(info.filename, data))
+            if info.filename == record_name:
+                record = info
+            else:
+                write(info, data)
+        slim_game = zipfile.ZipInfo("procgen/SLIM_GAME", date_time=record.date_time)
+        slim_game.external_attr = 0o644 << 16
+        write(slim_game, f"{game}\n".encode())
         lines.append(f"{record_name},,")
-        dst.writestr(record_name, "\n".join(lines) + "\n")
+        write(record, ("\n".join(lines) + "\n").encode())
     with open(path, "wb") as f:
         f.write(out.getvalue())
 
