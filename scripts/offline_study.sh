@@ -65,9 +65,10 @@ fi
 procgen_game="import sys; from parallel_ppo.envs.procgen_envs import PROCGEN_GAMES as g; sys.exit(sys.argv[1] not in g)"
 if python3 -c "$procgen_game" "$env"; then
     # Procgen's libenv.so links libGL; copy in only the libraries the machine lacks, from the staged packages.
-    libenv=$(python3 -c "import procgen, pathlib; print(pathlib.Path(procgen.__file__).parent)")/data/prebuilt/libenv.so
+    procgen_dir=$(python3 -c "import procgen, pathlib; print(pathlib.Path(procgen.__file__).parent)")
+    libenv=$procgen_dir/data/prebuilt/libenv.so
     [ -f "$libenv" ] || { echo "offline_study: procgen is not importable here (stage .whl/ first)" >&2; exit 1; }
-    slim="$(dirname "$(dirname "$(dirname "$libenv")")")/SLIM_GAME"  # a wheel slimmed for one game (offline_stage.sh)
+    slim=$procgen_dir/SLIM_GAME  # a wheel slimmed for one game (offline_stage.sh)
     if [ -f "$slim" ] && [ "$(cat "$slim")" != "$env" ]; then
         echo "offline_study: the procgen installed here draws $(cat "$slim") alone, not $env (stage the whole wheel)" >&2
         exit 2

@@ -32,29 +32,26 @@ def slim(path: str, game: str) -> None:
     with zipfile.ZipFile(path) as src:
         items = [(info, src.read(info)) for info in src.infolist()]
     out = io.BytesIO()
-    record_name = next(i.filename for i, _ in items if i.filename.endswith(".dist-info/RECORD"))
+    record = next(info for info, _ in items if info.filename.endswith(".dist-info/RECORD"))
     lines = []
     with zipfile.ZipFile(out, "w") as dst:
 
         def write(info: zipfile.ZipInfo, data: bytes) -> None:  # the entry's own attributes kept
             info.compress_type = zipfile.ZIP_STORED if info.is_dir() else zipfile.ZIP_DEFLATED
             dst.writestr(info, data)
-            if not info.is_dir() and info.filename != record_name:
+            if not info.is_dir() and info is not record:
                 lines.append(_record_line(info.filename, data))
 
-        record = None
         for info, data in items:
             parts = info.filename.split("/")
             if parts[:3] == ["procgen", "data", "assets"] and len(parts) > 4 and parts[3] in blank:
                 data = PIXEL
-            if info.filename == record_name:
-                record = info
-            else:
+            if info is not record:
                 write(info, data)
         slim_game = zipfile.ZipInfo("procgen/SLIM_GAME", date_time=record.date_time)
         slim_game.external_attr = 0o644 << 16
         write(slim_game, f"{game}\n".encode())
-        lines.append(f"{record_name},,")
+        lines.append(f"{record.filename},,")
         write(record, ("\n".join(lines) + "\n").encode())
     with open(path, "wb") as f:
         f.write(out.getvalue())
