@@ -153,3 +153,49 @@ def test_mean_cpu_weights_each_sample_by_the_seconds_it_covers(tmp_path, monkeyp
         assert hook.mean_cpu_percent == pytest.approx((300 + 1200 + 50) / 10)  # one vote each would say 116.7
     finally:
         hook.close()
+
+
+def test_the_learner_does_not_wait_for_a_sample_after_the_first(tmp_path, monkeypatch):
+    """A sample due after the first runs on the sampler's thread: the update's row has the latest one finished and
+    the hook returns at once; the next row has the new one. The first row waits for its own; an error is raised."""
+    import threading
+    import types
+    from concurrent import futures
+
+    from parallel_ppo.core.config import Config
+    from parallel_ppo.runs import training
+
+    now = [100.0]
+    monkeypatch.setattr(training, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    cfg = Config()
+    cfg.logging.tensorboard = False
+    hook = training.MetricsHook(cfg, tmp_path, "sequential", None)
+    logged, release, values = [], threading.Event(), iter([10.0, 20.0])
+
+    def sample() -> dict[str, float]:
+        value = next(values, None)
+        if value is None:
+            raise RuntimeError("no /proc here")
+        if value == 20.0:
+            assert release.wait(30)  # held until the hook has returned
+        return {"system/cpu_percent": value}
+
+    monkeypatch.setattr(hook.sampler, "sample", sample)
+    monkeypatch.setattr(hook.logger, "log", lambda row: logged.append(row.get("system/cpu_percent")))
+    try:
+        for t in (101.0, 112.0):  # the second is due, and held
+            now[0] = t
+            hook.after_update(None, {})
+        assert logged == [10.0, 10.0]
+        release.set()
+        hook._pending.result(30)  # the thread is done with it
+        now[0] = 113.0  # not due: the row takes the one finished
+        hook.after_update(None, {})
+        assert logged == [10.0, 10.0, 20.0] and hook.cpu_samples == [(10.0, 1.0), (20.0, 11.0)]
+        now[0] = 124.0
+        hook.after_update(None, {})  # asked for; its error comes with the next row
+        futures.wait([hook._pending], 30)
+        with pytest.raises(RuntimeError, match="no /proc"):
+            hook.after_update(None, {})
+    finally:
+        hook.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,13 +82,18 @@ class EvalHook:
 
 SAMPLE_SECONDS = 10.0
 """Least time between two CPU and memory samples. A sample reads /proc/<pid>/smaps_rollup of every process in the
-tree, which takes the learner's time: 13 ms sequentially and 33 ms for a coordinator with 2 workers (5 processes)
-on 2 cores, and more with every worker. Sampled at every update, it was 10% of a CartPole run."""
+tree: 13 ms sequentially and 33 ms for a coordinator with 2 workers (5 processes) on 2 cores, about 6 ms more for
+every robosuite worker (0.16 s with 16 of them on an idle 2-core machine, 2 s while they stepped). Sampled at every
+update, it was 10% of a CartPole run; it now runs on a thread of its own (`MetricsHook`)."""
 
 
 class MetricsHook:
     """Samples CPU and memory into each update's row, then writes it to metrics.csv, TensorBoard, the progress
-    display and the tracker (W&B) if any."""
+    display and the tracker (W&B) if any.
+
+    A sample is due SAMPLE_SECONDS after the last; it is taken on a thread of its own, so the learner goes on to its
+    next update instead of waiting for /proc (and, in a synchronous run, its workers with it). A row has the latest
+    sample finished: the first row waits for its own, so every row has one."""
 
     phase = "log"
 
@@ -103,24 +109,39 @@ class MetricsHook:
         """(CPU percent, the seconds it is the mean of) per sample."""
         self.resources: dict[str, float] = {}
         self.sampled = -math.inf
+        """When the latest sample was asked for."""
+        self._covers = 0.0  # the seconds the sample in flight is the mean of
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="parallel_ppo-sampler")
+        self._pending: Future[dict[str, float]] | None = None
 
     def after_update(self, state: TrainState, row: dict[str, Any]) -> None:
         """Rows of updates less than SAMPLE_SECONDS apart repeat the latest sample (peaks still see every moment)."""
-        if time.monotonic() - self.sampled >= SAMPLE_SECONDS:
-            self._sample()
+        self._take(wait=False)
+        if self._pending is None and time.monotonic() - self.sampled >= SAMPLE_SECONDS:
+            self._ask()
+            self._take(wait=not self.resources)
         self.logger.log({**row, **self.resources})
 
-    def _sample(self) -> None:
+    def _ask(self) -> None:
+        """Start a sample on the sampler's thread; its CPU is the mean since the last one was asked for."""
         now = time.monotonic()
-        self.resources = self.sampler.sample()
-        self.cpu_samples.append((self.resources["system/cpu_percent"], now - max(self.sampled, self.started)))
-        self.sampled = now
+        self._covers, self.sampled = now - max(self.sampled, self.started), now
+        self._pending = self._thread.submit(self.sampler.sample)
+
+    def _take(self, wait: bool) -> None:
+        """The sample asked for, once it is taken (`wait`: as soon as it is); an error in it is raised here."""
+        if self._pending is None or not (wait or self._pending.done()):
+            return
+        self.resources, self._pending = self._pending.result(), None
+        self.cpu_samples.append((self.resources["system/cpu_percent"], self._covers))
 
     def finish(self) -> None:
         """One more sample when training ends (not logged), so the mean CPU covers the run's last seconds too; none
         if no update finished (the mean then stays None and readers fall back to the rows)."""
+        self._take(wait=True)
         if self.cpu_samples:
-            self._sample()
+            self._ask()
+            self._take(wait=True)
 
     @property
     def mean_cpu_percent(self) -> float | None:
@@ -129,6 +150,7 @@ class MetricsHook:
         return sum(c * s for c, s in self.cpu_samples) / seconds if seconds > 0 else None
 
     def close(self) -> None:
+        self._thread.shutdown(wait=True)  # a sample still running ends first: the sampler is not shared
         self.sampler.close()
         self.logger.close()
 
