@@ -170,14 +170,15 @@ def test_the_learner_does_not_wait_for_a_sample_after_the_first(tmp_path, monkey
     cfg = Config()
     cfg.logging.tensorboard = False
     hook = training.MetricsHook(cfg, tmp_path, "sequential", None)
-    logged, release, values = [], threading.Event(), iter([10.0, 20.0])
+    logged, release, fail, values = [], threading.Event(), threading.Event(), iter([10.0, 20.0])
 
     def sample() -> dict[str, float]:
         value = next(values, None)
         if value is None:
+            assert fail.wait(5)  # held until the hook has returned
             raise RuntimeError("no /proc here")
         if value == 20.0:
-            assert release.wait(30)  # held until the hook has returned
+            assert release.wait(5)  # held until the hook has returned
         return {"system/cpu_percent": value}
 
     monkeypatch.setattr(hook.sampler, "sample", sample)
@@ -194,6 +195,7 @@ def test_the_learner_does_not_wait_for_a_sample_after_the_first(tmp_path, monkey
         assert logged == [10.0, 10.0, 20.0] and hook.cpu_samples == [(10.0, 1.0), (20.0, 11.0)]
         now[0] = 124.0
         hook.after_update(None, {})  # asked for; its error comes with the next row
+        fail.set()
         futures.wait([hook._pending], 30)
         with pytest.raises(RuntimeError, match="no /proc"):
             hook.after_update(None, {})

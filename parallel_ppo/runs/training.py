@@ -82,8 +82,8 @@ class EvalHook:
 
 SAMPLE_SECONDS = 10.0
 """Least time between two CPU and memory samples. A sample reads /proc/<pid>/smaps_rollup of every process in the
-tree: 13 ms sequentially and 33 ms for a coordinator with 2 workers (5 processes) on 2 cores, about 6 ms more for
-every robosuite worker (0.16 s with 16 of them on an idle 2-core machine, 2 s while they stepped). Sampled at every
+tree: 13 ms sequentially and 33 ms for a coordinator with 2 workers (5 processes) on 2 cores, about 10 ms more for
+every robosuite worker (0.16 s with 16 of them on an idle 2-core machine, seconds while they step). Sampled at every
 update, it was 10% of a CartPole run; it now runs on a thread of its own (`MetricsHook`)."""
 
 
@@ -132,7 +132,8 @@ class MetricsHook:
         """The sample asked for, once it is taken (`wait`: as soon as it is); an error in it is raised here."""
         if self._pending is None or not (wait or self._pending.done()):
             return
-        self.resources, self._pending = self._pending.result(), None
+        future, self._pending = self._pending, None  # taken, even if it failed
+        self.resources = future.result()
         self.cpu_samples.append((self.resources["system/cpu_percent"], self._covers))
 
     def finish(self) -> None:
