@@ -35,9 +35,8 @@ REACH = ["--config", "config/mujoco.yaml", "--env", "toy_envs:Reach-v0", "--set"
 
 def trainer(script: str, *args: str) -> subprocess.CompletedProcess:
     """A trainer run with tests/ on PYTHONPATH, as a user's own env module would be importable."""
-    env = toy_envs_environ()
-    return subprocess.run([sys.executable, script, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=240)
+    return subprocess.run([sys.executable, script, *args], cwd=ROOT, env=toy_envs_environ(), capture_output=True,
+                          text=True, timeout=240)
 
 
 def test_gaussian_log_prob_and_entropy_match_torch_distributions():

@@ -25,7 +25,7 @@ from parallel_ppo.bench.study import (
     results_name,
     results_slug,
 )
-from parallel_ppo.bench.study_pages import add_ratios, mesa_threads, results_files, study_table
+from parallel_ppo.bench.study_pages import add_ratios, cut_note, mesa_threads, results_files, study_table
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.threads import OWN_DRAW_THREADS
 from parallel_ppo.engines.distributed import Ranks
@@ -245,6 +245,14 @@ def test_a_page_says_where_mesa_drew_with_threads_of_its_own():
     nvidia = {"MUJOCO_GL": "egl", "__EGL_VENDOR_LIBRARY_FILENAMES": "/usr/share/glvnd/egl_vendor.d/10_nvidia.json"}
     assert mesa_threads({"drawing": nvidia}, old) == ""  # a GPU drew
     assert ": threads_1, workers_2 were measured before" in mesa_threads({"drawing": {"MUJOCO_GL": "osmesa"}}, old)
+
+
+def test_a_page_names_the_points_that_cut_steps_and_their_share():
+    rows = [{"label": "threads_1", "rollout_cut": None}, {"label": "overlap_8", "rollout_cut": 0.0061},
+            {"label": "overlap_16", "rollout_cut": 0.0}, {"label": "workers_16"}]  # the last: measured before the key
+    assert "): overlap_8 0.61%." in cut_note(rows)
+    assert not any(label in cut_note(rows) for label in ("threads_1", "overlap_16", "workers_16"))
+    assert cut_note(rows[2:]) == ""
 
 
 def test_each_task_has_its_own_results_files(tmp_path):

@@ -77,6 +77,13 @@ def study_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def cut_note(rows: list[dict[str, Any]]) -> str:
+    """What `parallel.sync_fraction` cut, for the points that cut steps ("" where none did)."""
+    cut = [f"{r['label']} {100 * r['rollout_cut']:.2f}%" for r in rows if r.get("rollout_cut")]
+    return ("Steps cut by `parallel.sync_fraction` (the mean share of a steady rollout's steps that its slowest "
+            f"workers did not take): {', '.join(cut)}.\n\n") if cut else ""
+
+
 def plot_study(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     """Steps/s and efficiency against processes per family, and the phase split of every point."""
     import matplotlib
@@ -175,7 +182,7 @@ def write_results(rows: list[dict[str, Any]], stem: Path, meta: dict[str, Any]) 
             + (f"; frames drawn with {' '.join(f'{k}={v}' for k, v in meta['drawing'].items())}"
                if meta.get("drawing") else "") + ".\n\n"
             + "\n".join(f"- `{f}`: {FAMILY_TEXT[f]}" for f in FAMILIES if any(r["family"] == f for r in rows))
-            + f"\n\n{study_table(rows)}\n\n"
+            + f"\n\n{study_table(rows)}\n\n{cut_note(rows)}"
             "Steps/s are steady state (from the end of update 1 to the end of the last update) of real training "
             "runs with evaluation and the compute-limit measurement off; every point of N processes uses N cores "
             + ("(sleeping workers: these cores stand for N)" if meta.get("simulated") else
