@@ -45,18 +45,25 @@ def test_every_consumer_reports_the_runs_steady_sps(tmp_path):
     assert figures["sps"] == pytest.approx(STEADY) and figures["updates"] == 2
 
 
-def test_a_study_row_holds_the_steady_updates_mean_cut(tmp_path):
-    """A point's `rollout_cut` is metrics.csv's over the updates its steps/s count (update 1 left out)."""
-    run_dir = write_run(tmp_path / "run")
-    with open(run_dir / "metrics.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    for row, cut in zip(rows, ("0.5", "0.1", "0.3"), strict=True):
-        row["rollout_cut"] = cut
+def rewrite_metrics(run_dir: Path, rows: list[dict[str, str]]) -> None:
     with open(run_dir / "metrics.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+
+
+def test_a_study_row_holds_the_steady_updates_mean_cut(tmp_path):
+    """A point's `rollout_cut` is metrics.csv's over the updates its steps/s count (update 1 left out); None where the
+    run left the column empty or predates it."""
+    run_dir = write_run(tmp_path / "run")
+    with open(run_dir / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    rewrite_metrics(run_dir, [row | {"rollout_cut": cut} for row, cut in zip(rows, ("0.5", "0.1", "0.3"), strict=True)])
     assert point_row(load_run("a", run_dir))["rollout_cut"] == pytest.approx(0.2)
+    rewrite_metrics(run_dir, [row | {"rollout_cut": ""} for row in rows])
+    assert point_row(load_run("a", run_dir))["rollout_cut"] is None
+    rewrite_metrics(run_dir, [{k: v for k, v in row.items() if k != "rollout_cut"} for row in rows])
+    assert point_row(load_run("a", run_dir))["rollout_cut"] is None
 
 
 def test_return_at_a_wall_time_and_time_to_threshold(tmp_path):

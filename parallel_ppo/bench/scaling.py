@@ -19,8 +19,6 @@ from typing import Any, NamedTuple
 import psutil
 
 from parallel_ppo.core.files import atomic_write, write_json, write_text
-from parallel_ppo.core.loop import ROLLOUT_CUT
-from parallel_ppo.core.metrics import column_of
 from parallel_ppo.core.threads import usable_cpus
 from parallel_ppo.core.timing import PHASES
 from parallel_ppo.errors import ConfigError
@@ -155,8 +153,7 @@ def point_row(run: Run, worker_threads: int = 1) -> dict[str, Any]:
         "envs": s.num_envs, "steps_per_second": run.steady_sps, "updates": s.updates,
         "peak_rss_mb": s.peak_rss_mb, "peak_pss_mb": s.peak_pss_mb,
         "phase_fractions": s.phase_fractions, "phase_means": run.phase_means(), "run_dir": str(run.path),
-        "hardware": s.hardware, "threads": s.threads,
-        "rollout_cut": run.steady_mean(column_of(ROLLOUT_CUT)),  # with parallel.sync_fraction below 1
+        "hardware": s.hardware, "threads": s.threads, "rollout_cut": run.steady_mean("rollout_cut"),
     }
 
 

@@ -18,7 +18,7 @@ from parallel_ppo.bench.study import (
     process_counts,
     run_study,
 )
-from parallel_ppo.bench.study_pages import FAMILIES, results_files, study_table
+from parallel_ppo.bench.study_pages import FAMILIES, cut_note, results_files, study_table
 from parallel_ppo.cli.common import (
     add_config_flag,
     fail,
@@ -86,6 +86,8 @@ def study(args: Any, prog: str) -> int:
     except OSError as e:  # the results folder could not be written
         return fail(prog, e, 1)
     print(study_table(rows))
+    if note := cut_note(rows):
+        print(note.rstrip())
     files = results_files(plan.stem)
     print(f"wrote {files['md']}, {files['json']}, {files['png']}")
     failed = [r["label"] for r in rows if "error" in r]

@@ -102,12 +102,9 @@ class Run:
         return 1000 * float(self.metrics[f"time_{phase}"][first:].sum()) / span
 
     def steady_mean(self, column: str) -> float | None:
-        """A metrics.csv column's mean over the steady updates (update 1 left out; all of a 1-update run); None where
-        the run logged none of it (a column newer than the run)."""
-        values = self.metrics.get(column)
-        if values is None:
-            return None
-        values = values[1 if self.updates > 1 else 0:]
+        """The mean of a metrics.csv column (of READ_COLUMNS) over the steady updates (update 1 left out; all of a
+        1-update run); None where the run logged none of it (a column newer than the run)."""
+        values = self.metrics[column][1 if self.updates > 1 else 0:]
         return float(np.nanmean(values)) if np.isfinite(values).any() else None
 
     def phase_means(self, skip_first: bool = True) -> dict[str, float]:

@@ -28,7 +28,7 @@ BUDGETS = ("duration", "total_steps")
 
 READ_COLUMNS = ("update", "env_steps", "wall_time", "sps", "episodic_return_mean", "episodic_length_mean",
                 "episodes", "test_return_mean", "success_rate", *(f"time_{p}" for p in PHASES), "cpu_percent",
-                "system_cpu_percent", "rss_mb", "pss_mb")
+                "system_cpu_percent", "rss_mb", "pss_mb", "rollout_cut")
 """The metrics.csv columns that reading and reporting a run use, each present in what `load_run` returns (NaN where
 an older run lacks it). The writer's columns come from the declared metrics (`core.metrics`, listed in
 docs/run-directory.md); `wall_time` is the run's elapsed seconds at the end of the update, `sps` that update's own

@@ -115,8 +115,9 @@ class MetricsHook:
         self._pending: Future[dict[str, float]] | None = None
 
     def after_update(self, state: TrainState, row: dict[str, Any]) -> None:
-        """Rows of updates less than SAMPLE_SECONDS apart repeat the latest sample; its peaks are each process's
-        high-water mark since the sample before, so they cover those updates too."""
+        """Rows of updates less than SAMPLE_SECONDS apart repeat the latest sample; the run's peaks (summary.json)
+        cover those updates too: each sample, and the last at close, reads every process's high-water mark since the
+        one before."""
         self._take(wait=False)
         if self._pending is None and time.monotonic() - self.sampled >= SAMPLE_SECONDS:
             self._ask()
