@@ -220,7 +220,7 @@ def start_source(plan: RunPlan, threads: ThreadPlan, parallel: bool, group: Grou
         return ParallelCoordinator(plan.cfg, plan.spaces, threads, resumes, offset, rank)
     from parallel_ppo.core.collect import SequentialCollector
 
-    return SequentialCollector(plan.cfg, threads.env, resumes, offset)
+    return SequentialCollector(plan.cfg, threads.env, resumes, offset, group.rollout_cut(plan.cfg))
 
 
 def execute(run: PreparedRun, prog: str | None, interrupt: bool = False) -> tuple[dict, int]:

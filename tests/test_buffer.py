@@ -219,7 +219,8 @@ def test_an_update_on_a_cut_rollout_learns_from_the_steps_taken(monkeypatch):
         state = TrainState.new(cfg, source.spaces)
         result = source.collect(state.model, PhaseTimer())
         source.buffer.lengths[2:] = 5
-        row = update(cfg, source, state, AgreedRollout(result, None, None, 0.0), PhaseTimer(), ALONE)
+        agreed = AgreedRollout(result, None, None, 0.0, source.buffer.lengths.clone())
+        row = update(cfg, source, state, agreed, PhaseTimer(), ALONE)
     finally:
         source.close()
     assert row[ENV_STEPS] == state.env_steps == 42
@@ -252,7 +253,8 @@ def test_an_update_that_drops_lagged_steps_learns_from_the_others(monkeypatch, l
         source.during_update = lambda: torch.set_num_threads(3)  # as an overlapped learner takes idle cores
         with threads_kept():
             torch.set_num_threads(1)
-            row = update(cfg, source, state, AgreedRollout(result, None, None, 0.0), PhaseTimer(), ALONE)
+            row = update(cfg, source, state, AgreedRollout(result, None, None, 0.0, source.buffer.lengths.clone()),
+                         PhaseTimer(), ALONE)
     finally:
         source.close()
     assert row[ENV_STEPS] == state.env_steps == 64

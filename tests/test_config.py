@@ -349,11 +349,12 @@ def test_a_sync_fraction_that_would_wait_for_every_worker_is_refused():
 
 
 def test_dropping_lagged_steps_needs_workers_that_refresh_and_one_process():
-    """Without `refresh_params` every overlapped step lags, and distributed ranks must take updates of one size."""
+    """Without `refresh_params` every overlapped step lags, and distributed ranks would not agree on the share timing
+    sets."""
     sets = ["parallel.overlap=true", "parallel.drop_lagged=true"]
     with pytest.raises(ConfigError, match=r"without parallel.refresh_params every step is taken with older ones"):
         build_config(None, {}, [*sets, "parallel.refresh_params=false"], parallel=True)
-    with pytest.raises(ConfigError, match=r"2 distributed ranks must take updates of one size: set it to false"):
+    with pytest.raises(ConfigError, match=r"which 2 distributed ranks do not agree on: set it to false"):
         build_config(None, {}, sets, parallel=True, world_size=2)
     assert build_config(None, {}, sets, parallel=True).parallel.drop_lagged
 

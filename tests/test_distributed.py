@@ -89,7 +89,11 @@ def test_envs_total_is_split_over_ranks_and_workers():
     ({"distributed.num_envs_total": 16, "training.batch_size": 2}, False, 4, r"size 2 \(the minibatch of all"),
     ({"distributed.num_envs_total": 16, "training.batch_size": 384}, False, 2, "does not divide the rollout"),
     ({"distributed.num_envs_total": 16}, False, None, "this one is not distributed"),
-    ({"parallel.sync_fraction": 0.5}, True, 2, "2 distributed ranks must take updates of one size"),
+    ({"parallel.sync_fraction": 0.5}, True, 2, "not within 2 distributed ranks: set it to 1"),
+    ({"distributed.sync_fraction": 0.6}, False, 2, r"0.6 of 2 ranks waits for all of them: set it to at most 0.5,"),
+    ({"distributed.sync_fraction": 0.6}, True, 4, "cuts the rollouts of sequential ranks; these step their"),
+    ({"distributed.sync_fraction": 0.5, "training.batch_size": 2}, False, 2,
+     "rollout to 256 samples, fewer than its 512 minibatches of 2"),
 ])
 def test_layouts_that_cannot_split_are_refused(flags, parallel, world, message):
     with pytest.raises(ConfigError, match=message):
@@ -98,6 +102,36 @@ def test_layouts_that_cannot_split_are_refused(flags, parallel, world, message):
 
 def test_sequential_ranks_ignore_the_worker_settings_sync_fraction_among_them():
     build_config(None, {"parallel.sync_fraction": 0.5}, [], parallel=False, world_size=2)
+
+
+def test_the_ranks_sync_fraction_waits_for_a_share_of_them_and_one_process_ignores_it():
+    cfg = build_config(None, {"distributed.sync_fraction": 0.6}, [], parallel=False, world_size=16)
+    assert cfg.distributed.ranks_waited_for(16) == 10
+    build_config(None, {"distributed.sync_fraction": 0.6}, [], parallel=True)  # one process: no other rank to cut
+
+
+def test_a_rank_is_cut_once_enough_ranks_have_ended_their_rollout():
+    """`RankCut` over one store, as each rank has it: with 2 of 3 ranks needed, a rank's rollout is cut once two
+    have ended theirs (the throttle of store reads aside); each rollout counts afresh, and rank 0 drops the count of
+    the rollout before once it ends the next."""
+    from torch.distributed import HashStore
+
+    from parallel_ppo.engines.distributed import RankCut
+
+    store = HashStore()
+    ranks = [RankCut(store, 2, is_main=rank == 0) for rank in range(3)]
+    for cut in ranks:
+        cut.CHECK_SECONDS = 0.0
+    assert not ranks[2]()
+    ranks[0].ended()
+    assert not ranks[2]()
+    ranks[1].ended()
+    assert ranks[2]() and ranks[2](), "cut, and stays cut for the rest of the rollout"
+    ranks[2].ended()
+    assert store.add("0", 0) == 3 and not any(cut() for cut in ranks), "the next rollout counts afresh"
+    ranks[1].ended()
+    ranks[0].ended()
+    assert ranks[2]() and store.num_keys() == 1, "rank 0 dropped rollout 0's count"
 
 
 # ----------------------------------------------------------------------------------------------- under torchrun
@@ -198,6 +232,29 @@ def test_two_ranks_with_continuous_actions_and_observation_statistics_take_the_s
         events.Reload()
         assert events.Scalars("episode/distance_to_goal")[-1].value == pytest.approx(
             finals[0]["episode_distance_to_goal"], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_the_slowest_rank_is_cut_once_the_others_have_ended_theirs(tmp_path):
+    """DD-PPO's pre-emption on 2 sequential ranks (`distributed.sync_fraction` 0.5: one rank's ended rollout ends
+    the other's): rank 1's envs sleep 0.05 s a step, so its rollout of 32 steps would take 6.4 s where rank 0's takes
+    a fraction of a second; it ends after at least 8 of them (a quarter), in each of the 2 updates. Each update counts
+    the steps every rank took, and the ranks keep one set of parameters."""
+    out = tmp_path / "run"
+    args = [*PENDULUM[:2], "--env", "toy_envs:StragglingReach-v0", *PENDULUM[4:12], "--num-envs", "4",
+            "--batch-size", "128", "--set", "training.n_epochs=1", "--total-steps", "300",
+            "--set", "distributed.sync_fraction=0.5"]
+    code, _, err = finish(start([*torchrun("train_timed.py"), *args, "--output-dir", str(out)], cwd=ROOT,
+                                env={**toy_envs_environ(), "STRAGGLING_RANK": "1"}))
+    assert code == 0, err
+    steps = [int(r["env_steps"]) for r in rows(out)]
+    # each update: rank 0's 4 envs × 32 steps, rank 1's 4 × 8 to 31
+    taken = [now - before for before, now in zip([0, *steps[:-1]], steps, strict=True)]
+    assert len(taken) == 2 and all(128 + 4 * 8 <= n < 256 for n in taken), taken
+    assert [float(r["rollout_cut"]) for r in rows(out)] == pytest.approx([1 - n / 256 for n in taken])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["total_env_steps"] == steps[-1]
+    assert len({r["checksum"] for r in summary["distributed"]["ranks"]}) == 1
 
 
 def load_initial(out: Path) -> dict[str, torch.Tensor]:

@@ -49,10 +49,12 @@ def test_points_cover_powers_of_two_up_to_the_cores_and_ranks_start_at_two():
     assert process_counts(16) == [1, 2, 4, 8, 16] and process_counts(6) == [1, 2, 4, 6] and process_counts(1) == [1]
     assert family_points(["threads", "ranks"], [1, 2, 4], cores=4) == [
         ("threads", 1), ("threads", 2), ("threads", 4), ("ranks", 2), ("ranks", 4)]
-    # past the cores (a simulated study's sleeping workers), only the worker families run
+    # past the cores (a simulated study's sleeping workers), only the worker families run, and sleeping ranks
     assert family_points(["threads", "workers", "overlap", "ranks"], [1, 2, 16], cores=2) == [
         ("threads", 1), ("threads", 2), ("workers", 1), ("workers", 2), ("workers", 16), ("overlap", 1),
         ("overlap", 2), ("overlap", 16), ("ranks", 2)]
+    assert family_points(["threads", "ranks"], [1, 2, 16], cores=2, sleeping=True) == [
+        ("threads", 1), ("threads", 2), ("ranks", 2), ("ranks", 16)], "sleeping ranks too"
 
 
 @pytest.mark.parametrize("family", ["threads", "workers", "overlap", "ranks", "cuda", "cuda_overlap"])

@@ -128,6 +128,18 @@ class SlowResetReach(Reach):
         return super().reset(seed=seed, options=options)
 
 
+class StragglingReach(Reach):
+    """Reach whose every step sleeps STEP_SECONDS in the distributed rank named by $STRAGGLING_RANK (torchrun's
+    RANK), and none in the others: one slow rank among fast ones."""
+
+    STEP_SECONDS = 0.05
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+        if os.environ.get("RANK") == os.environ.get("STRAGGLING_RANK", ""):
+            time.sleep(self.STEP_SECONDS)
+        return super().step(action)
+
+
 class HangingReach(Reach):
     """Reach whose 30th step hangs for good (sleeps: no step, no CPU), once: the first process to get there
     creates the file named by $HANGING_REACH_FLAG and hangs; every later one (the restarted worker) runs on."""
@@ -177,6 +189,7 @@ gymnasium.register("NestedDictObs-v0", entry_point=NestedDictObs, max_episode_st
 gymnasium.register("MultiDiscreteActions-v0", entry_point=MultiDiscreteActions, max_episode_steps=20)
 gymnasium.register("FloatImages-v0", entry_point=FloatImages, max_episode_steps=20)
 gymnasium.register("SlowResetReach-v0", entry_point=SlowResetReach, max_episode_steps=20)
+gymnasium.register("StragglingReach-v0", entry_point=StragglingReach, max_episode_steps=20)
 gymnasium.register("HangingReach-v0", entry_point=HangingReach, max_episode_steps=20)
 gymnasium.register("FailingReach-v0", entry_point=FailingReach, max_episode_steps=20)
 gymnasium.register("UnreachableReach-v0", entry_point=UnreachableReach, max_episode_steps=20)

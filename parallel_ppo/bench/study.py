@@ -166,12 +166,14 @@ def process_counts(cores: int) -> list[int]:
     return counts if counts[-1] == cores else [*counts, cores]
 
 
-def family_points(families: list[str], counts: list[int], cores: int) -> list[tuple[str, int]]:
+def family_points(families: list[str], counts: list[int], cores: int,
+                  sleeping: bool = False) -> list[tuple[str, int]]:
     """The (family, processes) points to run: a distributed run of one rank is the sequential trainer, so ranks
     start at 2; threads and ranks compute, so they stop at the `cores` (workers go past them only where the
-    count asks: a simulated study's sleeping ones)."""
+    count asks: a simulated study's sleeping ones, and ranks too where their envs are `sleeping`: each then
+    computes only its inference and update)."""
     return [(f, n) for f in families for n in counts
-            if not (f == "ranks" and n == 1) and not (f in ("threads", "ranks") and n > cores)]
+            if not (f == "ranks" and n == 1) and not (n > cores and (f == "threads" or f == "ranks" and not sleeping))]
 
 
 def gpu_name() -> str | None:
@@ -314,7 +316,7 @@ def plan_study(families: list[str], counts: list[int], settings: StudySettings, 
     gpu = gpu_name()
     skipped = [] if gpu else [f for f in families if f in GPU_FAMILIES]
     hw, cores = fingerprint.hardware(), available_cores()
-    points = family_points([f for f in families if f not in skipped], counts, cores)
+    points = family_points([f for f in families if f not in skipped], counts, cores, simulated(settings.env))
     if not points:
         without = f" ({', '.join(skipped)}: no CUDA device here)" if skipped else ""
         raise ConfigError(f"the study has no points to run here{without}")

@@ -78,10 +78,11 @@ def study_table(rows: list[dict[str, Any]]) -> str:
 
 
 def cut_note(rows: list[dict[str, Any]]) -> str:
-    """What `parallel.sync_fraction` cut, for the points that cut steps ("" where none did)."""
+    """What `parallel.sync_fraction` or `distributed.sync_fraction` cut, for the points that cut steps ("" where none
+    did)."""
     cut = [f"{r['label']} {100 * r['rollout_cut']:.2f}%" for r in rows if r.get("rollout_cut")]
-    return ("Steps cut by `parallel.sync_fraction` (the mean share of a steady rollout's steps that its slowest "
-            f"workers did not take): {', '.join(cut)}.\n\n") if cut else ""
+    return ("Steps cut by `parallel.sync_fraction` or `distributed.sync_fraction` (the mean share of a steady "
+            f"rollout's steps that its slowest workers or ranks did not take): {', '.join(cut)}.\n\n") if cut else ""
 
 
 def plot_study(rows: list[dict[str, Any]], path: Path, title: str) -> None:

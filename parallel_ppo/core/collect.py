@@ -7,13 +7,14 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import torch
 from torch import nn
 
 from parallel_ppo.core.buffer import RolloutBuffer
-from parallel_ppo.core.config import Config
+from parallel_ppo.core.config import CUT_NO_EARLIER, Config
 from parallel_ppo.core.distributions import sample
 from parallel_ppo.core.episodes import info_keys
 from parallel_ppo.core.model import autocast, kept_casts, module_device
@@ -36,9 +37,14 @@ def never() -> bool:
     return False
 
 
-CUT_NO_EARLIER = 0.25
-"""A rollout cut for the stragglers' sake (`parallel.sync_fraction`) keeps at least this share of its steps
-(DD-PPO's 0.25): no env's share of an update is a mere handful of steps."""
+class PeerCut(Protocol):
+    """DD-PPO's pre-emption of stragglers among learners (`distributed.sync_fraction`): asked before each step of a
+    rollout (`EnvRunner.collect`'s `cut_short`), true once enough of the others have ended theirs; told when this
+    one's rollout has ended."""
+
+    def __call__(self) -> bool: ...
+
+    def ended(self) -> None: ...
 
 
 class RolloutError(RuntimeError):
@@ -224,8 +230,11 @@ class SequentialCollector:
     lagged_share = 0.0
     lagged: torch.Tensor | None = None
 
-    def __init__(self, cfg: Config, env_threads: int, resumes: int = 0, env_offset: int = 0) -> None:
-        """`env_offset`: the global index of the first env (a distributed rank's share starts there)."""
+    def __init__(self, cfg: Config, env_threads: int, resumes: int = 0, env_offset: int = 0,
+                 cut: PeerCut | None = None) -> None:
+        """`env_offset`: the global index of the first env (a distributed rank's share starts there); `cut`: what
+        ends a rollout once enough other ranks have ended theirs (`Group.rollout_cut`)."""
+        self.cut = cut
         stream = (resumes, 0)
         env = make_batch_env(cfg.env, cfg.run.seed, env_offset, cfg.env.num_envs, env_threads, stream)
         self.spaces = env.spaces
@@ -244,9 +253,11 @@ class SequentialCollector:
         """One rollout; an env that fails (raises, or returns what its spaces do not describe) is a RolloutError,
         so the run stops with its checkpoint and summary as the parallel trainer does when a worker fails."""
         try:
-            result = self.runner.collect(model, self.buffer, stopping=stopping)
+            result = self.runner.collect(model, self.buffer, stopping=stopping, cut_short=self.cut or never)
         except Exception as e:
             raise RolloutError(f"the rollout on {self.env_id} failed: {one_line(e)}") from e
+        if self.cut is not None:  # the other ranks' count: a lost store is theirs to report, not the env's
+            self.cut.ended()
         timers.add("env", result.time_env)
         timers.add("render", result.time_render)
         timers.add("inference", result.time_inference)

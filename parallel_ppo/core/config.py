@@ -13,6 +13,10 @@ from typing import Any
 
 from parallel_ppo.envs.config import MAX_THREADS, EnvConfig, Rules, rules_of, setting  # noqa: F401 (re-exported)
 
+CUT_NO_EARLIER = 0.25
+"""A rollout cut for the stragglers' sake (`parallel.sync_fraction`, `distributed.sync_fraction`) keeps at least
+this share of its steps (DD-PPO's 0.25): no env's share of an update is a few steps."""
+
 
 @dataclass
 class ParallelConfig:
@@ -78,7 +82,7 @@ class ParallelConfig:
     synchronous trainer's, two at a far lower success, and it failed a check written down in advance), and on
     CartPole's discrete actions, it has not helped (docs/training.md)."""
     drop_lagged: bool = False
-    """With `overlap` and `refresh_params` (refused with distributed ranks, whose updates must be of one size): the
+    """With `overlap` and `refresh_params` (refused with distributed ranks: timing would set each one's share): the
     update learns only from the steps taken with the parameters it updates, in as many minibatches as the whole
     rollout makes (each smaller); the steps taken during the update before carry their envs forward and are not
     learned from (metrics.csv's `learned_share`; the observation and reward statistics still count them). Where they
@@ -320,6 +324,14 @@ class DistributedConfig:
     """How long a rank waits on the others in one exchange before it gives up (a rank that hung): with the update
     in progress, under a minute. A rank that died is noticed at once. (The wait for rank 0's logging, checkpoints
     and evaluation after an update has a timeout of an hour.)"""
+    sync_fraction: float = setting(1.0, positive=True, maximum=1)
+    """Share of the ranks whose finished rollout ends everyone's: once that many are done, the others stop before
+    their next step, keeping at least a quarter of theirs (DD-PPO's pre-emption of stragglers; it used 0.6), as
+    `parallel.sync_fraction` does for workers. Sequential ranks only; 1: every rank steps its whole rollout."""
+
+    def ranks_waited_for(self, world_size: int) -> int:
+        """The ranks whose finished rollouts end a rollout: `sync_fraction` of `world_size`, rounded up."""
+        return max(1, math.ceil(self.sync_fraction * world_size - 1e-9))
 
 
 @dataclass

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from parallel_ppo.core.config import Config, ParallelConfig, Rules, config_fields, rules_of
+from parallel_ppo.core.config import CUT_NO_EARLIER, Config, ParallelConfig, Rules, config_fields, rules_of
 from parallel_ppo.core.config_yaml import load_yaml, parse_yaml
 from parallel_ppo.core.episodes import check_names
 from parallel_ppo.core.units import to_unit
@@ -178,13 +178,28 @@ def validate(cfg: Config, world_size: int = 1) -> None:
             raise ConfigError("eval.video records each evaluation's video in TensorBoard; set logging.tensorboard "
                               "true, or eval.video empty")
     _check_rollout(cfg, world_size if cfg.distributed.num_envs_total else 1)
+    cut = cfg.distributed.sync_fraction  # one process alone has no other rank to cut, as one worker has none
+    if cut < 1 and world_size > 1 and cfg.distributed.ranks_waited_for(world_size) == world_size:
+        raise ConfigError(f"distributed.sync_fraction {cut} of {world_size} ranks waits for all of them: set it to at "
+                          f"most {math.floor(1000 * (world_size - 1) / world_size) / 1000}, or to 1")
+    batch = cfg.training.batch_size // (world_size if cfg.distributed.num_envs_total else 1)  # a rank's minibatch
+    if cut < 1 and world_size > 1 and cfg.rollout_size // batch > cut_rollout_size(cfg):  # ranks must agree on them
+        raise ConfigError(f"distributed.sync_fraction {cut} may cut a rank's rollout to {cut_rollout_size(cfg)} "
+                          f"samples, fewer than its {cfg.rollout_size // batch} minibatches of {batch}: take larger "
+                          "minibatches, or set it to 1")
+
+
+def cut_rollout_size(cfg: Config) -> int:
+    """The fewest samples a rollout cut for the stragglers' sake keeps (`core.collect.CUT_NO_EARLIER` of its steps)."""
+    return math.ceil(CUT_NO_EARLIER * cfg.training.n_steps) * cfg.env.num_envs
 
 
 def check_workers(p: ParallelConfig, world_size: int) -> None:
     """Refuse worker settings that cannot hold for a parallel run of `world_size` ranks (ConfigError, one line)."""
     if world_size > 1 and p.sync_fraction < 1:  # sequential ranks ignore it, as one process does
-        raise ConfigError(f"parallel.sync_fraction {p.sync_fraction} cuts the rollouts of slow workers short; "
-                          f"{world_size} distributed ranks must take updates of one size: set it to 1")
+        raise ConfigError(f"parallel.sync_fraction {p.sync_fraction} cuts the rollouts of slow workers short, not "
+                          f"within {world_size} distributed ranks: set it to 1 (distributed.sync_fraction cuts those "
+                          "of slow sequential ranks)")
     if p.sync_fraction < 1 and p.workers_waited_for == p.num_workers > 1:  # one worker: none to cut
         most = math.floor(1000 * (p.num_workers - 1) / p.num_workers) / 1000
         raise ConfigError(f"parallel.sync_fraction {p.sync_fraction} of {p.num_workers} workers waits for all of "
@@ -197,8 +212,8 @@ def check_workers(p: ParallelConfig, world_size: int) -> None:
                           "parameters mid-rollout, which they take only with parallel.refresh_params: set it to true, "
                           "or this to 1")
     if world_size > 1 and p.drop_lagged and p.lag:
-        raise ConfigError(f"parallel.drop_lagged leaves each rank a share of its rollout that timing sets; "
-                          f"{world_size} distributed ranks must take updates of one size: set it to false")
+        raise ConfigError(f"parallel.drop_lagged leaves each rank a share of its rollout that timing sets, which "
+                          f"{world_size} distributed ranks do not agree on: set it to false")
     if p.pin_workers and not hasattr(os, "sched_setaffinity"):
         raise ConfigError("parallel.pin_workers pins workers to CPUs, which this platform does not let a process do "
                           "(Linux does): set it to false")
@@ -318,6 +333,9 @@ def build_config(
         derive_distributed_envs(cfg, world_size, parallel)
     elif parallel:  # each rank of a distributed run without a total takes the layout given for one process
         derive_parallel_envs(cfg, given, on_command_line, {k for k, v in flags.items() if v is not None})
+    if parallel and (world_size or 1) > 1 and cfg.distributed.sync_fraction < 1:
+        raise ConfigError(f"distributed.sync_fraction {cfg.distributed.sync_fraction} cuts the rollouts of sequential "
+                          "ranks; these step their envs in workers, whose rollouts it does not cut: set it to 1")
     validate(cfg, world_size or 1)
     if parallel:
         check_workers(cfg.parallel, world_size or 1)

@@ -10,7 +10,7 @@ from typing import TypeVar
 import torch
 from torch import nn
 
-from parallel_ppo.core.collect import CollectResult
+from parallel_ppo.core.collect import CollectResult, PeerCut
 from parallel_ppo.core.config import Config, TrainingConfig
 
 T = TypeVar("T")
@@ -60,6 +60,10 @@ class Group:
         """What the update averages its gradients, statistics and KL with: nothing, alone."""
         return None
 
+    def rollout_cut(self, cfg: Config) -> PeerCut | None:
+        """What ends this process's rollout once enough others have ended theirs: nothing, alone."""
+        return None
+
     def pop_seconds(self) -> float:
         return 0.0
 
@@ -84,17 +88,31 @@ class AgreedRollout:
     started: float
     """Rank 0's elapsed seconds when the rollout began: the clock an annealed learning rate follows, so that
     every rank steps with the same rate."""
+    lengths: torch.Tensor
+    """The steps each env took (`RolloutBuffer.lengths`), every rank's envs side by side in rank order."""
+
+    @property
+    def steps(self) -> int:
+        """Env steps the rollout took, over every rank."""
+        return int(self.lengths.sum())
+
+    def taken(self, n_steps: int) -> torch.Tensor | None:
+        """(T, every rank's envs) bool: the steps taken (as `RolloutBuffer.taken`); None where no rollout was cut."""
+        return None if bool((self.lengths == n_steps).all()) else torch.arange(n_steps)[:, None] < self.lengths
 
 
-def agree_rollout(group: Group, result: CollectResult, error: str | None, signum: int | None,
+def agree_rollout(group: Group, result: CollectResult, lengths: torch.Tensor, error: str | None, signum: int | None,
                   started: float, num_envs: int) -> AgreedRollout:
-    """One exchange after every rollout: episodes (returns, lengths, final-info entries by name), rewards, errors,
-    signals, fresh envs (numbered over all ranks' envs, each rank having `num_envs`) and rank 0's clock."""
-    reports = group.gather({"error": error, "signum": signum, "started": started, "result": result})
+    """One exchange after every rollout: episodes (returns, lengths, final-info entries by name), rewards, the steps
+    each env took (`lengths`), errors, signals, fresh envs (numbered over all ranks' envs, each rank having
+    `num_envs`) and rank 0's clock."""
+    reports = group.gather({"error": error, "signum": signum, "started": started, "result": result,
+                            "lengths": lengths})
     errors = [e if group.world_size == 1 else f"rank {rank}: {e}"
               for rank, r in enumerate(reports) if (e := r["error"])]
     fresh = [rank * num_envs + env for rank, r in enumerate(reports) for env in r["result"].fresh_envs]
     merged = CollectResult.merged([r["result"] for r in reports], result.time_env, result.time_inference,
                                   result.time_render, fresh)
     signum = max((r["signum"] for r in reports if r["signum"]), default=None)
-    return AgreedRollout(merged, "; ".join(errors) or None, signum, reports[0]["started"])
+    return AgreedRollout(merged, "; ".join(errors) or None, signum, reports[0]["started"],
+                         torch.cat([r["lengths"] for r in reports]))

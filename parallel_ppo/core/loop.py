@@ -61,7 +61,7 @@ LAGGED_SHARE = metric("charts/lagged_share", "share of the update's env steps ta
 LEARNED_SHARE = metric("charts/learned_share", "share of the rollout's env steps taken that the update learned from: 1 "
                        "but where parallel.drop_lagged left out the lagged ones", summary=True)
 ROLLOUT_CUT = metric("charts/rollout_cut", "share of the rollout's env steps not taken because parallel.sync_fraction "
-                     "ended the slowest workers' rollouts early (0 without)", summary=True)
+                     "or distributed.sync_fraction cut the slowest rollouts short (0 without)", summary=True)
 LOOP_METRICS = (UPDATE, ENV_STEPS, WALL_TIME, SPS, EPISODIC_RETURN, EPISODIC_LENGTH, EPISODES, REWARD_PER_STEP,
                 SUCCESS_RATE, LEARNING_RATE, WORKER_RESTARTS, LEARNER_THREADS, POLICY_LAG, LAGGED_SHARE, LEARNED_SHARE,
                 ROLLOUT_CUT)
@@ -279,17 +279,18 @@ def learned_rows(taken: torch.Tensor | None, source: RolloutSource,
     return taken_rows, taken_rows if learned is taken else learned.flatten().nonzero().squeeze(1)
 
 
-def rollout_batch(buf: RolloutBuffer, cfg: Config, scaler: RewardScaler | None = None,
-                  group: Group = ALONE) -> TrainBatch:
+def rollout_batch(buf: RolloutBuffer, cfg: Config, scaler: RewardScaler | None = None, group: Group = ALONE,
+                  everyone: torch.Tensor | None = None) -> TrainBatch:
     """GAE over the filled buffer (rewards by their sign if `training.sign_rewards`, normalized by `scaler` if
     given, plus any time-limit bootstrap), flattened to one row per env step (the steps a cut rollout did not take,
-    `RolloutBuffer.taken`, get advantage 0 and are not to be learned from). The scaler sees every rank's rewards, so
-    it normalizes as one process stepping all the envs would (a cut rollout is one rank's: `parallel.sync_fraction`
-    is refused with ranks)."""
+    `RolloutBuffer.taken`, get advantage 0 and are not to be learned from). The scaler sees every rank's rewards and
+    the steps they took (`everyone`: `AgreedRollout.taken`), so it normalizes as one process stepping all the envs
+    would."""
     taken = buf.taken()
     rewards = buf.rewards.sign() if cfg.training.sign_rewards else buf.rewards
     if scaler is not None:
-        rewards = group.own_columns(scaler(group.gather_columns(rewards), group.gather_columns(buf.dones), taken))
+        rewards = group.own_columns(scaler(group.gather_columns(rewards), group.gather_columns(buf.dones),
+                                           taken if group.world_size == 1 else everyone))
     advantages, returns = compute_gae(rewards + buf.bootstrap, buf.values, buf.dones, buf.last_values,
                                       cfg.training.gamma, cfg.training.gae_lambda, taken)
     return TrainBatch(buf.obs.flatten(0, 1), buf.actions.flatten(0, 1), buf.logprobs.flatten(), buf.values.flatten(),
@@ -331,7 +332,8 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
         except RolloutError as e:
             result, error = CollectResult([], [], 0.0, 0.0), str(e)
         with timers.phase("sync"):
-            agreed = agree_rollout(group, result, error, stop.signum, started, cfg.env.num_envs)
+            agreed = agree_rollout(group, result, source.buffer.lengths, error, stop.signum, started,
+                                   cfg.env.num_envs)
         # every rank alike: the result has every rank's episodes
         error = agreed.error or not_numbers_error(agreed.result.not_numbers, cfg.env.id)
         if error is not None or agreed.signum is not None:  # a signal abandons the rollout, not its update
@@ -362,14 +364,14 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
     lr = learning_rate(cfg, state.env_steps, agreed.started)
     for param_group in state.optimizer.param_groups:
         param_group["lr"] = lr
-    taken = source.buffer.taken()
-    taken_rows, rows = learned_rows(taken, source, cfg.parallel.drop_lagged)
+    taken_rows, rows = learned_rows(source.buffer.taken(), source, cfg.parallel.drop_lagged)
+    everyone = agreed.taken(cfg.training.n_steps)
     with timers.phase("gae"):  # lagged steps dropped need no fresh values: they lead each env's rollout
         if cfg.parallel.fresh_values and source.lagged is not None and rows is taken_rows:
             revalue_lagged(state.model, source.buffer, source.lagged, group.local_training(cfg))
         if state.reward_scaler is not None:
             state.reward_scaler.start_episodes(agreed.result.fresh_envs)
-        data = rollout_batch(source.buffer, cfg, state.reward_scaler, group).to(module_device(state.model))
+        data = rollout_batch(source.buffer, cfg, state.reward_scaler, group, everyone).to(module_device(state.model))
     with timers.phase("update"):
         pause_point("update", state.update + 1)
         augment, draws = random_shift(cfg, source.spaces), None
@@ -382,14 +384,13 @@ def update(cfg: Config, source: RolloutSource, state: TrainState, agreed: Agreed
                            group.gradients, augment, draws, rows, decoupled, source.during_update)
         if state.obs_normalizer is not None:  # after the update that learned with the statistics it collected with
             # (overlapped: the rollout in flight was collected with the statistics before these)
-            normalizer = state.obs_normalizer
-            values = normalizer.values(source.buffer.obs)
-            normalizer.update(group.gather_columns(values if taken is None else values[taken]), state.model)
+            values = group.gather_columns(state.obs_normalizer.values(source.buffer.obs))
+            state.obs_normalizer.update(values if everyone is None else values[everyone], state.model)
     allreduce = group.pop_seconds()
     timers.add("update", -allreduce)
     timers.add("allreduce", allreduce)
-    steps = (len(data) if taken_rows is None else len(taken_rows)) * group.world_size
-    learned = (len(data) if rows is None else len(rows)) * group.world_size
+    steps = agreed.steps  # every rank's, which may differ (`distributed.sync_fraction`)
+    learned = steps if rows is taken_rows else len(rows) * group.world_size  # drop_lagged: not with ranks
     state.record(agreed.result, steps)
     return {UPDATE: state.update, ENV_STEPS: state.env_steps, EPISODIC_RETURN: mean_or_nan(state.episode_returns),
             EPISODIC_LENGTH: mean_or_nan(state.episode_lengths), EPISODES: state.episodes, LEARNING_RATE: lr,

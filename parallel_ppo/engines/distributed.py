@@ -117,8 +117,9 @@ class Ranks(Group):
         self._seconds = 0.0
         stop_with_launcher()
         try:
-            dist.init_process_group("gloo", store=attempt_store(self.rank, self.world_size, timeout), rank=self.rank,
-                                    world_size=self.world_size, timeout=timedelta(seconds=timeout))
+            self._store = attempt_store(self.rank, self.world_size, timeout)
+            dist.init_process_group("gloo", store=self._store, rank=self.rank, world_size=self.world_size,
+                                    timeout=timedelta(seconds=timeout))
             self._patient = dist.new_group(backend="gloo", timeout=FINISH_TIMEOUT)
         except (RuntimeError, ValueError) as e:
             raise PeerLost(f"could not join the other ranks at {os.environ['MASTER_ADDR']}:"
@@ -202,6 +203,14 @@ class Ranks(Group):
         self._seconds += time.perf_counter() - start
         return tensor
 
+    def rollout_cut(self, cfg: Config) -> RankCut | None:
+        """DD-PPO's pre-emption of the slowest ranks (`distributed.sync_fraction` below 1), else None."""
+        d = cfg.distributed
+        if d.sync_fraction >= 1 or self.world_size == 1:  # one rank alone has none to cut
+            return None
+        return RankCut(dist.PrefixStore("parallel_ppo/ended", self._store), d.ranks_waited_for(self.world_size),
+                       self.is_main)
+
     def pop_seconds(self) -> float:
         """Seconds spent in the update's all-reduces since the last call."""
         seconds, self._seconds = self._seconds, 0.0
@@ -218,6 +227,41 @@ class Ranks(Group):
             except RuntimeError:  # a rank that already failed has said so; leaving is all that is left
                 pass
         dist.destroy_process_group()
+
+
+class RankCut:
+    """The ranks' count of ended rollouts in the store they met in (a key per rollout): a rank's rollout is cut
+    once `needed` ranks have ended theirs (`core.group.PeerCut`). The count is read at most every `CHECK_SECONDS`
+    (a round trip to the store), so fast envs do not wait on it each step."""
+
+    CHECK_SECONDS = 0.005
+
+    def __init__(self, store: dist.Store, needed: int, is_main: bool) -> None:
+        self.store, self.needed, self.is_main = store, needed, is_main
+        self.rollout, self.checked, self.cut = 0, 0.0, False
+
+    def __call__(self) -> bool:
+        now = time.monotonic()
+        if not self.cut and now - self.checked >= self.CHECK_SECONDS:
+            self.checked = now
+            self.cut = self._ask(self.store.add, str(self.rollout), 0) >= self.needed
+        return self.cut
+
+    def ended(self) -> None:
+        """Count this rank's rollout as ended, and go on to the next. Rank 0 drops the key of the rollout before: every
+        rank has agreed on that one, so none reads it again."""
+        self._ask(self.store.add, str(self.rollout), 1)
+        if self.is_main and self.rollout:
+            self._ask(self.store.delete_key, str(self.rollout - 1))
+        self.rollout, self.checked, self.cut = self.rollout + 1, 0.0, False
+
+    @staticmethod
+    def _ask(call: Any, *args: Any) -> Any:
+        """`call(*args)` of the store; PeerLost where its host is gone."""
+        try:
+            return call(*args)
+        except (RuntimeError, ValueError) as e:
+            raise PeerLost(f"lost the other ranks' count of ended rollouts: {first_line(e)}") from None
 
 
 def stop_with_launcher() -> None:
