@@ -190,7 +190,7 @@ def validate(cfg: Config, world_size: int = 1) -> None:
 
 
 def cut_rollout_size(cfg: Config) -> int:
-    """The fewest samples a rollout cut for the stragglers' sake keeps (`core.collect.CUT_NO_EARLIER` of its steps)."""
+    """The fewest samples a rollout cut for the stragglers' sake keeps (`core.config.CUT_NO_EARLIER` of its steps)."""
     return math.ceil(CUT_NO_EARLIER * cfg.training.n_steps) * cfg.env.num_envs
 
 

@@ -231,7 +231,7 @@ class Ranks(Group):
 
 class RankCut:
     """The ranks' count of ended rollouts in the store they met in (a key per rollout): a rank's rollout is cut
-    once `needed` ranks have ended theirs (`core.group.PeerCut`). The count is read at most every `CHECK_SECONDS`
+    once `needed` ranks have ended theirs (`core.collect.PeerCut`). The count is read at most every `CHECK_SECONDS`
     (a round trip to the store), so fast envs do not wait on it each step."""
 
     CHECK_SECONDS = 0.005
