@@ -19,6 +19,7 @@ from conftest import toy_envs_environ
 from sessions import assert_nothing_left, session_pids, sessions_of, shm_entries, start, torchrun, wait_for
 
 from parallel_ppo.core.checkpoint import load_checkpoint
+from parallel_ppo.core.config import share_waited_for
 from parallel_ppo.core.configure import build_config, config_from_dict
 from parallel_ppo.core.pause import PAUSE_ENV_VAR, release_file
 from parallel_ppo.core.ppo import build_learner
@@ -106,7 +107,7 @@ def test_sequential_ranks_ignore_the_worker_settings_sync_fraction_among_them():
 
 def test_the_ranks_sync_fraction_waits_for_a_share_of_them_and_one_process_ignores_it():
     cfg = build_config(None, {"distributed.sync_fraction": 0.6}, [], parallel=False, world_size=16)
-    assert cfg.distributed.ranks_waited_for(16) == 10
+    assert share_waited_for(cfg.distributed.sync_fraction, 16) == 10
     build_config(None, {"distributed.sync_fraction": 0.6}, [], parallel=True)  # one process: no other rank to cut
 
 
@@ -132,6 +133,21 @@ def test_a_rank_is_cut_once_enough_ranks_have_ended_their_rollout():
     ranks[1].ended()
     ranks[0].ended()
     assert ranks[2]() and store.num_keys() == 1, "rank 0 dropped rollout 0's count"
+
+
+def test_a_rank_that_loses_the_store_mid_rollout_ends_it_and_reports_the_ranks_lost():
+    """A store read failing inside a rollout ends that rollout, and the loss surfaces when it ends as the other
+    ranks' (PeerLost), not as the env's error."""
+    from parallel_ppo.engines.distributed import PeerLost, RankCut
+
+    class GoneStore:
+        def add(self, key: str, amount: int) -> int:
+            raise RuntimeError("Connection reset by peer\nat TCPStore.cpp")
+
+    cut = RankCut(GoneStore(), 2, is_main=True)
+    assert cut(), "the rollout ends where the count cannot be read"
+    with pytest.raises(PeerLost, match="lost the other ranks' count of ended rollouts: Connection reset by peer$"):
+        cut.ended()
 
 
 # ----------------------------------------------------------------------------------------------- under torchrun

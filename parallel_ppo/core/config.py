@@ -14,8 +14,13 @@ from typing import Any
 from parallel_ppo.envs.config import MAX_THREADS, EnvConfig, Rules, rules_of, setting  # noqa: F401 (re-exported)
 
 CUT_NO_EARLIER = 0.25
-"""A rollout cut for the stragglers' sake (`parallel.sync_fraction`, `distributed.sync_fraction`) keeps at least
-this share of its steps (DD-PPO's 0.25): no env's share of an update is a few steps."""
+"""A rollout cut for the stragglers' sake (`parallel.sync_fraction`, `distributed.sync_fraction`) keeps at least this
+share of its steps (DD-PPO's 0.25): no env's share of an update is a few steps."""
+
+
+def share_waited_for(fraction: float, count: int) -> int:
+    """How many of `count` workers or ranks a `sync_fraction` waits for: that share, rounded up, at least one."""
+    return max(1, math.ceil(fraction * count - 1e-9))  # 0.14 × 50 is 7.000000000000001
 
 
 @dataclass
@@ -100,13 +105,11 @@ class ParallelConfig:
     parameters before it; there it waits for the update's. It bounds the lag where the update outlasts that share
     of the rollout (metrics.csv's `lagged_share`), at the cost of the time the workers wait (on HalfCheetah on 2
     cores, all the overlap's gain: docs/training.md); 1: they never wait."""
-
     pin_workers: bool = False
     """Pin each worker process to its drawing share of the CPUs this process may use (`env.env_threads`, else
     cores / workers, at least one; blocks in turn, a distributed rank's workers after those of the ranks before it,
     round the list again where they outnumber the CPUs), so the scheduler never moves a worker away from its caches;
     the learner stays free to run anywhere. Off: the scheduler places them (the reference). Linux only."""
-
     sync_fraction: float = setting(1.0, positive=True, maximum=1)
     """Share of the workers whose finished rollout ends everyone's: once that many are done, the others stop before
     their next step, keeping at least a quarter of theirs (DD-PPO's pre-emption of stragglers; it used 0.6). Their
@@ -122,8 +125,8 @@ class ParallelConfig:
 
     @property
     def workers_waited_for(self) -> int:
-        """The workers whose finished rollouts end a rollout: `sync_fraction` of them, rounded up (all at 1)."""
-        return max(1, math.ceil(self.sync_fraction * self.num_workers - 1e-9))  # 0.14 × 50 is 7.000000000000001
+        """The workers whose finished rollouts end a rollout (all at 1)."""
+        return share_waited_for(self.sync_fraction, self.num_workers)
 
     @property
     def lag(self) -> int:
@@ -327,11 +330,8 @@ class DistributedConfig:
     sync_fraction: float = setting(1.0, positive=True, maximum=1)
     """Share of the ranks whose finished rollout ends everyone's: once that many are done, the others stop before
     their next step, keeping at least a quarter of theirs (DD-PPO's pre-emption of stragglers; it used 0.6), as
-    `parallel.sync_fraction` does for workers. Sequential ranks only; 1: every rank steps its whole rollout."""
-
-    def ranks_waited_for(self, world_size: int) -> int:
-        """The ranks whose finished rollouts end a rollout: `sync_fraction` of `world_size`, rounded up."""
-        return max(1, math.ceil(self.sync_fraction * world_size - 1e-9))
+    `parallel.sync_fraction` does for workers. Sequential ranks only, and where the quarter kept fills a rank's
+    minibatches (the ranks' all-reduces must agree on their count); 1: every rank steps its whole rollout."""
 
 
 @dataclass

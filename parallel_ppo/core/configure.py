@@ -11,7 +11,15 @@ from typing import Any
 
 import yaml
 
-from parallel_ppo.core.config import CUT_NO_EARLIER, Config, ParallelConfig, Rules, config_fields, rules_of
+from parallel_ppo.core.config import (
+    CUT_NO_EARLIER,
+    Config,
+    ParallelConfig,
+    Rules,
+    config_fields,
+    rules_of,
+    share_waited_for,
+)
 from parallel_ppo.core.config_yaml import load_yaml, parse_yaml
 from parallel_ppo.core.episodes import check_names
 from parallel_ppo.core.units import to_unit
@@ -179,9 +187,7 @@ def validate(cfg: Config, world_size: int = 1) -> None:
                               "true, or eval.video empty")
     _check_rollout(cfg, world_size if cfg.distributed.num_envs_total else 1)
     cut = cfg.distributed.sync_fraction  # one process alone has no other rank to cut, as one worker has none
-    if cut < 1 and world_size > 1 and cfg.distributed.ranks_waited_for(world_size) == world_size:
-        raise ConfigError(f"distributed.sync_fraction {cut} of {world_size} ranks waits for all of them: set it to at "
-                          f"most {math.floor(1000 * (world_size - 1) / world_size) / 1000}, or to 1")
+    check_share("distributed.sync_fraction", cut, world_size, "ranks")
     batch = cfg.training.batch_size // (world_size if cfg.distributed.num_envs_total else 1)  # a rank's minibatch
     if cut < 1 and world_size > 1 and cfg.rollout_size // batch > cut_rollout_size(cfg):  # ranks must agree on them
         raise ConfigError(f"distributed.sync_fraction {cut} may cut a rank's rollout to {cut_rollout_size(cfg)} "
@@ -194,16 +200,21 @@ def cut_rollout_size(cfg: Config) -> int:
     return math.ceil(CUT_NO_EARLIER * cfg.training.n_steps) * cfg.env.num_envs
 
 
+def check_share(name: str, fraction: float, count: int, what: str) -> None:
+    """Refuse a `sync_fraction` below 1 that waits for every one of `count` workers or ranks (one alone has none to
+    cut), naming the largest that leaves one to cut."""
+    if fraction < 1 and count > 1 and share_waited_for(fraction, count) == count:
+        raise ConfigError(f"{name} {fraction} of {count} {what} waits for all of them: set it to at most "
+                          f"{math.floor(1000 * (count - 1) / count) / 1000}, or to 1")
+
+
 def check_workers(p: ParallelConfig, world_size: int) -> None:
     """Refuse worker settings that cannot hold for a parallel run of `world_size` ranks (ConfigError, one line)."""
     if world_size > 1 and p.sync_fraction < 1:  # sequential ranks ignore it, as one process does
         raise ConfigError(f"parallel.sync_fraction {p.sync_fraction} cuts the rollouts of slow workers short, not "
                           f"within {world_size} distributed ranks: set it to 1 (distributed.sync_fraction cuts those "
                           "of slow sequential ranks)")
-    if p.sync_fraction < 1 and p.workers_waited_for == p.num_workers > 1:  # one worker: none to cut
-        most = math.floor(1000 * (p.num_workers - 1) / p.num_workers) / 1000
-        raise ConfigError(f"parallel.sync_fraction {p.sync_fraction} of {p.num_workers} workers waits for all of "
-                          f"them: set it to at most {most}, or to 1")
+    check_share("parallel.sync_fraction", p.sync_fraction, p.num_workers, "workers")
     if p.drop_lagged and p.lag and not p.refresh_params:
         raise ConfigError("parallel.drop_lagged learns from the steps taken with the parameters of the update only, "
                           "and without parallel.refresh_params every step is taken with older ones: set one of them")

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from parallel_ppo.core.config import Config, TrainingConfig
+from parallel_ppo.core.config import Config, TrainingConfig, share_waited_for
 from parallel_ppo.core.group import ALONE, STOP_REASONS, Group
 from parallel_ppo.core.lifetime import signal_on_parent_death
 from parallel_ppo.core.model import policy_tensors
@@ -208,8 +208,8 @@ class Ranks(Group):
         d = cfg.distributed
         if d.sync_fraction >= 1 or self.world_size == 1:  # one rank alone has none to cut
             return None
-        return RankCut(dist.PrefixStore("parallel_ppo/ended", self._store), d.ranks_waited_for(self.world_size),
-                       self.is_main)
+        needed = share_waited_for(d.sync_fraction, self.world_size)
+        return RankCut(dist.PrefixStore("parallel_ppo/ended", self._store), needed, self.is_main)
 
     def pop_seconds(self) -> float:
         """Seconds spent in the update's all-reduces since the last call."""
@@ -239,29 +239,30 @@ class RankCut:
     def __init__(self, store: dist.Store, needed: int, is_main: bool) -> None:
         self.store, self.needed, self.is_main = store, needed, is_main
         self.rollout, self.checked, self.cut = 0, 0.0, False
+        self.lost: BaseException | None = None
 
     def __call__(self) -> bool:
         now = time.monotonic()
         if not self.cut and now - self.checked >= self.CHECK_SECONDS:
             self.checked = now
-            self.cut = self._ask(self.store.add, str(self.rollout), 0) >= self.needed
+            try:
+                self.cut = self.store.add(str(self.rollout), 0) >= self.needed
+            except (RuntimeError, ValueError) as e:  # mid-rollout: end it here, and ended() says the store is gone
+                self.lost, self.cut = e, True
         return self.cut
 
     def ended(self) -> None:
         """Count this rank's rollout as ended, and go on to the next. Rank 0 drops the key of the rollout before: every
-        rank has agreed on that one, so none reads it again."""
-        self._ask(self.store.add, str(self.rollout), 1)
-        if self.is_main and self.rollout:
-            self._ask(self.store.delete_key, str(self.rollout - 1))
-        self.rollout, self.checked, self.cut = self.rollout + 1, 0.0, False
-
-    @staticmethod
-    def _ask(call: Any, *args: Any) -> Any:
-        """`call(*args)` of the store; PeerLost where its host is gone."""
+        rank has agreed on that one, so none reads it again. PeerLost where the store's host is gone."""
         try:
-            return call(*args)
+            if self.lost is not None:
+                raise self.lost
+            self.store.add(str(self.rollout), 1)
+            if self.is_main and self.rollout:
+                self.store.delete_key(str(self.rollout - 1))
         except (RuntimeError, ValueError) as e:
             raise PeerLost(f"lost the other ranks' count of ended rollouts: {first_line(e)}") from None
+        self.rollout, self.checked, self.cut = self.rollout + 1, 0.0, False
 
 
 def stop_with_launcher() -> None:
