@@ -250,7 +250,8 @@ def test_learning_benchmark_writes_its_runs_and_comparison(tmp_path):
 
 def test_learning_benchmark_runs_the_trainer_it_is_asked_for(tmp_path, monkeypatch, capsys):
     """`bench.py learning --parallel` hands each run to the parallel trainer (the benchmark test above trains the
-    sequential one), the variant's overrides last; the trainers recorded and the comparison stubbed, nothing run."""
+    sequential one), the variant's overrides last, on the config's env where no `--env` is given; the trainers
+    recorded and the comparison stubbed, nothing run."""
     from parallel_ppo.bench import learning
     from parallel_ppo.cli.bench import main
 
@@ -258,10 +259,12 @@ def test_learning_benchmark_runs_the_trainer_it_is_asked_for(tmp_path, monkeypat
     monkeypatch.setattr(learning, "run_bench_trainer", lambda cmd, name: started.append(cmd))
     monkeypatch.setattr(learning, "make_report", lambda specs, out, prog: 0)
     monkeypatch.chdir(ROOT)
-    assert main(["learning", "--config", "config/cartpole.yaml", "--env", "CartPole-v1", "--minutes", "0.5",
+    assert main(["learning", "--config", "config/cartpole.yaml", "--minutes", "0.5",
                  "--seeds", "1,2", "--variant", "norm:training.normalize_reward=true", "--parallel",
                  "--output-dir", str(tmp_path)]) == 0, capsys.readouterr().err
+    assert capsys.readouterr().out.startswith("bench.py: CartPole-v1, 1 variants")
     assert [cmd[1:4] for cmd in started] == [["-m", "parallel_ppo", "train-parallel"]] * 2
+    assert not any("--env" in cmd for cmd in started), "the config names the env"
     assert [cmd[cmd.index("--output-dir") + 1] for cmd in started] == [str(tmp_path / "norm" / f"seed_{s}")
                                                                         for s in (1, 2)]
     assert all(cmd[-2:] == ["--set", "training.normalize_reward=true"] for cmd in started)

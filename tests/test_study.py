@@ -307,8 +307,8 @@ def test_study_on_this_machine_writes_its_table_and_plots(tmp_path):
     simulated (the other families' commands are checked above; a distributed run by the per-rank rule runs in
     test_bench_suite's sweep)."""
     res = tmp_path / "results"
-    proc = subprocess.run([sys.executable, "bench.py", "study", "--config", "config/sim_lift.yaml", "--env",
-                           "sim/Sleep", "--set", "env.options=[step_ms=1]", "--processes", "1 2", "--families",
+    proc = subprocess.run([sys.executable, "bench.py", "study", "--config", "config/sim_lift.yaml",  # its env
+                           "--set", "env.options=[step_ms=1]", "--processes", "1 2", "--families",
                            "threads,overlap", "--seconds", "2", "--n-steps", "16", "--runs-dir", str(tmp_path / "runs"),
                            "--results-dir", str(res)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -318,6 +318,7 @@ def test_study_on_this_machine_writes_its_table_and_plots(tmp_path):
     study = json.loads((folder / f"{stem}.json").read_text())
     assert folder.name == results_slug(study["cpu_model"], study["cores"], study["gpu"], study["hardware"]["cpu_kind"])
     assert study["date"] and study["command"].endswith(f"--results-dir {res}") and study["simulated"]
+    assert study["settings"]["env"] == "sim/Sleep", "the config's env, no --env given"
     assert (folder / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     points = {p["label"]: p for p in study["points"]}
     assert list(points) == ["threads_1", "threads_2", "overlap_1", "overlap_2"], study["points"]

@@ -17,6 +17,7 @@ from parallel_ppo.bench.speedcheck import SPEED_TARGET
 from parallel_ppo.cli.common import (
     OneLineParser,
     add_config_flag,
+    config_env,
     default_config,
     duration_in,
     fail,
@@ -87,8 +88,8 @@ def _add_speed_check(sub: Any) -> None:
                                    f"settings, and report steady-state SPS / limit against {SPEED_TARGET}. "
                                    "A measurement: exits 0 whatever the ratio.")
     add_config_flag(s, PROCGEN_CONFIGS["speed-check"])
-    s.add_argument("--env", default="starpilot", metavar="ID",
-                   help="env id: a Procgen game (default starpilot) or a gymnasium id")
+    s.add_argument("--env", metavar="ID",
+                   help="env id: a Procgen game or a gymnasium id (default: the config's, starpilot without one)")
     s.add_argument("--num-envs", type=int, default=16, metavar="N", help="envs (default 16)")
     s.add_argument("--n-steps", type=int, default=64, metavar="N", help="steps per env (default 64)")
     s.add_argument("--batch-size", type=int, default=256, metavar="N", help="minibatch (default 256)")
@@ -155,7 +156,8 @@ def _add_learning(sub: Any) -> None:
                        "before (summary.json present) are kept, so the same command finishes an interrupted one; "
                        "one of the other trainer or another env is refused.")
     add_config_flag(c, PROCGEN_CONFIGS["learning"])
-    c.add_argument("--env", default="starpilot", metavar="ID", help="Procgen game or gymnasium id (starpilot)")
+    c.add_argument("--env", metavar="ID",
+                   help="Procgen game or gymnasium id (default: the config's, starpilot without one)")
     c.add_argument("--minutes", type=run_budget("m"), default=10.0, metavar="TIME",
                    help="per run (default 10, at most a week; a bare number is minutes, 90s or 1.5h work too)")
     c.add_argument("--seeds", default="1,2,3", metavar="LIST", help="seeds, e.g. 1,2,3 (the default)")
@@ -173,7 +175,6 @@ def _add_learning(sub: Any) -> None:
 def learning(args: Any, prog: str) -> int:
     from parallel_ppo.bench import learning as runs
 
-    out = Path(args.output_dir or f"benchmarks/learning_{args.env}")
     try:
         seeds = int_list(args.seeds, "--seeds", least=0)  # as the trainers take
         if len(set(seeds)) != len(seeds):
@@ -182,7 +183,9 @@ def learning(args: Any, prog: str) -> int:
         labels = [v.label for v in variants]
         if len(set(labels)) != len(labels):
             raise ConfigError(f"two variants have the same label ({', '.join(labels)})")
-        extra = ["--env", args.env, *(a for item in args.set for a in ("--set", item))]
+        extra = [*(["--env", args.env] if args.env else []), *(a for item in args.set for a in ("--set", item))]
+        env = args.env or config_env(args.config)
+        out = Path(args.output_dir or f"benchmarks/learning_{env}")
         env_ids = {}
         for v, seed in runs.plan(variants, seeds):  # every run is checked before the first one starts
             cmd = runs.run_command(v, seed, out, args.config, args.minutes, extra, args.parallel)
@@ -191,7 +194,7 @@ def learning(args: Any, prog: str) -> int:
             raise ConfigError(f"--output-dir {out} exists and is not a directory")
         mode = "parallel" if args.parallel else "sequential"
         runs.check_kept_runs(out, env_ids, mode)
-        print(f"{prog}: {args.env}, {len(variants)} variants × {len(seeds)} seeds × {args.minutes:g} min, one at a "
+        print(f"{prog}: {env}, {len(variants)} variants × {len(seeds)} seeds × {args.minutes:g} min, one at a "
               f"time, {mode} trainer → {out}", flush=True)
         return runs.main_learning(out, variants, seeds, args.config, args.minutes, extra, prog, args.parallel)
     except ParallelPPOError as e:

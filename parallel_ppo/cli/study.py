@@ -21,6 +21,7 @@ from parallel_ppo.bench.study import (
 from parallel_ppo.bench.study_pages import FAMILIES, cut_note, results_files, study_table
 from parallel_ppo.cli.common import (
     add_config_flag,
+    config_env,
     fail,
     int_list,
     positive_int,
@@ -41,7 +42,8 @@ def add_study(sub: Any) -> None:
                        "point that fails is recorded and the rest go on. Points measured before in the same "
                        "results file (same machine and settings) and not measured now are kept.")
     add_config_flag(c, "ppo_parallel.yaml")
-    c.add_argument("--env", default="starpilot", metavar="ID", help="Procgen game or gymnasium id (starpilot)")
+    c.add_argument("--env", metavar="ID",
+                   help="Procgen game or gymnasium id (default: the config's, starpilot without one)")
     c.add_argument("--processes", metavar="LIST", help='process counts (default 1, 2, 4, ... usable CPUs)')
     c.add_argument("--families", default=",".join(FAMILIES), metavar="LIST",
                    help=f"which families to run (default {','.join(FAMILIES)}; cuda and cuda_overlap only where "
@@ -65,7 +67,7 @@ def study(args: Any, prog: str) -> int:
             raise ConfigError(f"--families takes {', '.join(FAMILIES)}; got {args.families!r}")
         counts = sorted(set(int_list(args.processes, "--processes"))) if args.processes is not None else (
             process_counts(available_cores()))
-        settings = StudySettings(args.config, args.env, args.seconds, n_steps=args.n_steps,
+        settings = StudySettings(args.config, args.env or config_env(args.config), args.seconds, n_steps=args.n_steps,
                                  extra=tuple(a for item in args.set for a in ("--set", item)))
         check_settings(settings)
         for path in (Path(args.runs_dir), Path(args.results_dir)):
