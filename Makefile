@@ -18,7 +18,10 @@ PY       := $(VENV)/bin/python
 DURATION ?= 1h
 TAG      ?= 1h
 SEED     ?= 1
-ENV      ?= starpilot
+ENV      ?=
+# ENV=<id> trains or measures that env; unset, a target runs the env its config names (starpilot in the shipped
+# Procgen configs; ARGS="--config config/cartpole.yaml" with a benchmark, CartPole)
+ENV_FLAG  = $(if $(ENV),--env $(ENV))
 ARGS     ?=
 WORKERS  ?= 2
 ENVS     ?= 8
@@ -104,7 +107,7 @@ docs: install
 
 ## Sequential timed run: make train DURATION=30m OUT=benchmarks/mine
 train: install
-	$(PY) train_timed.py --config config/ppo_sequential.yaml --env $(ENV) --duration $(DURATION) \
+	$(PY) train_timed.py --config config/ppo_sequential.yaml $(ENV_FLAG) --duration $(DURATION) \
 		--seed $(SEED) --output-dir $(or $(OUT),benchmarks/sequential_$(TAG)) $(ARGS)
 
 ## Proof that an install works: CartPole for 10 s in each trainer → benchmarks/smoke_{sequential,parallel}/
@@ -116,7 +119,7 @@ smoke: install
 
 ## Parallel timed run: make train-parallel DURATION=30m WORKERS=4 ENVS=8 OUT=benchmarks/mine
 train-parallel: install
-	$(PY) train_parallel_timed.py --config config/ppo_parallel.yaml --env $(ENV) --duration $(DURATION) \
+	$(PY) train_parallel_timed.py --config config/ppo_parallel.yaml $(ENV_FLAG) --duration $(DURATION) \
 		--num-workers $(WORKERS) --num-envs-per-worker $(ENVS) --seed $(SEED) \
 		--output-dir $(or $(OUT),benchmarks/parallel_$(TAG)) $(ARGS)
 
@@ -127,7 +130,7 @@ train-parallel: install
 ## (OMP_NUM_THREADS only quiets torchrun's notice: each rank sets its threads itself, cores / ranks on the host).
 ## NPROC and the trainer's flags are checked first (rank 0's --print-config under torchrun's variables, nothing run):
 ## a bad value is one line and exit status 2, not torchrun's report of failed ranks.
-DIST_FLAGS = --config config/ppo_sequential.yaml --env $(ENV) --duration $(DURATION) $(DIST_ENVS) \
+DIST_FLAGS = --config config/ppo_sequential.yaml $(ENV_FLAG) --duration $(DURATION) $(DIST_ENVS) \
              --seed $(SEED) --output-dir $(or $(OUT),benchmarks/distributed_$(TAG)) $(ARGS)
 train-distributed: install
 	@case "$(NPROC)" in *[!0-9]*|'') ok=;; *[1-9]*) ok=1;; *) ok=;; esac; test -n "$$ok" || \
@@ -151,39 +154,39 @@ compare: install
 ## The bare network's compute limit: forward and PPO-train rates, limit = 1/(1/fwd + epochs/train) SPS, for each
 ## precision/microbatch left auto; FLOPs per env step and matmul peaks; ARGS="--run DIR": a run's share of the peak
 roofline: install
-	$(PY) bench.py roofline --env $(ENV) $(ARGS)
+	$(PY) bench.py roofline $(ENV_FLAG) $(ARGS)
 
 ## Sequential trainer SPS as a fraction of the compute limit, measured in one sitting (16 envs × 64 steps)
 bench-speed: install
-	$(PY) bench.py speed-check --env $(ENV) $(ARGS)
+	$(PY) bench.py speed-check $(ENV_FLAG) $(ARGS)
 
 ## Raw env steps/s (no learning): bare envs, sequential and parallel paths, random actions and the network
 bench-envs: install
-	$(PY) bench.py envs --env $(ENV) --num-workers $(WORKERS) \
+	$(PY) bench.py envs $(ENV_FLAG) --num-workers $(WORKERS) \
 		--num-envs-per-worker $(ENVS) --seconds 10 $(ARGS)
 
 ## Scaling sweep (workers, and as many distributed ranks): make bench BENCH_SECONDS=20 WORKERS="1 2"
 ## → benchmarks/scaling/scaling.{json,md,png}
 bench: install
-	$(PY) bench.py scaling --env $(ENV) $(BENCH_WORKERS) \
+	$(PY) bench.py scaling $(ENV_FLAG) $(BENCH_WORKERS) \
 		--envs-per-worker $(ENVS_PER_WORKER) --seconds $(BENCH_SECONDS) --output-dir benchmarks/scaling $(ARGS)
 
 ## Sequential, parallel and distributed uses of the same PROCS processes on ENVS_TOTAL envs, one run each:
 ## make bench-layouts PROCS="2 4" BENCH_SECONDS=120 → benchmarks/layouts/layouts.{json,md,png}
 bench-layouts: install
-	$(PY) bench.py layouts --env $(ENV) --processes "$(PROCS)" \
+	$(PY) bench.py layouts $(ENV_FLAG) --processes "$(PROCS)" \
 		--envs $(ENVS_TOTAL) --seconds $(BENCH_SECONDS) --output-dir benchmarks/layouts $(ARGS)
 
 ## The fastest layout (workers × envs × threads, or distributed ranks) for this machine → benchmarks/autotune/ppo_autotuned.yaml
 autotune: install
-	$(PY) bench.py autotune --env $(ENV) \
+	$(PY) bench.py autotune $(ENV_FLAG) \
 		--seconds $(AUTOTUNE_SECONDS) --output-dir benchmarks/autotune $(ARGS)
 
 ## Learning benchmark: config variants × seeds (one run at a time, MINUTES each), compared across seeds:
-## make bench-learning ENV=starpilot MINUTES=10 SEEDS=1,2,3 → benchmarks/learning_$(ENV)/ (reruns keep finished runs)
+## make bench-learning ENV=starpilot MINUTES=10 SEEDS=1,2,3 → benchmarks/learning_<env>/ (reruns keep finished runs)
 bench-learning: install
-	$(PY) bench.py learning --env $(ENV) --minutes $(MINUTES) --seeds "$(SEEDS)" \
-		--output-dir $(or $(OUT),benchmarks/learning_$(ENV)) $(ARGS)
+	$(PY) bench.py learning $(ENV_FLAG) --minutes $(MINUTES) --seeds "$(SEEDS)" \
+		$(if $(OUT),--output-dir $(OUT)) $(ARGS)
 
 ## Continuous control at equal steps, to set beside CleanRL's published ppo_continuous_action returns (quoted in
 ## docs/results/amd-epyc-2c/mujoco.md): STEPS (1M) per run, SEEDS, one run at a time per env, config/mujoco.yaml
@@ -247,7 +250,7 @@ overlap-speed: install
 ## -mesa, -lp<N> where drawn otherwise).
 ## ARGS="--families workers --processes '8 16'" for a part.
 study: install
-	$(PY) bench.py study --env $(ENV) --seconds $(STUDY_SECONDS) $(ARGS)
+	$(PY) bench.py study $(ENV_FLAG) --seconds $(STUDY_SECONDS) $(ARGS)
 
 ## The study simulated on this machine's cores: robosuite Lift from state with its physics a sleep of 7 ms a step
 ## (sim/Sleep, config/sim_lift.yaml), synchronous workers against overlapped ones at 1, 2, 4, 8 and 16, so 16 workers

@@ -34,9 +34,7 @@ from typing import Any
 
 from parallel_ppo.bench.scaling import BENCH_RUN_SETS, BenchRunCrashed, point_row, run_bench_trainer, trainer_command
 from parallel_ppo.bench.study_pages import FAMILIES, GPU_FAMILIES, results_files, write_results
-from parallel_ppo.core.config import EnvConfig
-from parallel_ppo.core.config_yaml import load_yaml
-from parallel_ppo.core.configure import build_config
+from parallel_ppo.core.configure import build_config, config_env
 from parallel_ppo.core.threads import usable_cpus
 from parallel_ppo.envs.families import family_of
 from parallel_ppo.errors import ConfigError, ParallelPPOError, RunDataError
@@ -209,7 +207,7 @@ def results_name(settings: StudySettings, drawn: dict[str, str]) -> str:
     `study-bigfish` for bigfish on ppo_parallel.yaml: the studies of several tasks on one machine sit side by side
     instead of replacing one another."""
     config = Path(settings.config)
-    own_env = ((load_yaml(config).get("env") or {}).get("id") or EnvConfig().id) if config.is_file() else None
+    own_env = config_env(config) if config.is_file() else None
     name = "study" if config.stem == "ppo_parallel" else f"study-{config.stem}"
     sets = "".join("-" + set_slug(item) for item in settings.sets)
     return (name if settings.env == own_env else f"{name}-{slug(settings.env)}") + sets + drawing_tag(drawn)

@@ -17,7 +17,6 @@ from parallel_ppo.bench.speedcheck import SPEED_TARGET
 from parallel_ppo.cli.common import (
     OneLineParser,
     add_config_flag,
-    config_env,
     default_config,
     duration_in,
     fail,
@@ -31,7 +30,7 @@ from parallel_ppo.cli.study import add_study, study
 from parallel_ppo.cli.train import trainer_config
 from parallel_ppo.core.allocator import retain_freed_memory
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.configure import build_config
+from parallel_ppo.core.configure import build_config, config_env
 from parallel_ppo.core.files import write_json
 from parallel_ppo.core.threads import draw_with, thread_plan
 from parallel_ppo.envs.batch import env_spaces
@@ -174,6 +173,7 @@ def _add_learning(sub: Any) -> None:
 
 def learning(args: Any, prog: str) -> int:
     from parallel_ppo.bench import learning as runs
+    from parallel_ppo.bench.study import slug
 
     try:
         seeds = int_list(args.seeds, "--seeds", least=0)  # as the trainers take
@@ -183,9 +183,9 @@ def learning(args: Any, prog: str) -> int:
         labels = [v.label for v in variants]
         if len(set(labels)) != len(labels):
             raise ConfigError(f"two variants have the same label ({', '.join(labels)})")
-        extra = [*(["--env", args.env] if args.env else []), *(a for item in args.set for a in ("--set", item))]
-        env = args.env or config_env(args.config)
-        out = Path(args.output_dir or f"benchmarks/learning_{env}")
+        extra = _run_args(args, args.parallel)
+        env = args.env or config_env(args.config, args.set)
+        out = Path(args.output_dir or f"benchmarks/learning_{slug(env)}")
         env_ids = {}
         for v, seed in runs.plan(variants, seeds):  # every run is checked before the first one starts
             cmd = runs.run_command(v, seed, out, args.config, args.minutes, extra, args.parallel)
@@ -203,13 +203,10 @@ def learning(args: Any, prog: str) -> int:
         return fail(prog, e, 1)
 
 
-def _run_args(args: Any) -> list[str]:
-    """Flags passed on to every run of a sweep (validated first, so a typo fails before any run)."""
-    extra = ["--env", args.env] if args.env else []
-    for item in args.set:
-        extra += ["--set", item]
-    build_config(args.config, {"env.id": args.env}, args.set, parallel=True)
-    return extra
+def _run_args(args: Any, parallel: bool = True) -> list[str]:
+    """`--env` and `--set` as every run of a benchmark takes them (checked first, so a typo fails before any run)."""
+    build_config(args.config, {"env.id": args.env}, args.set, parallel=parallel)
+    return [*(["--env", args.env] if args.env else []), *(a for item in args.set for a in ("--set", item))]
 
 
 def envs(args: Any, prog: str) -> int:

@@ -159,13 +159,6 @@ def add_config_flag(p: Any, procgen: str) -> None:
                         f"the env's family: {', '.join(shipped[:-1])} or {shipped[-1]})")
 
 
-def config_env(config: str) -> str:
-    """The env id config file `config` names (the default env where it names none); a ConfigError where it is bad."""
-    from parallel_ppo.core.configure import build_config
-
-    return build_config(config, {}, [], parallel=False).env.id
-
-
 def default_config(env_id: str | None, procgen: str) -> str:
     """The config a benchmark uses without `--config`: `procgen` (in config/) for a Procgen game or no env given;
     for another env the shipped config of its family (`Family.config`; cartpole.yaml, an MLP for vector

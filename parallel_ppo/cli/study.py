@@ -21,7 +21,6 @@ from parallel_ppo.bench.study import (
 from parallel_ppo.bench.study_pages import FAMILIES, cut_note, results_files, study_table
 from parallel_ppo.cli.common import (
     add_config_flag,
-    config_env,
     fail,
     int_list,
     positive_int,
@@ -30,6 +29,7 @@ from parallel_ppo.cli.common import (
     some_path,
 )
 from parallel_ppo.cli.train import trainer_config
+from parallel_ppo.core.configure import config_env
 from parallel_ppo.errors import ConfigError, ParallelPPOError
 
 
@@ -67,7 +67,8 @@ def study(args: Any, prog: str) -> int:
             raise ConfigError(f"--families takes {', '.join(FAMILIES)}; got {args.families!r}")
         counts = sorted(set(int_list(args.processes, "--processes"))) if args.processes is not None else (
             process_counts(available_cores()))
-        settings = StudySettings(args.config, args.env or config_env(args.config), args.seconds, n_steps=args.n_steps,
+        env = args.env or config_env(args.config, args.set)
+        settings = StudySettings(args.config, env, args.seconds, n_steps=args.n_steps,
                                  extra=tuple(a for item in args.set for a in ("--set", item)))
         check_settings(settings)
         for path in (Path(args.runs_dir), Path(args.results_dir)):

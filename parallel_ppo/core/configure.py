@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
@@ -14,6 +15,7 @@ import yaml
 from parallel_ppo.core.config import (
     CUT_NO_EARLIER,
     Config,
+    EnvConfig,
     ParallelConfig,
     Rules,
     config_fields,
@@ -130,6 +132,14 @@ def parse_set(item: str) -> tuple[str, Any]:
     except (yaml.YAMLError, RecursionError):
         value = raw
     return key.strip(), value
+
+
+def config_env(config: str | os.PathLike, sets: Sequence[str] = ()) -> str:
+    """The env id config file `config` trains with `--set` items `sets`, read without checking the rest (a run's
+    own check does that): the last `env.id` item, else the file's `env.id`, else the default env."""
+    ids = [value for key, value in map(parse_set, sets) if key == "env.id"]
+    env = load_yaml(config).get("env") if not ids else {"id": ids[-1]}
+    return str((env.get("id") if isinstance(env, dict) else None) or EnvConfig().id)
 
 
 LAYOUT = ("parallel.num_workers", "parallel.num_envs_per_worker")
