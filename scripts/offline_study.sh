@@ -16,7 +16,7 @@
 # (study-...-parallel-learner-threads-4), beside the default's.
 # ENV (and CONFIG) study another task: `ENV=robosuite/Lift` (staged by `offline_stage.sh 3.12 robot` in .robot/, which
 # travels alone: with .whl/ it is over a device call's 64 MiB), `CONFIG=config/robosuite_lift_camera.yaml` its camera;
-# without ENV, the env CONFIG names.
+# without ENV, the env SETS (env.id=...) or CONFIG names.
 # INFERENCE=16 then times the task's inference (scripts/inference_cost.py): a worker's own against 16 workers' batched
 # on the GPU (or every core), into the machine's folder under RESULTS_DIR (seconds).
 # GL=mesa draws the camera with Mesa's llvmpipe on the CPU instead of the GPU (staged by `offline_stage.sh 3.12 mesa`
@@ -28,7 +28,6 @@ cd "$(dirname "$0")/.."
 results="${1:-docs/results}"
 seconds="${2:-20}"
 export PYTHONUNBUFFERED=1
-env="${ENV:-}"
 case "${GL:-}" in ""|mesa) ;; *) echo "offline_study: GL is mesa or unset, not '$GL'" >&2; exit 2 ;; esac
 site=/tmp/offline_site
 if [ -d .whl ]; then
@@ -63,9 +62,11 @@ if [ "${GL:-}" = mesa ]; then  # draw on the CPU with Mesa's llvmpipe (a no-GPU 
     echo "offline_study: drawing with Mesa, LP_NUM_THREADS ${LP_NUM_THREADS:-as the trainer plans it}"
 fi
 [ -d "$site" ] && export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
-config_env="import sys; from parallel_ppo.core.configure import config_env; print(config_env(sys.argv[1]))"
-# without ENV, CONFIG's env (a bad CONFIG is the study's to name)
-[ -n "$env" ] || env=$(python3 -c "$config_env" "${CONFIG:-config/ppo_parallel.yaml}" 2>/dev/null) || env=starpilot
+read -ra items <<< "${SETS:-}"  # split on spaces, never globbed (model.impala_depths=[16,32,32])
+env_of=$'import sys\nfrom parallel_ppo.core.config_yaml import config_env\nfrom parallel_ppo.errors import ConfigError\n'\
+$'try:\n    print(config_env(sys.argv[1], sys.argv[3:], sys.argv[2] or None))\n'\
+$'except ConfigError as e:\n    sys.exit(f"offline_study: {e}")'
+env=$(python3 -c "$env_of" "${CONFIG:-config/ppo_parallel.yaml}" "${ENV:-}" "${items[@]}") || exit 2  # as the study
 procgen_game="import sys; from parallel_ppo.envs.procgen_envs import PROCGEN_GAMES as g; sys.exit(sys.argv[1] not in g)"
 if python3 -c "$procgen_game" "$env"; then
     # Procgen's libenv.so links libGL; copy in only the libraries the machine lacks, from the staged packages.
@@ -98,7 +99,6 @@ if [[ "$env" == robosuite/* ]] && ! python3 -c "import robosuite" 2>/dev/null; t
 fi
 
 sets=()
-read -ra items <<< "${SETS:-}"  # split on spaces, never globbed (model.impala_depths=[16,32,32])
 for s in "${items[@]}"; do sets+=(--set "$s"); done
 study() {  # FAMILY "COUNTS"
     date +%T

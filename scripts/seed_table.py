@@ -9,10 +9,12 @@ nearest the step), written into an evidence file under a name (figures `<name>_<
 
 A LABEL=DIR names a parent of seed runs or one run (as compare_results takes them). Each seed's first env steps at
 a success rate of 0.5 and of 0.8 (in a metrics.csv row: one update's window) are figures, where the env reports
-success (`..._first_success_50_steps`, null where a seed never got there). Where
-the runs logged them, the policy lag and the lagged share (`parallel.overlap`) are figures too. A mean and a range
-are of the seeds whose figure is a number (whose episodes had ended). With `--until N`, each run is read up to N env
-steps only (its final figures are its last row by then), so that runs of different lengths are compared at one point.
+success (`..._first_success_50_steps`, null where a seed never got there), and with `--return-target R` its first
+env steps at a mean return of R (`..._first_return_R_steps`). Where the runs logged them, the policy lag, the lagged
+share (`parallel.overlap`) and the share of the steps cut (`rollout_cut`, `sync_fraction`) are figures too. A mean
+and a range are of the seeds whose figure is a number (whose episodes had ended). With `--until N`, each run is read
+up to N env steps only (its final figures are its last row by then), so that runs of different lengths are compared
+at one point.
 Bad input, or a run that ends before the table's last step or N: one line, exit status 2.
 """
 
@@ -58,9 +60,9 @@ def at(run: Run, column: str, steps: int | None = None) -> float:
     return float(values[row])
 
 
-def first_reached(run: Run, rate: float) -> int | None:
-    """The env steps of the run's first row whose success rate is `rate` or more (None where none is)."""
-    hits = np.flatnonzero(run.metrics.get("success_rate", np.array([])) >= rate)
+def first_reached(run: Run, value: float, column: str = "success_rate") -> int | None:
+    """The env steps of the run's first row whose `column` is `value` or more (None where none is)."""
+    hits = np.flatnonzero(run.metrics.get(column, np.array([])) >= value)
     return int(run.metrics["env_steps"][hits[0]]) if hits.size else None
 
 
@@ -70,6 +72,16 @@ def cut(run: Run, steps: int) -> Run:
     if last < 0:
         raise RunDataError(f"{run.path} logged no update by --until {steps:,}")
     return dataclasses.replace(run, metrics={name: values[:last + 1] for name, values in run.metrics.items()})
+
+
+def number(value: float) -> str:
+    """`value` as a figure's name takes it: no exponent, no trailing zeros (475, 0.5, 1000000)."""
+    return f"{value:f}".rstrip("0").rstrip(".")
+
+
+def cuts_stragglers(run: Run) -> bool:
+    """Whether the run cut its slowest workers' or ranks' rollouts short (a `sync_fraction` below 1)."""
+    return run.config.parallel.sync_fraction < 1 or run.config.distributed.sync_fraction < 1
 
 
 def spread(values: list[float], digits: int) -> tuple[float | None, str]:
@@ -86,8 +98,9 @@ def reports_success(runs: list[Run]) -> bool:
     return any(np.isfinite(r.metrics.get("success_rate", np.array([]))).any() for r in runs)
 
 
-def label_figures(name: str, label: str, runs: list[Run]) -> dict[str, object]:
-    """A label's final figures over its seeds (success only where the env reports it)."""
+def label_figures(name: str, label: str, runs: list[Run], target: float | None = None) -> dict[str, object]:
+    """A label's final figures over its seeds (success only where the env reports it; each seed's first env steps
+    at a mean return of `target`, where given)."""
     out: dict[str, object] = {f"{name}_{label}_seeds": [r.config.run.seed for r in runs]}
     success = reports_success(runs)
     for what, column in SHOWN.items():
@@ -100,6 +113,13 @@ def label_figures(name: str, label: str, runs: list[Run]) -> dict[str, object]:
     if success:
         for rate in SUCCESS_MARKS:
             out[f"{name}_{label}_first_success_{round(rate * 100)}_steps"] = [first_reached(r, rate) for r in runs]
+    if target is not None:
+        out[f"{name}_{label}_first_return_{number(target)}_steps"] = [first_reached(r, target, SHOWN["return"])
+                                                                      for r in runs]
+    if all("rollout_cut" in r.metrics for r in runs) and any(cuts_stragglers(r) for r in runs):
+        cuts = np.concatenate([r.metrics["rollout_cut"] for r in runs])
+        out[f"{name}_{label}_rollout_cut_mean"] = rounded(float(np.nanmean(cuts)), 3)
+        out[f"{name}_{label}_rollout_cut_max"] = rounded(float(np.nanmax(cuts)), 3)
     if any("policy_lag" not in r.metrics for r in runs):  # runs from before the lag was logged
         return out
     lag = max(int(np.nanmax(r.metrics["policy_lag"])) for r in runs)
@@ -135,11 +155,15 @@ def main(argv: list[str]) -> int:
     p.add_argument("runs", nargs="+", metavar="LABEL=DIR")
     p.add_argument("--steps", required=True, help="env steps of the table's rows, comma-separated")
     p.add_argument("--command", required=True, help="how the runs were made, recorded as <name>_command")
+    p.add_argument("--return-target", type=float, metavar="R",
+                   help="each seed's first env steps at a mean return of R or more is a figure (null: never)")
     p.add_argument("--until", type=int, help="read each run only up to these env steps (its final figures are its "
                                             "last row by then): runs of different lengths compared at one point")
     args = p.parse_args(argv)
     try:
         steps = [int(s) for s in args.steps.split(",")]
+        if args.return_target is not None and not math.isfinite(args.return_target):
+            raise ValueError(f"--return-target is a finite return, not {args.return_target}")
         if args.until is not None and args.until < max(steps):
             raise ValueError(f"--until {args.until:,} lies before the table's last step, {max(steps):,}")
         end, what = (max(steps), "the table's last step") if args.until is None else (args.until, "--until")
@@ -155,11 +179,12 @@ def main(argv: list[str]) -> int:
         print(f"seed_table.py: {error}", file=sys.stderr)
         return 2
     commit = fingerprint.source_commit(ROOT) or "unknown"
-    until = "" if args.until is None else f" --until {args.until}"
-    evidence[f"{args.name}_command"] = f"{args.command}; scripts/seed_table.py{until} at {commit}"
+    flags = "" if args.until is None else f" --until {args.until}"
+    flags += "" if args.return_target is None else f" --return-target {number(args.return_target)}"
+    evidence[f"{args.name}_command"] = f"{args.command}; scripts/seed_table.py{flags} at {commit}"
     evidence[f"{args.name}_date"] = datetime.date.today().isoformat()
     for label, runs in groups.items():
-        evidence.setdefault("figures", {}).update(label_figures(args.name, label, runs))
+        evidence.setdefault("figures", {}).update(label_figures(args.name, label, runs, args.return_target))
     evidence.setdefault("tables", {})[args.name] = table(groups, steps)
     write_text(args.evidence, json.dumps(evidence, indent=1, ensure_ascii=False) + "\n")
     print(json.dumps(evidence["tables"][args.name], ensure_ascii=False))

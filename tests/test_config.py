@@ -14,7 +14,8 @@ import yaml
 
 from parallel_ppo.cli.flags import FLAGS, with_flags
 from parallel_ppo.core.config import Config, EnvConfig, Rules, config_fields, rules_of
-from parallel_ppo.core.configure import build_config, config_env, config_from_dict, get_value, resume_mismatch
+from parallel_ppo.core.config_yaml import config_env
+from parallel_ppo.core.configure import build_config, config_from_dict, get_value, resume_mismatch
 from parallel_ppo.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -489,10 +490,11 @@ def test_a_command_line_names_a_key_with_its_flag():
 
 
 def test_config_env_is_the_env_a_run_trains_read_without_checking_the_rest(tmp_path):
-    """The benchmarks' default env (`config_env`): the last `env.id` of the `--set` items, else the file's, else the
-    default env; a setting the run would refuse does not stop it (the run's own check names that)."""
+    """The env a benchmark's runs train (`config_env`): the last `env.id` of the `--set` items, else `--env`'s, else
+    the file's, else the default env; a setting the run would refuse does not stop it (the run's check names that)."""
     bad = write_yaml(tmp_path, "env:\n  id: Acrobot-v1\ntraining:\n  n_steps: -1\n")
     assert config_env(bad) == "Acrobot-v1"
     assert config_env(bad, ["env.id=CartPole-v1", "training.n_steps=8", "env.id=robosuite/Lift"]) == "robosuite/Lift"
+    assert config_env(bad, [], "bigfish") == "bigfish" and config_env(bad, ["env.id=miner"], "bigfish") == "miner"
     assert config_env(write_yaml(tmp_path, "training:\n  n_steps: 8\n", "none.yaml")) == EnvConfig().id
     assert config_env(write_yaml(tmp_path, "env: CartPole-v1\n", "flat.yaml")) == EnvConfig().id

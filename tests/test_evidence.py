@@ -163,27 +163,33 @@ def set_success(metrics: Path, rates: tuple[str, ...]) -> None:
 
 
 def test_seed_runs_become_figures_and_a_table_in_an_evidence_file(tmp_path, capsys):
-    """scripts/seed_table.py: each label's final figures over its seeds and the table of means and ranges at the
-    steps asked, each seed's row nearest the step; input it cannot read is one line and exit 2."""
+    """scripts/seed_table.py: each label's final figures over its seeds (steps to a return, the share cut) and the
+    table of means and ranges at the steps asked, each seed's row nearest the step; input it cannot read is one line
+    and exit 2."""
     from fake_runs import write_run
 
     for seed, returns in ((1, (5.0, 7.0, 9.0)), (2, (1.0, 3.0, 4.0))):  # rows at 1,024, 2,048 and 3,072 steps
         write_run(tmp_path / "sync" / f"seed_{seed}", [(i + 1, 1024 * (i + 1), 4.0 * (i + 1), r)
                                                        for i, r in enumerate(returns)], seed=seed)
     set_success(tmp_path / "sync" / "seed_1" / "metrics.csv", ("0.3", "0.6", "0.9"))
+    config = tmp_path / "sync" / "seed_1" / "config.yaml"  # a run that cut its stragglers' rollouts
+    config.write_text(config.read_text().replace("sync_fraction: 1.0", "sync_fraction: 0.5", 1))
     path = tmp_path / "e.json"
     path.write_text(json.dumps(EVIDENCE))
     assert seed_table.main([str(path), "study", f"sync={tmp_path / 'sync'}", "--steps", "1000,2100",
-                            "--command", "train"]) == 0
+                            "--command", "train", "--return-target", "6"]) == 0
     data = json.loads(path.read_text())
     figures = data["figures"]
+    assert figures["study_sync_first_return_6_steps"] == [2048, None]  # seed 2 never reached a return of 6
+    assert figures["study_sync_rollout_cut_mean"] == figures["study_sync_rollout_cut_max"] == 0.1  # every row's
+    assert data["study_command"].startswith("train; scripts/seed_table.py --return-target 6 at ")
     assert figures["study_sync_seeds"] == [1, 2] and figures["study_sync_final_returns"] == [9.0, 4.0]
     assert figures["study_sync_return_range"] == [4.0, 9.0] and figures["study_sync_policy_lag"] == 0
     assert figures["study_sync_first_success_50_steps"] == [2048, None]
     assert figures["study_sync_first_success_80_steps"] == [3072, None]
     assert data["tables"]["study"]["rows"] == [["1,000", 3.0, "1.0 to 5.0", 0.2, 0.1],
                                                ["2,100", 5.0, "3.0 to 7.0", 0.35, 0.1]]
-    assert data["study_command"].startswith("train; scripts/seed_table.py at ") and figures["ratio"] == 1.085
+    assert figures["ratio"] == 1.085
     assert seed_table.main([str(path), "early", f"sync={tmp_path / 'sync'}", "--steps", "1000", "--until", "2048",
                             "--command", "train"]) == 0  # read up to 2,048 steps: the finals are those rows'
     data = json.loads(path.read_text())
@@ -198,11 +204,12 @@ def test_seed_runs_become_figures_and_a_table_in_an_evidence_file(tmp_path, caps
     data = json.loads(path.read_text())
     assert data["tables"]["plain"]["columns"] == ["env steps", "sync: mean return", "sync: return range",
                                                   "sync: mean entropy"]
-    assert not [key for key in data["figures"] if key.startswith("plain_") and "success" in key]
+    assert not [key for key in data["figures"] if key.startswith("plain_") and ("success" in key or "cut" in key)]
     capsys.readouterr()
     sync = tmp_path / "sync"  # below: no runs; runs that end before the table's last step or --until
     for runs, steps in ((tmp_path / "none", "1"), (sync, "5000"), (sync, "1000 --until 5000"),
-                        (sync, "1000,3000 --until 2048")):  # and --until before the table's last step
+                        (sync, "1000,3000 --until 2048"),  # --until before the table's last step; no return
+                        (sync, "1000 --return-target nan")):
         assert seed_table.main([str(path), "study", f"sync={runs}", "--steps", *steps.split(), "--command", "x"]) == 2
         assert capsys.readouterr().err.count("\n") == 1
     for text in ("[]", '{"figures": []}', '{"figures": {'):  # not an evidence file: one line, the file left as it was

@@ -34,7 +34,8 @@ from typing import Any
 
 from parallel_ppo.bench.scaling import BENCH_RUN_SETS, BenchRunCrashed, point_row, run_bench_trainer, trainer_command
 from parallel_ppo.bench.study_pages import FAMILIES, GPU_FAMILIES, results_files, write_results
-from parallel_ppo.core.configure import build_config, config_env
+from parallel_ppo.core.config_yaml import config_env
+from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.threads import usable_cpus
 from parallel_ppo.envs.families import family_of
 from parallel_ppo.errors import ConfigError, ParallelPPOError, RunDataError

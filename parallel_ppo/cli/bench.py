@@ -30,7 +30,8 @@ from parallel_ppo.cli.study import add_study, study
 from parallel_ppo.cli.train import trainer_config
 from parallel_ppo.core.allocator import retain_freed_memory
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.configure import build_config, config_env
+from parallel_ppo.core.config_yaml import config_env, given_env
+from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.files import write_json
 from parallel_ppo.core.threads import draw_with, thread_plan
 from parallel_ppo.envs.batch import env_spaces
@@ -173,7 +174,6 @@ def _add_learning(sub: Any) -> None:
 
 def learning(args: Any, prog: str) -> int:
     from parallel_ppo.bench import learning as runs
-    from parallel_ppo.bench.study import slug
 
     try:
         seeds = int_list(args.seeds, "--seeds", least=0)  # as the trainers take
@@ -184,8 +184,8 @@ def learning(args: Any, prog: str) -> int:
         if len(set(labels)) != len(labels):
             raise ConfigError(f"two variants have the same label ({', '.join(labels)})")
         extra = _run_args(args, args.parallel)
-        env = args.env or config_env(args.config, args.set)
-        out = Path(args.output_dir or f"benchmarks/learning_{slug(env)}")
+        env = config_env(args.config, args.set, args.env)
+        out = Path(args.output_dir or f"benchmarks/learning_{env.replace('/', '-')}")
         env_ids = {}
         for v, seed in runs.plan(variants, seeds):  # every run is checked before the first one starts
             cmd = runs.run_command(v, seed, out, args.config, args.minutes, extra, args.parallel)
@@ -393,7 +393,7 @@ def speed_check(args: Any, prog: str) -> int:
 def main(argv: list[str] | None = None, prog: str = "bench.py") -> int:
     args = make_parser(prog).parse_args(argv)
     if args.command in PROCGEN_CONFIGS and args.config is None:
-        args.config = default_config(args.env, PROCGEN_CONFIGS[args.command])
+        args.config = default_config(given_env(args.env, args.set), PROCGEN_CONFIGS[args.command])
     retain_freed_memory()  # as the trainer does, so rates measured here are the trainer's
     commands = {"roofline": roofline, "speed-check": speed_check, "envs": envs, "scaling": sweep,
                 "layouts": sweep, "autotune": sweep, "learning": learning, "study": study}

@@ -29,7 +29,7 @@ from parallel_ppo.cli.common import (
     some_path,
 )
 from parallel_ppo.cli.train import trainer_config
-from parallel_ppo.core.configure import config_env
+from parallel_ppo.core.config_yaml import config_env
 from parallel_ppo.errors import ConfigError, ParallelPPOError
 
 
@@ -67,7 +67,7 @@ def study(args: Any, prog: str) -> int:
             raise ConfigError(f"--families takes {', '.join(FAMILIES)}; got {args.families!r}")
         counts = sorted(set(int_list(args.processes, "--processes"))) if args.processes is not None else (
             process_counts(available_cores()))
-        env = args.env or config_env(args.config, args.set)
+        env = config_env(args.config, args.set, args.env)
         settings = StudySettings(args.config, env, args.seconds, n_steps=args.n_steps,
                                  extra=tuple(a for item in args.set for a in ("--set", item)))
         check_settings(settings)

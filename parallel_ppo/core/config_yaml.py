@@ -1,15 +1,18 @@
 """Config files as YAML: plain data only, YAML 1.2's scalars, and a key given twice refused (YAML would keep the
-last silently); no torch."""
+last silently); `--set` items, their values read as YAML; and the env a config file and its items train, read without
+building the config. No torch."""
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from parallel_ppo.envs.config import EnvConfig
 from parallel_ppo.errors import ConfigError
 
 
@@ -85,3 +88,31 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {p} must be a mapping of sections (env, parallel, training, ...)")
     return data
+
+
+def parse_set(item: str) -> tuple[str, Any]:
+    """Split `section.key=value`; the value is read as YAML (so 64, 3e-4, true and [16, 32] work)."""
+    key, eq, raw = item.partition("=")
+    if not eq or not key.strip():
+        raise ConfigError(f"a setting must be given as section.key=value, got {item!r}")
+    try:
+        value = parse_yaml(raw) if raw.strip() else ""
+    except (yaml.YAMLError, RecursionError):
+        value = raw
+    return key.strip(), value
+
+
+def given_env(env: str | None, sets: Sequence[str]) -> str | None:
+    """The env id an `--env` flag and `--set` items give (the last `env.id` item, which overrides the flag, as in
+    build_config); None where they give none."""
+    ids = [str(value) for key, value in map(parse_set, sets) if key == "env.id"]
+    return ids[-1] if ids else env
+
+
+def config_env(config: str | os.PathLike, sets: Sequence[str] = (), env: str | None = None) -> str:
+    """The env id config file `config` trains with `--env env` and `--set` items `sets`, read without checking the
+    rest (a run's own check does that): theirs (`given_env`), else the file's `env.id`, else the default env."""
+    if given := given_env(env, sets):
+        return given
+    section = load_yaml(config).get("env")
+    return str((section.get("id") if isinstance(section, dict) else None) or EnvConfig().id)

@@ -7,22 +7,18 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Sequence
 from typing import Any
-
-import yaml
 
 from parallel_ppo.core.config import (
     CUT_NO_EARLIER,
     Config,
-    EnvConfig,
     ParallelConfig,
     Rules,
     config_fields,
     rules_of,
     share_waited_for,
 )
-from parallel_ppo.core.config_yaml import load_yaml, parse_yaml
+from parallel_ppo.core.config_yaml import load_yaml, parse_set
 from parallel_ppo.core.episodes import check_names
 from parallel_ppo.core.units import to_unit
 from parallel_ppo.envs.batch import eval_levels
@@ -120,26 +116,6 @@ def apply_mapping(cfg: Config, data: dict[str, Any], source: str) -> set[str]:
             set_value(cfg, f"{section_name}.{key}", value)
             given.add(f"{section_name}.{key}")
     return given
-
-
-def parse_set(item: str) -> tuple[str, Any]:
-    """Split `section.key=value`; the value is read as YAML (so 64, 3e-4, true and [16, 32] work)."""
-    key, eq, raw = item.partition("=")
-    if not eq or not key.strip():
-        raise ConfigError(f"a setting must be given as section.key=value, got {item!r}")
-    try:
-        value = parse_yaml(raw) if raw.strip() else ""
-    except (yaml.YAMLError, RecursionError):
-        value = raw
-    return key.strip(), value
-
-
-def config_env(config: str | os.PathLike, sets: Sequence[str] = ()) -> str:
-    """The env id config file `config` trains with `--set` items `sets`, read without checking the rest (a run's
-    own check does that): the last `env.id` item, else the file's `env.id`, else the default env."""
-    ids = [value for key, value in map(parse_set, sets) if key == "env.id"]
-    env = load_yaml(config).get("env") if not ids else {"id": ids[-1]}
-    return str((env.get("id") if isinstance(env, dict) else None) or EnvConfig().id)
 
 
 LAYOUT = ("parallel.num_workers", "parallel.num_envs_per_worker")
