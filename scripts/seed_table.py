@@ -20,7 +20,6 @@ Bad input, or a run that ends before the table's last step or N: one line, exit 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
 import json
@@ -33,6 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from parallel_ppo.cli.common import OneLineParser  # noqa: E402
 from parallel_ppo.core.files import read_evidence, write_text  # noqa: E402
 from parallel_ppo.errors import ConfigError, RunDataError  # noqa: E402
 from parallel_ppo.runs import fingerprint  # noqa: E402
@@ -149,7 +149,7 @@ def table(groups: dict[str, list[Run]], steps: list[int]) -> dict[str, list]:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="seed_table.py", description=__doc__.splitlines()[0])
     p.add_argument("evidence", type=Path, help="the evidence JSON file to write into (it must exist)")
     p.add_argument("name", help="the figures' prefix and the table's name")
     p.add_argument("runs", nargs="+", metavar="LABEL=DIR")

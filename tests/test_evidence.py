@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("docs_evidence", ROOT / "scripts" / "docs_evidence.py")
@@ -212,6 +213,9 @@ def test_seed_runs_become_figures_and_a_table_in_an_evidence_file(tmp_path, caps
                         (sync, "1000 --return-target nan")):
         assert seed_table.main([str(path), "study", f"sync={runs}", "--steps", *steps.split(), "--command", "x"]) == 2
         assert capsys.readouterr().err.count("\n") == 1
+    with pytest.raises(SystemExit) as stop:  # a flag's value it cannot read: one line too
+        seed_table.main([str(path), "study", f"sync={sync}", "--steps", "1", "--command", "x", "--return-target", "a"])
+    assert stop.value.code == 2 and capsys.readouterr().err.count("\n") == 1
     for text in ("[]", '{"figures": []}', '{"figures": {'):  # not an evidence file: one line, the file left as it was
         path.write_text(text)
         assert seed_table.main([str(path), "study", f"sync={sync}", "--steps", "1000", "--command", "x"]) == 2
