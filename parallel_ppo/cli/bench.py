@@ -1,8 +1,9 @@
 """bench.py's command line: `roofline` (the network's compute limit), `speed-check` (trainer vs limit),
 `envs` (raw env throughput), `scaling` (the worker sweep, with distributed ranks), `layouts` (sequential,
 parallel and distributed uses of the same processes), `autotune` (the fastest layout here), `learning`
-(return per step and per hour over config variants × seeds) and `study` (the many-core study: every scaling
-family, a CUDA learner included, into docs/results/). Those that start trainers check flags before torch loads."""
+(return per step and per hour over config variants × seeds: cli/learning.py) and `study` (the many-core study: every
+scaling family, a CUDA learner included, into docs/results/: cli/study.py). Those that start trainers check flags
+before torch loads."""
 
 from __future__ import annotations
 
@@ -22,15 +23,17 @@ from parallel_ppo.cli.common import (
     fail,
     int_list,
     positive_int,
+    run_args,
     run_budget,
     setting_item,
     some_path,
 )
+from parallel_ppo.cli.learning import add_learning, learning
 from parallel_ppo.cli.study import add_study, study
 from parallel_ppo.cli.train import trainer_config
 from parallel_ppo.core.allocator import retain_freed_memory
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.config_yaml import config_env, given_env
+from parallel_ppo.core.config_yaml import given_env
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.files import write_json
 from parallel_ppo.core.threads import draw_with, thread_plan
@@ -57,7 +60,7 @@ def make_parser(prog: str) -> OneLineParser:
     sub = p.add_subparsers(dest="command", required=True,
                            metavar="{roofline,speed-check,envs,scaling,layouts,autotune,learning,study}")
 
-    for add in (_add_roofline, _add_speed_check, _add_envs, _add_sweeps, _add_learning, add_study):
+    for add in (_add_roofline, _add_speed_check, _add_envs, _add_sweeps, add_learning, add_study):
         add(sub)
     return p
 
@@ -148,67 +151,6 @@ def _add_sweeps(sub: Any) -> None:
             c.add_argument("--envs", type=positive_int, default=16, metavar="N", help="envs in total, in every layout")
 
 
-def _add_learning(sub: Any) -> None:
-    from parallel_ppo.bench.learning import DEFAULT_VARIANTS
-
-    text = "train config variants × seeds, one run at a time, and compare their learning across seeds"
-    c = sub.add_parser("learning", help=text, description=text[0].upper() + text[1:] + ". Runs that finished "
-                       "before (summary.json present) are kept, so the same command finishes an interrupted one; "
-                       "one of the other trainer or another env is refused.")
-    add_config_flag(c, PROCGEN_CONFIGS["learning"])
-    c.add_argument("--env", metavar="ID",
-                   help="Procgen game or gymnasium id (default: the config's, starpilot without one)")
-    c.add_argument("--minutes", type=run_budget("m"), default=10.0, metavar="TIME",
-                   help="per run (default 10, at most a week; a bare number is minutes, 90s or 1.5h work too)")
-    c.add_argument("--seeds", default="1,2,3", metavar="LIST", help="seeds, e.g. 1,2,3 (the default)")
-    c.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
-                   help="a variant (repeatable; keys as for --set, e.g. fp32:training.precision=fp32); "
-                        "default: " + ", ".join(f"{v.label}:{','.join(v.sets)}" for v in DEFAULT_VARIANTS))
-    c.add_argument("--set", action="append", default=[], type=setting_item, metavar="KEY=VALUE",
-                   help="config override passed to every run (repeatable)")
-    c.add_argument("--parallel", action="store_true",
-                   help="train with the parallel trainer and the config's workers (the same learning per step, "
-                        "faster where stepping envs is much of the work); default: the sequential trainer")
-    c.add_argument("--output-dir", type=some_path, metavar="DIR", help="default benchmarks/learning_<env>")
-
-
-def learning(args: Any, prog: str) -> int:
-    from parallel_ppo.bench import learning as runs
-
-    try:
-        seeds = int_list(args.seeds, "--seeds", least=0)  # as the trainers take
-        if len(set(seeds)) != len(seeds):
-            raise ConfigError(f"--seeds lists a seed twice: {args.seeds!r}")
-        variants = [runs.parse_variant(v) for v in args.variant] or list(runs.DEFAULT_VARIANTS)
-        labels = [v.label for v in variants]
-        if len(set(labels)) != len(labels):
-            raise ConfigError(f"two variants have the same label ({', '.join(labels)})")
-        extra = _run_args(args, args.parallel)
-        env = config_env(args.config, args.set, args.env)
-        out = Path(args.output_dir or f"benchmarks/learning_{env.replace('/', '-')}")
-        env_ids = {}
-        for v, seed in runs.plan(variants, seeds):  # every run is checked before the first one starts
-            cmd = runs.run_command(v, seed, out, args.config, args.minutes, extra, args.parallel)
-            env_ids[v.label] = trainer_config(cmd, f"benchmark run {v.label} seed {seed}").env.id
-        if out.exists() and not out.is_dir():
-            raise ConfigError(f"--output-dir {out} exists and is not a directory")
-        mode = "parallel" if args.parallel else "sequential"
-        runs.check_kept_runs(out, env_ids, mode)
-        print(f"{prog}: {env}, {len(variants)} variants × {len(seeds)} seeds × {args.minutes:g} min, one at a "
-              f"time, {mode} trainer → {out}", flush=True)
-        return runs.main_learning(out, variants, seeds, args.config, args.minutes, extra, prog, args.parallel)
-    except ParallelPPOError as e:
-        return fail(prog, e, 2)
-    except BenchRunCrashed as e:
-        return fail(prog, e, 1)
-
-
-def _run_args(args: Any, parallel: bool = True) -> list[str]:
-    """`--env` and `--set` as every run of a benchmark takes them (checked first, so a typo fails before any run)."""
-    build_config(args.config, {"env.id": args.env}, args.set, parallel=parallel)
-    return [*(["--env", args.env] if args.env else []), *(a for item in args.set for a in ("--set", item))]
-
-
 def envs(args: Any, prog: str) -> int:
     from parallel_ppo.bench.envbench import bench_envs, format_env_table
     from parallel_ppo.tuning.learner_settings import resolve
@@ -237,7 +179,7 @@ def sweep(args: Any, prog: str) -> int:
     """`scaling`, `layouts` or `autotune`; the runs of the first two are checked before the first one starts."""
     out = Path(args.output_dir)
     try:
-        extra = _run_args(args)
+        extra = run_args(args)
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--output-dir {out} exists and is not a directory")
         if args.command == "autotune":

@@ -171,3 +171,11 @@ def default_config(env_id: str | None, procgen: str) -> str:
     except ConfigError:  # an unknown id or a missing extra: the run's config check says so
         family = GYMNASIUM
     return str(CONFIG_DIR / (procgen if family is PROCGEN else family.config))
+
+
+def run_args(args: Any, parallel: bool = True) -> list[str]:
+    """`--env` and `--set` as every run of a benchmark takes them (checked first, so a typo fails before any run)."""
+    from parallel_ppo.core.configure import build_config
+
+    build_config(args.config, {"env.id": args.env}, args.set, parallel=parallel)
+    return [*(["--env", args.env] if args.env else []), *(a for item in args.set for a in ("--set", item))]

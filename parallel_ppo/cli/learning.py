@@ -1,0 +1,78 @@
+"""bench.py's `learning` subcommand: config variants × seeds, one training run at a time, compared across seeds
+(`bench.learning` runs them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from parallel_ppo.bench.scaling import BenchRunCrashed
+from parallel_ppo.cli.common import (
+    add_config_flag,
+    fail,
+    int_list,
+    run_args,
+    run_budget,
+    setting_item,
+    some_path,
+)
+from parallel_ppo.cli.train import trainer_config
+from parallel_ppo.core.config_yaml import config_env
+from parallel_ppo.errors import ConfigError, ParallelPPOError
+
+
+def add_learning(sub: Any) -> None:
+    """bench.py's `learning` subcommand and its flags."""
+    from parallel_ppo.bench.learning import DEFAULT_VARIANTS
+
+    text = "train config variants × seeds, one run at a time, and compare their learning across seeds"
+    c = sub.add_parser("learning", help=text, description=text[0].upper() + text[1:] + ". Runs that finished "
+                       "before (summary.json present) are kept, so the same command finishes an interrupted one; "
+                       "one of the other trainer or another env is refused.")
+    add_config_flag(c, "ppo_sequential.yaml")
+    c.add_argument("--env", metavar="ID",
+                   help="Procgen game or gymnasium id (default: the config's, starpilot without one)")
+    c.add_argument("--minutes", type=run_budget("m"), default=10.0, metavar="TIME",
+                   help="per run (default 10, at most a week; a bare number is minutes, 90s or 1.5h work too)")
+    c.add_argument("--seeds", default="1,2,3", metavar="LIST", help="seeds, e.g. 1,2,3 (the default)")
+    c.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
+                   help="a variant (repeatable; keys as for --set, e.g. fp32:training.precision=fp32); "
+                        "default: " + ", ".join(f"{v.label}:{','.join(v.sets)}" for v in DEFAULT_VARIANTS))
+    c.add_argument("--set", action="append", default=[], type=setting_item, metavar="KEY=VALUE",
+                   help="config override passed to every run (repeatable)")
+    c.add_argument("--parallel", action="store_true",
+                   help="train with the parallel trainer and the config's workers (the same learning per step, "
+                        "faster where stepping envs is much of the work); default: the sequential trainer")
+    c.add_argument("--output-dir", type=some_path, metavar="DIR", help="default benchmarks/learning_<env>")
+
+
+def learning(args: Any, prog: str) -> int:
+    """Run the learning benchmark as `args` say; returns the exit status (1 when a run crashed)."""
+    from parallel_ppo.bench import learning as runs
+
+    try:
+        seeds = int_list(args.seeds, "--seeds", least=0)  # as the trainers take
+        if len(set(seeds)) != len(seeds):
+            raise ConfigError(f"--seeds lists a seed twice: {args.seeds!r}")
+        variants = [runs.parse_variant(v) for v in args.variant] or list(runs.DEFAULT_VARIANTS)
+        labels = [v.label for v in variants]
+        if len(set(labels)) != len(labels):
+            raise ConfigError(f"two variants have the same label ({', '.join(labels)})")
+        extra = run_args(args, args.parallel)
+        env = config_env(args.config, args.set, args.env)
+        out = Path(args.output_dir or f"benchmarks/learning_{env.replace('/', '-')}")
+        env_ids = {}
+        for v, seed in runs.plan(variants, seeds):  # every run is checked before the first one starts
+            cmd = runs.run_command(v, seed, out, args.config, args.minutes, extra, args.parallel)
+            env_ids[v.label] = trainer_config(cmd, f"benchmark run {v.label} seed {seed}").env.id
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"--output-dir {out} exists and is not a directory")
+        mode = "parallel" if args.parallel else "sequential"
+        runs.check_kept_runs(out, env_ids, mode)
+        print(f"{prog}: {env}, {len(variants)} variants × {len(seeds)} seeds × {args.minutes:g} min, one at a "
+              f"time, {mode} trainer → {out}", flush=True)
+        return runs.main_learning(out, variants, seeds, args.config, args.minutes, extra, prog, args.parallel)
+    except ParallelPPOError as e:
+        return fail(prog, e, 2)
+    except BenchRunCrashed as e:
+        return fail(prog, e, 1)
