@@ -17,7 +17,8 @@ from parallel_ppo.bench.scaling import BenchRunCrashed
 from parallel_ppo.bench.speedcheck import SPEED_TARGET
 from parallel_ppo.cli.common import (
     OneLineParser,
-    add_config_flag,
+    add_config_flags,
+    add_set_flag,
     default_config,
     duration_in,
     fail,
@@ -25,7 +26,6 @@ from parallel_ppo.cli.common import (
     positive_int,
     run_args,
     run_budget,
-    setting_item,
     some_path,
 )
 from parallel_ppo.cli.learning import add_learning, learning
@@ -69,12 +69,10 @@ def _add_roofline(sub: Any) -> None:
     r = sub.add_parser("roofline", help="measure the bare network's compute limit (no envs)",
                        description="Forward and PPO-train rates of the bare network on random observations, "
                                    "and the compute limit 1 / (1/forward + n_epochs/train) in env steps/s.")
-    add_config_flag(r, PROCGEN_CONFIGS["roofline"])
-    r.add_argument("--env", metavar="ID", help="Procgen game or gymnasium id (decides the observation shape)")
+    add_config_flags(r, PROCGEN_CONFIGS["roofline"], ", which decides the observation shape")
     r.add_argument("--num-envs", type=int, metavar="N", help="forward batch (env.num_envs)")
     r.add_argument("--batch-size", type=int, metavar="N", help="PPO minibatch (training.batch_size)")
-    r.add_argument("--set", action="append", default=[], type=setting_item, metavar="KEY=VALUE",
-                   help="override any config field, e.g. --set training.precision=bf16 (repeatable)")
+    add_set_flag(r, "override any config field, e.g. --set training.precision=bf16 (repeatable)")
     r.add_argument("--seconds", type=duration_in("s"), default=20.0, metavar="TIME",
                    help="timed measuring budget, split between forward and train (default 20)")
     r.add_argument("--threads", type=int, metavar="N",
@@ -90,15 +88,12 @@ def _add_speed_check(sub: Any) -> None:
                        description="Measure the compute limit, run train_timed.py briefly with the same "
                                    f"settings, and report steady-state SPS / limit against {SPEED_TARGET}. "
                                    "A measurement: exits 0 whatever the ratio.")
-    add_config_flag(s, PROCGEN_CONFIGS["speed-check"])
-    s.add_argument("--env", metavar="ID",
-                   help="env id: a Procgen game or a gymnasium id (default: the config's, starpilot without one)")
+    add_config_flags(s, PROCGEN_CONFIGS["speed-check"])
     s.add_argument("--num-envs", type=int, default=16, metavar="N", help="envs (default 16)")
     s.add_argument("--n-steps", type=int, default=64, metavar="N", help="steps per env (default 64)")
     s.add_argument("--batch-size", type=int, default=256, metavar="N", help="minibatch (default 256)")
     s.add_argument("--n-epochs", type=int, default=3, metavar="N", help="epochs (default 3)")
-    s.add_argument("--set", action="append", default=[], type=setting_item, metavar="KEY=VALUE",
-                   help="extra config override for both the limit and the trainer (repeatable)")
+    add_set_flag(s, "extra config override for both the limit and the trainer (repeatable)")
     s.add_argument("--seconds", type=duration_in("s"), default=20.0, metavar="TIME",
                    help="timed budget of the limit measurement (default 20)")
     s.add_argument("--train-seconds", type=run_budget("s"), default=120.0, metavar="TIME",
@@ -113,12 +108,10 @@ def _add_envs(sub: Any) -> None:
     e = sub.add_parser("envs", help="raw env steps/s: bare envs, sequential and parallel paths",
                        description="Env steps/s with no learning, through the bare envs, the sequential "
                                    "collector and the parallel workers, with random actions and with the network.")
-    add_config_flag(e, PROCGEN_CONFIGS["envs"])
-    e.add_argument("--env", metavar="ID", help="Procgen game or gymnasium id")
+    add_config_flags(e, PROCGEN_CONFIGS["envs"])
     e.add_argument("--num-workers", type=int, metavar="W", help="workers of the parallel path")
     e.add_argument("--num-envs-per-worker", type=int, metavar="M", help="envs per worker (total W × M)")
-    e.add_argument("--set", action="append", default=[], type=setting_item, metavar="KEY=VALUE",
-                   help="config override (repeatable)")
+    add_set_flag(e, "config override (repeatable)")
     e.add_argument("--seconds", type=duration_in("s"), default=10.0, metavar="TIME", help="per measurement (10)")
     e.add_argument("--output", type=some_path, metavar="FILE.json", help="also write the rows as JSON")
 
@@ -130,10 +123,8 @@ def _add_sweeps(sub: Any) -> None:
                        ("autotune", "find the fastest layout for this machine: workers × envs × threads, or "
                                     "distributed ranks")):
         c = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
-        add_config_flag(c, PROCGEN_CONFIGS[name])
-        c.add_argument("--env", metavar="ID", help="Procgen game or gymnasium id")
-        c.add_argument("--set", action="append", default=[], type=setting_item, metavar="KEY=VALUE",
-                       help="config override passed to every run (repeatable)")
+        add_config_flags(c, PROCGEN_CONFIGS[name])
+        add_set_flag(c, "config override passed to every run (repeatable)")
         c.add_argument("--seconds", type=run_budget("s"), default=20.0 if name == "autotune" else 60.0,
                        metavar="TIME", help="wall-clock budget of each run (at most a week)")
         c.add_argument("--output-dir", default=f"benchmarks/{name}", type=some_path, metavar="DIR",

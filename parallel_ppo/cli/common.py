@@ -148,15 +148,23 @@ def int_list(text: str, name: str, least: int = 1) -> list[int]:
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "config"
 
 
-def add_config_flag(p: Any, procgen: str) -> None:
-    """`--config` of a benchmark whose default config (`procgen`, in config/) is written for Procgen: another env
-    takes its family's config instead (`default_config`)."""
+def add_config_flags(p: Any, procgen: str, env_note: str = "") -> None:
+    """`--config` and `--env` of a benchmark: without `--config`, the config that fits the env (`default_config`;
+    `procgen`, in config/, for a Procgen game); without `--env`, the env the config names
+    (`core.config_yaml.config_env`). `env_note` says what else the env decides."""
     from parallel_ppo.envs.families import FAMILIES, PROCGEN
 
     shipped = [f.config for f in FAMILIES if f is not PROCGEN]
     p.add_argument("--config", type=some_path,
                    help=f"YAML config file (default: config/{procgen} for a Procgen game, else the shipped config of "
                         f"the env's family: {', '.join(shipped[:-1])} or {shipped[-1]})")
+    p.add_argument("--env", metavar="ID",
+                   help=f"Procgen game or gymnasium id{env_note} (default: the config's, starpilot without one)")
+
+
+def add_set_flag(p: Any, text: str) -> None:
+    """`--set KEY=VALUE`, repeatable: config overrides as the trainers take them; `text` is its help."""
+    p.add_argument("--set", action="append", default=[], type=setting_item, metavar="KEY=VALUE", help=text)
 
 
 def default_config(env_id: str | None, procgen: str) -> str:

@@ -8,12 +8,12 @@ from typing import Any
 
 from parallel_ppo.bench.scaling import BenchRunCrashed
 from parallel_ppo.cli.common import (
-    add_config_flag,
+    add_config_flags,
+    add_set_flag,
     fail,
     int_list,
     run_args,
     run_budget,
-    setting_item,
     some_path,
 )
 from parallel_ppo.cli.train import trainer_config
@@ -29,17 +29,14 @@ def add_learning(sub: Any) -> None:
     c = sub.add_parser("learning", help=text, description=text[0].upper() + text[1:] + ". Runs that finished "
                        "before (summary.json present) are kept, so the same command finishes an interrupted one; "
                        "one of the other trainer or another env is refused.")
-    add_config_flag(c, "ppo_sequential.yaml")
-    c.add_argument("--env", metavar="ID",
-                   help="Procgen game or gymnasium id (default: the config's, starpilot without one)")
+    add_config_flags(c, "ppo_sequential.yaml")
     c.add_argument("--minutes", type=run_budget("m"), default=10.0, metavar="TIME",
                    help="per run (default 10, at most a week; a bare number is minutes, 90s or 1.5h work too)")
     c.add_argument("--seeds", default="1,2,3", metavar="LIST", help="seeds, e.g. 1,2,3 (the default)")
     c.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
                    help="a variant (repeatable; keys as for --set, e.g. fp32:training.precision=fp32); "
                         "default: " + ", ".join(f"{v.label}:{','.join(v.sets)}" for v in DEFAULT_VARIANTS))
-    c.add_argument("--set", action="append", default=[], type=setting_item, metavar="KEY=VALUE",
-                   help="config override passed to every run (repeatable)")
+    add_set_flag(c, "config override passed to every run (repeatable)")
     c.add_argument("--parallel", action="store_true",
                    help="train with the parallel trainer and the config's workers (the same learning per step, "
                         "faster where stepping envs is much of the work); default: the sequential trainer")

@@ -20,12 +20,12 @@ from parallel_ppo.bench.study import (
 )
 from parallel_ppo.bench.study_pages import FAMILIES, cut_note, results_files, study_table
 from parallel_ppo.cli.common import (
-    add_config_flag,
+    add_config_flags,
+    add_set_flag,
     fail,
     int_list,
     positive_int,
     run_budget,
-    setting_item,
     some_path,
 )
 from parallel_ppo.cli.train import trainer_config
@@ -41,9 +41,7 @@ def add_study(sub: Any) -> None:
     c = sub.add_parser("study", help=text, description=text[0].upper() + text[1:] + ". Runs one at a time; a "
                        "point that fails is recorded and the rest go on. Points measured before in the same "
                        "results file (same machine and settings) and not measured now are kept.")
-    add_config_flag(c, "ppo_parallel.yaml")
-    c.add_argument("--env", metavar="ID",
-                   help="Procgen game or gymnasium id (default: the config's, starpilot without one)")
+    add_config_flags(c, "ppo_parallel.yaml")
     c.add_argument("--processes", metavar="LIST", help='process counts (default 1, 2, 4, ... usable CPUs)')
     c.add_argument("--families", default=",".join(FAMILIES), metavar="LIST",
                    help=f"which families to run (default {','.join(FAMILIES)}; cuda and cuda_overlap only where "
@@ -51,8 +49,7 @@ def add_study(sub: Any) -> None:
     c.add_argument("--seconds", type=run_budget("s"), default=30.0, metavar="TIME",
                    help="wall-clock budget of each run (default 30, at most a week)")
     c.add_argument("--n-steps", type=positive_int, default=64, metavar="N", help="steps per env per rollout (64)")
-    c.add_argument("--set", action="append", default=[], type=setting_item, metavar="KEY=VALUE",
-                   help="config override passed to every run (repeatable)")
+    add_set_flag(c, "config override passed to every run (repeatable)")
     c.add_argument("--runs-dir", default="benchmarks/study", type=some_path, metavar="DIR",
                    help="where the run directories go (default benchmarks/study; not for git)")
     c.add_argument("--results-dir", default=str(ROOT / "docs" / "results"), type=some_path, metavar="DIR",

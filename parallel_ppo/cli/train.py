@@ -11,7 +11,7 @@ from typing import NoReturn
 
 import yaml
 
-from parallel_ppo.cli.common import OneLineParser, duration_in, fail, setting_item, some_path
+from parallel_ppo.cli.common import OneLineParser, add_set_flag, duration_in, fail, some_path
 from parallel_ppo.cli.flags import FLAGS
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config
@@ -45,8 +45,7 @@ def make_parser(prog: str, parallel: bool) -> OneLineParser:
     p.add_argument("--device", metavar="DEVICE",
                    help="the learner's device: cpu, cuda, cuda:1, xpu, mps, privateuseone:0 (DirectML) "
                         "(training.device; default auto: cuda, else xpu, mps, DirectML, cpu)")
-    p.add_argument("--set", action="append", default=[], type=setting_item, metavar="KEY=VALUE",
-                   help="override any config field, e.g. --set training.n_steps=64 (repeatable)")
+    add_set_flag(p, "override any config field, e.g. --set training.n_steps=64 (repeatable)")
     p.add_argument("--overwrite", action="store_true", help="replace the results of an earlier run in DIR")
     p.add_argument("--resume", type=some_path, metavar="DIR",
                    help="continue the run in DIR from its checkpoint (its config.yaml, then any flags given)")
