@@ -176,7 +176,7 @@ def test_summary_json(run):
     assert s["mode"] == "sequential"
     assert s["env_id"] == cfg.env.id
     assert s["num_envs"] == cfg.env.num_envs
-    assert s["num_workers"] == 0 and s["num_envs_per_worker"] == cfg.env.num_envs
+    assert s["num_workers"] == 0 and s["num_envs_per_worker"] == cfg.env.num_envs and s["worker_pace"] is None
     assert s["stop_reason"] == "total_steps"
     assert s["total_env_steps"] == s["updates"] * cfg.rollout_size
     assert cfg.run.total_steps <= s["total_env_steps"] < cfg.run.total_steps + cfg.rollout_size

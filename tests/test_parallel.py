@@ -20,7 +20,7 @@ from sessions import assert_nothing_left, shm_entries, start
 
 from parallel_ppo.core import loop
 from parallel_ppo.core.checkpoint import load_checkpoint
-from parallel_ppo.core.collect import SequentialCollector
+from parallel_ppo.core.collect import CollectResult, SequentialCollector
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.distributions import log_prob_entropy
 from parallel_ppo.core.model import network
@@ -30,6 +30,7 @@ from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.engines.parallel import coordinator as coordinator_module
 from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
 from parallel_ppo.engines.parallel.idle import IdleWorkers, LaggedSteps, LentCores, idle_note, lag_note
+from parallel_ppo.engines.parallel.pace import WorkerPace
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.runs.training import RunPlan, train_run
 from parallel_ppo.tuning.compute_limit import threads_kept
@@ -178,6 +179,26 @@ def test_an_overlapped_run_says_once_that_its_workers_wait_for_the_learner():
     assert "after parallel.max_lagged_share (0.25) of each rollout" in capped and "at 1 they never wait" in capped
     gpu = idle_note(0.8, 2.0, 10.0, "cuda", 1)  # a GPU learner: its update owes nothing to the cores left
     assert "the update bounds this run" in gpu and "thread" not in gpu and "--device" not in gpu
+
+
+def test_the_pace_counts_the_slowest_worker_of_each_whole_rollout():
+    """Busy seconds are stepping, drawing and inferring; a rollout missing a worker's result is not counted, nor a
+    run of one worker, which waits for no other."""
+    pace = WorkerPace(3)
+    assert pace.record() is None
+    for env in ([1.0, 2.0, 1.5], [1.0, 1.2, 1.1], [0.5, 0.6, 0.5]):  # worker 1 the slowest each time
+        pace.observe([CollectResult([], [], e, 0.25, [], 0.25) for e in env])
+    pace.observe([CollectResult([], [], 9.0, 0.0, [])] * 2)  # one result missing: abandoned
+    pace.observe([CollectResult([], [], 0.1, 0.0, []), CollectResult([], [], 0.1, 0.0, []),
+                  CollectResult([], [], 0.3, 0.0, [])])  # worker 2's turn
+    record = pace.record()
+    assert record["rollouts"] == 4 and record["slowest"] == [0, 3, 1] and record["slowest_share"] == 0.75
+    assert record["busy_seconds"] == pytest.approx([4.1 / 4, 5.4 / 4, 4.9 / 4])  # each env time + 0.5 s
+    excess = (2.5 - 2.0) + (1.7 - 1.6) + (1.1 - 3.1 / 3) + (0.3 - 0.5 / 3)  # the slowest's over the mean
+    assert record["slowest_excess_seconds"] == pytest.approx(excess / 4, abs=1e-4)
+    alone = WorkerPace(1)
+    alone.observe([CollectResult([], [], 1.0, 0.0, [])])
+    assert alone.record() is None
 
 
 def test_an_overlapped_run_says_once_that_most_of_its_steps_lag_under_the_clip_around_the_acting_policy():
@@ -503,10 +524,14 @@ def test_a_straggler_is_cut_short_and_its_envs_go_on_from_where_they_stopped(tmp
         try:
             return [held(source) for _ in range(rollouts)]
         finally:
+            paces[sync_fraction] = source.pace.record()
             source.close()
 
+    paces: dict[str, dict | None] = {}
     cut = collected("0.5", 2)
     whole = collected("1", 2)
+    assert paces["0.5"] is None, "a cut rollout shows no worker's pace"
+    assert paces["1"]["rollouts"] == sum(paces["1"]["slowest"]) == 2 and len(paces["1"]["busy_seconds"]) == 2
     for rollout in cut:
         assert rollout["lengths"].tolist() == [32, 32, 8, 8]
     assert [r["lengths"].tolist() for r in whole] == [[32] * 4] * 2

@@ -126,6 +126,8 @@ def test_worker_killed_during_an_overlapped_update_is_restarted_and_nothing_is_l
     wait_for(held, run.proc, timeout=180)
     summary = kill_worker_1_and_finish(run, held)
     assert summary["total_env_steps"] == 3072 and summary["policy_lag"] == 1
+    pace = summary["worker_pace"]  # the rollout whose worker was killed counts too: both slices came whole
+    assert pace["rollouts"] == sum(pace["slowest"]) == 3 and len(pace["busy_seconds"]) == 2
     rows = run.rows()
     assert [int(r["env_steps"]) for r in rows] == [1024, 2048, 3072], "every update is a full rollout"
     assert [int(r["policy_lag"]) for r in rows] == [0, 1, 1]

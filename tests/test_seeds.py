@@ -270,6 +270,20 @@ def test_learning_benchmark_runs_the_trainer_it_is_asked_for(tmp_path, monkeypat
     assert all(cmd[-2:] == ["--set", "training.normalize_reward=true"] for cmd in started)
 
 
+def test_learning_benchmark_keeps_the_folder_an_earlier_version_wrote(tmp_path, monkeypatch):
+    """The default folder has the id's `/` as a dash; an earlier version's nested folder is taken where only it
+    exists, so that its runs resume, and never over the new one."""
+    from parallel_ppo.cli.learning import default_folder
+
+    monkeypatch.chdir(tmp_path)
+    assert default_folder("robosuite/Lift") == Path("benchmarks/learning_robosuite-Lift")
+    (tmp_path / "benchmarks" / "learning_robosuite" / "Lift").mkdir(parents=True)
+    assert default_folder("robosuite/Lift") == Path("benchmarks/learning_robosuite/Lift")
+    (tmp_path / "benchmarks" / "learning_robosuite-Lift").mkdir()
+    assert default_folder("robosuite/Lift") == Path("benchmarks/learning_robosuite-Lift")
+    assert default_folder("CartPole-v1") == Path("benchmarks/learning_CartPole-v1")
+
+
 def test_learning_benchmark_refuses_kept_runs_of_another_trainer_or_env(tmp_path):
     """A finished run is kept only for the same trainer and env; an unreadable summary is named, not skipped."""
     from parallel_ppo.bench.learning import check_kept_runs

@@ -25,7 +25,7 @@ from parallel_ppo.bench.study import (
     results_name,
     results_slug,
 )
-from parallel_ppo.bench.study_pages import add_ratios, cut_note, mesa_threads, results_files, study_table
+from parallel_ppo.bench.study_pages import add_ratios, cut_note, mesa_threads, pace_note, results_files, study_table
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.threads import OWN_DRAW_THREADS
 from parallel_ppo.engines.distributed import Ranks
@@ -249,12 +249,14 @@ def test_a_page_says_where_mesa_drew_with_threads_of_its_own():
     assert ": threads_1, workers_2 were measured before" in mesa_threads({"drawing": {"MUJOCO_GL": "osmesa"}}, old)
 
 
-def test_a_page_names_the_points_that_cut_steps_and_their_share():
+def test_a_page_names_the_points_that_cut_steps_and_their_share_and_which_worker_they_waited_for():
     rows = [{"label": "threads_1", "rollout_cut": None}, {"label": "overlap_8", "rollout_cut": 0.0061},
             {"label": "overlap_16", "rollout_cut": 0.0}, {"label": "workers_16"}]  # the last: measured before the key
     assert "): overlap_8 0.61%." in cut_note(rows)
     assert not any(label in cut_note(rows) for label in ("threads_1", "overlap_16", "workers_16"))
     assert cut_note(rows[2:]) == ""
+    rows[1] |= {"pace_rollouts": 12, "pace_slowest_share": 0.75, "pace_slowest_excess_seconds": 1.094}
+    assert pace_note(rows).endswith(": overlap_8 0.75 of 12, 1.09 s.\n\n") and pace_note(rows[2:]) == ""
 
 
 def test_each_task_has_its_own_results_files(tmp_path):
@@ -324,6 +326,7 @@ def test_study_on_this_machine_writes_its_table_and_plots(tmp_path):
     assert list(points) == ["threads_1", "threads_2", "overlap_1", "overlap_2"], study["points"]
     table = (folder / f"{stem}.md").read_text()
     assert table.startswith("# Simulated many-core study") and "**Simulated.**" in table
+    assert "summary.json's `worker_pace`): the share" in table and "overlap_2 " in table.split("worker_pace")[1]
     for p in points.values():
         run = load_run(p["label"], Path(p["run_dir"]))
         base = load_run("base", Path(points["threads_1"]["run_dir"])).steady_sps
@@ -333,4 +336,6 @@ def test_study_on_this_machine_writes_its_table_and_plots(tmp_path):
         assert f"| {p['family']} | {p['processes']} |" in table and f"{p['speedup']:.2f}×" in table
         assert p["phase_fractions"] and p["phase_fractions"] == run.summary.phase_fractions
         assert run.summary.policy_lag == (1 if p["family"] == "overlap" and run.summary.updates > 1 else 0)
+        paced = p["processes"] > 1 and p["family"] == "overlap"  # every rollout whole: each shows who was slowest
+        assert p["pace_rollouts"] == (run.summary.updates if paced else None)
     assert points["threads_2"]["batch_size"] == 256 and points["threads_2"]["envs"] == 16, "2 × one process's work"

@@ -49,7 +49,6 @@ BENCH_RUN_SETS = ("--set", "logging.progress=off", "--set", "run.limit_seconds=0
 """What every benchmark run adds to its trainer command: no progress line, no compute-limit measurement and no
 periodic evaluation, so the run's time is training alone."""
 
-
 RANK_REFUSED = re.compile(r"exitcode\s*:\s*2\b")
 """How torchrun reports a rank that exited with status 2 (it exits 1 itself)."""
 
@@ -143,7 +142,8 @@ def run_points(points: list[Point], out_dir: Path, seconds: float, config: str,
 
 def point_row(run: Run, worker_threads: int = 1) -> dict[str, Any]:
     """A finished run as a row of the scaling table. `workers` counts processes that collect (a distributed run:
-    its ranks, or its ranks' workers), 0 for a sequential run; `ranks` is 0 unless distributed."""
+    its ranks, or its ranks' workers), 0 for a sequential run; `ranks` is 0 unless distributed; `pace_*` are
+    summary.json's `worker_pace` figures (None without workers)."""
     s = run.summary
     ranks = run.ranks if s.mode == "distributed" else 0
     return {
@@ -154,6 +154,7 @@ def point_row(run: Run, worker_threads: int = 1) -> dict[str, Any]:
         "peak_rss_mb": s.peak_rss_mb, "peak_pss_mb": s.peak_pss_mb,
         "phase_fractions": s.phase_fractions, "phase_means": run.phase_means(), "run_dir": str(run.path),
         "hardware": s.hardware, "threads": s.threads, "rollout_cut": run.steady_mean("rollout_cut"),
+        **{f"pace_{k}": (s.worker_pace or {}).get(k) for k in ("rollouts", "slowest_share", "slowest_excess_seconds")},
     }
 
 
@@ -179,8 +180,7 @@ def scaling_table(rows: list[dict[str, Any]]) -> str:
 
 
 def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
-    """Speed-up vs processes (workers, or ranks) with the ideal line, efficiency, and stacked phase fractions per
-    point."""
+    """Speed-up vs processes (workers, or ranks) with the ideal line, efficiency, and each point's phase fractions."""
     import matplotlib
 
     matplotlib.use("Agg")

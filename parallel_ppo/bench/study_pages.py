@@ -85,6 +85,16 @@ def cut_note(rows: list[dict[str, Any]]) -> str:
             f"rollout's steps that its slowest workers or ranks did not take): {', '.join(cut)}.\n\n") if cut else ""
 
 
+def pace_note(rows: list[dict[str, Any]]) -> str:
+    """Which worker the points with workers waited for (summary.json's `worker_pace`; "" where none counted one)."""
+    paced = [f"{r['label']} {r['pace_slowest_share']:.2f} of {r['pace_rollouts']}, "
+             f"{r['pace_slowest_excess_seconds']:.2f} s" for r in rows if r.get("pace_rollouts")]
+    return ("The slowest worker of each whole rollout (summary.json's `worker_pace`): the share of the rollouts in "
+            "which the one most often slowest was (1 / workers where each is in turn, 1 where one always is), of how "
+            "many, and the slowest's busy seconds over the mean worker's, a rollout's mean: "
+            f"{', '.join(paced)}.\n\n") if paced else ""
+
+
 def plot_study(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     """Steps/s and efficiency against processes per family, and the phase split of every point."""
     import matplotlib
@@ -183,7 +193,7 @@ def write_results(rows: list[dict[str, Any]], stem: Path, meta: dict[str, Any]) 
             + (f"; frames drawn with {' '.join(f'{k}={v}' for k, v in meta['drawing'].items())}"
                if meta.get("drawing") else "") + ".\n\n"
             + "\n".join(f"- `{f}`: {FAMILY_TEXT[f]}" for f in FAMILIES if any(r["family"] == f for r in rows))
-            + f"\n\n{study_table(rows)}\n\n{cut_note(rows)}"
+            + f"\n\n{study_table(rows)}\n\n{cut_note(rows)}{pace_note(rows)}"
             "Steps/s are steady state (from the end of update 1 to the end of the last update) of real training "
             "runs with evaluation and the compute-limit measurement off; every point of N processes uses N cores "
             + ("(sleeping workers: these cores stand for N)" if meta.get("simulated") else

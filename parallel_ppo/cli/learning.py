@@ -43,6 +43,14 @@ def add_learning(sub: Any) -> None:
     c.add_argument("--output-dir", type=some_path, metavar="DIR", help="default benchmarks/learning_<env>")
 
 
+def default_folder(env: str) -> Path:
+    """The learning benchmark's folder for `env`: benchmarks/learning_<env>, a `/` in the id a dash; where only the
+    folder an earlier version wrote for such an id exists (benchmarks/learning_robosuite/Lift), that one, so that its
+    runs are kept and resumed."""
+    out, before = Path(f"benchmarks/learning_{env.replace('/', '-')}"), Path(f"benchmarks/learning_{env}")
+    return before if before != out and before.is_dir() and not out.exists() else out
+
+
 def learning(args: Any, prog: str) -> int:
     """Run the learning benchmark as `args` say; returns the exit status (1 when a run crashed)."""
     from parallel_ppo.bench import learning as runs
@@ -57,7 +65,7 @@ def learning(args: Any, prog: str) -> int:
             raise ConfigError(f"two variants have the same label ({', '.join(labels)})")
         extra = run_args(args, args.parallel)
         env = config_env(args.config, args.set, args.env)
-        out = Path(args.output_dir or f"benchmarks/learning_{env.replace('/', '-')}")
+        out = Path(args.output_dir) if args.output_dir else default_folder(env)
         env_ids = {}
         for v, seed in runs.plan(variants, seeds):  # every run is checked before the first one starts
             cmd = runs.run_command(v, seed, out, args.config, args.minutes, extra, args.parallel)

@@ -226,6 +226,7 @@ class SequentialCollector:
 
     mode = "sequential"
     restarts = 0  # no workers to restart
+    pace = None  # no workers to wait for
     policy_lag = 0  # the learner's own model collects
     lagged_share = 0.0
     lagged: torch.Tensor | None = None

@@ -79,6 +79,8 @@ class RolloutSource(Protocol):
     """num_workers, num_envs_per_worker and num_envs, as summary.json records them."""
     restarts: int
     """Worker processes restarted so far (0 for a source without workers)."""
+    pace: Any
+    """Which worker each rollout waited for (`engines.parallel.pace.WorkerPace`; None for a source without workers)."""
     policy_lag: int
     """Updates by which the parameters behind the rollout `collect` returned last trail the model it was given."""
     lagged_share: float
@@ -105,11 +107,8 @@ class RolloutSource(Protocol):
 
 
 def learning_rate(cfg: Config, env_steps: int, elapsed: float) -> float:
-    """The configured rate, linearly annealed to 0 if enabled: over `anneal_steps` or `total_steps` when set, else
-    over the duration.
-
-    Annealing by steps when there is a step budget keeps the schedule independent of the machine's speed.
-    """
+    """The configured rate, linearly annealed to 0 if enabled: over `anneal_steps` or `total_steps` when set (a
+    schedule independent of the machine's speed), else over the duration."""
     lr = cfg.training.learning_rate
     if not cfg.training.anneal_lr:
         return lr

@@ -21,6 +21,7 @@ from parallel_ppo.core.model import module_device, network, policy_tensors
 from parallel_ppo.core.threads import ThreadPlan, worker_cpus
 from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.engines.parallel.idle import IdleWorkers, LaggedSteps, LentCores, idle_note, lag_note
+from parallel_ppo.engines.parallel.pace import WorkerPace
 from parallel_ppo.engines.parallel.processes import (
     WorkerProcess,
     describe_exit,
@@ -50,8 +51,7 @@ the watchdog counts them; one that computes may take the watchdog's ceiling)."""
 
 PREEMPT_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 
-ABANDON_GRACE = 5.0
-"""Seconds an abandoned rollout waits for a worker that has stopped stepping before giving up on it."""
+ABANDON_GRACE = 5.0  # seconds an abandoned rollout waits for a worker that has stopped stepping
 
 class WorkerError(RolloutError):
     """A worker failed in a way a restart cannot fix, or a slot used up its restarts."""
@@ -65,15 +65,12 @@ class _Died(Exception):
 class _Rollout:
     """A rollout the workers were set on."""
 
-    slot: int
-    """The buffer it fills."""
-    call: int
-    """The `collect` call that published its parameters."""
+    slot: int  # the buffer it fills
+    call: int  # the `collect` call that published its parameters
     requested: float
     """When the workers were woken (perf_counter)."""
     seconds: float = 0.0
-    """From waking the workers to the coordinator taking the last one's result: for a rollout collected during an
-    update, after that update."""
+    """From waking the workers to taking the last one's result (after the update it was collected during)."""
     hold: tuple[int, int] | None = None
     """(step, version): one collected during an update, where its workers wait for a newer policy (`Collect.hold`)."""
     held: torch.Tensor | None = None  # each worker's step count (`progress`) once it waits there
@@ -129,7 +126,7 @@ class ParallelCoordinator:
         self._slot = len(self.buffers) - 1  # the buffer filled last: each rollout fills the next one, in turn
         self.layout = {"num_workers": p.num_workers, "num_envs_per_worker": p.num_envs_per_worker,
                        "num_envs": cfg.env.num_envs}
-        self.restarts = 0
+        self.restarts, self.pace = 0, WorkerPace(p.num_workers)  # pace: which worker each whole rollout waited for
         self._fresh_envs: set[int] = set()
         self._resumes, self._env_offset, self._rank = resumes, env_offset, rank
         self._slot_restarts = [0] * p.num_workers
@@ -253,6 +250,8 @@ class ParallelCoordinator:
         waited = time.perf_counter() - start - publish
         self._in_flight = None
         self.buffer, self.policy_lag = self.buffers[rollout.slot], self._calls - rollout.call
+        if self.buffer.taken() is None:  # every worker's whole slice: none cut short or abandoned
+            self.pace.observe(results)
         self.lagged = lagged_steps(self.buffer, version, self._refresh)
         self.lagged_share = 0.0 if self.lagged is None else int(self.lagged.sum()) / int(self.buffer.lengths.sum())
         if self.lag and not stopping():  # the next rollout, with these parameters, while the learner updates

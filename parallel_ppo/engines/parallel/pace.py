@@ -1,0 +1,49 @@
+"""Which worker each rollout waited for: the slowest of every rollout, and whether it is the same one each time.
+
+The coordinator waits for the slowest worker of a rollout (the `sync` phase). A different one each time (chance: a
+slow episode, a scheduler's hiccup) is counted a rollout to each worker about evenly; one worker slowest rollout after
+rollout (a core shared with another job, a slower env) takes most of the count. summary.json's `worker_pace` tells
+the two apart (on a 16-core Xeon, 8 and 16 overlapped Lift workers waited 1.09 and 0.58 s a rollout for their
+slowest, 16 synchronous ones 1.70 s: docs/results/intel-xeon-avx512-bf16-16c-h200/overlap_16c.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from parallel_ppo.core.collect import CollectResult
+
+
+class WorkerPace:
+    """Per worker, over the rollouts every worker collected whole (none cut short, none abandoned): the rollouts in
+    which it was the slowest (the most seconds stepping, drawing and inferring) and its seconds in all; and the
+    slowest's seconds over the mean worker's."""
+
+    def __init__(self, workers: int) -> None:
+        self.slowest = [0] * workers
+        self.busy = [0.0] * workers
+        self.rollouts = 0
+        self.excess = 0.0
+
+    def observe(self, results: Sequence[CollectResult]) -> None:
+        """A rollout's results, one per worker in order; not counted where one is missing (an abandoned rollout) or
+        there is only one worker (no one waits for another)."""
+        if len(results) != len(self.slowest) or len(results) < 2:
+            return
+        busy = [r.time_env + r.time_inference + r.time_render for r in results]
+        slowest = max(range(len(busy)), key=busy.__getitem__)
+        self.slowest[slowest] += 1
+        self.busy = [total + b for total, b in zip(self.busy, busy, strict=True)]
+        self.rollouts += 1
+        self.excess += busy[slowest] - sum(busy) / len(busy)
+
+    def record(self) -> dict[str, Any] | None:
+        """summary.json's `worker_pace` (None before a rollout is counted): `rollouts` counted; per worker, `slowest`
+        (rollouts in which it was) and `busy_seconds` (its mean a rollout); `slowest_share`, the largest count over
+        the rollouts (1 / workers when each is slowest in turn, 1 when one always is); `slowest_excess_seconds`, the
+        slowest's busy seconds over the mean worker's, a rollout's mean."""
+        n = self.rollouts
+        if not n:
+            return None
+        return {"rollouts": n, "slowest": list(self.slowest), "busy_seconds": [round(b / n, 4) for b in self.busy],
+                "slowest_share": round(max(self.slowest) / n, 4), "slowest_excess_seconds": round(self.excess / n, 4)}
