@@ -27,6 +27,7 @@ from parallel_ppo.core.model import learner_device
 from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.threads import ThreadPlan, draw_with, thread_plan
 from parallel_ppo.engines.distributed import RESTART_COUNT_VAR, RUN_ID_VAR, PeerLost, join, torchrun_world
+from parallel_ppo.engines.parallel.pace import one_slowest_line
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.errors import ConfigError
@@ -346,6 +347,8 @@ def end_lines(cfg: Config, run_dir: Path, summary: dict[str, Any]) -> list[str]:
         lines.append(f"{fmt_flop(summary['achieved_gflops'] * 1e9, '/s')} achieved "
                      f"({fmt_flop(summary['flops_per_env_step'])} per env step), {100 * summary['peak_fraction']:.0f}% "
                      f"of the {summary['precision']} matmul peak ({summary['peak_gflops']:.0f} GFLOP/s)")
+    if (slowest := one_slowest_line(summary["worker_pace"])) is not None:
+        lines.append(slowest)
     checksums = {r["checksum"] for r in (summary["distributed"] or {}).get("ranks", [])}
     if len(checksums) > 1:
         lines.append(f"warning: the ranks ended with different parameters (checksums {', '.join(sorted(checksums))} "

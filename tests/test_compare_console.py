@@ -72,7 +72,7 @@ def test_flop_figures_are_printed_in_a_unit_that_shows_them() -> None:
     mlp = {"stop_reason": "total_steps", "total_env_steps": 4096, "wall_seconds": 2.0, "sps": 3000.0,
            "episodic_return_mean": 20.0, "episodes": 40, "normalized_return": None, "test_return_mean": None,
            "limit_efficiency": None, "achieved_gflops": 0.51, "flops_per_env_step": 1.7e5, "peak_fraction": 0.002,
-           "precision": "fp32", "peak_gflops": 240.0, "distributed": None}
+           "precision": "fp32", "peak_gflops": 240.0, "distributed": None, "worker_pace": None}
     cfg = SimpleNamespace(logging=SimpleNamespace(return_window=100))
     line = next(line for line in end_lines(cfg, Path("run"), mlp) if "achieved" in line)
     assert line.startswith("0.51 GFLOP/s achieved (0.17 MFLOP per env step)"), line

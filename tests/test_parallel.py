@@ -30,7 +30,7 @@ from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.engines.parallel import coordinator as coordinator_module
 from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
 from parallel_ppo.engines.parallel.idle import IdleWorkers, LaggedSteps, LentCores, idle_note, lag_note
-from parallel_ppo.engines.parallel.pace import WorkerPace
+from parallel_ppo.engines.parallel.pace import WorkerPace, one_slowest_line
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.runs.training import RunPlan, train_run
 from parallel_ppo.tuning.compute_limit import threads_kept
@@ -199,6 +199,28 @@ def test_the_pace_counts_the_slowest_worker_of_each_whole_rollout():
     alone = WorkerPace(1)
     alone.observe([CollectResult([], [], 1.0, 0.0, [])])
     assert alone.record() is None
+
+
+def test_a_run_names_the_worker_its_rollouts_kept_waiting_for():
+    """Where one worker was the slowest in 80% or more of 20 rollouts or more (16 of 20 by chance with two workers:
+    about once in 85 runs), the run's closing lines name it; not otherwise, nor without workers."""
+    from parallel_ppo.launch import end_lines
+
+    def pace(slowest: list[int]) -> dict:
+        return {"rollouts": sum(slowest), "slowest": slowest, "busy_seconds": [1.0] * len(slowest),
+                "slowest_share": max(slowest) / sum(slowest), "slowest_excess_seconds": 0.4}
+
+    line = one_slowest_line(pace([1, 2, 17]))
+    assert line.startswith("worker 2 was the slowest in 85% of 20 rollouts (the slowest was busy 0.4 s a rollout")
+    assert "parallel.sync_fraction" in line and "worker_pace" in line
+    assert one_slowest_line(pace([16, 4])) is not None, "80% exactly"
+    assert one_slowest_line(pace([15, 5])) is None and one_slowest_line(pace([15, 4])) is None  # 75%; 19 rollouts
+    assert one_slowest_line(None) is None
+    summary = {"stop_reason": "duration", "total_env_steps": 4096, "wall_seconds": 2.0, "sps": 3000.0,
+               "episodic_return_mean": None, "episodes": 0, "normalized_return": None, "test_return_mean": None,
+               "limit_efficiency": None, "achieved_gflops": None, "distributed": None, "worker_pace": pace([2, 18])}
+    cfg = SimpleNamespace(logging=SimpleNamespace(return_window=100))
+    assert end_lines(cfg, Path("run"), summary)[1].startswith("worker 1 was the slowest in 90% of 20 rollouts")
 
 
 def test_an_overlapped_run_says_once_that_most_of_its_steps_lag_under_the_clip_around_the_acting_policy():
