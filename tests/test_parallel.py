@@ -181,23 +181,25 @@ def test_an_overlapped_run_says_once_that_its_workers_wait_for_the_learner():
     assert "the update bounds this run" in gpu and "thread" not in gpu and "--device" not in gpu
 
 
-def test_the_pace_counts_the_slowest_worker_of_each_whole_rollout():
-    """Busy seconds are stepping, drawing and inferring; a rollout missing a worker's result is not counted, nor a
-    run of one worker, which waits for no other."""
-    pace = WorkerPace(3)
+def test_the_pace_counts_the_slowest_worker_of_each_rollout_by_its_seconds_a_step():
+    """Busy seconds are stepping, drawing and inferring; the slowest takes the most of them a step, so a worker cut
+    short after fewer steps can be it; a rollout missing a worker's result is not counted, nor a run of one worker,
+    which waits for no other."""
+    pace = WorkerPace(3, n_steps=10)
     assert pace.record() is None
-    for env in ([1.0, 2.0, 1.5], [1.0, 1.2, 1.1], [0.5, 0.6, 0.5]):  # worker 1 the slowest each time
-        pace.observe([CollectResult([], [], e, 0.25, [], 0.25) for e in env])
-    pace.observe([CollectResult([], [], 9.0, 0.0, [])] * 2)  # one result missing: abandoned
-    pace.observe([CollectResult([], [], 0.1, 0.0, []), CollectResult([], [], 0.1, 0.0, []),
-                  CollectResult([], [], 0.3, 0.0, [])])  # worker 2's turn
+    for env in ([1.0, 2.0, 1.5], [1.0, 1.2, 1.1], [0.5, 0.6, 0.5]):  # whole rollouts: worker 1 the slowest each time
+        pace.observe([CollectResult([], [], e, 0.25, [], 0.25) for e in env], [10, 10, 10])
+    pace.observe([CollectResult([], [], 9.0, 0.0, [])] * 2, [10, 10])  # one result missing: abandoned
+    pace.observe([CollectResult([], [], 0.4, 0.0, []), CollectResult([], [], 0.4, 0.0, []),
+                  CollectResult([], [], 0.3, 0.0, [])], [10, 10, 5])  # worker 2 cut after 5 steps: 0.06 s a step
     record = pace.record()
     assert record["rollouts"] == 4 and record["slowest"] == [0, 3, 1] and record["slowest_share"] == 0.75
-    assert record["busy_seconds"] == pytest.approx([4.1 / 4, 5.4 / 4, 4.9 / 4])  # each env time + 0.5 s
-    excess = (2.5 - 2.0) + (1.7 - 1.6) + (1.1 - 3.1 / 3) + (0.3 - 0.5 / 3)  # the slowest's over the mean
+    assert record["busy_seconds"] == pytest.approx([4.4 / 4, 5.7 / 4, 4.9 / 4])  # the first three: env time + 0.5 s
+    # the slowest's seconds a step over the mean worker's, times the 10 steps of a whole rollout
+    excess = (2.5 - 2.0) + (1.7 - 1.6) + (1.1 - 3.1 / 3) + 10 * (0.06 - 0.14 / 3)
     assert record["slowest_excess_seconds"] == pytest.approx(excess / 4, abs=1e-4)
-    alone = WorkerPace(1)
-    alone.observe([CollectResult([], [], 1.0, 0.0, [])])
+    alone = WorkerPace(1, n_steps=10)
+    alone.observe([CollectResult([], [], 1.0, 0.0, [])], [10])
     assert alone.record() is None
 
 
@@ -211,7 +213,7 @@ def test_a_run_names_the_worker_its_rollouts_kept_waiting_for():
                 "slowest_share": max(slowest) / sum(slowest), "slowest_excess_seconds": 0.4}
 
     line = one_slowest_line(pace([1, 2, 17]))
-    assert line.startswith("worker 2 was the slowest in 85% of 20 rollouts (the slowest was busy 0.4 s a rollout")
+    assert line.startswith("worker 2 was the slowest in 85% of 20 rollouts (at its pace the slowest took 0.4 s a")
     assert "parallel.sync_fraction" in line and "worker_pace" in line
     assert one_slowest_line(pace([16, 4])) is not None, "80% exactly"
     assert one_slowest_line(pace([15, 5])) is None and one_slowest_line(pace([15, 4])) is None  # 75%; 19 rollouts
@@ -221,6 +223,8 @@ def test_a_run_names_the_worker_its_rollouts_kept_waiting_for():
                "limit_efficiency": None, "achieved_gflops": None, "distributed": None, "worker_pace": pace([2, 18])}
     cfg = SimpleNamespace(logging=SimpleNamespace(return_window=100))
     assert end_lines(cfg, Path("run"), summary)[1].startswith("worker 1 was the slowest in 90% of 20 rollouts")
+    summary["distributed"] = {"ranks": []}  # a distributed run's pace is rank 0's workers'
+    assert end_lines(cfg, Path("run"), summary)[1].startswith("rank 0's worker 1 was the slowest in 90%")
 
 
 def test_an_overlapped_run_says_once_that_most_of_its_steps_lag_under_the_clip_around_the_acting_policy():
@@ -512,6 +516,22 @@ def test_pinned_workers_run_each_on_its_share_of_the_cpus(tmp_path, monkeypatch)
         assert not pinned[0] & pinned[1], "two workers on two or more CPUs share none"
 
 
+def test_a_rollout_the_run_stopped_in_shows_no_workers_pace(tmp_path, monkeypatch):
+    """A rollout abandoned as the run stops (a signal) ends where each worker is, its buffer's lengths unwritten: not
+    counted; the next whole one is."""
+    monkeypatch.chdir(ROOT)
+    cfg = _config("CartPole-v1", True, 2, tmp_path, ())
+    model = network(cfg, env_spaces(cfg.env))
+    source = ParallelCoordinator(cfg, env_spaces(cfg.env), thread_plan(cfg, parallel=True))
+    try:
+        source.collect(model, PhaseTimer(), stopping=lambda: True)
+        assert bool(source.abandon) and source.pace.record() is None
+        source.collect(model, PhaseTimer())
+        assert source.pace.record()["rollouts"] == 1
+    finally:
+        source.close()
+
+
 def test_a_straggler_is_cut_short_and_its_envs_go_on_from_where_they_stopped(tmp_path, monkeypatch):
     """`parallel.sync_fraction` 0.5 with worker 1 held (SIGSTOP) until worker 0 is done: the coordinator cuts worker
     1's rollout, which ends after a quarter of its 32 steps. Its envs go on from there: two cut rollouts hold, in
@@ -549,11 +569,11 @@ def test_a_straggler_is_cut_short_and_its_envs_go_on_from_where_they_stopped(tmp
             paces[sync_fraction] = source.pace.record()
             source.close()
 
-    paces: dict[str, dict | None] = {}
+    paces: dict[str, dict] = {}
     cut = collected("0.5", 2)
     whole = collected("1", 2)
-    assert paces["0.5"] is None, "a cut rollout shows no worker's pace"
-    assert paces["1"]["rollouts"] == sum(paces["1"]["slowest"]) == 2 and len(paces["1"]["busy_seconds"]) == 2
+    for pace in paces.values():  # cut or whole, each rollout counts its slowest worker
+        assert pace["rollouts"] == sum(pace["slowest"]) == 2 and len(pace["busy_seconds"]) == 2
     for rollout in cut:
         assert rollout["lengths"].tolist() == [32, 32, 8, 8]
     assert [r["lengths"].tolist() for r in whole] == [[32] * 4] * 2

@@ -88,10 +88,10 @@ def cut_note(rows: list[dict[str, Any]]) -> str:
 def pace_note(rows: list[dict[str, Any]]) -> str:
     """Which worker the points with workers waited for (summary.json's `worker_pace`; "" where none counted one)."""
     paced = [f"{r['label']} {r['pace_slowest_share']:.2f} of {r['pace_rollouts']}, "
-             f"{r['pace_slowest_excess_seconds']:.2f} s" for r in rows if r.get("pace_rollouts")]
-    return ("The slowest worker of each whole rollout (summary.json's `worker_pace`): the share of the rollouts in "
-            "which the one most often slowest was (1 / workers where each is in turn, 1 where one always is), of how "
-            "many, and the slowest's busy seconds over the mean worker's, a rollout's mean: "
+             f"{r['pace_slowest_excess_seconds']:.3g} s" for r in rows if r.get("pace_rollouts")]
+    return ("The slowest worker of each rollout (summary.json's `worker_pace`): the share of the rollouts in which the "
+            "one most often slowest was (1 / workers where each is in turn, 1 where one always is), of how many, and "
+            "the seconds the slowest took over the mean worker's for a whole rollout at its pace, a rollout's mean: "
             f"{', '.join(paced)}.\n\n") if paced else ""
 
 

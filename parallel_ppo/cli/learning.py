@@ -40,7 +40,9 @@ def add_learning(sub: Any) -> None:
     c.add_argument("--parallel", action="store_true",
                    help="train with the parallel trainer and the config's workers (the same learning per step, "
                         "faster where stepping envs is much of the work); default: the sequential trainer")
-    c.add_argument("--output-dir", type=some_path, metavar="DIR", help="default benchmarks/learning_<env>")
+    c.add_argument("--output-dir", type=some_path, metavar="DIR",
+                   help="default benchmarks/learning_<env>, a / in the id a - (an earlier version's folder with the / "
+                        "is kept where only it exists)")
 
 
 def default_folder(env: str) -> Path:

@@ -126,7 +126,7 @@ class ParallelCoordinator:
         self._slot = len(self.buffers) - 1  # the buffer filled last: each rollout fills the next one, in turn
         self.layout = {"num_workers": p.num_workers, "num_envs_per_worker": p.num_envs_per_worker,
                        "num_envs": cfg.env.num_envs}
-        self.restarts, self.pace = 0, WorkerPace(p.num_workers)  # pace: which worker each whole rollout waited for
+        self.restarts, self.pace = 0, WorkerPace(p.num_workers, cfg.training.n_steps)  # whom the rollouts waited for
         self._fresh_envs: set[int] = set()
         self._resumes, self._env_offset, self._rank = resumes, env_offset, rank
         self._slot_restarts = [0] * p.num_workers
@@ -250,8 +250,8 @@ class ParallelCoordinator:
         waited = time.perf_counter() - start - publish
         self._in_flight = None
         self.buffer, self.policy_lag = self.buffers[rollout.slot], self._calls - rollout.call
-        if self.buffer.taken() is None:  # every worker's whole slice: none cut short or abandoned
-            self.pace.observe(results)
+        if not self.abandon:  # each worker's steps taken: all, or those before a cut (`lengths`, per env)
+            self.pace.observe(results, self.buffer.lengths[::self.cfg.parallel.num_envs_per_worker].tolist())
         self.lagged = lagged_steps(self.buffer, version, self._refresh)
         self.lagged_share = 0.0 if self.lagged is None else int(self.lagged.sum()) / int(self.buffer.lengths.sum())
         if self.lag and not stopping():  # the next rollout, with these parameters, while the learner updates
