@@ -189,7 +189,7 @@ def test_the_pace_counts_the_slowest_worker_of_each_rollout_by_its_seconds_a_ste
     assert pace.record() is None
     for env in ([1.0, 2.0, 1.5], [1.0, 1.2, 1.1], [0.5, 0.6, 0.5]):  # whole rollouts: worker 1 the slowest each time
         pace.observe([CollectResult([], [], e, 0.25, [], 0.25) for e in env], [10, 10, 10])
-    pace.observe([CollectResult([], [], 9.0, 0.0, [])] * 2, [10, 10])  # one result missing: abandoned
+    pace.observe([CollectResult([], [], 9.0, 0.0, [])] * 2, [10, 10])  # one missing: a worker dropped as it stopped
     pace.observe([CollectResult([], [], 0.4, 0.0, []), CollectResult([], [], 0.4, 0.0, []),
                   CollectResult([], [], 0.3, 0.0, [])], [10, 10, 5])  # worker 2 cut after 5 steps: 0.06 s a step
     record = pace.record()
@@ -213,7 +213,7 @@ def test_a_run_names_the_worker_its_rollouts_kept_waiting_for():
                 "slowest_share": max(slowest) / sum(slowest), "slowest_excess_seconds": 0.4}
 
     line = one_slowest_line(pace([1, 2, 17]))
-    assert line.startswith("worker 2 was the slowest in 85% of 20 rollouts (at its pace the slowest took 0.4 s a")
+    assert line.startswith("worker 2 was the slowest in 85% of 20 rollouts (at its pace the slowest would take 0.4")
     assert "parallel.sync_fraction" in line and "worker_pace" in line
     assert one_slowest_line(pace([16, 4])) is not None, "80% exactly"
     assert one_slowest_line(pace([15, 5])) is None and one_slowest_line(pace([15, 4])) is None  # 75%; 19 rollouts
@@ -572,6 +572,7 @@ def test_a_straggler_is_cut_short_and_its_envs_go_on_from_where_they_stopped(tmp
     paces: dict[str, dict] = {}
     cut = collected("0.5", 2)
     whole = collected("1", 2)
+    assert set(paces) == {"0.5", "1"}
     for pace in paces.values():  # cut or whole, each rollout counts its slowest worker
         assert pace["rollouts"] == sum(pace["slowest"]) == 2 and len(pace["busy_seconds"]) == 2
     for rollout in cut:

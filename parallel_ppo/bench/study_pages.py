@@ -112,11 +112,10 @@ def plot_study(rows: list[dict[str, Any]], path: Path, title: str) -> None:
             if family not in GPU_FAMILIES:  # a GPU learner's gain over the CPU's is no efficiency
                 axes[1].plot(n, [100 * r["efficiency"] for r in pts], "o-", label=family)
     base = next((r for r in ok if r["label"] == "threads_1"), None)
-    top = max([r["processes"] for r in ok] + [1])
-    if base is not None:
-        axes[0].plot([1, top], [base["steps_per_second"], top * base["steps_per_second"]], "k--", lw=1,
-                     label="ideal (1 core × N)")
     counts = sorted({r["processes"] for r in ok})
+    if base is not None:  # at each count: a straight line from 1 to N would bend away from it on the log axis
+        ideal = sorted({1, *counts})
+        axes[0].plot(ideal, [n * base["steps_per_second"] for n in ideal], "k--", lw=1, label="ideal (1 core × N)")
     for ax in axes[:2]:
         ax.set_xscale("log", base=2)
         ax.set_xticks(counts, [str(n) for n in counts])

@@ -93,8 +93,8 @@ class RunSummary:
     phase_fractions: dict = dataclasses.field(default_factory=dict)
     worker_restarts: int = 0
     worker_pace: dict | None = None
-    """Which worker each whole rollout waited for (`engines.parallel.pace.WorkerPace.record`; a distributed run's:
-    rank 0's workers); None without workers."""
+    """Which worker each rollout (none abandoned) waited for (`engines.parallel.pace.WorkerPace.record`; a
+    distributed run's: rank 0's workers); None without workers."""
     policy_lag: int = 0
     """The largest policy lag of this session's updates (`charts/policy_lag`): 1 with `parallel.overlap` (0 with its
     `policy_lag: 0`)."""

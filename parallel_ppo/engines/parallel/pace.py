@@ -68,6 +68,7 @@ def one_slowest_line(record: dict[str, Any] | None, who: str = "worker") -> str 
         return None
     worker = max(range(len(record["slowest"])), key=record["slowest"].__getitem__)
     return (f"{who} {worker} was the slowest in {record['slowest_share']:.0%} of {record['rollouts']} rollouts (at "
-            f"its pace the slowest took {record['slowest_excess_seconds']:.3g} s a rollout more than the mean worker): "
+            f"its pace the slowest would take {record['slowest_excess_seconds']:.3g} s a rollout more than the mean "
+            "worker): "
             "a core it shares with another job, or slower envs, would do that (summary.json's worker_pace; "
             "parallel.sync_fraction below 1 cuts the slowest short instead of waiting)")
