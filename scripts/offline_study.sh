@@ -3,7 +3,7 @@
 # .robot/) and the libraries staged in .gl/ (scripts/offline_stage.sh) into /tmp, and the GL loaders of .robot/ into /
 # where the machine lacks them, then runs `bench.py study` family by family in
 # the order that matters most when the machine may be taken back at any moment (the 1-core base, the workers at 8
-# and 16, synchronous then overlapped, the CUDA learner at 16, synchronous then overlapped, the ranks at 8 and 16,
+# and 16, synchronous then overlapped, the machine's ceiling there (as many one-core runs at once), the CUDA learner at 16, synchronous then overlapped, the ranks at 8 and 16,
 # then the workers, CUDA learner, ranks and threads at the smaller counts; overlap only at 8 and 16).
 # Results are rewritten after every point, so whatever finished survives a cut-off.
 #   bash scripts/offline_study.sh [RESULTS_DIR] [SECONDS]      (defaults docs/results and 20 s per run)
@@ -21,7 +21,7 @@
 # on the GPU (or every core), into the machine's folder under RESULTS_DIR (seconds).
 # GL=mesa draws the camera with Mesa's llvmpipe on the CPU instead of the GPU (staged by `offline_stage.sh 3.12 mesa`
 # in .mesa/, unpacked to /tmp/offline_mesa by a call that carries it; LP_NUM_THREADS is passed on as set).
-# Budget: 21 points × (SECONDS + start-up); on a 16-core H100 box each run's start-up was ~25 s (every process
+# Budget: 23 points × (SECONDS + start-up); on a 16-core H100 box each run's start-up was ~25 s (every process
 # imports torch with CUDA), so ~16 minutes at 20 s: split the families over two calls where one call is capped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -116,6 +116,7 @@ else
     study threads 1
     study workers "8 16"
     study overlap "8 16"
+    study copies "8 16"
     study cuda 16
     study cuda_overlap 16
     study ranks "8 16"

@@ -97,7 +97,8 @@ def test_sweep_rejects_bad_input_before_running(tmp_path):
 def test_a_crashed_benchmark_run_is_a_crash_and_refused_settings_are_not(tmp_path, monkeypatch):
     """A point whose trainer fails (here a worker fault) raises BenchRunCrashed, which the sweep reports with
     exit 1; one whose settings the trainer refuses (exit 2) is a ConfigError, which autotune skips."""
-    from parallel_ppo.bench.scaling import BenchRunCrashed, run_point
+    from parallel_ppo.bench.scaling import run_point
+    from parallel_ppo.bench.trainer_runs import BenchRunCrashed
     from parallel_ppo.errors import ConfigError
 
     monkeypatch.chdir(ROOT)

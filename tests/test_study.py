@@ -10,22 +10,34 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from fake_runs import STEADY, write_run
 
 import parallel_ppo.bench.study as study_module
+from parallel_ppo.bench.copies import copies_row, copy_commands
 from parallel_ppo.bench.study import (
     StudySettings,
     drawing_tag,
     earlier_points,
     family_points,
+    machine_folder,
     machine_results_dir,
     merge_rows,
     plan_study,
     point_command,
     process_counts,
+    recorded_families,
     results_name,
     results_slug,
 )
-from parallel_ppo.bench.study_pages import add_ratios, cut_note, mesa_threads, pace_note, results_files, study_table
+from parallel_ppo.bench.study_pages import (
+    add_ratios,
+    ceiling_note,
+    cut_note,
+    mesa_threads,
+    pace_note,
+    results_files,
+    study_table,
+)
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.threads import OWN_DRAW_THREADS
 from parallel_ppo.engines.distributed import Ranks
@@ -55,6 +67,36 @@ def test_points_cover_powers_of_two_up_to_the_cores_and_ranks_start_at_two():
         ("overlap", 2), ("overlap", 16), ("ranks", 2)]
     assert family_points(["threads", "ranks"], [1, 2, 16], cores=2, sleeping=True) == [
         ("threads", 1), ("threads", 2), ("ranks", 2), ("ranks", 16)], "sleeping ranks too"
+    assert family_points(["copies"], [1, 2, 16], cores=2) == [("copies", 2)], "one copy is threads_1; copies compute"
+    assert family_points(["copies"], [1, 2, 16], cores=2, sleeping=True) == [("copies", 2), ("copies", 16)]
+
+
+def test_copies_are_that_many_one_core_runs_each_its_own_folder_and_seed(tmp_path):
+    one = point_command("threads", 1, SETTINGS, tmp_path / "copies_4", cores=16)
+    commands = copy_commands(point_command("copies", 4, SETTINGS, tmp_path / "copies_4", cores=16), 4)
+    assert len(commands) == 4
+    for i, cmd in enumerate(commands):  # threads_1's run, but for its folder and seed
+        expected = [*one, "--seed", str(i + 1)]
+        expected[one.index("--output-dir") + 1] = f"{tmp_path / 'copies_4'}/copy_{i}"
+        assert cmd == expected
+    assert sets(one)["parallel.learner_threads"] == "1" and flag(one, "--num-envs") == "8"
+    assert flag(one, "--batch-size") == "128" and "--num-workers" not in one
+
+
+def test_a_copies_row_sums_the_copies_and_names_the_ceiling(tmp_path):
+    runs = [load_run("copies_2", write_run(tmp_path / f"copy_{i}", peak_rss_mb=100.0 * (i + 1),
+                                           phase_fractions={"env": 0.5 + 0.2 * i}))
+            for i in range(2)]
+    copies = {"family": "copies", "processes": 2, "label": "copies_2", "measured_at": "x", **copies_row(runs)}
+    assert copies["steps_per_second"] == pytest.approx(2 * STEADY) and copies["copies_sps"] == [STEADY, STEADY]
+    assert copies["envs"] == 16 and copies["peak_rss_mb"] == 300.0 and copies["updates"] == 3
+    assert copies["phase_fractions"] == pytest.approx({"env": 0.6}) and copies["run_dir"] == str(tmp_path)
+    rows = [row("threads", 1, STEADY), copies, row("workers", 2, 1.5 * STEADY), row("overlap", 4, 3 * STEADY)]
+    add_ratios(rows)
+    assert copies["speedup"] == pytest.approx(2.0) and copies["efficiency"] == pytest.approx(1.0)
+    note = ceiling_note(rows)
+    assert "copies_2 2.00× threads_1, each copy 256–256 steps/s (workers_2 0.75 of it)" in note
+    assert "overlap" not in note and ceiling_note(rows[2:]) == ""
 
 
 @pytest.mark.parametrize("family", ["threads", "workers", "overlap", "ranks", "cuda", "cuda_overlap"])
@@ -118,6 +160,20 @@ def test_results_folder_names_the_cpu_cores_and_gpu():
     assert results_slug("", 4, None) == "cpu-4c"
     assert results_slug("AMD EPYC", 2, None, ["avx512", "bf16"]) == "amd-epyc-avx512-bf16-2c"
     assert results_slug("AMD EPYC", 2, None, []) == "amd-epyc-2c"
+
+
+def test_another_cpu_family_of_the_same_name_gets_a_folder_of_its_own(tmp_path):
+    zen4, zen5 = ({"cpu_model": "AMD EPYC", "cpu_kind": ["avx512", "bf16"], "cpu_family": f} for f in ("25/17", "26/2"))
+    plain = tmp_path / "amd-epyc-avx512-bf16-2c"
+    assert machine_folder(tmp_path, zen5, 2, None) == plain, "nothing there yet"
+    plain.mkdir()
+    (plain / "notes.json").write_text("[1, 2]")  # evidence of no family, or not a record at all, names none
+    (plain / "study.json").write_text(json.dumps({"hardware": {}, "points": [{"hardware": {"cpu_family": "25/17"}}]}))
+    assert machine_folder(tmp_path, zen4, 2, None) == plain
+    assert machine_folder(tmp_path, zen5, 2, None) == tmp_path / "amd-epyc-avx512-bf16-family26-model2-2c"
+    assert machine_folder(tmp_path, {**zen5, "cpu_family": None}, 2, None) == plain, "an unknown family: the name's"
+    (plain / "pairs.json").write_text(json.dumps({"cpu_family": "26/2"}))  # both kinds in it (written by hand)
+    assert machine_folder(tmp_path, zen4, 2, None) != plain and recorded_families(plain) == {"25/17", "26/2"}
 
 
 def row(family: str, n: int, sps: float, when: str = "2026-11-23 10:00:00") -> dict:
@@ -311,8 +367,9 @@ def test_study_on_this_machine_writes_its_table_and_plots(tmp_path):
     res = tmp_path / "results"
     proc = subprocess.run([sys.executable, "bench.py", "study", "--config", "config/sim_lift.yaml",  # its env
                            "--set", "env.options=[step_ms=1]", "--processes", "1 2", "--families",
-                           "threads,overlap", "--seconds", "2", "--n-steps", "16", "--runs-dir", str(tmp_path / "runs"),
-                           "--results-dir", str(res)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                           "threads,copies,overlap", "--seconds", "2", "--n-steps", "16",
+                           "--runs-dir", str(tmp_path / "runs"), "--results-dir", str(res)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     [folder] = list(res.iterdir())
     stem = "study-sim_lift-env-options-step-ms-1"  # the config's name, then the user's setting
@@ -323,11 +380,14 @@ def test_study_on_this_machine_writes_its_table_and_plots(tmp_path):
     assert study["settings"]["env"] == "sim/Sleep", "the config's env, no --env given"
     assert (folder / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     points = {p["label"]: p for p in study["points"]}
-    assert list(points) == ["threads_1", "threads_2", "overlap_1", "overlap_2"], study["points"]
+    assert list(points) == ["threads_1", "threads_2", "copies_2", "overlap_1", "overlap_2"], study["points"]
+    copies = [load_run("copy", Path(points["copies_2"]["run_dir"]) / f"copy_{i}") for i in range(2)]
+    assert points["copies_2"]["steps_per_second"] == pytest.approx(sum(run.steady_sps for run in copies))
     table = (folder / f"{stem}.md").read_text()
+    assert [run.config.run.seed for run in copies] == [1, 2] and "The machine's ceiling" in table
     assert table.startswith("# Simulated many-core study") and "**Simulated.**" in table
     assert "summary.json's `worker_pace`): the share" in table and "overlap_2 " in table.split("worker_pace")[1]
-    for p in points.values():
+    for p in (p for p in points.values() if p["family"] != "copies"):
         run = load_run(p["label"], Path(p["run_dir"]))
         base = load_run("base", Path(points["threads_1"]["run_dir"])).steady_sps
         assert p["base"] == "threads_1" and p["steps_per_second"] == pytest.approx(run.steady_sps)
@@ -338,4 +398,5 @@ def test_study_on_this_machine_writes_its_table_and_plots(tmp_path):
         assert run.summary.policy_lag == (1 if p["family"] == "overlap" and run.summary.updates > 1 else 0)
         paced = p["processes"] > 1 and p["family"] == "overlap"  # every rollout whole: each shows who was slowest
         assert p["pace_rollouts"] == (run.summary.updates if paced else None)
-    assert points["threads_2"]["batch_size"] == 256 and points["threads_2"]["envs"] == 16, "2 × one process's work"
+    for two in (points["threads_2"], points["copies_2"]):
+        assert two["batch_size"] == 256 and two["envs"] == 16, "2 × one process's work"

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from parallel_ppo.bench.scaling import BENCH_RUN_SETS, run_bench_trainer, trainer_command
+from parallel_ppo.bench.trainer_runs import BENCH_RUN_SETS, run_bench_trainer, trainer_command
 from parallel_ppo.core.config_yaml import parse_set
 from parallel_ppo.errors import ConfigError, RunDataError
 from parallel_ppo.runs.reading import expand_run_dirs, seed_dir

@@ -9,15 +9,12 @@ the figure its summary.json and compare show.
 
 from __future__ import annotations
 
-import contextlib
-import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import psutil
 
+from parallel_ppo.bench.trainer_runs import BENCH_RUN_SETS, run_bench_trainer, trainer_command
 from parallel_ppo.core.files import atomic_write, write_json, write_text
 from parallel_ppo.core.threads import usable_cpus
 from parallel_ppo.core.timing import PHASES
@@ -26,74 +23,9 @@ from parallel_ppo.runs.figures import efficiency, speedup
 from parallel_ppo.runs.reading import Run, load_run
 
 
-class BenchRunCrashed(RuntimeError):
-    """A benchmark run failed for a reason other than its settings (which the trainer refuses with exit 2)."""
-
-
-def trainer_command(workers: int, ranks: int = 0) -> list[str]:
-    """The trainer, run as a module of the installed package, so the sweep works outside a checkout too; with
-    `ranks`, as that many ranks of a distributed run under torchrun on this host."""
-    command = "train-parallel" if workers else "train"
-    if ranks:
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks),
-                "-m", "parallel_ppo", command, "--distributed"]
-    return [sys.executable, "-m", "parallel_ppo", command]
-
-
 def torchrun_command(ranks: int, command: str, config: Path) -> str:
     """How a user launches a distributed layout with a config (what autotune prints)."""
     return f"torchrun --standalone --nproc_per_node {ranks} -m parallel_ppo {command} --distributed --config {config}"
-
-
-BENCH_RUN_SETS = ("--set", "logging.progress=off", "--set", "run.limit_seconds=0", "--set", "eval.interval_seconds=0")
-"""What every benchmark run adds to its trainer command: no progress line, no compute-limit measurement and no
-periodic evaluation, so the run's time is training alone."""
-
-RANK_REFUSED = re.compile(r"exitcode\s*:\s*2\b")
-"""How torchrun reports a rank that exited with status 2 (it exits 1 itself)."""
-
-
-def run_bench_trainer(cmd: list[str], name: str, timeout: float | None = None) -> None:
-    """Run a benchmark's trainer command to its end: exit 2 (settings refused; for torchrun, a rank's exit 2) is
-    a ConfigError, any other failure a BenchRunCrashed, each naming the run and the trainer's error line (its
-    last line when it printed none: torchrun ends with its own report). A run still going after `timeout`
-    seconds counts as crashed; it is stopped with every process under it (torchrun's ranks live in sessions of
-    their own, so a process group would miss them), as it is when this process is interrupted."""
-    with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as child:
-        try:
-            _, stderr = child.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            stop_tree(child)
-            raise BenchRunCrashed(f"benchmark run {name} hung: stopped after {timeout:.0f} s") from None
-        except BaseException:
-            stop_tree(child)
-            raise
-    if child.returncode != 0:
-        lines = stderr.strip().splitlines() or ["no output"]
-        last = next((line for line in reversed(lines) if ": error: " in line), lines[-1])
-        if child.returncode == 2 or RANK_REFUSED.search(stderr):
-            raise ConfigError(f"benchmark run {name} refused its settings: {last}")
-        raise BenchRunCrashed(f"benchmark run {name} crashed (exit status {child.returncode}): {last}")
-
-
-def stop_tree(child: subprocess.Popen, grace: float = 10.0) -> None:
-    """SIGTERM to `child` and every process under it (a trainer then writes its checkpoint and frees its shared
-    memory), SIGKILL to those left after `grace` seconds; then read what remains of its output."""
-    try:
-        procs = [psutil.Process(child.pid), *psutil.Process(child.pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        procs = []
-    for proc in procs:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=grace)
-    for proc in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.kill()
-    try:
-        child.communicate(timeout=grace)
-    except subprocess.TimeoutExpired:  # a grandchild we could not see still holds the pipe
-        pass
 
 
 class Point(NamedTuple):

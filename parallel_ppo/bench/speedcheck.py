@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from parallel_ppo.bench.scaling import BenchRunCrashed, trainer_command
+from parallel_ppo.bench.trainer_runs import BenchRunCrashed, trainer_command
 from parallel_ppo.core.config import Config
 from parallel_ppo.runs import fingerprint
 from parallel_ppo.runs.figures import steady_span

@@ -1,8 +1,10 @@
 """The many-core study (`bench.py study`, `make study`): one command that measures what parallelism buys on this
-machine, and writes a small table and plots under docs/results/<cpu>[-avx512][-bf16]-<cores>c[-<gpu>]/.
+machine, and writes a small table and plots under its folder (`machine_folder`),
+docs/results/<cpu>[-avx512][-bf16][-family<F>-model<M>]-<cores>c[-<gpu>]/.
 
-Six families of short timed training runs on the same task, at 1, 2, 4, ... processes (up to the logical cores):
+Seven families of short timed training runs on the same task, at 1, 2, 4, ... processes (up to the logical cores):
 - `threads`: one sequential learner with that many intra-op threads (the contrast);
+- `copies`: that many one-thread sequential trainers at once, sharing nothing (`bench.copies`: the machine's ceiling);
 - `workers`: the parallel trainer with that many worker processes, the learner on the CPU;
 - `overlap`: the same, the workers collecting the next rollout while the learner updates (`parallel.overlap`);
 - `ranks`: that many distributed ranks (torchrun, gloo), each a sequential collector and learner;
@@ -32,8 +34,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from parallel_ppo.bench.scaling import BENCH_RUN_SETS, BenchRunCrashed, point_row, run_bench_trainer, trainer_command
+from parallel_ppo.bench.copies import copies_row, copy_commands
+from parallel_ppo.bench.scaling import point_row
 from parallel_ppo.bench.study_pages import FAMILIES, GPU_FAMILIES, results_files, write_results
+from parallel_ppo.bench.trainer_runs import BENCH_RUN_SETS, BenchRunCrashed, run_together, trainer_command
 from parallel_ppo.core.config_yaml import config_env
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.threads import usable_cpus
@@ -114,9 +118,11 @@ def point_command(family: str, processes: int, settings: StudySettings, out: Pat
     overlap, gpu = family in ("overlap", "cuda_overlap"), family in GPU_FAMILIES
     learner = 1 if overlap else min(processes, cores)  # overlapped: one thread beside the P workers, P once they wait
     own: tuple[str, ...] = ()
-    if family == "threads":
+    if family in ("threads", "copies"):  # a copy is one process of one thread (`copy_commands` makes P of them)
+        threads = processes if family == "threads" else 1
+        layout = per_process_layout(settings, threads)
         cmd = [*trainer_command(0), "--num-envs", str(layout["envs"]), "--device", "cpu"]
-        own = ("--set", f"parallel.learner_threads={processes}", "--set", f"env.env_threads={processes}")
+        own = ("--set", f"parallel.learner_threads={threads}", "--set", f"env.env_threads={threads}")
     elif family == "ranks":  # the distributed scaling rule: envs and minibatch per rank; one thread each
         cmd = [*trainer_command(0, processes), "--num-envs", str(m), "--device", "cpu"]
         own = ("--set", "parallel.learner_threads=1", "--set", "env.env_threads=1")
@@ -135,19 +141,22 @@ def point_command(family: str, processes: int, settings: StudySettings, out: Pat
 
 def run_study_point(family: str, processes: int, settings: StudySettings, runs_dir: Path,
                     cores: int) -> dict[str, Any]:
-    """One timed run, as a row of the study; a run that fails or hangs becomes a row with its error."""
+    """One timed run (the `copies` family's P runs at once), as a row of the study; a run that fails or hangs
+    becomes a row with its error."""
     label = f"{family}_{processes}"
-    out = runs_dir / label
+    command = point_command(family, processes, settings, runs_dir / label, cores)
+    commands = copy_commands(command, processes) if family == "copies" else [command]
     row: dict[str, Any] = {"family": family, "processes": processes, "label": label,
                            "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
     try:
-        run_bench_trainer(point_command(family, processes, settings, out, cores), label,
-                          timeout=3 * settings.seconds + 120)
-        run = load_run(label, out)
+        run_together(commands, label, timeout=3 * settings.seconds + 120)
+        runs = [load_run(label, Path(cmd[cmd.index("--output-dir") + 1])) for cmd in commands]
     except (BenchRunCrashed, ParallelPPOError) as e:
         return {**row, "error": str(e)}
+    run = runs[0]
     ranks = run.summary.world_size
-    return {**row, **point_row(run), "batch_size": run.config.training.batch_size * ranks,
+    figures = copies_row(runs) if family == "copies" else point_row(run)
+    return {**row, **figures, "batch_size": run.config.training.batch_size * ranks * len(runs),
             "precision": run.summary.precision, "microbatch": run.config.training.microbatch_size,
             "device": (run.summary.learner or {}).get("device", "cpu")}
 
@@ -167,12 +176,13 @@ def process_counts(cores: int) -> list[int]:
 
 def family_points(families: list[str], counts: list[int], cores: int,
                   sleeping: bool = False) -> list[tuple[str, int]]:
-    """The (family, processes) points to run: a distributed run of one rank is the sequential trainer, so ranks
-    start at 2; threads and ranks compute, so they stop at the `cores` (workers go past them only where the
-    count asks: a simulated study's sleeping ones, and ranks too where their envs are `sleeping`: each then
-    computes only its inference and update)."""
+    """The (family, processes) points to run: a distributed run of one rank, or one copy, is the sequential trainer,
+    so ranks and copies start at 2; threads, ranks and copies compute, so they stop at the `cores` (workers go past
+    them only where the count asks: a simulated study's sleeping ones, and ranks and copies too where their envs are
+    `sleeping`: each then computes only its inference and update)."""
+    alone = ("ranks", "copies")  # each process a sequential trainer of its own
     return [(f, n) for f in families for n in counts
-            if not (f == "ranks" and n == 1) and not (n > cores and (f == "threads" or f == "ranks" and not sleeping))]
+            if not (f in alone and n == 1) and not (n > cores and (f == "threads" or f in alone and not sleeping))]
 
 
 def gpu_name() -> str | None:
@@ -182,21 +192,51 @@ def gpu_name() -> str | None:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
 
 
-def results_slug(cpu_model: str, cores: int, gpu: str | None, kind: Sequence[str] = ()) -> str:
-    """`<cpu>[-<kind>...]-<cores>c[-<gpu>]`, in lower-case letters, digits and dashes, e.g.
+def results_slug(cpu_model: str, cores: int, gpu: str | None, kind: Sequence[str] = (),
+                 family: str | None = None) -> str:
+    """`<cpu>[-<kind>...][-family<F>-model<M>]-<cores>c[-<gpu>]`, in lower-case letters, digits and dashes, e.g.
     `intel-xeon-platinum-8480-avx512-bf16-16c-h100-80gb-hbm3`; `kind` (`fingerprint.cpu_kind`) tells apart CPUs
-    that share a model name (an AMD EPYC with AVX-512 and bf16 and one without either)."""
+    that share a model name (an AMD EPYC with AVX-512 and bf16 and one without either), `family` (`F/M`,
+    `fingerprint.read_cpu_family`) those that share both (`machine_folder`)."""
     def clean(text: str) -> str:
         return slug(re.sub(r"\((r|tm)\)|\bcpu\b|@.*$|\bprocessor\b|\bnvidia\b|\d+-core", " ", text.lower()))
 
-    return "-".join([clean(cpu_model) or "cpu", *kind, f"{cores}c"]) + (f"-{clean(gpu)}" if gpu else "")
+    tag = ["family{}-model{}".format(*family.split("/"))] if family else []
+    return "-".join([clean(cpu_model) or "cpu", *kind, *tag, f"{cores}c"]) + (f"-{clean(gpu)}" if gpu else "")
+
+
+def recorded_families(folder: Path) -> set[str]:
+    """The CPU families (`F/M`) the JSON evidence in `folder` records: a file's own `cpu_family`, its `hardware`'s
+    and its points' (a study's)."""
+    found: set[str] = set()
+    for path in folder.glob("*.json"):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            points = data.get("points") if isinstance(data.get("points"), list) else []
+            records = [data, data.get("hardware"), *(p.get("hardware") for p in points if isinstance(p, dict))]
+            found |= {r["cpu_family"] for r in records if isinstance(r, dict) and isinstance(r.get("cpu_family"), str)}
+    return found
+
+
+def machine_folder(results_root: Path, hw: dict[str, Any], cores: int, gpu: str | None) -> Path:
+    """The folder under `results_root` of a machine of hardware `hw` (`fingerprint.hardware`): named by its CPU's
+    model name and kind (`results_slug`), and by its family and model too where that folder's evidence records
+    another family (two CPU generations sold under one name, "AMD EPYC" with AVX-512 and bf16, compute at other
+    speeds and round floats otherwise: one machine kind per folder)."""
+    plain = results_root / results_slug(hw["cpu_model"], cores, gpu, hw["cpu_kind"])
+    family = hw.get("cpu_family")
+    if family and recorded_families(plain) - {family}:
+        return results_root / results_slug(hw["cpu_model"], cores, gpu, hw["cpu_kind"], family)
+    return plain
 
 
 def machine_results_dir(results_root: Path) -> Path:
-    """This machine's folder under `results_root` (`results_slug`): the study's results and the other evidence
+    """This machine's folder under `results_root` (`machine_folder`): the study's results and the other evidence
     measured here go in it."""
-    hw = fingerprint.hardware()
-    return results_root / results_slug(hw["cpu_model"], available_cores(), gpu_name(), hw["cpu_kind"])
+    return machine_folder(results_root, fingerprint.hardware(), available_cores(), gpu_name())
 
 
 def results_name(settings: StudySettings, drawn: dict[str, str]) -> str:
@@ -326,7 +366,7 @@ def plan_study(families: list[str], counts: list[int], settings: StudySettings, 
                 "drawing": drawn or None}
     if simulated(settings.env):  # a key only simulated studies have: the real ones measured before still merge
         identity["simulated"] = True
-    stem = results_root / results_slug(hw["cpu_model"], cores, gpu, hw["cpu_kind"]) / results_name(settings, drawn)
+    stem = machine_folder(results_root, hw, cores, gpu) / results_name(settings, drawn)
     kept, dropped = earlier_points(results_files(stem)["json"], identity)
     return StudyPlan(settings, points, skipped, stem, identity, kept, dropped, hw)
 

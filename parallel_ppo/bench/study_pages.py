@@ -10,11 +10,13 @@ from parallel_ppo.core.files import atomic_write, write_json, write_text
 from parallel_ppo.core.timing import PHASES
 from parallel_ppo.runs.fingerprint import mesa_egl, osmesa
 
-FAMILIES = ("threads", "workers", "overlap", "ranks", "cuda", "cuda_overlap")
+FAMILIES = ("threads", "copies", "workers", "overlap", "ranks", "cuda", "cuda_overlap")
 """The study's families of runs, in the order they run and are shown (`bench.study`)."""
 
 FAMILY_TEXT = {
     "threads": "1 process, N intra-op threads (sequential trainer, CPU)",
+    "copies": "N one-thread sequential trainers at once, sharing nothing, their steps/s summed: what N busy cores give "
+              "the one-core job on this machine, the ceiling of the families below",
     "workers": "N worker processes, learner on the CPU (parallel trainer)",
     "overlap": "N worker processes collecting while the learner on the CPU, one thread, updates, taking the threads "
                "of parallel.idle_learner_threads once they have collected (parallel trainer, parallel.overlap: "
@@ -95,6 +97,25 @@ def pace_note(rows: list[dict[str, Any]]) -> str:
             f"{', '.join(paced)}.\n\n") if paced else ""
 
 
+COOPERATING = ("workers", "overlap", "ranks")
+"""The CPU families whose processes share one training run, set against the copies' ceiling (`ceiling_note`)."""
+
+
+def ceiling_note(rows: list[dict[str, Any]]) -> str:
+    """What N busy cores gave the one-core job (the `copies` points) and what the cooperating families made of it at
+    the same count ("" where no copies were measured)."""
+    ok = {r["label"]: r for r in rows if "error" not in r}
+    parts = []
+    for c in (r for r in ok.values() if r["family"] == "copies"):
+        n, sps = c["processes"], c["steps_per_second"]
+        shares = [f"{f}_{n} {ok[f'{f}_{n}']['steps_per_second'] / sps:.2f}" for f in COOPERATING if f"{f}_{n}" in ok]
+        against = f"{c['speedup']:.2f}× {c['base']}, " if c.get("base") == "threads_1" else ""
+        parts.append(f"{c['label']} {against}each copy {min(c['copies_sps']):,.0f}–{max(c['copies_sps']):,.0f} steps/s"
+                     + (f" ({', '.join(shares)} of it)" if shares else ""))
+    return ("The machine's ceiling (the `copies` points: N one-core runs at once, sharing nothing) and the cooperating "
+            f"families' steps/s as a share of it at the same count: {'; '.join(parts)}.\n\n") if parts else ""
+
+
 def plot_study(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     """Steps/s and efficiency against processes per family, and the phase split of every point."""
     import matplotlib
@@ -119,7 +140,7 @@ def plot_study(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     for ax in axes[:2]:
         ax.set_xscale("log", base=2)
         ax.set_xticks(counts, [str(n) for n in counts])
-        ax.set_xlabel("processes (threads, workers or ranks)")
+        ax.set_xlabel("processes (threads, copies, workers or ranks)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     axes[0].set(ylabel="env steps/s (steady state)", title="Throughput")
@@ -192,7 +213,7 @@ def write_results(rows: list[dict[str, Any]], stem: Path, meta: dict[str, Any]) 
             + (f"; frames drawn with {' '.join(f'{k}={v}' for k, v in meta['drawing'].items())}"
                if meta.get("drawing") else "") + ".\n\n"
             + "\n".join(f"- `{f}`: {FAMILY_TEXT[f]}" for f in FAMILIES if any(r["family"] == f for r in rows))
-            + f"\n\n{study_table(rows)}\n\n{cut_note(rows)}{pace_note(rows)}"
+            + f"\n\n{study_table(rows)}\n\n{ceiling_note(rows)}{cut_note(rows)}{pace_note(rows)}"
             "Steps/s are steady state (from the end of update 1 to the end of the last update) of real training "
             "runs with evaluation and the compute-limit measurement off; every point of N processes uses N cores "
             + ("(sleeping workers: these cores stand for N)" if meta.get("simulated") else

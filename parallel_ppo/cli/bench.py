@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from parallel_ppo.bench import scaling
-from parallel_ppo.bench.scaling import BenchRunCrashed
 from parallel_ppo.bench.speedcheck import SPEED_TARGET
+from parallel_ppo.bench.trainer_runs import BenchRunCrashed
 from parallel_ppo.cli.common import (
     OneLineParser,
     add_config_flags,

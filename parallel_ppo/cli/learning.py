@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from parallel_ppo.bench.scaling import BenchRunCrashed
+from parallel_ppo.bench.trainer_runs import BenchRunCrashed
 from parallel_ppo.cli.common import (
     add_config_flags,
     add_set_flag,

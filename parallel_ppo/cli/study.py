@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from parallel_ppo.bench.scaling import BenchRunCrashed
 from parallel_ppo.bench.study import (
     ROOT,
     StudyPlan,
@@ -19,6 +18,7 @@ from parallel_ppo.bench.study import (
     run_study,
 )
 from parallel_ppo.bench.study_pages import FAMILIES, cut_note, results_files, study_table
+from parallel_ppo.bench.trainer_runs import BenchRunCrashed
 from parallel_ppo.cli.common import (
     add_config_flags,
     add_set_flag,
@@ -35,9 +35,10 @@ from parallel_ppo.errors import ConfigError, ParallelPPOError
 
 def add_study(sub: Any) -> None:
     """Register `study` on bench.py's subcommands."""
-    text = ("the many-core study: threads, workers (synchronous and overlapped), distributed ranks and a CUDA learner "
-            "(synchronous and overlapped) at 1, 2, 4, ... processes, written to "
-            "docs/results/<cpu>[-avx512][-bf16]-<cores>c[-<gpu>]/study[-<config>][-<env>][-<sets>][-<drawing>].md")
+    text = ("the many-core study: threads, copies (the machine's ceiling), workers (synchronous and overlapped), "
+            "distributed ranks and a CUDA learner (synchronous and overlapped) at 1, 2, 4, ... processes, written to "
+            "docs/results/<cpu>[-avx512][-bf16][-family<F>-model<M>]-<cores>c[-<gpu>]/"
+            "study[-<config>][-<env>][-<sets>][-<drawing>].md")
     c = sub.add_parser("study", help=text, description=text[0].upper() + text[1:] + ". Runs one at a time; a "
                        "point that fails is recorded and the rest go on. Points measured before in the same "
                        "results file (same machine and settings) and not measured now are kept.")

@@ -1,0 +1,103 @@
+"""Running a benchmark's trainer commands to their end, one (`run_bench_trainer`) or several at once
+(`run_together`: the study's copies), with what each adds to its command: a failure named, a run that hangs or is
+interrupted stopped with every process under it."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import psutil
+
+from parallel_ppo.errors import ConfigError
+
+
+class BenchRunCrashed(RuntimeError):
+    """A benchmark run failed for a reason other than its settings (which the trainer refuses with exit 2)."""
+
+
+def trainer_command(workers: int, ranks: int = 0) -> list[str]:
+    """The trainer, run as a module of the installed package, so the sweep works outside a checkout too; with
+    `ranks`, as that many ranks of a distributed run under torchrun on this host."""
+    command = "train-parallel" if workers else "train"
+    if ranks:
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks),
+                "-m", "parallel_ppo", command, "--distributed"]
+    return [sys.executable, "-m", "parallel_ppo", command]
+
+
+BENCH_RUN_SETS = ("--set", "logging.progress=off", "--set", "run.limit_seconds=0", "--set", "eval.interval_seconds=0")
+"""What every benchmark run adds to its trainer command: no progress line, no compute-limit measurement and no
+periodic evaluation, so the run's time is training alone."""
+
+RANK_REFUSED = re.compile(r"exitcode\s*:\s*2\b")
+"""How torchrun reports a rank that exited with status 2 (it exits 1 itself)."""
+
+
+def run_bench_trainer(cmd: list[str], name: str, timeout: float | None = None) -> None:
+    """Run a benchmark's trainer command to its end: exit 2 (settings refused; for torchrun, a rank's exit 2) is
+    a ConfigError, any other failure a BenchRunCrashed, each naming the run and the trainer's error line (its
+    last line when it printed none: torchrun ends with its own report). A run still going after `timeout`
+    seconds counts as crashed; it is stopped with every process under it (torchrun's ranks live in sessions of
+    their own, so a process group would miss them), as it is when this process is interrupted."""
+    with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as child:
+        try:
+            _, stderr = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop_tree(child)
+            raise BenchRunCrashed(f"benchmark run {name} hung: stopped after {timeout:.0f} s") from None
+        except BaseException:
+            stop_tree(child)
+            raise
+    if child.returncode != 0:
+        lines = stderr.strip().splitlines() or ["no output"]
+        last = next((line for line in reversed(lines) if ": error: " in line), lines[-1])
+        if child.returncode == 2 or RANK_REFUSED.search(stderr):
+            raise ConfigError(f"benchmark run {name} refused its settings: {last}")
+        raise BenchRunCrashed(f"benchmark run {name} crashed (exit status {child.returncode}): {last}")
+
+
+def run_together(commands: list[list[str]], name: str, timeout: float) -> None:
+    """Run every command at once to its end (`run_bench_trainer` each, command i named `<name> (copy i)`); once all
+    have ended, the first failure is raised. Interrupted, it stops them all first."""
+    if len(commands) == 1:
+        return run_bench_trainer(commands[0], name, timeout)
+    with ThreadPoolExecutor(len(commands)) as pool:
+        futures = [pool.submit(run_bench_trainer, cmd, f"{name} (copy {i})", timeout)
+                   for i, cmd in enumerate(commands)]
+        try:
+            failures = [f.exception() for f in futures]
+        except BaseException:  # each thread stops its own run only when it is the one interrupted
+            end_processes(psutil.Process().children(recursive=True))
+            raise
+    failed = next((e for e in failures if e is not None), None)
+    if failed is not None:
+        raise failed
+
+
+def end_processes(procs: list[psutil.Process], grace: float = 10.0) -> None:
+    """SIGTERM to each of `procs` (a trainer then writes its checkpoint and frees its shared memory), SIGKILL to
+    those left after `grace` seconds."""
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for proc in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+
+
+def stop_tree(child: subprocess.Popen, grace: float = 10.0) -> None:
+    """`end_processes` for `child` and every process under it; then read what remains of its output."""
+    try:
+        procs = [psutil.Process(child.pid), *psutil.Process(child.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        procs = []
+    end_processes(procs, grace)
+    try:
+        child.communicate(timeout=grace)
+    except subprocess.TimeoutExpired:  # a grandchild we could not see still holds the pipe
+        pass
