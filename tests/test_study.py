@@ -38,6 +38,7 @@ from parallel_ppo.bench.study_pages import (
     results_files,
     study_table,
 )
+from parallel_ppo.bench.trainer_runs import BenchRunCrashed, run_together
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.threads import OWN_DRAW_THREADS
 from parallel_ppo.engines.distributed import Ranks
@@ -81,6 +82,18 @@ def test_copies_are_that_many_one_core_runs_each_its_own_folder_and_seed(tmp_pat
         assert cmd == expected
     assert sets(one)["parallel.learner_threads"] == "1" and flag(one, "--num-envs") == "8"
     assert flag(one, "--batch-size") == "128" and "--num-workers" not in one
+
+
+def test_copies_run_at_once_and_the_first_failure_is_raised(tmp_path):
+    def meets(i: int) -> list[str]:  # says it started, then waits for the other: run one after the other, it hangs
+        return [sys.executable, "-c", f"import pathlib, time; d = pathlib.Path({str(tmp_path)!r}); "
+                f"(d / '{i}').touch(); [time.sleep(0.05) for _ in range(400) if not (d / '{1 - i}').exists()]; "
+                f"assert (d / '{1 - i}').exists()"]
+
+    run_together([meets(0), meets(1)], "copies_2", timeout=60)
+    bad = [sys.executable, "-c", "import sys; sys.exit('x: error: broke')"]
+    with pytest.raises(BenchRunCrashed, match=r"copies_2 \(copy 1\) crashed \(exit status 1\): x: error: broke"):
+        run_together([[sys.executable, "-c", "pass"], bad], "copies_2", timeout=60)
 
 
 def test_a_copies_row_sums_the_copies_and_names_the_ceiling(tmp_path):
