@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The many-core study on a machine with no package index, in one command: installs the wheels staged in .whl/ (or
 # .robot/) and the libraries staged in .gl/ (scripts/offline_stage.sh) into /tmp, and the GL loaders of .robot/ into /
-# where the machine lacks them, then runs `bench.py study` family by family in
-# the order that matters most when the machine may be taken back at any moment (the 1-core base, the workers at 8
-# and 16, synchronous then overlapped, the machine's ceiling there (as many one-core runs at once), the CUDA learner at 16, synchronous then overlapped, the ranks at 8 and 16,
-# then the workers, CUDA learner, ranks and threads at the smaller counts; overlap only at 8 and 16).
+# where the machine lacks them, then runs `bench.py study` family by family in the order that matters most when the
+# machine may be taken back at any moment (the 1-core base, the workers at 8 and 16, synchronous then overlapped, the
+# machine's ceiling there (as many one-core runs at once), the CUDA learner at 16, synchronous then overlapped, the
+# ranks at 8 and 16, then the workers, CUDA learner, ranks and threads at the smaller counts; overlap only at 8 and 16).
 # Results are rewritten after every point, so whatever finished survives a cut-off.
 #   bash scripts/offline_study.sh [RESULTS_DIR] [SECONDS]      (defaults docs/results and 20 s per run)
 # A study joins the committed one of its machine and task only with the same settings, SECONDS too (the 16-core H200's
@@ -12,7 +12,7 @@
 # settings in its place is refused, and the script stops (a call that fits nothing here, cuda without a GPU, goes on).
 # PLAN="threads:1 workers:16 cuda:16" (family:counts, counts comma-separated) runs those points, in that order, instead.
 # SETS="parallel.learner_threads=4 ..." passes each KEY=VALUE to every point as a --set (the study's own give way, but
-# for the threads and ranks families' thread counts); such a study's files are named for its settings
+# for the threads, copies and ranks families' thread counts); such a study's files are named for its settings
 # (study-...-parallel-learner-threads-4), beside the default's.
 # ENV (and CONFIG) study another task: `ENV=robosuite/Lift` (staged by `offline_stage.sh 3.12 robot` in .robot/, which
 # travels alone: with .whl/ it is over a device call's 64 MiB), `CONFIG=config/robosuite_lift_camera.yaml` its camera;
@@ -22,7 +22,8 @@
 # GL=mesa draws the camera with Mesa's llvmpipe on the CPU instead of the GPU (staged by `offline_stage.sh 3.12 mesa`
 # in .mesa/, unpacked to /tmp/offline_mesa by a call that carries it; LP_NUM_THREADS is passed on as set).
 # Budget: 23 points × (SECONDS + start-up); on a 16-core H100 box each run's start-up was ~25 s (every process
-# imports torch with CUDA), so ~16 minutes at 20 s: split the families over two calls where one call is capped.
+# imports torch with CUDA; 16 copies importing at once take longer), so ~18 minutes at 20 s: split the families over
+# two calls where one call is capped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 results="${1:-docs/results}"

@@ -68,16 +68,16 @@ def test_points_cover_powers_of_two_up_to_the_cores_and_ranks_start_at_two():
         ("overlap", 2), ("overlap", 16), ("ranks", 2)]
     assert family_points(["threads", "ranks"], [1, 2, 16], cores=2, sleeping=True) == [
         ("threads", 1), ("threads", 2), ("ranks", 2), ("ranks", 16)], "sleeping ranks too"
-    assert family_points(["copies"], [1, 2, 16], cores=2) == [("copies", 2)], "one copy is threads_1; copies compute"
-    assert family_points(["copies"], [1, 2, 16], cores=2, sleeping=True) == [("copies", 2), ("copies", 16)]
+    assert family_points(["copies"], [1, 2, 16], cores=2, sleeping=True) == [("copies", 2)], \
+        "one copy is threads_1; the copies are the ceiling of the cores there are, sleeping or not"
 
 
 def test_copies_are_that_many_one_core_runs_each_its_own_folder_and_seed(tmp_path):
     one = point_command("threads", 1, SETTINGS, tmp_path / "copies_4", cores=16)
     commands = copy_commands(point_command("copies", 4, SETTINGS, tmp_path / "copies_4", cores=16), 4)
     assert len(commands) == 4
-    for i, cmd in enumerate(commands):  # threads_1's run, but for its folder and seed
-        expected = [*one, "--seed", str(i + 1)]
+    for i, cmd in enumerate(commands):  # threads_1's run, but for its folder and seed (after the user's settings)
+        expected = [*one, "--set", f"run.seed={i + 1}"]
         expected[one.index("--output-dir") + 1] = f"{tmp_path / 'copies_4'}/copy_{i}"
         assert cmd == expected
     assert sets(one)["parallel.learner_threads"] == "1" and flag(one, "--num-envs") == "8"
@@ -96,20 +96,31 @@ def test_copies_run_at_once_and_the_first_failure_is_raised(tmp_path):
         run_together([[sys.executable, "-c", "pass"], bad], "copies_2", timeout=60)
 
 
-def test_a_copies_row_sums_the_copies_and_names_the_ceiling(tmp_path):
+def test_a_copies_row_sums_the_copies_over_their_common_span_and_names_the_ceiling(tmp_path):
     runs = [load_run("copies_2", write_run(tmp_path / f"copy_{i}", peak_rss_mb=100.0 * (i + 1),
                                            phase_fractions={"env": 0.5 + 0.2 * i}))
             for i in range(2)]
-    copies = {"family": "copies", "processes": 2, "label": "copies_2", "measured_at": "x", **copies_row(runs)}
+    copies = {"family": "copies", "processes": 2, "label": "copies_2", "measured_at": "x",
+              **copies_row(runs, ended=[100.0, 100.0])}
     assert copies["steps_per_second"] == pytest.approx(2 * STEADY) and copies["copies_sps"] == [STEADY, STEADY]
-    assert copies["envs"] == 16 and copies["peak_rss_mb"] == 300.0 and copies["updates"] == 3
+    assert copies["copies_span"] == pytest.approx(1.0) and copies["updates"] == 3
+    assert copies["envs"] == 16 and copies["peak_rss_mb"] == 300.0
     assert copies["phase_fractions"] == pytest.approx({"env": 0.6}) and copies["run_dir"] == str(tmp_path)
     rows = [row("threads", 1, STEADY), copies, row("workers", 2, 1.5 * STEADY), row("overlap", 4, 3 * STEADY)]
     add_ratios(rows)
     assert copies["speedup"] == pytest.approx(2.0) and copies["efficiency"] == pytest.approx(1.0)
     note = ceiling_note(rows)
-    assert "copies_2 2.00× threads_1, each copy 256–256 steps/s (workers_2 0.75 of it)" in note
+    assert "copies_2 2.00× threads_1 over a common steady span 1.00 of a copy's, each copy 256–256 steps/s " \
+           "(workers_2 0.75 of it)" in note
     assert "overlap" not in note and ceiling_note(rows[2:]) == ""
+    # copy 1 started 2 s later and ran on alone at twice the pace: its last 2 s are not the machine's shared pace
+    late = load_run("copies_2", write_run(tmp_path / "late", [(1, 1024, 9.0, 1.0), (2, 2048, 13.0, 1.0),
+                                                                (3, 4096, 17.0, 1.0)]))
+    skewed = copies_row([runs[0], late], ended=[100.0, 102.0])
+    assert skewed["copies_sps"] == [STEADY, 384.0], "each copy's own steady steps/s: 640 summed"
+    assert skewed["copies_span"] == pytest.approx(0.75), "6 s in common of each copy's 8"
+    assert skewed["steps_per_second"] == pytest.approx((256 * 6 + 1024 + 2 * 512) / 6)
+    assert copies_row([runs[0], late], ended=[100.0, 120.0])["copies_span"] == 0.0, "never steady together"
 
 
 @pytest.mark.parametrize("family", ["threads", "workers", "overlap", "ranks", "cuda", "cuda_overlap"])
@@ -186,7 +197,9 @@ def test_another_cpu_family_of_the_same_name_gets_a_folder_of_its_own(tmp_path):
     assert machine_folder(tmp_path, zen5, 2, None) == tmp_path / "amd-epyc-avx512-bf16-family26-model2-2c"
     assert machine_folder(tmp_path, {**zen5, "cpu_family": None}, 2, None) == plain, "an unknown family: the name's"
     (plain / "pairs.json").write_text(json.dumps({"cpu_family": "26/2"}))  # both kinds in it (written by hand)
-    assert machine_folder(tmp_path, zen4, 2, None) != plain and recorded_families(plain) == {"25/17", "26/2"}
+    assert recorded_families(plain) == {"25/17", "26/2"}, "a file's own, its hardware's and its points'"
+    assert machine_folder(tmp_path, zen4, 2, None) == plain == machine_folder(tmp_path, zen5, 2, None), \
+        "a kind with evidence there keeps its folder (its earlier points merge)"
 
 
 def row(family: str, n: int, sps: float, when: str = "2026-11-23 10:00:00") -> dict:
@@ -395,7 +408,8 @@ def test_study_on_this_machine_writes_its_table_and_plots(tmp_path):
     points = {p["label"]: p for p in study["points"]}
     assert list(points) == ["threads_1", "threads_2", "copies_2", "overlap_1", "overlap_2"], study["points"]
     copies = [load_run("copy", Path(points["copies_2"]["run_dir"]) / f"copy_{i}") for i in range(2)]
-    assert points["copies_2"]["steps_per_second"] == pytest.approx(sum(run.steady_sps for run in copies))
+    assert points["copies_2"]["copies_sps"] == pytest.approx([run.steady_sps for run in copies])
+    assert 0 < points["copies_2"]["copies_span"] <= 1 and points["copies_2"]["steps_per_second"] > 0
     table = (folder / f"{stem}.md").read_text()
     assert [run.config.run.seed for run in copies] == [1, 2] and "The machine's ceiling" in table
     assert table.startswith("# Simulated many-core study") and "**Simulated.**" in table

@@ -110,9 +110,10 @@ def per_process_layout(settings: StudySettings, processes: int) -> dict[str, int
 
 
 def point_command(family: str, processes: int, settings: StudySettings, out: Path, cores: int) -> list[str]:
-    """The trainer command of one study point on a machine of `cores` usable cores. The user's `--set` items
-    (`settings.extra`) come after the study's own and win, but for the thread counts that define the `threads` and
-    `ranks` families: a one-core point stays one thread whatever the other points' learners are given."""
+    """The trainer command of one study point on a machine of `cores` usable cores (of one copy, for `copies`).
+    The user's `--set` items (`settings.extra`) come after the study's own and win, but for the thread counts that
+    define the `threads`, `copies` and `ranks` families: a one-core point stays one thread whatever the other
+    points' learners are given."""
     layout = per_process_layout(settings, processes)
     m = settings.envs_per_process
     overlap, gpu = family in ("overlap", "cuda_overlap"), family in GPU_FAMILIES
@@ -149,13 +150,13 @@ def run_study_point(family: str, processes: int, settings: StudySettings, runs_d
     row: dict[str, Any] = {"family": family, "processes": processes, "label": label,
                            "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
     try:
-        run_together(commands, label, timeout=3 * settings.seconds + 120)
+        ended = run_together(commands, label, timeout=3 * settings.seconds + 120)
         runs = [load_run(label, Path(cmd[cmd.index("--output-dir") + 1])) for cmd in commands]
     except (BenchRunCrashed, ParallelPPOError) as e:
         return {**row, "error": str(e)}
     run = runs[0]
     ranks = run.summary.world_size
-    figures = copies_row(runs) if family == "copies" else point_row(run)
+    figures = copies_row(runs, ended) if family == "copies" else point_row(run)
     return {**row, **figures, "batch_size": run.config.training.batch_size * ranks * len(runs),
             "precision": run.summary.precision, "microbatch": run.config.training.microbatch_size,
             "device": (run.summary.learner or {}).get("device", "cpu")}
@@ -178,11 +179,11 @@ def family_points(families: list[str], counts: list[int], cores: int,
                   sleeping: bool = False) -> list[tuple[str, int]]:
     """The (family, processes) points to run: a distributed run of one rank, or one copy, is the sequential trainer,
     so ranks and copies start at 2; threads, ranks and copies compute, so they stop at the `cores` (workers go past
-    them only where the count asks: a simulated study's sleeping ones, and ranks and copies too where their envs are
-    `sleeping`: each then computes only its inference and update)."""
-    alone = ("ranks", "copies")  # each process a sequential trainer of its own
+    them only where the count asks: a simulated study's sleeping ones, and ranks too where their envs are `sleeping`:
+    each then computes only its inference and update; copies never, being the ceiling of the cores there are)."""
     return [(f, n) for f in families for n in counts
-            if not (f in alone and n == 1) and not (n > cores and (f == "threads" or f in alone and not sleeping))]
+            if not (f in ("ranks", "copies") and n == 1)
+            and not (n > cores and (f in ("threads", "copies") or f == "ranks" and not sleeping))]
 
 
 def gpu_name() -> str | None:
@@ -224,11 +225,12 @@ def recorded_families(folder: Path) -> set[str]:
 def machine_folder(results_root: Path, hw: dict[str, Any], cores: int, gpu: str | None) -> Path:
     """The folder under `results_root` of a machine of hardware `hw` (`fingerprint.hardware`): named by its CPU's
     model name and kind (`results_slug`), and by its family and model too where that folder's evidence records
-    another family (two CPU generations sold under one name, "AMD EPYC" with AVX-512 and bf16, compute at other
-    speeds and round floats otherwise: one machine kind per folder)."""
+    other families and not this one (two CPU generations sold under one name, "AMD EPYC" with AVX-512 and bf16,
+    compute at other speeds and round floats otherwise: one machine kind per folder)."""
     plain = results_root / results_slug(hw["cpu_model"], cores, gpu, hw["cpu_kind"])
     family = hw.get("cpu_family")
-    if family and recorded_families(plain) - {family}:
+    recorded = recorded_families(plain) if family else set()
+    if recorded and family not in recorded:
         return results_root / results_slug(hw["cpu_model"], cores, gpu, hw["cpu_kind"], family)
     return plain
 

@@ -109,10 +109,12 @@ def ceiling_note(rows: list[dict[str, Any]]) -> str:
     for c in (r for r in ok.values() if r["family"] == "copies"):
         n, sps = c["processes"], c["steps_per_second"]
         shares = [f"{f}_{n} {ok[f'{f}_{n}']['steps_per_second'] / sps:.2f}" for f in COOPERATING if f"{f}_{n}" in ok]
-        against = f"{c['speedup']:.2f}× {c['base']}, " if c.get("base") == "threads_1" else ""
-        parts.append(f"{c['label']} {against}each copy {min(c['copies_sps']):,.0f}–{max(c['copies_sps']):,.0f} steps/s"
+        against = f"{c['speedup']:.2f}× {c['base']} " if c.get("base") == "threads_1" else ""
+        parts.append(f"{c['label']} {against}over a common steady span {c['copies_span']:.2f} of a copy's, each copy "
+                     f"{min(c['copies_sps']):,.0f}–{max(c['copies_sps']):,.0f} steps/s"
                      + (f" ({', '.join(shares)} of it)" if shares else ""))
-    return ("The machine's ceiling (the `copies` points: N one-core runs at once, sharing nothing) and the cooperating "
+    return ("The machine's ceiling (the `copies` points: N one-core runs at once, sharing nothing, their steps/s "
+            "summed over the span in which all ran steady, as a share of one copy's own span) and the cooperating "
             f"families' steps/s as a share of it at the same count: {'; '.join(parts)}.\n\n") if parts else ""
 
 

@@ -8,6 +8,7 @@ import contextlib
 import re
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import psutil
@@ -60,22 +61,32 @@ def run_bench_trainer(cmd: list[str], name: str, timeout: float | None = None) -
         raise BenchRunCrashed(f"benchmark run {name} crashed (exit status {child.returncode}): {last}")
 
 
-def run_together(commands: list[list[str]], name: str, timeout: float) -> None:
-    """Run every command at once to its end (`run_bench_trainer` each, command i named `<name> (copy i)`); once all
-    have ended, the first failure is raised. Interrupted, it stops them all first."""
+def run_together(commands: list[list[str]], name: str, timeout: float) -> list[float]:
+    """Run every command at once to its end (`run_bench_trainer` each, command i named `<name> (copy i)`) and return
+    when each ended (`time.monotonic`); once all have ended, the failure of the lowest-numbered failed command is
+    raised. Interrupted, it stops the runs it started first."""
+    def run(i: int) -> float:
+        run_bench_trainer(commands[i], name if len(commands) == 1 else f"{name} (copy {i})", timeout)
+        return time.monotonic()
+
     if len(commands) == 1:
-        return run_bench_trainer(commands[0], name, timeout)
+        return [run(0)]
+    before = {proc.pid for proc in psutil.Process().children()}
     with ThreadPoolExecutor(len(commands)) as pool:
-        futures = [pool.submit(run_bench_trainer, cmd, f"{name} (copy {i})", timeout)
-                   for i, cmd in enumerate(commands)]
         try:
+            futures = [pool.submit(run, i) for i in range(len(commands))]
             failures = [f.exception() for f in futures]
-        except BaseException:  # each thread stops its own run only when it is the one interrupted
-            end_processes(psutil.Process().children(recursive=True))
+        except BaseException:  # a thread stops its own run only when it is the one interrupted
+            tree: list[psutil.Process] = []
+            for proc in (proc for proc in psutil.Process().children() if proc.pid not in before):
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    tree += [proc, *proc.children(recursive=True)]
+            end_processes(tree)
             raise
     failed = next((e for e in failures if e is not None), None)
     if failed is not None:
         raise failed
+    return [f.result() for f in futures]
 
 
 def end_processes(procs: list[psutil.Process], grace: float = 10.0) -> None:

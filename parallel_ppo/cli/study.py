@@ -1,5 +1,5 @@
-"""bench.py's `study` subcommand: the many-core study (threads, workers, distributed ranks and a CUDA learner at
-1, 2, 4, ... processes) into docs/results/."""
+"""bench.py's `study` subcommand: the many-core study (threads, copies, workers, distributed ranks and a CUDA learner
+at 1, 2, 4, ... processes) into docs/results/."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from parallel_ppo.bench.study import (
     process_counts,
     run_study,
 )
-from parallel_ppo.bench.study_pages import FAMILIES, cut_note, results_files, study_table
+from parallel_ppo.bench.study_pages import FAMILIES, ceiling_note, cut_note, results_files, study_table
 from parallel_ppo.bench.trainer_runs import BenchRunCrashed
 from parallel_ppo.cli.common import (
     add_config_flags,
@@ -87,8 +87,9 @@ def study(args: Any, prog: str) -> int:
     except OSError as e:  # the results folder could not be written
         return fail(prog, e, 1)
     print(study_table(rows))
-    if note := cut_note(rows):
-        print(note.rstrip())
+    for note in (ceiling_note(rows), cut_note(rows)):
+        if note:
+            print(note.rstrip())
     files = results_files(plan.stem)
     print(f"wrote {files['md']}, {files['json']}, {files['png']}")
     failed = [r["label"] for r in rows if "error" in r]

@@ -219,7 +219,7 @@ def run_one(request: Request, prog: str) -> int:
 
 
 def trainer_config(cmd: list[str], name: str) -> Config:
-    """The config the trainer of benchmark run `name` builds from its command (`bench.scaling.trainer_command` and
+    """The config the trainer of benchmark run `name` builds from its command (`bench.trainer_runs.trainer_command` and
     flags), read by the trainer's own parser and built as it builds it (its precision checked on its device), nothing
     run: a ConfigError naming the run where the trainer would refuse it. What only a start tells (the env itself) is
     not checked."""
