@@ -115,12 +115,13 @@ def test_a_copies_row_sums_the_copies_over_their_common_span_and_names_the_ceili
     assert "overlap" not in note and ceiling_note(rows[2:]) == ""
     # copy 1 started 2 s later and ran on alone at twice the pace: its last 2 s are not the machine's shared pace
     late = load_run("copies_2", write_run(tmp_path / "late", [(1, 1024, 9.0, 1.0), (2, 2048, 13.0, 1.0),
-                                                                (3, 4096, 17.0, 1.0)]))
-    skewed = copies_row([runs[0], late], ended=[100.0, 102.0])
+                                                                (3, 4096, 17.0, 1.0)], wall_seconds=19.5))
+    skewed = copies_row([runs[0], late], ended=[100.0, 104.0])  # it closed 2 s slower: it started at 84.5, not 86.5
     assert skewed["copies_sps"] == [STEADY, 384.0], "each copy's own steady steps/s: 640 summed"
     assert skewed["copies_span"] == pytest.approx(0.75), "6 s in common of each copy's 8"
     assert skewed["steps_per_second"] == pytest.approx((256 * 6 + 1024 + 2 * 512) / 6)
-    assert copies_row([runs[0], late], ended=[100.0, 120.0])["copies_span"] == 0.0, "never steady together"
+    with pytest.raises(RunDataError, match="its 2 copies never ran steady together"):
+        copies_row([runs[0], late], ended=[100.0, 120.0])
 
 
 @pytest.mark.parametrize("family", ["threads", "workers", "overlap", "ranks", "cuda", "cuda_overlap"])
@@ -192,14 +193,20 @@ def test_another_cpu_family_of_the_same_name_gets_a_folder_of_its_own(tmp_path):
     assert machine_folder(tmp_path, zen5, 2, None) == plain, "nothing there yet"
     plain.mkdir()
     (plain / "notes.json").write_text("[1, 2]")  # evidence of no family, or not a record at all, names none
-    (plain / "study.json").write_text(json.dumps({"hardware": {}, "points": [{"hardware": {"cpu_family": "25/17"}}]}))
+    point = {"family": "threads", "label": "threads_1", "measured_at": "x", "hardware": {"cpu_family": "25/17"}}
+    (plain / "study.json").write_text(json.dumps({"hardware": {}, "points": [point]}))
     assert machine_folder(tmp_path, zen4, 2, None) == plain
     assert machine_folder(tmp_path, zen5, 2, None) == tmp_path / "amd-epyc-avx512-bf16-family26-model2-2c"
     assert machine_folder(tmp_path, {**zen5, "cpu_family": None}, 2, None) == plain, "an unknown family: the name's"
     (plain / "pairs.json").write_text(json.dumps({"cpu_family": "26/2"}))  # both kinds in it (written by hand)
     assert recorded_families(plain) == {"25/17", "26/2"}, "a file's own, its hardware's and its points'"
     assert machine_folder(tmp_path, zen4, 2, None) == plain == machine_folder(tmp_path, zen5, 2, None), \
-        "a kind with evidence there keeps its folder (its earlier points merge)"
+        "a kind with evidence there keeps its folder"
+    with pytest.raises(RunDataError, match="points measured on CPU family 25/17, not this machine's 26/2"):
+        earlier_points(plain / "study.json", {}, "26/2")  # but a study file never merges two kinds' points
+    assert earlier_points(plain / "study.json", {}, "25/17")[0] and earlier_points(plain / "study.json", {})[0]
+    (tmp_path / "amd-epyc-avx512-bf16-family26-model2-2c").mkdir()  # once a kind has a folder of its own, it is its
+    assert machine_folder(tmp_path, zen5, 2, None) == tmp_path / "amd-epyc-avx512-bf16-family26-model2-2c"
 
 
 def row(family: str, n: int, sps: float, when: str = "2026-11-23 10:00:00") -> dict:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from parallel_ppo.bench.scaling import point_row
+from parallel_ppo.errors import RunDataError
 from parallel_ppo.runs.reading import Run
 
 
@@ -33,13 +34,14 @@ def common_span(runs: list[Run], ended: list[float]) -> tuple[float, float]:
     1 to the end of its last), and that span as a share of the mean copy's own: copies start their clocks as their
     imports end, one later than another, and one running on alone at the end would overstate the sum. Each run is
     placed on the study's clock by when its process `ended`, its `wall_seconds` before (its closing, alike in every
-    copy, left in). A span of 0 where they never ran steady together, the sum of their own steps/s then."""
+    copy, left in). RunDataError where they never ran steady together (a copy of one update, runs too short)."""
     clocks = [(run.metrics["wall_time"] + end - run.summary.wall_seconds, run.metrics["env_steps"])
               for run, end in zip(runs, ended, strict=True)]
     start, stop = max(t[0] for t, _ in clocks), min(t[-1] for t, _ in clocks)
     own = sum(t[-1] - t[0] for t, _ in clocks) / len(clocks)
     if stop <= start or own <= 0:
-        return sum(run.steady_sps for run in runs), 0.0
+        raise RunDataError(f"its {len(runs)} copies never ran steady together (each from the end of its update 1 to "
+                           "its last): give the study more seconds a point")
     steps = sum(np.interp(stop, t, s) - np.interp(start, t, s) for t, s in clocks)
     return float(steps / (stop - start)), (stop - start) / own
 

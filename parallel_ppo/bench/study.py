@@ -152,11 +152,11 @@ def run_study_point(family: str, processes: int, settings: StudySettings, runs_d
     try:
         ended = run_together(commands, label, timeout=3 * settings.seconds + 120)
         runs = [load_run(label, Path(cmd[cmd.index("--output-dir") + 1])) for cmd in commands]
+        figures = copies_row(runs, ended) if family == "copies" else point_row(runs[0])
     except (BenchRunCrashed, ParallelPPOError) as e:
         return {**row, "error": str(e)}
     run = runs[0]
     ranks = run.summary.world_size
-    figures = copies_row(runs, ended) if family == "copies" else point_row(run)
     return {**row, **figures, "batch_size": run.config.training.batch_size * ranks * len(runs),
             "precision": run.summary.precision, "microbatch": run.config.training.microbatch_size,
             "device": (run.summary.learner or {}).get("device", "cpu")}
@@ -224,15 +224,16 @@ def recorded_families(folder: Path) -> set[str]:
 
 def machine_folder(results_root: Path, hw: dict[str, Any], cores: int, gpu: str | None) -> Path:
     """The folder under `results_root` of a machine of hardware `hw` (`fingerprint.hardware`): named by its CPU's
-    model name and kind (`results_slug`), and by its family and model too where that folder's evidence records
-    other families and not this one (two CPU generations sold under one name, "AMD EPYC" with AVX-512 and bf16,
-    compute at other speeds and round floats otherwise: one machine kind per folder)."""
+    model name and kind (`results_slug`), and by its family and model too where that folder exists, or where the
+    plain one's evidence records other families and not this one (two CPU generations sold under one name, "AMD
+    EPYC" with AVX-512 and bf16, compute at other speeds and round floats otherwise: one machine kind per folder)."""
     plain = results_root / results_slug(hw["cpu_model"], cores, gpu, hw["cpu_kind"])
     family = hw.get("cpu_family")
-    recorded = recorded_families(plain) if family else set()
-    if recorded and family not in recorded:
-        return results_root / results_slug(hw["cpu_model"], cores, gpu, hw["cpu_kind"], family)
-    return plain
+    if not family:
+        return plain
+    tagged = results_root / results_slug(hw["cpu_model"], cores, gpu, hw["cpu_kind"], family)
+    recorded = recorded_families(plain)
+    return tagged if tagged.is_dir() or (recorded and family not in recorded) else plain
 
 
 def machine_results_dir(results_root: Path) -> Path:
@@ -305,24 +306,30 @@ def differences(data: dict[str, Any], identity: dict[str, Any]) -> list[str]:
             for k in sorted(set(were) | set(now)) if were.get(k) != now.get(k)]
 
 
-def earlier_points(path: Path, identity: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+def earlier_points(path: Path, identity: dict[str, Any],
+                   family: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """The points of the study in `path`, measured on this machine with these settings (`identity`), and the labels
     of those dropped: a GPU family's points measured before the GPU took the whole minibatch at once (no `microbatch`
     recorded: chunks of 64; a failed point, which records none, is kept). A study of other settings or another
-    machine in its place is refused (RunDataError, naming what differs: its points would be lost), as is a file that
-    is not a study's results."""
+    machine in its place is refused (RunDataError, naming what differs: its points would be lost), as is one with
+    points of another CPU family than this machine's `family` (where both are recorded: the model name can be one),
+    and a file that is not a study's results."""
     if not path.is_file():
         return [], []
     try:
         data = json.loads(path.read_text())
         points = [p for p in data["points"] if p["family"] in FAMILIES and p["label"] and p["measured_at"]]
         same = {k: data.get(k) for k in identity} == identity
-    except (ValueError, KeyError, TypeError) as e:
+        others = {(p.get("hardware") or {}).get("cpu_family") for p in points} - {None, family} if family else set()
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise RunDataError(f"{path} is not the results of a study ({type(e).__name__}: {e}); move it away") from None
     if not same:
         differ = ", ".join(differences(data, identity))
         raise RunDataError(f"{path} holds a study of other settings or another machine ({differ}): give the same, "
                            "another --results-dir, or move it away")
+    if others:
+        raise RunDataError(f"{path} holds points measured on CPU family {', '.join(sorted(others))}, not this "
+                           f"machine's {family}: another --results-dir, or move it away")
     chunked = [p["label"] for p in points if p["family"] in GPU_FAMILIES and "microbatch" not in p and "error" not in p]
     return [p for p in points if p["label"] not in chunked], chunked
 
@@ -369,7 +376,7 @@ def plan_study(families: list[str], counts: list[int], settings: StudySettings, 
     if simulated(settings.env):  # a key only simulated studies have: the real ones measured before still merge
         identity["simulated"] = True
     stem = machine_folder(results_root, hw, cores, gpu) / results_name(settings, drawn)
-    kept, dropped = earlier_points(results_files(stem)["json"], identity)
+    kept, dropped = earlier_points(results_files(stem)["json"], identity, hw.get("cpu_family"))
     return StudyPlan(settings, points, skipped, stem, identity, kept, dropped, hw)
 
 

@@ -110,7 +110,8 @@ def ceiling_note(rows: list[dict[str, Any]]) -> str:
         n, sps = c["processes"], c["steps_per_second"]
         shares = [f"{f}_{n} {ok[f'{f}_{n}']['steps_per_second'] / sps:.2f}" for f in COOPERATING if f"{f}_{n}" in ok]
         against = f"{c['speedup']:.2f}× {c['base']} " if c.get("base") == "threads_1" else ""
-        parts.append(f"{c['label']} {against}over a common steady span {c['copies_span']:.2f} of a copy's, each copy "
+        span = f"over a common steady span {c['copies_span']:.2f} of a copy's, " if "copies_span" in c else ""
+        parts.append(f"{c['label']} {against}{span}each copy "
                      f"{min(c['copies_sps']):,.0f}–{max(c['copies_sps']):,.0f} steps/s"
                      + (f" ({', '.join(shares)} of it)" if shares else ""))
     return ("The machine's ceiling (the `copies` points: N one-core runs at once, sharing nothing, their steps/s "

@@ -8,6 +8,7 @@ import contextlib
 import re
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -65,7 +66,11 @@ def run_together(commands: list[list[str]], name: str, timeout: float) -> list[f
     """Run every command at once to its end (`run_bench_trainer` each, command i named `<name> (copy i)`) and return
     when each ended (`time.monotonic`); once all have ended, the failure of the lowest-numbered failed command is
     raised. Interrupted, it stops the runs it started first."""
+    stopping = threading.Event()  # set when interrupted: a thread not yet started starts no run
+
     def run(i: int) -> float:
+        if stopping.is_set():
+            raise KeyboardInterrupt
         run_bench_trainer(commands[i], name if len(commands) == 1 else f"{name} (copy {i})", timeout)
         return time.monotonic()
 
@@ -77,6 +82,7 @@ def run_together(commands: list[list[str]], name: str, timeout: float) -> list[f
             futures = [pool.submit(run, i) for i in range(len(commands))]
             failures = [f.exception() for f in futures]
         except BaseException:  # a thread stops its own run only when it is the one interrupted
+            stopping.set()
             tree: list[psutil.Process] = []
             for proc in (proc for proc in psutil.Process().children() if proc.pid not in before):
                 with contextlib.suppress(psutil.NoSuchProcess):
