@@ -243,7 +243,7 @@ overlap-speed: install
 		--output-dir $(or $(OUT),benchmarks/overlap_speed) --sequential-a --a "sequential: $(ARGS)" \
 		--b "overlapped: --set parallel.overlap=true $(ARGS)"
 
-## The many-core study: threads, copies (the machine's ceiling), workers (synchronous and overlapped), distributed
+## The many-core study: threads, copies (the machine's yardstick), workers (synchronous and overlapped), distributed
 ## ranks and (with CUDA) a GPU learner at 1, 2, 4, ... usable
 ## logical CPUs, STUDY_SECONDS per run, one at a time → docs/results/<cpu>[-avx512][-bf16][-family<F>-model<M>]-<cores>c[-<gpu>]/study.{md,json,png}
 ## (study-<config>.* or study-<env>.* for another task: ENV=robosuite/Lift; -<sets> for ARGS="--set K=V";

@@ -3,7 +3,7 @@
 # .robot/) and the libraries staged in .gl/ (scripts/offline_stage.sh) into /tmp, and the GL loaders of .robot/ into /
 # where the machine lacks them, then runs `bench.py study` family by family in the order that matters most when the
 # machine may be taken back at any moment (the 1-core base, the workers at 8 and 16, synchronous then overlapped, the
-# machine's ceiling there (as many one-core runs at once), the CUDA learner at 16, synchronous then overlapped, the
+# machine's yardstick there (as many one-core runs at once), the CUDA learner at 16, synchronous then overlapped, the
 # ranks at 8 and 16, then the workers, CUDA learner, ranks and threads at the smaller counts; overlap only at 8 and 16).
 # Results are rewritten after every point, so whatever finished survives a cut-off.
 #   bash scripts/offline_study.sh [RESULTS_DIR] [SECONDS]      (defaults docs/results and 20 s per run)

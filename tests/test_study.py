@@ -31,7 +31,7 @@ from parallel_ppo.bench.study import (
 )
 from parallel_ppo.bench.study_pages import (
     add_ratios,
-    ceiling_note,
+    copies_note,
     cut_note,
     mesa_threads,
     pace_note,
@@ -69,7 +69,7 @@ def test_points_cover_powers_of_two_up_to_the_cores_and_ranks_start_at_two():
     assert family_points(["threads", "ranks"], [1, 2, 16], cores=2, sleeping=True) == [
         ("threads", 1), ("threads", 2), ("ranks", 2), ("ranks", 16)], "sleeping ranks too"
     assert family_points(["copies"], [1, 2, 16], cores=2, sleeping=True) == [("copies", 2)], \
-        "one copy is threads_1; the copies are the ceiling of the cores there are, sleeping or not"
+        "one copy is threads_1; the copies are the yardstick of the cores there are, sleeping or not"
 
 
 def test_copies_are_that_many_one_core_runs_each_its_own_folder_and_seed(tmp_path):
@@ -96,7 +96,7 @@ def test_copies_run_at_once_and_the_first_failure_is_raised(tmp_path):
         run_together([[sys.executable, "-c", "pass"], bad], "copies_2", timeout=60)
 
 
-def test_a_copies_row_sums_the_copies_over_their_common_span_and_names_the_ceiling(tmp_path):
+def test_a_copies_row_sums_the_copies_over_their_common_span_and_sets_the_others_against_it(tmp_path):
     runs = [load_run("copies_2", write_run(tmp_path / f"copy_{i}", peak_rss_mb=100.0 * (i + 1),
                                            phase_fractions={"env": 0.5 + 0.2 * i}))
             for i in range(2)]
@@ -109,10 +109,10 @@ def test_a_copies_row_sums_the_copies_over_their_common_span_and_names_the_ceili
     rows = [row("threads", 1, STEADY), copies, row("workers", 2, 1.5 * STEADY), row("overlap", 4, 3 * STEADY)]
     add_ratios(rows)
     assert copies["speedup"] == pytest.approx(2.0) and copies["efficiency"] == pytest.approx(1.0)
-    note = ceiling_note(rows)
+    note = copies_note(rows)
     assert "copies_2 2.00× threads_1 over a common steady span 1.00 of a copy's, each copy 256–256 steps/s " \
            "(workers_2 0.75 of it)" in note
-    assert "overlap" not in note and ceiling_note(rows[2:]) == ""
+    assert "overlap" not in note and copies_note(rows[2:]) == ""
     # copy 1 started 2 s later and ran on alone at twice the pace: its last 2 s are not the machine's shared pace
     late = load_run("copies_2", write_run(tmp_path / "late", [(1, 1024, 9.0, 1.0), (2, 2048, 13.0, 1.0),
                                                                 (3, 4096, 17.0, 1.0)], wall_seconds=19.5))
@@ -418,7 +418,7 @@ def test_study_on_this_machine_writes_its_table_and_plots(tmp_path):
     assert points["copies_2"]["copies_sps"] == pytest.approx([run.steady_sps for run in copies])
     assert 0 < points["copies_2"]["copies_span"] <= 1 and points["copies_2"]["steps_per_second"] > 0
     table = (folder / f"{stem}.md").read_text()
-    assert [run.config.run.seed for run in copies] == [1, 2] and "The machine's ceiling" in table
+    assert [run.config.run.seed for run in copies] == [1, 2] and "What N busy cores give the one-core job" in table
     assert table.startswith("# Simulated many-core study") and "**Simulated.**" in table
     assert "summary.json's `worker_pace`): the share" in table and "overlap_2 " in table.split("worker_pace")[1]
     for p in (p for p in points.values() if p["family"] != "copies"):

@@ -4,7 +4,7 @@ docs/results/<cpu>[-avx512][-bf16][-family<F>-model<M>]-<cores>c[-<gpu>]/.
 
 Seven families of short timed training runs on the same task, at 1, 2, 4, ... processes (up to the logical cores):
 - `threads`: one sequential learner with that many intra-op threads (the contrast);
-- `copies`: that many one-thread sequential trainers at once, sharing nothing (`bench.copies`: the machine's ceiling);
+- `copies`: that many one-thread sequential trainers at once, sharing nothing (`bench.copies`: the yardstick);
 - `workers`: the parallel trainer with that many worker processes, the learner on the CPU;
 - `overlap`: the same, the workers collecting the next rollout while the learner updates (`parallel.overlap`);
 - `ranks`: that many distributed ranks (torchrun, gloo), each a sequential collector and learner;
@@ -180,7 +180,7 @@ def family_points(families: list[str], counts: list[int], cores: int,
     """The (family, processes) points to run: a distributed run of one rank, or one copy, is the sequential trainer,
     so ranks and copies start at 2; threads, ranks and copies compute, so they stop at the `cores` (workers go past
     them only where the count asks: a simulated study's sleeping ones, and ranks too where their envs are `sleeping`:
-    each then computes only its inference and update; copies never, being the ceiling of the cores there are)."""
+    each then computes only its inference and update; copies never, being the yardstick of the cores there are)."""
     return [(f, n) for f in families for n in counts
             if not (f in ("ranks", "copies") and n == 1)
             and not (n > cores and (f in ("threads", "copies") or f == "ranks" and not sleeping))]

@@ -16,7 +16,8 @@ FAMILIES = ("threads", "copies", "workers", "overlap", "ranks", "cuda", "cuda_ov
 FAMILY_TEXT = {
     "threads": "1 process, N intra-op threads (sequential trainer, CPU)",
     "copies": "N one-thread sequential trainers at once, sharing nothing, their steps/s summed: what N busy cores give "
-              "the one-core job on this machine, the ceiling of the families below",
+              "the one-core job on this machine, the yardstick of the families below (not a bound: a trainer whose "
+              "processes take turns at one phase on every core can pass it)",
     "workers": "N worker processes, learner on the CPU (parallel trainer)",
     "overlap": "N worker processes collecting while the learner on the CPU, one thread, updates, taking the threads "
                "of parallel.idle_learner_threads once they have collected (parallel trainer, parallel.overlap: "
@@ -98,10 +99,10 @@ def pace_note(rows: list[dict[str, Any]]) -> str:
 
 
 COOPERATING = ("workers", "overlap", "ranks")
-"""The CPU families whose processes share one training run, set against the copies' ceiling (`ceiling_note`)."""
+"""The CPU families whose processes share one training run, set against the copies (`copies_note`)."""
 
 
-def ceiling_note(rows: list[dict[str, Any]]) -> str:
+def copies_note(rows: list[dict[str, Any]]) -> str:
     """What N busy cores gave the one-core job (the `copies` points) and what the cooperating families made of it at
     the same count ("" where no copies were measured)."""
     ok = {r["label"]: r for r in rows if "error" not in r}
@@ -114,9 +115,10 @@ def ceiling_note(rows: list[dict[str, Any]]) -> str:
         parts.append(f"{c['label']} {against}{span}each copy "
                      f"{min(c['copies_sps']):,.0f}–{max(c['copies_sps']):,.0f} steps/s"
                      + (f" ({', '.join(shares)} of it)" if shares else ""))
-    return ("The machine's ceiling (the `copies` points: N one-core runs at once, sharing nothing, their steps/s "
-            "summed over the span in which all ran steady, as a share of one copy's own span) and the cooperating "
-            f"families' steps/s as a share of it at the same count: {'; '.join(parts)}.\n\n") if parts else ""
+    return ("What N busy cores give the one-core job (the `copies` points: N one-core runs at once, sharing nothing, "
+            "their steps/s summed over the span in which all ran steady, as a share of one copy's own span) and the "
+            "cooperating families' steps/s as a share of it at the same count (above 1 where they use the cores "
+            f"better than N runs apart): {'; '.join(parts)}.\n\n") if parts else ""
 
 
 def plot_study(rows: list[dict[str, Any]], path: Path, title: str) -> None:
@@ -216,7 +218,7 @@ def write_results(rows: list[dict[str, Any]], stem: Path, meta: dict[str, Any]) 
             + (f"; frames drawn with {' '.join(f'{k}={v}' for k, v in meta['drawing'].items())}"
                if meta.get("drawing") else "") + ".\n\n"
             + "\n".join(f"- `{f}`: {FAMILY_TEXT[f]}" for f in FAMILIES if any(r["family"] == f for r in rows))
-            + f"\n\n{study_table(rows)}\n\n{ceiling_note(rows)}{cut_note(rows)}{pace_note(rows)}"
+            + f"\n\n{study_table(rows)}\n\n{copies_note(rows)}{cut_note(rows)}{pace_note(rows)}"
             "Steps/s are steady state (from the end of update 1 to the end of the last update) of real training "
             "runs with evaluation and the compute-limit measurement off; every point of N processes uses N cores "
             + ("(sleeping workers: these cores stand for N)" if meta.get("simulated") else

@@ -17,7 +17,7 @@ from parallel_ppo.bench.study import (
     process_counts,
     run_study,
 )
-from parallel_ppo.bench.study_pages import FAMILIES, ceiling_note, cut_note, results_files, study_table
+from parallel_ppo.bench.study_pages import FAMILIES, copies_note, cut_note, results_files, study_table
 from parallel_ppo.bench.trainer_runs import BenchRunCrashed
 from parallel_ppo.cli.common import (
     add_config_flags,
@@ -35,7 +35,7 @@ from parallel_ppo.errors import ConfigError, ParallelPPOError
 
 def add_study(sub: Any) -> None:
     """Register `study` on bench.py's subcommands."""
-    text = ("the many-core study: threads, copies (the machine's ceiling), workers (synchronous and overlapped), "
+    text = ("the many-core study: threads, copies (the machine's yardstick), workers (synchronous and overlapped), "
             "distributed ranks and a CUDA learner (synchronous and overlapped) at 1, 2, 4, ... processes, written to "
             "docs/results/<cpu>[-avx512][-bf16][-family<F>-model<M>]-<cores>c[-<gpu>]/"
             "study[-<config>][-<env>][-<sets>][-<drawing>].md")
@@ -87,7 +87,7 @@ def study(args: Any, prog: str) -> int:
     except OSError as e:  # the results folder could not be written
         return fail(prog, e, 1)
     print(study_table(rows))
-    for note in (ceiling_note(rows), cut_note(rows)):
+    for note in (copies_note(rows), cut_note(rows)):
         if note:
             print(note.rstrip())
     files = results_files(plan.stem)
