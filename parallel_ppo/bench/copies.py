@@ -2,9 +2,7 @@
 but the machine. Their steps/s summed, against one core alone, is what N busy cores give the one-core job here: a
 clock that drops as more cores run, caches and memory bandwidth shared. What the copies make below N times one core
 is the machine's loss; the families that cooperate (workers, overlap, ranks) do the same work per process and are
-set against it. It is a yardstick, not a bound: processes that take turns at one phase on every core (synchronous
-workers all collecting, then one learner updating on every core) can contend less than copies at different phases,
-and pass it."""
+set against it. It is a yardstick, not a bound: a trainer that schedules the same work otherwise can pass it."""
 
 from __future__ import annotations
 

@@ -16,8 +16,7 @@ FAMILIES = ("threads", "copies", "workers", "overlap", "ranks", "cuda", "cuda_ov
 FAMILY_TEXT = {
     "threads": "1 process, N intra-op threads (sequential trainer, CPU)",
     "copies": "N one-thread sequential trainers at once, sharing nothing, their steps/s summed: what N busy cores give "
-              "the one-core job on this machine, the yardstick of the families below (not a bound: a trainer whose "
-              "processes take turns at one phase on every core can pass it)",
+              "the one-core job on this machine, the yardstick of the families below (not a bound: they can pass it)",
     "workers": "N worker processes, learner on the CPU (parallel trainer)",
     "overlap": "N worker processes collecting while the learner on the CPU, one thread, updates, taking the threads "
                "of parallel.idle_learner_threads once they have collected (parallel trainer, parallel.overlap: "
