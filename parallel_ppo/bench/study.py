@@ -114,14 +114,13 @@ def point_command(family: str, processes: int, settings: StudySettings, out: Pat
     The user's `--set` items (`settings.extra`) come after the study's own and win, but for the thread counts that
     define the `threads`, `copies` and `ranks` families: a one-core point stays one thread whatever the other
     points' learners are given."""
-    layout = per_process_layout(settings, processes)
+    layout = per_process_layout(settings, 1 if family == "copies" else processes)  # a copy is one process
     m = settings.envs_per_process
     overlap, gpu = family in ("overlap", "cuda_overlap"), family in GPU_FAMILIES
     learner = 1 if overlap else min(processes, cores)  # overlapped: one thread beside the P workers, P once they wait
     own: tuple[str, ...] = ()
     if family in ("threads", "copies"):  # a copy is one process of one thread (`copy_commands` makes P of them)
         threads = processes if family == "threads" else 1
-        layout = per_process_layout(settings, threads)
         cmd = [*trainer_command(0), "--num-envs", str(layout["envs"]), "--device", "cpu"]
         own = ("--set", f"parallel.learner_threads={threads}", "--set", f"env.env_threads={threads}")
     elif family == "ranks":  # the distributed scaling rule: envs and minibatch per rank; one thread each
