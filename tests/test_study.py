@@ -300,6 +300,26 @@ def test_an_earlier_study_is_kept_only_for_the_same_machine_and_settings(tmp_pat
                                                        {**row("cuda", 8, 0.0), "error": "crashed"}]}))
     kept, dropped = earlier_points(path, identity)
     assert [p["label"] for p in kept] == ["threads_1", "cuda_overlap_16", "cuda_8"] and dropped == ["cuda_16"]
+    # a study whose CPU points take the whole minibatch keeps none measured in chunks of 64 (recorded or not)
+    path.write_text(json.dumps({**identity, "points": [row("threads", 1, 100.0), {**row("workers", 2, 190.0),
+                                                       "microbatch": 0}, {**row("overlap", 2, 0.0), "error": "x"}]}))
+    kept, dropped = earlier_points(path, identity, microbatch=0)
+    assert [p["label"] for p in kept] == ["workers_2", "overlap_2"] and dropped == ["threads_1"]
+
+
+def test_the_cpu_points_chunk_their_update_as_the_config_says(tmp_path):
+    """Lift's MLP and the simulated study's: the whole minibatch, as their configs say; starpilot's network,
+    `auto`, takes 64 as a run does unmeasured; the user's `--set` decides over both."""
+    for config, env, extra, chunk in (("robosuite_lift", "robosuite/Lift", (), 0), ("sim_lift", "sim/Sleep", (), 0),
+                                      ("ppo_parallel", "starpilot", (), 64),
+                                      ("sim_lift", "sim/Sleep", ("--set", "training.microbatch_size=32"), 32)):
+        settings = StudySettings(f"config/{config}.yaml", env, 30.0, extra=extra)
+        plan = plan_study(["threads", "overlap", "cuda"], [2], settings, tmp_path)
+        assert plan.settings.microbatch == chunk and "microbatch" not in plan.identity["settings"], config
+        for family, want in (("overlap", chunk), ("cuda", 0)):
+            cmd = point_command(family, 2, plan.settings, tmp_path / "run", cores=2)
+            chunks = [a.split("=")[1] for a in cmd if a.startswith("training.microbatch_size=")]
+            assert chunks[0] == str(want) and chunks[-1] == str(chunk if extra else want), (config, family)
 
 
 def test_frames_drawn_another_way_make_another_studys_files(monkeypatch):

@@ -30,12 +30,13 @@ import re
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from parallel_ppo.bench.copies import copies_row, copy_commands
 from parallel_ppo.bench.scaling import point_row
+from parallel_ppo.bench.study_arithmetic import arithmetic, cpu_microbatch, other_chunks
 from parallel_ppo.bench.study_pages import FAMILIES, GPU_FAMILIES, results_files, write_results
 from parallel_ppo.bench.trainer_runs import BENCH_RUN_SETS, BenchRunCrashed, run_together, trainer_command
 from parallel_ppo.core.config_yaml import config_env
@@ -47,14 +48,6 @@ from parallel_ppo.runs import fingerprint
 from parallel_ppo.runs.reading import load_run
 
 ROOT = Path(__file__).resolve().parents[2]
-
-SAME_ARITHMETIC = ("--set", "training.precision=fp32", "--set", "training.microbatch_size=64")
-"""Every point does the same arithmetic: `auto` would measure (or find cached) a choice per thread count and
-device, and a point that got bf16 would not compare with one that got fp32. A `--set` of the study's own wins."""
-GPU_ARITHMETIC = ("--set", "training.precision=fp32", "--set", "training.microbatch_size=0")
-"""The same arithmetic on a GPU learner, in one pass over each minibatch: chunks keep a CPU's working set in its
-caches, while a GPU needs the whole minibatch to fill its units (in chunks of 64, a CUDA learner fed by 16 workers
-made 0.75 times the CPU learner's steps/s on Lift from state: docs/results/intel-xeon-avx512-bf16-16c-h200)."""
 
 SIGN = re.compile(r"(^|[=,\[ ])-")
 """A minus sign that starts a value (`x=-1`, `[-1,-2]`): `set_slug` spells it out, which `slug` would drop."""
@@ -96,6 +89,8 @@ class StudySettings:
     then this figure at every rank count)."""
     extra: tuple[str, ...] = ()
     """Further flags for every run (`--set` overrides)."""
+    microbatch: int = 64
+    """The chunk of the CPU points' update (`plan_study` takes the config's: `study_arithmetic.cpu_microbatch`)."""
 
     @property
     def sets(self) -> list[str]:
@@ -135,7 +130,7 @@ def point_command(family: str, processes: int, settings: StudySettings, out: Pat
     batch = settings.batch_per_process if family == "ranks" else layout["batch_size"]
     return [*cmd, "--config", settings.config, "--env", settings.env, "--batch-size", str(batch),
             "--set", f"training.n_steps={settings.n_steps}", "--duration", f"{settings.seconds / 3600:.8f}",
-            "--output-dir", str(out), "--overwrite", *BENCH_RUN_SETS, *(GPU_ARITHMETIC if gpu else SAME_ARITHMETIC),
+            "--output-dir", str(out), "--overwrite", *BENCH_RUN_SETS, *arithmetic(gpu, settings.microbatch),
             *settings.extra, *own]
 
 
@@ -305,14 +300,14 @@ def differences(data: dict[str, Any], identity: dict[str, Any]) -> list[str]:
             for k in sorted(set(were) | set(now)) if were.get(k) != now.get(k)]
 
 
-def earlier_points(path: Path, identity: dict[str, Any],
-                   family: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+def earlier_points(path: Path, identity: dict[str, Any], family: str | None = None,
+                   microbatch: int = 64) -> tuple[list[dict[str, Any]], list[str]]:
     """The points of the study in `path`, measured on this machine with these settings (`identity`), and the labels
-    of those dropped: a GPU family's points measured before the GPU took the whole minibatch at once (no `microbatch`
-    recorded: chunks of 64; a failed point, which records none, is kept). A study of other settings or another
-    machine in its place is refused (RunDataError, naming what differs: its points would be lost), as is one with
-    points of another CPU family than this machine's `family` (where both are recorded: the model name can be one),
-    and a file that is not a study's results."""
+    of those dropped: those whose update ran in other chunks than this study's CPU points' `microbatch` or its GPU
+    points' whole minibatch (`study_arithmetic.other_chunks`; a failed point is kept). A study of other settings or
+    another machine in its place is refused (RunDataError, naming what differs: its points would be lost), as is one
+    with points of another CPU family than this machine's `family` (where both are recorded: the model name can be
+    one), and a file that is not a study's results."""
     if not path.is_file():
         return [], []
     try:
@@ -329,7 +324,7 @@ def earlier_points(path: Path, identity: dict[str, Any],
     if others:
         raise RunDataError(f"{path} holds points measured on CPU family {', '.join(sorted(others))}, not this "
                            f"machine's {family}: another --results-dir, or move it away")
-    chunked = [p["label"] for p in points if p["family"] in GPU_FAMILIES and "microbatch" not in p and "error" not in p]
+    chunked = other_chunks(points, microbatch, GPU_FAMILIES)
     return [p for p in points if p["label"] not in chunked], chunked
 
 
@@ -358,7 +353,8 @@ class StudyPlan:
 
 
 def plan_study(families: list[str], counts: list[int], settings: StudySettings, results_root: Path) -> StudyPlan:
-    """The study's points on this machine (the GPU families only where CUDA runs them) and its results file; refuses
+    """The study's points on this machine (the GPU families only where CUDA runs them), the chunk of its CPU points'
+    update (`cpu_microbatch`) and its results file; refuses
     (ConfigError, RunDataError) a study with no point to run here, or whose results file holds another's."""
     gpu = gpu_name()
     skipped = [] if gpu else [f for f in families if f in GPU_FAMILIES]
@@ -367,22 +363,25 @@ def plan_study(families: list[str], counts: list[int], settings: StudySettings, 
     if not points:
         without = f" ({', '.join(skipped)}: no CUDA device here)" if skipped else ""
         raise ConfigError(f"the study has no points to run here{without}")
+    settings = replace(settings, microbatch=cpu_microbatch(settings.config, settings.env, settings.sets))
     config = Path(settings.config).resolve()  # named from the checkout when in it, so results compare across hosts
     shown = {**asdict(settings), "config": str(config.relative_to(ROOT) if config.is_relative_to(ROOT) else config)}
+    del shown["microbatch"]  # the points record theirs: a file's points of other chunks are dropped, not refused
     drawn = fingerprint.drawing()  # names the files where a variable chose it; a study drawn otherwise is not merged
     identity = {"settings": json.loads(json.dumps(shown)), "cores": cores, "gpu": gpu, "cpu_model": hw["cpu_model"],
                 "drawing": drawn or None}
     if simulated(settings.env):  # a key only simulated studies have: the real ones measured before still merge
         identity["simulated"] = True
     stem = machine_folder(results_root, hw, cores, gpu) / results_name(settings, drawn)
-    kept, dropped = earlier_points(results_files(stem)["json"], identity, hw.get("cpu_family"))
+    kept, dropped = earlier_points(results_files(stem)["json"], identity, hw.get("cpu_family"), settings.microbatch)
     return StudyPlan(settings, points, skipped, stem, identity, kept, dropped, hw)
 
 
 def run_study(plan: StudyPlan, runs_dir: Path) -> list[dict[str, Any]]:
     """Run every point of `plan`, one at a time, rewriting the results after each (a machine taken back mid-study
     leaves the points it finished); returns the rows measured now."""
-    meta = {**plan.identity, "hardware": plan.hardware, "versions": fingerprint.versions(),
+    meta = {**plan.identity, "cpu_microbatch": plan.settings.microbatch, "hardware": plan.hardware,
+            "versions": fingerprint.versions(),
             "commit": fingerprint.source_commit(), "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
     rows: list[dict[str, Any]] = []
     settings = plan.settings

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from parallel_ppo.bench.study_arithmetic import FORMER_CHUNK
 from parallel_ppo.core.files import atomic_write, write_json, write_text
 from parallel_ppo.core.timing import PHASES
 from parallel_ppo.runs.fingerprint import mesa_egl, osmesa
@@ -188,6 +189,13 @@ def results_files(stem: Path) -> dict[str, Path]:
     return {ext: stem.parent / f"{stem.name}.{ext}" for ext in ("md", "json", "png")}
 
 
+def chunks(microbatch: int) -> str:
+    """How the study's points chunked their update, for its page: the CPU's chunk, a GPU's whole minibatch."""
+    if microbatch == 0:
+        return "the whole minibatch at once (on the CPU and a GPU)"
+    return f"in chunks of {microbatch} on the CPU (the whole minibatch on a GPU)"
+
+
 def write_results(rows: list[dict[str, Any]], stem: Path, meta: dict[str, Any]) -> None:
     """The study's files (`results_files(stem)`) for `rows` (measured now, and kept from before)."""
     files = results_files(stem)
@@ -211,7 +219,7 @@ def write_results(rows: list[dict[str, Any]], stem: Path, meta: dict[str, Any]) 
     text = (f"# {title}: {machine}\n\n{sim}"
             f"{settings['env']} ({settings['config']}), {settings['envs_per_process']} envs × {settings['n_steps']} "
             f"steps and a minibatch of {settings['batch_per_process']} samples per process (global figures × "
-            f"processes), fp32 at every point, in chunks of 64 on the CPU (the whole minibatch on a GPU)"
+            f"processes), fp32 at every point, {chunks(meta.get('cpu_microbatch', FORMER_CHUNK))}"
             + (f" (unless set otherwise: {' '.join(settings['extra'])})" if settings["extra"] else "") + ", "
             f"{settings['seconds']:g} s per run; versions {meta['versions']}"
             + (f"; frames drawn with {' '.join(f'{k}={v}' for k, v in meta['drawing'].items())}"

@@ -79,8 +79,9 @@ def study(args: Any, prog: str) -> int:
         if plan.skipped:
             print(f"  {', '.join(plan.skipped)}: skipped (no CUDA device here)", flush=True)
         if plan.dropped:
-            print(f"  {results_files(plan.stem)['json']}: dropping {', '.join(plan.dropped)} (the GPU learner in "
-                  "chunks of 64 samples, as measured before it took the whole minibatch)", flush=True)
+            chunk = "the whole minibatch" if plan.settings.microbatch == 0 else f"chunks of {plan.settings.microbatch}"
+            print(f"  {results_files(plan.stem)['json']}: dropping {', '.join(plan.dropped)} (their update ran in "
+                  f"other chunks than this study's: {chunk} on the CPU, the whole minibatch on a GPU)", flush=True)
         rows = run_study(plan, Path(args.runs_dir))
     except ParallelPPOError as e:
         return fail(prog, e, 2)
