@@ -21,7 +21,6 @@ from parallel_ppo.bench.study import (
     family_points,
     machine_folder,
     machine_results_dir,
-    merge_rows,
     plan_study,
     point_command,
     process_counts,
@@ -31,8 +30,10 @@ from parallel_ppo.bench.study import (
 )
 from parallel_ppo.bench.study_pages import (
     add_ratios,
+    chunks,
     copies_note,
     cut_note,
+    merge_rows,
     mesa_threads,
     pace_note,
     results_files,
@@ -150,14 +151,14 @@ def test_a_point_of_p_processes_uses_p_cores_and_the_same_work_per_process(famil
 
 
 def test_the_users_sets_come_after_the_studys_own_and_win(tmp_path):
-    mine = ("--set", "training.microbatch_size=32", "--set", "parallel.learner_threads=4")
+    mine = ("--set", "training.precision=bf16", "--set", "parallel.learner_threads=4")
     cmd = point_command("cuda_overlap", 16, StudySettings("config/robosuite_lift.yaml", "robosuite/Lift", 30.0,
                                                            extra=mine), tmp_path / "run", cores=16)
     given = [cmd[i + 1] for i, a in enumerate(cmd)
-             if a == "--set" and cmd[i + 1].startswith(("training.microbatch_size=", "parallel.learner_threads="))]
+             if a == "--set" and cmd[i + 1].startswith(("training.precision=", "parallel.learner_threads="))]
     assert len(given) == 4, "the study's own and the user's"
     cfg = build_config("config/robosuite_lift.yaml", {}, given, parallel=True)  # the trainer's rule: the last wins
-    assert cfg.training.microbatch_size == 32 and cfg.parallel.learner_threads == 4
+    assert cfg.training.precision == "bf16" and cfg.parallel.learner_threads == 4
     for family, threads in (("threads", "1"), ("ranks", "1")):  # but a family's defining thread counts stay
         cmd = point_command(family, 1 if family == "threads" else 2,
                             StudySettings("config/robosuite_lift.yaml", "robosuite/Lift", 30.0, extra=mine),
@@ -309,17 +310,24 @@ def test_an_earlier_study_is_kept_only_for_the_same_machine_and_settings(tmp_pat
 
 def test_the_cpu_points_chunk_their_update_as_the_config_says(tmp_path):
     """Lift's MLP and the simulated study's: the whole minibatch, as their configs say; starpilot's network,
-    `auto`, takes 64 as a run does unmeasured; the user's `--set` decides over both."""
+    `auto`, 64 as a run takes it unmeasured (never a cached choice: the resolved chunk comes last); the user's `--set`
+    decides the CPU's, a GPU point takes the whole minibatch. A later call keeps every point of such a study."""
+    auto, m32 = ("--set", "training.microbatch_size=auto"), ("--set", "training.microbatch_size=32")
     for config, env, extra, chunk in (("robosuite_lift", "robosuite/Lift", (), 0), ("sim_lift", "sim/Sleep", (), 0),
-                                      ("ppo_parallel", "starpilot", (), 64),
-                                      ("sim_lift", "sim/Sleep", ("--set", "training.microbatch_size=32"), 32)):
+                                      ("ppo_parallel", "starpilot", (), 64), ("ppo_parallel", "starpilot", auto, 64),
+                                      ("sim_lift", "sim/Sleep", auto, 0), ("sim_lift", "sim/Sleep", m32, 32)):
         settings = StudySettings(f"config/{config}.yaml", env, 30.0, extra=extra)
         plan = plan_study(["threads", "overlap", "cuda"], [2], settings, tmp_path)
         assert plan.settings.microbatch == chunk and "microbatch" not in plan.identity["settings"], config
         for family, want in (("overlap", chunk), ("cuda", 0)):
             cmd = point_command(family, 2, plan.settings, tmp_path / "run", cores=2)
-            chunks = [a.split("=")[1] for a in cmd if a.startswith("training.microbatch_size=")]
-            assert chunks[0] == str(want) and chunks[-1] == str(chunk if extra else want), (config, family)
+            chunk_sets = [a for a in cmd if a.startswith("training.microbatch_size=")]
+            assert chunk_sets[-1] == f"training.microbatch_size={want}", (config, extra, family)
+        points = [{**row("overlap", 2, 400.0), "microbatch": chunk}, {**row("cuda", 2, 900.0), "microbatch": 0}]
+        path = tmp_path / "earlier.json"
+        path.write_text(json.dumps({**plan.identity, "points": points}))
+        assert earlier_points(path, plan.identity, microbatch=plan.settings.microbatch) == (points, [])
+    assert "in chunks of 32 on the CPU (the whole minibatch on a GPU)" in chunks(32) and "whole" in chunks(0)
 
 
 def test_frames_drawn_another_way_make_another_studys_files(monkeypatch):

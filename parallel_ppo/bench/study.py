@@ -36,8 +36,15 @@ from typing import Any
 
 from parallel_ppo.bench.copies import copies_row, copy_commands
 from parallel_ppo.bench.scaling import point_row
-from parallel_ppo.bench.study_arithmetic import arithmetic, cpu_microbatch, other_chunks
-from parallel_ppo.bench.study_pages import FAMILIES, GPU_FAMILIES, results_files, write_results
+from parallel_ppo.bench.study_arithmetic import PRECISION, chunk_items, cpu_microbatch, other_chunks
+from parallel_ppo.bench.study_pages import (
+    FAMILIES,
+    GPU_FAMILIES,
+    measured_labels,
+    merge_rows,
+    results_files,
+    write_results,
+)
 from parallel_ppo.bench.trainer_runs import BENCH_RUN_SETS, BenchRunCrashed, run_together, trainer_command
 from parallel_ppo.core.config_yaml import config_env
 from parallel_ppo.core.configure import build_config
@@ -90,7 +97,7 @@ class StudySettings:
     extra: tuple[str, ...] = ()
     """Further flags for every run (`--set` overrides)."""
     microbatch: int = 64
-    """The chunk of the CPU points' update (`plan_study` takes the config's: `study_arithmetic.cpu_microbatch`)."""
+    """The CPU points' chunk (`plan_study` resolves the config's: `study_arithmetic.cpu_microbatch`)."""
 
     @property
     def sets(self) -> list[str]:
@@ -107,8 +114,9 @@ def per_process_layout(settings: StudySettings, processes: int) -> dict[str, int
 def point_command(family: str, processes: int, settings: StudySettings, out: Path, cores: int) -> list[str]:
     """The trainer command of one study point on a machine of `cores` usable cores (of one copy, for `copies`).
     The user's `--set` items (`settings.extra`) come after the study's own and win, but for the thread counts that
-    define the `threads`, `copies` and `ranks` families: a one-core point stays one thread whatever the other
-    points' learners are given."""
+    define the `threads`, `copies` and `ranks` families (a one-core point stays one thread whatever the other
+    points' learners are given) and the update's chunk (`settings.microbatch`, resolved from the user's items too; a
+    GPU's whole minibatch)."""
     layout = per_process_layout(settings, 1 if family == "copies" else processes)  # a copy is one process
     m = settings.envs_per_process
     overlap, gpu = family in ("overlap", "cuda_overlap"), family in GPU_FAMILIES
@@ -130,8 +138,8 @@ def point_command(family: str, processes: int, settings: StudySettings, out: Pat
     batch = settings.batch_per_process if family == "ranks" else layout["batch_size"]
     return [*cmd, "--config", settings.config, "--env", settings.env, "--batch-size", str(batch),
             "--set", f"training.n_steps={settings.n_steps}", "--duration", f"{settings.seconds / 3600:.8f}",
-            "--output-dir", str(out), "--overwrite", *BENCH_RUN_SETS, *arithmetic(gpu, settings.microbatch),
-            *settings.extra, *own]
+            "--output-dir", str(out), "--overwrite", *BENCH_RUN_SETS, *PRECISION,
+            *settings.extra, *own, *chunk_items(gpu, settings.microbatch)]
 
 
 def run_study_point(family: str, processes: int, settings: StudySettings, runs_dir: Path,
@@ -256,30 +264,19 @@ def simulated(env_id: str) -> bool:
     return family_of(env_id).name == "sim"
 
 
+def one_process(settings: StudySettings) -> dict[str, Any]:
+    """The flags of one process of the study alone (`build_config`'s): its env, rollout, envs and minibatch."""
+    return {"env.id": settings.env, "training.n_steps": settings.n_steps, "env.num_envs": settings.envs_per_process,
+            "training.batch_size": settings.batch_per_process}
+
+
 def check_settings(settings: StudySettings) -> None:
     """Refuse settings that no point could run (ConfigError), before the first run: the layout of one process
     alone and as one worker, as every point of the study builds it."""
-    m, b = settings.envs_per_process, settings.batch_per_process
-    flags = {"env.id": settings.env, "training.n_steps": settings.n_steps, "env.num_envs": m, "training.batch_size": b}
+    flags, m = one_process(settings), settings.envs_per_process
     build_config(settings.config, flags, settings.sets, parallel=False)
     build_config(settings.config, {**flags, "parallel.num_workers": 1, "parallel.num_envs_per_worker": m},
                  settings.sets, parallel=True)
-
-
-def measured_labels(rows: list[dict[str, Any]]) -> set[str]:
-    """The labels of the points in `rows` that have a figure (no error)."""
-    return {r["label"] for r in rows if "error" not in r}
-
-
-def merge_rows(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The points of an earlier study in the same results folder with every point measured now replaced (so a
-    study can be measured in several calls of a short-lived machine), in family then process order; a point that
-    failed now keeps the figure it had."""
-    figures = measured_labels(old)
-    new = [r for r in new if "error" not in r or r["label"] not in figures]
-    measured = {r["label"] for r in new}
-    rows = [r for r in old if r["label"] not in measured] + new
-    return sorted(rows, key=lambda r: (FAMILIES.index(r["family"]), r["processes"]))
 
 
 def flattened(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -363,7 +360,7 @@ def plan_study(families: list[str], counts: list[int], settings: StudySettings, 
     if not points:
         without = f" ({', '.join(skipped)}: no CUDA device here)" if skipped else ""
         raise ConfigError(f"the study has no points to run here{without}")
-    settings = replace(settings, microbatch=cpu_microbatch(settings.config, settings.env, settings.sets))
+    settings = replace(settings, microbatch=cpu_microbatch(settings.config, one_process(settings), settings.sets))
     config = Path(settings.config).resolve()  # named from the checkout when in it, so results compare across hosts
     shown = {**asdict(settings), "config": str(config.relative_to(ROOT) if config.is_relative_to(ROOT) else config)}
     del shown["microbatch"]  # the points record theirs: a file's points of other chunks are dropped, not refused
@@ -380,9 +377,9 @@ def plan_study(families: list[str], counts: list[int], settings: StudySettings, 
 def run_study(plan: StudyPlan, runs_dir: Path) -> list[dict[str, Any]]:
     """Run every point of `plan`, one at a time, rewriting the results after each (a machine taken back mid-study
     leaves the points it finished); returns the rows measured now."""
-    meta = {**plan.identity, "cpu_microbatch": plan.settings.microbatch, "hardware": plan.hardware,
-            "versions": fingerprint.versions(),
-            "commit": fingerprint.source_commit(), "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
+    meta = {**plan.identity, "cpu_microbatch": plan.settings.microbatch, "hardware": plan.hardware, "versions":
+            fingerprint.versions(), "commit": fingerprint.source_commit(),
+            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
     rows: list[dict[str, Any]] = []
     settings = plan.settings
     for family, n in plan.points:

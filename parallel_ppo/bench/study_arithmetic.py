@@ -1,6 +1,6 @@
-"""The arithmetic of every point of the many-core study: fp32, and each minibatch's forward and backward passes
-chunked as a run of the study's config takes them with nothing measured, the same at every point on the CPU (the
-whole minibatch at once on a GPU)."""
+"""The arithmetic of every point of the many-core study: fp32 (unless the user sets otherwise), and each minibatch's
+forward and backward passes chunked as a run of the study's config takes them with nothing measured, the same at
+every point on the CPU, the whole minibatch at once on a GPU."""
 
 from __future__ import annotations
 
@@ -9,38 +9,44 @@ from typing import Any
 
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.envs.batch import env_spaces
-from parallel_ppo.tuning.learner_settings import DEFAULT, SMALL_DEFAULT, is_small
 
-FORMER_CHUNK = DEFAULT.microbatch_size
+FORMER_CHUNK = 64
 """The chunk a point that records none was measured in: every CPU point took 64 before the study followed the
 config (and the GPU points too before they took the whole minibatch)."""
 
 
-def cpu_microbatch(config: str, env: str, sets: Sequence[str]) -> int:
-    """The chunk of the CPU points' update: the config's `training.microbatch_size` after the user's `--set` items
-    (0: the whole minibatch), or where it is `auto`, what `auto` takes unmeasured on this network (`learner_settings`:
-    the whole minibatch for a network too small for the choice to matter, 64 for others), so that no point takes a
-    choice measured or cached for its thread count. Lift's 64-unit MLP in chunks of 64 took 4 times as long a
-    step on a minibatch of 2048 as on the whole (16 workers' minibatch; one thread, our 2-core Zen 5)."""
-    cfg = build_config(config, {"env.id": env}, list(sets), parallel=False)
+def cpu_microbatch(config: str, flags: dict[str, Any], sets: Sequence[str]) -> int:
+    """The chunk of the CPU points' update, for the config one process of the study builds (`flags`, then the user's
+    `--set` items): its `training.microbatch_size` (0: the whole minibatch), or where that is `auto`, what `auto`
+    takes unmeasured on this network (`learner_settings`: the whole minibatch for a network too small for the choice
+    to matter, 64 for others), so that no point takes a choice measured or cached for its thread count. Lift's MLP
+    in chunks of 64 made 16 simulated synchronous workers' update 6 to 7 times as long as on the whole minibatch
+    (docs/results/amd-epyc-avx512-bf16-family26-model2-2c/study_chunks.md)."""
+    from parallel_ppo.tuning.learner_settings import DEFAULT, SMALL_DEFAULT, is_small  # torch: only once resolving
+
+    cfg = build_config(config, flags, list(sets), parallel=False)
     size = cfg.training.microbatch_size
     if size != "auto":
         return int(size)
     return (SMALL_DEFAULT if is_small(cfg, env_spaces(cfg.env)) else DEFAULT).microbatch_size
 
 
-def arithmetic(gpu: bool, microbatch: int) -> tuple[str, ...]:
-    """The `--set` items of a point's arithmetic: fp32 (`auto` would measure or find cached a precision per thread
-    count and device, and a point that got bf16 would not compare with one that got fp32), in `microbatch` chunks on
-    the CPU, the whole minibatch on a GPU (chunks keep a CPU's working set in its caches, while a GPU needs the whole
+PRECISION = ("--set", "training.precision=fp32")
+"""A point's precision, before the user's `--set` items: `auto` would measure (or find cached) a choice per thread
+count and device, and a point that got bf16 would not compare with one that got fp32."""
+
+
+def chunk_items(gpu: bool, microbatch: int) -> tuple[str, ...]:
+    """A point's chunk, after the user's `--set` items (`cpu_microbatch` resolved theirs): `microbatch` on the CPU,
+    the whole minibatch on a GPU (chunks keep a CPU's working set in its caches, while a GPU needs the whole
     minibatch to fill its units: in chunks of 64, a CUDA learner fed by 16 workers made 0.75 times the CPU learner's
-    steps/s on Lift from state, docs/results/intel-xeon-avx512-bf16-16c-h200). A `--set` of the user's comes after."""
-    return ("--set", "training.precision=fp32", "--set", f"training.microbatch_size={0 if gpu else microbatch}")
+    steps/s on Lift from state, docs/results/intel-xeon-avx512-bf16-16c-h200)."""
+    return ("--set", f"training.microbatch_size={0 if gpu else microbatch}")
 
 
 def other_chunks(points: list[dict[str, Any]], microbatch: int, gpu_families: Sequence[str]) -> list[str]:
     """The labels of the measured `points` whose update ran in other chunks than this study's points of their family
-    would (`microbatch` on the CPU, the whole minibatch on a GPU; a point recording none: FORMER_CHUNK); a failed
+    do (`microbatch` on the CPU, the whole minibatch on a GPU; a point recording none: FORMER_CHUNK); a failed
     point, which records none, is not among them."""
     return [p["label"] for p in points if "error" not in p
             and p.get("microbatch", FORMER_CHUNK) != (0 if p["family"] in gpu_families else microbatch)]

@@ -189,6 +189,22 @@ def results_files(stem: Path) -> dict[str, Path]:
     return {ext: stem.parent / f"{stem.name}.{ext}" for ext in ("md", "json", "png")}
 
 
+def measured_labels(rows: list[dict[str, Any]]) -> set[str]:
+    """The labels of the points in `rows` that have a figure (no error)."""
+    return {r["label"] for r in rows if "error" not in r}
+
+
+def merge_rows(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The points of an earlier study in the same results folder with every point measured now replaced (so a
+    study can be measured in several calls of a short-lived machine), in family then process order; a point that
+    failed now keeps the figure it had."""
+    figures = measured_labels(old)
+    new = [r for r in new if "error" not in r or r["label"] not in figures]
+    measured = {r["label"] for r in new}
+    rows = [r for r in old if r["label"] not in measured] + new
+    return sorted(rows, key=lambda r: (FAMILIES.index(r["family"]), r["processes"]))
+
+
 def chunks(microbatch: int) -> str:
     """How the study's points chunked their update, for its page: the CPU's chunk, a GPU's whole minibatch."""
     if microbatch == 0:

@@ -79,9 +79,10 @@ def study(args: Any, prog: str) -> int:
         if plan.skipped:
             print(f"  {', '.join(plan.skipped)}: skipped (no CUDA device here)", flush=True)
         if plan.dropped:
-            chunk = "the whole minibatch" if plan.settings.microbatch == 0 else f"chunks of {plan.settings.microbatch}"
+            m = plan.settings.microbatch
+            cpu = "the CPU's whole minibatch" if m == 0 else f"the CPU's chunks of {m}"
             print(f"  {results_files(plan.stem)['json']}: dropping {', '.join(plan.dropped)} (their update ran in "
-                  f"other chunks than this study's: {chunk} on the CPU, the whole minibatch on a GPU)", flush=True)
+                  f"other chunks than this study's: {cpu}, a GPU's whole minibatch)", flush=True)
         rows = run_study(plan, Path(args.runs_dir))
     except ParallelPPOError as e:
         return fail(prog, e, 2)
