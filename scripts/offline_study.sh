@@ -12,8 +12,9 @@
 # settings in its place is refused, and the script stops (a call that fits nothing here, cuda without a GPU, goes on).
 # PLAN="threads:1 workers:16 cuda:16" (family:counts, counts comma-separated) runs those points, in that order, instead.
 # SETS="parallel.learner_threads=4 ..." passes each KEY=VALUE to every point as a --set (the study's own give way, but
-# for the threads, copies and ranks families' thread counts); such a study's files are named for its settings
-# (study-...-parallel-learner-threads-4), beside the default's.
+# for the threads, copies and ranks families' thread counts and the update's chunk: the CPU's resolved from the config
+# and SETS, a GPU's the whole minibatch; a file's points of other chunks are dropped); such a study's files are named
+# for its settings (study-...-parallel-learner-threads-4), beside the default's.
 # ENV (and CONFIG) study another task: `ENV=robosuite/Lift` (staged by `offline_stage.sh 3.12 robot` in .robot/, which
 # travels alone: with .whl/ it is over a device call's 64 MiB), `CONFIG=config/robosuite_lift_camera.yaml` its camera;
 # without ENV, the env SETS (env.id=...) or CONFIG names.

@@ -154,7 +154,8 @@ def test_a_refused_command_says_so_before_torch_loads(tmp_path):
                 ["train", "--env", "CartPole-v1", "--output-dir", str(tmp_path)],
                 ["bench", "learning", "--minutes", "8d"],
                 ["bench", "learning", "--seeds", "1,1", "--minutes", "1s", "--output-dir", str(tmp_path / "bench")],
-                ["bench", "scaling", "--config", "config/cartpole.yaml", "--set", "training.batch_size=0"]]
+                ["bench", "scaling", "--config", "config/cartpole.yaml", "--set", "training.batch_size=0"],
+                ["bench", "study", "--config", "config/cartpole.yaml", "--set", "training.batch_size=0"]]
     for argv in commands:
         out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=ROOT,
                              timeout=60)

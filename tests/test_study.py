@@ -132,7 +132,7 @@ def test_a_point_of_p_processes_uses_p_cores_and_the_same_work_per_process(famil
     assert given["training.n_steps"] == "64" and flag(cmd, "--env") == "starpilot"
     assert given["eval.interval_seconds"] == "0" and given["run.limit_seconds"] == "0"
     assert given["training.precision"] == "fp32", "the same arithmetic at every point, not a choice per thread count"
-    gpu = family.startswith("cuda")  # a GPU learner takes the whole minibatch at once, a CPU one chunks of 64
+    gpu = family.startswith("cuda")  # a GPU learner takes the whole minibatch, a CPU one the settings' (64 here)
     assert given["training.microbatch_size"] == ("0" if gpu else "64")
     if family == "ranks":  # the scaling rule: each rank its own 8 envs and minibatch of 128, one thread
         assert flag(cmd, "--nproc_per_node") == "4" and "--distributed" in cmd and "--num-envs-total" not in cmd
@@ -303,9 +303,10 @@ def test_an_earlier_study_is_kept_only_for_the_same_machine_and_settings(tmp_pat
     assert [p["label"] for p in kept] == ["threads_1", "cuda_overlap_16", "cuda_8"] and dropped == ["cuda_16"]
     # a study whose CPU points take the whole minibatch keeps none measured in chunks of 64 (recorded or not)
     path.write_text(json.dumps({**identity, "points": [row("threads", 1, 100.0), {**row("workers", 2, 190.0),
-                                                       "microbatch": 0}, {**row("overlap", 2, 0.0), "error": "x"}]}))
+                                                       "microbatch": 0}, {**row("overlap", 2, 0.0), "error": "x"},
+                                                       {**row("overlap", 4, 380.0), "microbatch": 64}]}))
     kept, dropped = earlier_points(path, identity, microbatch=0)
-    assert [p["label"] for p in kept] == ["workers_2", "overlap_2"] and dropped == ["threads_1"]
+    assert [p["label"] for p in kept] == ["workers_2", "overlap_2"] and dropped == ["threads_1", "overlap_4"]
 
 
 def test_the_cpu_points_chunk_their_update_as_the_config_says(tmp_path):
@@ -327,7 +328,8 @@ def test_the_cpu_points_chunk_their_update_as_the_config_says(tmp_path):
         path = tmp_path / "earlier.json"
         path.write_text(json.dumps({**plan.identity, "points": points}))
         assert earlier_points(path, plan.identity, microbatch=plan.settings.microbatch) == (points, [])
-    assert "in chunks of 32 on the CPU (the whole minibatch on a GPU)" in chunks(32) and "whole" in chunks(0)
+    assert chunks(32) == "in chunks of 32 on the CPU (the whole minibatch on a GPU)"
+    assert chunks(0) == "the whole minibatch at once (on the CPU and a GPU)"
 
 
 def test_frames_drawn_another_way_make_another_studys_files(monkeypatch):

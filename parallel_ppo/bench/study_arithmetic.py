@@ -9,6 +9,7 @@ from typing import Any
 
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.envs.batch import env_spaces
+from parallel_ppo.errors import ConfigError, ParallelPPOError
 
 FORMER_CHUNK = 64
 """The chunk a point that records none was measured in: every CPU point took 64 before the study followed the
@@ -20,15 +21,21 @@ def cpu_microbatch(config: str, flags: dict[str, Any], sets: Sequence[str]) -> i
     `--set` items): its `training.microbatch_size` (0: the whole minibatch), or where that is `auto`, what `auto`
     takes unmeasured on this network (`learner_settings`: the whole minibatch for a network too small for the choice
     to matter, 64 for others), so that no point takes a choice measured or cached for its thread count. Lift's MLP
-    in chunks of 64 made 16 simulated synchronous workers' update 6 to 7 times as long as on the whole minibatch
+    in chunks of 64 made 16 simulated synchronous workers' update 5.7 and 7.0 times as long as on the whole minibatch
     (docs/results/amd-epyc-avx512-bf16-family26-model2-2c/study_chunks.md)."""
-    from parallel_ppo.tuning.learner_settings import DEFAULT, SMALL_DEFAULT, is_small  # torch: only once resolving
+    from parallel_ppo.tuning.learner_settings import candidates, is_small, preferred  # torch: only once resolving
 
     cfg = build_config(config, flags, list(sets), parallel=False)
     size = cfg.training.microbatch_size
     if size != "auto":
         return int(size)
-    return (SMALL_DEFAULT if is_small(cfg, env_spaces(cfg.env)) else DEFAULT).microbatch_size
+    try:  # the env's spaces: where its family does not know them, one env is built here
+        spaces = env_spaces(cfg.env)
+    except ParallelPPOError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a simulator's own error, before any point runs
+        raise ConfigError(f"{cfg.env.id} could not be built to size its network ({type(e).__name__}: {e})") from e
+    return preferred(cfg, candidates(cfg), small=is_small(cfg, spaces)).microbatch_size
 
 
 PRECISION = ("--set", "training.precision=fp32")

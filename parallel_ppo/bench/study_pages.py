@@ -235,8 +235,9 @@ def write_results(rows: list[dict[str, Any]], stem: Path, meta: dict[str, Any]) 
     text = (f"# {title}: {machine}\n\n{sim}"
             f"{settings['env']} ({settings['config']}), {settings['envs_per_process']} envs × {settings['n_steps']} "
             f"steps and a minibatch of {settings['batch_per_process']} samples per process (global figures × "
-            f"processes), fp32 at every point, {chunks(meta.get('cpu_microbatch', FORMER_CHUNK))}"
-            + (f" (unless set otherwise: {' '.join(settings['extra'])})" if settings["extra"] else "") + ", "
+            f"processes), fp32 at every point"
+            + (f" (unless set otherwise: {' '.join(settings['extra'])})" if settings["extra"] else "")
+            + f", {chunks(meta.get('cpu_microbatch', FORMER_CHUNK))}, "
             f"{settings['seconds']:g} s per run; versions {meta['versions']}"
             + (f"; frames drawn with {' '.join(f'{k}={v}' for k, v in meta['drawing'].items())}"
                if meta.get("drawing") else "") + ".\n\n"
