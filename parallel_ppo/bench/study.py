@@ -36,7 +36,7 @@ from typing import Any
 
 from parallel_ppo.bench.copies import copies_row, copy_commands
 from parallel_ppo.bench.scaling import point_row
-from parallel_ppo.bench.study_arithmetic import PRECISION, chunk_items, cpu_microbatch, other_chunks
+from parallel_ppo.bench.study_arithmetic import FORMER_CHUNK, PRECISION, chunk_items, cpu_microbatch, other_chunks
 from parallel_ppo.bench.study_pages import (
     FAMILIES,
     GPU_FAMILIES,
@@ -96,7 +96,7 @@ class StudySettings:
     then this figure at every rank count)."""
     extra: tuple[str, ...] = ()
     """Further flags for every run (`--set` overrides)."""
-    microbatch: int = 64
+    microbatch: int = FORMER_CHUNK
     """The CPU points' chunk (`plan_study` resolves the config's: `study_arithmetic.cpu_microbatch`)."""
 
     @property
@@ -298,7 +298,7 @@ def differences(data: dict[str, Any], identity: dict[str, Any]) -> list[str]:
 
 
 def earlier_points(path: Path, identity: dict[str, Any], family: str | None = None,
-                   microbatch: int = 64) -> tuple[list[dict[str, Any]], list[str]]:
+                   microbatch: int = FORMER_CHUNK) -> tuple[list[dict[str, Any]], list[str]]:
     """The points of the study in `path`, measured on this machine with these settings (`identity`), and the labels
     of those dropped: those whose update ran in other chunks than this study's CPU points' `microbatch` or its GPU
     points' whole minibatch (`study_arithmetic.other_chunks`; a failed point is kept). A study of other settings or

@@ -43,12 +43,17 @@ PRECISION = ("--set", "training.precision=fp32")
 count and device, and a point that got bf16 would not compare with one that got fp32."""
 
 
+def point_chunk(gpu: bool, microbatch: int) -> int:
+    """A point's chunk: `microbatch` on the CPU, the whole minibatch (0) on a GPU (chunks keep a CPU's working set in
+    its caches, while a GPU needs the whole minibatch to fill its units: in chunks of 64, a CUDA learner fed by 16
+    workers made 0.75 times the CPU learner's steps/s on Lift from state,
+    docs/results/intel-xeon-avx512-bf16-16c-h200)."""
+    return 0 if gpu else microbatch
+
+
 def chunk_items(gpu: bool, microbatch: int) -> tuple[str, ...]:
-    """A point's chunk, after the user's `--set` items (`cpu_microbatch` resolved theirs): `microbatch` on the CPU,
-    the whole minibatch on a GPU (chunks keep a CPU's working set in its caches, while a GPU needs the whole
-    minibatch to fill its units: in chunks of 64, a CUDA learner fed by 16 workers made 0.75 times the CPU learner's
-    steps/s on Lift from state, docs/results/intel-xeon-avx512-bf16-16c-h200)."""
-    return ("--set", f"training.microbatch_size={0 if gpu else microbatch}")
+    """A point's chunk (`point_chunk`) as `--set` items, after the user's (`cpu_microbatch` resolved theirs)."""
+    return ("--set", f"training.microbatch_size={point_chunk(gpu, microbatch)}")
 
 
 def other_chunks(points: list[dict[str, Any]], microbatch: int, gpu_families: Sequence[str]) -> list[str]:
@@ -56,4 +61,4 @@ def other_chunks(points: list[dict[str, Any]], microbatch: int, gpu_families: Se
     do (`microbatch` on the CPU, the whole minibatch on a GPU; a point recording none: FORMER_CHUNK); a failed
     point, which records none, is not among them."""
     return [p["label"] for p in points if "error" not in p
-            and p.get("microbatch", FORMER_CHUNK) != (0 if p["family"] in gpu_families else microbatch)]
+            and p.get("microbatch", FORMER_CHUNK) != point_chunk(p["family"] in gpu_families, microbatch)]

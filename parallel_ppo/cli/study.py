@@ -17,7 +17,7 @@ from parallel_ppo.bench.study import (
     process_counts,
     run_study,
 )
-from parallel_ppo.bench.study_pages import FAMILIES, copies_note, cut_note, results_files, study_table
+from parallel_ppo.bench.study_pages import FAMILIES, chunks, copies_note, cut_note, results_files, study_table
 from parallel_ppo.bench.trainer_runs import BenchRunCrashed
 from parallel_ppo.cli.common import (
     add_config_flags,
@@ -79,10 +79,8 @@ def study(args: Any, prog: str) -> int:
         if plan.skipped:
             print(f"  {', '.join(plan.skipped)}: skipped (no CUDA device here)", flush=True)
         if plan.dropped:
-            m = plan.settings.microbatch
-            cpu = "the CPU's whole minibatch" if m == 0 else f"the CPU's chunks of {m}"
             print(f"  {results_files(plan.stem)['json']}: dropping {', '.join(plan.dropped)} (their update ran in "
-                  f"other chunks than this study's: {cpu}, a GPU's whole minibatch)", flush=True)
+                  f"other chunks than this study's, {chunks(plan.settings.microbatch)})", flush=True)
         rows = run_study(plan, Path(args.runs_dir))
     except ParallelPPOError as e:
         return fail(prog, e, 2)
