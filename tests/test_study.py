@@ -10,9 +10,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 from fake_runs import STEADY, write_run
 
 import parallel_ppo.bench.study as study_module
+import parallel_ppo.tuning.learner_settings as learner_settings
 from parallel_ppo.bench.copies import copies_row, copy_commands
 from parallel_ppo.bench.study import (
     StudySettings,
@@ -36,6 +38,7 @@ from parallel_ppo.bench.study_pages import (
     merge_rows,
     mesa_threads,
     pace_note,
+    point_chunk_text,
     results_files,
     study_table,
 )
@@ -309,7 +312,7 @@ def test_an_earlier_study_is_kept_only_for_the_same_machine_and_settings(tmp_pat
     assert [p["label"] for p in kept] == ["workers_2", "overlap_2"] and dropped == ["threads_1", "overlap_4"]
 
 
-def test_the_cpu_points_chunk_their_update_as_the_config_says(tmp_path):
+def test_the_cpu_points_chunk_their_update_as_the_config_says(tmp_path, monkeypatch):
     """Lift's MLP and the simulated study's: the whole minibatch, as their configs say; starpilot's network,
     `auto`, 64 as a run takes it unmeasured (never a cached choice: the resolved chunk comes last); the user's `--set`
     decides the CPU's, a GPU point takes the whole minibatch. A later call keeps every point of such a study."""
@@ -328,8 +331,16 @@ def test_the_cpu_points_chunk_their_update_as_the_config_says(tmp_path):
         path = tmp_path / "earlier.json"
         path.write_text(json.dumps({**plan.identity, "points": points}))
         assert earlier_points(path, plan.identity, microbatch=plan.settings.microbatch) == (points, [])
-    assert chunks(32) == "in chunks of 32 on the CPU (the whole minibatch on a GPU)"
+    # on a CUDA host, `auto` resolves the CPU points' chunk for the CPU, where they run
+    monkeypatch.setattr(learner_settings, "learner_device",
+                        lambda cfg: torch.device("cpu" if cfg.training.device == "cpu" else "cuda"))
+    on_gpu_host = StudySettings("config/ppo_parallel.yaml", "starpilot", 30.0)
+    assert plan_study(["threads", "cuda"], [2], on_gpu_host, tmp_path).settings.microbatch == 64
+    assert chunks(32) == "in chunks of 32 on the CPU (a minibatch no larger whole, as on a GPU)"
     assert chunks(0) == "the whole minibatch at once (on the CPU and a GPU)"
+    # a row's learner column: a chunk no smaller than the point's minibatch runs it whole
+    assert [point_chunk_text(m, b) for m, b in ((None, 128), (0, 128), (64, 128), (256, 128), (128, 128))] == [
+        "", ", whole", ", chunks of 64", ", whole", ", whole"]
 
 
 def test_frames_drawn_another_way_make_another_studys_files(monkeypatch):

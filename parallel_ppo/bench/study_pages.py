@@ -67,7 +67,7 @@ def study_table(rows: list[dict[str, Any]]) -> str:
         fractions = r["phase_fractions"]
         shown = [100 * fractions.get(p, 0.0) for p in SHOWN_PHASES]
         other = max(0.0, 100 * sum(fractions.get(p, 0.0) for p in PHASES) - sum(shown))
-        chunk = {None: "", 0: ", whole"}.get(r.get("microbatch"), f", chunks of {r.get('microbatch')}")
+        chunk = point_chunk_text(r.get("microbatch"), r.get("batch_size"))
         lent = r["threads"].get("learner_while_workers_wait")  # an overlapped learner's, once its workers wait
         threads = f"{r['threads'].get('learner', '?')}{f' (then {lent})' if lent else ''} thr"
         learner = f"{r['device']}, {threads}, {r.get('precision', '?')}{chunk}"
@@ -209,7 +209,16 @@ def chunks(microbatch: int) -> str:
     """How the study's points chunked their update, for its page: the CPU's chunk, a GPU's whole minibatch."""
     if microbatch == 0:
         return "the whole minibatch at once (on the CPU and a GPU)"
-    return f"in chunks of {microbatch} on the CPU (the whole minibatch on a GPU)"
+    return f"in chunks of {microbatch} on the CPU (a minibatch no larger whole, as on a GPU)"
+
+
+def point_chunk_text(microbatch: int | None, minibatch: int | None) -> str:
+    """A row's chunk for its learner column: none recorded, whole (no chunk, or one no smaller than the minibatch,
+    which the update then takes at once) or the chunk."""
+    if microbatch is None:
+        return ""
+    whole = microbatch == 0 or minibatch is not None and microbatch >= minibatch
+    return ", whole" if whole else f", chunks of {microbatch}"
 
 
 def write_results(rows: list[dict[str, Any]], stem: Path, meta: dict[str, Any]) -> None:
