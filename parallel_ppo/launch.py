@@ -21,6 +21,7 @@ from parallel_ppo.core.allocator import retain_freed_memory
 from parallel_ppo.core.checkpoint import JOB_ID, load_checkpoint, next_resume_count
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config, config_from_dict, resume_mismatch, validate
+from parallel_ppo.core.evaluate import check_render, eval_views
 from parallel_ppo.core.group import Group
 from parallel_ppo.core.loop import RolloutSource, check_checkpoint_fits
 from parallel_ppo.core.model import learner_device
@@ -35,7 +36,7 @@ from parallel_ppo.request import Request
 from parallel_ppo.runs.directory import new_run_dir, resolve_run_dir, resume_state, resumed_run_dir, run_dir_lock
 from parallel_ppo.runs.report.formatting import fmt_flop
 from parallel_ppo.runs.tracking import WandbTracker, start_tracking
-from parallel_ppo.runs.training import RunPlan, eval_views, train_run
+from parallel_ppo.runs.training import RunPlan, train_run
 from parallel_ppo.tuning.before_run import Tuning, tune
 from parallel_ppo.tuning.learner_settings import LearnerChoice
 
@@ -148,7 +149,7 @@ def checked_spaces(cfg: Config, resume: dict | None, request: Request,
     rollout checked against them, and the checkpoint resumed checked against the config (a restart counted)."""
     spaces = env_spaces(cfg.env)
     check_network_and_memory(cfg, spaces, cfg.parallel.rollout_buffers if request.parallel else 1)
-    eval_views(cfg, spaces)  # eval.video's views must be the env's
+    check_render(cfg, eval_views(cfg, spaces))  # eval.video's views must be the env's, its render drawable
     if resume is not None:  # before any file is written: a checkpoint that does not fit changes nothing
         check_resume_config(cfg, resume, Path(request.resume or ""))
         check_checkpoint_fits(cfg, spaces, resume, Path(request.resume or "") / "checkpoint.pt")

@@ -194,13 +194,20 @@ def test_each_evaluation_during_training_adds_its_video_to_tensorboard(tmp_path)
     assert EvalHook(quiet, tmp_path, spaces).views is None  # the default: no video, no rendering
 
 
-def test_a_training_run_refuses_eval_video_it_cannot_record_before_anything_is_written(tmp_path):
+def test_a_training_run_refuses_eval_video_it_cannot_record_before_anything_is_written(tmp_path, monkeypatch):
+    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+    from gymnasium.error import DependencyNotInstalled
+
     import parallel_ppo as ppo
 
     overrides = {"env.id": "CartPole-v1", "eval.interval_seconds": 60, "eval.video": "env,agent"}
     with pytest.raises(ConfigError, match="eval.video: the view agent shows the images"):
         ppo.train(None, output_dir=tmp_path / "run", overrides=overrides, verbose=False)
     assert not (tmp_path / "run").exists()
+    monkeypatch.setattr(CartPoleEnv, "render", lambda self: (_ for _ in ()).throw(DependencyNotInstalled("no pygame")))
+    with pytest.raises(ConfigError, match="cannot render CartPole-v1: DependencyNotInstalled: no pygame"):
+        ppo.train(None, output_dir=tmp_path / "run", overrides={**overrides, "eval.video": "env"}, verbose=False)
+    assert not (tmp_path / "run").exists(), "a renderer missing stops the run before its first evaluation"
     with pytest.raises(ConfigError, match="eval.video records each evaluation's video in TensorBoard"):
         build_config(None, {"env.id": CAMERA}, ["eval.interval_seconds=60", "eval.video=agent",
                                                 "logging.tensorboard=false"], False)

@@ -87,6 +87,19 @@ def eval_views(cfg: Config, spaces: EnvSpaces) -> Views | None:
     return Views.chosen(cfg.eval.video, spaces, cfg.env, "eval.video", cfg.model.actor_keys)
 
 
+def check_render(cfg: Config, views: Views | None) -> None:
+    """Where `views` shows the env's render, one frame of it drawn before the run starts: a renderer that is missing
+    (pygame, OpenGL) stops the run in one line before its directory is written, not at its first evaluation."""
+    if views is None or not views.renders:
+        return
+    env = make_batch_env(cfg.env, cfg.run.seed, 0, 1, 1, (EVAL_STREAM, 0), render=True)
+    try:
+        env.reset()
+        env.frame(0)
+    finally:
+        env.close()
+
+
 def play_episodes(model: nn.Module, cfg: Config, levels: str, episodes: int, num_envs: int, deterministic: bool,
                   seed: int, stream: int = 0, frames: FrameSink | None = None, threads: int = 1,
                   until: Callable[[], bool] | None = None, views: Views | None = None) -> EvalResult:
