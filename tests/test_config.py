@@ -210,7 +210,8 @@ def test_non_positive_or_out_of_range_values(item):
 
 @pytest.mark.parametrize("item", [
     "env.start_level=3000000000", "env.num_levels=2147483648", "model.hidden_size=1000000000",
-    "distributed.timeout_seconds=1e300", "run.checkpoint_interval=1e300",
+    "distributed.timeout_seconds=1e300", "run.checkpoint_interval=1e300", "run.limit_seconds=1e300",
+    "eval.episodes=10000000000", "eval.num_envs=100000",
 ])
 def test_values_past_what_the_libraries_take_are_refused(item):
     """Numbers that would overflow Procgen's 31-bit levels, torch's timeouts or memory are refused up front."""

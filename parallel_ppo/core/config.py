@@ -281,7 +281,7 @@ class RunConfig:
     """Run directory (empty = benchmarks/<mode>_<timestamp>)."""
     checkpoint_interval: float = setting(300.0, positive=True, maximum=10**9, unit="s")
     """Seconds between checkpoints (one is always written at the end)."""
-    limit_seconds: float = setting(10.0, non_negative=True, unit="s")
+    limit_seconds: float = setting(10.0, non_negative=True, maximum=3600, unit="s")
     """Seconds spent measuring the bare network's compute limit before training, so that summary.json can
     report the run's efficiency against it (0 = skip)."""
     preempt_signal: str = setting("SIGUSR1", choices=("", "SIGUSR1", "SIGUSR2"))
@@ -296,9 +296,9 @@ class EvalConfig:
     interval_seconds: float = setting(0.0, non_negative=True, maximum=10**9, unit="s")
     """Evaluate the policy every this many seconds of training, and once at the end (0 = never). It plays on
     fresh envs of its own, in the learner's process; its time is the `eval` phase of the update after it."""
-    episodes: int = setting(16, positive=True)
+    episodes: int = setting(16, positive=True, maximum=10**6)
     """Complete episodes per evaluation."""
-    num_envs: int = setting(8, positive=True)
+    num_envs: int = setting(8, positive=True, maximum=4096)
     """Envs an evaluation plays at once (each plays its share of the episodes)."""
     levels: str = setting("auto", choices=("auto", "train", "test"))
     """`test`: Procgen levels the run never trains on; `train`: its own levels (or the gymnasium env itself);
