@@ -513,6 +513,8 @@ def test_a_reference_does_not_count_as_a_run(tmp_path: Path, capsys) -> None:
     assert entry.main(["--run", f"b={write_run(tmp_path / 'b')}", "--reference", f"sac={tmp_path / 'sac.csv'}",
                        "--output-dir", str(out)]) == 2
     assert "nothing to compare: give at least two runs" in capsys.readouterr().err and not out.exists()
+    assert entry.main(["--run", f"a={tmp_path / 'nonexistent'}", "--output-dir", str(out)]) == 2
+    assert f"run directory not found: {tmp_path / 'nonexistent'}" in capsys.readouterr().err and not out.exists()
 
 
 # ------------------------------------------------------------------------------- summary and output files (fake runs)

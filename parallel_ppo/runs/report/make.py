@@ -19,9 +19,11 @@ from parallel_ppo.runs.reference import load_references
 
 
 def check_arguments(specs: list[tuple[str, list[Path]]], baseline: str | None, out_dir: Path) -> None:
-    """What can be refused before any run is read: too few runs, an unknown baseline, an output directory that
+    """What can be refused before any run is read: a run directory that is not there, too few runs, an unknown baseline, an output directory that
     cannot be created or written."""
     labels = [label for label, _ in specs]
+    if missing := next((d for _, dirs in specs for d in dirs if not d.exists()), None):
+        raise ConfigError(f"run directory not found: {missing}")  # what to fix first, where it is also too few
     if len(specs) < 2 and not any(len(dirs) > 1 or (dirs[0].is_dir() and not is_run_dir(dirs[0]))
                                   for _, dirs in specs):
         raise ConfigError("nothing to compare: give at least two runs (--sequential/--parallel or --run)")
