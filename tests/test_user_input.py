@@ -365,6 +365,9 @@ def test_a_config_files_output_directory_no_file_system_takes_is_refused(tmp_pat
     cfg = build_config(CARTPOLE, {"run.output_dir": str(tmp_path / LONG)}, [], parallel=False)
     with pytest.raises(ConfigError, match="^output directory: a name of 300 bytes"):
         resolve_run_dir(cfg, "sequential", overwrite=False)
+    root = build_config(CARTPOLE, {"run.output_dir": "/"}, [], parallel=False)
+    with pytest.raises(ConfigError, match="^output directory / is the file system's root"):
+        resolve_run_dir(root, "sequential", overwrite=True)
 
 
 def _files(path: Path) -> dict[str, str]:
