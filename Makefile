@@ -253,8 +253,8 @@ study: install
 	$(PY) bench.py study $(ENV_FLAG) --seconds $(STUDY_SECONDS) $(ARGS)
 
 ## The study simulated on this machine's cores: robosuite Lift from state with its physics a sleep of 7 ms a step
-## (sim/Sleep, config/sim_lift.yaml), synchronous workers against overlapped ones at 1, 2, 4, 8 and 16, so 16 workers
-## fit 2 cores → docs/results/<machine>/study-sim_lift.{md,json,png}, marked simulated.
+## (sim/Sleep, config/sim_lift.yaml), threads up to the cores, and synchronous workers against overlapped ones at 1, 2,
+## 4, 8 and 16, so 16 workers fit 2 cores → docs/results/<machine>/study-sim_lift.{md,json,png}, marked simulated.
 study-sim: install
 	$(PY) bench.py study --config config/sim_lift.yaml --env sim/Sleep --families threads,workers,overlap \
 		--processes "1 2 4 8 16" --seconds $(SIM_SECONDS) $(ARGS)

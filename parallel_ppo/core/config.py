@@ -181,7 +181,7 @@ class TrainingConfig:
     microbatch_size: int | str = setting("auto", non_negative=True, auto=True)
     """Samples per forward/backward pass inside a minibatch (0 = the whole minibatch), or `auto`: 64 unless 128 or
     the whole minibatch is clearly faster, measured on this machine before the run (`learner_settings`); the whole
-    minibatch, unmeasured, for a network too small for the choice to matter (CartPole's MLP).
+    minibatch, unmeasured, on a GPU and for a network too small for the choice to matter (CartPole's MLP).
     Gradients add up to the minibatch's, so this trades nothing but memory and cache misses."""
     n_epochs: int = setting(3, positive=True)
     """Passes over each rollout."""
