@@ -19,8 +19,8 @@ from parallel_ppo.runs.reference import load_references
 
 
 def check_arguments(specs: list[tuple[str, list[Path]]], baseline: str | None, out_dir: Path) -> None:
-    """What can be refused before any run is read: a run directory that is not there, too few runs, an unknown baseline, an output directory that
-    cannot be created or written."""
+    """What can be refused before any run is read: a run directory that is not there, too few runs, an unknown
+    baseline, an output directory that cannot be created or written."""
     labels = [label for label, _ in specs]
     if missing := next((d for _, dirs in specs for d in dirs if not d.exists()), None):
         raise ConfigError(f"run directory not found: {missing}")  # what to fix first, where it is also too few
