@@ -20,9 +20,10 @@ def cpu_microbatch(config: str, flags: dict[str, Any], sets: Sequence[str]) -> i
     """The chunk of the CPU points' update, for the config one process of the study builds on the CPU (`flags` and
     `--device cpu`, as the CPU points pass it, then the user's `--set` items): its `training.microbatch_size` (0: the
     whole minibatch), or where that is `auto`, what `auto` takes unmeasured on this network (`learner_settings`: the
-    whole minibatch for a network too small for the choice to matter, 64 for others), so that no point takes a choice measured or cached for its thread count. Lift's MLP
-    in chunks of 64 made 16 simulated synchronous workers' update 5.7 and 7.0 times as long as on the whole minibatch
-    (docs/results/amd-epyc-avx512-bf16-family26-model2-2c/study_chunks.md)."""
+    whole minibatch for a network too small for the choice to matter, 64 for others), so that no point takes a choice
+    measured or cached for its thread count. Lift's MLP in chunks of 64 made 16 simulated synchronous workers' update
+    5.7 and 7.0 times as long as on the whole minibatch (docs/results/amd-epyc-avx512-bf16-family26-model2-2c/
+    study_chunks.md)."""
     from parallel_ppo.tuning.learner_settings import candidates, is_small, preferred  # torch: only once resolving
 
     cfg = build_config(config, {**flags, "training.device": "cpu"}, list(sets), parallel=False)
