@@ -19,14 +19,14 @@ from parallel_ppo.runs.reference import load_references
 
 
 def check_arguments(specs: list[tuple[str, list[Path]]], baseline: str | None, out_dir: Path) -> None:
-    """What can be refused before any run is read: a run directory that is not there, too few runs, an unknown
-    baseline, an output directory that cannot be created or written."""
+    """What can be refused before any run is read: too few runs (said as the one run given not found, where so), an
+    unknown baseline, an output directory that cannot be created or written."""
     labels = [label for label, _ in specs]
-    if missing := next((d for _, dirs in specs for d in dirs if not d.exists()), None):
-        raise ConfigError(f"run directory not found: {missing}")  # what to fix first, where it is also too few
     if len(specs) < 2 and not any(len(dirs) > 1 or (dirs[0].is_dir() and not is_run_dir(dirs[0]))
                                   for _, dirs in specs):
-        raise ConfigError("nothing to compare: give at least two runs (--sequential/--parallel or --run)")
+        missing = next((d for _, dirs in specs for d in dirs if not d.exists()), None)  # what to fix first
+        raise ConfigError(f"run directory not found: {missing}" if missing else
+                          "nothing to compare: give at least two runs (--sequential/--parallel or --run)")
     if baseline is not None and baseline.rpartition("/")[0] not in labels and baseline not in labels:
         raise ConfigError(f"--baseline {baseline!r} is not one of the runs ({', '.join(labels)})")
     check_writable(out_dir)
