@@ -35,6 +35,7 @@ from parallel_ppo.bench.study_pages import (
     chunks,
     copies_note,
     cut_note,
+    learner_minibatch,
     merge_rows,
     mesa_threads,
     pace_note,
@@ -341,6 +342,9 @@ def test_the_cpu_points_chunk_their_update_as_the_config_says(tmp_path, monkeypa
     # a row's learner column: a chunk no smaller than the point's minibatch runs it whole
     assert [point_chunk_text(m, b) for m, b in ((None, 128), (0, 128), (64, 128), (256, 128), (128, 128))] == [
         "", ", whole", ", chunks of 64", ", whole", ", whole"]
+    # a rank or a copy chunks its own share of the point's minibatch
+    shares = [learner_minibatch({"family": f, "processes": 2, "batch_size": 256}) for f in ("ranks", "copies", "overlap")]
+    assert shares == [128, 128, 256]
 
 
 def test_frames_drawn_another_way_make_another_studys_files(monkeypatch):

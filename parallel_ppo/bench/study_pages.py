@@ -67,7 +67,7 @@ def study_table(rows: list[dict[str, Any]]) -> str:
         fractions = r["phase_fractions"]
         shown = [100 * fractions.get(p, 0.0) for p in SHOWN_PHASES]
         other = max(0.0, 100 * sum(fractions.get(p, 0.0) for p in PHASES) - sum(shown))
-        chunk = point_chunk_text(r.get("microbatch"), r.get("batch_size"))
+        chunk = point_chunk_text(r.get("microbatch"), learner_minibatch(r))
         lent = r["threads"].get("learner_while_workers_wait")  # an overlapped learner's, once its workers wait
         threads = f"{r['threads'].get('learner', '?')}{f' (then {lent})' if lent else ''} thr"
         learner = f"{r['device']}, {threads}, {r.get('precision', '?')}{chunk}"
@@ -210,6 +210,13 @@ def chunks(microbatch: int) -> str:
     if microbatch == 0:
         return "the whole minibatch at once (on the CPU and a GPU)"
     return f"in chunks of {microbatch} on the CPU (a minibatch no larger whole, as on a GPU)"
+
+
+def learner_minibatch(row: dict[str, Any]) -> int | None:
+    """The minibatch each learner of a row's point chunks: its `batch_size` is the point's, which each distributed rank
+    or copy (a learner of its own) takes a share of."""
+    size = row.get("batch_size")
+    return size // row["processes"] if size is not None and row["family"] in ("ranks", "copies") else size
 
 
 def point_chunk_text(microbatch: int | None, minibatch: int | None) -> str:
