@@ -343,7 +343,8 @@ def test_the_cpu_points_chunk_their_update_as_the_config_says(tmp_path, monkeypa
     assert [point_chunk_text(m, b) for m, b in ((None, 128), (0, 128), (64, 128), (256, 128), (128, 128))] == [
         "", ", whole", ", chunks of 64", ", whole", ", whole"]
     # a rank or a copy chunks its own share of the point's minibatch
-    shares = [learner_minibatch({"family": f, "processes": 2, "batch_size": 256}) for f in ("ranks", "copies", "overlap")]
+    rows = [{"family": f, "processes": 2, "batch_size": 256} for f in ("ranks", "copies", "overlap")]
+    shares = [learner_minibatch(r) for r in rows]
     assert shares == [128, 128, 256]
 
 
