@@ -149,7 +149,7 @@ def checked_spaces(cfg: Config, resume: dict | None, request: Request,
     rollout checked against them, and the checkpoint resumed checked against the config (a restart counted)."""
     spaces = env_spaces(cfg.env)
     check_network_and_memory(cfg, spaces, cfg.parallel.rollout_buffers if request.parallel else 1)
-    check_render(cfg, eval_views(cfg, spaces))  # eval.video's views must be the env's, its render drawable
+    eval_views(cfg, spaces)  # eval.video's views must be the env's
     if resume is not None:  # before any file is written: a checkpoint that does not fit changes nothing
         check_resume_config(cfg, resume, Path(request.resume or ""))
         check_checkpoint_fits(cfg, spaces, resume, Path(request.resume or "") / "checkpoint.pt")
@@ -157,12 +157,15 @@ def checked_spaces(cfg: Config, resume: dict | None, request: Request,
     return spaces, resume
 
 
-def claim_run_dir(cfg: Config, request: Request, group: Group) -> Path:
-    """The run directory: rank 0 alone checks it, and a refusal there stops every rank."""
+def claim_run_dir(cfg: Config, spaces: EnvSpaces, request: Request, group: Group) -> Path:
+    """The run directory, and the render of eval.video drawn once (`check_render`): rank 0 alone, which writes and
+    evaluates, checks them, and a refusal there stops every rank."""
     refusal, run_dir = None, Path(request.resume or ".")
-    if request.resume is None and group.is_main:
+    if group.is_main:
         try:
-            run_dir = resolve_run_dir(cfg, request.mode, request.overwrite)
+            if request.resume is None:
+                run_dir = resolve_run_dir(cfg, request.mode, request.overwrite)
+            check_render(cfg, eval_views(cfg, spaces))
         except ConfigError as e:
             refusal = str(e)
     refusal, run_dir = group.broadcast((refusal, run_dir))
@@ -187,7 +190,7 @@ def prepare(request: Request) -> PreparedRun:
     group = join(cfg, request.distributed)
     pause_point("start", group.rank)
     try:
-        run_dir = claim_run_dir(cfg, request, group)
+        run_dir = claim_run_dir(cfg, spaces, request, group)
         planned = thread_plan(cfg, request.parallel, group.local_world_size)
         retain_freed_memory()
         tuning = tune(cfg, spaces, planned.learner, group, planned.idle_learner)  # sets the learner's torch threads

@@ -214,7 +214,8 @@ def test_non_positive_or_out_of_range_values(item):
     "eval.episodes=10000000000", "eval.num_envs=100000",
 ])
 def test_values_past_what_the_libraries_take_are_refused(item):
-    """Numbers that would overflow Procgen's 31-bit levels, torch's timeouts or memory are refused up front."""
+    """Numbers that would overflow Procgen's 31-bit levels, torch's timeouts or memory, or hang a run silently (its
+    compute limit measured for ages, evaluations of countless episodes), are refused up front."""
     with pytest.raises(ConfigError, match=item.split("=")[0].replace(".", r"\.") + ".*supported maximum"):
         build_config(None, {}, small_sets(item), parallel=False)
 

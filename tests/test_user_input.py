@@ -368,6 +368,10 @@ def test_a_config_files_output_directory_no_file_system_takes_is_refused(tmp_pat
     root = build_config(CARTPOLE, {"run.output_dir": "/"}, [], parallel=False)
     with pytest.raises(ConfigError, match="^output directory / is the file system's root"):
         resolve_run_dir(root, "sequential", overwrite=True)
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    looped = build_config(CARTPOLE, {"run.output_dir": str(tmp_path / "loop" / "run")}, [], parallel=False)
+    with pytest.raises(ConfigError, match="^output directory .*loop/run: "):
+        resolve_run_dir(looped, "sequential", overwrite=False)
 
 
 def _files(path: Path) -> dict[str, str]:
@@ -501,3 +505,17 @@ def test_the_start_checks_the_directory_again_under_its_lock(tmp_path):
         with resumed_run_dir(tmp_path, cfg, resume):
             pass
     assert (tmp_path / "config.yaml").read_text() == "as it was"
+
+
+@pytest.mark.parametrize(("flag", "value", "words"), [("--episodes", "1000001", "at most 1,000,000 (as eval.episodes)"),
+                                                      ("--num-envs", "4097", "at most 4,096 (as eval.num_envs)")])
+def test_the_eval_commands_counts_stop_where_the_configs_do(capsys, flag, value, words):
+    """`eval --episodes` and `--num-envs` past `eval.episodes`' and `eval.num_envs`' maxima: one line, exit 2."""
+    from parallel_ppo.cli import main
+
+    try:
+        status = main(["eval", "--checkpoint", "run", flag, value])
+    except SystemExit as e:  # argparse's refusal
+        status = e.code
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and words in err, err

@@ -205,7 +205,7 @@ def test_a_training_run_refuses_eval_video_it_cannot_record_before_anything_is_w
         ppo.train(None, output_dir=tmp_path / "run", overrides=overrides, verbose=False)
     assert not (tmp_path / "run").exists()
     monkeypatch.setattr(CartPoleEnv, "render", lambda self: (_ for _ in ()).throw(DependencyNotInstalled("no pygame")))
-    with pytest.raises(ConfigError, match="cannot render CartPole-v1: DependencyNotInstalled: no pygame"):
+    with pytest.raises(ConfigError, match="^cannot render CartPole-v1: no pygame$"):
         ppo.train(None, output_dir=tmp_path / "run", overrides={**overrides, "eval.video": "env"}, verbose=False)
     assert not (tmp_path / "run").exists(), "a renderer missing stops the run before its first evaluation"
     with pytest.raises(ConfigError, match="eval.video records each evaluation's video in TensorBoard"):

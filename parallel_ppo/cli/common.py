@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from parallel_ppo.cli.flags import with_flags
+from parallel_ppo.core.config import config_fields, rules_of
 from parallel_ppo.core.files import path_problem
 from parallel_ppo.core.units import SECONDS_PER, to_unit
 from parallel_ppo.errors import ConfigError
@@ -119,6 +120,19 @@ def positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
     return value
+
+
+def positive_up_to(setting: str) -> Callable[[str], int]:
+    """argparse type: a whole number above 0 and at most the maximum of the config's `setting` (`eval.episodes`)."""
+    maximum = next(rules_of(f).maximum for key, f in config_fields() if key == setting)
+
+    def parse(text: str) -> int:
+        value = positive_int(text)
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"at most {maximum:,} (as {setting}), got {text!r}")
+        return value
+
+    return parse
 
 
 def seed_number(text: str) -> int:

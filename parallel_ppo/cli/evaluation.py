@@ -12,7 +12,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from parallel_ppo.cli.common import OneLineParser, duration_in, fail, positive_int, seed_number, some_path
+from parallel_ppo.cli.common import (
+    OneLineParser,
+    duration_in,
+    fail,
+    positive_int,
+    positive_up_to,
+    seed_number,
+    some_path,
+)
 from parallel_ppo.core.config import Config
 from parallel_ppo.errors import ConfigError, ParallelPPOError, RunDataError
 
@@ -50,8 +58,10 @@ def eval_parser(prog: str) -> OneLineParser:
     p = OneLineParser(prog=prog, description="Play a trained policy for complete episodes on its training or test "
                       "levels; print the returns and record them in RUN_DIR/eval.json.")
     _common(p)
-    p.add_argument("--episodes", type=positive_int, default=20, metavar="N", help="complete episodes (20)")
-    p.add_argument("--num-envs", type=positive_int, default=8, metavar="N", help="envs played at once (8)")
+    p.add_argument("--episodes", type=positive_up_to("eval.episodes"), default=20, metavar="N",
+                   help="complete episodes (20)")
+    p.add_argument("--num-envs", type=positive_up_to("eval.num_envs"), default=8, metavar="N",
+                   help="envs played at once (8)")
     p.add_argument("--video", type=some_path, metavar="FILE.mp4|FILE.gif",
                    help="also write env 0's episodes as a video")
     _views(p, "--video")

@@ -27,6 +27,7 @@ from parallel_ppo.envs.batch import (
 from parallel_ppo.envs.procgen_envs import normalized_return
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.envs.views import Views
+from parallel_ppo.errors import ConfigError
 
 EVAL_STREAM = 0xE7A1
 """Seeds eval envs apart from the training envs (which use the streams (resumes, restarts))."""
@@ -95,9 +96,12 @@ def check_render(cfg: Config, views: Views | None) -> None:
     env = make_batch_env(cfg.env, cfg.run.seed, 0, 1, 1, (EVAL_STREAM, 0), render=True)
     try:
         env.reset()
-        env.frame(0)
+        frame = env.frame(0)
     finally:
         env.close()
+    if not (isinstance(frame, np.ndarray) and frame.ndim == 3):
+        raise ConfigError(f"eval.video: {cfg.env.id}'s render gave {type(frame).__name__}, not an RGB image, so it "
+                          "has no view env to show")
 
 
 def play_episodes(model: nn.Module, cfg: Config, levels: str, episodes: int, num_envs: int, deterministic: bool,

@@ -13,6 +13,7 @@ from typing import Any
 
 import gymnasium
 import numpy as np
+from gymnasium.error import DependencyNotInstalled
 
 from parallel_ppo.envs.config import EnvConfig
 from parallel_ppo.envs.families import check_family, options_of
@@ -392,6 +393,10 @@ class GymnasiumBatchEnv:
         """The RGB frame of env `index` now (needs `render`, or pixels)."""
         try:
             return self._env.envs[index].render()
+        except NotImplementedError:
+            raise ConfigError(f"{self._id} has no render to draw: it has no view env to show") from None
+        except DependencyNotInstalled as e:  # gymnasium's own line says what to install
+            raise ConfigError(f"cannot render {self._id}: {e}") from None
         except Exception as e:  # MuJoCo makes its renderer on the first frame
             raise ConfigError(f"cannot render {self._id}: {type(e).__name__}: {e}; {RENDERER_HELP}") from None
 

@@ -61,8 +61,13 @@ def resolve_run_dir(cfg: Config, mode: str, overwrite: bool) -> Path:
         raise ConfigError(f"output directory: {problem}")
     if path.exists() and not path.is_dir():
         raise ConfigError(f"output directory {path} exists and is not a directory")
-    if path.resolve() == Path(path.resolve().anchor):  # a run's files and, overwritten, its replaced_run at /
-        raise ConfigError(f"output directory {path} is the file system's root; give the run a directory of its own")
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError) as e:  # a loop of symbolic links
+        raise ConfigError(f"output directory {path}: {e}") from None
+    if real == Path(real.anchor):  # a run's files and, overwritten, its replaced_run at /
+        raise ConfigError(f"output directory {path} is the file system's root ({real}); give the run a directory of "
+                          "its own")
     if not overwrite and holds_run(path):
         found = "" if (path / "checkpoint.pt").is_file() else " but no checkpoint.pt (nothing to resume)"
         raise ConfigError(f"{path} already holds a run's files{found}; pass --overwrite to replace them or choose "
