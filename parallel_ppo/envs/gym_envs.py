@@ -13,17 +13,13 @@ from typing import Any
 
 import gymnasium
 import numpy as np
-from gymnasium.error import DependencyNotInstalled
 
 from parallel_ppo.envs.config import EnvConfig
 from parallel_ppo.envs.families import check_family, options_of
 from parallel_ppo.envs.observations import DictLayout
 from parallel_ppo.envs.spaces import ActionSpace, EnvSpaces
+from parallel_ppo.envs.views import RENDERER_HELP, render_refusal
 from parallel_ppo.errors import ConfigError
-
-RENDERER_HELP = ("rendering needs OpenGL on the CPU: Mesa's EGL (Debian/Ubuntu: apt install libegl1 libgl1-mesa-dri; "
-                 "the default, MUJOCO_GL=egl) or OSMesa (apt install libosmesa6, then MUJOCO_GL=osmesa, or "
-                 "PYOPENGL_PLATFORM=osmesa for Genesis)")
 
 
 class FrameStack:
@@ -393,12 +389,8 @@ class GymnasiumBatchEnv:
         """The RGB frame of env `index` now (needs `render`, or pixels)."""
         try:
             return self._env.envs[index].render()
-        except NotImplementedError:
-            raise ConfigError(f"{self._id} has no render to draw: it has no view env to show") from None
-        except DependencyNotInstalled as e:  # gymnasium's own line says what to install
-            raise ConfigError(f"cannot render {self._id}: {e}") from None
         except Exception as e:  # MuJoCo makes its renderer on the first frame
-            raise ConfigError(f"cannot render {self._id}: {type(e).__name__}: {e}; {RENDERER_HELP}") from None
+            raise render_refusal(self._id, e) from None
 
     def close(self) -> None:
         self._env.close()

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from gymnasium.error import DependencyNotInstalled
 
 from parallel_ppo.envs.config import EnvConfig
 from parallel_ppo.envs.families import family_of
@@ -20,6 +21,19 @@ ENV_VIEW, AGENT_VIEW = "env", "agent"
 """The views by name: the env's own render, and every image the policy observes (or one image key by its name)."""
 MIN_HEIGHT = 256
 """Without the env's render to match, the policy's images are shown enlarged by a whole factor to at least this."""
+RENDERER_HELP = ("rendering needs OpenGL on the CPU: Mesa's EGL (Debian/Ubuntu: apt install libegl1 libgl1-mesa-dri; "
+                 "the default, MUJOCO_GL=egl) or OSMesa (apt install libosmesa6, then MUJOCO_GL=osmesa, or "
+                 "PYOPENGL_PLATFORM=osmesa for Genesis)")
+
+
+def render_refusal(env_id: str, e: Exception) -> ConfigError:
+    """The one line for an env whose render failed with `e`: it has none, a package is missing (gymnasium's own line
+    names it) or, otherwise, OpenGL."""
+    if isinstance(e, NotImplementedError):
+        return ConfigError(f"{env_id} has no render to draw: it has no view env to show")
+    if isinstance(e, DependencyNotInstalled):
+        return ConfigError(f"cannot render {env_id}: {e}")
+    return ConfigError(f"cannot render {env_id}: {type(e).__name__}: {e}; {RENDERER_HELP}")
 
 
 @dataclass(frozen=True)
