@@ -16,6 +16,7 @@ multiprocessing code (a notebook needs nothing).
 
 from __future__ import annotations
 
+import math
 import numbers
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,6 +27,7 @@ import numpy as np
 import torch
 
 from parallel_ppo.core.config import Config
+from parallel_ppo.core.configure import maximum_of
 from parallel_ppo.core.evaluate import EvalResult
 from parallel_ppo.core.files import path_problem
 from parallel_ppo.core.policy import Policy
@@ -78,10 +80,12 @@ def _switch(value: Any, name: str) -> bool:
     return bool(value)
 
 
-def _whole(value: Any, name: str, least: int) -> int:
-    """A whole number (numpy's too) of at least `least`."""
+def _whole(value: Any, name: str, least: int, most: float = math.inf) -> int:
+    """A whole number (numpy's too) of at least `least` and at most `most`."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < least:
         raise ConfigError(f"{name} must be a whole number of at least {least}, got {_shown(value)}")
+    if value > most:
+        raise ConfigError(f"{name} must be at most {most:,}, got {_shown(value)}")
     return int(value)
 
 
@@ -168,7 +172,8 @@ def evaluate(policy: Policy | Run | str | Path, episodes: int = 20, levels: str 
     default: test where the run has levels to hold out, else train)."""
     from parallel_ppo.core.evaluate import play_episodes
 
-    episodes, num_envs = _whole(episodes, "episodes", 1), _whole(num_envs, "num_envs", 1)
+    episodes = _whole(episodes, "episodes", 1, maximum_of("eval.episodes"))
+    num_envs = _whole(num_envs, "num_envs", 1, maximum_of("eval.num_envs"))
     seed, deterministic = _whole(seed, "seed", 0), _switch(deterministic, "deterministic")
     if not isinstance(policy, Policy):
         policy = load_policy(_where(policy, "policy"), seed)

@@ -22,6 +22,7 @@ from parallel_ppo.core.checkpoint import JOB_ID, load_checkpoint, next_resume_co
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config, config_from_dict, resume_mismatch, validate
 from parallel_ppo.core.evaluate import check_render, eval_views
+from parallel_ppo.core.files import resolved
 from parallel_ppo.core.group import Group
 from parallel_ppo.core.loop import RolloutSource, check_checkpoint_fits
 from parallel_ppo.core.model import learner_device
@@ -83,7 +84,8 @@ def load_resume(request: Request) -> tuple[str, dict]:
         raise ConfigError(f"cannot resume: {path} is not a directory")
     if request.config is not None or request.overwrite:
         raise ConfigError("--resume takes the config from the run directory; drop --config/--overwrite")
-    if (output_dir := request.flags.get("run.output_dir")) and Path(output_dir).resolve() != path.resolve():
+    output_dir = request.flags.get("run.output_dir")
+    if output_dir and resolved(Path(output_dir), "--output-dir") != resolved(path, "--resume"):
         raise ConfigError("--resume continues in its own directory; drop --output-dir")
     state = resume_state(path)
     if state.get("mode", request.mode) != request.mode:

@@ -35,6 +35,8 @@ from parallel_ppo.core.policy import Policy
 from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.errors import ConfigError, RunDataError
+from parallel_ppo.launch import load_resume
+from parallel_ppo.request import Request
 from parallel_ppo.runs.directory import (
     CHECKPOINT_READ,
     EARLIER_RUN,
@@ -372,6 +374,8 @@ def test_a_config_files_output_directory_no_file_system_takes_is_refused(tmp_pat
     looped = build_config(CARTPOLE, {"run.output_dir": str(tmp_path / "loop" / "run")}, [], parallel=False)
     with pytest.raises(ConfigError, match="^output directory .*loop/run: "):
         resolve_run_dir(looped, "sequential", overwrite=False)
+    with pytest.raises(ConfigError, match="^--output-dir .*loop/run: "):  # beside --resume
+        load_resume(Request(resume=str(tmp_path), flags={"run.output_dir": str(tmp_path / "loop" / "run")}))
 
 
 def _files(path: Path) -> dict[str, str]:
@@ -511,6 +515,7 @@ def test_the_start_checks_the_directory_again_under_its_lock(tmp_path):
                                                       ("--num-envs", "4097", "at most 4,096 (as eval.num_envs)")])
 def test_the_eval_commands_counts_stop_where_the_configs_do(capsys, flag, value, words):
     """`eval --episodes` and `--num-envs` past `eval.episodes`' and `eval.num_envs`' maxima: one line, exit 2."""
+    import parallel_ppo as ppo
     from parallel_ppo.cli import main
 
     try:
@@ -519,3 +524,5 @@ def test_the_eval_commands_counts_stop_where_the_configs_do(capsys, flag, value,
         status = e.code
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and words in err, err
+    with pytest.raises(ConfigError, match=f"^{flag[2:].replace('-', '_')} must be at most"):  # the Python API's too
+        ppo.evaluate("run", **{flag[2:].replace("-", "_"): int(value)})

@@ -194,7 +194,8 @@ def test_each_evaluation_during_training_adds_its_video_to_tensorboard(tmp_path)
     assert EvalHook(quiet, tmp_path, spaces).views is None  # the default: no video, no rendering
 
 
-def test_a_training_run_refuses_eval_video_it_cannot_record_before_anything_is_written(tmp_path, monkeypatch):
+@pytest.mark.filterwarnings("ignore:.*RGB-array rendering should return")  # the render patched to give None
+def test_a_training_run_refuses_eval_video_it_cannot_record_before_anything_is_written(tmp_path, monkeypatch, capsys):
     from gymnasium.envs.classic_control.cartpole import CartPoleEnv
     from gymnasium.error import DependencyNotInstalled
 
@@ -208,6 +209,18 @@ def test_a_training_run_refuses_eval_video_it_cannot_record_before_anything_is_w
     with pytest.raises(ConfigError, match="^cannot render CartPole-v1: no pygame$"):
         ppo.train(None, output_dir=tmp_path / "run", overrides={**overrides, "eval.video": "env"}, verbose=False)
     assert not (tmp_path / "run").exists(), "a renderer missing stops the run before its first evaluation"
+    from parallel_ppo.cli import main
+
+    argv = ["train", "--env", "CartPole-v1", "--set", "eval.interval_seconds=60", "--set", "eval.video=env"]
+    assert main([*argv, "--print-config"]) == 2  # checked as a run checks it
+    assert "cannot render CartPole-v1: no pygame" in capsys.readouterr().err
+    monkeypatch.setattr(CartPoleEnv, "render", lambda self: None)
+    with pytest.raises(ConfigError, match="^eval.video: CartPole-v1's render gave NoneType, not an RGB image"):
+        ppo.train(None, output_dir=tmp_path / "run", overrides={**overrides, "eval.video": "env"}, verbose=False)
+    with pytest.raises(ConfigError, match="^sim/Sleep has no render to draw"):
+        ppo.train(None, output_dir=tmp_path / "run", verbose=False,
+                  overrides={"env.id": "sim/Sleep", "eval.interval_seconds": 60, "eval.video": "env"})
+    assert not (tmp_path / "run").exists()
     with pytest.raises(ConfigError, match="eval.video records each evaluation's video in TensorBoard"):
         build_config(None, {"env.id": CAMERA}, ["eval.interval_seconds=60", "eval.video=agent",
                                                 "logging.tensorboard=false"], False)

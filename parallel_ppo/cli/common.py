@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from parallel_ppo.cli.flags import with_flags
-from parallel_ppo.core.config import config_fields, rules_of
+from parallel_ppo.core.configure import maximum_of
 from parallel_ppo.core.files import path_problem
 from parallel_ppo.core.units import SECONDS_PER, to_unit
 from parallel_ppo.errors import ConfigError
@@ -124,7 +124,7 @@ def positive_int(text: str) -> int:
 
 def positive_up_to(setting: str) -> Callable[[str], int]:
     """argparse type: a whole number above 0 and at most the maximum of the config's `setting` (`eval.episodes`)."""
-    maximum = next(rules_of(f).maximum for key, f in config_fields() if key == setting)
+    maximum = maximum_of(setting)
 
     def parse(text: str) -> int:
         value = positive_int(text)

@@ -368,3 +368,10 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     cfg = Config()
     apply_mapping(cfg, data, "stored config")
     return cfg
+
+
+def maximum_of(key: str) -> float:
+    """The largest value the setting `key` (`eval.episodes`) takes."""
+    maximum = next(rules_of(f).maximum for name, f in config_fields() if name == key)
+    assert maximum is not None, f"{key} has no maximum"
+    return maximum

@@ -99,9 +99,10 @@ def check_render(cfg: Config, views: Views | None) -> None:
         frame = env.frame(0)
     finally:
         env.close()
-    if not (isinstance(frame, np.ndarray) and frame.ndim == 3):
-        raise ConfigError(f"eval.video: {cfg.env.id}'s render gave {type(frame).__name__}, not an RGB image, so it "
-                          "has no view env to show")
+    if not (isinstance(frame, np.ndarray) and frame.ndim == 3 and frame.shape[-1] == 3 and frame.dtype == np.uint8):
+        what = f"{frame.dtype} of shape {frame.shape}" if isinstance(frame, np.ndarray) else type(frame).__name__
+        raise ConfigError(f"eval.video: {cfg.env.id}'s render gave {what}, not an RGB image of bytes, so it has no "
+                          "view env to show")
 
 
 def play_episodes(model: nn.Module, cfg: Config, levels: str, episodes: int, num_envs: int, deterministic: bool,

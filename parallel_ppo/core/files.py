@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from parallel_ppo.errors import ConfigError
+
 
 def current_umask() -> int:
     """The process's umask, read from /proc where it can be (setting it to read it is not thread-safe)."""
@@ -78,3 +80,11 @@ def path_problem(path: str | Path) -> str | None:
         if (size := len(os.fsencode(part))) > NAME_MAX:
             return f"a name of {size:,} bytes ({part[:20]}...), longer than the {NAME_MAX} a file system takes"
     return None
+
+
+def resolved(path: Path, what: str) -> Path:
+    """`path` absolute, its symbolic links followed; ConfigError naming `what` (`output directory`) for a loop."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError) as e:
+        raise ConfigError(f"{what} {path}: {e}") from None

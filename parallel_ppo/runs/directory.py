@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.files import atomic_write, path_problem, write_text
+from parallel_ppo.core.files import atomic_write, path_problem, resolved, write_text
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs.summary import RUN_FILES
 
@@ -61,10 +61,7 @@ def resolve_run_dir(cfg: Config, mode: str, overwrite: bool) -> Path:
         raise ConfigError(f"output directory: {problem}")
     if path.exists() and not path.is_dir():
         raise ConfigError(f"output directory {path} exists and is not a directory")
-    try:
-        real = path.resolve()
-    except (OSError, RuntimeError) as e:  # a loop of symbolic links
-        raise ConfigError(f"output directory {path}: {e}") from None
+    real = resolved(path, "output directory")
     if real == Path(real.anchor):  # a run's files and, overwritten, its replaced_run at /
         raise ConfigError(f"output directory {path} is the file system's root ({real}); give the run a directory of "
                           "its own")
