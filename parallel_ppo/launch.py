@@ -167,7 +167,7 @@ def claim_run_dir(cfg: Config, spaces: EnvSpaces, request: Request, group: Group
         try:
             if request.resume is None:
                 run_dir = resolve_run_dir(cfg, request.mode, request.overwrite)
-            check_render(cfg, eval_views(cfg, spaces))
+            check_render(cfg, spaces)
         except ConfigError as e:
             refusal = str(e)
     refusal, run_dir = group.broadcast((refusal, run_dir))

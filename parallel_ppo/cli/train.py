@@ -124,7 +124,7 @@ def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
 def print_config(request: Request, seeds: str | None, prog: str) -> int:
     """`--print-config`: the config the run would train with, as YAML on stdout, checked as a run checks it (a
     resumed run's own config under the flags, its checkpoint's match, the ranks under torchrun)."""
-    from parallel_ppo.core.evaluate import check_render, eval_views
+    from parallel_ppo.core.evaluate import check_render
     from parallel_ppo.launch import checked_spaces, validated_config
     from parallel_ppo.tuning.learner_settings import check_precision
 
@@ -134,7 +134,7 @@ def print_config(request: Request, seeds: str | None, prog: str) -> int:
         checked = validated_config(request)
         spaces, _ = checked_spaces(*checked)
         cfg = checked[0]
-        check_render(cfg, eval_views(cfg, spaces))  # as rank 0 draws it before a run
+        check_render(cfg, spaces)  # as rank 0 draws it before a run
         check_precision(cfg)  # as the learner's settings check it before a run
     except ParallelPPOError as e:
         return fail(prog, e, 2, flags=True)

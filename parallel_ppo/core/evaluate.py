@@ -88,9 +88,11 @@ def eval_views(cfg: Config, spaces: EnvSpaces) -> Views | None:
     return Views.chosen(cfg.eval.video, spaces, cfg.env, "eval.video", cfg.model.actor_keys)
 
 
-def check_render(cfg: Config, views: Views | None) -> None:
-    """Where `views` shows the env's render, one frame of it drawn before the run starts: a renderer that is missing
-    (pygame, OpenGL) stops the run in one line before its directory is written, not at its first evaluation."""
+def check_render(cfg: Config, spaces: EnvSpaces) -> None:
+    """Where eval.video shows the env's render (`eval_views`), one frame of it drawn before the run starts: a renderer
+    that is missing (pygame, OpenGL) stops the run in one line before its directory is written, not at its first
+    evaluation."""
+    views = eval_views(cfg, spaces)
     if views is None or not views.renders:
         return
     env = make_batch_env(cfg.env, cfg.run.seed, 0, 1, 1, (EVAL_STREAM, 0), render=True)
