@@ -24,10 +24,11 @@ from parallel_ppo.core.configure import build_config, config_from_dict, resume_m
 from parallel_ppo.core.evaluate import check_render, eval_views
 from parallel_ppo.core.files import resolved
 from parallel_ppo.core.group import Group
-from parallel_ppo.core.loop import RolloutSource, check_checkpoint_fits
+from parallel_ppo.core.loop import RolloutSource
 from parallel_ppo.core.model import learner_device
 from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.threads import ThreadPlan, draw_with, thread_plan
+from parallel_ppo.core.train_state import check_checkpoint_fits
 from parallel_ppo.engines.distributed import RESTART_COUNT_VAR, RUN_ID_VAR, PeerLost, join, torchrun_world
 from parallel_ppo.engines.parallel.pace import one_slowest_line
 from parallel_ppo.envs.batch import env_spaces

@@ -32,11 +32,12 @@ def main() -> int:
     from parallel_ppo.core.allocator import retain_freed_memory
     from parallel_ppo.core.collect import SequentialCollector
     from parallel_ppo.core.configure import build_config
-    from parallel_ppo.core.loop import TrainState, rollout_batch
+    from parallel_ppo.core.loop import rollout_batch
     from parallel_ppo.core.model import module_device
     from parallel_ppo.core.ppo import ppo_update
     from parallel_ppo.core.threads import thread_plan
     from parallel_ppo.core.timing import PhaseTimer
+    from parallel_ppo.core.train_state import TrainState
     from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
     from parallel_ppo.envs.batch import env_spaces
     from parallel_ppo.errors import ConfigError, ParallelPPOError

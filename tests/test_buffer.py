@@ -15,9 +15,10 @@ from parallel_ppo.core.collect import EnvRunner, SequentialCollector
 from parallel_ppo.core.config import EnvConfig, ModelConfig
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.group import ALONE, AgreedRollout
-from parallel_ppo.core.loop import ENV_STEPS, LEARNED_SHARE, LEARNER_THREADS, ROLLOUT_CUT, TrainState, update
+from parallel_ppo.core.loop import ENV_STEPS, LEARNED_SHARE, LEARNER_THREADS, ROLLOUT_CUT, update
 from parallel_ppo.core.model import build_model
 from parallel_ppo.core.timing import PhaseTimer
+from parallel_ppo.core.train_state import TrainState
 from parallel_ppo.envs.batch import make_batch_env
 from parallel_ppo.envs.procgen_envs import ProcgenBatchEnv
 from parallel_ppo.tuning.compute_limit import threads_kept

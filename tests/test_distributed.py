@@ -337,6 +337,28 @@ def test_a_killed_rank_stops_the_others_and_leaves_nothing(tmp_path):
     assert_no_session_left(sids, shm_before)
 
 
+def test_an_error_after_rank_zeros_update_stops_every_rank(monkeypatch):
+    """Rank 0's hooks failing ("error": an evaluation, a metrics write) stops the other ranks at the same update; a
+    signal on any rank wins over it, and it over a budget."""
+    from parallel_ppo.engines import distributed
+
+    ranks = distributed.Ranks.__new__(distributed.Ranks)
+    ranks.rank, ranks.world_size, ranks._patient = 1, 2, None
+
+    def agreed(mine: tuple, rank_zeros: tuple) -> tuple:
+        sent: list[torch.Tensor] = []
+        monkeypatch.setattr(distributed.dist, "all_reduce", lambda flags, *args: sent.append(flags.clone()))
+        ranks.agree_stop(*rank_zeros)
+        monkeypatch.setattr(distributed.dist, "all_reduce",
+                            lambda flags, *args: flags.copy_(torch.maximum(flags, sent[0])))
+        return ranks.agree_stop(*mine)
+
+    assert agreed(("", None), ("error", None)) == ("error", None)
+    assert agreed(("signal", signal.SIGTERM), ("error", None)) == ("signal", signal.SIGTERM)
+    assert agreed(("duration", None), ("error", None)) == ("error", None)
+    assert agreed(("duration", None), ("", None)) == ("duration", None)
+
+
 @pytest.mark.slow
 def test_a_group_torchrun_restarts_resumes_from_its_checkpoint_by_itself(tmp_path):
     """torchrun --max-restarts 1: rank 1 killed mid-run (the ranks held in update 4, so the run cannot end first),

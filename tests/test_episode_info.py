@@ -16,7 +16,7 @@ import parallel_ppo as ppo
 from parallel_ppo.cli.train import run as train_cli
 from parallel_ppo.core.checkpoint import load_checkpoint
 from parallel_ppo.core.configure import config_from_dict
-from parallel_ppo.core.loop import TrainState
+from parallel_ppo.core.train_state import TrainState
 from parallel_ppo.envs.batch import SUCCESS, env_spaces, episode_info, make_batch_env
 from parallel_ppo.envs.config import EnvConfig
 from parallel_ppo.runs.report.text import console_summary, render_markdown, to_json

@@ -171,3 +171,37 @@ def test_a_corrupt_or_mismatched_checkpoint_is_one_line_and_exit_2(bad_checkpoin
     for name, words in (("corrupt", "corrupt"), ("mismatched", "does not match")):
         proc = _python("-m", "parallel_ppo", "eval", "--checkpoint", str(bad_checkpoints[name]))
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and words in proc.stderr, f"{name}: {proc.stderr}"
+
+
+def test_an_evaluation_that_fails_mid_run_stops_it_with_its_files_written(tmp_path, monkeypatch, capsys):
+    """The evaluation after update 2 raises (an eval env that crashes): the run stops there as after a worker's
+    error, in one line and exit 1, update 2's row logged and its checkpoint and summary.json written; --resume goes
+    on from it."""
+    from parallel_ppo.cli.train import run as train_cli
+    from parallel_ppo.runs import training
+
+    played = []
+
+    def crashing(*args, **kwargs):
+        played.append(1)
+        if len(played) == 2:
+            raise RuntimeError("the eval simulator lost its state")
+        return play_episodes(*args, **kwargs)
+
+    monkeypatch.setattr(training, "play_episodes", crashing)
+    out = tmp_path / "run"
+    argv = ["--config", str(ROOT / "config" / "cartpole.yaml"), "--num-envs", "2", "--set", "training.n_steps=16",
+            "--batch-size", "32", "--set", "training.n_epochs=1", "--total-steps", "320", "--set",
+            "run.limit_seconds=0", "--set", "logging.progress=off", "--set", "logging.tensorboard=false", "--set",
+            "eval.interval_seconds=0.001", "--set", "eval.episodes=1", "--set", "eval.num_envs=1",
+            "--output-dir", str(out)]
+    assert train_cli(argv, parallel=False, prog="train_timed.py") == 1
+    assert capsys.readouterr().err == ("train_timed.py: error: the evaluation after update 2 failed: RuntimeError: the "
+                                       f"eval simulator lost its state (checkpoint and summary written to {out})\n")
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["stop_reason"], summary["updates"], summary["total_env_steps"]) == ("error", 2, 64)
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["update"] == 2
+    rows = (out / "metrics.csv").read_text().splitlines()
+    assert [row.split(",")[0] for row in rows[1:]] == ["1", "2"]  # the failed evaluation's update too
+    assert train_cli(["--resume", str(out)], parallel=False, prog="train_timed.py") == 0
+    assert json.loads((out / "summary.json").read_text())["updates"] == 10

@@ -93,8 +93,10 @@ def test_an_undeclared_key_stops_the_run_naming_it(tmp_path, monkeypatch):
     update = ppo_update_module.ppo_update
     monkeypatch.setattr("parallel_ppo.core.loop.ppo_update",
                         lambda *a, **k: {**update(*a, **k), "losses/forgotten": 1.0})
-    with pytest.raises(KeyError, match="'losses/forgotten' was never declared"):
+    with pytest.raises(ppo.RunFailed, match="logging the metrics after update 1 failed: KeyError: \"metric "
+                                            "'losses/forgotten' was never declared"):
         ppo.train(CARTPOLE, output_dir=tmp_path / "run", overrides=TINY, verbose=False)
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["updates"] == 1  # its files written
 
 
 COUNTING_ENV = '''

@@ -29,10 +29,10 @@ from parallel_ppo.core.collect import RolloutError, SequentialCollector
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.files import write_text
-from parallel_ppo.core.loop import TrainState, check_checkpoint_fits
 from parallel_ppo.core.model import network
 from parallel_ppo.core.policy import Policy
 from parallel_ppo.core.timing import PhaseTimer
+from parallel_ppo.core.train_state import TrainState, check_checkpoint_fits
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.errors import ConfigError, RunDataError
 from parallel_ppo.launch import load_resume

@@ -15,7 +15,7 @@ from parallel_ppo.core.checkpoint import save_checkpoint
 from parallel_ppo.core.config import EnvConfig
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.evaluate import play_episodes
-from parallel_ppo.core.loop import TrainState
+from parallel_ppo.core.train_state import TrainState
 from parallel_ppo.envs.batch import env_spaces, make_batch_env
 from parallel_ppo.envs.spaces import ActionSpace, EnvSpaces
 from parallel_ppo.envs.views import MIN_HEIGHT, Views, image_views, side_by_side

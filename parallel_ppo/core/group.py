@@ -15,7 +15,7 @@ from parallel_ppo.core.config import Config, TrainingConfig
 
 T = TypeVar("T")
 
-STOP_REASONS = ("signal", "total_steps", "duration")
+STOP_REASONS = ("signal", "error", "total_steps", "duration")
 """Reasons a learner may want to stop after an update, in the order that wins when the ranks differ."""
 
 

@@ -18,10 +18,11 @@ from parallel_ppo.core.config import Config
 from parallel_ppo.core.evaluate import TEST_RETURN, EvalResult, eval_views, play_episodes
 from parallel_ppo.core.files import write_json
 from parallel_ppo.core.group import ALONE, Group
-from parallel_ppo.core.loop import Clock, Hook, Outcome, RolloutSource, TrainState, mean_or_nan, run_loop
+from parallel_ppo.core.loop import Clock, Hook, Outcome, RolloutSource, run_loop
 from parallel_ppo.core.metrics import column_of, declared
 from parallel_ppo.core.model import parameter_checksum
 from parallel_ppo.core.stopping import StopRequest
+from parallel_ppo.core.train_state import TrainState, mean_or_nan
 from parallel_ppo.envs.batch import eval_levels, make_batch_env
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.runs import fingerprint
@@ -38,6 +39,7 @@ class EvalHook:
     video of env 0 to TensorBoard (`EVAL_VIDEO_TAG`); `final` evaluates once more at the end."""
 
     phase = "eval"
+    what = "the evaluation"
 
     def __init__(self, cfg: Config, run_dir: Path, spaces: EnvSpaces,
                  resume_after: tuple[int, int] | None = None) -> None:
@@ -96,6 +98,7 @@ class MetricsHook:
     sample finished: the first row waits for its own, so every row has one."""
 
     phase = "log"
+    what = "logging the metrics"
 
     def __init__(self, cfg: Config, run_dir: Path, mode: str, resume_after: tuple[int, int] | None,
                  tracker: Tracker | None = None) -> None:
@@ -164,6 +167,7 @@ class CheckpointHook:
     wrote it (`group.job_id`: whose restarts may resume it)."""
 
     phase = "log"
+    what = "writing the checkpoint"
 
     def __init__(self, plan: RunPlan, clock: Clock, stop: StopRequest, group: Group) -> None:
         self.cfg = plan.cfg
