@@ -338,8 +338,8 @@ def test_a_killed_rank_stops_the_others_and_leaves_nothing(tmp_path):
 
 
 def test_an_error_after_rank_zeros_update_stops_every_rank(monkeypatch):
-    """Rank 0's hooks failing ("error": an evaluation, a metrics write) stops the other ranks at the same update; a
-    signal on any rank wins over it, and it over a budget."""
+    """Rank 0's hooks failing ("error": an evaluation, a metrics write) stops the other ranks at the same update; it
+    wins over a signal on any rank, as a rollout's error does, and over a budget; a signal's number goes with it."""
     from parallel_ppo.engines import distributed
 
     ranks = distributed.Ranks.__new__(distributed.Ranks)
@@ -354,7 +354,8 @@ def test_an_error_after_rank_zeros_update_stops_every_rank(monkeypatch):
         return ranks.agree_stop(*mine)
 
     assert agreed(("", None), ("error", None)) == ("error", None)
-    assert agreed(("signal", signal.SIGTERM), ("error", None)) == ("signal", signal.SIGTERM)
+    assert agreed(("signal", signal.SIGTERM), ("error", None)) == ("error", None)
+    assert agreed(("signal", signal.SIGTERM), ("duration", None)) == ("signal", signal.SIGTERM)
     assert agreed(("duration", None), ("error", None)) == ("error", None)
     assert agreed(("duration", None), ("", None)) == ("duration", None)
 

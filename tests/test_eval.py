@@ -173,29 +173,40 @@ def test_a_corrupt_or_mismatched_checkpoint_is_one_line_and_exit_2(bad_checkpoin
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and words in proc.stderr, f"{name}: {proc.stderr}"
 
 
-def test_an_evaluation_that_fails_mid_run_stops_it_with_its_files_written(tmp_path, monkeypatch, capsys):
-    """The evaluation after update 2 raises (an eval env that crashes): the run stops there as after a worker's
-    error, in one line and exit 1, update 2's row logged and its checkpoint and summary.json written; --resume goes
-    on from it."""
-    from parallel_ppo.cli.train import run as train_cli
+def crashing_evaluations(monkeypatch: pytest.MonkeyPatch, failing: int) -> None:
+    """The run's evaluations (`runs.training.play_episodes`), the `failing`-th of which raises as a crashing eval env
+    would."""
     from parallel_ppo.runs import training
 
     played = []
 
     def crashing(*args, **kwargs):
         played.append(1)
-        if len(played) == 2:
+        if len(played) == failing:
             raise RuntimeError("the eval simulator lost its state")
         return play_episodes(*args, **kwargs)
 
     monkeypatch.setattr(training, "play_episodes", crashing)
-    out = tmp_path / "run"
-    argv = ["--config", str(ROOT / "config" / "cartpole.yaml"), "--num-envs", "2", "--set", "training.n_steps=16",
-            "--batch-size", "32", "--set", "training.n_epochs=1", "--total-steps", "320", "--set",
+
+
+def cartpole(out: Path, steps: int, interval: str) -> list[str]:
+    """A sequential CartPole run of 32 steps an update, evaluated every `interval` seconds."""
+    return ["--config", str(ROOT / "config" / "cartpole.yaml"), "--num-envs", "2", "--set", "training.n_steps=16",
+            "--batch-size", "32", "--set", "training.n_epochs=1", "--total-steps", str(steps), "--set",
             "run.limit_seconds=0", "--set", "logging.progress=off", "--set", "logging.tensorboard=false", "--set",
-            "eval.interval_seconds=0.001", "--set", "eval.episodes=1", "--set", "eval.num_envs=1",
+            f"eval.interval_seconds={interval}", "--set", "eval.episodes=1", "--set", "eval.num_envs=1",
             "--output-dir", str(out)]
-    assert train_cli(argv, parallel=False, prog="train_timed.py") == 1
+
+
+def test_an_evaluation_that_fails_mid_run_stops_it_with_its_files_written(tmp_path, monkeypatch, capsys):
+    """The evaluation after update 2 raises (an eval env that crashes): the run stops there as after a worker's
+    error, in one line and exit 1, update 2's row logged and its checkpoint and summary.json written; --resume goes
+    on from it."""
+    from parallel_ppo.cli.train import run as train_cli
+
+    crashing_evaluations(monkeypatch, failing=2)
+    out = tmp_path / "run"
+    assert train_cli(cartpole(out, 320, "0.001"), parallel=False, prog="train_timed.py") == 1
     assert capsys.readouterr().err == ("train_timed.py: error: the evaluation after update 2 failed: RuntimeError: the "
                                        f"eval simulator lost its state (checkpoint and summary written to {out})\n")
     summary = json.loads((out / "summary.json").read_text())
@@ -205,3 +216,30 @@ def test_an_evaluation_that_fails_mid_run_stops_it_with_its_files_written(tmp_pa
     assert [row.split(",")[0] for row in rows[1:]] == ["1", "2"]  # the failed evaluation's update too
     assert train_cli(["--resume", str(out)], parallel=False, prog="train_timed.py") == 0
     assert json.loads((out / "summary.json").read_text())["updates"] == 10
+
+
+def test_an_evaluation_that_fails_at_the_end_leaves_a_run_that_a_resume_finishes(tmp_path, monkeypatch, capsys):
+    """The evaluation after the last update fails: the run stops on it, its checkpoint at the step budget, and
+    --resume finishes it (the final evaluation, summary.json's budget) instead of keeping the error as a finished
+    run's. A final evaluation that fails is one line too, its checkpoint and summary.json written."""
+    from parallel_ppo.cli.train import run as train_cli
+
+    crashing_evaluations(monkeypatch, failing=2)
+    out = tmp_path / "run"
+    assert train_cli(cartpole(out, 64, "0.001"), parallel=False, prog="train_timed.py") == 1
+    assert "the evaluation after update 2 failed" in capsys.readouterr().err
+    assert train_cli(["--resume", str(out)], parallel=False, prog="train_timed.py") == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["stop_reason"], summary["updates"], summary["error"]) == ("total_steps", 2, None)
+    assert summary["test_return_mean"] is not None
+    assert train_cli(["--resume", str(out)], parallel=False, prog="train_timed.py") == 0  # finished: kept as it is
+    assert json.loads((out / "summary.json").read_text()) == summary
+
+    crashing_evaluations(monkeypatch, failing=1)  # no evaluation before the last
+    out = tmp_path / "final"
+    assert train_cli(cartpole(out, 64, "3600"), parallel=False, prog="train_timed.py") == 1
+    said = capsys.readouterr().err
+    assert said.endswith("train_timed.py: error: the final evaluation failed: RuntimeError: the eval simulator lost "
+                         f"its state (checkpoint and summary written to {out})\n")
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["stop_reason"], summary["updates"]) == ("error", 2)

@@ -15,8 +15,9 @@ from parallel_ppo.core.config import Config, TrainingConfig
 
 T = TypeVar("T")
 
-STOP_REASONS = ("signal", "error", "total_steps", "duration")
-"""Reasons a learner may want to stop after an update, in the order that wins when the ranks differ."""
+STOP_REASONS = ("error", "signal", "total_steps", "duration")
+"""Reasons a learner may want to stop after an update, in the order that wins when the ranks differ (an error over a
+signal, as after a rollout: `agree_rollout`)."""
 
 
 class Group:

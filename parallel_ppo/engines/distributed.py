@@ -173,15 +173,15 @@ class Ranks(Group):
         return tensor[:, self.rank * n:(self.rank + 1) * n]
 
     def agree_stop(self, reason: str, signum: int | None) -> tuple[str, int | None]:
-        """The stop reason every rank takes, with the signal behind it: any rank's signal, else the step budget,
-        else any rank's deadline ("" = all go on). The other ranks wait here while rank 0 logs, checkpoints and
-        evaluates, so this exchange alone among the loop's has a long timeout (a hung rank is caught at the next short
-        one)."""
-        flags = torch.tensor([float(signum or 0) if reason == "signal" else 0.0,
-                              *(float(reason == r) for r in STOP_REASONS[1:])], dtype=torch.float64)
+        """The stop reason every rank takes, with the signal behind it: an error after rank 0's update (its hooks), else
+        any rank's signal, else the step budget, else any rank's deadline ("" = all go on). The other ranks wait here
+        while rank 0 logs, checkpoints and evaluates, so this exchange alone among the loop's has a long timeout (a
+        hung rank is caught at the next short one)."""
+        flags = torch.tensor([float(signum or 0) if reason == r == "signal" else float(reason == r)
+                              for r in STOP_REASONS], dtype=torch.float64)
         self._call("the stop agreement", dist.all_reduce, flags, dist.ReduceOp.MAX, self._patient)
         agreed = next((r for r, flag in zip(STOP_REASONS, flags.tolist(), strict=True) if flag), "")
-        return agreed, int(flags[0]) if agreed == "signal" else None
+        return agreed, int(flags[STOP_REASONS.index("signal")]) if agreed == "signal" else None
 
     @property
     def gradients(self) -> Ranks:

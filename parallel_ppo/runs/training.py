@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from parallel_ppo.core.checkpoint import JOB_ID, LAYOUT, layout_entry, save_checkpoint
+from parallel_ppo.core.checkpoint import ENDED, JOB_ID, LAYOUT, layout_entry, save_checkpoint
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.evaluate import TEST_RETURN, EvalResult, eval_views, play_episodes
 from parallel_ppo.core.files import write_json
@@ -185,9 +185,10 @@ class CheckpointHook:
             self.stop.checkpoint_asked = False
             self.save(state)
 
-    def save(self, state: TrainState) -> None:
+    def save(self, state: TrainState, ended: str | None = None) -> None:
+        """`ended`: the session's stop reason, for its last checkpoint."""
         checkpoint = state.to_checkpoint(self.cfg, self.mode, self.clock(), self.world_size)
-        save_checkpoint(self.path, {**checkpoint, JOB_ID: self.job_id, LAYOUT: self.layout})
+        save_checkpoint(self.path, {**checkpoint, JOB_ID: self.job_id, LAYOUT: self.layout, ENDED: ended})
         self.last = time.monotonic()
 
 
@@ -228,7 +229,8 @@ class MainRankHooks:
         return [h for h in (self.evals, self.metrics, self.checkpoints) if h is not None]
 
     def training_ended(self) -> None:
-        """The last CPU sample, taken before the final checkpoint and evaluation."""
+        """The last CPU sample, taken after the final checkpoint (a sample that fails cannot cost it) and before the
+        final evaluation."""
         if self.metrics is not None:
             self.metrics.finish()
 
@@ -265,14 +267,15 @@ def train_run(plan: RunPlan, source: RolloutSource, group: Group = ALONE, tracke
                 main_hooks = MainRankHooks(metrics, CheckpointHook(plan, clock, stop, group), evals)
             outcome = run_loop(cfg, source, state, main_hooks.hooks(), stop, clock, group)
             source.abandon_rollout()  # an overlapped one in flight: its workers stop before the final evaluation
-            main_hooks.training_ended()
-            done_before = resume is not None and state.update == resume["update"] and outcome.stop_reason in BUDGETS
+            done_before = (resume is not None and state.update == resume["update"] and outcome.stop_reason in BUDGETS
+                           and resume.get(ENDED) != "error")  # one that stopped on an error there finishes now
             if not done_before:  # a finished run resumed (a requeued job) keeps its files as they are
                 if main_hooks.checkpoints is not None:  # the first file: a rank lost now cannot cost the updates
-                    main_hooks.checkpoints.save(state)
+                    main_hooks.checkpoints.save(state, outcome.stop_reason)
+                main_hooks.training_ended()
                 ranks = gather_ranks(plan, source, state, outcome, group) if group.distributed else None
                 if main_hooks.evals is not None and outcome.stop_reason in BUDGETS:
-                    final_eval = main_hooks.evals.final(state)  # after the clock stopped: not in wall time or SPS
+                    final_eval = final_evaluation(main_hooks.evals, state, outcome)  # after the clock stopped
         finally:
             main_hooks.close()
             source.close()
@@ -283,6 +286,16 @@ def train_run(plan: RunPlan, source: RolloutSource, group: Group = ALONE, tracke
         summary = summarize(plan, source, state, outcome, main_hooks.metrics, final_eval, ranks).to_dict()
         write_json(plan.run_dir / "summary.json", summary)
     return summary
+
+
+def final_evaluation(evals: EvalHook, state: TrainState, outcome: Outcome) -> EvalResult | None:
+    """The final policy's evaluation; one that fails (an eval env that raises) ends the run as an error after an
+    update does, its checkpoint written before."""
+    try:
+        return evals.final(state)
+    except Exception as e:  # any failure of the eval env's
+        outcome.stop_reason, outcome.error = "error", f"the final evaluation failed: {type(e).__name__}: {e}"
+        return None
 
 
 def gather_ranks(plan: RunPlan, source: RolloutSource, state: TrainState, outcome: Outcome,
