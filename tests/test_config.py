@@ -372,6 +372,19 @@ def test_a_cap_on_the_lagged_share_needs_workers_that_refresh():
     assert build_config(None, {}, sets, parallel=True, world_size=2).parallel.max_lagged_share == 0.25
 
 
+def test_an_early_start_is_refused_beside_a_cut_of_the_slowest_rollouts_or_without_refreshed_parameters():
+    """`early_start` keeps the workers that ended their rollout stepping, `sync_fraction` ends the slowest ones':
+    one answer to stragglers at a time (both are ignored without overlap). It publishes each update's parameters
+    before the rollout in flight ends, which only workers that refresh them may meet."""
+    sets = ["parallel.early_start=true", "parallel.sync_fraction=0.5"]
+    with pytest.raises(ConfigError, match=r"^parallel.early_start has a worker .*sync_fraction 0.5 .* set one of"):
+        build_config(None, {}, [*sets, "parallel.overlap=true"], parallel=True)
+    assert build_config(None, {}, sets, parallel=True).parallel.early_start  # synchronous: no rollout to start early
+    with pytest.raises(ConfigError, match=r"^parallel.early_start publishes .* without parallel.refresh_params"):
+        build_config(None, {}, [sets[0], "parallel.overlap=true", "parallel.refresh_params=false"], parallel=True)
+    assert build_config(None, {}, sets[:1] + ["parallel.overlap=true"], parallel=True).parallel.early_start
+
+
 def test_dict_round_trip():
     """config_from_dict(cfg.to_dict()) rebuilds an equal config."""
     cfg = build_config(None, {}, small_sets("model.mlp_hidden=[8, 8, 8]", "run.seed=9"), parallel=False)

@@ -343,6 +343,41 @@ def test_overlapped_rollouts_trail_the_learner_by_one_update(tmp_path, monkeypat
             "the third rollout of a synchronous run with the same models differs (it acts with the newest)"
 
 
+def test_an_early_start_sets_a_done_worker_on_the_next_rollout_while_the_slowest_ends_this_one(tmp_path, monkeypatch):
+    """`parallel.early_start`: with worker 1 held at the start of its second rollout, worker 0 collects its share of
+    the third, with the parameters published for it, while the coordinator still waits for the second (without it,
+    worker 0 would wait for the second to end); the second, once worker 1 is let go, is whole and one update behind."""
+    monkeypatch.chdir(ROOT)
+    held = tmp_path / "held"
+    monkeypatch.setenv(PAUSE_ENV_VAR, f"worker1:2:{held}")  # spawned workers start with this environment
+    cfg = _config("CartPole-v1", True, 2, tmp_path, ("parallel.overlap=true", "parallel.early_start=true",
+                                                     "parallel.start_method=spawn"))
+    source = ParallelCoordinator(cfg, env_spaces(cfg.env), thread_plan(cfg, parallel=True))
+    third: list[int] = []  # worker 0's steps once it has collected three rollouts, and worker 1's then
+
+    def watch() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and int(source.progress[0]) < 3 * cfg.training.n_steps:
+            time.sleep(0.01)
+        third.extend(int(steps) for steps in source.progress)
+        release_file(held).touch()
+
+    try:
+        model = network(cfg, source.spaces)
+        source.collect(model, PhaseTimer())
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        source.collect(model, PhaseTimer())
+        watcher.join()
+        assert third == [3 * cfg.training.n_steps, cfg.training.n_steps], "worker 0 went on; worker 1 was held"
+        assert bool((source.buffer.lengths == cfg.training.n_steps).all()) and source.policy_lag == 1
+        early = source.buffers[source._in_flight.slot].versions[:, :cfg.parallel.num_envs_per_worker]
+        assert bool((early == int(source.policy.version)).all()), "with the parameters of the second collect"
+    finally:
+        release_file(held).touch()
+        source.close()
+
+
 def threads_while_updating(source: ParallelCoordinator) -> int:
     """The learner's torch threads once the rollout in flight (if any) is collected, `during_update` asked as
     before each minibatch step meanwhile."""

@@ -83,9 +83,8 @@ class ParallelConfig:
     Off: the ratio is clipped around the policy that took each step, which keeps a lagged step's gradient where it
     widens a policy that has narrowed since and drops it where it narrows it. With continuous actions, turn it on
     where most steps lag (an update that outlasts the rollout: on HalfCheetah it ended at about 1.6 times the return
-    without it); where few do (Lift from state on 2 cores: its three finished runs ended narrower than the
-    synchronous trainer's, two at a far lower success, and it failed a check written down in advance), and on
-    CartPole's discrete actions, it has not helped (docs/training.md)."""
+    without it); where few do (Lift from state on 2 cores: narrower policies, a far lower success, a check written
+    down in advance failed) and on CartPole's discrete actions it has not helped (docs/training.md)."""
     drop_lagged: bool = False
     """With `overlap` and `refresh_params` (refused with distributed ranks: timing would set each one's share): the
     update learns only from the steps taken with the parameters it updates, in as many minibatches as the whole
@@ -105,6 +104,11 @@ class ParallelConfig:
     parameters before it; there it waits for the update's. It bounds the lag where the update outlasts that share
     of the rollout (metrics.csv's `lagged_share`), at the cost of the time the workers wait (on HalfCheetah on 2
     cores, all the overlap's gain: docs/training.md); 1: they never wait."""
+    early_start: bool = False
+    """With `overlap`: a worker that has collected its share of the rollout in flight starts its share of the next
+    at once, with the parameters published for it, instead of waiting for the slowest worker; its steps taken before
+    the update ends lag as those taken during it (`lagged_share`, bounded by `max_lagged_share`). Needs
+    `refresh_params`; not with `sync_fraction`. Off: each rollout starts once the last one has ended (the reference)."""
     pin_workers: bool = False
     """Pin each worker process to its drawing share of the CPUs this process may use (`env.env_threads`, else
     cores / workers, at least one; blocks in turn, a distributed rank's workers after those of the ranks before it,
@@ -154,9 +158,8 @@ class ModelConfig:
     """Weights of the IMPALA CNN, and of a dict observation's CNNs (IMPALA or Nature) and dense layer (the Nature
     CNN over a single image is always orthogonal, as CleanRL's ppo_atari): `reference` (PyTorch's default init for
     the convolutions and the dense layer, orthogonal heads with gain 0.01 for the actor and 1 for the critic, as
-    CleanRL's ppo_procgen) or
-    `orthogonal` (gain √2 on every layer: activations grow from stage to stage on Procgen frames, so the first
-    value estimates are large, which value clipping then undoes only `clip_coef` per update)."""
+    CleanRL's ppo_procgen) or `orthogonal` (gain √2 on every layer: activations grow from stage to stage on Procgen
+    frames, so the first value estimates are large, which value clipping then undoes only `clip_coef` per update)."""
     mlp_hidden: list[int] = setting([64, 64], widths=True, resume=True)
     """Hidden layer widths of the MLP (separate actor and critic towers)."""
     actor_keys: list[str] = setting([], names=True, resume=True)
@@ -248,8 +251,7 @@ class TrainingConfig:
     it was collected with: Hilton et al. 2022's decoupled objective, the shifted frames' policy as its proximal
     one. The value loss then clips around that policy's values on the same frames, approx_kl and clipfrac (and
     `target_kl`) measure the update's own move from it, and with a policy lag (`parallel.overlap`) the weight
-    corrects for the lag too. Off: the ratio compares the shifted frames with the log-probabilities stored (RAD,
-    DrQ)."""
+    corrects for it too. Off: the ratio compares the shifted frames with the stored log-probabilities (RAD, DrQ)."""
     norm_adv: bool = True
     """Normalize advantages per minibatch."""
     target_kl: float = setting(0.0, non_negative=True)
@@ -260,13 +262,12 @@ class TrainingConfig:
     tensors whose matrix products and convolutions a CUDA GPU computes in TF32; an NVIDIA GPU of compute capability
     8.0 or later only), or `auto`: fp32 unless bf16 (or, on such a GPU, tf32) is clearly faster for this network on
     this machine, measured before the run (`learner_settings`); fp32, unmeasured, on a CPU without native bf16 or
-    for a network too small to matter. Which is faster depends on the CPU: much faster with native bf16, slower
-    without."""
+    for a network too small to matter. bf16 is much faster on a CPU with native bf16, slower without."""
     device: str = setting("auto", command_line=True)
     """Where the learner runs (`--device`): any torch device (`cpu`, `cuda`, `cuda:1`, `xpu`, `mps`, DirectML's
     `privateuseone:0`), or `auto`: CUDA (ROCm builds answer as CUDA), else XPU, else MPS, else DirectML's device
-    when `torch_directml` is installed, else the CPU. Parallel
-    workers always run on the CPU and read the parameters from CPU shared memory."""
+    when `torch_directml` is installed, else the CPU. Parallel workers always run on the CPU and read the parameters
+    from CPU shared memory."""
 
 
 @dataclass
@@ -341,9 +342,8 @@ class LoggingConfig:
     progress: str = setting("auto", choices=("auto", "on", "off"))
     """Progress of a run while it trains (rank 0 only): `auto` shows a tqdm bar when stdout is a terminal and
     otherwise (a batch job's log: nohup, Slurm, CI) a plain line every `progress_seconds` through Python's logging
-    (logger `parallel_ppo.progress`, level INFO; the command lines print it to stdout, and in Python it follows
-    your logging setup); `on` is the same, but where nothing handles that logger it prints the lines to stdout
-    itself; `off` shows neither."""
+    (logger `parallel_ppo.progress`, level INFO: the command lines print it to stdout; in Python your logging setup
+    decides); `on` also prints the lines to stdout itself where nothing handles that logger; `off` shows neither."""
     progress_seconds: float = setting(30.0, positive=True, maximum=10**9, unit="s")
     """Seconds between two progress lines when stdout is not a terminal (the first update is always logged)."""
     return_window: int = setting(100, positive=True, maximum=10**6)

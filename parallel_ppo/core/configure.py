@@ -208,6 +208,14 @@ def check_workers(p: ParallelConfig, world_size: int) -> None:
         raise ConfigError(f"parallel.max_lagged_share {p.max_lagged_share} has workers wait for an update's "
                           "parameters mid-rollout, which they take only with parallel.refresh_params: set it to true, "
                           "or this to 1")
+    if p.early_start and p.lag and not p.refresh_params:
+        raise ConfigError("parallel.early_start publishes each update's parameters before the rollout in flight has "
+                          "ended, which a worker restarted in it would take without parallel.refresh_params: set it "
+                          "to true, or early_start to false")
+    if p.early_start and p.lag and p.sync_fraction < 1:
+        raise ConfigError(f"parallel.early_start has a worker that ended its rollout start the next, where "
+                          f"parallel.sync_fraction {p.sync_fraction} ends the slowest ones' early instead: set one of "
+                          "them off (sync_fraction to 1)")
     if world_size > 1 and p.drop_lagged and p.lag:
         raise ConfigError(f"parallel.drop_lagged leaves each rank a share of its rollout that timing sets, which "
                           f"{world_size} distributed ranks do not agree on: set it to false")

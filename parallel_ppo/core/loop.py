@@ -46,7 +46,8 @@ POLICY_LAG = metric("charts/policy_lag", "updates by which the parameters that c
                     "those it updates: 0 on-policy, 1 with parallel.overlap (after the first update; 0 with "
                     "policy_lag 0)", summary=True)
 LAGGED_SHARE = metric("charts/lagged_share", "share of the update's env steps taken with older parameters than those "
-                      "it updates: 0 on-policy; with parallel.overlap, those taken during the update before (at most "
+                      "it updates: 0 on-policy; with parallel.overlap, those taken during the update before (and with "
+                      "parallel.early_start, while the last workers ended the rollout before; at most "
                       "parallel.max_lagged_share of a worker's; all of them without parallel.refresh_params)",
                       summary=True)
 LEARNED_SHARE = metric("charts/learned_share", "share of the rollout's env steps taken that the update learned from: 1 "

@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 
 PAUSE_ENV_VAR = "PARALLEL_PPO_PAUSE_AT"
-"""`rollout:N:FILE`, `update:N:FILE` or `start:R:FILE`: halfway through rollout N (in every process that steps
-envs), before update N, or as rank R has joined the others, write this process's pid to FILE, then wait until the
-test writes FILE.go (`release_file`; at most `PAUSE_SECONDS`), so that a slow machine cannot end the hold before the
-test has acted (a rank held at its start sleeps `START_PAUSE_SECONDS`, longer than the collective timeout a test
-sets)."""
+"""`rollout:N:FILE`, `update:N:FILE`, `workerW:N:FILE` or `start:R:FILE`: halfway through rollout N (in every process
+that steps envs), before update N, as parallel worker W starts its rollout N, or as rank R has joined the others,
+write this process's pid to FILE, then wait until the test writes FILE.go (`release_file`; at most `PAUSE_SECONDS`),
+so that a slow machine cannot end the hold before the test has acted (a rank held at its start sleeps
+`START_PAUSE_SECONDS`, longer than the collective timeout a test sets)."""
 
 PAUSE_SECONDS = 60.0
 START_PAUSE_SECONDS = 3.0

@@ -7,7 +7,6 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
 from multiprocessing.connection import wait
 
 import setproctitle
@@ -31,6 +30,7 @@ from parallel_ppo.engines.parallel.processes import (
     try_recv,
 )
 from parallel_ppo.engines.parallel.published import PublishedPolicy, hold_step, lagged_steps
+from parallel_ppo.engines.parallel.rollout import Rollout
 from parallel_ppo.engines.parallel.watchdog import Watchdog, auto_bound, describe, work_seconds
 from parallel_ppo.engines.parallel.worker import (
     PRELOAD_ENV_VAR,
@@ -59,21 +59,6 @@ class WorkerError(RolloutError):
 
 class _Died(Exception):
     """A worker process ended before saying it was ready (a restart may help)."""
-
-
-@dataclass
-class _Rollout:
-    """A rollout the workers were set on."""
-
-    slot: int  # the buffer it fills
-    call: int  # the `collect` call that published its parameters
-    requested: float
-    """When the workers were woken (perf_counter)."""
-    seconds: float = 0.0
-    """From waking the workers to taking the last one's result (after the update it was collected during)."""
-    hold: tuple[int, int] | None = None
-    """(step, version): one collected during an update, where its workers wait for a newer policy (`Collect.hold`)."""
-    held: torch.Tensor | None = None  # each worker's step count (`progress`) once it waits there
 
 
 class ParallelCoordinator:
@@ -117,12 +102,12 @@ class ParallelCoordinator:
         """(T, N) bool: the steps of that rollout not taken with the model it was given (None: none)."""
         self.lagged_share = 0.0
         """Of the env steps of that rollout, the share `lagged`."""
-        self._refresh = bool(self.lag and p.refresh_params)
+        self._refresh, self._early = bool(self.lag and p.refresh_params), bool(self.lag and p.early_start)
         self._hold_at = hold_step(p.max_lagged_share, cfg.training.n_steps) if self._refresh else None
         self._idle, self._lent = IdleWorkers(), LentCores(threads.learner, threads.idle_learner)
         self._lagging = LaggedSteps(watching=LaggedSteps.widening(cfg, spaces))
         self._calls = 0
-        self._in_flight: _Rollout | None = None
+        self._in_flight: Rollout | None = None
         self._slot = len(self.buffers) - 1  # the buffer filled last: each rollout fills the next one, in turn
         self.layout = {"num_workers": p.num_workers, "num_envs_per_worker": p.num_envs_per_worker,
                        "num_envs": cfg.env.num_envs}
@@ -239,14 +224,15 @@ class ParallelCoordinator:
         start, publish, version = time.perf_counter(), 0.0, None
         if self._in_flight is None:  # the first rollout, or every one without a lag
             publish, version = self._start(model, timers)
-        elif self._refresh:  # the workers take `model` from their next step on
+        elif self._refresh:  # the workers take `model` from their next step on (and, early, the next rollout)
             self._lent.give_back()  # those waiting for it go on with their cores
             with timers.phase("publish"):
                 version = self.policy.publish(model)
             publish = time.perf_counter() - start
         rollout = self._in_flight
         assert rollout is not None
-        results = self._finish(rollout, stopping)
+        upcoming = self._rollout(version) if self._early and not stopping() else None
+        results = self._finish(rollout, stopping, upcoming)
         waited = time.perf_counter() - start - publish
         self._in_flight = None
         self.buffer, self.policy_lag = self.buffers[rollout.slot], self._calls - rollout.call
@@ -255,7 +241,7 @@ class ParallelCoordinator:
         self.lagged = lagged_steps(self.buffer, version, self._refresh)
         self.lagged_share = 0.0 if self.lagged is None else int(self.lagged.sum()) / int(self.buffer.lengths.sum())
         if self.lag and not stopping():  # the next rollout, with these parameters, while the learner updates
-            self._start(model, timers, version)
+            self._start(model, timers, version, upcoming)
         n = max(len(results), 1)
         t_env, t_inf, t_render = (sum(getattr(r, name) for r in results) / n
                                   for name in ("time_env", "time_inference", "time_render"))
@@ -297,31 +283,37 @@ class ParallelCoordinator:
         except OSError:  # a pipe closed on this side: its worker was stopped, and collects nothing
             return True
 
-    def _start(self, model: nn.Module, timers: PhaseTimer, version: int | None = None) -> tuple[float, int]:
+    def _start(self, model: nn.Module, timers: PhaseTimer, version: int | None = None,
+               upcoming: Rollout | None = None) -> tuple[float, int]:
         """Publish `model`'s parameters (unless they are already, as `version`) and wake every worker to collect into
-        the next buffer (in turn); returns the seconds it took (phase `publish`) and the version published."""
+        the next buffer (in turn), but those `upcoming` woke already; returns the seconds it took (phase `publish`)
+        and the version published."""
         started = time.perf_counter()
         self._lent.give_back()
         with timers.phase("publish"):
-            hold = None if version is None or self._hold_at is None else (self._hold_at, version)  # through an update
+            rollout = upcoming or self._rollout(version)  # held through an update: `version` was published before
             if version is None:
                 version = self.policy.publish(model)
-            self._slot = (self._slot + 1) % len(self.buffers)
-            self._in_flight = _Rollout(self._slot, self._calls, time.perf_counter(), hold=hold,
-                                       held=None if hold is None else self.progress + hold[0])
+            self._slot, self._in_flight = rollout.slot, rollout
             self.abandon.fill_(0)
             for i in range(len(self._workers)):
-                self.watchdog.forget(i)
-                self._request(i)
+                if i not in rollout.woken:
+                    self._request(i, rollout)
         return time.perf_counter() - started, version
 
-    def _finish(self, rollout: _Rollout, stopping: StopCheck) -> list[CollectResult]:
-        """Wait for every worker of `rollout`; dead or stuck workers are replaced and re-collect their slice.
+    def _rollout(self, version: int | None) -> Rollout:
+        """The next rollout, into the next buffer (in turn); `version`: the parameters published before the update
+        it is collected during, which its workers hold at `max_lagged_share` of it until newer ones."""
+        hold = None if version is None or self._hold_at is None else (self._hold_at, version)
+        return Rollout((self._slot + 1) % len(self.buffers), self._calls, hold=hold,
+                       held=None if hold is None else self.progress.clone())
 
-        Once `stopping()` is true, the rollout is abandoned: the workers end theirs where they are, and one that
-        died (a signal to the whole group may have reached it) is not replaced. The results are then partial.
-        Once `parallel.sync_fraction` of the workers are done, the others end theirs before their next step, once a
-        quarter of their steps are taken (the buffer's `lengths`)."""
+    def _finish(self, rollout: Rollout, stopping: StopCheck, upcoming: Rollout | None = None) -> list[CollectResult]:
+        """Wait for every worker of `rollout`; dead or stuck workers are replaced and re-collect their slice. With
+        `upcoming` (`parallel.early_start`), each worker done is set on it at once. Once `stopping()` is true, the
+        rollout is abandoned: the workers end theirs where they are, and one that died (a signal to the whole group
+        may have reached it) is not replaced. The results are then partial. Once `parallel.sync_fraction` of the
+        workers are done, the others end theirs before their next step, once a quarter of their steps are taken."""
         watchdog = self.watchdog
         pending = set(range(len(self._workers)))
         results: dict[int, CollectResult] = {}
@@ -345,10 +337,11 @@ class ParallelCoordinator:
                     w.process.join(1.0)
                     self._replace(i, f"died ({describe_exit(w.process.exitcode)})")
                     self._request(i)
-                    watchdog.forget(i)
                 elif isinstance(message, Done):
                     results[i] = message.result
                     pending.discard(i)
+                    if upcoming is not None and not (self.abandon or stopping()):
+                        self._request(i, upcoming)
                 elif isinstance(message, Failed):
                     raise WorkerError(f"worker {i} failed: {message.summary}")
             for i in list(pending):
@@ -361,16 +354,18 @@ class ParallelCoordinator:
                     auto = " auto" if self.cfg.parallel.worker_timeout == "auto" else ""
                     self._replace(i, f"{why} (parallel.worker_timeout{auto})")
                     self._request(i)
-                    watchdog.forget(i)
         rollout.seconds = time.perf_counter() - rollout.requested
         self.cut.fill_(0)  # every worker has ended this rollout
         return [results[i] for i in sorted(results)]
 
-    def _request(self, index: int) -> None:
-        w = self._workers[index]
-        assert self._in_flight is not None
+    def _request(self, index: int, rollout: Rollout | None = None) -> None:
+        """Ask worker `index` to collect its share of `rollout` (the one in flight: a restarted worker's again)."""
+        w, rollout = self._workers[index], rollout or self._in_flight
+        assert rollout is not None
+        self.watchdog.forget(index)
+        rollout.wake(index, int(self.progress[index]))
         try:
-            w.conn.send(Collect(self._in_flight.slot, self._refresh, self._in_flight.hold))
+            w.conn.send(Collect(rollout.slot, self._refresh, rollout.hold))
         except (BrokenPipeError, OSError):
             pass  # it died; the wait loop sees its sentinel
 

@@ -20,6 +20,7 @@ from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.collect import CollectResult, EnvRunner
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.lifetime import parent_process_watch, signal_on_parent_death
+from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.threads import draw_with
 from parallel_ppo.engines.parallel.published import PolicyCopy, PublishedPolicy, await_newer
 from parallel_ppo.envs.spaces import EnvSpaces
@@ -157,6 +158,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         rollouts = 0
         while isinstance(message := conn.recv(), Collect):  # blocks in the kernel between rollouts: no busy-waiting
             rollouts += 1
+            pause_point(f"worker{spec.index}", rollouts)
             if rollouts == fail_at:
                 raise RuntimeError(f"fault injected by {FAULT_ENV_VAR} in rollout {rollouts}")
             result = _rollout(spec, message, runner, model, policy, slices[message.slot], orphaned)
