@@ -243,3 +243,7 @@ def test_an_evaluation_that_fails_at_the_end_leaves_a_run_that_a_resume_finishes
                          f"its state (checkpoint and summary written to {out})\n")
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["stop_reason"], summary["updates"]) == ("error", 2)
+    assert train_cli(["--resume", str(out)], parallel=False, prog="train_timed.py") == 0  # evaluated this time
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["stop_reason"], summary["updates"], summary["error"]) == ("total_steps", 2, None)
+    assert summary["test_return_mean"] is not None

@@ -24,8 +24,9 @@ JOB_ID = "torchrun_run_id"
 """The key that records the job (torchrun's run id) that wrote a checkpoint: a restarted group resumes only its own
 run's."""
 ENDED = "stop_reason"
-"""The key that records how the session that wrote a run's last checkpoint ended (absent from those written during
-it): a run resumed at its budget that had stopped on an error there finishes, where a finished one is left as it is."""
+"""The key that records how the session that wrote a run's last checkpoint ended (None in those written during it,
+absent from older ones): a run resumed at its budget that had stopped there on an error or a signal finishes, where
+a finished one is left as it is."""
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:

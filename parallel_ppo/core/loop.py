@@ -57,7 +57,8 @@ ROLLOUT_CUT = metric("charts/rollout_cut", "share of the rollout's env steps not
 LOOP_METRICS = (UPDATE, ENV_STEPS, WALL_TIME, SPS, EPISODIC_RETURN, EPISODIC_LENGTH, EPISODES, REWARD_PER_STEP,
                 SUCCESS_RATE, LEARNING_RATE, WORKER_RESTARTS, LEARNER_THREADS, POLICY_LAG, LAGGED_SHARE, LEARNED_SHARE,
                 ROLLOUT_CUT)
-"""The loop's metrics (declared above, by the loop that computes them), as the writers ask for them."""
+"""The loop's metrics (declared above, by the loop that computes them; the success rate by the train state's episode
+windows), as the writers ask for them."""
 
 
 class RolloutSource(Protocol):

@@ -143,11 +143,15 @@ class MetricsHook:
 
     def finish(self) -> None:
         """One more sample when training ends (not logged), so the mean CPU covers the run's last seconds too; none
-        if no update finished (the mean then stays None and readers fall back to the rows)."""
-        self._take(wait=True)
-        if self.cpu_samples:
-            self._ask()
+        if no update finished (the mean then stays None and readers fall back to the rows), and none where sampling
+        fails (the mean then covers the samples before: a measurement lost, not the run's files)."""
+        try:
             self._take(wait=True)
+            if self.cpu_samples:
+                self._ask()
+                self._take(wait=True)
+        except Exception:  # the samples before stand
+            pass
 
     @property
     def mean_cpu_percent(self) -> float | None:
@@ -268,14 +272,14 @@ def train_run(plan: RunPlan, source: RolloutSource, group: Group = ALONE, tracke
             outcome = run_loop(cfg, source, state, main_hooks.hooks(), stop, clock, group)
             source.abandon_rollout()  # an overlapped one in flight: its workers stop before the final evaluation
             done_before = (resume is not None and state.update == resume["update"] and outcome.stop_reason in BUDGETS
-                           and resume.get(ENDED) != "error")  # one that stopped on an error there finishes now
+                           and resume.get(ENDED) in (None, *BUDGETS))  # one stopped there otherwise finishes now
             if not done_before:  # a finished run resumed (a requeued job) keeps its files as they are
                 if main_hooks.checkpoints is not None:  # the first file: a rank lost now cannot cost the updates
                     main_hooks.checkpoints.save(state, outcome.stop_reason)
                 main_hooks.training_ended()
                 ranks = gather_ranks(plan, source, state, outcome, group) if group.distributed else None
                 if main_hooks.evals is not None and outcome.stop_reason in BUDGETS:
-                    final_eval = final_evaluation(main_hooks.evals, state, outcome)  # after the clock stopped
+                    final_eval = final_evaluation(main_hooks, state, outcome)  # after the clock stopped
         finally:
             main_hooks.close()
             source.close()
@@ -288,13 +292,16 @@ def train_run(plan: RunPlan, source: RolloutSource, group: Group = ALONE, tracke
     return summary
 
 
-def final_evaluation(evals: EvalHook, state: TrainState, outcome: Outcome) -> EvalResult | None:
-    """The final policy's evaluation; one that fails (an eval env that raises) ends the run as an error after an
-    update does, its checkpoint written before."""
+def final_evaluation(hooks: MainRankHooks, state: TrainState, outcome: Outcome) -> EvalResult | None:
+    """The final policy's evaluation (rank 0's, after the ranks' last exchange); one that fails (an eval env that
+    raises) ends the run as an error after an update does: its checkpoint says so, and `--resume` finishes it."""
+    assert hooks.evals is not None
     try:
-        return evals.final(state)
+        return hooks.evals.final(state)
     except Exception as e:  # any failure of the eval env's
         outcome.stop_reason, outcome.error = "error", f"the final evaluation failed: {type(e).__name__}: {e}"
+        if hooks.checkpoints is not None:
+            hooks.checkpoints.save(state, outcome.stop_reason)
         return None
 
 

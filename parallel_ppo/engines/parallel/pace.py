@@ -71,4 +71,4 @@ def one_slowest_line(record: dict[str, Any] | None, who: str = "worker") -> str 
             f"its pace the slowest would take {record['slowest_excess_seconds']:.3g} s a rollout more than the mean "
             "worker): "
             "a core it shares with another job, or slower envs, would do that (summary.json's worker_pace; "
-            "parallel.sync_fraction below 1 cuts the slowest short instead of waiting)")
+            "parallel.sync_fraction below 1, without parallel.early_start, cuts the slowest short instead of waiting)")
