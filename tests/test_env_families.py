@@ -205,14 +205,23 @@ def _maker_that_cannot_start(cfg, options, render, clock, seed):
     raise RuntimeError("no OpenGL context")
 
 
-@pytest.mark.parametrize("query, hint", [("?eye=true", True), ("?eye=false", False)])
-def test_a_build_error_names_the_renderer_only_where_a_camera_option_draws_frames(monkeypatch, query, hint):
+def _maker_that_misses_a_package(cfg, options, render, clock, seed):
+    from gymnasium.error import DependencyNotInstalled
+
+    raise DependencyNotInstalled("MuJoCo is not installed, run `pip install \"gymnasium[mujoco]\"`")
+
+
+@pytest.mark.parametrize("maker, query, hint", [("_maker_that_cannot_start", "?eye=true", True),
+                                                ("_maker_that_cannot_start", "?eye=false", False),
+                                                ("_maker_that_misses_a_package", "?eye=true", False)])
+def test_a_build_error_names_the_renderer_only_where_a_camera_option_draws_frames(monkeypatch, maker, query, hint):
+    """...and not where a package is missing: gymnasium's own line names it."""
     from parallel_ppo.envs import gym_envs
 
-    family = families.Family("cams", "cartpole.yaml", f"{__name__}:_maker_that_cannot_start",
+    family = families.Family("cams", "cartpole.yaml", f"{__name__}:{maker}",
                                  options={"eye": families.Option(False, "a camera", camera=True)})
     monkeypatch.setattr(gym_envs, "check_family", lambda cfg: family)
-    with pytest.raises(ConfigError, match="RuntimeError: no OpenGL context") as refused:
+    with pytest.raises(ConfigError, match="RuntimeError: no OpenGL context|MuJoCo is not installed") as refused:
         gym_envs.GymnasiumBatchEnv(EnvConfig(id="cams/Task" + query), [0])
     assert (gym_envs.RENDERER_HELP in str(refused.value)) is hint
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import gymnasium
 import numpy as np
+from gymnasium.error import DependencyNotInstalled
 
 from parallel_ppo.envs.config import EnvConfig
 from parallel_ppo.envs.families import check_family, options_of
@@ -326,7 +327,8 @@ class GymnasiumBatchEnv:
             raise
         except Exception as e:  # a registered id whose dependencies are missing, a renderer that cannot start
             cameras = any(options[name] for name, option in family.options.items() if option.camera)
-            help_ = f"; {RENDERER_HELP}" if cfg.pixels or render or cameras else ""
+            drawn = (cfg.pixels or render or cameras) and not isinstance(e, DependencyNotInstalled)  # names its package
+            help_ = f"; {RENDERER_HELP}" if drawn else ""
             raise ConfigError(f"cannot create gymnasium env {cfg.id!r}: {type(e).__name__}: {e}{help_}") from None
         packed = _wrapper(self._env.envs[0], PackedDict)
         self.layout = packed.layout if packed is not None else None
