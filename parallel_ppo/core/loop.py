@@ -12,7 +12,7 @@ from torch import nn
 
 from parallel_ppo.core.augment import random_shift, update_generator
 from parallel_ppo.core.buffer import RolloutBuffer, compute_gae
-from parallel_ppo.core.collect import CollectResult, RolloutError, StopCheck
+from parallel_ppo.core.collect import CollectResult, RolloutError, StopCheck, one_line
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.episodes import not_numbers_error
 from parallel_ppo.core.group import ALONE, AgreedRollout, Group, agree_rollout
@@ -252,7 +252,7 @@ def after_update(hooks: list[Hook], state: TrainState, row: dict[str, Any], time
             try:
                 hook.after_update(state, row)
             except Exception as e:  # any failure of its own work: an eval env that crashes, a full disk
-                error = error or f"{hook.what} after update {state.update} failed: {type(e).__name__}: {e}"
+                error = error or f"{hook.what} after update {state.update} failed: {one_line(e)}"
     return error
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from parallel_ppo.core.checkpoint import ENDED, JOB_ID, LAYOUT, layout_entry, save_checkpoint
+from parallel_ppo.core.collect import one_line
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.evaluate import TEST_RETURN, EvalResult, eval_views, play_episodes
 from parallel_ppo.core.files import write_json
@@ -299,7 +300,7 @@ def final_evaluation(hooks: MainRankHooks, state: TrainState, outcome: Outcome) 
     try:
         return hooks.evals.final(state)
     except Exception as e:  # any failure of the eval env's
-        outcome.stop_reason, outcome.error = "error", f"the final evaluation failed: {type(e).__name__}: {e}"
+        outcome.stop_reason, outcome.error = "error", f"the final evaluation failed: {one_line(e)}"
         if hooks.checkpoints is not None:
             hooks.checkpoints.save(state, outcome.stop_reason)
         return None
