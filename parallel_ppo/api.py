@@ -127,10 +127,10 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
     ConfigError before anything starts, naming the config key (`section.key`) or the argument (an
     entry of `logging.episode_info` that the env gives as no number: when the first such episode ends); a
     run that stops on an error (a worker that keeps failing, say) raises RunFailed once its checkpoint and summary
-    are written; Ctrl-C (SIGINT) or SIGTERM stops it at the next update and it
-    returns, its `summary.stop_reason` saying so (KeyboardInterrupt when no update had finished, or on a second
-    Ctrl-C). The torch thread count it sets for the learner, and LP_NUM_THREADS as it was (the drawing threads it
-    sets for Mesa), are put back when it returns.
+    are written (where the disk allows: a file it cannot write leaves the one before); Ctrl-C (SIGINT) or SIGTERM
+    stops it at the next update and it returns, its `summary.stop_reason` saying so (KeyboardInterrupt when no
+    update had finished, or on a second Ctrl-C). The torch thread count it sets for the learner, and LP_NUM_THREADS
+    as it was (the drawing threads it sets for Mesa), are put back when it returns.
     """
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")

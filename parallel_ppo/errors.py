@@ -27,7 +27,8 @@ class RunDataError(ParallelPPOError):
 
 class RunFailed(RuntimeError):
     """A run that started stopped on an error (a worker that kept failing, a lost rank): not the user's input, so
-    not a ParallelPPOError. Its checkpoint and summary.json are in `run_dir`."""
+    not a ParallelPPOError. Its checkpoint and summary.json are in `run_dir` (but for a lost rank's, or a file the
+    disk did not take: the one written before stays)."""
 
     def __init__(self, message: str, run_dir: Path) -> None:
         super().__init__(message)

@@ -38,7 +38,7 @@ from parallel_ppo.request import Request
 from parallel_ppo.runs.directory import new_run_dir, resolve_run_dir, resume_state, resumed_run_dir, run_dir_lock
 from parallel_ppo.runs.report.formatting import fmt_flop
 from parallel_ppo.runs.tracking import WandbTracker, start_tracking
-from parallel_ppo.runs.training import RunPlan, train_run
+from parallel_ppo.runs.training import RunPlan, WriteFailed, train_run
 from parallel_ppo.tuning.before_run import Tuning, tune
 from parallel_ppo.tuning.learner_settings import LearnerChoice
 
@@ -240,10 +240,11 @@ def execute(run: PreparedRun, prog: str | None, interrupt: bool = False) -> tupl
             summary = train_main(run, prog, interrupt)
         else:
             summary = train_run(run.plan, run.source, run.group)
-    except PeerLost as e:
-        print(f"{prog or 'parallel_ppo'}: error: {e}; stopping (the last checkpoint in {run.plan.run_dir} is "
-              "intact)",
-              file=sys.stderr, flush=True)
+    except (PeerLost, WriteFailed) as e:  # a rank lost, a full disk at the end: one line
+        run_dir = run.plan.run_dir
+        kept = (f"the last checkpoint in {run_dir} is intact" if isinstance(e, PeerLost)  # (another host's, maybe)
+                or (run_dir / "checkpoint.pt").is_file() else f"no checkpoint was written in {run_dir}")
+        print(f"{prog or 'parallel_ppo'}: error: {e}; stopping ({kept})", file=sys.stderr, flush=True)
         run.group.close(wait=False)
         return {"stop_reason": "error", "error": str(e)}, 1
     except BaseException:

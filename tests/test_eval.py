@@ -247,3 +247,46 @@ def test_an_evaluation_that_fails_at_the_end_leaves_a_run_that_a_resume_finishes
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["stop_reason"], summary["updates"], summary["error"]) == ("total_steps", 2, None)
     assert summary["test_return_mean"] is not None
+
+
+def full_disk(monkeypatch: pytest.MonkeyPatch, name: str, from_call: int) -> None:
+    """Writing the run's `name` (`runs.training`'s `save_checkpoint` or `write_json`) fails from its `from_call`-th
+    call on, as on a full disk."""
+    from parallel_ppo.runs import training
+
+    real, calls = getattr(training, name), []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) >= from_call:
+            raise OSError(28, "No space left on device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(training, name, failing)
+
+
+def test_a_full_disk_at_the_end_is_one_line_and_keeps_the_files_written_before(tmp_path, monkeypatch, capsys):
+    """A checkpoint (after each update, then the last) or summary.json that cannot be written ends the run in one
+    line and exit 1, saying which file and whether a checkpoint stands, never a traceback; --resume goes on."""
+    from parallel_ppo.cli.train import run as train_cli
+
+    def train(out: Path, *more: str) -> int:
+        return train_cli([*cartpole(out, 96, "3600"), "--set", "run.checkpoint_interval=0.0001", *more],
+                         parallel=False, prog="train_timed.py")
+
+    for name, from_call, file, kept in (("save_checkpoint", 2, "checkpoint.pt", "the last checkpoint in {} is intact"),
+                                        ("save_checkpoint", 1, "checkpoint.pt", "no checkpoint was written in {}"),
+                                        ("write_json", 1, "summary.json", "the last checkpoint in {} is intact")):
+        with monkeypatch.context() as patch:
+            full_disk(patch, name, from_call)
+            out = tmp_path / f"{name}{from_call}"
+            assert train(out) == 1, name
+        assert capsys.readouterr().err.splitlines()[-1] == (
+            f"train_timed.py: error: could not write {out / file}: OSError: [Errno 28] No space left on device; "
+            f"stopping ({kept.format(out)})")
+        assert not (out / "summary.json").exists() and not list(out.glob(".*.tmp"))
+        if from_call == 2:  # stopped after the first update, whose checkpoint stands
+            assert torch.load(out / "checkpoint.pt", weights_only=True)["update"] == 1
+        if kept.startswith("the last"):
+            assert train_cli(["--resume", str(out)], parallel=False, prog="train_timed.py") == 0
+            assert json.loads((out / "summary.json").read_text())["updates"] == 3

@@ -5,9 +5,11 @@ which runs the core loop with them and builds summary.json from what the run mea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +34,21 @@ from parallel_ppo.runs.metrics import MetricsLogger, ResourceSampler, Tracker
 from parallel_ppo.runs.progress import make_progress
 from parallel_ppo.runs.summary import BUDGETS, RunSummary, observation_record
 from parallel_ppo.runs.video import EVAL_VIDEO_TAG, VIDEO_FPS, add_tensorboard_video, captioned, purge_tensorboard
+
+
+class WriteFailed(RuntimeError):
+    """A run's last files that could not be written (a full disk, a lost mount): the run stops, each file written
+    before as it was (every one is written atomically). Mid-run, a checkpoint that fails stops the run as an error
+    (`core.loop.after_update`), and its last ones are tried again."""
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """An OSError writing `path` as WriteFailed naming it."""
+    try:
+        yield
+    except OSError as e:
+        raise WriteFailed(f"could not write {path}: {one_line(e)}") from e
 
 
 class EvalHook:
@@ -276,7 +293,8 @@ def train_run(plan: RunPlan, source: RolloutSource, group: Group = ALONE, tracke
                            and resume.get(ENDED) in (None, *BUDGETS))  # one stopped there otherwise finishes now
             if not done_before:  # a finished run resumed (a requeued job) keeps its files as they are
                 if main_hooks.checkpoints is not None:  # the first file: a rank lost now cannot cost the updates
-                    main_hooks.checkpoints.save(state, outcome.stop_reason)
+                    with writing(main_hooks.checkpoints.path):
+                        main_hooks.checkpoints.save(state, outcome.stop_reason)
                 main_hooks.training_ended()
                 ranks = gather_ranks(plan, source, state, outcome, group) if group.distributed else None
                 if main_hooks.evals is not None and outcome.stop_reason in BUDGETS:
@@ -289,7 +307,8 @@ def train_run(plan: RunPlan, source: RolloutSource, group: Group = ALONE, tracke
         if done_before and (stored := read_summary(plan.run_dir)) is not None:
             return stored
         summary = summarize(plan, source, state, outcome, main_hooks.metrics, final_eval, ranks).to_dict()
-        write_json(plan.run_dir / "summary.json", summary)
+        with writing(plan.run_dir / "summary.json"):
+            write_json(plan.run_dir / "summary.json", summary)
     return summary
 
 
@@ -302,7 +321,8 @@ def final_evaluation(hooks: MainRankHooks, state: TrainState, outcome: Outcome) 
     except Exception as e:  # any failure of the eval env's
         outcome.stop_reason, outcome.error = "error", f"the final evaluation failed: {one_line(e)}"
         if hooks.checkpoints is not None:
-            hooks.checkpoints.save(state, outcome.stop_reason)
+            with writing(hooks.checkpoints.path):
+                hooks.checkpoints.save(state, outcome.stop_reason)
         return None
 
 
