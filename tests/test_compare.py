@@ -429,8 +429,11 @@ def test_a_reference_curve_is_tabled_at_equal_env_steps_and_never_as_a_run(tmp_p
     import parallel_ppo as ppo
     from parallel_ppo.runs.report.references import references_json
 
-    cmp = ppo.compare({"a": tmp_path / "a", "b": tmp_path / "b"}, at_steps=3000, references={"sac": curve})
+    cmp = ppo.compare({"a": tmp_path / "a"}, at_steps=3000, references={"sac": curve})  # two seeds to 3,072
     assert [ref["env_steps"] for ref in references_json(cmp)] == [2100]  # from Python too, at the steps given
+    with pytest.raises(ppo.ConfigError, match=r"^--at-steps 3,000 is past the end of b \(2,048\): at most the "
+                                              r"shortest run's 2,048 env steps$"):  # its last return is not there
+        ppo.compare({"a": tmp_path / "a", "b": tmp_path / "b"}, at_steps=3000)
     with pytest.raises(ppo.ConfigError, match="'a/seed_1' is already a run's label"):
         ppo.compare({"a": tmp_path / "a", "b": tmp_path / "b"}, references={"a/seed_1": curve})
     for bad in (float("nan"), 0):  # refused from Python as on the command line

@@ -141,10 +141,15 @@ class GroupStats:
 
 
 def equal_points(groups: Sequence[RunGroup], at_steps: float | None = None) -> tuple[float, float]:
-    """(env steps, wall seconds) every run reached: the shortest run's, unless `at_steps` is given."""
+    """(env steps, wall seconds) every run reached: the shortest run's, or `at_steps` (a ConfigError naming the runs
+    that stopped before it: their last return is not their return there)."""
     runs = [r for g in groups for r in g.runs]
-    steps = min(float(r.metrics["env_steps"][-1]) for r in runs) if at_steps is None else at_steps
-    return steps, min(float(r.metrics["wall_time"][-1]) for r in runs)
+    ends = {r.label: float(r.metrics["env_steps"][-1]) for r in runs}
+    short = [f"{label} ({end:,.0f})" for label, end in ends.items() if at_steps is not None and end < at_steps]
+    if short:
+        raise ConfigError(f"--at-steps {at_steps:,.0f} is past the end of {', '.join(short)}: at most the shortest "
+                          f"run's {min(ends.values()):,.0f} env steps")
+    return min(ends.values()) if at_steps is None else at_steps, min(float(r.metrics["wall_time"][-1]) for r in runs)
 
 
 def group_stats(groups: Sequence[RunGroup], equal_steps: float, equal_time: float) -> list[GroupStats]:
