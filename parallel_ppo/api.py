@@ -103,12 +103,19 @@ def _number(value: Any, name: str) -> float | None:
 
 
 def _settings(overrides: Any) -> dict[str, Any]:
-    """`overrides` as `{"section.key": value}`."""
+    """`overrides` as `{"section.key": value}`, numpy's numbers (a sweep's `np.int64`, in a list too) as Python's."""
     if overrides is None:
         return {}
     if not isinstance(overrides, Mapping) or not all(isinstance(key, str) for key in overrides):
         raise ConfigError(f"overrides must be a mapping of 'section.key' names to values, got {_shown(overrides)}")
-    return dict(overrides)
+    return {key: _plain(value) for key, value in overrides.items()}
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python number (or bool, or str) it holds, a list's too; anything else as it is."""
+    if isinstance(value, np.generic):
+        return value.item()
+    return [_plain(v) for v in value] if isinstance(value, list) else value
 
 
 def train(config: str | Path | Config | None = None, *, mode: str = "sequential",
@@ -209,6 +216,8 @@ def compare(runs: Mapping[str, str | Path | Run | Sequence[str | Path]], output_
     for label in (*runs, *(references or {})):
         if not isinstance(label, str):
             raise ConfigError(f"labels must be strings, got {_shown(label)}")
+        if not label.strip():  # as --run =DIR is
+            raise ConfigError(f"labels must not be empty, got {label!r}")
     specs = []
     for label, where in runs.items():
         one = isinstance(where, (str, bytes, os.PathLike, Run, Mapping)) or not isinstance(where, Iterable)

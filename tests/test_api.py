@@ -125,6 +125,9 @@ WRONG_ARGUMENTS = {  # each raised TypeError, AttributeError or ValueError from 
     "a number no float holds": (lambda out: ppo.compare({"a": out, "b": out}, at_steps=10**400),
                                 "at_steps must be a number a float holds, got 1000"),
     "a label that is no string": (lambda out: ppo.compare({0: out, "b": out}), "labels must be strings, got 0"),
+    "an empty label": (lambda out: ppo.compare({" ": out, "b": out}), "labels must not be empty, got ' '"),
+    "a number for a run directory": (lambda out: ppo.load_run("a", 5), "path must be a path (a str, bytes or "
+                                     "pathlib.Path), got int"),
 }
 
 
@@ -150,6 +153,25 @@ def test_numpy_numbers_and_any_iterable_of_run_directories_are_taken(tmp_path):
     assert json.loads((tmp_path / "out" / "comparison.json").read_text())["return_threshold"] == 15
 
 
+def test_numpy_numbers_in_overrides_are_taken_as_python_numbers(monkeypatch):
+    class Built(Exception):
+        pass
+
+    def built(cfg, distributed):  # the config as the run would start with it
+        raise Built(cfg)
+
+    monkeypatch.setattr("parallel_ppo.launch.join", built)
+    with pytest.raises(Built) as caught:
+        ppo.train(CARTPOLE, mode="parallel", overrides={"parallel.num_workers": np.int64(2), "run.seed": np.uint8(3),
+                                                        "parallel.sync_fraction": np.float32(0.5),
+                                                        "parallel.overlap": np.bool_(True),
+                                                        "model.mlp_hidden": [np.int64(8), 8]}, verbose=False)
+    cfg = caught.value.args[0]
+    assert (cfg.parallel.num_workers, cfg.run.seed, cfg.parallel.sync_fraction, cfg.model.mlp_hidden) == (2, 3, 0.5,
+                                                                                                         [8, 8])
+    assert cfg.parallel.overlap is True and type(cfg.parallel.num_workers) is int
+
+
 def test_a_config_built_in_code_is_validated_like_a_file():
     cfg = ppo.Config(env=ppo.EnvConfig(id="CartPole-v1", num_envs=4), training=ppo.TrainingConfig(batch_size=3))
     with pytest.raises(ppo.ConfigError, match="batch size 3 does not divide"):
@@ -164,6 +186,8 @@ def test_predict_takes_one_observation_or_a_batch_and_refuses_other_shapes(tmp_p
     assert policy.predict(np.zeros(4)).shape == () and policy.predict(np.zeros((5, 4))).shape == (5,)
     with pytest.raises(ppo.ConfigError, match=r"shape \(4,\) or a batch of them, got shape \(5,\)"):
         policy.predict(np.zeros(5))
+    with pytest.raises(ppo.ConfigError, match="deterministic must be True or False, got 'no'"):  # not read as True
+        policy.predict(np.zeros(4), deterministic="no")
     procgen = ppo.Policy(ppo.build_config(None, {}, ["training.precision=fp32"], parallel=False), None, tmp_path, {})
     with pytest.raises(ppo.ConfigError, match="expects uint8 observations"):
         procgen.predict(np.zeros((64, 64, 3), dtype=np.float32))

@@ -89,6 +89,8 @@ class Policy:
         actions); observations as the env gives them (Procgen: uint8 frames H×W×C), normalized inside the network
         when the run normalized them. Sampled actions come from this policy's seeded generator, clipped to the
         action space's bounds as the env would clip them (float32); `deterministic` takes the most likely action."""
+        if not isinstance(deterministic, (bool, np.bool_)):  # a string such as "no" would read as True
+            raise ConfigError(f"deterministic must be True or False, got {deterministic!r}")
         if self.layout is not None:
             obs, single = self._packed(obs)
         else:

@@ -216,7 +216,9 @@ def _where(dirs: Any) -> str:
 
 def load_run(label: str, path: Path) -> Run:
     """Read and cross-check one run directory."""
-    path = Path(path)
+    if not isinstance(path, (str, bytes, os.PathLike)):  # the Python API's `load_run`
+        raise ConfigError(f"path must be a path (a str, bytes or pathlib.Path), got {type(path).__name__}")
+    path = Path(os.fsdecode(os.fspath(path)))
     if not path.exists():
         raise RunDataError(f"run directory not found: {path}")
     if not path.is_dir():
