@@ -149,6 +149,22 @@ def test_an_inconsistent_checkpoint_is_refused_before_a_resume_writes_anything(r
         assert hashes(run) == before, "a refused resume changed the run directory"
 
 
+def test_a_corrupt_config_yaml_is_the_runs_data_on_a_resume(runs, tmp_path, capsys):
+    """The run's own config.yaml, not the command's settings: a RunDataError naming it (from Python too), one line
+    and exit 2 on the command line, the run directory as it was."""
+    import parallel_ppo as ppo
+
+    run = Path(shutil.copytree(runs["sequential"], tmp_path / "run"))
+    (run / "config.yaml").write_text("env:\n  nope: 1\n")
+    before = hashes(run)
+    with pytest.raises(RunDataError, match=f"^{re.escape(str(run / 'config.yaml'))}: unknown config key 'env.nope'"):
+        ppo.train(resume=run, verbose=False)
+    assert train_cli(["--resume", str(run)], parallel=False, prog="train_timed.py") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "config.yaml: unknown config key 'env.nope'" in err, err
+    assert hashes(run) == before
+
+
 def test_the_checks_pass_an_intact_checkpoint_and_leave_the_random_state_alone(runs):
     for mode, run in runs.items():
         torch.manual_seed(7)

@@ -230,13 +230,13 @@ def load_run(label: str, path: Path) -> Run:
         raise RunDataError(f"{path} has no summary.json: the run has not finished, or it was killed before "
                           "writing it")
     summary = RunSummary.read(path / "summary.json")
-    config = _read_config(path / "config.yaml")
+    config = read_config(path / "config.yaml")
     metrics = read_metrics(path / "metrics.csv")
     _check_consistent(path, summary, metrics)
     return Run(label=label, path=path, summary=summary, config=config, metrics=metrics)
 
 
-def _read_config(path: Path) -> Config:
+def read_config(path: Path) -> Config:
     """config.yaml as a Config; a missing, malformed or unknown one is a RunDataError naming the file."""
     try:
         return config_from_dict(load_yaml(path))
