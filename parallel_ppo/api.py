@@ -16,20 +16,17 @@ multiprocessing code (a notebook needs nothing).
 
 from __future__ import annotations
 
-import math
-import numbers
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
+from parallel_ppo.core.arguments import number, path_argument, plain, shown, switch, whole
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import maximum_of
 from parallel_ppo.core.evaluate import EvalResult
-from parallel_ppo.core.files import path_problem
 from parallel_ppo.core.policy import Policy
 from parallel_ppo.core.threads import draw_threads_kept
 from parallel_ppo.errors import ConfigError, RunFailed
@@ -41,28 +38,8 @@ from parallel_ppo.runs.reading import Run, load_groups, load_run
 MODES = ("sequential", "parallel")
 
 
-def _shown(value: Any) -> str:
-    """A value as a message shows it: its repr on one line, cut to 80 characters."""
-    try:
-        text = " ".join(repr(value).split())
-    except ValueError:  # an int of more digits than Python will write
-        return f"a {type(value).__name__} too long to show"
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _path(value: Any, name: str, kind: str = "a path (a str, bytes or pathlib.Path)") -> Path:
-    """An argument that names a file or folder: a str, bytes or os.PathLike that `path_problem` passes; `kind` says
-    what else it may be, where a message names it."""
-    if not isinstance(value, (str, bytes, os.PathLike)):
-        raise ConfigError(f"{name} must be {kind}, got {type(value).__name__}")
-    text = os.fsdecode(os.fspath(value))
-    if problem := path_problem(text):
-        raise ConfigError(f"{name}: {problem}")
-    return Path(text)
-
-
 def _optional_path(value: Any, name: str) -> Path | None:
-    return None if value is None else _path(value, name)
+    return None if value is None else path_argument(value, name)
 
 
 RUN_OR_FILE = "a Run, a run directory or a checkpoint file"
@@ -70,36 +47,7 @@ RUN_OR_FILE = "a Run, a run directory or a checkpoint file"
 
 def _where(value: Any, name: str) -> Any:
     """A run (`Run`), a loaded `Policy`, or the path of a run directory or checkpoint file, checked as a path."""
-    return value if isinstance(value, (Run, Policy)) else _path(value, name, RUN_OR_FILE)
-
-
-def _switch(value: Any, name: str) -> bool:
-    """A yes/no argument: True or False (numpy's too) only; a string such as "no" would read as True."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise ConfigError(f"{name} must be True or False, got {_shown(value)}")
-    return bool(value)
-
-
-def _whole(value: Any, name: str, least: int, most: float = math.inf) -> int:
-    """A whole number (numpy's too) of at least `least` and at most `most`."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < least:
-        raise ConfigError(f"{name} must be a whole number of at least {least}, got {_shown(value)}")
-    if value > most:
-        raise ConfigError(f"{name} must be at most {most:,}, got {_shown(value)}")
-    return int(value)
-
-
-def _number(value: Any, name: str) -> float | None:
-    """A number (numpy's too) as a float, or None; what it may be beyond that is the comparison's to check."""
-    if value is None:
-        return None
-    refusal = ConfigError(f"{name} must be a number a float holds, got {_shown(value)}")
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise refusal
-    try:
-        return float(value)
-    except OverflowError:
-        raise refusal from None
+    return value if isinstance(value, (Run, Policy)) else path_argument(value, name, RUN_OR_FILE)
 
 
 def _settings(overrides: Any) -> dict[str, Any]:
@@ -107,15 +55,8 @@ def _settings(overrides: Any) -> dict[str, Any]:
     if overrides is None:
         return {}
     if not isinstance(overrides, Mapping) or not all(isinstance(key, str) for key in overrides):
-        raise ConfigError(f"overrides must be a mapping of 'section.key' names to values, got {_shown(overrides)}")
-    return {key: _plain(value) for key, value in overrides.items()}
-
-
-def _plain(value: Any) -> Any:
-    """A numpy scalar as the Python number (or bool, or str) it holds, a list's too; anything else as it is."""
-    if isinstance(value, np.generic):
-        return value.item()
-    return [_plain(v) for v in value] if isinstance(value, list) else value
+        raise ConfigError(f"overrides must be a mapping of 'section.key' names to values, got {shown(overrides)}")
+    return {key: plain(value) for key, value in overrides.items()}
 
 
 def train(config: str | Path | Config | None = None, *, mode: str = "sequential",
@@ -142,14 +83,14 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if config is not None and not isinstance(config, Config):
-        config = _path(config, "config", "a YAML file's path, a Config or None")
+        config = path_argument(config, "config", "a YAML file's path, a Config or None")
     flags = _settings(overrides)
     if output_dir is not None:
-        flags["run.output_dir"] = str(_path(output_dir, "output_dir"))
-    if not _switch(verbose, "verbose"):
+        flags["run.output_dir"] = str(path_argument(output_dir, "output_dir"))
+    if not switch(verbose, "verbose"):
         flags.setdefault("logging.progress", "off")
     resume = _optional_path(resume, "resume")
-    request = Request(config, flags, parallel=mode == "parallel", overwrite=_switch(overwrite, "overwrite"),
+    request = Request(config, flags, parallel=mode == "parallel", overwrite=switch(overwrite, "overwrite"),
                       resume=None if resume is None else str(resume))
     threads = torch.get_num_threads()
     try:
@@ -168,8 +109,8 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
 
 def load_policy(where: str | Path | Run, seed: int = 0) -> Policy:
     """The policy of a run (a `Run`, a run directory or a checkpoint file); `seed` seeds its sampled actions."""
-    seed = _whole(seed, "seed", 0)
-    return Policy.load(where.path if isinstance(where, Run) else _path(where, "where", RUN_OR_FILE), seed)
+    seed = whole(seed, "seed", 0)
+    return Policy.load(where.path if isinstance(where, Run) else path_argument(where, "where", RUN_OR_FILE), seed)
 
 
 def evaluate(policy: Policy | Run | str | Path, episodes: int = 20, levels: str | None = None, num_envs: int = 8,
@@ -179,9 +120,9 @@ def evaluate(policy: Policy | Run | str | Path, episodes: int = 20, levels: str 
     default: test where the run has levels to hold out, else train)."""
     from parallel_ppo.core.evaluate import play_episodes
 
-    episodes = _whole(episodes, "episodes", 1, maximum_of("eval.episodes"))
-    num_envs = _whole(num_envs, "num_envs", 1, maximum_of("eval.num_envs"))
-    seed, deterministic = _whole(seed, "seed", 0), _switch(deterministic, "deterministic")
+    episodes = whole(episodes, "episodes", 1, maximum_of("eval.episodes"))
+    num_envs = whole(num_envs, "num_envs", 1, maximum_of("eval.num_envs"))
+    seed, deterministic = whole(seed, "seed", 0), switch(deterministic, "deterministic")
     if not isinstance(policy, Policy):
         policy = load_policy(_where(policy, "policy"), seed)
     levels = levels or "auto"
@@ -215,19 +156,19 @@ def compare(runs: Mapping[str, str | Path | Run | Sequence[str | Path]], output_
         raise ConfigError("runs (and references) must be mappings of labels to run directories (CSV files)")
     for label in (*runs, *(references or {})):
         if not isinstance(label, str):
-            raise ConfigError(f"labels must be strings, got {_shown(label)}")
+            raise ConfigError(f"labels must be strings, got {shown(label)}")
         if not label.strip():  # as --run =DIR is
             raise ConfigError(f"labels must not be empty, got {label!r}")
     specs = []
     for label, where in runs.items():
         one = isinstance(where, (str, bytes, os.PathLike, Run, Mapping)) or not isinstance(where, Iterable)
-        specs.append((label, [d.path if isinstance(d, Run) else _path(d, f"run {label}") for d in
+        specs.append((label, [d.path if isinstance(d, Run) else path_argument(d, f"run {label}") for d in
                               ([where] if one else list(where))]))
     out = _optional_path(output_dir, "output_dir")
     if out is not None:
         check_writable(out)  # before the runs are read
-    curves = [(label, _path(path, f"reference {label}")) for label, path in (references or {}).items()]
-    threshold, at_steps = _number(threshold, "threshold"), _number(at_steps, "at_steps")
+    curves = [(label, path_argument(path, f"reference {label}")) for label, path in (references or {}).items()]
+    threshold, at_steps = number(threshold, "threshold"), number(at_steps, "at_steps")
     groups = load_groups(specs)
     comparison = compare_groups(groups, baseline, threshold, at_steps=at_steps,
                                 references=load_references(curves, groups))

@@ -27,8 +27,8 @@ class RunDataError(ParallelPPOError):
 
 class RunFailed(RuntimeError):
     """A run that started stopped on an error (a worker that kept failing, a lost rank): not the user's input, so
-    not a ParallelPPOError. Its checkpoint and summary.json are in `run_dir` (but for a lost rank's, or a file the
-    disk did not take: the one written before stays)."""
+    not a ParallelPPOError. Its checkpoint and summary.json are in `run_dir`, but where a rank was lost or the disk
+    did not take them: the message then says whether a checkpoint written before stands."""
 
     def __init__(self, message: str, run_dir: Path) -> None:
         super().__init__(message)

@@ -243,17 +243,25 @@ def execute(run: PreparedRun, prog: str | None, interrupt: bool = False) -> tupl
         else:
             summary = train_run(run.plan, run.source, run.group)
     except (PeerLost, WriteFailed) as e:  # a rank lost, a full disk at the end: one line
-        run_dir = run.plan.run_dir
-        kept = (f"the last checkpoint in {run_dir} is intact" if isinstance(e, PeerLost)  # (another host's, maybe)
-                or (run_dir / "checkpoint.pt").is_file() else f"no checkpoint was written in {run_dir}")
-        print(f"{prog or 'parallel_ppo'}: error: {e}; stopping ({kept})", file=sys.stderr, flush=True)
+        error = f"{e}; stopping ({kept_checkpoint(run)})"
+        print(f"{prog or 'parallel_ppo'}: error: {error}", file=sys.stderr, flush=True)
         run.group.close(wait=False)
-        return {"stop_reason": "error", "error": str(e)}, 1
+        return {"stop_reason": "error", "error": error}, 1
     except BaseException:
         run.group.close(wait=False)
         raise
     run.group.close()
     return summary, exit_status(summary)
+
+
+def kept_checkpoint(run: PreparedRun) -> str:
+    """What a run stopped by a lost rank or a full disk leaves to resume from: rank 0's checkpoint (another host's,
+    for the other ranks)."""
+    run_dir = run.plan.run_dir
+    if not run.group.is_main:
+        return f"rank 0's last checkpoint in {run_dir}, if it wrote one, is intact"
+    return (f"the last checkpoint in {run_dir} is intact" if (run_dir / "checkpoint.pt").is_file()
+            else f"no checkpoint was written in {run_dir}")
 
 
 def say(prog: str | None, text: str) -> None:

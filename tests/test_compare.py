@@ -434,6 +434,11 @@ def test_a_reference_curve_is_tabled_at_equal_env_steps_and_never_as_a_run(tmp_p
     with pytest.raises(ppo.ConfigError, match=r"^--at-steps 3,000 is past the end of b \(2,048\): at most the "
                                               r"shortest run's 2,048 env steps$"):  # its last return is not there
         ppo.compare({"a": tmp_path / "a", "b": tmp_path / "b"}, at_steps=3000)
+    no = tmp_path / "no"
+    assert entry.main([*_fake_labels(tmp_path / "cli"), "--at-steps", "2048.5", "--output-dir", str(no)]) == 2
+    assert capsys.readouterr().err == ("compare_results.py: error: --at-steps 2,048.5 is past the end of b (2,048): at "
+                                       "most the shortest run's 2,048 env steps\n")
+    assert not no.exists()
     with pytest.raises(ppo.ConfigError, match="'a/seed_1' is already a run's label"):
         ppo.compare({"a": tmp_path / "a", "b": tmp_path / "b"}, references={"a/seed_1": curve})
     for bad in (float("nan"), 0):  # refused from Python as on the command line

@@ -4,6 +4,7 @@ and the periodic evaluation during training (metrics.csv, TensorBoard, summary.j
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -251,23 +252,28 @@ def test_an_evaluation_that_fails_at_the_end_leaves_a_run_that_a_resume_finishes
 
 def full_disk(monkeypatch: pytest.MonkeyPatch, name: str, from_call: int) -> None:
     """Writing the run's `name` (`runs.training`'s `save_checkpoint` or `write_json`) fails from its `from_call`-th
-    call on, as on a full disk."""
+    call on, as on a full disk: part of the file is written, then the write raises."""
+    from parallel_ppo.core.files import atomic_write
     from parallel_ppo.runs import training
 
     real, calls = getattr(training, name), []
 
-    def failing(*args, **kwargs):
+    def half(f) -> None:
+        f.write(b"half a file")
+        raise OSError(28, "No space left on device")
+
+    def failing(path, *args):
         calls.append(1)
-        if len(calls) >= from_call:
-            raise OSError(28, "No space left on device")
-        return real(*args, **kwargs)
+        return real(path, *args) if len(calls) < from_call else atomic_write(path, half)
 
     monkeypatch.setattr(training, name, failing)
 
 
 def test_a_full_disk_at_the_end_is_one_line_and_keeps_the_files_written_before(tmp_path, monkeypatch, capsys):
-    """A checkpoint (after each update, then the last) or summary.json that cannot be written ends the run in one
-    line and exit 1, saying which file and whether a checkpoint stands, never a traceback; --resume goes on."""
+    """A checkpoint (after each update, then the last), summary.json or metrics.csv's last rows that cannot be
+    written end the run in one line and exit 1, saying which file and whether a checkpoint stands, never a traceback
+    nor a half-written file; --resume goes on. From Python: RunFailed, in the same words."""
+    import parallel_ppo as ppo
     from parallel_ppo.cli.train import run as train_cli
 
     def train(out: Path, *more: str) -> int:
@@ -281,12 +287,26 @@ def test_a_full_disk_at_the_end_is_one_line_and_keeps_the_files_written_before(t
             full_disk(patch, name, from_call)
             out = tmp_path / f"{name}{from_call}"
             assert train(out) == 1, name
-        assert capsys.readouterr().err.splitlines()[-1] == (
-            f"train_timed.py: error: could not write {out / file}: OSError: [Errno 28] No space left on device; "
-            f"stopping ({kept.format(out)})")
+        said = (f"could not write {out / file}: OSError: [Errno 28] No space left on device; stopping "
+                f"({kept.format(out)})")
+        assert capsys.readouterr().err.splitlines()[-1] == f"train_timed.py: error: {said}"
         assert not (out / "summary.json").exists() and not list(out.glob(".*.tmp"))
         if from_call == 2:  # stopped after the first update, whose checkpoint stands
             assert torch.load(out / "checkpoint.pt", weights_only=True)["update"] == 1
         if kept.startswith("the last"):
             assert train_cli(["--resume", str(out)], parallel=False, prog="train_timed.py") == 0
             assert json.loads((out / "summary.json").read_text())["updates"] == 3
+    with monkeypatch.context() as patch:
+        full_disk(patch, "save_checkpoint", 1)
+        with pytest.raises(ppo.RunFailed, match=re.escape(f"stopped on an error: could not write {tmp_path / 'api'}")
+                           + ".*no checkpoint was written in"):
+            ppo.train(cartpole(tmp_path, 0, "3600")[1], output_dir=tmp_path / "api", verbose=False,
+                      overrides={"run.total_steps": 64, "run.limit_seconds": 0, "run.checkpoint_interval": 0.0001})
+
+    out = tmp_path / "metrics"  # the rows after the first are held in memory, and closing the file cannot write them
+    with monkeypatch.context() as patch:
+        patch.setattr("parallel_ppo.runs.metrics.open", lambda path, *a, **k: open("/dev/full", "a", newline=""),
+                      raising=False)
+        assert train(out) == 1
+    assert capsys.readouterr().err.splitlines()[-1].startswith(f"train_timed.py: error: could not write {out}/metrics"
+                                                                ".csv: OSError: [Errno 28] No space left on device")

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from parallel_ppo.core.arguments import switch
 from parallel_ppo.core.checkpoint import check_checkpoint, check_layout, load_checkpoint
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import config_from_dict
@@ -89,8 +90,7 @@ class Policy:
         actions); observations as the env gives them (Procgen: uint8 frames H×W×C), normalized inside the network
         when the run normalized them. Sampled actions come from this policy's seeded generator, clipped to the
         action space's bounds as the env would clip them (float32); `deterministic` takes the most likely action."""
-        if not isinstance(deterministic, (bool, np.bool_)):  # a string such as "no" would read as True
-            raise ConfigError(f"deterministic must be True or False, got {deterministic!r}")
+        deterministic = switch(deterministic, "deterministic")
         if self.layout is not None:
             obs, single = self._packed(obs)
         else:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from parallel_ppo.core.arguments import path_argument
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import config_from_dict, load_yaml
 from parallel_ppo.core.files import path_problem
@@ -216,9 +217,7 @@ def _where(dirs: Any) -> str:
 
 def load_run(label: str, path: Path) -> Run:
     """Read and cross-check one run directory."""
-    if not isinstance(path, (str, bytes, os.PathLike)):  # the Python API's `load_run`
-        raise ConfigError(f"path must be a path (a str, bytes or pathlib.Path), got {type(path).__name__}")
-    path = Path(os.fsdecode(os.fspath(path)))
+    path = path_argument(path, "path")  # the Python API's `load_run`
     if not path.exists():
         raise RunDataError(f"run directory not found: {path}")
     if not path.is_dir():

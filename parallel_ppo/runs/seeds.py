@@ -147,7 +147,8 @@ def equal_points(groups: Sequence[RunGroup], at_steps: float | None = None) -> t
     ends = {r.label: float(r.metrics["env_steps"][-1]) for r in runs}
     short = [f"{label} ({end:,.0f})" for label, end in ends.items() if at_steps is not None and end < at_steps]
     if short:
-        raise ConfigError(f"--at-steps {at_steps:,.0f} is past the end of {', '.join(short)}: at most the shortest "
+        given = f"{at_steps:,.0f}" if float(at_steps).is_integer() else f"{at_steps:,}"  # as given, 2,048.5 too
+        raise ConfigError(f"--at-steps {given} is past the end of {', '.join(short)}: at most the shortest "
                           f"run's {min(ends.values()):,.0f} env steps")
     return min(ends.values()) if at_steps is None else at_steps, min(float(r.metrics["wall_time"][-1]) for r in runs)
 

@@ -180,7 +180,8 @@ class MetricsHook:
     def close(self) -> None:
         self._thread.shutdown(wait=True)  # a sample still running ends first: the sampler is not shared
         self.sampler.close()
-        self.logger.close()
+        with writing(self.logger.path):  # the rows a full disk did not take
+            self.logger.close()
 
 
 class CheckpointHook:
@@ -300,8 +301,7 @@ def train_run(plan: RunPlan, source: RolloutSource, group: Group = ALONE, tracke
                 if main_hooks.evals is not None and outcome.stop_reason in BUDGETS:
                     final_eval = final_evaluation(main_hooks, state, outcome)  # after the clock stopped
         finally:
-            main_hooks.close()
-            source.close()
+            close_run(main_hooks, source)
         if main_hooks.metrics is None:  # not rank 0: how the run ended is all it reports
             return {"stop_reason": outcome.stop_reason, "signal": outcome.signal, "error": outcome.error}
         if done_before and (stored := read_summary(plan.run_dir)) is not None:
@@ -310,6 +310,14 @@ def train_run(plan: RunPlan, source: RolloutSource, group: Group = ALONE, tracke
         with writing(plan.run_dir / "summary.json"):
             write_json(plan.run_dir / "summary.json", summary)
     return summary
+
+
+def close_run(hooks: MainRankHooks, source: RolloutSource) -> None:
+    """The hooks' files, then the rollout source's workers, closed even where the files raise (a full disk)."""
+    try:
+        hooks.close()
+    finally:
+        source.close()
 
 
 def final_evaluation(hooks: MainRankHooks, state: TrainState, outcome: Outcome) -> EvalResult | None:
