@@ -33,3 +33,10 @@ class RunFailed(RuntimeError):
     def __init__(self, message: str, run_dir: Path) -> None:
         super().__init__(message)
         self.run_dir = run_dir
+
+
+def one_line(error: BaseException, limit: int = 300) -> str:
+    """`Type: message` of an error on one line (its lines joined), cut to about `limit` characters."""
+    message = " ".join(str(error).split())
+    text = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    return text if len(text) <= limit else text[:limit] + "…"

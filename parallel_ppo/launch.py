@@ -22,7 +22,7 @@ from parallel_ppo.core.checkpoint import JOB_ID, load_checkpoint, next_resume_co
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config, config_from_dict, resume_mismatch, validate
 from parallel_ppo.core.evaluate import check_render, eval_views
-from parallel_ppo.core.files import resolved
+from parallel_ppo.core.files import WriteFailed, resolved
 from parallel_ppo.core.group import Group
 from parallel_ppo.core.loop import RolloutSource
 from parallel_ppo.core.model import learner_device
@@ -39,7 +39,7 @@ from parallel_ppo.runs.directory import new_run_dir, resolve_run_dir, resume_sta
 from parallel_ppo.runs.reading import read_config
 from parallel_ppo.runs.report.formatting import fmt_flop
 from parallel_ppo.runs.tracking import WandbTracker, start_tracking
-from parallel_ppo.runs.training import RunPlan, WriteFailed, train_run
+from parallel_ppo.runs.training import RunPlan, train_run
 from parallel_ppo.tuning.before_run import Tuning, tune
 from parallel_ppo.tuning.learner_settings import LearnerChoice
 

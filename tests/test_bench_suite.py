@@ -223,6 +223,10 @@ BENCH_REFUSALS = {
                                           "run w1_e3 would be refused by the trainer: batch size 256"),
     "a seed the trainer refuses": (["learning", "--seeds", "0,99999999999"],  # seed 0 passes, as the trainers take it
                                    "seed 99999999999 would be refused by the trainer: run.seed"),
+    "a count twice": (["scaling", "--workers", "1 2 1"], "--workers lists 1 twice, got '1 2 1'"),
+    "a seed set for every seed": (["learning", "--variant", "a:run.seed=7"],
+                                  "--set run.seed would give every seed's run the same one"),
+    "a results folder no file goes in": (["study", "--results-dir", "/proc/x"], "cannot write --results-dir /proc/x"),
     "a precision the CPU learner lacks": (["scaling", "--set", "training.precision=tf32"],
                                           "would be refused by the trainer: training.precision tf32 needs"),
 }
@@ -237,8 +241,8 @@ def test_benchmarks_refuse_bad_input_in_one_line_before_any_run(tmp_path, case):
     out = tmp_path / "out"
     where = (["--runs-dir", str(out / "runs"), "--results-dir", str(out / "results")] if argv[0] == "study"
              else ["--output-dir", str(out)])
-    proc = subprocess.run([sys.executable, "bench.py", *argv, *where], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "bench.py", argv[0], *where, *argv[1:]], cwd=ROOT,  # the case's dirs win
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert needle in proc.stderr and proc.stdout == "" and not out.exists(), proc.stderr
 

@@ -151,6 +151,38 @@ def test_bad_eval_and_demo_input_is_one_line_and_exit_2(trained, bad_checkpoints
     assert status == 2 and err.count("\n") == 1 and words in err, err
 
 
+@pytest.mark.slow
+def test_eval_and_demo_interrupted_or_on_a_full_disk_say_so_in_one_line(trained, tmp_path, monkeypatch, capsys):
+    """Ctrl-C while playing: one line, status 130, nothing written; a video the disk does not take (PyAV says so as
+    an EOFError): one line naming it, status 1, no file, no second traceback as its writer is collected."""
+    import imageio.v3
+
+    from parallel_ppo.cli.evaluation import demo_main, eval_main
+    from parallel_ppo.core import evaluate
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    def full(path, *args, **kwargs):
+        Path(path).write_bytes(b"half a video")
+        raise EOFError("End of file: 'avcodec_send_frame()'")
+
+    before = sorted(p.name for p in trained.iterdir())
+    video = tmp_path / "v.mp4"
+    with monkeypatch.context() as patch:
+        patch.setattr(evaluate, "play_episodes", interrupted)
+        assert eval_main(["--checkpoint", str(trained), "--episodes", "1"]) == 130
+        assert capsys.readouterr().err.endswith("eval: interrupted; nothing was written\n")
+        assert demo_main(["--checkpoint", str(trained), "--output", str(video)]) == 130
+        assert capsys.readouterr().err.endswith("demo: interrupted; nothing was written\n")
+    with monkeypatch.context() as patch:
+        patch.setattr(imageio.v3, "imwrite", full)
+        assert demo_main(["--checkpoint", str(trained), "--seconds", "1", "--output", str(video)]) == 1
+        assert capsys.readouterr().err == (f"python -m parallel_ppo demo: error: could not write {video}: EOFError: "
+                                           "End of file: 'avcodec_send_frame()'\n")
+    assert not list(tmp_path.iterdir()) and sorted(p.name for p in trained.iterdir()) == before
+
+
 @pytest.fixture(scope="module")
 def bad_checkpoints(trained: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The trained checkpoint cut short (corrupt), without its generator, and with a config its weights do not fit."""

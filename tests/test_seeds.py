@@ -194,7 +194,8 @@ def test_trainer_seeds_flag_refuses_bad_lists(capsys):
     from parallel_ppo.cli.train import run
 
     for argv in (["--seeds", "1,x"], ["--seeds", "1,1"], ["--seeds", "1,2", "--seed", "3"],
-                 ["--seeds", "1,2", "--resume-if-exists"]):  # without --output-dir: nothing to go on from
+                 ["--seeds", "1,2", "--resume-if-exists"],  # without --output-dir: nothing to go on from
+                 ["--seeds", "1,2", "--set", "run.seed=5"], ["--seeds", "1,2", "--set", "run.output_dir=x"]):
         assert run(argv, parallel=False, prog="train_timed.py") == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--seeds" in err, err

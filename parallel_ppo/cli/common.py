@@ -147,7 +147,8 @@ def seed_number(text: str) -> int:
 
 
 def int_list(text: str, name: str, least: int = 1) -> list[int]:
-    """`1,2,4` or `1 2 4` as whole numbers of at least `least` (flag `name` in the error)."""
+    """`1,2,4` or `1 2 4` as distinct whole numbers of at least `least` (flag `name` in the error): a number twice
+    would run its point twice, into one directory."""
     try:
         values = [int(v) for v in text.replace(",", " ").split()]
     except ValueError:
@@ -156,6 +157,8 @@ def int_list(text: str, name: str, least: int = 1) -> list[int]:
         kind = {1: "positive whole numbers", 0: "non-negative whole numbers"}.get(
             least, f"whole numbers of at least {least}")
         raise ConfigError(f"{name} must be {kind}, got {text!r}")
+    if twice := sorted({v for v in values if values.count(v) > 1}):
+        raise ConfigError(f"{name} lists {twice[0]} twice, got {text!r}")
     return values
 
 
@@ -201,3 +204,16 @@ def run_args(args: Any, parallel: bool = True) -> list[str]:
 
     build_config(args.config, {"env.id": args.env}, args.set, parallel=parallel)
     return [*(["--env", args.env] if args.env else []), *(a for item in args.set for a in ("--set", item))]
+
+
+SEEDED_KEYS = ("run.seed", "run.output_dir")
+"""What a command of several seeds sets for each seed's run (`--seeds`)."""
+
+
+def refuse_seeded_sets(sets: Sequence[str], whose: str) -> None:
+    """A `--set` of a key that `whose` sets for each seed's run would give every run the same one: refused."""
+    from parallel_ppo.core.config_yaml import set_keys
+
+    if owned := [key for key in SEEDED_KEYS if key in set_keys(sets)]:
+        raise ConfigError(f"--set {owned[0]} would give every seed's run the same one: {whose} sets each run's seed "
+                          "and directory (seed_<n> under --output-dir)")

@@ -8,6 +8,7 @@ import argparse
 import json
 import math
 import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from parallel_ppo.cli.common import (
     some_path,
 )
 from parallel_ppo.core.config import Config
+from parallel_ppo.core.files import WriteFailed, writing
 from parallel_ppo.errors import ConfigError, ParallelPPOError, RunDataError
 
 DEFAULT_FPS = 15
@@ -136,6 +138,10 @@ def eval_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
             write_video(Path(args.video), frames, DEFAULT_FPS)
     except ParallelPPOError as e:
         return fail(prog, e, 2)
+    except WriteFailed as e:
+        return fail(prog, e, 1)
+    except KeyboardInterrupt:
+        return interrupted(prog, "nothing was written")
     command = " ".join([prog, shlex.join(argv if argv is not None else sys.argv[1:])])
     entry = {**result.stats(), "checkpoint_update": checkpoint["update"],
              "checkpoint_env_steps": checkpoint["env_steps"], "seed": args.seed, "command": command}
@@ -143,13 +149,20 @@ def eval_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
     path = run_dir / "eval.json"
     print(format_eval(cfg, entry))  # shown before it is recorded, so a failed write loses no result
     try:  # read again: an evaluation of another kind may have been written while this one played
-        write_json(path, {**earlier_evals(run_dir), key: entry})
-    except (ParallelPPOError, OSError) as e:
+        with writing(path):
+            write_json(path, {**earlier_evals(run_dir), key: entry})
+    except (ParallelPPOError, WriteFailed) as e:
         return fail(prog, e, 1)
     print(f"wrote {path}" + (f" and {args.video} ({len(frames)} frames)" if args.video else ""))
     if args.video:
         publish(prog, cfg, run_dir, f"videos/eval_{key}", frames, DEFAULT_FPS, checkpoint["env_steps"], args.video)
     return 0
+
+
+def interrupted(prog: str, outcome: str) -> int:
+    """Ctrl-C while playing: one line saying what was left, and the shell's status for SIGINT."""
+    print(f"\n{prog}: interrupted; {outcome}", file=sys.stderr)
+    return 128 + signal.SIGINT
 
 
 def publish(prog: str, cfg: Config, run_dir: Path, tag: str, frames: list, fps: int, step: int, video: str) -> None:
@@ -195,6 +208,10 @@ def demo_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
         write_video(output, frames, args.fps)
     except ParallelPPOError as e:
         return fail(prog, e, 2)
+    except WriteFailed as e:
+        return fail(prog, e, 1)
+    except KeyboardInterrupt:
+        return interrupted(prog, f"{output} was not written" if frames else "nothing was written")
     done = ", ".join(f"{r:g}" for r in result.returns) or "none finished"
     print(f"wrote {output}: {len(frames)} frames at {args.fps} fps of {cfg.env.id} ({result.levels} levels; "
           f"{' | '.join(views.names)}); returns of the episodes it shows: {done}")

@@ -12,6 +12,7 @@ from parallel_ppo.cli.common import (
     add_set_flag,
     fail,
     int_list,
+    refuse_seeded_sets,
     run_args,
     run_budget,
     some_path,
@@ -59,12 +60,11 @@ def learning(args: Any, prog: str) -> int:
 
     try:
         seeds = int_list(args.seeds, "--seeds", least=0)  # as the trainers take
-        if len(set(seeds)) != len(seeds):
-            raise ConfigError(f"--seeds lists a seed twice: {args.seeds!r}")
         variants = [runs.parse_variant(v) for v in args.variant] or list(runs.DEFAULT_VARIANTS)
         labels = [v.label for v in variants]
         if len(set(labels)) != len(labels):
             raise ConfigError(f"two variants have the same label ({', '.join(labels)})")
+        refuse_seeded_sets([*args.set, *(item for v in variants for item in v.sets)], "the learning benchmark")
         extra = run_args(args, args.parallel)
         env = config_env(args.config, args.set, args.env)
         out = Path(args.output_dir) if args.output_dir else default_folder(env)

@@ -31,6 +31,7 @@ from parallel_ppo.cli.common import (
 from parallel_ppo.cli.train import trainer_config
 from parallel_ppo.core.config_yaml import config_env
 from parallel_ppo.errors import ConfigError, ParallelPPOError
+from parallel_ppo.runs.directory import check_writable
 
 
 def add_study(sub: Any) -> None:
@@ -63,15 +64,14 @@ def study(args: Any, prog: str) -> int:
         families = args.families.replace(",", " ").split()
         if not families or set(families) - set(FAMILIES):
             raise ConfigError(f"--families takes {', '.join(FAMILIES)}; got {args.families!r}")
-        counts = sorted(set(int_list(args.processes, "--processes"))) if args.processes is not None else (
+        counts = sorted(int_list(args.processes, "--processes")) if args.processes is not None else (
             process_counts(available_cores()))
         env = config_env(args.config, args.set, args.env)
         settings = StudySettings(args.config, env, args.seconds, n_steps=args.n_steps,
                                  extra=tuple(a for item in args.set for a in ("--set", item)))
         check_settings(settings)
-        for path in (Path(args.runs_dir), Path(args.results_dir)):
-            if path.exists() and not path.is_dir():
-                raise ConfigError(f"{path} exists and is not a directory")
+        for flag, path in (("--runs-dir", args.runs_dir), ("--results-dir", args.results_dir)):
+            check_writable(Path(path), f"{flag} {path}")  # before the first point, not after it
         plan = plan_study([f for f in FAMILIES if f in families], counts, settings, Path(args.results_dir))
         check_points(plan, Path(args.runs_dir))
         print(f"{prog}: study of {', '.join(families)} at {counts} processes, {args.seconds:g} s per run, "

@@ -11,7 +11,7 @@ from typing import NoReturn
 
 import yaml
 
-from parallel_ppo.cli.common import OneLineParser, add_set_flag, duration_in, fail, some_path
+from parallel_ppo.cli.common import OneLineParser, add_set_flag, duration_in, fail, refuse_seeded_sets, some_path
 from parallel_ppo.cli.flags import FLAGS
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config
@@ -161,6 +161,7 @@ def seed_runs(args: argparse.Namespace, parallel: bool) -> list[Request]:
         raise ConfigError(f"--seeds expects whole numbers such as 1,2,3, got {args.seeds!r}") from None
     if not seeds or len(set(seeds)) != len(seeds):
         raise ConfigError(f"--seeds expects distinct whole numbers such as 1,2,3, got {args.seeds!r}")
+    refuse_seeded_sets(args.set, "--seeds")
     parent = Path(args.output_dir or default_run_dir("parallel" if parallel else "sequential"))
     base, out = request_of(args, parallel), []
     for seed in seeds:

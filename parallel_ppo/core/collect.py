@@ -28,6 +28,7 @@ from parallel_ppo.envs.batch import (
     make_batch_env,
     render_seconds,
 )
+from parallel_ppo.errors import one_line
 
 StopCheck = Callable[[], bool]
 """Asked once per step: True when the run is stopping, so the rollout is abandoned (its data is never used)."""
@@ -49,13 +50,6 @@ class PeerCut(Protocol):
 
 class RolloutError(RuntimeError):
     """A rollout source failed in a way the trainer cannot work around (e.g. a worker slot out of restarts)."""
-
-
-def one_line(error: BaseException, limit: int = 300) -> str:
-    """`Type: message` of an error on one line (its lines joined), cut to about `limit` characters."""
-    message = " ".join(str(error).split())
-    text = f"{type(error).__name__}: {message}" if message else type(error).__name__
-    return text if len(text) <= limit else text[:limit] + "…"
 
 
 @dataclass

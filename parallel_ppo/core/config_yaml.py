@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +100,11 @@ def parse_set(item: str) -> tuple[str, Any]:
     except (yaml.YAMLError, RecursionError):
         value = raw
     return key.strip(), value
+
+
+def set_keys(sets: Iterable[str]) -> set[str]:
+    """The keys that `section.key=value` items set."""
+    return {item.partition("=")[0].strip() for item in sets}
 
 
 def given_env(env: str | None, sets: Sequence[str]) -> str | None:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from parallel_ppo.errors import ConfigError
+from parallel_ppo.errors import ConfigError, one_line
 
 
 def current_umask() -> int:
@@ -39,6 +40,20 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+class WriteFailed(RuntimeError):
+    """A file that could not be written (a full disk, a lost mount): a runtime failure, not the user's input. A run
+    stops on it, each of its files written before as it was (`runs.training`)."""
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """An OSError writing `path` as WriteFailed naming it."""
+    try:
+        yield
+    except OSError as e:
+        raise WriteFailed(f"could not write {path}: {one_line(e)}") from e
 
 
 def write_json(path: Path, data: dict) -> None:

@@ -12,7 +12,7 @@ from torch import nn
 
 from parallel_ppo.core.augment import random_shift, update_generator
 from parallel_ppo.core.buffer import RolloutBuffer, compute_gae
-from parallel_ppo.core.collect import CollectResult, RolloutError, StopCheck, one_line
+from parallel_ppo.core.collect import CollectResult, RolloutError, StopCheck
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.episodes import not_numbers_error
 from parallel_ppo.core.group import ALONE, AgreedRollout, Group, agree_rollout
@@ -25,6 +25,7 @@ from parallel_ppo.core.stopping import StopRequest
 from parallel_ppo.core.timing import PHASE_METRICS, PHASES, PhaseTimer
 from parallel_ppo.core.train_state import SUCCESS_RATE, TrainState, mean_or_nan
 from parallel_ppo.envs.spaces import EnvSpaces
+from parallel_ppo.errors import one_line
 
 UPDATE = metric("progress/update", "updates finished", tensorboard=False)
 ENV_STEPS = metric("progress/env_steps", "env steps collected (all ranks); TensorBoard's step", tensorboard=False)

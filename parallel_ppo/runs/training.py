@@ -5,21 +5,18 @@ which runs the core loop with them and builds summary.json from what the run mea
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from parallel_ppo.core.checkpoint import ENDED, JOB_ID, LAYOUT, layout_entry, save_checkpoint
-from parallel_ppo.core.collect import one_line
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.evaluate import TEST_RETURN, EvalResult, eval_views, play_episodes
-from parallel_ppo.core.files import write_json
+from parallel_ppo.core.files import write_json, writing
 from parallel_ppo.core.group import ALONE, Group
 from parallel_ppo.core.loop import Clock, Hook, Outcome, RolloutSource, run_loop
 from parallel_ppo.core.metrics import column_of, declared
@@ -28,27 +25,13 @@ from parallel_ppo.core.stopping import StopRequest
 from parallel_ppo.core.train_state import TrainState, mean_or_nan
 from parallel_ppo.envs.batch import eval_levels, make_batch_env
 from parallel_ppo.envs.spaces import EnvSpaces
+from parallel_ppo.errors import one_line
 from parallel_ppo.runs import fingerprint
 from parallel_ppo.runs.figures import compute_figures, return_figures, steady_sps
 from parallel_ppo.runs.metrics import MetricsLogger, ResourceSampler, Tracker
 from parallel_ppo.runs.progress import make_progress
 from parallel_ppo.runs.summary import BUDGETS, RunSummary, observation_record
 from parallel_ppo.runs.video import EVAL_VIDEO_TAG, VIDEO_FPS, add_tensorboard_video, captioned, purge_tensorboard
-
-
-class WriteFailed(RuntimeError):
-    """A run's last files that could not be written (a full disk, a lost mount): the run stops, each file written
-    before as it was (every one is written atomically). Mid-run, a checkpoint that fails stops the run as an error
-    (`core.loop.after_update`), and its last ones are tried again."""
-
-
-@contextlib.contextmanager
-def writing(path: Path) -> Iterator[None]:
-    """An OSError writing `path` as WriteFailed naming it."""
-    try:
-        yield
-    except OSError as e:
-        raise WriteFailed(f"could not write {path}: {one_line(e)}") from e
 
 
 class EvalHook:

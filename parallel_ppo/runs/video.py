@@ -4,14 +4,17 @@ system ffmpeg or font file is needed. (What a frame shows, the env's render or w
 
 from __future__ import annotations
 
+import gc
 import io
 import os
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from parallel_ppo.errors import ConfigError
+from parallel_ppo.core.files import WriteFailed
+from parallel_ppo.errors import ConfigError, one_line
 from parallel_ppo.runs.directory import check_writable
 
 VIDEO_SUFFIXES = (".mp4", ".gif")
@@ -73,22 +76,39 @@ def check_video_path(path: Path) -> None:
 
 
 def write_video(path: Path, frames: Sequence[np.ndarray], fps: int) -> None:
-    """Write `frames` (H, W, 3 uint8) to `path` (.mp4 or .gif), through a temporary file and a rename."""
+    """Write `frames` (H, W, 3 uint8) to `path` (.mp4 or .gif), through a temporary file and a rename; WriteFailed
+    naming it where it cannot be (a full disk: PyAV says so as an EOFError)."""
     import imageio.v3 as iio
 
     if not frames:
         raise ConfigError(f"no frames to write to {path}")
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.partial{path.suffix}")
     stack = np.stack(frames)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         if path.suffix.lower() == ".mp4":
             iio.imwrite(tmp, even_sides(stack), plugin="pyav", codec="libx264", fps=fps)
         else:
             iio.imwrite(tmp, stack, duration=1000 / fps, loop=0)
         os.replace(tmp, path)
+    except (OSError, EOFError) as e:
+        failed = WriteFailed(f"could not write {path}: {one_line(e)}")
+        collect_quietly(e)
+        raise failed from None
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def collect_quietly(error: BaseException) -> None:
+    """Free the frames of a failed encoder's traceback now, its writer's second failure as it is collected (imageio
+    closes it again) unprinted: the error was said once."""
+    hook, sys.unraisablehook = sys.unraisablehook, lambda _: None
+    try:
+        error.__traceback__ = None
+        del error
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
 
 
 TENSORBOARD_MAX_SIDE = 256
