@@ -9,7 +9,7 @@ The public API, loaded on first use (so that reading runs needs no torch):
 - `compare({label: run_dir, ...}, output_dir=...)`: the comparison compare_results.py prints and writes;
 - `export(policy_or_run, format="onnx"|"torchscript", output=None) -> Path`: the policy as one inference file;
 - `Config` and its sections, buildable in code; `load_run`, `Run`; the errors `ParallelPPOError` (`ConfigError`,
-  `RunDataError`: bad input, exit status 2 on the command line) and `RunFailed`.
+  `RunDataError`: bad input, exit status 2 on the command line), `RunFailed` and `WriteFailed` (exit status 1).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ _EXPORTS = {
     "LoggingConfig": "parallel_ppo.core.config", "TrackingConfig": "parallel_ppo.core.config",
     "build_config": "parallel_ppo.core.configure",
     "ParallelPPOError": "parallel_ppo.errors", "ConfigError": "parallel_ppo.errors",
-    "RunDataError": "parallel_ppo.errors", "RunFailed": "parallel_ppo.errors",
+    "RunDataError": "parallel_ppo.errors", "RunFailed": "parallel_ppo.errors", "WriteFailed": "parallel_ppo.errors",
 }
 __all__ = [*_EXPORTS, "__version__"]
 

@@ -35,6 +35,11 @@ class RunFailed(RuntimeError):
         self.run_dir = run_dir
 
 
+class WriteFailed(RuntimeError):
+    """A file that could not be written (a full disk, a lost mount): a runtime failure, not the user's input. A run
+    stops on it, each of its files written before as it was; the message names the file."""
+
+
 def one_line(error: BaseException, limit: int = 300) -> str:
     """`Type: message` of an error on one line (its lines joined), cut to about `limit` characters."""
     message = " ".join(str(error).split())

@@ -22,7 +22,7 @@ from parallel_ppo.core.checkpoint import JOB_ID, load_checkpoint, next_resume_co
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config, config_from_dict, resume_mismatch, validate
 from parallel_ppo.core.evaluate import check_render, eval_views
-from parallel_ppo.core.files import WriteFailed, resolved
+from parallel_ppo.core.files import resolved
 from parallel_ppo.core.group import Group
 from parallel_ppo.core.loop import RolloutSource
 from parallel_ppo.core.model import learner_device
@@ -33,7 +33,7 @@ from parallel_ppo.engines.distributed import RESTART_COUNT_VAR, RUN_ID_VAR, Peer
 from parallel_ppo.engines.parallel.pace import one_slowest_line
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.envs.spaces import EnvSpaces
-from parallel_ppo.errors import ConfigError
+from parallel_ppo.errors import ConfigError, WriteFailed
 from parallel_ppo.request import Request
 from parallel_ppo.runs.directory import new_run_dir, resolve_run_dir, resume_state, resumed_run_dir, run_dir_lock
 from parallel_ppo.runs.reading import read_config

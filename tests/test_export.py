@@ -136,6 +136,25 @@ def test_normalization_is_inside_and_the_file_describes_itself(runs, tmp_path):
         parallel_ppo.export(policy, "tflite")
 
 
+def test_a_full_disk_is_a_runtime_failure_in_one_line_and_writes_nothing(runs, tmp_path, capsys, monkeypatch):
+    """The place was checked writable before the export; the disk that then does not take the file is exit 1 (from
+    Python WriteFailed), naming it, no part of it left."""
+    real = export.atomic_write
+
+    def half(f) -> None:
+        f.write(b"half a policy")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(export, "atomic_write", lambda path, write: real(path, half))
+    out = tmp_path / "policy.pt"
+    assert main(["export", "--format", "torchscript", "--output", str(out), str(runs["cartpole"])]) == 1
+    assert capsys.readouterr().err == (f"parallel-ppo export: error: could not write {out}: OSError: [Errno 28] No "
+                                       "space left on device\n")
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(parallel_ppo.WriteFailed, match="could not write"):
+        parallel_ppo.export(runs["cartpole"], "torchscript", out)
+
+
 @pytest.mark.parametrize(("args", "words"), [
     (["{missing}"], "checkpoint not found"),
     (["{empty}"], "checkpoint not found"),

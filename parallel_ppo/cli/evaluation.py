@@ -23,8 +23,8 @@ from parallel_ppo.cli.common import (
     some_path,
 )
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.files import WriteFailed, writing
-from parallel_ppo.errors import ConfigError, ParallelPPOError, RunDataError
+from parallel_ppo.core.files import writing
+from parallel_ppo.errors import ConfigError, ParallelPPOError, RunDataError, WriteFailed
 
 DEFAULT_FPS = 15
 MAX_DEMO_SECONDS = 3600.0

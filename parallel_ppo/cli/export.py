@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from parallel_ppo.cli.common import OneLineParser, fail, some_path
-from parallel_ppo.errors import ParallelPPOError
+from parallel_ppo.errors import ParallelPPOError, WriteFailed
 
 
 def export_parser(prog: str) -> OneLineParser:
@@ -28,7 +28,7 @@ def export_main(argv: list[str] | None = None, prog: str = "python -m parallel_p
         done = export_policy(args.run_dir, args.format, args.output)
     except ParallelPPOError as e:
         return fail(prog, e, 2)
-    except ExportMismatch as e:
+    except (ExportMismatch, WriteFailed) as e:  # a file that would not be the policy's, a full disk
         return fail(prog, e, 1)
     info = done.metadata
     inputs = ", ".join(f"{spec['name']} ({', '.join(['batch', *map(str, spec['shape'])])}) {spec['dtype']}"

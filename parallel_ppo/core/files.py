@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from parallel_ppo.errors import ConfigError, one_line
+from parallel_ppo.errors import ConfigError, WriteFailed, one_line
 
 
 def current_umask() -> int:
@@ -40,11 +40,6 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-class WriteFailed(RuntimeError):
-    """A file that could not be written (a full disk, a lost mount): a runtime failure, not the user's input. A run
-    stops on it, each of its files written before as it was (`runs.training`)."""
 
 
 @contextlib.contextmanager

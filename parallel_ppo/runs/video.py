@@ -13,8 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from parallel_ppo.core.files import WriteFailed
-from parallel_ppo.errors import ConfigError, one_line
+from parallel_ppo.errors import ConfigError, WriteFailed, one_line
 from parallel_ppo.runs.directory import check_writable
 
 VIDEO_SUFFIXES = (".mp4", ".gif")
