@@ -227,6 +227,8 @@ BENCH_REFUSALS = {
     "a seed set for every seed": (["learning", "--variant", "a:run.seed=7"],
                                   "--set run.seed would give every seed's run the same one"),
     "a results folder no file goes in": (["study", "--results-dir", "/proc/x"], "cannot write --results-dir /proc/x"),
+    "a sweep's folder no file goes in": (["scaling", "--output-dir", "/proc/x"], "cannot write --output-dir /proc/x"),
+    "a learning folder no file goes in": (["learning", "--output-dir", "/proc/x"], "cannot write --output-dir /proc/x"),
     "a precision the CPU learner lacks": (["scaling", "--set", "training.precision=tf32"],
                                           "would be refused by the trainer: training.precision tf32 needs"),
 }

@@ -171,8 +171,7 @@ def sweep(args: Any, prog: str) -> int:
     out = Path(args.output_dir)
     try:
         extra = run_args(args)
-        if out.exists() and not out.is_dir():
-            raise ConfigError(f"--output-dir {out} exists and is not a directory")
+        check_writable(out, f"--output-dir {out}")
         if args.command == "autotune":
             return _autotune(args, out, extra, prog)
         points, plan = _sweep_points(args)
@@ -298,9 +297,8 @@ def speed_check(args: Any, prog: str) -> int:
     try:
         cfg = build_config(args.config, flags, sets, parallel=False)
         _set_threads(cfg, None)
-        _check_output(str(json_path))
-        if out_dir.exists() and not out_dir.is_dir():
-            raise ConfigError(f"output directory {out_dir} exists and is not a directory")
+        check_writable(out_dir, f"--output-dir {out_dir}")
+        _check_output(args.output)
         print(f"{prog}: measuring the compute limit for {args.seconds:g} s ...", flush=True)
         cfg, limit = _measure(cfg, args.seconds)
     except ParallelPPOError as e:

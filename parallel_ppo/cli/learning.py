@@ -20,6 +20,7 @@ from parallel_ppo.cli.common import (
 from parallel_ppo.cli.train import trainer_config
 from parallel_ppo.core.config_yaml import config_env
 from parallel_ppo.errors import ConfigError, ParallelPPOError
+from parallel_ppo.runs.directory import check_writable
 
 
 def add_learning(sub: Any) -> None:
@@ -72,8 +73,7 @@ def learning(args: Any, prog: str) -> int:
         for v, seed in runs.plan(variants, seeds):  # every run is checked before the first one starts
             cmd = runs.run_command(v, seed, out, args.config, args.minutes, extra, args.parallel)
             env_ids[v.label] = trainer_config(cmd, f"benchmark run {v.label} seed {seed}").env.id
-        if out.exists() and not out.is_dir():
-            raise ConfigError(f"--output-dir {out} exists and is not a directory")
+        check_writable(out, f"--output-dir {out}")
         mode = "parallel" if args.parallel else "sequential"
         runs.check_kept_runs(out, env_ids, mode)
         print(f"{prog}: {env}, {len(variants)} variants × {len(seeds)} seeds × {args.minutes:g} min, one at a "
