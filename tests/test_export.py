@@ -136,6 +136,15 @@ def test_normalization_is_inside_and_the_file_describes_itself(runs, tmp_path):
         parallel_ppo.export(policy, "tflite")
 
 
+def test_an_exported_file_given_as_a_checkpoint_is_one_line(runs, tmp_path, capsys):
+    """A TorchScript export is a zip archive as a checkpoint is (torch.load would hand it to torch.jit.load, with a
+    warning): refused in one line, exit 2, naming what it is."""
+    script = parallel_ppo.export(runs["cartpole"], "torchscript", tmp_path / "policy.pt")
+    assert main(["eval", "--checkpoint", str(script)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{script} is a TorchScript file (`export --format torchscript`)" in err, err
+
+
 def test_a_full_disk_is_a_runtime_failure_in_one_line_and_writes_nothing(runs, tmp_path, capsys, monkeypatch):
     """The place was checked writable before the export; the disk that then does not take the file is exit 1 (from
     Python WriteFailed), naming it, no part of it left."""

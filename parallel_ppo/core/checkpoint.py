@@ -50,6 +50,9 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if not zipfile.is_zipfile(path):  # torch.save writes a zip archive
         raise RunDataError(f"{path} is not a checkpoint: it is corrupt, truncated or another kind of file (not "
                            "an archive written by torch.save)")
+    if is_torchscript(path):  # which torch.load would hand to torch.jit.load, with a warning
+        raise RunDataError(f"{path} is a TorchScript file (`export --format torchscript`), not a checkpoint: give the "
+                           "run directory or its checkpoint.pt, or load it with torch.jit.load")
     try:  # tensors and plain data only: a checkpoint from elsewhere must not be able to run code
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
@@ -66,6 +69,15 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if state["format_version"] != FORMAT_VERSION:
         raise RunDataError(f"checkpoint {path} has format version {state['format_version']}, expected {FORMAT_VERSION}")
     return state
+
+
+def is_torchscript(path: Path) -> bool:
+    """Whether the zip archive `path` is a TorchScript module's (its code's constants, as torch itself tells)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return any(name.endswith("/constants.pkl") for name in archive.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
 
 
 def next_resume_count(checkpoint: dict[str, Any] | None) -> int:
