@@ -167,6 +167,7 @@ def test_a_full_disk_is_a_runtime_failure_in_one_line_and_writes_nothing(runs, t
 @pytest.mark.parametrize(("args", "words"), [
     (["{missing}"], "checkpoint not found"),
     (["{empty}"], "checkpoint not found"),
+    (["{nested}"], "checkpoint.pt is a directory, not a file"),
     (["--format", "tflite", "{run}"], "invalid choice: 'tflite'"),
     (["--output", "/proc/policy.onnx", "{run}"], "cannot write export file /proc/policy.onnx"),
     (["--output", "{empty}", "{run}"], "is a directory"),
@@ -176,7 +177,9 @@ def test_a_full_disk_is_a_runtime_failure_in_one_line_and_writes_nothing(runs, t
 ])
 def test_bad_input_is_one_line_and_exit_2_and_writes_nothing(runs, tmp_path, capsys, monkeypatch, args, words):
     (tmp_path / "empty").mkdir()
-    places = {"missing": tmp_path / "missing", "empty": tmp_path / "empty", "run": runs["cartpole"]}
+    (tmp_path / "nested" / "checkpoint.pt").mkdir(parents=True)
+    places = {"missing": tmp_path / "missing", "empty": tmp_path / "empty", "run": runs["cartpole"],
+              "nested": tmp_path / "nested"}
     if "--onnx-missing" in args:
         args = [a for a in args if a != "--onnx-missing"]
         monkeypatch.setattr(export, "ONNX_PACKAGES", ("onnx", "onnxruntime", "no_such_package_here"))

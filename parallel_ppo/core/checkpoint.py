@@ -46,7 +46,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     """Load a checkpoint and check its format; any problem is a RunDataError naming the file."""
     path = Path(path)
     if not path.is_file():
-        raise RunDataError(f"checkpoint not found: {path}")
+        raise RunDataError(f"checkpoint {path} is a directory, not a file" if path.is_dir()
+                           else f"checkpoint not found: {path}")
     if not zipfile.is_zipfile(path):  # torch.save writes a zip archive
         raise RunDataError(f"{path} is not a checkpoint: it is corrupt, truncated or another kind of file (not "
                            "an archive written by torch.save)")
