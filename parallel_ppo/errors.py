@@ -1,5 +1,6 @@
-"""The errors a user can cause, one type per kind. Every entry point prints one as a single line
-(`PROG: error: ...`) and exits with status 2, leaving nothing half-written."""
+"""The errors a user can cause, one type per kind: every entry point prints one as a single line (`PROG: error: ...`)
+and exits with status 2, leaving nothing half-written. Beside them the runtime failures a user meets (`RunFailed`,
+`WriteFailed`: one line, exit status 1) and `one_line`, how any error is said on one line."""
 
 from __future__ import annotations
 

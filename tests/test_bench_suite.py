@@ -229,6 +229,8 @@ BENCH_REFUSALS = {
     "a results folder no file goes in": (["study", "--results-dir", "/proc/x"], "cannot write --results-dir /proc/x"),
     "a sweep's folder no file goes in": (["scaling", "--output-dir", "/proc/x"], "cannot write --output-dir /proc/x"),
     "a learning folder no file goes in": (["learning", "--output-dir", "/proc/x"], "cannot write --output-dir /proc/x"),
+    "a speed check's folder no file goes in": (["speed-check", "--output-dir", "/proc/x"],
+                                               "cannot write --output-dir /proc/x"),
     "a precision the CPU learner lacks": (["scaling", "--set", "training.precision=tf32"],
                                           "would be refused by the trainer: training.precision tf32 needs"),
 }

@@ -335,10 +335,49 @@ def test_a_full_disk_at_the_end_is_one_line_and_keeps_the_files_written_before(t
             ppo.train(cartpole(tmp_path, 0, "3600")[1], output_dir=tmp_path / "api", verbose=False,
                       overrides={"run.total_steps": 64, "run.limit_seconds": 0, "run.checkpoint_interval": 0.0001})
 
-    out = tmp_path / "metrics"  # the rows after the first are held in memory, and closing the file cannot write them
-    with monkeypatch.context() as patch:
-        patch.setattr("parallel_ppo.runs.metrics.open", lambda path, *a, **k: open("/dev/full", "a", newline=""),
-                      raising=False)
-        assert train(out) == 1
-    assert capsys.readouterr().err.splitlines()[-1].startswith(f"train_timed.py: error: could not write {out}/metrics"
-                                                                ".csv: OSError: [Errno 28] No space left on device")
+    for out, checkpoints in ((tmp_path / "metrics", False), (tmp_path / "both", True)):
+        with monkeypatch.context() as patch:  # metrics.csv's rows held in memory: closing the file cannot write them
+            patch.setattr("parallel_ppo.runs.metrics.open", lambda path, *a, **k: open("/dev/full", "a", newline=""),
+                          raising=False)
+            if checkpoints:  # the last checkpoint's error is said: metrics.csv's as the file closes would hide it
+                full_disk(patch, "save_checkpoint", 1)
+            assert train(out) == 1
+        file = "checkpoint.pt" if checkpoints else "metrics.csv"
+        assert capsys.readouterr().err.splitlines()[-1].startswith(
+            f"train_timed.py: error: could not write {out / file}: OSError: [Errno 28] No space left on device")
+
+
+def test_a_failed_encoders_second_failure_is_not_printed_and_nothing_else_is_hidden(monkeypatch):
+    """`runs.video.collect_quietly`: the writer a failed encode leaves in its traceback fails again as it is collected
+    (imageio closes it), unprinted; another object's error meanwhile still reaches the hook, which is put back."""
+    import gc
+    import sys
+
+    from parallel_ppo.runs import video
+
+    said = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda raised: said.append(type(raised.exc_value)))
+    hook = sys.unraisablehook
+
+    class Writer:
+        def __init__(self, error: BaseException) -> None:
+            self.error, self.itself = error, self  # a cycle: only the collector frees it
+
+        def __del__(self) -> None:
+            raise self.error
+
+    def encode() -> None:
+        writer = Writer(EOFError("End of file"))  # noqa: F841 (held by the traceback's frame)
+        raise OSError(28, "No space left on device")
+
+    try:
+        try:
+            encode()
+        except OSError as e:
+            raise RuntimeError("chained") from e
+    except RuntimeError as e:
+        Writer(ValueError("a bug elsewhere"))
+        video.collect_quietly(e)
+    assert said == [ValueError] and sys.unraisablehook is hook
+    gc.collect()
+    assert said == [ValueError]

@@ -35,10 +35,10 @@ from parallel_ppo.core.allocator import retain_freed_memory
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.config_yaml import given_env
 from parallel_ppo.core.configure import build_config
-from parallel_ppo.core.files import write_json
+from parallel_ppo.core.files import write_json, writing
 from parallel_ppo.core.threads import draw_with, thread_plan
 from parallel_ppo.envs.batch import env_spaces
-from parallel_ppo.errors import ConfigError, ParallelPPOError
+from parallel_ppo.errors import ConfigError, ParallelPPOError, WriteFailed
 from parallel_ppo.runs import fingerprint
 from parallel_ppo.runs.directory import check_writable
 
@@ -298,7 +298,7 @@ def speed_check(args: Any, prog: str) -> int:
         cfg = build_config(args.config, flags, sets, parallel=False)
         _set_threads(cfg, None)
         check_writable(out_dir, f"--output-dir {out_dir}")
-        _check_output(args.output)
+        _check_output(str(json_path))
         print(f"{prog}: measuring the compute limit for {args.seconds:g} s ...", flush=True)
         cfg, limit = _measure(cfg, args.seconds)
     except ParallelPPOError as e:
@@ -314,7 +314,11 @@ def speed_check(args: Any, prog: str) -> int:
     except (BenchRunCrashed, ParallelPPOError) as e:
         return fail(prog, e, 1)
     result = speed_result(cfg, limit, trainer, load, run_dir, {"limit": args.seconds, "train": args.train_seconds})
-    _write_json(json_path, result)
+    try:
+        with writing(json_path):
+            _write_json(json_path, result)
+    except WriteFailed as e:
+        return fail(prog, e, 1)
     print(f"\n{prog}: {format_speed_check(result)}")
     print(f"wrote {json_path}")
     print(result["verdict"])

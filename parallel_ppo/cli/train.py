@@ -11,7 +11,15 @@ from typing import NoReturn
 
 import yaml
 
-from parallel_ppo.cli.common import OneLineParser, add_set_flag, duration_in, fail, refuse_seeded_sets, some_path
+from parallel_ppo.cli.common import (
+    OneLineParser,
+    add_set_flag,
+    duration_in,
+    fail,
+    int_list,
+    refuse_seeded_sets,
+    some_path,
+)
 from parallel_ppo.cli.flags import FLAGS
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config
@@ -155,12 +163,7 @@ def seed_runs(args: argparse.Namespace, parallel: bool) -> list[Request]:
     if args.resume_if_exists and not args.output_dir:
         raise ConfigError("--seeds with --resume-if-exists needs --output-dir: the directory whose seed_<n> runs "
                           "go on")
-    try:
-        seeds = [int(v) for v in args.seeds.replace(",", " ").split()]
-    except ValueError:
-        raise ConfigError(f"--seeds expects whole numbers such as 1,2,3, got {args.seeds!r}") from None
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ConfigError(f"--seeds expects distinct whole numbers such as 1,2,3, got {args.seeds!r}")
+    seeds = int_list(args.seeds, "--seeds", least=0)
     refuse_seeded_sets(args.set, "--seeds")
     parent = Path(args.output_dir or default_run_dir("parallel" if parallel else "sequential"))
     base, out = request_of(args, parallel), []

@@ -314,7 +314,8 @@ def export_policy(where: str | Path | Policy, fmt: str, output: str | Path | Non
     file (default RUN_DIR/policy.onnx or RUN_DIR/policy.pt), atomically, after checking on a made-up batch that
     the file reproduces the policy's outputs. Bad input (no checkpoint, unknown format, an unwritable place,
     ONNX packages missing) raises a ParallelPPOError before anything is written (an unknown format before the
-    policy is loaded)."""
+    policy is loaded); a file that would not reproduce it ExportMismatch, one the disk does not take WriteFailed,
+    nothing written."""
     if fmt not in FORMATS:
         raise ConfigError(f"export format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     policy = where if isinstance(where, Policy) else Policy.load(where)

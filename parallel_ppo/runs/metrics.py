@@ -14,7 +14,7 @@ import psutil
 
 from parallel_ppo.core.episodes import info_metric
 from parallel_ppo.core.evaluate import EVAL_METRICS
-from parallel_ppo.core.files import write_text
+from parallel_ppo.core.files import write_text, writing
 from parallel_ppo.core.loop import LOOP_METRICS
 from parallel_ppo.core.metrics import by_column, by_tag, column_of, csv_columns, metric
 from parallel_ppo.core.ppo import UPDATE_METRICS
@@ -257,11 +257,15 @@ class MetricsLogger:
         self.last = row
 
     def close(self) -> None:
-        if self._progress is not None:
-            self._progress.close()
-        if self._writer is not None:
-            self._writer.close()
-        self._file.close()
+        """The progress, TensorBoard and metrics.csv, whose last rows a full disk may not take (WriteFailed)."""
+        try:
+            if self._progress is not None:
+                self._progress.close()
+            if self._writer is not None:
+                self._writer.close()
+        finally:
+            with writing(self.path):
+                self._file.close()
 
 
 def _csv_value(value: Any) -> Any:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from parallel_ppo.core.stopping import StopRequest
 from parallel_ppo.core.train_state import TrainState, mean_or_nan
 from parallel_ppo.envs.batch import eval_levels, make_batch_env
 from parallel_ppo.envs.spaces import EnvSpaces
-from parallel_ppo.errors import one_line
+from parallel_ppo.errors import WriteFailed, one_line
 from parallel_ppo.runs import fingerprint
 from parallel_ppo.runs.figures import compute_figures, return_figures, steady_sps
 from parallel_ppo.runs.metrics import MetricsLogger, ResourceSampler, Tracker
@@ -163,8 +164,7 @@ class MetricsHook:
     def close(self) -> None:
         self._thread.shutdown(wait=True)  # a sample still running ends first: the sampler is not shared
         self.sampler.close()
-        with writing(self.logger.path):  # the rows a full disk did not take
-            self.logger.close()
+        self.logger.close()
 
 
 class CheckpointHook:
@@ -296,9 +296,14 @@ def train_run(plan: RunPlan, source: RolloutSource, group: Group = ALONE, tracke
 
 
 def close_run(hooks: MainRankHooks, source: RolloutSource) -> None:
-    """The hooks' files, then the rollout source's workers, closed even where the files raise (a full disk)."""
+    """The hooks' files, then the rollout source's workers, closed even where the files raise. A file the disk did not
+    take (WriteFailed) is said only where no other error is on its way out: it would hide that one."""
+    in_flight = sys.exc_info()[1] is not None
     try:
         hooks.close()
+    except WriteFailed:
+        if not in_flight:
+            raise
     finally:
         source.close()
 

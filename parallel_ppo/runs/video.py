@@ -98,13 +98,16 @@ def write_video(path: Path, frames: Sequence[np.ndarray], fps: int) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def collect_quietly(error: BaseException) -> None:
-    """Free the frames of a failed encoder's traceback now, its writer's second failure as it is collected (imageio
-    closes it again) unprinted: the error was said once."""
-    hook, sys.unraisablehook = sys.unraisablehook, lambda _: None
+def collect_quietly(error: BaseException | None) -> None:
+    """Free the frames of a failed encoder's tracebacks (`error`'s and those it chains) now, its writer's second
+    failure of the kind (OSError, EOFError) as it is collected (imageio closes it again) unprinted: the error was
+    said once. Any other error raised as an object is collected meanwhile is printed as ever."""
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda raised: None if isinstance(raised.exc_value, (OSError, EOFError)) else hook(raised)
     try:
-        error.__traceback__ = None
-        del error
+        while error is not None:
+            error.__traceback__ = None
+            error = error.__cause__ or error.__context__
         gc.collect()
     finally:
         sys.unraisablehook = hook
