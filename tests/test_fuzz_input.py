@@ -91,7 +91,7 @@ def test_malformed_cli_exits_2_with_one_line(tmp_path, capsys, args):
 
 NAMED_CASES = {  # what a user gave → what the one line must name
     "negative duration": (["--duration", "-5m"], "argument --duration: must be a positive duration, got '-5m'"),
-    "negative seed in a list": (["--seeds", "-1,2"], "run.seed (--seed) must not be negative, got -1"),
+    "negative seed in a list": (["--seeds", "-1,2"], "--seeds must be non-negative whole numbers, got '-1,2'"),
     "-inf duration": (["--duration", "-inf"], "argument --duration: must be a positive duration, got '-inf'"),
     "config directory": (["--config", "{tmp}"], "is a directory"),
     "config not a file": (["--config", "/dev/null"], "config file /dev/null is not a regular file"),
