@@ -345,6 +345,17 @@ def test_a_full_disk_at_the_end_is_one_line_and_keeps_the_files_written_before(t
         file = "checkpoint.pt" if checkpoints else "metrics.csv"
         assert capsys.readouterr().err.splitlines()[-1].startswith(
             f"train_timed.py: error: could not write {out / file}: OSError: [Errno 28] No space left on device")
+    from torch.utils.tensorboard import SummaryWriter
+
+    def unflushed(writer) -> None:  # as its writer thread's error on a full disk comes back from close()
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(SummaryWriter, "close", unflushed)
+        assert train(out := tmp_path / "events", "--set", "logging.tensorboard=true") == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"train_timed.py: error: could not write {out / 'logs'}: OSError: [Errno 28] No space left on device; stopping "
+        f"(the last checkpoint in {out} is intact)")
 
 
 def test_a_failed_encoders_second_failure_is_not_printed_and_nothing_else_is_hidden(monkeypatch):
@@ -356,6 +367,7 @@ def test_a_failed_encoders_second_failure_is_not_printed_and_nothing_else_is_hid
     from parallel_ppo.runs import video
 
     said = []
+    gc.collect()  # what earlier tests left is not this test's
     monkeypatch.setattr(sys, "unraisablehook", lambda raised: said.append(type(raised.exc_value)))
     hook = sys.unraisablehook
 

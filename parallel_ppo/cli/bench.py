@@ -228,12 +228,13 @@ def _write_json(path: str | Path, data: dict[str, Any]) -> None:
     write_json(Path(path), data)
 
 
-def _check_output(path: str | None) -> None:
+def _check_output(path: str | None, name: str = "--output") -> None:
+    """The result file `path` (given as `name`) can be written: checked before the measurement, not after it."""
     if path is None:
         return
     if (p := Path(path)).is_dir():
-        raise ConfigError(f"--output {p} is a directory; give a file name such as result.json")
-    check_writable(p.parent, f"--output {p}")  # before the measurement, not after it
+        raise ConfigError(f"{name} {p} is a directory; give a file name such as result.json")
+    check_writable(p.parent, f"{name} {p}")
 
 
 def _set_threads(cfg: Config, threads: int | None, parallel: bool = False) -> None:
@@ -298,7 +299,7 @@ def speed_check(args: Any, prog: str) -> int:
         cfg = build_config(args.config, flags, sets, parallel=False)
         _set_threads(cfg, None)
         check_writable(out_dir, f"--output-dir {out_dir}")
-        _check_output(str(json_path))
+        _check_output(str(json_path), "--output" if args.output else "the result file")
         print(f"{prog}: measuring the compute limit for {args.seconds:g} s ...", flush=True)
         cfg, limit = _measure(cfg, args.seconds)
     except ParallelPPOError as e:

@@ -262,7 +262,8 @@ class MetricsLogger:
             if self._progress is not None:
                 self._progress.close()
             if self._writer is not None:
-                self._writer.close()
+                with writing(self.path.parent / "logs"):  # its events a full disk did not take
+                    self._writer.close()
         finally:
             with writing(self.path):
                 self._file.close()

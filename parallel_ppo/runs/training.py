@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -283,8 +282,10 @@ def train_run(plan: RunPlan, source: RolloutSource, group: Group = ALONE, tracke
                 ranks = gather_ranks(plan, source, state, outcome, group) if group.distributed else None
                 if main_hooks.evals is not None and outcome.stop_reason in BUDGETS:
                     final_eval = final_evaluation(main_hooks, state, outcome)  # after the clock stopped
-        finally:
-            close_run(main_hooks, source)
+        except BaseException:
+            close_run(main_hooks, source, quiet=True)  # the error on its way out is the one to say
+            raise
+        close_run(main_hooks, source)
         if main_hooks.metrics is None:  # not rank 0: how the run ended is all it reports
             return {"stop_reason": outcome.stop_reason, "signal": outcome.signal, "error": outcome.error}
         if done_before and (stored := read_summary(plan.run_dir)) is not None:
@@ -295,14 +296,13 @@ def train_run(plan: RunPlan, source: RolloutSource, group: Group = ALONE, tracke
     return summary
 
 
-def close_run(hooks: MainRankHooks, source: RolloutSource) -> None:
-    """The hooks' files, then the rollout source's workers, closed even where the files raise. A file the disk did not
-    take (WriteFailed) is said only where no other error is on its way out: it would hide that one."""
-    in_flight = sys.exc_info()[1] is not None
+def close_run(hooks: MainRankHooks, source: RolloutSource, quiet: bool = False) -> None:
+    """The hooks' files, then the rollout source's workers, closed even where the files raise. `quiet` (an error on
+    its way out, which it would hide): a file the disk did not take (WriteFailed) is not said."""
     try:
         hooks.close()
     except WriteFailed:
-        if not in_flight:
+        if not quiet:
             raise
     finally:
         source.close()

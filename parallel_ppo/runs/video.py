@@ -101,13 +101,17 @@ def write_video(path: Path, frames: Sequence[np.ndarray], fps: int) -> None:
 def collect_quietly(error: BaseException | None) -> None:
     """Free the frames of a failed encoder's tracebacks (`error`'s and those it chains) now, its writer's second
     failure of the kind (OSError, EOFError) as it is collected (imageio closes it again) unprinted: the error was
-    said once. Any other error raised as an object is collected meanwhile is printed as ever."""
+    said once. Errors of other kinds raised as objects are collected meanwhile are printed as ever (one of those
+    kinds, from another object collected in that moment, would not be)."""
     hook = sys.unraisablehook
     sys.unraisablehook = lambda raised: None if isinstance(raised.exc_value, (OSError, EOFError)) else hook(raised)
     try:
-        while error is not None:
-            error.__traceback__ = None
-            error = error.__cause__ or error.__context__
+        chained, seen = [error], set()
+        while chained:
+            if (one := chained.pop()) is not None and id(one) not in seen:  # a chain may loop
+                seen.add(id(one))
+                one.__traceback__ = None
+                chained += [one.__cause__, one.__context__]
         gc.collect()
     finally:
         sys.unraisablehook = hook
