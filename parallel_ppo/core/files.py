@@ -43,11 +43,11 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
 
 
 @contextlib.contextmanager
-def writing(path: Path) -> Iterator[None]:
-    """An OSError writing `path` as WriteFailed naming it."""
+def writing(path: Path, kinds: tuple[type[BaseException], ...] = (OSError,)) -> Iterator[None]:
+    """An error of `kinds` (an OSError: a full disk) writing `path` as WriteFailed naming it."""
     try:
         yield
-    except OSError as e:
+    except kinds as e:
         raise WriteFailed(f"could not write {path}: {one_line(e)}") from e
 
 

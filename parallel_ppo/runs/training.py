@@ -196,6 +196,11 @@ class CheckpointHook:
         save_checkpoint(self.path, {**checkpoint, JOB_ID: self.job_id, LAYOUT: self.layout, ENDED: ended})
         self.last = time.monotonic()
 
+    def save_last(self, state: TrainState, ended: str) -> None:
+        """The session's last checkpoint, recording how it ended; WriteFailed where the disk does not take it."""
+        with writing(self.path):
+            self.save(state, ended)
+
 
 @dataclass(frozen=True)
 class RunPlan:
@@ -276,8 +281,7 @@ def train_run(plan: RunPlan, source: RolloutSource, group: Group = ALONE, tracke
                            and resume.get(ENDED) in (None, *BUDGETS))  # one stopped there otherwise finishes now
             if not done_before:  # a finished run resumed (a requeued job) keeps its files as they are
                 if main_hooks.checkpoints is not None:  # the first file: a rank lost now cannot cost the updates
-                    with writing(main_hooks.checkpoints.path):
-                        main_hooks.checkpoints.save(state, outcome.stop_reason)
+                    main_hooks.checkpoints.save_last(state, outcome.stop_reason)
                 main_hooks.training_ended()
                 ranks = gather_ranks(plan, source, state, outcome, group) if group.distributed else None
                 if main_hooks.evals is not None and outcome.stop_reason in BUDGETS:
@@ -317,8 +321,7 @@ def final_evaluation(hooks: MainRankHooks, state: TrainState, outcome: Outcome) 
     except Exception as e:  # any failure of the eval env's
         outcome.stop_reason, outcome.error = "error", f"the final evaluation failed: {one_line(e)}"
         if hooks.checkpoints is not None:
-            with writing(hooks.checkpoints.path):
-                hooks.checkpoints.save(state, outcome.stop_reason)
+            hooks.checkpoints.save_last(state, outcome.stop_reason)
         return None
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from parallel_ppo.errors import ConfigError, WriteFailed, one_line
+from parallel_ppo.core.files import writing
+from parallel_ppo.errors import ConfigError, WriteFailed
 from parallel_ppo.runs.directory import check_writable
 
 VIDEO_SUFFIXES = (".mp4", ".gif")
@@ -84,16 +85,16 @@ def write_video(path: Path, frames: Sequence[np.ndarray], fps: int) -> None:
     tmp = path.with_name(f".{path.stem}.partial{path.suffix}")
     stack = np.stack(frames)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.suffix.lower() == ".mp4":
-            iio.imwrite(tmp, even_sides(stack), plugin="pyav", codec="libx264", fps=fps)
-        else:
-            iio.imwrite(tmp, stack, duration=1000 / fps, loop=0)
-        os.replace(tmp, path)
-    except (OSError, EOFError) as e:
-        failed = WriteFailed(f"could not write {path}: {one_line(e)}")
-        collect_quietly(e)
-        raise failed from None
+        with writing(path, (OSError, EOFError)):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.suffix.lower() == ".mp4":
+                iio.imwrite(tmp, even_sides(stack), plugin="pyav", codec="libx264", fps=fps)
+            else:
+                iio.imwrite(tmp, stack, duration=1000 / fps, loop=0)
+            os.replace(tmp, path)
+    except WriteFailed as failed:
+        collect_quietly(failed)  # its cause's frames hold the failed writer
+        raise
     finally:
         tmp.unlink(missing_ok=True)
 
