@@ -568,7 +568,7 @@ def test_an_output_that_cannot_be_written_leaves_every_output_file_as_it_was(tmp
     res = capsys.readouterr()
     lines = res.err.strip().splitlines()
     assert res.out == "" and len(lines) == 1 and lines[0].startswith("compare_results.py: error:"), res.err
-    assert f"{out / 'comparison.md'}: Is a directory" in lines[0], lines[0]
+    assert lines[0].endswith(f"{out / 'comparison.md'} is a directory in the way"), lines[0]
     assert sorted(p.name for p in out.iterdir()) == ["comparison.md", "comparison.png", "comparison_report.txt",
                                                      "learning_curves.png"]
     assert [(out / n).read_text() for n in ("comparison.png", "comparison_report.txt", "learning_curves.png")] == [
@@ -578,6 +578,40 @@ def test_an_output_that_cannot_be_written_leaves_every_output_file_as_it_was(tmp
     assert entry.main([*runs, "--output-dir", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["comparison.json", "comparison.md", "comparison.png",
                                                      "comparison_report.txt", "phase_breakdown.png"]
+
+
+def test_a_report_the_disk_does_not_take_is_one_line_exit_1_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    """A full disk as the third report file is written: one line naming it, status 1 (not bad input), no file nor
+    temp file, and no output folder the comparison made; from Python, WriteFailed in the same words."""
+    import errno
+
+    from parallel_ppo import api
+    from parallel_ppo.cli import compare as entry
+    from parallel_ppo.errors import WriteFailed
+    from parallel_ppo.runs.report import plots
+
+    written, refused = [], []
+    real = plots._write_temp
+
+    def full(target, data):
+        if len(written) == 2:
+            refused.append(target)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        written.append(target)
+        return real(target, data)
+
+    monkeypatch.setattr(plots, "_write_temp", full)
+    runs = {"a": write_run(tmp_path / "a"), "b": write_run(tmp_path / "b", rows=ROWS[:2])}
+    out = tmp_path / "new" / "out"
+    assert entry.main([*(f"--run={k}={v}" for k, v in runs.items()), "--output-dir", str(out)]) == 1
+    res = capsys.readouterr()
+    assert res.out == "" and res.err == (f"compare_results.py: error: could not write {refused[0]}: OSError: "
+                                         "[Errno 28] No space left on device\n"), res.err
+    assert not (tmp_path / "new").exists()
+    written.clear()
+    with pytest.raises(WriteFailed, match=r"^could not write .*No space left on device"):
+        api.compare(runs, output_dir=out)
+    assert not (tmp_path / "new").exists()
 
 
 def test_a_label_with_tex_signs_is_drawn_as_written(tmp_path: Path) -> None:

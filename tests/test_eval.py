@@ -154,7 +154,8 @@ def test_bad_eval_and_demo_input_is_one_line_and_exit_2(trained, bad_checkpoints
 @pytest.mark.slow
 def test_eval_and_demo_interrupted_or_on_a_full_disk_say_so_in_one_line(trained, tmp_path, monkeypatch, capsys):
     """Ctrl-C while playing: one line, status 130, nothing written; a video the disk does not take (PyAV says so as
-    an EOFError): one line naming it, status 1, no file, no second traceback as its writer is collected."""
+    an EOFError): one line naming it, status 1, no file nor the folders made for it, no second traceback as its
+    writer is collected."""
     import imageio.v3
 
     from parallel_ppo.cli.evaluation import demo_main, eval_main
@@ -168,7 +169,7 @@ def test_eval_and_demo_interrupted_or_on_a_full_disk_say_so_in_one_line(trained,
         raise EOFError("End of file: 'avcodec_send_frame()'")
 
     before = sorted(p.name for p in trained.iterdir())
-    video = tmp_path / "v.mp4"
+    video = tmp_path / "new" / "folders" / "v.mp4"
     with monkeypatch.context() as patch:
         patch.setattr(evaluate, "play_episodes", interrupted)
         assert eval_main(["--checkpoint", str(trained), "--episodes", "1"]) == 130

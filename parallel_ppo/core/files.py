@@ -51,6 +51,24 @@ def writing(path: Path, kinds: tuple[type[BaseException], ...] = (OSError,)) -> 
         raise WriteFailed(f"could not write {path}: {one_line(e)}") from e
 
 
+@contextlib.contextmanager
+def new_folders(folder: Path) -> Iterator[None]:
+    """Create `folder` and its missing parents; where the block within fails, remove again those it created that
+    are still empty, so that a failed write leaves nothing behind."""
+    missing, ancestor = [], Path(folder).absolute()
+    while not ancestor.exists():
+        missing.append(ancestor)  # deepest first
+        ancestor = ancestor.parent
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        for made in missing:
+            with contextlib.suppress(OSError):  # not empty, or gone: left as it is
+                made.rmdir()
+        raise
+
+
 def write_json(path: Path, data: dict) -> None:
     """`data` as indented JSON, atomically; NaN and infinity are refused (they are not JSON)."""
     atomic_write(path, lambda f: f.write((json.dumps(data, indent=2, allow_nan=False, default=str) + "\n").encode()))

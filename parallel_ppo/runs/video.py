@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from parallel_ppo.core.files import writing
+from parallel_ppo.core.files import new_folders, writing
 from parallel_ppo.errors import ConfigError, WriteFailed
 from parallel_ppo.runs.directory import check_writable
 
@@ -77,7 +77,7 @@ def check_video_path(path: Path) -> None:
 
 def write_video(path: Path, frames: Sequence[np.ndarray], fps: int) -> None:
     """Write `frames` (H, W, 3 uint8) to `path` (.mp4 or .gif), through a temporary file and a rename; WriteFailed
-    naming it where it cannot be (a full disk: PyAV says so as an EOFError)."""
+    naming it where it cannot be (a full disk: PyAV says so as an EOFError), the folders made for it removed."""
     import imageio.v3 as iio
 
     if not frames:
@@ -85,18 +85,18 @@ def write_video(path: Path, frames: Sequence[np.ndarray], fps: int) -> None:
     tmp = path.with_name(f".{path.stem}.partial{path.suffix}")
     stack = np.stack(frames)
     try:
-        with writing(path, (OSError, EOFError)):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if path.suffix.lower() == ".mp4":
-                iio.imwrite(tmp, even_sides(stack), plugin="pyav", codec="libx264", fps=fps)
-            else:
-                iio.imwrite(tmp, stack, duration=1000 / fps, loop=0)
-            os.replace(tmp, path)
+        with writing(path, (OSError, EOFError)), new_folders(path.parent):
+            try:
+                if path.suffix.lower() == ".mp4":
+                    iio.imwrite(tmp, even_sides(stack), plugin="pyav", codec="libx264", fps=fps)
+                else:
+                    iio.imwrite(tmp, stack, duration=1000 / fps, loop=0)
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
     except WriteFailed as failed:
         collect_quietly(failed)  # its cause's frames hold the failed writer
         raise
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def collect_quietly(error: BaseException | None) -> None:

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from parallel_ppo.errors import ConfigError, ParallelPPOError
+from parallel_ppo.errors import ConfigError, ParallelPPOError, WriteFailed
 from parallel_ppo.runs.directory import check_writable
 from parallel_ppo.runs.reading import is_run_dir, load_groups
 from parallel_ppo.runs.reference import load_references
@@ -36,8 +36,9 @@ def make_report(specs: list[tuple[str, list[Path]]], out_dir: Path, prog: str, b
                 threshold: float | None = None, declared_modes: Mapping[str, str] | None = None,
                 at_steps: float | None = None, references: Sequence[tuple[str, Path]] = ()) -> int:
     """Compare the runs of `specs` (label, directories), beside the reference curves of `references` (label, CSV),
-    write every report file to `out_dir` (all or none) and print the console summary; returns the exit status: 0,
-    or 2 after a one-line `PROG: error: ...` on stderr. The other arguments are as `numbers.compare`'s."""
+    write every report file to `out_dir` (all or none) and print the console summary; returns the exit status: 0; 2
+    after a one-line `PROG: error: ...` on stderr for bad input, 1 for a report the disk did not take. The other
+    arguments are as `numbers.compare`'s."""
     try:
         check_arguments(specs, baseline, out_dir)
         groups = load_groups(specs)
@@ -52,11 +53,10 @@ def make_report(specs: list[tuple[str, list[Path]]], out_dir: Path, prog: str, b
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     try:
-        written = write_outputs(outputs, out_dir)
-    except OSError as e:  # nothing written (write_outputs writes all or none)
-        name = f"{e.filename}: " if e.filename and Path(e.filename) != out_dir else ""
-        print(f"{prog}: error: cannot write the comparison to {out_dir}: {name}{e.strerror or e}", file=sys.stderr)
-        return 2
+        written = write_outputs(outputs, out_dir)  # all or none
+    except (ParallelPPOError, WriteFailed) as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2 if isinstance(e, ParallelPPOError) else 1
     try:
         sys.stdout.write(console_summary(comparison, written))
         sys.stdout.flush()

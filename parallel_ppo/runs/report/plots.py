@@ -7,7 +7,6 @@ never leaves a half-written comparison behind.
 
 from __future__ import annotations
 
-import errno
 import io
 import json
 import os
@@ -26,7 +25,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
-from parallel_ppo.core.files import current_umask
+from parallel_ppo.core.files import current_umask, new_folders, writing
+from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs import seeds
 from parallel_ppo.runs.report.formatting import NO_EPISODES, fmt_duration, fmt_return
 from parallel_ppo.runs.report.numbers import PHASE_NAMES, Comparison
@@ -314,28 +314,28 @@ def render_outputs(cmp: Comparison) -> dict[str, bytes]:
 
 
 def write_outputs(outputs: Mapping[str, bytes], out_dir: Path) -> list[Path]:
-    """Create `out_dir` and write every file or none: a directory where a file goes is refused first, then each
-    file goes to a temp file beside it, and the temp files are renamed into place once all are written (a rename that
-    fails after others succeeded, the directory changed meanwhile, leaves those). An OSError names the file it is
-    about; returns the paths written. An earlier comparison's learning curves, which this one has not, are removed."""
+    """Create `out_dir` and write every file or none: a directory where a file goes is refused first (ConfigError),
+    then each file goes to a temp file beside it, and the temp files are renamed into place once all are written (a
+    rename that fails after others succeeded, the directory changed meanwhile, leaves those). A failed write (a full
+    disk) is WriteFailed naming the file, the folders made for it removed; returns the paths written. An earlier
+    comparison's learning curves, which this one has not, are removed."""
     targets = [out_dir / name for name in outputs]
-    out_dir.mkdir(parents=True, exist_ok=True)
+    for target in targets:
+        if target.is_dir():
+            raise ConfigError(f"cannot write the comparison to {out_dir}: {target} is a directory in the way")
     temps: list[Path] = []
-    try:
-        for target in targets:
-            if target.is_dir():
-                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(target))
-        for target, data in zip(targets, outputs.values(), strict=True):
-            temps.append(_write_temp(target, data))
-        for temp, target in zip(temps, targets, strict=True):
-            try:
-                os.replace(temp, target)
-            except OSError as e:
-                raise _about(target, e) from None
-    except BaseException:
-        for temp in temps:
-            temp.unlink(missing_ok=True)
-        raise
+    with writing(out_dir), new_folders(out_dir):
+        try:
+            for target, data in zip(targets, outputs.values(), strict=True):
+                with writing(target):
+                    temps.append(_write_temp(target, data))
+            for temp, target in zip(temps, targets, strict=True):
+                with writing(target):
+                    os.replace(temp, target)
+        except BaseException:
+            for temp in temps:
+                temp.unlink(missing_ok=True)
+            raise
     if SEED_CURVES not in outputs and (out_dir / SEED_CURVES).is_file():  # an earlier comparison's, which this
         with suppress(OSError):  # report would seem to include (one that stays changes no figure of this one)
             (out_dir / SEED_CURVES).unlink()
@@ -344,25 +344,14 @@ def write_outputs(outputs: Mapping[str, bytes], out_dir: Path) -> list[Path]:
 
 def _write_temp(target: Path, data: bytes) -> Path:
     """`data` in a new temp file beside `target` (mode as a plain open() gives), fsynced."""
-    try:
-        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    except OSError as e:
-        raise _about(target, e) from None
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), 0o666 & ~current_umask())  # mkstemp makes it 0600
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-    except OSError as e:
-        Path(name).unlink(missing_ok=True)
-        raise _about(target, e) from None
     except BaseException:
         Path(name).unlink(missing_ok=True)
         raise
     return Path(name)
-
-
-def _about(target: Path, error: OSError) -> OSError:
-    """`error` as an OSError that names `target`."""
-    return OSError(error.errno, error.strerror or str(error), str(target))
