@@ -110,6 +110,24 @@ def test_a_crashed_benchmark_run_is_a_crash_and_refused_settings_are_not(tmp_pat
         run_point(tmp_path / "refused", 2, 4, 5.0, "config/cartpole.yaml", ["--batch-size", "3"])
 
 
+def test_autotune_writes_the_env_and_settings_it_measured_with_the_fastest_layout():
+    """ppo_autotuned.yaml is the config file with the runs' --env and --set items (a --set env.id after --env wins),
+    then the fastest layout: what was measured, not the file alone."""
+    from parallel_ppo.bench.scaling import _autotuned_config
+
+    best = {"ranks": 0, "workers": 2, "envs_per_worker": 8, "worker_threads": 1}
+    extra = ["--env", "Acrobot-v1", "--set", "training.n_epochs=2", "--set", "env.num_envs=4", "--set",
+             "training.learning_rate=1e-4"]
+    cfg, trainer, command = _autotuned_config(best, str(ROOT / "config/cartpole.yaml"), extra, Path("t.yaml"))
+    assert cfg["env"]["id"] == "Acrobot-v1" and "num_envs" not in cfg["env"]  # the layout sets the envs
+    assert cfg["training"]["n_epochs"] == 2 and cfg["training"]["learning_rate"] == 1e-4
+    assert cfg["parallel"].items() >= {"num_workers": 2, "num_envs_per_worker": 8, "worker_threads": 1}.items()
+    assert (trainer, command) == ("train-parallel", "python -m parallel_ppo train-parallel --config t.yaml")
+    cfg, _, _ = _autotuned_config({**best, "workers": 0}, str(ROOT / "config/cartpole.yaml"),
+                                  ["--env", "Acrobot-v1", "--set", "env.id=MountainCar-v0"], Path("t.yaml"))
+    assert cfg["env"]["id"] == "MountainCar-v0" and cfg["env"]["num_envs"] == 8
+
+
 @pytest.mark.slow
 def test_the_package_runs_outside_a_checkout(tmp_path):
     """`python -m parallel_ppo train` from any directory: the sweeps launch trainers this way."""

@@ -221,7 +221,7 @@ def autotune(out_dir: Path, seconds: float, config: str, extra: list[str]) -> di
     add_speedups(rows)
     best = max(rows, key=lambda r: r["steps_per_second"])
     path = out_dir / "ppo_autotuned.yaml"
-    cfg, trainer, command = _autotuned_config(best, config, path)
+    cfg, trainer, command = _autotuned_config(best, config, extra, path)
     header = (f"# Written by `make autotune`: the fastest layout measured on this machine "
               f"({best['steps_per_second']:,.0f} env steps/s).\n# Use: {command}\n")
     write_text(path, header + yaml.safe_dump(cfg, sort_keys=False))
@@ -258,11 +258,22 @@ def _autotune_points(out_dir: Path, seconds: float, config: str, extra: list[str
     return rows
 
 
-def _autotuned_config(best: dict[str, Any], config: str, path: Path) -> tuple[dict[str, Any], str, str]:
-    """`config` set to the `best` layout, its trainer, and the command that runs it once written to `path`."""
+def _autotuned_config(
+    best: dict[str, Any], config: str, extra: list[str], path: Path
+) -> tuple[dict[str, Any], str, str]:
+    """`config` with the runs' `--env` and `--set` items (`extra`), set to the `best` layout; its trainer, and the
+    command that runs it once written to `path`."""
+    from parallel_ppo.core.config_yaml import parse_set
     from parallel_ppo.core.configure import load_yaml
 
     cfg = load_yaml(config)
+    for flag, item in zip(extra[::2], extra[1::2], strict=True):  # in order: a --set env.id overrides --env
+        key, value = ("env.id", item) if flag == "--env" else parse_set(item)
+        *sections, name = key.split(".")
+        section = cfg
+        for part in sections:
+            section = section.setdefault(part, {})
+        section[name] = value
     if best["ranks"]:  # by the scaling rule: the envs and minibatch of one rank, × the ranks torchrun starts
         cfg.setdefault("env", {})["num_envs"] = best["envs_per_worker"]
         cfg.get("distributed", {}).pop("num_envs_total", None)
