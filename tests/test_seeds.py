@@ -286,20 +286,20 @@ def test_learning_benchmark_keeps_the_folder_an_earlier_version_wrote(tmp_path, 
 
 
 def test_learning_benchmark_refuses_kept_runs_of_another_trainer_or_env(tmp_path):
-    """A finished run is kept only for the same trainer and env; an unreadable summary is named, not skipped."""
-    from parallel_ppo.bench.learning import check_kept_runs
+    """A finished run of the seeds asked for is kept only for the same trainer and env; an unreadable summary is
+    named, not skipped; another seed's run left in the folder is neither checked nor compared."""
+    from parallel_ppo.bench.learning import Variant, check_kept_runs, comparison_specs
     from parallel_ppo.errors import ConfigError
 
-    run = write_run(tmp_path / "ppo" / "seed_7", mode="parallel")  # any seed: the comparison reads them all
-    check_kept_runs(tmp_path, {"ppo": "CartPole-v1"}, "parallel")
-    check_kept_runs(tmp_path, {"other": "Acrobot-v1"}, "sequential")  # another variant's folder is not its own
+    run = write_run(tmp_path / "ppo" / "seed_7", mode="parallel")
+    write_run(tmp_path / "ppo" / "seed_8", mode="sequential", env_id="Acrobot-v1")  # an earlier call's other seed
+    check_kept_runs(tmp_path, {"ppo": "CartPole-v1"}, "parallel", [7, 9])
+    check_kept_runs(tmp_path, {"other": "Acrobot-v1"}, "sequential", [7])  # another variant's folder is not its own
     with pytest.raises(ConfigError, match="parallel trainer on CartPole-v1, and this benchmark runs the sequential"):
-        check_kept_runs(tmp_path, {"ppo": "CartPole-v1"}, "sequential")
+        check_kept_runs(tmp_path, {"ppo": "CartPole-v1"}, "sequential", [7])
     with pytest.raises(ConfigError, match="on CartPole-v1, and this benchmark runs the parallel trainer on Acrobot"):
-        check_kept_runs(tmp_path, {"ppo": "Acrobot-v1"}, "parallel")
+        check_kept_runs(tmp_path, {"ppo": "Acrobot-v1"}, "parallel", [7])
     (run / "summary.json").write_text("{")
     with pytest.raises(ConfigError, match="cannot be read"):
-        check_kept_runs(tmp_path, {"ppo": "CartPole-v1"}, "parallel")
-    write_run(tmp_path / "solo")  # a variant's folder that is itself a (sequential) run: the comparison reads it alone
-    with pytest.raises(ConfigError, match="sequential trainer on CartPole-v1"):
-        check_kept_runs(tmp_path, {"solo": "CartPole-v1"}, "parallel")
+        check_kept_runs(tmp_path, {"ppo": "CartPole-v1"}, "parallel", [7])
+    assert comparison_specs(tmp_path, [Variant("ppo", ())], [7, 9]) == [("ppo", [run, tmp_path / "ppo" / "seed_9"])]

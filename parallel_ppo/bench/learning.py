@@ -19,7 +19,7 @@ from pathlib import Path
 from parallel_ppo.bench.trainer_runs import BENCH_RUN_SETS, run_bench_trainer, trainer_command
 from parallel_ppo.core.config_yaml import parse_set
 from parallel_ppo.errors import ConfigError, RunDataError
-from parallel_ppo.runs.reading import expand_run_dirs, seed_dir
+from parallel_ppo.runs.reading import seed_dir
 from parallel_ppo.runs.report.make import make_report
 from parallel_ppo.runs.summary import BUDGETS, RunSummary
 
@@ -69,15 +69,11 @@ def run_command(variant: Variant, seed: int, out: Path, config: str, minutes: fl
     return cmd
 
 
-def check_kept_runs(out: Path, env_ids: dict[str, str], mode: str) -> None:
-    """Raise ConfigError if a finished run that the comparison would read under `out/<label>` (for each variant
-    label → the env id it trains) was trained by another trainer than `mode` or on another env."""
+def check_kept_runs(out: Path, env_ids: dict[str, str], mode: str, seeds: list[int]) -> None:
+    """Raise ConfigError if a finished run of `seeds` that the comparison would read under `out/<label>` (for each
+    variant label → the env id it trains) was trained by another trainer than `mode` or on another env."""
     for label, env_id in env_ids.items():
-        try:
-            dirs = expand_run_dirs([out / label]) if (out / label).is_dir() else []
-        except RunDataError:  # a variant folder with no run in it yet
-            dirs = []
-        for path in (d / "summary.json" for d in dirs):
+        for path in (seed_dir(out / label, seed) / "summary.json" for seed in seeds):
             if not path.is_file():
                 continue
             try:
@@ -113,9 +109,10 @@ def met_budget(run_dir: Path) -> bool:
         return False
 
 
-def comparison_specs(out: Path, variants: list[Variant]) -> list[tuple[str, list[Path]]]:
-    """What the comparison reads: one multi-seed label per variant, its directory the parent of its seeds."""
-    return [(v.label, [out / v.label]) for v in variants]
+def comparison_specs(out: Path, variants: list[Variant], seeds: list[int]) -> list[tuple[str, list[Path]]]:
+    """What the comparison reads: one label per variant over the run directories of `seeds`, those alone (another
+    seed's directory left under it by an earlier call is not this benchmark's)."""
+    return [(v.label, [seed_dir(out / v.label, seed) for seed in seeds]) for v in variants]
 
 
 def main_learning(out: Path, variants: list[Variant], seeds: list[int], config: str, minutes: float,
@@ -123,4 +120,4 @@ def main_learning(out: Path, variants: list[Variant], seeds: list[int], config: 
     """Run the benchmark and its comparison; returns the exit status."""
     run_all(out, variants, seeds, config, minutes, extra, parallel)
     print(f"{prog}: comparing {len(variants)} variants over seeds {', '.join(map(str, seeds))}", flush=True)
-    return make_report(comparison_specs(out, variants), out / "comparison", f"{prog} (compare)")
+    return make_report(comparison_specs(out, variants, seeds), out / "comparison", f"{prog} (compare)")

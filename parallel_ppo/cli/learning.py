@@ -75,7 +75,7 @@ def learning(args: Any, prog: str) -> int:
             env_ids[v.label] = trainer_config(cmd, f"benchmark run {v.label} seed {seed}").env.id
         check_writable(out, f"--output-dir {out}")
         mode = "parallel" if args.parallel else "sequential"
-        runs.check_kept_runs(out, env_ids, mode)
+        runs.check_kept_runs(out, env_ids, mode, seeds)
         print(f"{prog}: {env}, {len(variants)} variants × {len(seeds)} seeds × {args.minutes:g} min, one at a "
               f"time, {mode} trainer → {out}", flush=True)
         return runs.main_learning(out, variants, seeds, args.config, args.minutes, extra, prog, args.parallel)
