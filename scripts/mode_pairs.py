@@ -11,17 +11,18 @@ ratios; the table is rewritten to <output-dir>/pairs.md after every pair.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from parallel_ppo.cli.common import OneLineParser, duration_in, positive_int, some_path  # noqa: E402
+from parallel_ppo.bench.trainer_runs import BenchRunCrashed, checkout_path, run_bench_trainer  # noqa: E402
+from parallel_ppo.cli.common import OneLineParser, duration_in, interrupted, positive_int, some_path  # noqa: E402
 from parallel_ppo.cli.train import trainer_config  # noqa: E402
 from parallel_ppo.core.files import write_text  # noqa: E402
 from parallel_ppo.errors import ConfigError  # noqa: E402
+from parallel_ppo.runs.directory import check_writable  # noqa: E402
 from parallel_ppo.runs.reading import Run, load_run  # noqa: E402
 
 TRAINERS = {"sequential": ("train_timed.py", "config/ppo_sequential.yaml"),
@@ -38,15 +39,20 @@ def train(mode: str, run_dir: Path, minutes: float, extra: list[str], config: st
     config = config or shipped
     cmd = [sys.executable, str(ROOT / script), "--config", str(ROOT / config), "--duration", f"{minutes / 60:.6f}",
            "--output-dir", str(run_dir), "--overwrite", "--set", "logging.progress=off", *extra]
-    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"mode_pairs.py: error: the {mode} run failed (exit {proc.returncode}): "
-                 f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}")
+    try:
+        run_bench_trainer(cmd, run_dir.name)
+    except (ConfigError, BenchRunCrashed) as e:
+        sys.exit(f"mode_pairs.py: error: {e}")
     return load_run(mode, run_dir)
 
 
-def refusal(config: str | None, extra: list[str]) -> str | None:
-    """Why the pairs cannot run, before any output exists: a missing config, or arguments a trainer would refuse."""
+def refusal(config: str | None, extra: list[str], out: Path) -> str | None:
+    """Why the pairs cannot run, before any output exists: a missing config, arguments a trainer would refuse, or an
+    output folder that cannot be written."""
+    try:
+        check_writable(out, f"--output-dir {out}")
+    except ConfigError as e:
+        return str(e)
     for mode, (_, shipped) in TRAINERS.items():
         if not (ROOT / (config or shipped)).is_file():
             return f"no config {config or shipped}"
@@ -66,17 +72,23 @@ def main() -> int:
     p.add_argument("--config", type=some_path, help="one config for both modes (default: the shipped starpilot pair)")
     args, extra = p.parse_known_args()
     extra = [a for a in extra if a != "--"]
-    if problem := refusal(args.config, extra):
+    out = Path(args.output_dir)
+    config = args.config and checkout_path(args.config, ROOT)
+    if problem := refusal(config, extra, out):
         print(f"mode_pairs.py: error: {problem}", file=sys.stderr)
         return 2
-    out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     lines = list(HEADER)
     for pair in range(1, args.pairs + 1):
         runs = {}
         for mode in TRAINERS if pair % 2 else reversed(TRAINERS):  # ABBA: a drift of the machine favours neither
             print(f"pair {pair}: {mode} for {args.minutes:g} min ...", flush=True)
-            runs[mode] = train(mode, out / f"{mode}_{pair}", args.minutes, extra, args.config)
+            try:
+                runs[mode] = train(mode, out / f"{mode}_{pair}", args.minutes, extra, config)
+            except KeyboardInterrupt:  # the run was stopped by then
+                done = len(lines) - len(HEADER)
+                return interrupted("mode_pairs.py", f"the {done} pairs measured are in {out / 'pairs.md'}" if done
+                                   else "no pair was measured")
         s, q = runs["sequential"], runs["parallel"]
         us, uq = s.per_thousand_steps("update"), q.per_thousand_steps("update")
         lines.append(f"| {pair} | {s.steady_sps:.1f} | {q.steady_sps:.1f} | {q.steady_sps / s.steady_sps:.3f} | "
@@ -87,7 +99,6 @@ def main() -> int:
         write_text(out / "pairs.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -24,7 +24,6 @@ import json
 import os
 import shlex
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,11 +32,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from parallel_ppo.bench.study import available_cores  # noqa: E402
-from parallel_ppo.cli.common import OneLineParser, duration_in, positive_int, some_path  # noqa: E402
+from parallel_ppo.bench.trainer_runs import BenchRunCrashed, checkout_path, run_bench_trainer  # noqa: E402
+from parallel_ppo.cli.common import OneLineParser, duration_in, interrupted, positive_int, some_path  # noqa: E402
 from parallel_ppo.cli.train import trainer_config  # noqa: E402
 from parallel_ppo.core.files import write_text  # noqa: E402
 from parallel_ppo.errors import ConfigError  # noqa: E402
 from parallel_ppo.runs import fingerprint  # noqa: E402
+from parallel_ppo.runs.directory import check_writable  # noqa: E402
 from parallel_ppo.runs.reading import Run, load_run  # noqa: E402
 
 PHASES = ("env", "render", "inference", "update", "sync")
@@ -63,10 +64,10 @@ def train(config: str, run_dir: Path, minutes: float, args: list[str], sequentia
            f"{minutes / 60:.6f}", "--output-dir", str(run_dir.resolve()), "--overwrite", "--set",
            "logging.progress=off", *args]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=root, env=env)
-    if proc.returncode != 0:
-        sys.exit(f"setting_pairs.py: error: the run in {run_dir} failed (exit {proc.returncode}): "
-                 f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}")
+    try:
+        run_bench_trainer(cmd, run_dir.name, cwd=root, env=env)
+    except (ConfigError, BenchRunCrashed) as e:
+        sys.exit(f"setting_pairs.py: error: {e}")
     return load_run(run_dir.name, run_dir)
 
 
@@ -85,8 +86,10 @@ def trainer(args: argparse.Namespace, label: str) -> str:
 
 def refusal(args: argparse.Namespace) -> str | None:
     """Why the pairs cannot run, before any output exists: another checkout without the trainer or config, a
-    missing config, or a variant's arguments that its trainer would refuse (an A run from another checkout is
-    checked by that checkout's trainer when it starts)."""
+    missing config, one label for both, a variant's arguments that its trainer would refuse (an A run from another
+    checkout is checked by that checkout's trainer when it starts), or an output folder that cannot be written."""
+    if args.a[0] == args.b[0]:
+        return f"--a and --b need labels of their own, got {args.a[0]!r} for both"
     needs = ("train_timed.py" if args.sequential_a else "train_parallel_timed.py", args.config)
     if args.a_checkout and not all((args.a_checkout / name).is_file() for name in needs):
         return f"--a-checkout {args.a_checkout} is not a checkout of this project with {' and '.join(needs)}"
@@ -98,6 +101,7 @@ def refusal(args: argparse.Namespace) -> str | None:
                 command = "train" if trainer(args, label) == "sequential" else "train-parallel"
                 trainer_config(["python", "-m", "parallel_ppo", command, "--config", str(ROOT / args.config),
                                 *extra], label)
+        check_writable(Path(args.output_dir), f"--output-dir {args.output_dir}")
     except ConfigError as e:
         return str(e)
     return None
@@ -135,15 +139,22 @@ def main() -> int:
     p.add_argument("--minutes", type=duration_in("m"), default=4.0, metavar="TIME")
     p.add_argument("--output-dir", type=some_path, default="benchmarks/setting_pairs")
     args = p.parse_args()
+    args.config = checkout_path(args.config, ROOT)
     if problem := refusal(args):
         print(f"setting_pairs.py: error: {problem}", file=sys.stderr)
         return 2
+    return pairs_of(args)
+
+
+def pairs_of(args: argparse.Namespace) -> int:
+    """The pairs, one run at a time, and their table and evidence file; Ctrl-C stops the run under way and keeps
+    the table of the pairs measured before."""
     (a, a_args), (b, b_args) = args.a, args.b
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     lines = [f"| pair | {a} SPS | {b} SPS | {b}/{a} | " + " | ".join(f"{ph} s/1k {a} | {b}" for ph in PHASES) + " |",
              "|---:|---:|---:|---:|" + "---:|" * (2 * len(PHASES))]
-    pairs = []
+    pairs: list[dict] = []
     for pair in range(1, args.pairs + 1):
         order = [(a, a_args), (b, b_args)] if pair % 2 else [(b, b_args), (a, a_args)]  # ABBA
         runs = {}
@@ -151,7 +162,12 @@ def main() -> int:
             print(f"pair {pair}: {label} for {args.minutes:g} min ...", flush=True)
             sequential = trainer(args, label) == "sequential"
             root = args.a_checkout if label == a and args.a_checkout else ROOT
-            runs[label] = figures(train(args.config, out / f"{label}_{pair}", args.minutes, extra, sequential, root))
+            try:
+                run = train(args.config, out / f"{label}_{pair}", args.minutes, extra, sequential, root)
+            except KeyboardInterrupt:  # the run was stopped by then
+                kept = f"the {len(pairs)} pairs measured are in {out / 'pairs.md'}" if pairs else "no pair was measured"
+                return interrupted("setting_pairs.py", kept)
+            runs[label] = figures(run)
         pairs.append({**runs, "ratio": round(runs[b]["sps"] / runs[a]["sps"], 4), "order": [x for x, _ in order]})
         lines.append(f"| {pair} | {runs[a]['sps']:.1f} | {runs[b]['sps']:.1f} | {pairs[-1]['ratio']:.3f} | "
                      + " | ".join(f"{runs[x][f'{ph}_s_per_1k']:.3f}" for ph in PHASES for x in (a, b)) + " |")

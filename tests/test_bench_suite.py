@@ -201,6 +201,53 @@ def test_inference_cost_writes_an_evidence_file(tmp_path):
     assert f["saved_ms_a_worker_step"] == pytest.approx(worker[2] - batched[2] - trip[2], abs=2e-3)
 
 
+def test_an_interrupted_benchmark_or_comparison_is_one_line_and_status_130(tmp_path, monkeypatch, capsys):
+    """Ctrl-C in bench.py (its runs stopped by then) or compare_results.py: one line, the shell's status for SIGINT;
+    a speed check whose trainer a Ctrl-C stopped before its first update is interrupted, not crashed."""
+    from parallel_ppo.bench import speedcheck
+    from parallel_ppo.cli import bench, compare
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "roofline", interrupt)
+    assert bench.main(["roofline", "--config", str(ROOT / "config/cartpole.yaml")]) == 130
+    assert capsys.readouterr().err == "\nbench.py: interrupted; what it wrote before stays\n"
+    monkeypatch.setattr(compare, "make_report", interrupt)
+    assert compare.main(["--run", f"a={tmp_path}", "--run", f"b={tmp_path}"]) == 130
+    assert capsys.readouterr().err == "\ncompare_results.py: interrupted; the report was not written\n"
+
+    class Trainer:  # waited for, interrupted, then ended by the Ctrl-C before its first update
+        calls = 0
+
+        def __init__(self, cmd):
+            pass
+
+        def wait(self):
+            Trainer.calls += 1
+            if Trainer.calls == 1:
+                raise KeyboardInterrupt
+            return 130
+
+    monkeypatch.setattr(speedcheck.subprocess, "Popen", Trainer)
+    with pytest.raises(KeyboardInterrupt):
+        speedcheck.run_trainer(["trainer"])
+
+
+def test_the_pair_scripts_read_a_config_from_where_they_are_called(tmp_path, monkeypatch):
+    """`--config` names a file from the current directory where one is there (as --output-dir does), else from the
+    checkout; one inside the checkout is named relative to it, so that --a-checkout's copy is found by that name."""
+    from parallel_ppo.bench.trainer_runs import checkout_path
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.yaml").write_text("env: {id: CartPole-v1}\n")
+    assert checkout_path("mine.yaml", ROOT) == str(tmp_path / "mine.yaml")
+    assert checkout_path("config/cartpole.yaml", ROOT) == "config/cartpole.yaml"  # not here: the checkout's
+    assert checkout_path(str(ROOT / "config" / "cartpole.yaml"), ROOT) == "config/cartpole.yaml"
+    monkeypatch.chdir(ROOT / "config")
+    assert checkout_path("cartpole.yaml", ROOT) == "config/cartpole.yaml"
+
+
 @pytest.mark.parametrize("argv", [
     ["scripts/inference_cost.py", "--config", "no.yaml", "--output", "{out}"],
     ["scripts/inference_cost.py", "--env", "CartPole-v1", "--threads", "99999", "--output", "{out}"],
@@ -208,6 +255,9 @@ def test_inference_cost_writes_an_evidence_file(tmp_path):
     ["scripts/mode_pairs.py", "--config", "no.yaml", "--output-dir", "{out}"],
     ["scripts/setting_pairs.py", "--config", "no.yaml", "--a", "a:", "--b", "b:", "--output-dir", "{out}"],
     ["scripts/mode_pairs.py", "--pairs", "0", "--output-dir", "{out}"],
+    ["scripts/mode_pairs.py", "--output-dir", "{bad}/out"],
+    ["scripts/setting_pairs.py", "--config", "config/cartpole.yaml", "--a", "a:", "--b", "a: --set training.gamma=0.9",
+     "--output-dir", "{out}"],
     ["scripts/setting_pairs.py", "--config", "config/cartpole.yaml", "--a", "a: --set nope.key=1", "--b", "b:",
      "--output-dir", "{out}"],
     ["scripts/learning_matrix.py", "--jobs", "0", "--output", "{out}"],
@@ -215,8 +265,9 @@ def test_inference_cost_writes_an_evidence_file(tmp_path):
     ["scripts/time_targets.py", "lint", "--output", "{bad}"],
 ])
 def test_scripts_refuse_bad_input_in_one_line_before_they_write(tmp_path, argv):
-    """A missing config, a count of 0, one env count (no slope), an evidence file that is not JSON: exit 2 and one
-    line, before any run and without writing (the bad evidence file left as it was)."""
+    """A missing config, a count of 0, one env count (no slope), an evidence file that is not JSON, an output folder
+    inside a file, one label for both settings: exit 2 and one line, before any run and without writing (the bad
+    evidence file left as it was)."""
     bad = tmp_path / "bad.json"
     bad.write_text('{"figures": [')
     out = tmp_path / "out"

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import psutil
 
@@ -19,6 +20,16 @@ from parallel_ppo.errors import ConfigError
 
 class BenchRunCrashed(RuntimeError):
     """A benchmark run failed for a reason other than its settings (which the trainer refuses with exit 2)."""
+
+
+def checkout_path(path: str, root: Path) -> str:
+    """A file named to a script that runs a checkout's trainers (`--config`): from the current directory where a file
+    is there, else from the checkout `root`, as given; one inside `root` relative to it, so that another checkout's
+    copy has the same name."""
+    if not Path(path).is_file():
+        return path
+    full = Path(path).resolve()
+    return str(full.relative_to(root.resolve())) if full.is_relative_to(root.resolve()) else str(full)
 
 
 def trainer_command(workers: int, ranks: int = 0) -> list[str]:
@@ -39,13 +50,16 @@ RANK_REFUSED = re.compile(r"exitcode\s*:\s*2\b")
 """How torchrun reports a rank that exited with status 2 (it exits 1 itself)."""
 
 
-def run_bench_trainer(cmd: list[str], name: str, timeout: float | None = None) -> None:
+def run_bench_trainer(cmd: list[str], name: str, timeout: float | None = None, cwd: Path | None = None,
+                      env: dict[str, str] | None = None) -> None:
     """Run a benchmark's trainer command to its end: exit 2 (settings refused; for torchrun, a rank's exit 2) is
     a ConfigError, any other failure a BenchRunCrashed, each naming the run and the trainer's error line (its
     last line when it printed none: torchrun ends with its own report). A run still going after `timeout`
     seconds counts as crashed; it is stopped with every process under it (torchrun's ranks live in sessions of
-    their own, so a process group would miss them), as it is when this process is interrupted."""
-    with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as child:
+    their own, so a process group would miss them), as it is when this process is interrupted. `cwd` and `env`:
+    where and with what environment it runs (this process's by default)."""
+    with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                          env=env) as child:
         try:
             _, stderr = child.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

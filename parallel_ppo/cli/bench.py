@@ -23,6 +23,7 @@ from parallel_ppo.cli.common import (
     duration_in,
     fail,
     int_list,
+    interrupted,
     positive_int,
     run_args,
     run_budget,
@@ -333,4 +334,7 @@ def main(argv: list[str] | None = None, prog: str = "bench.py") -> int:
     retain_freed_memory()  # as the trainer does, so rates measured here are the trainer's
     commands = {"roofline": roofline, "speed-check": speed_check, "envs": envs, "scaling": sweep,
                 "layouts": sweep, "autotune": sweep, "learning": learning, "study": study}
-    return commands[args.command](args, prog)
+    try:
+        return commands[args.command](args, prog)
+    except KeyboardInterrupt:  # its runs are stopped by then, each with what it had written
+        return interrupted(prog, "what it wrote before stays")

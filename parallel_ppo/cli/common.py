@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,6 +22,12 @@ def fail(prog: str, error: Exception, status: int, flags: bool = False) -> int:
     names with the trainers' flag for it, `with_flags`); returns the exit status to end with."""
     print(f"{prog}: error: {with_flags(str(error)) if flags else error}", file=sys.stderr)
     return status
+
+
+def interrupted(prog: str, outcome: str) -> int:
+    """Ctrl-C: one line saying what was left, and the shell's status for SIGINT."""
+    print(f"\n{prog}: interrupted; {outcome}", file=sys.stderr)
+    return 128 + signal.SIGINT
 
 
 def setting_item(text: str) -> str:

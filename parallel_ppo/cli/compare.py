@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from parallel_ppo.cli.common import OneLineParser, fail, some_path
+from parallel_ppo.cli.common import OneLineParser, fail, interrupted, some_path
 from parallel_ppo.errors import ParallelPPOError
 from parallel_ppo.runs.reading import parse_run_spec
 from parallel_ppo.runs.reference import parse_reference_spec
@@ -56,5 +56,8 @@ def main(argv: list[str] | None = None, prog: str = "compare_results.py") -> int
         references = [parse_reference_spec(s) for s in args.reference]
     except ParallelPPOError as e:
         return fail(prog, e, 2)
-    return make_report(specs, Path(args.output_dir), prog, args.baseline, args.threshold,
-                       {role: role for role in roles}, args.at_steps, references)
+    try:
+        return make_report(specs, Path(args.output_dir), prog, args.baseline, args.threshold,
+                           {role: role for role in roles}, args.at_steps, references)
+    except KeyboardInterrupt:  # the report files are written all at once, at the end
+        return interrupted(prog, "the report was not written")

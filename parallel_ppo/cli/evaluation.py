@@ -8,7 +8,6 @@ import argparse
 import json
 import math
 import shlex
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from parallel_ppo.cli.common import (
     OneLineParser,
     duration_in,
     fail,
+    interrupted,
     positive_int,
     positive_up_to,
     seed_number,
@@ -157,12 +157,6 @@ def eval_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
     if args.video:
         publish(prog, cfg, run_dir, f"videos/eval_{key}", frames, DEFAULT_FPS, checkpoint["env_steps"], args.video)
     return 0
-
-
-def interrupted(prog: str, outcome: str) -> int:
-    """Ctrl-C while playing: one line saying what was left, and the shell's status for SIGINT."""
-    print(f"\n{prog}: interrupted; {outcome}", file=sys.stderr)
-    return 128 + signal.SIGINT
 
 
 def publish(prog: str, cfg: Config, run_dir: Path, tag: str, frames: list, fps: int, step: int, video: str) -> None:
