@@ -234,6 +234,28 @@ def test_an_interrupted_benchmark_or_comparison_is_one_line_and_status_130(tmp_p
         speedcheck.run_trainer(["trainer"])
 
 
+def test_a_benchmark_result_the_disk_does_not_take_is_one_line_and_status_1(tmp_path, monkeypatch, capsys):
+    """bench.py's result files (roofline's and envs' --output, speed-check's, the sweeps') on a full disk: one line
+    naming the file, status 1, no folder left that was made for it."""
+    import errno
+
+    from parallel_ppo.cli import bench
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def measured(args, prog):
+        bench._write_json(tmp_path / "new" / "r.json", {"sps": 1})
+        return 0
+
+    monkeypatch.setattr(bench, "write_json", full)
+    monkeypatch.setattr(bench, "roofline", measured)
+    assert bench.main(["roofline", "--config", str(ROOT / "config/cartpole.yaml")]) == 1
+    assert capsys.readouterr().err == (f"bench.py: error: could not write {tmp_path / 'new' / 'r.json'}: OSError: "
+                                       "[Errno 28] No space left on device\n")
+    assert not (tmp_path / "new").exists()
+
+
 def test_the_pair_scripts_read_a_config_from_where_they_are_called(tmp_path, monkeypatch):
     """`--config` names a file from the current directory where one is there (as --output-dir does), else from the
     checkout; one inside the checkout is named relative to it, so that --a-checkout's copy is found by that name."""

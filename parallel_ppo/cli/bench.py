@@ -36,7 +36,7 @@ from parallel_ppo.core.allocator import retain_freed_memory
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.config_yaml import given_env
 from parallel_ppo.core.configure import build_config
-from parallel_ppo.core.files import write_json, writing
+from parallel_ppo.core.files import new_folders, write_json, writing
 from parallel_ppo.core.threads import draw_with, thread_plan
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.errors import ConfigError, ParallelPPOError, WriteFailed
@@ -180,12 +180,12 @@ def sweep(args: Any, prog: str) -> int:
             trainer_config(p.command(out, args.seconds, args.config, extra), f"benchmark run {p.label}")
         print(f"{prog}: {plan}, {args.seconds:g} s each", flush=True)
         rows = scaling.run_points(points, out, args.seconds, args.config, extra)
-        if args.command == "scaling":
-            scaling.write_scaling(rows, out, f"Scaling: {rows[0]['label']} and {len(rows) - 1} more runs")
-            print(scaling.scaling_table(rows))
-        else:
-            scaling.write_layouts(rows, out)
-            print(scaling.layouts_table(rows))
+        with writing(out):
+            if args.command == "scaling":
+                scaling.write_scaling(rows, out, f"Scaling: {rows[0]['label']} and {len(rows) - 1} more runs")
+            else:
+                scaling.write_layouts(rows, out)
+        print(scaling.scaling_table(rows) if args.command == "scaling" else scaling.layouts_table(rows))
         written = [str(out / f"{args.command}.{ext}") for ext in ("json", "md", "png")]
         print(f"wrote {', '.join(written)}")
     except ParallelPPOError as e:
@@ -209,7 +209,8 @@ def _sweep_points(args: Any) -> tuple[list[scaling.Point], str]:
 def _autotune(args: Any, out: Path, extra: list[str], prog: str) -> int:
     """Autotune's runs (a layout the trainer refuses is skipped) and the fastest of them."""
     print(f"{prog}: autotune, {args.seconds:g} s per layout", flush=True)
-    result = scaling.autotune(out, args.seconds, args.config, extra)
+    with writing(out):
+        result = scaling.autotune(out, args.seconds, args.config, extra)
     print(scaling.scaling_table(result["points"]))
     best = result["best"]
     if best["ranks"]:
@@ -225,8 +226,10 @@ def _autotune(args: Any, out: Path, extra: list[str], prog: str) -> int:
 
 
 def _write_json(path: str | Path, data: dict[str, Any]) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    write_json(Path(path), data)
+    """`data` as JSON at `path`, its folder made where missing; WriteFailed naming it where the disk does not take
+    it (the folder then removed)."""
+    with writing(Path(path)), new_folders(Path(path).parent):
+        write_json(Path(path), data)
 
 
 def _check_output(path: str | None, name: str = "--output") -> None:
@@ -316,11 +319,7 @@ def speed_check(args: Any, prog: str) -> int:
     except (BenchRunCrashed, ParallelPPOError) as e:
         return fail(prog, e, 1)
     result = speed_result(cfg, limit, trainer, load, run_dir, {"limit": args.seconds, "train": args.train_seconds})
-    try:
-        with writing(json_path):
-            _write_json(json_path, result)
-    except WriteFailed as e:
-        return fail(prog, e, 1)
+    _write_json(json_path, result)
     print(f"\n{prog}: {format_speed_check(result)}")
     print(f"wrote {json_path}")
     print(result["verdict"])
@@ -336,5 +335,7 @@ def main(argv: list[str] | None = None, prog: str = "bench.py") -> int:
                 "layouts": sweep, "autotune": sweep, "learning": learning, "study": study}
     try:
         return commands[args.command](args, prog)
+    except WriteFailed as e:  # a result file the disk did not take
+        return fail(prog, e, 1)
     except KeyboardInterrupt:  # its runs are stopped by then, each with what it had written
         return interrupted(prog, "what it wrote before stays")
