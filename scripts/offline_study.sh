@@ -9,7 +9,8 @@
 #   bash scripts/offline_study.sh [RESULTS_DIR] [SECONDS]      (defaults docs/results and 20 s per run)
 # A study joins the committed one of its machine and task only with the same settings, SECONDS too (the 16-core H200's
 # were measured at 15 s for starpilot, 30 s for Lift from state, 40 s for the camera drawn by Mesa); a study of other
-# settings in its place is refused, and the script stops (a call that fits nothing here, cuda without a GPU, goes on).
+# settings in its place is refused, and the script stops, as at any call bench.py refuses (exit 2) but one that fits
+# nothing here (cuda without a GPU), which goes on; it exits 1 where a point failed and the rest ran.
 # PLAN="threads:1 workers:16 cuda:16" (family:counts, counts comma-separated) runs those points, in that order, instead.
 # SETS="parallel.learner_threads=4 ..." passes each KEY=VALUE to every point as a --set (the study's own give way, but
 # for the threads, copies and ranks families' thread counts and the update's chunk: the CPU's resolved from the config
@@ -102,15 +103,21 @@ fi
 
 sets=()
 for s in "${items[@]}"; do sets+=(--set "$s"); done
+status=0  # the script's: 1 where a point failed, so a caller sees it
 study() {  # FAMILY "COUNTS"
     date +%T
     python3 bench.py study --env "$env" ${CONFIG:+--config "$CONFIG"} --seconds "$seconds" "${sets[@]}" \
         --runs-dir /tmp/offline_study_runs --results-dir "$results" \
         --families "$1" --processes "$2" 2>&1 | tee /tmp/offline_study_last.log |
         grep --line-buffered -iE "steps/s|failed|wrote|error|traceback|skipped|dropping"
+    local rc=${PIPESTATUS[0]}
     if grep -q "holds a study of other settings" /tmp/offline_study_last.log; then  # so would every later call
         echo "offline_study: stopped: the results in place are of other settings (above)" >&2; exit 2
     fi
+    if [ "$rc" = 2 ] && ! grep -q "no points to run here" /tmp/offline_study_last.log; then  # so would the rest
+        echo "offline_study: stopped: bench.py refused the call (above)" >&2; exit 2
+    fi
+    [ "$rc" = 0 ] || [ "$rc" = 2 ] || status=1
 }
 if [ -n "${PLAN:-}" ]; then
     for point in $PLAN; do study "${point%%:*}" "$(tr , ' ' <<< "${point#*:}")"; done
@@ -130,6 +137,7 @@ fi
 if [ -n "${INFERENCE:-}" ]; then
     python3 scripts/inference_cost.py --env "$env" ${CONFIG:+--config "$CONFIG"} --workers "$INFERENCE" \
         --results-dir "$results" "${sets[@]}" 2>&1 |
-        grep --line-buffered -iE "error|traceback|observations a second|wrote"
+        grep --line-buffered -iE "error|traceback|observations a second|wrote" || status=1
 fi
 date +%T
+exit "$status"

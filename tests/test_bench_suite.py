@@ -315,6 +315,9 @@ BENCH_REFUSALS = {
     "a seed the trainer refuses": (["learning", "--seeds", "0,99999999999"],  # seed 0 passes, as the trainers take it
                                    "seed 99999999999 would be refused by the trainer: run.seed"),
     "a count twice": (["scaling", "--workers", "1 2 1"], "--workers lists 1 twice, got '1 2 1'"),
+    "a family twice": (["study", "--families", "threads,workers,threads"], "--families lists threads twice"),
+    "a study with no point here": (["study", "--families", "copies", "--processes", "1"],
+                                   "no points to run here (copies start at 2)"),
     "a seed set for every seed": (["learning", "--variant", "a:run.seed=7"],
                                   "--set run.seed would give every seed's run the same one"),
     "a results folder no file goes in": (["study", "--results-dir", "/proc/x"], "cannot write --results-dir /proc/x"),

@@ -30,6 +30,7 @@ from parallel_ppo.bench.study import (
     results_name,
     results_slug,
 )
+from parallel_ppo.bench.study_arithmetic import no_points_reasons
 from parallel_ppo.bench.study_pages import (
     add_ratios,
     chunks,
@@ -75,6 +76,8 @@ def test_points_cover_powers_of_two_up_to_the_cores_and_ranks_start_at_two():
         ("threads", 1), ("threads", 2), ("ranks", 2), ("ranks", 16)], "sleeping ranks too"
     assert family_points(["copies"], [1, 2, 16], cores=2, sleeping=True) == [("copies", 2)], \
         "one copy is threads_1; the copies are the yardstick of the cores there are, sleeping or not"
+    assert no_points_reasons(["threads", "copies"], [1, 4], cores=2) == [
+        "threads at 4: more than the 2 cores here", "copies start at 2", "copies at 4: more than the 2 cores here"]
 
 
 def test_copies_are_that_many_one_core_runs_each_its_own_folder_and_seed(tmp_path):

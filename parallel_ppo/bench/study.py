@@ -36,7 +36,15 @@ from typing import Any
 
 from parallel_ppo.bench.copies import copies_row, copy_commands
 from parallel_ppo.bench.scaling import point_row
-from parallel_ppo.bench.study_arithmetic import FORMER_CHUNK, PRECISION, chunk_items, cpu_microbatch, other_chunks
+from parallel_ppo.bench.study_arithmetic import (
+    FORMER_CHUNK,
+    PRECISION,
+    chunk_items,
+    cpu_microbatch,
+    family_points,
+    no_points_reasons,
+    other_chunks,
+)
 from parallel_ppo.bench.study_pages import (
     FAMILIES,
     GPU_FAMILIES,
@@ -175,17 +183,6 @@ def process_counts(cores: int) -> list[int]:
     while counts[-1] * 2 <= cores:
         counts.append(counts[-1] * 2)
     return counts if counts[-1] == cores else [*counts, cores]
-
-
-def family_points(families: list[str], counts: list[int], cores: int,
-                  sleeping: bool = False) -> list[tuple[str, int]]:
-    """The (family, processes) points to run: a distributed run of one rank, or one copy, is the sequential trainer,
-    so ranks and copies start at 2; threads, ranks and copies compute, so they stop at the `cores` (workers go past
-    them only where the count asks: a simulated study's sleeping ones, and ranks too where their envs are `sleeping`:
-    each then computes only its inference and update; copies never, being the yardstick of the cores there are)."""
-    return [(f, n) for f in families for n in counts
-            if not (f in ("ranks", "copies") and n == 1)
-            and not (n > cores and (f in ("threads", "copies") or f == "ranks" and not sleeping))]
 
 
 def gpu_name() -> str | None:
@@ -358,8 +355,9 @@ def plan_study(families: list[str], counts: list[int], settings: StudySettings, 
     hw, cores = fingerprint.hardware(), available_cores()
     points = family_points([f for f in families if f not in skipped], counts, cores, simulated(settings.env))
     if not points:
-        without = f" ({', '.join(skipped)}: no CUDA device here)" if skipped else ""
-        raise ConfigError(f"the study has no points to run here{without}")
+        without = [f"{', '.join(skipped)}: no CUDA device here"] if skipped else []
+        why = "; ".join(without + no_points_reasons(families, counts, cores, simulated(settings.env)))
+        raise ConfigError(f"the study has no points to run here ({why})")
     settings = replace(settings, microbatch=cpu_microbatch(settings.config, one_process(settings), settings.sets))
     config = Path(settings.config).resolve()  # named from the checkout when in it, so results compare across hosts
     shown = {**asdict(settings), "config": str(config.relative_to(ROOT) if config.is_relative_to(ROOT) else config)}

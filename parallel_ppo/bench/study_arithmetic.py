@@ -1,6 +1,6 @@
-"""The arithmetic of every point of the many-core study: fp32 (unless the user sets otherwise), and each minibatch's
-forward and backward passes chunked as a run of the study's config takes them with nothing measured, the same at
-every point on the CPU, the whole minibatch at once on a GPU."""
+"""The arithmetic of every point of the many-core study: which points a machine runs, fp32 (unless the user sets
+otherwise), and each minibatch's forward and backward passes chunked as a run of the study's config takes them with
+nothing measured, the same at every point on the CPU, the whole minibatch at once on a GPU."""
 
 from __future__ import annotations
 
@@ -63,3 +63,23 @@ def other_chunks(points: list[dict[str, Any]], microbatch: int, gpu_families: Se
     point, which records none, is not among them."""
     return [p["label"] for p in points if "error" not in p
             and p.get("microbatch", FORMER_CHUNK) != point_chunk(p["family"] in gpu_families, microbatch)]
+
+
+def family_points(families: list[str], counts: list[int], cores: int,
+                  sleeping: bool = False) -> list[tuple[str, int]]:
+    """The (family, processes) points to run: a distributed run of one rank, or one copy, is the sequential trainer,
+    so ranks and copies start at 2; threads, ranks and copies compute, so they stop at the `cores` (workers go past
+    them only where the count asks: a simulated study's sleeping ones, and ranks too where their envs are `sleeping`:
+    each then computes only its inference and update; copies never, being the yardstick of the cores there are)."""
+    return [(f, n) for f in families for n in counts
+            if not (f in ("ranks", "copies") and n == 1)
+            and not (n > cores and (f in ("threads", "copies") or f == "ranks" and not sleeping))]
+
+
+def no_points_reasons(families: list[str], counts: list[int], cores: int, sleeping: bool = False) -> list[str]:
+    """Why `family_points` leaves out the points of `families` × `counts` it leaves out, each reason once."""
+    reasons = []
+    for family, n in ((f, n) for f in families for n in counts if (f, n) not in
+                      family_points(families, counts, cores, sleeping)):
+        reasons.append(f"{family} start at 2" if n == 1 else f"{family} at {n}: more than the {cores} cores here")
+    return list(dict.fromkeys(reasons))

@@ -61,9 +61,12 @@ def add_study(sub: Any) -> None:
 def study(args: Any, prog: str) -> int:
     """Run the study as `args` say; returns the exit status (1 when a point failed)."""
     try:
-        families = args.families.replace(",", " ").split()
-        if not families or set(families) - set(FAMILIES):
+        given = args.families.replace(",", " ").split()
+        if not given or set(given) - set(FAMILIES):
             raise ConfigError(f"--families takes {', '.join(FAMILIES)}; got {args.families!r}")
+        if twice := next((f for i, f in enumerate(given) if f in given[:i]), None):
+            raise ConfigError(f"--families lists {twice} twice, got {args.families!r}")
+        families = [f for f in FAMILIES if f in given]  # the order they run in
         counts = sorted(int_list(args.processes, "--processes")) if args.processes is not None else (
             process_counts(available_cores()))
         env = config_env(args.config, args.set, args.env)
@@ -72,7 +75,7 @@ def study(args: Any, prog: str) -> int:
         check_settings(settings)
         for flag, path in (("--runs-dir", args.runs_dir), ("--results-dir", args.results_dir)):
             check_writable(Path(path), f"{flag} {path}")  # before the first point, not after it
-        plan = plan_study([f for f in FAMILIES if f in families], counts, settings, Path(args.results_dir))
+        plan = plan_study(families, counts, settings, Path(args.results_dir))
         check_points(plan, Path(args.runs_dir))
         print(f"{prog}: study of {', '.join(families)} at {counts} processes, {args.seconds:g} s per run, "
               f"one at a time", flush=True)
