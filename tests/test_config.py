@@ -121,6 +121,19 @@ def test_exponent_numbers_without_a_point(tmp_path):
         build_config(None, {}, small_sets("training.n_steps=1e-1"), parallel=False)
 
 
+def test_integers_with_leading_zeros_are_decimal_as_in_yaml_1_2(tmp_path):
+    """010 is ten in files and --set (as --seed 010 is), not YAML 1.1's octal eight; 08 is eight, not a string; 0o10
+    is octal; a tagged integer that is none is one line."""
+    from parallel_ppo.core.config_yaml import parse_yaml
+
+    path = write_yaml(tmp_path, "run:\n  seed: 0777\n")
+    cfg = build_config(path, {}, small_sets("training.n_epochs=08", "model.mlp_hidden=[016, 0o10]"), parallel=False)
+    assert (cfg.run.seed, cfg.training.n_epochs, cfg.model.mlp_hidden) == (777, 8, [16, 8])
+    assert [parse_yaml(t) for t in ("-010", "0x1F", "1_000", "0b_", "1:30:00")] == [-10, 31, 1000, "0b_", "1:30:00"]
+    with pytest.raises(ConfigError, match="not valid YAML at line 2"):
+        build_config(write_yaml(tmp_path, "run:\n  seed: !!int abc\n"), {}, [], parallel=False)
+
+
 def test_on_off_stay_strings(tmp_path):
     """`progress: off` / `--set logging.progress=on` are the strings the field expects (YAML 1.2 booleans)."""
     cfg = build_config(write_yaml(tmp_path, "logging:\n  progress: off\n"), {}, small_sets(), parallel=False)
@@ -218,6 +231,15 @@ def test_values_past_what_the_libraries_take_are_refused(item):
     compute limit measured for ages, evaluations of countless episodes), are refused up front."""
     with pytest.raises(ConfigError, match=item.split("=")[0].replace(".", r"\.") + ".*supported maximum"):
         build_config(None, {}, small_sets(item), parallel=False)
+
+
+@pytest.mark.parametrize("item", ["training.clip_coef=1e39", "training.obs_clip=-1e39", "training.learning_rate=4e38"])
+def test_numbers_no_float32_holds_are_refused(item):
+    """Every float setting meets float32 tensors, where a number past float32's largest overflows in the update
+    (clip_coef, obs_clip): refused up front; the largest float32 is taken."""
+    with pytest.raises(ConfigError, match=item.split("=")[0].replace(".", r"\.") + " = .* larger than a float32 holds"):
+        build_config(None, {}, small_sets(item), parallel=False)
+    assert build_config(None, {}, small_sets("training.clip_coef=3.4e38"), parallel=False).training.clip_coef == 3.4e38
 
 
 def test_procgen_levels_past_the_last_one_are_refused():

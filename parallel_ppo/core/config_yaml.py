@@ -1,6 +1,6 @@
-"""Config files as YAML: plain data only, YAML 1.2's scalars, and a key given twice refused (YAML would keep the
-last silently); `--set` items, their values read as YAML; and the env a config file and its items train, read without
-building the config. No torch."""
+"""Config files as YAML: plain data only, YAML 1.2's scalars (010 is ten), and a key given twice refused (YAML would
+keep the last silently); `--set` items, their values read as YAML; and the env a config file and its items train, read
+without building the config. No torch."""
 
 from __future__ import annotations
 
@@ -43,11 +43,27 @@ _YamlLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag not in _NUMBERS_AND_BOOLS]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
-# YAML 1.1's numbers without its base-60 ones, so that a Slurm time such as 1:30:00 stays text (a duration), not 5400
+# YAML 1.2's integers: decimal with or without leading zeros (010 is ten, as --seed 010 is, not YAML 1.1's octal
+# eight), 0o octal, 0x hex (and 0b binary); no base-60 ones, so that a Slurm time such as 1:30:00 stays text (a
+# duration), not 5400
 _YamlLoader.add_implicit_resolver(
     "tag:yaml.org,2002:int",
-    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+    re.compile(r"^[-+]?(?:0b[01][01_]*|0o[0-7][0-7_]*|[0-9][0-9_]*|0x[0-9a-fA-F][0-9a-fA-F_]*)$"),
     list("-+0123456789"))
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    """An integer the resolver above matched, read as YAML 1.2 reads it."""
+    text = str(loader.construct_scalar(node)).replace("_", "")
+    digits = text.lstrip("+-")
+    base = {"0b": 2, "0o": 8, "0x": 16}.get(digits[:2].lower(), 10)
+    try:
+        return (-1 if text.startswith("-") else 1) * int(digits[2:] if base != 10 else digits, base)
+    except ValueError:  # a tagged one (!!int abc)
+        raise yaml.constructor.ConstructorError(None, None, f"{text!r} is not an integer", node.start_mark) from None
+
+
+_YamlLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 _YamlLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?"

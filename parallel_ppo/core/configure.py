@@ -25,6 +25,9 @@ from parallel_ppo.envs.batch import eval_levels
 from parallel_ppo.envs.families import check_family
 from parallel_ppo.errors import ConfigError
 
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest float32: a float setting without a maximum of its own meets float32 tensors (clip_coef, obs_clip)."""
+
 
 def _section_types() -> dict[str, type]:
     return {f.name: type(getattr(Config(), f.name)) for f in dataclasses.fields(Config)}
@@ -88,7 +91,10 @@ def _read(key: str, value: Any, current: Any, rules: Rules) -> Any:
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise ConfigError(f"{key} must be {'a duration' if rules.unit else 'an integer'} or auto, got {value!r}")
         return _coerce(key, value, 0.0 if rules.unit else 0)
-    return _coerce(key, value, current)
+    value = _coerce(key, value, current)
+    if isinstance(value, float) and rules.maximum is None and abs(value) > FLOAT32_MAX:  # overflows in the update
+        raise ConfigError(f"{key} = {value!r} is larger than a float32 holds ({FLOAT32_MAX:.4g})")
+    return value
 
 
 def _string_list(path: str, value: Any) -> list[str]:
