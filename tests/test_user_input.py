@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import toy_envs_environ
@@ -274,6 +275,42 @@ def test_a_user_env_that_fails_stops_the_sequential_run_resumably(tmp_path):
         summary = json.loads((out / "summary.json").read_text())
         assert (summary["stop_reason"], summary["updates"], summary["resumes"]) == ("error", 1 + resumes, resumes)
         assert load_checkpoint(out / "checkpoint.pt")["update"] == 1 + resumes
+
+
+@pytest.mark.slow
+def test_a_reward_that_is_not_a_number_stops_the_run_before_an_update_learns_from_it(tmp_path):
+    """An env whose reward turns NaN (each env's 40th step, in the second rollout): one line naming the reward, the
+    step and the env, exit 1; the checkpoint is the first update's, every parameter finite."""
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "train_timed.py", "--config", CARTPOLE, "--env",
+                           "toy_envs:NotFiniteReach-v0", "--num-envs", "2", "--set", "training.n_steps=32",
+                           "--batch-size", "64", "--set", "run.limit_seconds=0", "--set", "logging.tensorboard=false",
+                           "--total-steps", "100000", "--output-dir", str(out)],
+                          cwd=ROOT, env=toy_envs_environ(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == ("train_timed.py: error: a reward of toy_envs:NotFiniteReach-v0 at step 7 of env 0 of the "
+                           "rollout is nan, not a finite number: the run stops before an update learns from it "
+                           f"(checkpoint and summary written to {out})\n")
+    checkpoint = load_checkpoint(out / "checkpoint.pt")
+    assert checkpoint["update"] == 1 and all(torch.isfinite(p).all() for p in checkpoint["model"].values())
+
+
+def test_a_rollout_value_that_is_not_finite_is_traced_to_its_field_step_and_env():
+    """The env's rewards and observations are named before the model's values (which follow from them)."""
+    from parallel_ppo.core.buffer import RolloutBuffer, not_finite_error
+
+    buffer = RolloutBuffer.allocate(4, 3, (2,), np.float32)
+    assert not_finite_error(buffer, "E") is None
+    buffer.values[1, 2] = float("nan")
+    assert not_finite_error(buffer, "E").startswith("the model's value estimate at step 1 of env 2 of the rollout is "
+                                                    "nan, not a finite number: the model diverged")
+    buffer.last_obs[1, 0] = float("-inf")
+    assert not_finite_error(buffer, "E").startswith("an observation of E at the last step of env 1 of the rollout is "
+                                                    "-inf")
+    buffer.rewards[3, 0] = float("inf")
+    assert not_finite_error(buffer, "E").startswith("a reward of E at step 3 of env 0 of the rollout is inf")
+    frames = RolloutBuffer.allocate(2, 1, (4, 4, 3), np.uint8)  # integer frames hold only numbers
+    assert not_finite_error(frames, "E") is None
 
 
 @pytest.mark.filterwarnings("ignore:.*not within the observation space")  # gymnasium's checker sees it too

@@ -166,6 +166,15 @@ class FailingReach(Reach):
         return super().step(action)
 
 
+class NotFiniteReach(Reach):
+    """Reach whose reward is NaN on each env's 40th step: a simulator that broke without saying so."""
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.steps = getattr(self, "steps", 0) + 1
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, float("nan") if self.steps == 40 else reward, terminated, truncated, info
+
+
 class UnreachableReach(Reach):
     """Reach whose simulator cannot be reached: `reset` fails."""
 
@@ -192,5 +201,6 @@ gymnasium.register("SlowResetReach-v0", entry_point=SlowResetReach, max_episode_
 gymnasium.register("StragglingReach-v0", entry_point=StragglingReach, max_episode_steps=20)
 gymnasium.register("HangingReach-v0", entry_point=HangingReach, max_episode_steps=20)
 gymnasium.register("FailingReach-v0", entry_point=FailingReach, max_episode_steps=20)
+gymnasium.register("NotFiniteReach-v0", entry_point=NotFiniteReach, max_episode_steps=20)
 gymnasium.register("UnreachableReach-v0", entry_point=UnreachableReach, max_episode_steps=20)
 gymnasium.register("WrongShapeReach-v0", entry_point=WrongShapeReach, max_episode_steps=20)

@@ -95,6 +95,31 @@ class RolloutBuffer:
         return torch.arange(self.n_steps)[:, None] < self.lengths
 
 
+NOT_FINITE_SOURCES = (("rewards", "a reward of {env}"), ("obs", "an observation of {env}"),
+                      ("last_obs", "an observation of {env}"), ("values", "the model's value estimate"),
+                      ("last_values", "the model's value estimate"), ("bootstrap", "the model's value estimate"))
+"""What each float field of a rollout holds, in the order a value that is not a finite number is traced back."""
+
+
+def not_finite_error(buffer: RolloutBuffer, env_id: str) -> str | None:
+    """The error of a rollout holding a value that is not a finite number (NaN, infinity), one line naming the first
+    field it is in (the env's rewards and observations before the model's values, which follow from them), the step
+    and the env; None where every value is finite. A rollout is checked before GAE: one such value would make every
+    parameter NaN in the update, and the run go on learning nothing."""
+    for name, what in NOT_FINITE_SOURCES:
+        tensor = getattr(buffer, name)
+        if not tensor.is_floating_point() or bool(torch.isfinite(tensor).all()):
+            continue
+        at = [int(i) for i in (~torch.isfinite(tensor)).nonzero()[0]]
+        where = f"step {at[0]} of env {at[1]}" if name in ("rewards", "obs", "values", "bootstrap") else \
+            f"the last step of env {at[0]}"
+        cause = ("the model diverged: a lower training.learning_rate, or normalized rewards, may keep it finite"
+                 if what.startswith("the model") else "the run stops before an update learns from it")
+        return (f"{what.format(env=env_id)} at {where} of the rollout is {float(tensor[tuple(at)])}, not a finite "
+                f"number: {cause}")
+    return None
+
+
 def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, last_values: torch.Tensor,
                 gamma: float, gae_lambda: float,
                 taken: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from parallel_ppo.core.augment import random_shift, update_generator
-from parallel_ppo.core.buffer import RolloutBuffer, compute_gae
+from parallel_ppo.core.buffer import RolloutBuffer, compute_gae, not_finite_error
 from parallel_ppo.core.collect import CollectResult, RolloutError, StopCheck
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.episodes import not_numbers_error
@@ -219,6 +219,8 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
             result = source.collect(state.model, timers, stop.requested)
         except RolloutError as e:
             result, error = CollectResult([], [], 0.0, 0.0), str(e)
+        else:
+            error = not_finite_error(source.buffer, cfg.env.id)
         with timers.phase("sync"):
             agreed = agree_rollout(group, result, source.buffer.lengths, error, stop.signum, started,
                                    cfg.env.num_envs)
