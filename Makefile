@@ -21,7 +21,8 @@ SEED     ?= 1
 ENV      ?=
 # ENV=<id> trains or measures that env; unset, a target runs the env its config names (starpilot in the shipped
 # Procgen configs; ARGS="--config config/cartpole.yaml" with a benchmark, CartPole)
-ENV_FLAG  = $(if $(ENV),--env $(ENV))
+# (quoted for the shell: an id's options hold ? and &, as in sim/Sleep?step_ms=7&horizon=50)
+ENV_FLAG  = $(if $(ENV),--env '$(subst ','\'',$(ENV))')
 ARGS     ?=
 WORKERS  ?= 2
 ENVS     ?= 8

@@ -354,3 +354,16 @@ def test_make_passes_seeds_as_one_argument(target):
                          capture_output=True, text=True, timeout=60, check=True).stdout
     words = shlex.split(out.replace("\\\n", " "))
     assert words[words.index("--seeds") + 1] == "1 2", out
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+@pytest.mark.parametrize("env_id", ["sim/Sleep?step_ms=1&horizon=50", "it's"])
+def test_make_passes_an_env_id_with_options_as_one_argument(env_id):
+    """ENV with an id's options (? and &, which the shell would take for a glob and a background job) or a quote
+    reaches the trainer as one --env value (make -n: nothing runs)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    out = subprocess.run(["make", "-n", "-o", "install", "train", f"ENV={env_id}"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    words = shlex.split(out.replace("\\\n", " "))
+    assert words[words.index("--env") + 1] == env_id and "--duration" in words, out
+
