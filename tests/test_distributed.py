@@ -82,6 +82,8 @@ def test_envs_total_is_split_over_ranks_and_workers():
     cfg = build_config(None, {"distributed.num_envs_total": 16, "parallel.num_workers": 2}, [], parallel=True,
                        world_size=2)
     assert (cfg.env.num_envs, cfg.parallel.num_envs_per_worker) == (8, 4)
+    cfg = build_config(None, {"distributed.num_envs_total": 16, "env.num_envs": 8}, [], parallel=False, world_size=2)
+    assert cfg.env.num_envs == 8, "a figure on the command line that agrees is taken"
 
 
 @pytest.mark.parametrize("flags, parallel, world, message", [
@@ -90,6 +92,15 @@ def test_envs_total_is_split_over_ranks_and_workers():
     ({"distributed.num_envs_total": 16, "training.batch_size": 2}, False, 4, r"size 2 \(the minibatch of all"),
     ({"distributed.num_envs_total": 16, "training.batch_size": 384}, False, 2, "does not divide the rollout"),
     ({"distributed.num_envs_total": 16}, False, None, "this one is not distributed"),
+    ({"distributed.num_envs_total": 16, "env.num_envs": 4}, False, 2,
+     r"^env.num_envs = 4 conflicts with distributed.num_envs_total = 16, which gives 8 over 2 ranks: give one"),
+    ({"distributed.num_envs_total": 16, "parallel.num_envs_per_worker": 3}, True, 2,
+     r"^parallel.num_envs_per_worker = 3 conflicts with distributed.num_envs_total = 16, which gives 4 over"),
+    ({"distributed.num_envs_total": -2}, False, 2, r"^distributed.num_envs_total must not be negative, got -2$"),
+    ({"distributed.num_envs_total": 16384}, False, 2, r"^distributed.num_envs_total = 16384 gives 8192 envs per rank, "
+                                                       "more than the supported maximum of 4096 a process$"),
+    ({"parallel.num_envs_per_worker": 100000}, True, None,
+     r"^2 workers \(parallel.num_workers\) × 100000 envs per worker \(parallel.num_envs_per_worker\) = 200000 envs"),
     ({"parallel.sync_fraction": 0.5}, True, 2, "not within 2 distributed ranks: set it to 1"),
     ({"distributed.sync_fraction": 0.6}, False, 2, r"0.6 of 2 ranks waits for all of them: set it to at most 0.5,"),
     ({"distributed.sync_fraction": 0.6}, True, 4, "cuts the rollouts of sequential ranks; these step their"),

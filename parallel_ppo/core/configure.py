@@ -12,15 +12,14 @@ from typing import Any
 from parallel_ppo.core.config import (
     CUT_NO_EARLIER,
     Config,
-    ParallelConfig,
     Rules,
     config_fields,
     rules_of,
-    share_waited_for,
 )
 from parallel_ppo.core.config_yaml import load_yaml, parse_set
 from parallel_ppo.core.episodes import check_names
 from parallel_ppo.core.units import to_unit
+from parallel_ppo.core.worker_rules import check_share, check_workers
 from parallel_ppo.envs.batch import eval_levels
 from parallel_ppo.envs.families import check_family
 from parallel_ppo.errors import ConfigError
@@ -142,6 +141,9 @@ def derive_parallel_envs(cfg: Config, given: set[str], on_command_line: set[str]
                 f"parallel mode envs = workers × envs per worker; {LAYOUT[0]} and {LAYOUT[1]} set them one by one)")
         p.num_envs_per_worker = cfg.env.num_envs // p.num_workers
     total = p.num_workers * p.num_envs_per_worker
+    if total > (most := maximum_of("env.num_envs")):
+        raise ConfigError(f"{p.num_workers} workers ({LAYOUT[0]}) × {p.num_envs_per_worker} envs per worker "
+                          f"({LAYOUT[1]}) = {total} envs, more than the supported maximum of {most:.0f} a process")
     overridden = "env.num_envs" not in on_command_line and bool(on_command_line & set(LAYOUT))
     if "env.num_envs" in given and cfg.env.num_envs != total and not overridden:
         raise ConfigError(
@@ -190,44 +192,6 @@ def validate(cfg: Config, world_size: int = 1) -> None:
 def cut_rollout_size(cfg: Config) -> int:
     """The fewest samples a rollout cut for the stragglers' sake keeps (`core.config.CUT_NO_EARLIER` of its steps)."""
     return math.ceil(CUT_NO_EARLIER * cfg.training.n_steps) * cfg.env.num_envs
-
-
-def check_share(name: str, fraction: float, count: int, what: str) -> None:
-    """Refuse a `sync_fraction` below 1 that waits for every one of `count` workers or ranks (one alone has none to
-    cut), naming the largest that leaves one to cut."""
-    if fraction < 1 and count > 1 and share_waited_for(fraction, count) == count:
-        raise ConfigError(f"{name} {fraction} of {count} {what} waits for all of them: set it to at most "
-                          f"{math.floor(1000 * (count - 1) / count) / 1000}, or to 1")
-
-
-def check_workers(p: ParallelConfig, world_size: int) -> None:
-    """Refuse worker settings that cannot hold for a parallel run of `world_size` ranks (ConfigError, one line)."""
-    if world_size > 1 and p.sync_fraction < 1:  # sequential ranks ignore it, as one process does
-        raise ConfigError(f"parallel.sync_fraction {p.sync_fraction} cuts the rollouts of slow workers short, not "
-                          f"within {world_size} distributed ranks: set it to 1 (distributed.sync_fraction cuts those "
-                          "of slow sequential ranks)")
-    check_share("parallel.sync_fraction", p.sync_fraction, p.num_workers, "workers")
-    if p.drop_lagged and p.lag and not p.refresh_params:
-        raise ConfigError("parallel.drop_lagged learns from the steps taken with the parameters of the update only, "
-                          "and without parallel.refresh_params every step is taken with older ones: set one of them")
-    if p.max_lagged_share < 1 and p.lag and not p.refresh_params:
-        raise ConfigError(f"parallel.max_lagged_share {p.max_lagged_share} has workers wait for an update's "
-                          "parameters mid-rollout, which they take only with parallel.refresh_params: set it to true, "
-                          "or this to 1")
-    if p.early_start and p.lag and not p.refresh_params:
-        raise ConfigError("parallel.early_start publishes each update's parameters before the rollout in flight has "
-                          "ended, which a worker restarted in it would take without parallel.refresh_params: set it "
-                          "to true, or early_start to false")
-    if p.early_start and p.lag and p.sync_fraction < 1:
-        raise ConfigError(f"parallel.early_start has a worker that ended its rollout start the next, where "
-                          f"parallel.sync_fraction {p.sync_fraction} ends the slowest ones' early instead: set one of "
-                          "them off (sync_fraction to 1)")
-    if world_size > 1 and p.drop_lagged and p.lag:
-        raise ConfigError(f"parallel.drop_lagged leaves each rank a share of its rollout that timing sets, which "
-                          f"{world_size} distributed ranks do not agree on: set it to false")
-    if p.pin_workers and not hasattr(os, "sched_setaffinity"):
-        raise ConfigError("parallel.pin_workers pins workers to CPUs, which this platform does not let a process do "
-                          "(Linux does): set it to false")
 
 
 def check_rules(key: str, value: Any, rules: Rules) -> None:
@@ -288,14 +252,20 @@ def _check_rollout(cfg: Config, world_size: int = 1) -> None:
                           f"{world_size} ranks")
 
 
-def derive_distributed_envs(cfg: Config, world_size: int, parallel: bool) -> None:
+def derive_distributed_envs(cfg: Config, world_size: int, parallel: bool, on_command_line: set[str]) -> None:
     """A distributed rank's share of the envs: `distributed.num_envs_total` split evenly over the ranks (and,
     in parallel mode, over the rank's workers), in place of env.num_envs and the envs per worker from the
-    config."""
+    config; the command line's own figure for either (`on_command_line`) is refused where it differs."""
     total = cfg.distributed.num_envs_total
+    if total < 0:
+        raise ConfigError(f"distributed.num_envs_total must not be negative, got {total}")
     if total % world_size:
         raise ConfigError(f"distributed.num_envs_total = {total} does not split evenly over {world_size} ranks")
     per_rank = total // world_size
+    if per_rank > (most := maximum_of("env.num_envs")):
+        raise ConfigError(f"distributed.num_envs_total = {total} gives {per_rank} envs per rank, more than the "
+                          f"supported maximum of {most:.0f} a process")
+    derived = {"env.num_envs": per_rank}
     if parallel:
         workers = cfg.parallel.num_workers
         if workers <= 0:
@@ -303,8 +273,12 @@ def derive_distributed_envs(cfg: Config, world_size: int, parallel: bool) -> Non
         if per_rank % workers:
             raise ConfigError(f"distributed.num_envs_total = {total} gives {per_rank} envs per rank, which does not "
                               f"split evenly over {workers} workers (parallel.num_workers)")
-        cfg.parallel.num_envs_per_worker = per_rank // workers
-    cfg.env.num_envs = per_rank
+        derived["parallel.num_envs_per_worker"] = per_rank // workers
+    for key, value in derived.items():
+        if key in on_command_line and get_value(cfg, key) != value:
+            raise ConfigError(f"{key} = {get_value(cfg, key)} conflicts with distributed.num_envs_total = {total}, "
+                              f"which gives {value} over {world_size} ranks: give one of them")
+        set_value(cfg, key, value)
 
 
 def build_config(
@@ -341,7 +315,7 @@ def build_config(
         if world_size is None:
             raise ConfigError("distributed.num_envs_total splits envs over the ranks of a distributed run; this "
                               "one is not distributed: give the envs of this one process")
-        derive_distributed_envs(cfg, world_size, parallel)
+        derive_distributed_envs(cfg, world_size, parallel, on_command_line)
     elif parallel:  # each rank of a distributed run without a total takes the layout given for one process
         derive_parallel_envs(cfg, given, on_command_line, {k for k, v in flags.items() if v is not None})
     if parallel and (world_size or 1) > 1 and cfg.distributed.sync_fraction < 1:
