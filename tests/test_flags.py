@@ -84,6 +84,13 @@ def test_print_config_prints_what_the_command_resolves_to_and_starts_nothing(tmp
         assert run_trainer(["--config", CARTPOLE, "--set", bad, "--device", "cpu", "--print-config"], parallel=True,
                            prog="t") == 2, bad  # refused as a run refuses it (tf32 on a CPU learner), not later
         assert capsys.readouterr().err.count("\n") == 1
+    out.mkdir()
+    (out / "summary.json").write_text("{}")  # a run's files: the run would be refused, and so is its config
+    assert run_trainer(argv, parallel=True, prog="t") == 2
+    assert capsys.readouterr().err == (f"t: error: {out} already holds a run's files but no checkpoint.pt (nothing to "
+                                       "resume); pass --overwrite to replace them or choose another --output-dir\n")
+    assert run_trainer([*argv, "--overwrite"], parallel=True, prog="t") == 0
+    assert sorted(p.name for p in out.iterdir()) == ["summary.json"]
 
 
 def test_parallel_num_envs_is_split_over_the_workers():

@@ -25,7 +25,7 @@ from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.errors import ConfigError, ParallelPPOError
 from parallel_ppo.request import Request, check_new_run
-from parallel_ppo.runs.directory import default_run_dir
+from parallel_ppo.runs.directory import default_run_dir, resolve_run_dir
 from parallel_ppo.runs.progress import progress_to_stdout
 from parallel_ppo.runs.reading import seed_dir
 
@@ -131,7 +131,8 @@ def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
 
 def print_config(request: Request, seeds: str | None, prog: str) -> int:
     """`--print-config`: the config the run would train with, as YAML on stdout, checked as a run checks it (a
-    resumed run's own config under the flags, its checkpoint's match, the ranks under torchrun)."""
+    resumed run's own config under the flags, its checkpoint's match, the ranks under torchrun, a new run's
+    directory)."""
     from parallel_ppo.core.evaluate import check_render
     from parallel_ppo.launch import checked_spaces, validated_config
     from parallel_ppo.tuning.learner_settings import check_precision
@@ -141,7 +142,9 @@ def print_config(request: Request, seeds: str | None, prog: str) -> int:
             raise ConfigError("--print-config shows one run's config: give --seed N instead of --seeds")
         checked = validated_config(request)
         spaces, _ = checked_spaces(*checked)
-        cfg = checked[0]
+        cfg, _, going_on, _ = checked
+        if going_on.resume is None:  # a new run: its directory too (a make target checks a run under torchrun so)
+            resolve_run_dir(cfg, going_on.mode, going_on.overwrite)
         check_render(cfg, spaces)  # as rank 0 draws it before a run
         check_precision(cfg)  # as the learner's settings check it before a run
     except ParallelPPOError as e:
