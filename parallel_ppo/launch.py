@@ -35,7 +35,14 @@ from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.errors import ConfigError, WriteFailed
 from parallel_ppo.request import Request
-from parallel_ppo.runs.directory import new_run_dir, resolve_run_dir, resume_state, resumed_run_dir, run_dir_lock
+from parallel_ppo.runs.directory import (
+    new_run_dir,
+    resolve_run_dir,
+    resume_state,
+    resumed_run_dir,
+    run_dir_lock,
+    trainer_mismatch,
+)
 from parallel_ppo.runs.reading import read_config
 from parallel_ppo.runs.report.formatting import fmt_flop
 from parallel_ppo.runs.tracking import WandbTracker, start_tracking
@@ -91,8 +98,8 @@ def load_resume(request: Request) -> tuple[str, dict]:
         raise ConfigError("--resume continues in its own directory; drop --output-dir")
     state = resume_state(path)
     read_config(path / "config.yaml")  # a corrupt one is the run's data (RunDataError), not the command's settings
-    if state.get("mode", request.mode) != request.mode:
-        raise ConfigError(f"cannot resume: {path} holds a {state['mode']} run; use the {state['mode']} trainer")
+    if mismatch := trainer_mismatch(path, state, request.mode, request.parallel):
+        raise ConfigError(mismatch)
     return str(path / "config.yaml"), state
 
 

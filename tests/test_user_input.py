@@ -334,6 +334,28 @@ def test_an_env_that_cannot_start_or_returns_another_shape_is_a_rollout_error():
         source.close()
 
 
+def test_a_run_is_resumed_by_its_own_trainer_and_told_how_otherwise(tmp_path):
+    """A resume names the trainer that can go on: its commands, and for a distributed run its ranks under torchrun
+    and the trainer of its ranks (summary.json's), which the other trainer under torchrun may not switch to."""
+    from parallel_ppo.runs.directory import trainer_mismatch
+
+    run = tmp_path / "run"
+    run.mkdir()
+    assert trainer_mismatch(run, {"mode": "parallel"}, "parallel", True) is None
+    assert trainer_mismatch(run, {"mode": "sequential"}, "parallel", True) == (
+        f"cannot resume: {run} holds a sequential run; resume it with the sequential trainer (train_timed.py, or "
+        "parallel-ppo train), not under torchrun")
+    distributed = {"mode": "distributed", "world_size": 2}
+    assert trainer_mismatch(run, distributed, "distributed", True) is None  # no summary.json: the trainer is unknown
+    (run / "summary.json").write_text(json.dumps({"distributed": {"source": "sequential"}}))
+    assert trainer_mismatch(run, distributed, "distributed", False) is None
+    assert trainer_mismatch(run, distributed, "distributed", True) == (
+        f"cannot resume: {run} holds a distributed run of 2 ranks; resume it under torchrun with that many ranks of "
+        "the sequential trainer (train_timed.py, or parallel-ppo train) and --distributed")
+    assert trainer_mismatch(run, distributed, "sequential", False).startswith(f"cannot resume: {run} holds a "
+                                                                             "distributed run of 2 ranks; resume it")
+
+
 def test_a_folder_that_takes_no_files_is_not_called_missing(tmp_path, monkeypatch, capsys):
     """A file system that answers a new file with ENOENT (/proc) is named as taking none, not as missing; a
     comparison is refused so before it reads a run."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import json
 import os
 import shutil
 import tempfile
@@ -98,6 +99,38 @@ def resume_state(path: Path) -> dict:
     state = {**load_checkpoint(path / "checkpoint.pt"), CHECKPOINT_READ: read}
     check_resumable(path)
     return state
+
+
+TRAINERS = {"sequential": "train_timed.py, or parallel-ppo train", "parallel": "train_parallel_timed.py, or "
+            "parallel-ppo train-parallel"}
+"""The commands of each trainer, as a refusal to resume names them."""
+
+
+def trainer_mismatch(path: Path, state: dict, mode: str, parallel: bool) -> str | None:
+    """Why the run in `path` (its checkpoint `state`) cannot be resumed by a trainer of `mode` (`sequential`,
+    `parallel`, `distributed`; `parallel`: the parallel trainer's), saying how it can; None where it can. A
+    distributed run's trainer is read from its summary.json, where one was written."""
+    ran = state.get("mode", mode)
+    source = _distributed_source(path) if ran == "distributed" else ran
+    asked = "parallel" if parallel else "sequential"
+    if ran == mode and source in (None, asked):
+        return None
+    if ran == "distributed":
+        trainer = f"the {source} trainer" if source else "its trainer"
+        return (f"cannot resume: {path} holds a distributed run of {state.get('world_size', 'several')} ranks; resume "
+                f"it under torchrun with that many ranks of {trainer} ({TRAINERS.get(source or '', 'as it ran')}) "
+                "and --distributed")
+    return f"cannot resume: {path} holds a {ran} run; resume it with the {ran} trainer ({TRAINERS[ran]}), not under " \
+           "torchrun"
+
+
+def _distributed_source(path: Path) -> str | None:
+    """The trainer of a distributed run's ranks (`sequential`, `parallel`), as its summary.json says; None where
+    it says nothing readable."""
+    with suppress(OSError, ValueError, AttributeError):
+        source = json.loads((path / "summary.json").read_text()).get("distributed", {}).get("source")
+        return source if source in TRAINERS else None
+    return None
 
 
 def check_resumable(path: Path) -> None:
