@@ -128,9 +128,9 @@ def test_compare_reads_seeds_from_a_parent_directory(tmp_path, capsys):
     assert "Across seeds (" in capsys.readouterr().out
 
 
-def test_a_label_repeating_a_seed_is_one_line_and_exit_2(tmp_path, capsys):
+def test_a_label_repeating_a_seed_or_mixing_envs_is_one_line_and_exit_2(tmp_path, capsys):
     """Two runs of seed 1 under one label would count one seed twice (a zero-width interval when the runs are
-    deterministic): refused. Under labels of their own they compare."""
+    deterministic): refused. Under labels of their own they compare. Runs of two envs under one label are refused."""
     one, again = write_run(tmp_path / "one", seed=1), write_run(tmp_path / "again", seed=1)
     other = write_run(tmp_path / "other", seed=2)
     out = tmp_path / "cmp"
@@ -139,6 +139,12 @@ def test_a_label_repeating_a_seed_is_one_line_and_exit_2(tmp_path, capsys):
     assert err.count("\n") == 1 and "run label 'a' has two runs of seed 1" in err, err
     assert not out.exists()
     assert compare(load_groups([("a", [one]), ("b", [again])])).baseline == "a"
+    acrobot = write_run(tmp_path / "acrobot", seed=3)
+    (acrobot / "config.yaml").write_text((acrobot / "config.yaml").read_text().replace("CartPole-v1", "Acrobot-v1"))
+    assert compare_cli.main(["--run", f"a={one},{acrobot}", "--run", f"b={other}", "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err  # its returns are no seeds of CartPole's
+    assert err.count("\n") == 1 and "run label 'a' has runs of different envs: CartPole-v1 (" in err, err
+    assert not out.exists()
 
 
 def test_every_run_has_its_own_name_in_the_tables(tmp_path):

@@ -94,8 +94,14 @@ class Estimate:
 
 def check_distinct_seeds(groups: Sequence[RunGroup]) -> None:
     """Refuse (ConfigError) a label with two runs of one seed (config.yaml's run.seed): its statistics would count
-    one seed twice, and a deterministic run repeated gives a zero-width interval."""
+    one seed twice, and a deterministic run repeated gives a zero-width interval; or with runs of different envs,
+    whose returns are not one figure's seeds."""
     for group in groups:
+        envs = {run.config.env.id: run.path for run in group.runs}
+        if len(envs) > 1:
+            shown = ", ".join(f"{env} ({path})" for env, path in envs.items())
+            raise ConfigError(f"run label {group.label!r} has runs of different envs: {shown}; a label's runs must be "
+                              "seeds of one env (give each env a label of its own)")
         seen: dict[int, Path] = {}
         for run in group.runs:
             seed = run.config.run.seed
