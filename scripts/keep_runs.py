@@ -20,7 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from parallel_ppo.errors import ConfigError, RunDataError  # noqa: E402
+from parallel_ppo.errors import ConfigError, RunDataError, one_line  # noqa: E402
+from parallel_ppo.runs.directory import check_writable  # noqa: E402
 from parallel_ppo.runs.reading import load_groups, parse_run_spec  # noqa: E402
 
 KEPT = ("metrics.csv", "summary.json", "config.yaml")
@@ -32,17 +33,23 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         plan = kept_runs(Path(argv[0]), argv[1:])
-        for source, target in plan:
-            part = target.with_name(f".{target.name}.part")
+        check_writable(Path(argv[0]), f"DEST {argv[0]}")
+    except (ConfigError, RunDataError) as error:
+        print(f"keep_runs.py: error: {error}", file=sys.stderr)
+        return 2
+    for source, target in plan:
+        part = target.with_name(f".{target.name}.part")
+        try:
             shutil.rmtree(part, ignore_errors=True)
             part.mkdir(parents=True)
             for name in KEPT:
                 shutil.copyfile(source / name, part / name)
             part.rename(target)
-            print(f"{source} → {target}")
-    except (ConfigError, RunDataError, OSError) as error:
-        print(f"keep_runs.py: {error}", file=sys.stderr)
-        return 2
+        except OSError as error:  # a full disk: the runs kept before stay, this one is not half there
+            shutil.rmtree(part, ignore_errors=True)
+            print(f"keep_runs.py: error: could not keep {source} as {target}: {one_line(error)}", file=sys.stderr)
+            return 1
+        print(f"{source} → {target}")
     return 0
 
 

@@ -6,8 +6,8 @@ authors published them) averaged at the env steps every seed logged, with the se
         --return "exploration/Returns Mean" --max-steps 1000000 seed17/progress.csv seed59/progress.csv ...
 
 Writes `env_steps,episodic_return_mean,return_low,return_high`, one row per step count logged by every seed (up to
---max-steps). Bad input (a missing column, a value that is not a number, no step count common to every seed): one
-line, exit status 2, nothing written.
+--max-steps). Bad input (a missing column, a value that is not a number, no step count common to every seed, a seed's
+log twice, a place no file goes): one line, exit status 2, nothing written; a disk that does not take it, exit 1.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from parallel_ppo.core.files import atomic_write  # noqa: E402
-from parallel_ppo.errors import RunDataError  # noqa: E402
+from parallel_ppo.core.files import atomic_write, new_folders, writing  # noqa: E402
+from parallel_ppo.errors import RunDataError, WriteFailed  # noqa: E402
+from parallel_ppo.runs.directory import check_writable  # noqa: E402
 from parallel_ppo.runs.reading import csv_rows  # noqa: E402
 
 
@@ -71,14 +72,22 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     text = io.StringIO(newline="")
     try:
+        if twice := next((path for i, path in enumerate(args.seeds) if path.resolve() in
+                          {p.resolve() for p in args.seeds[:i]}), None):
+            raise ValueError(f"{twice} is given twice: each seed's log once")
+        check_writable(args.output.parent, f"the reference CSV {args.output}")
         rows = averaged([read_seed(path, args.steps, args.returns) for path in args.seeds], args.max_steps)
         out = csv.writer(text)
         out.writerow(["env_steps", "episodic_return_mean", "return_low", "return_high"])
         out.writerows([f"{s:.0f}", *(f"{v:.4f}" for v in values)] for s, *values in rows)
-        atomic_write(args.output, lambda f: f.write(text.getvalue().encode()))
-    except (ValueError, OSError, RunDataError) as error:
-        print(f"reference_curve.py: {error}", file=sys.stderr)
+        with writing(args.output), new_folders(args.output.parent):
+            atomic_write(args.output, lambda f: f.write(text.getvalue().encode()))
+    except (ValueError, OSError, RunDataError) as error:  # ConfigError is a ValueError
+        print(f"reference_curve.py: error: {error}", file=sys.stderr)
         return 2
+    except WriteFailed as error:
+        print(f"reference_curve.py: error: {error}", file=sys.stderr)
+        return 1
     print(f"{args.output}: {len(rows)} rows from {len(args.seeds)} seeds, {rows[0][0]:,.0f} to {rows[-1][0]:,.0f} "
           "env steps")
     return 0

@@ -241,7 +241,8 @@ def test_a_published_curve_is_the_seeds_mean_and_range_where_every_seed_logged(t
     (tmp_path / "c.csv").write_text("steps,ret\n50,nan?\n")
     (tmp_path / "d.csv").write_text("steps,ret\n50,1\n")
     capsys.readouterr()
-    for bad in (["c.csv"], ["a.csv", "d.csv"], ["missing.csv"]):  # not a number; no common step; no file
+    for bad in (["c.csv"], ["a.csv", "d.csv"], ["missing.csv"], ["a.csv", "a.csv"]):  # not a number; no common step;
+        # no file; one seed's log twice
         out.unlink(missing_ok=True)
         assert reference_curve.main([str(out), *(str(tmp_path / name) for name in bad), *args]) == 2
         assert capsys.readouterr().err.count("\n") == 1 and not out.exists()
@@ -258,6 +259,10 @@ def test_a_published_curve_is_the_seeds_mean_and_range_where_every_seed_logged(t
     (tmp_path / "e.csv").write_text("steps,ret\n1234567,1\n1234568,2\n")
     assert reference_curve.main([str(out), str(tmp_path / "e.csv"), *args]) == 0
     assert out.read_text().splitlines()[1:] == ["1234567,1.0000,1.0000,1.0000", "1234568,2.0000,2.0000,2.0000"]
+    capsys.readouterr()
+    assert reference_curve.main([str(out / "x.csv"), str(tmp_path / "e.csv"), *args]) == 2  # no folder in a file
+    assert capsys.readouterr().err == (f"reference_curve.py: error: cannot create the reference CSV {out / 'x.csv'}: "
+                                       f"{out} is not a directory\n")
 
 
 def test_the_published_curves_committed_read_as_references():
