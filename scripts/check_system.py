@@ -56,8 +56,8 @@ GROUPS = (
         Need("libglib-2.0.so.0", "libglib2.0-0"),
         Need("libgthread-2.0.so.0", "libglib2.0-0"),
     )),
-    Group("MuJoCo's EGL rendering", False, "optional: only env.pixels and videos of MuJoCo envs need it; "
-          "MUJOCO_GL=osmesa with libosmesa6 is the other way", (
+    Group("MuJoCo's EGL rendering", False, "optional: only what draws frames needs it (env.pixels, robosuite "
+          "cameras, videos of MuJoCo envs); MUJOCO_GL=osmesa with libosmesa6 is the other way", (
         Need("libEGL.so.1", "libegl1"),
         # GLVND's vendor: Mesa's (software rendering on any machine), or NVIDIA's where its driver is installed.
         Need("libEGL_mesa.so.0", "libegl-mesa0", ("libEGL_nvidia.so.0",)),

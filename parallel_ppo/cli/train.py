@@ -36,7 +36,8 @@ def make_parser(prog: str, parallel: bool) -> OneLineParser:
                       "config file's value, else the built-in one shown; --print-config shows what a command "
                       "resolves to.")
     p.add_argument("--config", type=some_path,
-                   help="YAML config file (sections env, parallel, model, training, run, logging)")
+                   help="YAML config file (sections env, parallel, model, training, run, logging, eval, distributed, "
+                        "tracking)")
     p.add_argument("--duration", type=duration_in("h"), metavar="TIME",
                    help="wall-clock budget: 90m, 1.5h, 3600s; a bare number is hours (run.duration; "
                         f"{builtin('run.duration')} h)")
