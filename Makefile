@@ -83,9 +83,19 @@ install: $(STAMP)
 RETRY = for n in 1 2 3; do $(1) && break; [ $$n -lt 3 ] || exit 1; \
         echo "install: attempt $$n of 3 failed; trying again in 20 s" >&2; sleep 20; done
 
+# A Python of another version (PYTHON=..., or the one $(VENV) was made with) or a $(VENV) without pip (made where
+# python3-venv was missing) stops the install in one line, where pip's refusal would be tried three times.
+OTHER_PYTHON = make install: error: $(HOST_PYTHON) is Python $${v:-that does not run}, not one of \
+               $(PYTHON_VERSIONS)$(if $(wildcard $(PY)),: rm -rf $(VENV) and run make again)
+NO_PIP       = make install: error: $(VENV) has no pip (made where python3-venv was missing?): rm -rf $(VENV), \
+               install python3-venv, and run make again
+CHECK_PYTHON = v=$$($(HOST_PYTHON) $(PRINT_VERSION)); case " $(PYTHON_VERSIONS) " in *" $$v "*) ;; \
+               *) echo "$(OTHER_PYTHON)" >&2; exit 2;; esac
 $(STAMP): pyproject.toml
+	@$(CHECK_PYTHON)
 	$(if $(filter no,$(CHECK_SYSTEM)),,$(HOST_PYTHON) scripts/check_system.py --venv $(VENV))
 	test -x $(PY) || $(HOST_PYTHON) -m venv $(VENV)
+	@$(PY) -m pip --version >/dev/null 2>&1 || { echo "$(NO_PIP)" >&2; exit 2; }
 	$(call RETRY,$(PY) -m pip install --quiet --upgrade pip)
 	$(call RETRY,PIP_RESUME_RETRIES=20 $(PY) -m pip install --quiet $(PIP_INDEX) -e '.[$(EXTRAS)]')
 	touch $@

@@ -101,10 +101,27 @@ def _fake_pythons(tmp_path: Path, **versions: str | None) -> Path:
 @needs_make
 def test_make_install_checks_the_system_before_it_creates_the_environment():
     lines = _make_install(None, "PYTHON=/opt/py/python3.11").stdout.splitlines()
-    assert lines[0] == "/opt/py/python3.11 scripts/check_system.py --venv /nonexistent/venv"
-    assert lines[1] == "test -x /nonexistent/venv/bin/python || /opt/py/python3.11 -m venv /nonexistent/venv"
+    assert lines[0].startswith("v=$(/opt/py/python3.11 -c ")  # its version, checked first
+    assert lines[1] == "/opt/py/python3.11 scripts/check_system.py --venv /nonexistent/venv"
+    assert lines[2] == "test -x /nonexistent/venv/bin/python || /opt/py/python3.11 -m venv /nonexistent/venv"
     lines = _make_install(None, "PYTHON=/opt/py/python3.11", "CHECK_SYSTEM=no").stdout.splitlines()
-    assert "check_system" not in lines[0] and "-m venv" in lines[0]
+    assert "check_system" not in lines[1] and "-m venv" in lines[1]
+
+
+@needs_make
+def test_make_install_refuses_another_python_or_a_venv_without_pip_in_one_line(tmp_path):
+    """PYTHON=... of a version pyproject does not take stops before anything is made; a venv left without pip (made
+    where python3-venv was missing; here a fake interpreter makes none) says how to start again. Neither is tried
+    three times as pip's own failure would be."""
+    bin_dir = _fake_pythons(tmp_path, python3_13="3.13", python3_11="3.11")
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "PIP_CONFIG_FILE": "/dev/null"}
+    venv = tmp_path / "venv"
+    for python, says in ((bin_dir / "python3.13", f"{bin_dir / 'python3.13'} is Python 3.13, not one of 3.12 3.11"),
+                         (bin_dir / "python3.11", f"{venv} has no pip (made where python3-venv was missing?): rm -rf")):
+        result = subprocess.run([MAKE, "--no-print-directory", "install", f"VENV={venv}", f"PYTHON={python}",
+                                 "CHECK_SYSTEM=no"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2 and f"make install: error: {says}" in result.stderr, result.stderr
+        assert "attempt" not in result.stderr and not (venv / ".installed-dev").exists()
 
 
 @needs_make
