@@ -4,6 +4,7 @@ fraction of a second, not torch's import."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,3 +48,12 @@ def check_new_run(request: Request) -> None:
     if request.resume_if_exists and cfg.run.output_dir and (Path(cfg.run.output_dir) / "checkpoint.pt").is_file():
         return
     resolve_run_dir(cfg, request.mode, request.overwrite)
+
+
+def speaks(request: Request) -> bool:
+    """Whether this process reports the request's refusals and output: any but a distributed run's ranks other than
+    rank 0 (torchrun's RANK), which would repeat rank 0's line each."""
+    try:
+        return not request.distributed or int(os.environ.get("RANK", "0")) == 0
+    except ValueError:
+        return True

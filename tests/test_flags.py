@@ -93,6 +93,22 @@ def test_print_config_prints_what_the_command_resolves_to_and_starts_nothing(tmp
     assert sorted(p.name for p in out.iterdir()) == ["summary.json"]
 
 
+def test_under_torchrun_rank_0_alone_prints_the_config_or_its_refusal(monkeypatch, capsys):
+    """Every rank checks --print-config and --seeds as rank 0 does, with the same status; only rank 0 prints."""
+    for name, value in {"LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(name, value)
+    for rank, printed in (("1", False), ("0", True)):
+        monkeypatch.setenv("RANK", rank)
+        assert run_trainer(["--config", CARTPOLE, "--distributed", "--print-config"], parallel=False, prog="t") == 0
+        assert bool(capsys.readouterr().out) is printed
+        assert run_trainer(["--config", CARTPOLE, "--distributed", "--batch-size", "7", "--print-config"],
+                           parallel=False, prog="t") == 2
+        assert capsys.readouterr().err.count("batch size 7") == printed
+        assert run_trainer(["--config", CARTPOLE, "--distributed", "--seeds", "1,2"], parallel=False, prog="t") == 2
+        assert capsys.readouterr().err.count("--seeds trains seeds one after another") == printed
+
+
 def test_parallel_num_envs_is_split_over_the_workers():
     cfg = resolved(["--config", CARTPOLE, "--num-workers", "4", "--num-envs", "16"], parallel=True)
     assert (cfg.parallel.num_workers, cfg.parallel.num_envs_per_worker, cfg.env.num_envs) == (4, 4, 16)

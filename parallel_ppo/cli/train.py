@@ -24,7 +24,7 @@ from parallel_ppo.cli.flags import FLAGS
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.errors import ConfigError, ParallelPPOError
-from parallel_ppo.request import Request, check_new_run
+from parallel_ppo.request import Request, check_new_run, speaks
 from parallel_ppo.runs.directory import default_run_dir, resolve_run_dir
 from parallel_ppo.runs.progress import progress_to_stdout
 from parallel_ppo.runs.reading import seed_dir
@@ -149,8 +149,9 @@ def print_config(request: Request, seeds: str | None, prog: str) -> int:
         check_render(cfg, spaces)  # as rank 0 draws it before a run
         check_precision(cfg)  # as the learner's settings check it before a run
     except ParallelPPOError as e:
-        return fail(prog, e, 2, flags=True)
-    print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
+        return fail(prog, e, 2, flags=True) if speaks(request) else 2
+    if speaks(request):  # rank 0's alone under torchrun
+        print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
     return 0
 
 
@@ -185,7 +186,7 @@ def run_seeds(args: argparse.Namespace, parallel: bool, prog: str) -> int:
     try:
         runs = seed_runs(args, parallel)
     except ParallelPPOError as e:
-        return fail(prog, e, 2, flags=True)
+        return fail(prog, e, 2, flags=True) if speaks(request_of(args, parallel)) else 2
     for i, one in enumerate(runs, 1):
         print(f"{prog}: seed {one.flags['run.seed']} ({i} of {len(runs)}) → {one.flags['run.output_dir']}",
               flush=True)
@@ -209,10 +210,10 @@ def run_one(request: Request, prog: str) -> int:
     except ParallelPPOError as e:
         return fail(prog, e, 2, flags=True)
     from parallel_ppo.core.collect import RolloutError
-    from parallel_ppo.engines.distributed import PeerLost, launch_rank
+    from parallel_ppo.engines.distributed import PeerLost
     from parallel_ppo.launch import execute, prepare
 
-    quiet = request.distributed and launch_rank() != 0
+    quiet = not speaks(request)
     try:
         prepared = prepare(request)
     except ParallelPPOError as e:

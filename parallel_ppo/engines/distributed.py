@@ -88,14 +88,6 @@ def launched_by_torchrun() -> bool:
     return all(name in os.environ for name in LAUNCH_VARIABLES)
 
 
-def launch_rank() -> int:
-    """This process's rank as torchrun set it (0 outside torchrun): only rank 0 prints a refused setting."""
-    try:
-        return int(os.environ.get("RANK", "0"))
-    except ValueError:
-        return 0
-
-
 class Ranks(Group):
     """This rank's place among the others, and the collectives of a DD-PPO loop (gloo on CPU).
 
