@@ -11,6 +11,7 @@ from typing import Any
 
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import build_config
+from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs.directory import resolve_run_dir
 
 
@@ -39,9 +40,14 @@ class Request:
 
 
 def check_new_run(request: Request) -> None:
-    """Refuse (ConfigError) a new run's settings or its taken run directory, as `launch.prepare` would, without
-    loading torch. A resume, a distributed rank (its world is torchrun's) and a run that goes on from the checkpoint
-    in its directory are checked by `prepare` alone; this builds and refuses nothing else."""
+    """Refuse (ConfigError) a process torchrun started as one of several ranks without `--distributed`, and a new
+    run's settings or its taken run directory, as `launch.prepare` would, without loading torch. A resume, a
+    distributed rank (its world is torchrun's) and a run that goes on from the checkpoint in its directory are
+    checked by `prepare` alone; this builds and refuses nothing else."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    if not request.distributed and "TORCHELASTIC_RUN_ID" in os.environ and world.isdigit() and int(world) > 1:
+        raise ConfigError(f"this process is one of {world} ranks torchrun started, without --distributed: each rank "
+                          "would train a run of its own; add --distributed")
     if request.resume is not None or request.distributed:
         return
     cfg = build_config(request.config, request.flags, list(request.sets), request.parallel)

@@ -94,7 +94,8 @@ def test_print_config_prints_what_the_command_resolves_to_and_starts_nothing(tmp
 
 
 def test_under_torchrun_rank_0_alone_prints_the_config_or_its_refusal(monkeypatch, capsys):
-    """Every rank checks --print-config and --seeds as rank 0 does, with the same status; only rank 0 prints."""
+    """Every rank checks --print-config and --seeds as rank 0 does, with the same status; only rank 0 prints. A rank
+    torchrun started without --distributed is refused, not trained as a run of its own."""
     for name, value in {"LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
                         "MASTER_PORT": "29500"}.items():
         monkeypatch.setenv(name, value)
@@ -107,6 +108,10 @@ def test_under_torchrun_rank_0_alone_prints_the_config_or_its_refusal(monkeypatc
         assert capsys.readouterr().err.count("batch size 7") == printed
         assert run_trainer(["--config", CARTPOLE, "--distributed", "--seeds", "1,2"], parallel=False, prog="t") == 2
         assert capsys.readouterr().err.count("--seeds trains seeds one after another") == printed
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job")  # torchrun's: one of two ranks, started without --distributed
+    assert run_trainer(["--config", CARTPOLE, "--output-dir", "/nonexistent/run"], parallel=False, prog="t") == 2
+    assert capsys.readouterr().err == ("t: error: this process is one of 2 ranks torchrun started, without "
+                                       "--distributed: each rank would train a run of its own; add --distributed\n")
 
 
 def test_parallel_num_envs_is_split_over_the_workers():
