@@ -21,8 +21,8 @@ from parallel_ppo.core.distributions import log_prob_entropy, most_likely, sampl
 from parallel_ppo.core.model import build_model
 from parallel_ppo.core.normalization import ObsNormalizer, RunningMeanStd
 from parallel_ppo.envs.batch import env_spaces, make_batch_env
-from parallel_ppo.envs.gym_envs import RENDERER_HELP
 from parallel_ppo.envs.spaces import ActionSpace, EnvSpaces
+from parallel_ppo.envs.views import RENDERER_HELP
 from parallel_ppo.errors import ConfigError
 
 BOX = ActionSpace(3, (-1.0,) * 3, (1.0,) * 3)

@@ -216,14 +216,14 @@ def _maker_that_misses_a_package(cfg, options, render, clock, seed):
                                                 ("_maker_that_misses_a_package", "?eye=true", False)])
 def test_a_build_error_names_the_renderer_only_where_a_camera_option_draws_frames(monkeypatch, maker, query, hint):
     """...and not where a package is missing: gymnasium's own line names it."""
-    from parallel_ppo.envs import gym_envs
+    from parallel_ppo.envs import gym_envs, views
 
     family = families.Family("cams", "cartpole.yaml", f"{__name__}:{maker}",
                                  options={"eye": families.Option(False, "a camera", camera=True)})
     monkeypatch.setattr(gym_envs, "check_family", lambda cfg: family)
     with pytest.raises(ConfigError, match="RuntimeError: no OpenGL context|MuJoCo is not installed") as refused:
         gym_envs.GymnasiumBatchEnv(EnvConfig(id="cams/Task" + query), [0])
-    assert (gym_envs.RENDERER_HELP in str(refused.value)) is hint
+    assert (views.RENDERER_HELP in str(refused.value)) is hint
 
 
 def camera(layout, rows: np.ndarray) -> np.ndarray:
@@ -464,3 +464,4 @@ def test_fetch_observes_its_goals_as_a_dict_and_reports_success():
         assert [len(s) for s in (reported_success(env, 0), reported_success(env, 1))] == [1, 1]
     finally:
         env.close()
+

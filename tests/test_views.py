@@ -143,6 +143,52 @@ def test_demo_shows_the_policys_camera_beside_the_render(tmp_path, capsys):
     assert iio.imread(tmp_path / "default.gif").shape[1:] == (48, 64, 3)  # the default: the render alone, as before
 
 
+@pytest.mark.filterwarnings("ignore:.*RGB-array rendering should return")  # gymnasium's checker on such a frame
+def test_a_gray_or_rgba_render_is_shown_in_rgb():
+    """As a user expects of them; before, PyAV failed on the frame with a traceback."""
+    from parallel_ppo.core.evaluate import check_render
+
+    rgb = first_render(RENDERED)
+    assert np.array_equal(first_render("toy_envs:GrayRenderReach-v0"), np.repeat(rgb[..., 2:], 3, axis=-1))
+    assert np.array_equal(first_render("toy_envs:RgbaRenderReach-v0"), rgb)
+    cfg = build_config(None, {"env.id": "toy_envs:GrayRenderReach-v0"}, [*TINY, "eval.interval_seconds=60",
+                                                                         "eval.video=env"], False)
+    check_render(cfg, env_spaces(cfg.env))  # a training run's video takes it too
+
+
+def first_render(env_id: str) -> np.ndarray:
+    env = make_batch_env(EnvConfig(id=env_id), 0, 0, 1, 1, render=True)
+    try:
+        env.reset()
+        return env.frame(0)
+    finally:
+        env.close()
+
+
+@pytest.mark.filterwarnings("ignore:.*RGB-array rendering should return")  # gymnasium's checker, before our line
+@pytest.mark.parametrize("command, env_id, words", [
+    ("demo", "toy_envs:NoneRenderReach-v0", "error: toy_envs:NoneRenderReach-v0's render gave None, not an image a "
+                                            "video can show: uint8 of shape (H, W, 3) (RGB), (H, W, 4) (RGBA) or "
+                                            "(H, W) (gray)"),
+    ("eval", "toy_envs:FloatRenderReach-v0", "render gave float32 values of shape (48, 64, 3), not an image"),
+    ("eval", "toy_envs:UnrenderedReach-v0", "error: toy_envs:UnrenderedReach-v0 does not render: its metadata lists "
+                                            "no rgb_array render mode (render_modes: []), so it has no view env"),
+    ("demo", "toy_envs:Reach-v0", "error: toy_envs:Reach-v0 does not render"),  # nor takes a render_mode
+])
+def test_a_render_a_video_cannot_show_is_one_line_and_exit_2_before_anything_is_written(tmp_path, capsys, command,
+                                                                                        env_id, words):
+    """Before, a traceback (None, a float frame in TensorBoard's GIF), or a line that blamed OpenGL."""
+    from parallel_ppo.cli.evaluation import demo_main, eval_main
+
+    run = make_run(tmp_path / "run", env_id)
+    video = tmp_path / "eval.mp4"
+    status = (demo_main(["--checkpoint", str(run), "--seconds", "1"]) if command == "demo" else
+              eval_main(["--checkpoint", str(run), "--episodes", "1", "--video", str(video)]))
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and words in err and "OpenGL" not in err, err
+    assert not (run / "demo.mp4").exists() and not (run / "eval.json").exists() and not video.exists()
+
+
 @pytest.mark.parametrize("command, args, words", [
     ("demo", ["--views", "agent"], "--views: the view agent shows the images the policy observes, and CartPole-v1 "
                                    "gives it none"),
@@ -215,7 +261,11 @@ def test_a_training_run_refuses_eval_video_it_cannot_record_before_anything_is_w
     assert main([*argv, "--print-config"]) == 2  # checked as a run checks it
     assert "cannot render CartPole-v1: no pygame" in capsys.readouterr().err
     monkeypatch.setattr(CartPoleEnv, "render", lambda self: None)
-    with pytest.raises(ConfigError, match="^eval.video: CartPole-v1's render gave NoneType, not an RGB image"):
+    with pytest.raises(ConfigError, match=r"^CartPole-v1's render gave None, not an image a video can show: uint8 of "
+                                          r"shape \(H, W, 3\)"):
+        ppo.train(None, output_dir=tmp_path / "run", overrides={**overrides, "eval.video": "env"}, verbose=False)
+    monkeypatch.setattr(CartPoleEnv, "render", lambda self: (_ for _ in ()).throw(RuntimeError("no screen")))
+    with pytest.raises(ConfigError, match="^cannot render CartPole-v1: RuntimeError: no screen$"):  # no OpenGL: pygame
         ppo.train(None, output_dir=tmp_path / "run", overrides={**overrides, "eval.video": "env"}, verbose=False)
     with pytest.raises(ConfigError, match="^sim/Sleep has no render to draw"):
         ppo.train(None, output_dir=tmp_path / "run", verbose=False,

@@ -98,6 +98,28 @@ class RenderedCameraReach(CameraReach):
         return frame
 
 
+class OddRenderReach(RenderedCameraReach):
+    """RenderedCameraReach whose render gives its frame as `render_as` says, as users' envs have: `gray` (its blue
+    channel, (H, W)), `rgba` (H, W, 4, opaque), `float` (RGB in [0, 1]) or `none` (None)."""
+
+    def __init__(self, render_mode: str | None = None, render_as: str = "gray") -> None:
+        super().__init__(render_mode)
+        self.render_as = render_as
+
+    def render(self) -> np.ndarray | None:
+        rgb = super().render()
+        return {"gray": rgb[..., 2], "rgba": np.dstack([rgb, np.full(rgb.shape[:2], 255, np.uint8)]),
+                "float": rgb / np.float32(255), "none": None}[self.render_as]
+
+
+class UnrenderedReach(Reach):
+    """Reach that takes gymnasium's `render_mode` but declares no render mode (gymnasium's default metadata): it does
+    not render. (Reach itself does not even take the argument.)"""
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        self.render_mode = render_mode
+
+
 class NestedDictObs(Reach):
     observation_space = spaces.Dict({"x": spaces.Box(-1.0, 1.0, (1,), np.float32), "mode": spaces.Discrete(3)})
 
@@ -194,6 +216,10 @@ gymnasium.register("Reach-v0", entry_point=Reach, max_episode_steps=20)
 gymnasium.register("CameraReach-v0", entry_point=CameraReach, max_episode_steps=20)
 gymnasium.register("GoalReach-v0", entry_point=GoalReach, max_episode_steps=20)
 gymnasium.register("RenderedCameraReach-v0", entry_point=RenderedCameraReach, max_episode_steps=20)
+for kind in ("Gray", "Rgba", "Float", "None"):
+    gymnasium.register(f"{kind}RenderReach-v0", entry_point=OddRenderReach, max_episode_steps=20,
+                       kwargs={"render_as": kind.lower()})
+gymnasium.register("UnrenderedReach-v0", entry_point=UnrenderedReach, max_episode_steps=20)
 gymnasium.register("NestedDictObs-v0", entry_point=NestedDictObs, max_episode_steps=20)
 gymnasium.register("MultiDiscreteActions-v0", entry_point=MultiDiscreteActions, max_episode_steps=20)
 gymnasium.register("FloatImages-v0", entry_point=FloatImages, max_episode_steps=20)

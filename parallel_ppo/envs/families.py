@@ -64,6 +64,9 @@ class Family:
     sight: tuple[str, ...] = ()
     """Options of which one at least must be on (set, not off): with all of them off, nothing observed shows the
     policy the object of its task (a camera or the object's state)."""
+    gl: bool = False
+    """Whether its render (a video's frame) draws through OpenGL (MuJoCo's or Genesis's renderer): a failure to draw
+    it names the renderer a machine needs (`envs.views.RENDERER_HELP`)."""
 
     def maker(self) -> Any:
         """The function `make` names."""
@@ -99,7 +102,7 @@ ATARI = Family(  # ale-py's games (ALE/Breakout-v5, ...) with the standard prepr
     frame_stack=4)
 MUJOCO = Family(  # gymnasium's MuJoCo envs (HalfCheetah-v5, ...), from their state or from frames (env.pixels)
     "mujoco", "mujoco.yaml", "parallel_ppo.envs.gym_envs:make_mujoco",
-    settings=("pixels", "frame_size", "frame_stack", "fast_render"), frame_stack=3)
+    settings=("pixels", "frame_size", "frame_stack", "fast_render"), frame_stack=3, gl=True)
 ROBOSUITE = Family(  # robosuite's arm tasks (robosuite/Lift?robot=Panda, ...), from state and named cameras
     "robosuite", "robosuite_lift.yaml", "parallel_ppo.envs.robot_envs:make_robosuite",
     settings=("frame_size", "frame_stack", "fast_render"), extra="robot", needs="robosuite",
@@ -111,7 +114,7 @@ ROBOSUITE = Family(  # robosuite's arm tasks (robosuite/Lift?robot=Panda, ...), 
         "reward": Option("dense", "robosuite's staged reward, or `sparse`: 1 on success", ("dense", "sparse")),
         "horizon": Option(500, "steps an episode lasts: a time limit, so the value is bootstrapped"),
         "control_freq": Option(20, "actions per simulated second"),
-    }, sight=("cameras", "object_state"))
+    }, sight=("cameras", "object_state"), gl=True)
 GENESIS = Family(  # Genesis's CPU backend (genesis/FrankaLift: the Genesis devlog's task; the extra `genesis`)
     "genesis", "genesis_lift.yaml", "parallel_ppo.envs.genesis_envs:make_genesis",
     settings=("frame_size", "frame_stack"), extra="genesis", needs="genesis",
@@ -122,7 +125,7 @@ GENESIS = Family(  # Genesis's CPU backend (genesis/FrankaLift: the Genesis devl
                                   "lifted", ("dense", "sparse")),
         "horizon": Option(200, "steps an episode lasts: a time limit, so the value is bootstrapped"),
         "control_freq": Option(20, "actions per simulated second"),
-    }, sight=("wrist_camera", "object_state"))
+    }, sight=("wrist_camera", "object_state"), gl=True)
 SIM = Family(  # sim/Sleep: robosuite Lift from state for measuring the trainer, its step a sleep (`make study-sim`)
     "sim", "sim_lift.yaml", "parallel_ppo.envs.sim_envs:make_sim", check=check_sim,
     options={
@@ -134,7 +137,7 @@ SIM = Family(  # sim/Sleep: robosuite Lift from state for measuring the trainer,
         "horizon": Option(500, "steps an episode lasts: a time limit, so the value is bootstrapped"),
     })
 ROBOTICS = Family(  # gymnasium-robotics' tasks (FetchReachDense-v4, ...; the extra `robot`), dict observations
-    "gymnasium-robotics", "fetch.yaml", "parallel_ppo.envs.gym_envs:make_plain", settings=("frame_stack",))
+    "gymnasium-robotics", "fetch.yaml", "parallel_ppo.envs.gym_envs:make_plain", settings=("frame_stack",), gl=True)
 GYMNASIUM = Family(  # any other registered id (CartPole-v1, ...), or module:EnvId for one a module of yours registers
     "gymnasium", "cartpole.yaml", "parallel_ppo.envs.gym_envs:make_plain", settings=("frame_stack",))
 

@@ -13,13 +13,12 @@ from typing import Any
 
 import gymnasium
 import numpy as np
-from gymnasium.error import DependencyNotInstalled
 
 from parallel_ppo.envs.config import EnvConfig
 from parallel_ppo.envs.families import check_family, options_of
 from parallel_ppo.envs.observations import DictLayout
 from parallel_ppo.envs.spaces import ActionSpace, EnvSpaces
-from parallel_ppo.envs.views import RENDERER_HELP, render_refusal
+from parallel_ppo.envs.views import check_render_modes, render_refusal, renderer_help, rgb_frame
 from parallel_ppo.errors import ConfigError
 
 
@@ -249,7 +248,10 @@ def make_mujoco(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: Re
 
 
 def make_plain(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: RenderClock, seed: int) -> Any:
-    """Any registered gymnasium id (`module:EnvId` imports the module first) as it is."""
+    """Any registered gymnasium id (`module:EnvId` imports the module first) as it is; refused where `render` is
+    asked of one that does not render (`check_render_modes`)."""
+    if render:
+        check_render_modes(cfg.id)
     return gymnasium.make(registered_name(cfg), **({"render_mode": "rgb_array"} if render else {}))
 
 
@@ -312,7 +314,7 @@ class GymnasiumBatchEnv:
     def __init__(self, cfg: EnvConfig, seeds: list[int], render: bool = False) -> None:
         """One env per seed, each built by its family's maker (`envs.families`)."""
         self._seeds, self._id = seeds, cfg.id
-        family = check_family(cfg)
+        self._family = family = check_family(cfg)
         options, make = options_of(cfg, family), family.maker()
         self._clock = clock = RenderClock()
 
@@ -327,8 +329,7 @@ class GymnasiumBatchEnv:
             raise
         except Exception as e:  # a registered id whose dependencies are missing, a renderer that cannot start
             cameras = any(options[name] for name, option in family.options.items() if option.camera)
-            drawn = (cfg.pixels or render or cameras) and not isinstance(e, DependencyNotInstalled)  # names its package
-            help_ = f"; {RENDERER_HELP}" if drawn else ""
+            help_ = renderer_help(e, cfg.pixels or cameras or render and family.gl)
             raise ConfigError(f"cannot create gymnasium env {cfg.id!r}: {type(e).__name__}: {e}{help_}") from None
         packed = _wrapper(self._env.envs[0], PackedDict)
         self.layout = packed.layout if packed is not None else None
@@ -388,11 +389,12 @@ class GymnasiumBatchEnv:
         return found
 
     def frame(self, index: int) -> np.ndarray:
-        """The RGB frame of env `index` now (needs `render`, or pixels)."""
+        """The RGB frame of env `index` now (needs `render`, or pixels): its render as `rgb_frame` takes it."""
         try:
-            return self._env.envs[index].render()
+            frame = self._env.envs[index].render()
         except Exception as e:  # MuJoCo makes its renderer on the first frame
-            raise render_refusal(self._id, e) from None
+            raise render_refusal(self._id, e, self._family.gl) from None
+        return rgb_frame(self._id, frame)
 
     def close(self) -> None:
         self._env.close()

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from gymnasium.envs.registration import load_env_creator
 from gymnasium.error import DependencyNotInstalled
 
 from parallel_ppo.envs.config import EnvConfig
-from parallel_ppo.envs.families import family_of
+from parallel_ppo.envs.families import family_of, registry_entry
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.errors import ConfigError
 
@@ -26,14 +27,44 @@ RENDERER_HELP = ("rendering needs OpenGL on the CPU: Mesa's EGL (Debian/Ubuntu: 
                  "PYOPENGL_PLATFORM=osmesa for Genesis)")
 
 
-def render_refusal(env_id: str, e: Exception) -> ConfigError:
+def render_refusal(env_id: str, e: Exception, gl: bool) -> ConfigError:
     """The one line for an env whose render failed with `e`: it has none, a package is missing (gymnasium's own line
-    names it) or, otherwise, OpenGL."""
+    names it) or, for an env that draws through OpenGL (`gl`), the renderer may be missing (`renderer_help`)."""
     if isinstance(e, NotImplementedError):
         return ConfigError(f"{env_id} has no render to draw: it has no view env to show")
     if isinstance(e, DependencyNotInstalled):
         return ConfigError(f"cannot render {env_id}: {e}")
-    return ConfigError(f"cannot render {env_id}: {type(e).__name__}: {e}; {RENDERER_HELP}")
+    return ConfigError(f"cannot render {env_id}: {type(e).__name__}: {e}{renderer_help(e, gl)}")
+
+
+def renderer_help(e: Exception, gl: bool) -> str:
+    """`RENDERER_HELP` after "; " where `e` may be OpenGL's: the env draws through it (`gl`: MuJoCo's or Genesis's
+    renderer) and `e` is no missing package (gymnasium's own line names that); else nothing."""
+    return f"; {RENDERER_HELP}" if gl and not isinstance(e, DependencyNotInstalled) else ""
+
+
+def check_render_modes(env_id: str) -> None:
+    """ConfigError where the gymnasium env `env_id` does not render: its class's metadata lists no `rgb_array` render
+    mode (gymnasium's default lists none). A creator without metadata of its own (a function) is taken at its word."""
+    entry_point = registry_entry(env_id).entry_point
+    creator = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+    metadata = getattr(creator, "metadata", None)
+    if isinstance(metadata, dict) and "rgb_array" not in (metadata.get("render_modes") or ()):
+        raise ConfigError(f"{env_id} does not render: its metadata lists no rgb_array render mode (render_modes: "
+                          f"{metadata.get('render_modes')}), so it has no view env to show")
+
+
+def rgb_frame(env_id: str, frame: Any) -> np.ndarray:
+    """`frame`, the render of env `env_id`, as RGB uint8 (H, W, 3): a gray one ((H, W) or (H, W, 1)) repeated in the
+    three colours, an RGBA one without its alpha; ConfigError naming the env for anything else."""
+    if isinstance(frame, np.ndarray) and frame.dtype == np.uint8 and frame.ndim in (2, 3):
+        image = frame[..., None] if frame.ndim == 2 else frame
+        if image.shape[-1] in (1, 3, 4):
+            return np.repeat(image, 3, axis=-1) if image.shape[-1] == 1 else np.ascontiguousarray(image[..., :3])
+    what = (f"{frame.dtype} values of shape {frame.shape}" if isinstance(frame, np.ndarray) else
+            "None" if frame is None else f"a {type(frame).__name__}")
+    raise ConfigError(f"{env_id}'s render gave {what}, not an image a video can show: uint8 of shape (H, W, 3) "
+                      "(RGB), (H, W, 4) (RGBA) or (H, W) (gray)")
 
 
 @dataclass(frozen=True)
