@@ -465,3 +465,14 @@ def test_fetch_observes_its_goals_as_a_dict_and_reports_success():
     finally:
         env.close()
 
+
+@pytest.mark.parametrize("chosen", [None, "osmesa"])
+def test_fetch_draws_headless_as_mujoco_does_unless_mujoco_gl_says(monkeypatch, chosen):
+    """Without MUJOCO_GL, MuJoCo tries GLFW first: on a machine without a display, each video of Fetch printed the
+    failed context's ignored AttributeError (8 lines) on stderr."""
+    if chosen:
+        monkeypatch.setenv("MUJOCO_GL", chosen)
+    else:
+        monkeypatch.delenv("MUJOCO_GL", raising=False)
+    family_of("FetchReachDense-v4").maker()(EnvConfig(id="FetchReachDense-v4"), {}, True, RenderClock(), 0).close()
+    assert os.environ.get("MUJOCO_GL") == (chosen or "egl")

@@ -137,7 +137,8 @@ SIM = Family(  # sim/Sleep: robosuite Lift from state for measuring the trainer,
         "horizon": Option(500, "steps an episode lasts: a time limit, so the value is bootstrapped"),
     })
 ROBOTICS = Family(  # gymnasium-robotics' tasks (FetchReachDense-v4, ...; the extra `robot`), dict observations
-    "gymnasium-robotics", "fetch.yaml", "parallel_ppo.envs.gym_envs:make_plain", settings=("frame_stack",), gl=True)
+    "gymnasium-robotics", "fetch.yaml", "parallel_ppo.envs.robot_envs:make_robotics", settings=("frame_stack",),
+    gl=True)
 GYMNASIUM = Family(  # any other registered id (CartPole-v1, ...), or module:EnvId for one a module of yours registers
     "gymnasium", "cartpole.yaml", "parallel_ppo.envs.gym_envs:make_plain", settings=("frame_stack",))
 

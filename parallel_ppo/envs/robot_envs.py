@@ -1,11 +1,13 @@
 """robosuite's arm tasks as gymnasium envs: a dict of the robot's and the objects' state and the frames of named
-cameras, success in `info["is_success"]`, and the cameras' drawing timed apart from the physics."""
+cameras, success in `info["is_success"]`, and the cameras' drawing timed apart from the physics; gymnasium-robotics'
+tasks as they are (the same extra, `robot`)."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import logging
+import os
 import sys
 from typing import Any
 
@@ -15,7 +17,7 @@ import numpy as np
 from parallel_ppo.envs.config import EnvConfig
 from parallel_ppo.envs.culling import only_in_view
 from parallel_ppo.envs.families import split_id
-from parallel_ppo.envs.gym_envs import RenderClock, fast_scene
+from parallel_ppo.envs.gym_envs import RenderClock, fast_scene, make_plain
 from parallel_ppo.errors import ConfigError
 
 VIDEO_CAMERA, VIDEO_SIZE = "agentview", 256
@@ -35,6 +37,14 @@ def import_robosuite() -> Any:
             handler.setStream(sys.stderr)
     logger.setLevel(logging.WARNING)
     return robosuite
+
+
+def make_robotics(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: RenderClock, seed: int) -> Any:
+    """A gymnasium-robotics task (FetchReachDense-v4, ...) as it is, drawn as `envs.gym_envs.make_mujoco` draws:
+    headless through EGL unless MUJOCO_GL says otherwise (MuJoCo would try GLFW first, and print its failure)."""
+    if render:
+        os.environ.setdefault("MUJOCO_GL", "egl")
+    return make_plain(cfg, options, render, clock, seed)
 
 
 def make_robosuite(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: RenderClock,
