@@ -132,6 +132,27 @@ class FloatImages(Reach):
     observation_space = spaces.Box(0.0, 1.0, (8, 8, 3), np.float32)
 
 
+class ChannelsFirstImages(Reach):
+    observation_space = spaces.Box(0, 255, (3, 64, 64), np.uint8)
+
+
+class ChannelsFirstCamera(Reach):
+    observation_space = spaces.Dict({"camera": spaces.Box(0, 255, (3, 8, 8), np.uint8),
+                                     "state": spaces.Box(-3.0, 3.0, (1,), np.float32)})
+
+
+class IntegerBoxActions(Reach):
+    action_space = spaces.Box(0, 5, (2,), np.int64)
+
+
+class EmptyObservations(Reach):
+    observation_space = spaces.Box(-1.0, 1.0, (0,), np.float32)
+
+
+class EmptyActions(Reach):
+    action_space = spaces.Box(-1.0, 1.0, (0,), np.float32)
+
+
 class SlowResetReach(Reach):
     """Reach whose every reset after the first computes for RESET_SECONDS (as a robosuite reset or a first JIT
     compilation does): a worker that takes no step for that long, yet is alive. Such a reset first creates the file
@@ -223,6 +244,8 @@ gymnasium.register("UnrenderedReach-v0", entry_point=UnrenderedReach, max_episod
 gymnasium.register("NestedDictObs-v0", entry_point=NestedDictObs, max_episode_steps=20)
 gymnasium.register("MultiDiscreteActions-v0", entry_point=MultiDiscreteActions, max_episode_steps=20)
 gymnasium.register("FloatImages-v0", entry_point=FloatImages, max_episode_steps=20)
+for refused in (ChannelsFirstImages, ChannelsFirstCamera, IntegerBoxActions, EmptyObservations, EmptyActions):
+    gymnasium.register(f"{refused.__name__}-v0", entry_point=refused, max_episode_steps=20)
 gymnasium.register("SlowResetReach-v0", entry_point=SlowResetReach, max_episode_steps=20)
 gymnasium.register("StragglingReach-v0", entry_point=StragglingReach, max_episode_steps=20)
 gymnasium.register("HangingReach-v0", entry_point=HangingReach, max_episode_steps=20)

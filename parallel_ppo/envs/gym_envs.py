@@ -17,7 +17,7 @@ import numpy as np
 from parallel_ppo.envs.config import EnvConfig
 from parallel_ppo.envs.families import check_family, options_of
 from parallel_ppo.envs.observations import DictLayout
-from parallel_ppo.envs.spaces import ActionSpace, EnvSpaces
+from parallel_ppo.envs.spaces import EnvSpaces, action_space, check_channels, observation_dtype
 from parallel_ppo.envs.views import check_render_modes, render_refusal, renderer_help, rgb_frame
 from parallel_ppo.errors import ConfigError
 
@@ -71,6 +71,7 @@ class PackedDict(gymnasium.Wrapper):
             if np.prod(space.shape) == 0:
                 raise ConfigError(f"the dict observation's key {key!r} is empty ({space})")
             if len(space.shape) == 3 and space.dtype == np.uint8:  # an image; any other Box is read as numbers
+                check_channels(space.shape, f"the dict observation's key {key!r}")
                 h, w, c = space.shape
                 keys[key] = ((h, w, c * k), True)
             else:
@@ -257,8 +258,15 @@ def make_plain(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: Ren
 
 def stacked(env: Any, cfg: EnvConfig, default_stack: int) -> Any:
     """`env` with its image frames stacked (`env.frame_stack`, 0: `default_stack` for images, else 1) and a dict
-    observation packed into one row; ConfigError (the env closed) for a stack of vectors."""
+    observation packed into one row; ConfigError (the env closed) for a stack of vectors or an image of too many
+    channels (`check_channels`)."""
     image = isinstance(env.observation_space, gymnasium.spaces.Box) and len(env.observation_space.shape) == 3
+    if image:
+        try:
+            check_channels(env.observation_space.shape, f"{cfg.id}'s observation")
+        except ConfigError:
+            env.close()
+            raise
     k = cfg.frame_stack or (default_stack if image else 1)
     if isinstance(env.observation_space, gymnasium.spaces.Dict):
         try:
@@ -271,33 +279,6 @@ def stacked(env: Any, cfg: EnvConfig, default_stack: int) -> Any:
         raise ConfigError(f"env.frame_stack = {k} stacks image frames, but {cfg.id} observes vectors "
                           f"{env.observation_space.shape}")
     return StackedFrames(env, k) if k > 1 else env
-
-
-def action_space(space: Any, env_id: str) -> ActionSpace:
-    """Our description of a gymnasium action space; ConfigError naming any other space."""
-    if isinstance(space, gymnasium.spaces.Discrete):
-        if space.start != 0:
-            raise ConfigError(f"{env_id} has the action space {space}, starting at {space.start}; supported: "
-                              "Discrete(n) starting at 0, or a one-dimensional Box")
-        return ActionSpace(int(space.n))
-    if isinstance(space, gymnasium.spaces.Box) and len(space.shape) == 1:
-        return ActionSpace(int(space.shape[0]), tuple(map(float, space.low)), tuple(map(float, space.high)))
-    raise ConfigError(f"{env_id} has the action space {space}; supported: Discrete, or a one-dimensional Box")
-
-
-def observation_dtype(space: Any, env_id: str) -> np.dtype:
-    """uint8 for (H, W, C) images, float32 for vectors; ConfigError naming any other space."""
-    if not isinstance(space, gymnasium.spaces.Box):
-        raise ConfigError(f"{env_id} has the observation space {type(space).__name__} ({space}); supported: a Box of "
-                          "vectors or of uint8 (H, W, C) images")
-    if len(space.shape) == 3:
-        if space.dtype != np.uint8:
-            raise ConfigError(f"{env_id} has {space.dtype} images {space.shape}; image observations must be uint8 "
-                              "(H, W, C) in 0..255")
-        return np.dtype(np.uint8)
-    if len(space.shape) not in (1, 2) or not np.issubdtype(space.dtype, np.number):
-        raise ConfigError(f"{env_id} has the observation space {space}; supported: vectors or (H, W, C) images")
-    return np.dtype(np.float32)
 
 
 def _wrapper(env: Any, kind: type) -> Any:

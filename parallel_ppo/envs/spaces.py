@@ -1,12 +1,15 @@
-"""What a policy acts on: discrete choices or a box of real numbers, described without gymnasium or torch."""
+"""What a policy acts on: discrete choices or a box of real numbers, described without gymnasium or torch; which of
+gymnasium's spaces the trainer takes (gymnasium imported where they are read)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+
+from parallel_ppo.errors import ConfigError
 
 if TYPE_CHECKING:
     from parallel_ppo.envs.observations import DictLayout
@@ -84,3 +87,51 @@ class EnvSpaces(NamedTuple):
     actions: ActionSpace
     layout: DictLayout | None = None
     """Where each key of a dict observation sits in the packed uint8 rows of shape `obs_shape` (None: a Box)."""
+
+
+MAX_IMAGE_CHANNELS = 4
+"""Channels of one observed frame (gray, RGB, RGBA); a uint8 (H, W, C) Box with more is an image laid out channels
+first, whose rows the network would read as channels."""
+
+
+def check_channels(shape: tuple[int, ...], what: str) -> None:
+    """ConfigError for an image `shape` (H, W, C) of more than MAX_IMAGE_CHANNELS channels; `what` names it."""
+    if shape[-1] > MAX_IMAGE_CHANNELS:
+        raise ConfigError(f"{what} is an image {shape} of {shape[-1]} channels; an image must be H×W×C, channels "
+                          f"last, with C ≤ {MAX_IMAGE_CHANNELS} (gray, RGB or RGBA; env.frame_stack stacks frames)")
+
+
+def action_space(space: Any, env_id: str) -> ActionSpace:
+    """Our description of a gymnasium action space; ConfigError naming any other space."""
+    import gymnasium  # here: a Procgen run needs none of it
+
+    supported = "supported: Discrete(n) starting at 0, or a Box of floats of shape (n,), n ≥ 1"
+    if isinstance(space, gymnasium.spaces.Discrete):
+        if space.start != 0:
+            raise ConfigError(f"{env_id} has the action space {space}, starting at {space.start}; {supported}")
+        return ActionSpace(int(space.n))
+    if isinstance(space, gymnasium.spaces.Box) and len(space.shape) == 1 and space.shape[0] > 0:
+        if not np.issubdtype(space.dtype, np.floating):
+            raise ConfigError(f"{env_id} has {space.dtype} actions {space}; {supported} (integer choices: Discrete)")
+        return ActionSpace(int(space.shape[0]), tuple(map(float, space.low)), tuple(map(float, space.high)))
+    raise ConfigError(f"{env_id} has the action space {space}; {supported}")
+
+
+def observation_dtype(space: Any, env_id: str) -> np.dtype:
+    """uint8 for (H, W, C) images, float32 for vectors; ConfigError naming any other space."""
+    import gymnasium
+
+    if not isinstance(space, gymnasium.spaces.Box):
+        raise ConfigError(f"{env_id} has the observation space {type(space).__name__} ({space}); supported: a Box of "
+                          "vectors or of uint8 (H, W, C) images")
+    if math.prod(space.shape) == 0:
+        raise ConfigError(f"{env_id} has the observation space {space}, which holds no value; supported: a Box of "
+                          "vectors or of uint8 (H, W, C) images")
+    if len(space.shape) == 3:
+        if space.dtype != np.uint8:
+            raise ConfigError(f"{env_id} has {space.dtype} images {space.shape}; image observations must be uint8 "
+                              "(H, W, C) in 0..255")
+        return np.dtype(np.uint8)
+    if len(space.shape) not in (1, 2) or not np.issubdtype(space.dtype, np.number):
+        raise ConfigError(f"{env_id} has the observation space {space}; supported: vectors or (H, W, C) images")
+    return np.dtype(np.float32)
