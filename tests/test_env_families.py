@@ -184,6 +184,35 @@ def test_a_family_whose_extra_is_missing_says_how_to_install_it(monkeypatch, env
         family_of(env_id)
 
 
+SPACES_OF_EACH_ID = """
+import sys
+from parallel_ppo.envs.batch import env_spaces
+from parallel_ppo.envs.config import EnvConfig
+from parallel_ppo.errors import ConfigError
+for env_id in sys.argv[1:]:
+    try:
+        env_spaces(EnvConfig(id=env_id))
+    except ConfigError as e:
+        print(e)
+"""
+
+
+def test_mujoco_that_cannot_set_up_the_opengl_of_mujoco_gl_is_one_line_naming_it():
+    """MuJoCo sets up OpenGL as it is imported: under a MUJOCO_GL it cannot use, a gymnasium-robotics id (whose
+    package imports it to register its ids) and a MuJoCo env from its state get one line naming MUJOCO_GL and the fix,
+    and a mistyped id the usual one (before, a traceback ending in MuJoCo's error)."""
+    ids = ["NoSuch-v0", "FetchReachDense-v4", "HalfCheetah-v5"]
+    out = subprocess.run([sys.executable, "-c", SPACES_OF_EACH_ID, *ids], env={**os.environ, "MUJOCO_GL": "bogus"},
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    unknown, fetch, cheetah = out.stdout.splitlines()
+    assert unknown.startswith("unknown game or env id 'NoSuch-v0': use a Procgen game")
+    for line, needs in ((fetch, "FetchReachDense-v4 needs gymnasium_robotics"),
+                        (cheetah, "HalfCheetah-v5 needs MuJoCo")):
+        assert line.startswith(f"{needs}, which failed to import with MUJOCO_GL=bogus (RuntimeError: invalid value")
+        assert line.endswith(families.RENDERER_HELP)
+
+
 @pytest.mark.parametrize("env_id, words", [
     ("robosuite/NoSuchTask", "robosuite has no task 'NoSuchTask' (its tasks: "),
     ("robosuite/Lift?robot=R2D2", "robosuite has no robot 'R2D2'"),

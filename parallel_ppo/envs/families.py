@@ -8,6 +8,7 @@ import contextlib
 import importlib
 import importlib.util
 import io
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +73,19 @@ class Family:
         """The function `make` names."""
         module, _, name = self.make.partition(":")
         return getattr(importlib.import_module(module), name)
+
+
+RENDERER_HELP = ("rendering needs OpenGL on the CPU: Mesa's EGL (Debian/Ubuntu: apt install libegl1 libgl1-mesa-dri; "
+                 "the default, MUJOCO_GL=egl) or OSMesa (apt install libosmesa6, then MUJOCO_GL=osmesa, or "
+                 "PYOPENGL_PLATFORM=osmesa for Genesis)")
+
+
+def mujoco_refusal(env_id: str, module: str, e: Exception) -> ConfigError:
+    """The one line for `module` (MuJoCo, or a package that imports it) failing to import: MuJoCo sets up the
+    OpenGL that MUJOCO_GL names as it is imported."""
+    gl = os.environ.get("MUJOCO_GL", "unset")
+    return ConfigError(f"{env_id} needs {module}, which failed to import with MUJOCO_GL={gl} ({type(e).__name__}: "
+                       f"{e}): MuJoCo sets up the OpenGL that MUJOCO_GL names as it is imported; {RENDERER_HELP}")
 
 
 FAMILY_SETTINGS = {
@@ -205,8 +219,14 @@ def registry_entry(env_id: str) -> Any:
                 from None
     for registers in ("ale_py", "gymnasium_robotics"):  # ALE/Breakout-v5, FetchReachDense-v4, ...
         if name not in gymnasium.envs.registry and importlib.util.find_spec(registers) is not None:
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # notices
-                gymnasium.register_envs(importlib.import_module(registers))
+            try:
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # notices
+                    gymnasium.register_envs(importlib.import_module(registers))
+            except Exception as e:  # gymnasium_robotics imports MuJoCo, which sets up OpenGL (MUJOCO_GL) as it loads
+                if registers == "ale_py":
+                    raise
+                if name.startswith(ROBOTICS_PREFIXES):  # else not one of its ids: unknown, below
+                    raise mujoco_refusal(name, registers, e) from None
     if name not in gymnasium.envs.registry and name.startswith(ROBOTICS_PREFIXES) and \
             importlib.util.find_spec("gymnasium_robotics") is None:
         raise needs_extra(f"{name} looks like a gymnasium-robotics env", "robot")

@@ -15,7 +15,7 @@ import gymnasium
 import numpy as np
 
 from parallel_ppo.envs.config import EnvConfig
-from parallel_ppo.envs.families import check_family, options_of
+from parallel_ppo.envs.families import check_family, mujoco_refusal, options_of
 from parallel_ppo.envs.observations import DictLayout
 from parallel_ppo.envs.spaces import EnvSpaces, action_space, check_channels, observation_dtype
 from parallel_ppo.envs.views import check_render_modes, render_refusal, renderer_help, rgb_frame
@@ -235,7 +235,10 @@ def make_atari(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: Ren
 
 def make_mujoco(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: RenderClock, seed: int) -> Any:
     """A gymnasium MuJoCo env observing its state, or (`env.pixels`) its frames rendered on the CPU."""
-    quiet_mujoco_deprecations()
+    try:
+        quiet_mujoco_deprecations()
+    except Exception as e:  # importing MuJoCo sets up OpenGL (MUJOCO_GL)
+        raise mujoco_refusal(cfg.id, "MuJoCo", e) from None
     if render or cfg.pixels:  # headless through EGL unless told otherwise (MuJoCo would try GLFW first)
         os.environ.setdefault("MUJOCO_GL", "egl")
     if not cfg.pixels:

@@ -14,7 +14,7 @@ from gymnasium.envs.registration import load_env_creator
 from gymnasium.error import DependencyNotInstalled
 
 from parallel_ppo.envs.config import EnvConfig
-from parallel_ppo.envs.families import family_of, registry_entry
+from parallel_ppo.envs.families import RENDERER_HELP, family_of, registry_entry
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.errors import ConfigError
 
@@ -22,9 +22,6 @@ ENV_VIEW, AGENT_VIEW = "env", "agent"
 """The views by name: the env's own render, and every image the policy observes (or one image key by its name)."""
 MIN_HEIGHT = 256
 """Without the env's render to match, the policy's images are shown enlarged by a whole factor to at least this."""
-RENDERER_HELP = ("rendering needs OpenGL on the CPU: Mesa's EGL (Debian/Ubuntu: apt install libegl1 libgl1-mesa-dri; "
-                 "the default, MUJOCO_GL=egl) or OSMesa (apt install libosmesa6, then MUJOCO_GL=osmesa, or "
-                 "PYOPENGL_PLATFORM=osmesa for Genesis)")
 
 
 def render_refusal(env_id: str, e: Exception, gl: bool) -> ConfigError:
