@@ -3,6 +3,11 @@ mode, and episodes cut by a time limit reported for bootstrapping."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import torch
 from torch import nn
@@ -11,7 +16,7 @@ from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.collect import EnvRunner
 from parallel_ppo.core.config import EnvConfig
 from parallel_ppo.envs.batch import make_batch_env
-from parallel_ppo.envs.procgen_envs import PROCGEN_EXPLORATION_GAMES, PROCGEN_GAMES
+from parallel_ppo.envs.procgen_envs import PROCGEN_EXPLORATION_GAMES, PROCGEN_GAMES, PROCGEN_LIBRARIES_HELP
 from parallel_ppo.envs.spaces import ActionSpace
 
 
@@ -21,6 +26,21 @@ def test_procgen_game_lists_match_procgen():
 
     assert PROCGEN_GAMES == tuple(ENV_NAMES)
     assert set(PROCGEN_EXPLORATION_GAMES) == set(EXPLORATION_LEVEL_SEEDS)
+
+
+def test_a_procgen_library_that_cannot_load_is_one_line_naming_it_and_the_fix(tmp_path):
+    """Where the system's libGL cannot load (here an empty libGL.so.1 found first), Procgen's native library fails as
+    its first env is made: a ConfigError naming that library and the packages to install, not cffi's OSError."""
+    (tmp_path / "libGL.so.1").touch()
+    code = ("from parallel_ppo.envs.batch import make_batch_env\nfrom parallel_ppo.envs.config import EnvConfig\n"
+            "from parallel_ppo.errors import ConfigError\ntry:\n"
+            "    make_batch_env(EnvConfig(id='starpilot'), 0, 0, 1, 1)\nexcept ConfigError as e:\n    print(e)\n")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "LD_LIBRARY_PATH": str(tmp_path)},
+                         cwd=root, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("Procgen cannot load library '") and "libenv.so': " in out.stdout, out.stdout
+    assert f"{tmp_path}/libGL.so.1" in out.stdout and out.stdout.strip().endswith(PROCGEN_LIBRARIES_HELP), out.stdout
 
 
 def _play(envs, actions: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:

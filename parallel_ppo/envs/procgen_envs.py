@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import warnings
+from typing import Any
 
 import numpy as np
 
@@ -67,13 +68,28 @@ def import_procgen() -> None:
         import procgen  # noqa: F401
 
 
-def preload_procgen(env_id: str) -> None:
-    """Procgen's preload (`Family.preload`): load the game assets (~350 MB per process) in this process, so that
-    the processes forked from it share them."""
+PROCGEN_LIBRARIES_HELP = ("its compiled games load the system's libGL and GLib (Debian/Ubuntu: sudo apt-get install "
+                          "libgl1 libglib2.0-0)")
+"""The fix for a native library that cannot load, as docs/install.md and scripts/check_system.py give it."""
+
+
+def procgen_env(**kwargs: Any) -> Any:
+    """`ProcgenGym3Env(**kwargs)`; ConfigError (one line, the fix) where Procgen's native library cannot load,
+    which the first env made loads (importing procgen does not)."""
     import_procgen()
     from procgen import ProcgenGym3Env
 
-    ProcgenGym3Env(num=1, env_name=env_id, num_threads=0).close()
+    try:
+        return ProcgenGym3Env(**kwargs)
+    except OSError as e:  # cffi's "cannot load library '.../libenv.so': <why>.  Additionally, ..."
+        why = str(e).split("  Additionally,")[0].rstrip(".")
+        raise ConfigError(f"Procgen {why}; {PROCGEN_LIBRARIES_HELP}") from None
+
+
+def preload_procgen(env_id: str) -> None:
+    """Procgen's preload (`Family.preload`): load the game assets (~350 MB per process) in this process, so that
+    the processes forked from it share them."""
+    procgen_env(num=1, env_name=env_id, num_threads=0).close()
 
 
 class ProcgenBatchEnv:
@@ -87,16 +103,12 @@ class ProcgenBatchEnv:
 
     def __init__(self, cfg: EnvConfig, seeds: list[int], threads: int, render: bool = False) -> None:
         """`render`: also draw Procgen's 512×512 frames (`frame`), which costs most of its speed: eval envs only."""
-        import_procgen()
-        from procgen import ProcgenGym3Env
-
         levels = {} if cfg.distribution_mode == "exploration" else {  # exploration fixes its own level
             "num_levels": cfg.num_levels, "start_level": cfg.start_level}
 
-        def make(num: int, seed: int, num_threads: int) -> ProcgenGym3Env:
-            return ProcgenGym3Env(num=num, env_name=cfg.id, distribution_mode=cfg.distribution_mode,
-                                  rand_seed=seed, num_threads=num_threads,
-                                  render_mode="rgb_array" if render else None, **levels)
+        def make(num: int, seed: int, num_threads: int) -> Any:
+            return procgen_env(num=num, env_name=cfg.id, distribution_mode=cfg.distribution_mode, rand_seed=seed,
+                               num_threads=num_threads, render_mode="rgb_array" if render else None, **levels)
 
         states = []
         for seed in seeds:
