@@ -307,7 +307,8 @@ BENCH_REFUSALS = {
     "a learning run under 0.1 s": (["learning", "--minutes", "1e-9"], "--minutes: a benchmark run takes at least"),
     "a study point the trainer refuses": (
         ["study", "--env", "CartPole-v1", "--processes", "1000", "--families", "workers", "--seconds", "5"],
-        "workers point at 1000 processes would be refused by the trainer: env.num_envs = 8000 is larger"),
+        "workers point at 1000 processes would be refused by the trainer: 1000 workers (parallel.num_workers) × 8 "
+        "envs per worker (parallel.num_envs_per_worker) = 8000 envs, more than the supported maximum"),
     "a layout the trainer refuses": (["layouts", "--processes", "3", "--envs", "6"],
                                      "run r3_e2 would be refused by the trainer: batch size 256"),
     "a sweep point the trainer refuses": (["scaling", "--workers", "1 2", "--envs-per-worker", "8 3"],
