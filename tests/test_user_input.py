@@ -35,6 +35,7 @@ from parallel_ppo.core.policy import Policy
 from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.core.train_state import TrainState, check_checkpoint_fits
 from parallel_ppo.envs.batch import env_spaces
+from parallel_ppo.envs.observations import DictLayout
 from parallel_ppo.errors import ConfigError, RunDataError
 from parallel_ppo.launch import load_resume
 from parallel_ppo.request import Request
@@ -296,7 +297,8 @@ def test_a_reward_that_is_not_a_number_stops_the_run_before_an_update_learns_fro
 
 
 def test_a_rollout_value_that_is_not_finite_is_traced_to_its_field_step_and_env():
-    """The env's rewards and observations are named before the model's values (which follow from them)."""
+    """The env's rewards and observations are named before the model's values (which follow from them); a dict
+    observation's vector keys are read from its packed rows."""
     from parallel_ppo.core.buffer import RolloutBuffer, not_finite_error
 
     buffer = RolloutBuffer.allocate(4, 3, (2,), np.float32)
@@ -311,6 +313,13 @@ def test_a_rollout_value_that_is_not_finite_is_traced_to_its_field_step_and_env(
     assert not_finite_error(buffer, "E").startswith("a reward of E at step 3 of env 0 of the rollout is inf")
     frames = RolloutBuffer.allocate(2, 1, (4, 4, 3), np.uint8)  # integer frames hold only numbers
     assert not_finite_error(frames, "E") is None
+    layout = DictLayout.of({"cam": ((4, 4, 3), True), "state": ((3,), False)})  # a dict's vectors as packed bytes
+    rows = RolloutBuffer.allocate(2, 2, (layout.nbytes,), np.uint8)
+    rows.obs[1, 1] = torch.from_numpy(layout.pack({"cam": np.full((4, 4, 3), 255, np.uint8),
+                                                   "state": np.array([0.0, np.nan, 1.0])}, batched=False))
+    assert not_finite_error(rows, "E") is None  # bytes alone say nothing
+    assert not_finite_error(rows, "E", layout).startswith("an observation of E at step 1 of env 1 of the rollout is "
+                                                          "nan")
 
 
 @pytest.mark.filterwarnings("ignore:.*not within the observation space")  # gymnasium's checker sees it too

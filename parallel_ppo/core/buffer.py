@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from parallel_ppo.envs.observations import DictLayout
 from parallel_ppo.envs.spaces import ActionSpace, as_action_space
 
 
@@ -101,13 +102,16 @@ NOT_FINITE_SOURCES = (("rewards", "a reward of {env}"), ("obs", "an observation 
 """What each float field of a rollout holds, in the order a value that is not a finite number is traced back."""
 
 
-def not_finite_error(buffer: RolloutBuffer, env_id: str) -> str | None:
+def not_finite_error(buffer: RolloutBuffer, env_id: str, layout: DictLayout | None = None) -> str | None:
     """The error of a rollout holding a value that is not a finite number (NaN, infinity), one line naming the first
     field it is in (the env's rewards and observations before the model's values, which follow from them), the step
-    and the env; None where every value is finite. A rollout is checked before GAE: one such value would make every
-    parameter NaN in the update, and the run go on learning nothing."""
+    and the env; None where every value is finite. A dict observation's vector keys are read from its packed rows
+    (`layout`). A rollout is checked before GAE: one such value would make every parameter NaN in the update, and the
+    run go on learning nothing."""
     for name, what in NOT_FINITE_SOURCES:
         tensor = getattr(buffer, name)
+        if layout is not None and name in ("obs", "last_obs") and layout.vectors:  # the float32 values in its rows
+            tensor = tensor[..., :sum(p.nbytes for p in layout.vectors)].contiguous().view(torch.float32)
         if not tensor.is_floating_point() or bool(torch.isfinite(tensor).all()):
             continue
         at = [int(i) for i in (~torch.isfinite(tensor)).nonzero()[0]]

@@ -220,7 +220,7 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
         except RolloutError as e:
             result, error = CollectResult([], [], 0.0, 0.0), str(e)
         else:
-            error = not_finite_error(source.buffer, cfg.env.id)
+            error = not_finite_error(source.buffer, cfg.env.id, source.spaces.layout)
         with timers.phase("sync"):
             agreed = agree_rollout(group, result, source.buffer.lengths, error, stop.signum, started,
                                    cfg.env.num_envs)
