@@ -40,14 +40,11 @@ class Request:
 
 
 def check_new_run(request: Request) -> None:
-    """Refuse (ConfigError) a process torchrun started as one of several ranks without `--distributed`, and a new
-    run's settings or its taken run directory, as `launch.prepare` would, without loading torch. A resume, a
-    distributed rank (its world is torchrun's) and a run that goes on from the checkpoint in its directory are
-    checked by `prepare` alone; this builds and refuses nothing else."""
-    world = os.environ.get("WORLD_SIZE", "1")
-    if not request.distributed and "TORCHELASTIC_RUN_ID" in os.environ and world.isdigit() and int(world) > 1:
-        raise ConfigError(f"this process is one of {world} ranks torchrun started, without --distributed: each rank "
-                          "would train a run of its own; add --distributed")
+    """Refuse (ConfigError) a process torchrun started as one of several ranks without `--distributed`
+    (`check_launch`), and a new run's settings or its taken run directory, as `launch.prepare` would, without loading
+    torch. A resume, a distributed rank (its world is torchrun's) and a run that goes on from the checkpoint in its
+    directory are checked by `prepare` alone; this builds and refuses nothing else."""
+    check_launch(request)
     if request.resume is not None or request.distributed:
         return
     cfg = build_config(request.config, request.flags, list(request.sets), request.parallel)
@@ -56,10 +53,21 @@ def check_new_run(request: Request) -> None:
     resolve_run_dir(cfg, request.mode, request.overwrite)
 
 
+def check_launch(request: Request) -> None:
+    """Refuse (ConfigError) a process torchrun started as one of several ranks, asked to run without `--distributed`:
+    each rank would train a run of its own."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    if not request.distributed and "TORCHELASTIC_RUN_ID" in os.environ and world.isdigit() and int(world) > 1:
+        raise ConfigError(f"this process is one of {world} ranks torchrun started, without --distributed: each rank "
+                          "would train a run of its own; add --distributed")
+
+
 def speaks(request: Request) -> bool:
-    """Whether this process reports the request's refusals and output: any but a distributed run's ranks other than
-    rank 0 (torchrun's RANK), which would repeat rank 0's line each."""
+    """Whether this process reports the request's refusals and output: any but the ranks other than rank 0 (torchrun's
+    RANK) of a distributed run or of torchrun's ranks, which would repeat rank 0's line each."""
+    if not (request.distributed or "TORCHELASTIC_RUN_ID" in os.environ):
+        return True
     try:
-        return not request.distributed or int(os.environ.get("RANK", "0")) == 0
+        return int(os.environ.get("RANK", "0")) == 0
     except ValueError:
         return True

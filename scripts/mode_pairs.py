@@ -100,5 +100,6 @@ def main() -> int:
     print("\n".join(lines))
     return 0
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -82,12 +82,9 @@ def main(argv: list[str]) -> int:
         out.writerows([f"{s:.0f}", *(f"{v:.4f}" for v in values)] for s, *values in rows)
         with writing(args.output), new_folders(args.output.parent):
             atomic_write(args.output, lambda f: f.write(text.getvalue().encode()))
-    except (ValueError, OSError, RunDataError) as error:  # ConfigError is a ValueError
+    except (ValueError, OSError, RunDataError, WriteFailed) as error:  # ConfigError is a ValueError
         print(f"reference_curve.py: error: {error}", file=sys.stderr)
-        return 2
-    except WriteFailed as error:
-        print(f"reference_curve.py: error: {error}", file=sys.stderr)
-        return 1
+        return 1 if isinstance(error, WriteFailed) else 2
     print(f"{args.output}: {len(rows)} rows from {len(args.seeds)} seeds, {rows[0][0]:,.0f} to {rows[-1][0]:,.0f} "
           "env steps")
     return 0

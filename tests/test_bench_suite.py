@@ -367,4 +367,3 @@ def test_make_passes_an_env_id_with_options_as_one_argument(env_id):
                          capture_output=True, text=True, timeout=60, check=True).stdout
     words = shlex.split(out.replace("\\\n", " "))
     assert words[words.index("--env") + 1] == env_id and "--duration" in words, out
-

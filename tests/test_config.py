@@ -134,6 +134,19 @@ def test_integers_with_leading_zeros_are_decimal_as_in_yaml_1_2(tmp_path):
         build_config(write_yaml(tmp_path, "run:\n  seed: !!int abc\n"), {}, [], parallel=False)
 
 
+def test_a_config_written_is_read_back_as_it_was_and_text_fields_keep_their_digits():
+    """config.yaml and --print-config quote every string the loader would read as something else (a run in a folder
+    named 08 can be resumed); a text field given digits by --set keeps them as text."""
+    from parallel_ppo.core.config_yaml import dump_yaml, parse_yaml
+
+    data = {"a": "08", "b": "1e5", "c": "TRUE", "d": 8, "e": "1:30:00", "f": "off", "g": "0o17", "h": [16, 32]}
+    assert parse_yaml(dump_yaml(data)) == data
+    cfg = build_config(None, {}, small_sets("tracking.group=0815", "run.output_dir=08", "training.n_epochs=08"),
+                       parallel=False)
+    assert (cfg.tracking.group, cfg.run.output_dir, cfg.training.n_epochs) == ("0815", "08", 8)
+    assert config_from_dict(parse_yaml(dump_yaml(cfg.to_dict()))) == cfg
+
+
 def test_on_off_stay_strings(tmp_path):
     """`progress: off` / `--set logging.progress=on` are the strings the field expects (YAML 1.2 booleans)."""
     cfg = build_config(write_yaml(tmp_path, "logging:\n  progress: off\n"), {}, small_sets(), parallel=False)

@@ -231,8 +231,9 @@ def test_life_and_fire_settings_where_they_do_not_apply_are_refused(cfg, words):
     ("toy_envs:NestedDictObs-v0", "key 'mode' is Discrete"),
     ("toy_envs:MultiDiscreteActions-v0", "action space MultiDiscrete"),
     ("toy_envs:FloatImages-v0", "float32 images"),
-    ("toy_envs:ChannelsFirstImages-v0", r"image \(3, 64, 64\) of 64 channels; an image must be H×W×C, channels last"),
-    ("toy_envs:ChannelsFirstCamera-v0", r"key 'camera' is an image \(3, 8, 8\) of 8 channels"),
+    ("toy_envs:ChannelsFirstImages-v0", r"image \(3, 64, 64\) laid out channels first, whose rows would be read as 64 "
+                                         r"channels; an image must be H×W×C, channels last"),
+    ("toy_envs:ChannelsFirstCamera-v0", r"key 'camera' is an image \(3, 8, 8\) laid out channels first"),
     ("toy_envs:IntegerBoxActions-v0", r"int64 actions .* \(integer choices: Discrete\)"),
     ("toy_envs:EmptyObservations-v0", r"observation space Box\(.*\(0,\), float32\), which holds no value"),
     ("toy_envs:EmptyActions-v0", r"action space Box\(.*\(0,\), float32\); supported: .* n ≥ 1"),
@@ -245,9 +246,12 @@ def test_spaces_and_ids_the_trainer_cannot_use_are_refused(env_id, words):
 
 
 def test_images_channels_last_and_uint8_vectors_are_taken():
-    """The spaces beside those refused above: an image of up to 4 channels last (4 stacked gray frames too), and
-    a uint8 Box of one or two dimensions, read as numbers."""
-    from parallel_ppo.envs.spaces import observation_dtype
+    """The spaces beside those refused above: an image channels last (4 stacked gray frames, or 4 RGB frames an env
+    stacked itself), and a uint8 Box of one or two dimensions, read as numbers."""
+    from parallel_ppo.envs.spaces import check_channels, observation_dtype
+
+    for shape in ((84, 84, 3), (84, 84, 12), (8, 8, 4)):
+        check_channels(shape, "x")
 
     assert observation_dtype(gym.spaces.Box(0, 255, (84, 84, 4), np.uint8), "x") == np.uint8
     assert env_spaces(EnvConfig(id="toy_envs:CameraReach-v0", frame_stack=4)).layout.images[0].shape == (8, 8, 12)

@@ -109,9 +109,14 @@ def test_under_torchrun_rank_0_alone_prints_the_config_or_its_refusal(monkeypatc
         assert run_trainer(["--config", CARTPOLE, "--distributed", "--seeds", "1,2"], parallel=False, prog="t") == 2
         assert capsys.readouterr().err.count("--seeds trains seeds one after another") == printed
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job")  # torchrun's: one of two ranks, started without --distributed
-    assert run_trainer(["--config", CARTPOLE, "--output-dir", "/nonexistent/run"], parallel=False, prog="t") == 2
-    assert capsys.readouterr().err == ("t: error: this process is one of 2 ranks torchrun started, without "
-                                       "--distributed: each rank would train a run of its own; add --distributed\n")
+    refusal = ("t: error: this process is one of 2 ranks torchrun started, without --distributed: each rank would "
+               "train a run of its own; add --distributed\n")
+    for rank, printed in (("1", ""), ("0", refusal)):
+        monkeypatch.setenv("RANK", rank)
+        for extra in ([], ["--print-config"]):
+            assert run_trainer(["--config", CARTPOLE, "--output-dir", "/nonexistent/run", *extra], parallel=False,
+                               prog="t") == 2
+            assert capsys.readouterr().err == printed
 
 
 def test_parallel_num_envs_is_split_over_the_workers():

@@ -215,7 +215,7 @@ def sweep_points(workers: list[int], envs_per_worker: list[int], sequential: boo
 
 def autotune(out_dir: Path, seconds: float, config: str, extra: list[str]) -> dict[str, Any]:
     """Short runs over layouts that fit this machine; writes autotune.json and a ready config for the fastest."""
-    import yaml
+    from parallel_ppo.core.config_yaml import dump_yaml
 
     rows = _autotune_points(out_dir, seconds, config, extra)
     add_speedups(rows)
@@ -224,7 +224,7 @@ def autotune(out_dir: Path, seconds: float, config: str, extra: list[str]) -> di
     cfg, trainer, command = _autotuned_config(best, config, extra, path)
     header = (f"# Written by `make autotune`: the fastest layout measured on this machine "
               f"({best['steps_per_second']:,.0f} env steps/s).\n# Use: {command}\n")
-    write_text(path, header + yaml.safe_dump(cfg, sort_keys=False))
+    write_text(path, header + dump_yaml(cfg))
     result = {"best": best, "trainer": trainer, "command": command, "config": str(path), "points": rows}
     write_json(out_dir / "autotune.json", result)
     return result

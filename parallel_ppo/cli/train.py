@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-import yaml
-
 from parallel_ppo.cli.common import (
     OneLineParser,
     add_set_flag,
@@ -22,9 +20,10 @@ from parallel_ppo.cli.common import (
 )
 from parallel_ppo.cli.flags import FLAGS
 from parallel_ppo.core.config import Config
+from parallel_ppo.core.config_yaml import dump_yaml
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.errors import ConfigError, ParallelPPOError
-from parallel_ppo.request import Request, check_new_run, speaks
+from parallel_ppo.request import Request, check_launch, check_new_run, speaks
 from parallel_ppo.runs.directory import default_run_dir, resolve_run_dir
 from parallel_ppo.runs.progress import progress_to_stdout
 from parallel_ppo.runs.reading import seed_dir
@@ -139,6 +138,7 @@ def print_config(request: Request, seeds: str | None, prog: str) -> int:
     from parallel_ppo.tuning.learner_settings import check_precision
 
     try:
+        check_launch(request)
         if seeds is not None:
             raise ConfigError("--print-config shows one run's config: give --seed N instead of --seeds")
         checked = validated_config(request)
@@ -151,7 +151,7 @@ def print_config(request: Request, seeds: str | None, prog: str) -> int:
     except ParallelPPOError as e:
         return fail(prog, e, 2, flags=True) if speaks(request) else 2
     if speaks(request):  # rank 0's alone under torchrun
-        print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
+        print(dump_yaml(cfg.to_dict()), end="")
     return 0
 
 
@@ -208,7 +208,7 @@ def run_one(request: Request, prog: str) -> int:
     try:
         check_new_run(request)
     except ParallelPPOError as e:
-        return fail(prog, e, 2, flags=True)
+        return fail(prog, e, 2, flags=True) if speaks(request) else 2
     from parallel_ppo.core.collect import RolloutError
     from parallel_ppo.engines.distributed import PeerLost
     from parallel_ppo.launch import execute, prepare

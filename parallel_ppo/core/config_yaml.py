@@ -75,6 +75,20 @@ _YamlLoader.add_implicit_resolver("tag:yaml.org,2002:float",
                                   list("-+0123456789."))
 
 
+class _YamlDumper(yaml.SafeDumper):
+    """SafeDumper that quotes every string the loader above would read as something else (08, 1e5, TRUE), so that a
+    config written is read back as it was."""
+
+
+_YamlDumper.yaml_implicit_resolvers = {first: list(resolvers)
+                                       for first, resolvers in _YamlLoader.yaml_implicit_resolvers.items()}
+
+
+def dump_yaml(data: Any) -> str:
+    """`data` as YAML text that `parse_yaml` reads back the same (keys in their order)."""
+    return yaml.dump(data, Dumper=_YamlDumper, sort_keys=False)
+
+
 def parse_yaml(text: str) -> Any:
     """`text` as YAML data (the loader above: a SafeLoader subclass, plain data only)."""
     return yaml.load(text, Loader=_YamlLoader)

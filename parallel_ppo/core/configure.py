@@ -61,8 +61,9 @@ def _coerce(path: str, value: Any, default: Any) -> Any:
     raise ConfigError(f"{path}: unsupported type")  # pragma: no cover - all fields are covered above
 
 
-def set_value(cfg: Config, dotted: str, value: Any) -> None:
-    """Set `section.key` on `cfg`, checking that both exist and the value has the field's type."""
+def set_value(cfg: Config, dotted: str, value: Any, text: str | None = None) -> None:
+    """Set `section.key` on `cfg`, checking that both exist and the value has the field's type; a text field given
+    a number by `--set` takes the `text` it was given as (tracking.group=0815 is "0815", not 815)."""
     section_name, _, key = dotted.partition(".")
     if section_name not in _section_types() or not key:
         known = ", ".join(_section_types())
@@ -71,7 +72,10 @@ def set_value(cfg: Config, dotted: str, value: Any) -> None:
     fields = {f.name: f for f in dataclasses.fields(section)}
     if key not in fields:
         raise ConfigError(f"unknown config key {dotted!r} (keys of {section_name}: {', '.join(fields)})")
-    setattr(section, key, _read(dotted, value, getattr(section, key), rules_of(fields[key])))
+    current, rules = getattr(section, key), rules_of(fields[key])
+    if text is not None and isinstance(current, str) and not rules.auto and isinstance(value, (int, float)):
+        value = text.strip()
+    setattr(section, key, _read(dotted, value, current, rules))
 
 
 def _read(key: str, value: Any, current: Any, rules: Rules) -> Any:
@@ -308,7 +312,7 @@ def build_config(
             on_command_line.add(key)
     for item in sets:
         key, value = parse_set(item)
-        set_value(cfg, key, value)
+        set_value(cfg, key, value, item.partition("=")[2])
         on_command_line.add(key)
     given |= on_command_line
     if cfg.distributed.num_envs_total:

@@ -67,7 +67,7 @@ class Family:
     policy the object of its task (a camera or the object's state)."""
     gl: bool = False
     """Whether its render (a video's frame) draws through OpenGL (MuJoCo's or Genesis's renderer): a failure to draw
-    it names the renderer a machine needs (`envs.views.RENDERER_HELP`)."""
+    it names the renderer a machine needs (`RENDERER_HELP`)."""
 
     def maker(self) -> Any:
         """The function `make` names."""
@@ -81,9 +81,10 @@ RENDERER_HELP = ("rendering needs OpenGL on the CPU: Mesa's EGL (Debian/Ubuntu: 
 
 
 def mujoco_refusal(env_id: str, module: str, e: Exception) -> ConfigError:
-    """The one line for `module` (MuJoCo, or a package that imports it) failing to import: MuJoCo sets up the
-    OpenGL that MUJOCO_GL names as it is imported."""
-    gl = os.environ.get("MUJOCO_GL", "unset")
+    """The one line for `module` (MuJoCo, or a package that imports it) failing to import: where MUJOCO_GL is set,
+    MuJoCo set up the OpenGL it names as it was imported, so the line gives OpenGL's fix; else the error alone."""
+    if (gl := os.environ.get("MUJOCO_GL")) is None:
+        return ConfigError(f"{env_id} needs {module}, which failed to import ({type(e).__name__}: {e})")
     return ConfigError(f"{env_id} needs {module}, which failed to import with MUJOCO_GL={gl} ({type(e).__name__}: "
                        f"{e}): MuJoCo sets up the OpenGL that MUJOCO_GL names as it is imported; {RENDERER_HELP}")
 

@@ -261,10 +261,10 @@ def make_plain(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: Ren
 
 def stacked(env: Any, cfg: EnvConfig, default_stack: int) -> Any:
     """`env` with its image frames stacked (`env.frame_stack`, 0: `default_stack` for images, else 1) and a dict
-    observation packed into one row; ConfigError (the env closed) for a stack of vectors or an image of too many
-    channels (`check_channels`)."""
+    observation packed into one row; ConfigError (the env closed) for a stack of vectors or an image laid out
+    channels first (`check_channels`)."""
     image = isinstance(env.observation_space, gymnasium.spaces.Box) and len(env.observation_space.shape) == 3
-    if image:
+    if image and env.observation_space.dtype == np.uint8:  # a float one is refused as such
         try:
             check_channels(env.observation_space.shape, f"{cfg.id}'s observation")
         except ConfigError:

@@ -90,15 +90,18 @@ class EnvSpaces(NamedTuple):
 
 
 MAX_IMAGE_CHANNELS = 4
-"""Channels of one observed frame (gray, RGB, RGBA); a uint8 (H, W, C) Box with more is an image laid out channels
-first, whose rows the network would read as channels."""
+"""Channels of one observed frame (gray, RGB, RGBA): a uint8 Box (C, H, W) with C at most this before a larger last
+dimension is an image laid out channels first, whose rows the network would read as channels."""
 
 
 def check_channels(shape: tuple[int, ...], what: str) -> None:
-    """ConfigError for an image `shape` (H, W, C) of more than MAX_IMAGE_CHANNELS channels; `what` names it."""
-    if shape[-1] > MAX_IMAGE_CHANNELS:
-        raise ConfigError(f"{what} is an image {shape} of {shape[-1]} channels; an image must be H×W×C, channels "
-                          f"last, with C ≤ {MAX_IMAGE_CHANNELS} (gray, RGB or RGBA; env.frame_stack stacks frames)")
+    """ConfigError for an image `shape` laid out channels first (C, H, W): a first dimension of at most
+    MAX_IMAGE_CHANNELS before a last one larger (an image of frames stacked channels last, 84×84×12, passes); `what`
+    names it."""
+    if shape[0] <= MAX_IMAGE_CHANNELS < shape[-1]:
+        raise ConfigError(f"{what} is an image {shape} laid out channels first, whose rows would be read as "
+                          f"{shape[-1]} channels; an image must be H×W×C, channels last (env.frame_stack stacks "
+                          "frames)")
 
 
 def action_space(space: Any, env_id: str) -> ActionSpace:

@@ -14,9 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-import yaml
-
 from parallel_ppo.core.config import Config
+from parallel_ppo.core.config_yaml import dump_yaml
 from parallel_ppo.core.files import atomic_write, path_problem, resolved, write_text
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs.summary import RUN_FILES
@@ -212,7 +211,7 @@ def new_run_dir(path: Path, cfg: Config, overwrite: bool) -> Iterator[None]:
         raise ConfigError(f"{path} got another run's files while this run started; run the command again")
     moved = set_aside(path) if overwrite else []
     try:
-        write_text(path / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        write_text(path / "config.yaml", dump_yaml(cfg.to_dict()))
         yield
     except BaseException:
         try:
@@ -236,7 +235,7 @@ def resumed_run_dir(path: Path, cfg: Config, resume: dict) -> Iterator[None]:
     config, wandb = path / "config.yaml", path / "wandb"
     earlier, had_wandb = config.read_bytes(), wandb.exists()
     try:
-        write_text(config, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        write_text(config, dump_yaml(cfg.to_dict()))
         yield
     except BaseException:
         atomic_write(config, lambda f: f.write(earlier))
