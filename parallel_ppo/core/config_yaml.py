@@ -76,12 +76,13 @@ _YamlLoader.add_implicit_resolver("tag:yaml.org,2002:float",
 
 
 class _YamlDumper(yaml.SafeDumper):
-    """SafeDumper that quotes every string the loader above would read as something else (08, 1e5, TRUE), so that a
-    config written is read back as it was."""
+    """SafeDumper that quotes every string the loader above or YAML 1.1's (PyYAML's `safe_load`) would read as
+    something else (08, 1e5, TRUE, off), so that a config written is read back as it was, here and by other tools."""
 
 
-_YamlDumper.yaml_implicit_resolvers = {first: list(resolvers)
-                                       for first, resolvers in _YamlLoader.yaml_implicit_resolvers.items()}
+_OURS, _YAML_1_1 = _YamlLoader.yaml_implicit_resolvers, yaml.SafeLoader.yaml_implicit_resolvers
+_YamlDumper.yaml_implicit_resolvers = {first: [*_OURS.get(first, []), *_YAML_1_1.get(first, [])]
+                                       for first in {*_OURS, *_YAML_1_1}}
 
 
 def dump_yaml(data: Any) -> str:
