@@ -16,13 +16,20 @@ NO_PYTHON = no Python $(lastword $(PYTHON_VERSIONS))-$(firstword $(PYTHON_VERSIO
 VENV     ?= .venv
 PY       := $(VENV)/bin/python
 DURATION ?= 1h
-TAG      ?= 1h
+# TAG names the runs' folders (benchmarks/sequential_$(TAG), ...); by default their DURATION
+TAG      ?= $(DURATION)
 SEED     ?= 1
 ENV      ?=
 # ENV=<id> trains or measures that env; unset, a target runs the env its config names (starpilot in the shipped
 # Procgen configs; ARGS="--config config/cartpole.yaml" with a benchmark, CartPole)
-# (quoted for the shell: an id's options hold ? and &, as in sim/Sleep?step_ms=7&horizon=50)
-ENV_FLAG  = $(if $(ENV),--env '$(subst ','\'',$(ENV))')
+# shq quotes a value for the shell (an id's options hold ? and &, as in sim/Sleep?step_ms=7&horizon=50; a path may
+# hold spaces or ;)
+shq       = '$(subst ','\'',$(1))'
+ENV_FLAG  = $(if $(ENV),--env $(call shq,$(ENV)))
+# The trainers' config: the Procgen one given, or for ENV of another family that family's shipped config (as bench.py
+# picks it: cli.common.default_config); ARGS="--config FILE" comes later and wins
+TRAIN_CONFIG = "$$($(PY) -c 'import sys; from parallel_ppo.cli.common import default_config; \
+               print(default_config(sys.argv[1] or None, sys.argv[2]))' $(call shq,$(ENV)) $(1))"
 ARGS     ?=
 WORKERS  ?= 2
 ENVS     ?= 8
@@ -74,7 +81,9 @@ HOST_PYTHON      = $(if $(wildcard $(PY)),$(PY),$(or $(PYTHON),$(error $(NO_PYTH
 # One stamp per set of extras: `make install EXTRAS=genesis` adds that extra to an existing venv (the targets that
 # need dev install it themselves).
 comma := ,
-STAMP  = $(VENV)/.installed-$(subst $(comma),+,$(EXTRAS))
+empty :=
+EXTRA_LIST = $(subst $(empty) $(empty),,$(EXTRAS))
+STAMP  = $(VENV)/.installed-$(subst $(comma),+,$(EXTRA_LIST))
 
 install: $(STAMP)
 
@@ -97,7 +106,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(HOST_PYTHON) -m venv $(VENV)
 	@$(PY) -m pip --version >/dev/null 2>&1 || { echo "$(NO_PIP)" >&2; exit 2; }
 	$(call RETRY,$(PY) -m pip install --quiet --upgrade pip)
-	$(call RETRY,PIP_RESUME_RETRIES=20 $(PY) -m pip install --quiet $(PIP_INDEX) -e '.[$(EXTRAS)]')
+	$(call RETRY,PIP_RESUME_RETRIES=20 $(PY) -m pip install --quiet $(PIP_INDEX) -e '.[$(EXTRA_LIST)]')
 	touch $@
 
 ## Every test (what CI runs), two test files at a time (TEST_WORKERS=1: one); `make test-fast`, the edit-test loop,
@@ -118,8 +127,8 @@ docs: install
 
 ## Sequential timed run: make train DURATION=30m OUT=benchmarks/mine
 train: install
-	$(PY) train_timed.py --config config/ppo_sequential.yaml $(ENV_FLAG) --duration $(DURATION) \
-		--seed $(SEED) --output-dir $(or $(OUT),benchmarks/sequential_$(TAG)) $(ARGS)
+	$(PY) train_timed.py --config $(call TRAIN_CONFIG,ppo_sequential.yaml) $(ENV_FLAG) --duration $(DURATION) \
+		--seed $(SEED) --output-dir $(call shq,$(or $(OUT),benchmarks/sequential_$(TAG))) $(ARGS)
 
 ## Proof that an install works: CartPole for 10 s in each trainer → benchmarks/smoke_{sequential,parallel}/
 smoke: install
@@ -130,9 +139,9 @@ smoke: install
 
 ## Parallel timed run: make train-parallel DURATION=30m WORKERS=4 ENVS=8 OUT=benchmarks/mine
 train-parallel: install
-	$(PY) train_parallel_timed.py --config config/ppo_parallel.yaml $(ENV_FLAG) --duration $(DURATION) \
+	$(PY) train_parallel_timed.py --config $(call TRAIN_CONFIG,ppo_parallel.yaml) $(ENV_FLAG) --duration $(DURATION) \
 		--num-workers $(WORKERS) --num-envs-per-worker $(ENVS) --seed $(SEED) \
-		--output-dir $(or $(OUT),benchmarks/parallel_$(TAG)) $(ARGS)
+		--output-dir $(call shq,$(or $(OUT),benchmarks/parallel_$(TAG))) $(ARGS)
 
 ## Distributed run on this host, NPROC ranks (each a sequential collector and learner, gradients all-reduced), by the
 ## scaling rule: each rank runs ENVS_PER_RANK envs and the config's minibatch, the global figures NPROC × those;
@@ -141,8 +150,8 @@ train-parallel: install
 ## (OMP_NUM_THREADS only quiets torchrun's notice: each rank sets its threads itself, cores / ranks on the host).
 ## NPROC and the trainer's flags are checked first (rank 0's --print-config under torchrun's variables, nothing run):
 ## a bad value is one line and exit status 2, not torchrun's report of failed ranks.
-DIST_FLAGS = --config config/ppo_sequential.yaml $(ENV_FLAG) --duration $(DURATION) $(DIST_ENVS) \
-             --seed $(SEED) --output-dir $(or $(OUT),benchmarks/distributed_$(TAG)) $(ARGS)
+DIST_FLAGS = --config $(call TRAIN_CONFIG,ppo_sequential.yaml) $(ENV_FLAG) --duration $(DURATION) $(DIST_ENVS) \
+             --seed $(SEED) --output-dir $(call shq,$(or $(OUT),benchmarks/distributed_$(TAG))) $(ARGS)
 train-distributed: install
 	@case "$(NPROC)" in *[!0-9]*|'') ok=;; *[1-9]*) ok=1;; *) ok=;; esac; test -n "$$ok" || \
 		{ echo "make train-distributed: error: NPROC must be a whole number above 0, got '$(NPROC)'" >&2; exit 2; }
@@ -197,7 +206,7 @@ autotune: install
 ## make bench-learning ENV=starpilot MINUTES=10 SEEDS=1,2,3 → benchmarks/learning_<env>/ (reruns keep finished runs)
 bench-learning: install
 	$(PY) bench.py learning $(ENV_FLAG) --minutes $(MINUTES) --seeds "$(SEEDS)" \
-		$(if $(OUT),--output-dir $(OUT)) $(ARGS)
+		$(if $(OUT),--output-dir $(call shq,$(OUT))) $(ARGS)
 
 ## Continuous control at equal steps, to set beside CleanRL's published ppo_continuous_action returns (quoted in
 ## docs/results/amd-epyc-2c/mujoco.md): STEPS (1M) per run, SEEDS, one run at a time per env, config/mujoco.yaml
@@ -225,25 +234,25 @@ PAIRS        ?= 2
 PAIR_MINUTES ?= 3
 bench-pixels: install
 	$(PY) scripts/mode_pairs.py --config config/mujoco_pixels.yaml --pairs $(PAIRS) --minutes $(PAIR_MINUTES) \
-		--output-dir $(or $(OUT),benchmarks/pixel_pairs) -- $(ARGS)
+		--output-dir $(call shq,$(or $(OUT),benchmarks/pixel_pairs)) -- $(ARGS)
 
 ## The robot arm (robosuite Lift, the extra `robot`): what a camera frame costs against the physics (fast and default
 ## render settings), then sequential against parallel (2 workers) from state and from the wrist camera, PAIRS
 ## interleaved pairs of PAIR_MINUTES each → benchmarks/robot/{render_cost.json,state/pairs.md,camera/pairs.md}
 bench-robot: install
 	$(PY) scripts/render_cost.py --env robosuite/Lift --camera robot0_eye_in_hand --steps 100 \
-		--output $(or $(OUT),benchmarks/robot)/render_cost.json
+		--output $(call shq,$(or $(OUT),benchmarks/robot)/render_cost.json)
 	$(PY) scripts/mode_pairs.py --config config/robosuite_lift.yaml --pairs $(PAIRS) --minutes $(PAIR_MINUTES) \
-		--output-dir $(or $(OUT),benchmarks/robot)/state -- $(ARGS)
+		--output-dir $(call shq,$(or $(OUT),benchmarks/robot)/state) -- $(ARGS)
 	$(PY) scripts/mode_pairs.py --config config/robosuite_lift_camera.yaml --pairs $(PAIRS) --minutes $(PAIR_MINUTES) \
-		--output-dir $(or $(OUT),benchmarks/robot)/camera -- $(ARGS)
+		--output-dir $(call shq,$(or $(OUT),benchmarks/robot)/camera) -- $(ARGS)
 
 ## What a privileged critic (also reading object-state) and the frame shift cost in speed: config/robosuite_lift_camera.yaml
 ## with both against itself without them (the critic reading the actor's keys, no shift), PAIRS interleaved pairs of
 ## PAIR_MINUTES each → benchmarks/camera_recipe_speed/pairs.{md,json}
 camera-recipe-speed: install
 	$(PY) scripts/setting_pairs.py --config config/robosuite_lift_camera.yaml --pairs $(PAIRS) \
-		--minutes $(PAIR_MINUTES) --output-dir $(or $(OUT),benchmarks/camera_recipe_speed) \
+		--minutes $(PAIR_MINUTES) --output-dir $(call shq,$(or $(OUT),benchmarks/camera_recipe_speed)) \
 		--b "both: --set model.critic_keys=[robot0_eye_in_hand_image,robot0_proprio-state,object-state] $(ARGS)" \
 		--a "neither: --set training.augment_shift=0 --set model.critic_keys=[robot0_eye_in_hand_image,robot0_proprio-state] $(ARGS)"
 
@@ -251,7 +260,7 @@ camera-recipe-speed: install
 ## interleaved pairs of PAIR_MINUTES → benchmarks/overlap_speed/pairs.{md,json}
 overlap-speed: install
 	$(PY) scripts/setting_pairs.py --config config/robosuite_lift.yaml --pairs $(PAIRS) --minutes $(PAIR_MINUTES) \
-		--output-dir $(or $(OUT),benchmarks/overlap_speed) --sequential-a --a "sequential: $(ARGS)" \
+		--output-dir $(call shq,$(or $(OUT),benchmarks/overlap_speed)) --sequential-a --a "sequential: $(ARGS)" \
 		--b "overlapped: --set parallel.overlap=true $(ARGS)"
 
 ## The many-core study: threads, copies (the machine's yardstick), workers (synchronous and overlapped), distributed
@@ -272,11 +281,11 @@ study-sim: install
 
 ## A trained policy on held-out test levels: make eval CHECKPOINT=benchmarks/parallel_1h ARGS="--episodes 50"
 eval: install
-	$(PY) -m parallel_ppo eval --checkpoint $(CHECKPOINT) $(ARGS)
+	$(PY) -m parallel_ppo eval --checkpoint $(call shq,$(CHECKPOINT)) $(ARGS)
 
 ## A video of a trained policy playing: make demo CHECKPOINT=benchmarks/parallel_1h → <run>/demo.mp4
 demo: install
-	$(PY) -m parallel_ppo demo --checkpoint $(CHECKPOINT) $(ARGS)
+	$(PY) -m parallel_ppo demo --checkpoint $(call shq,$(CHECKPOINT)) $(ARGS)
 
 ## TensorBoard for every run under benchmarks/, on this machine only; TB_HOST=0.0.0.0 serves it to the network.
 tensorboard: install
@@ -284,9 +293,10 @@ tensorboard: install
 
 ## Removes run outputs under benchmarks/ and caches (not the virtual environment; `make distclean` does).
 clean:
-	find benchmarks -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
+	[ ! -d benchmarks ] || find benchmarks -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
 	rm -rf .pytest_cache .ruff_cache build *.egg-info
 	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
 
+## Also removes the virtual environment (a folder holding a pyvenv.cfg: never another VENV the shell may have set).
 distclean: clean
-	rm -rf $(VENV)
+	[ ! -f $(VENV)/pyvenv.cfg ] || rm -rf $(VENV)

@@ -358,12 +358,18 @@ def test_make_passes_seeds_as_one_argument(target):
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
-@pytest.mark.parametrize("env_id", ["sim/Sleep?step_ms=1&horizon=50", "it's"])
-def test_make_passes_an_env_id_with_options_as_one_argument(env_id):
-    """ENV with an id's options (? and &, which the shell would take for a glob and a background job) or a quote
-    reaches the trainer as one --env value (make -n: nothing runs)."""
+@pytest.mark.parametrize("env_id, config", [("sim/Sleep?step_ms=1&horizon=50", "sim_lift.yaml"),
+                                            ("CartPole-v1", "cartpole.yaml"), ("", "ppo_sequential.yaml")])
+def test_make_passes_an_env_id_and_a_run_folder_as_one_argument_each(env_id, config):
+    """ENV with an id's options (? and &, which the shell would take for a glob and a background job) and OUT with
+    a space, & or a quote reach the trainer as one value each (make -n: nothing runs), the config the family's
+    shipped one for an env that is no Procgen game."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
-    out = subprocess.run(["make", "-n", "-o", "install", "train", f"ENV={env_id}"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=60, check=True).stdout
+    out = subprocess.run(["make", "-n", "-o", "install", "train", f"ENV={env_id}", "OUT=it's a&b"], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=60, check=True).stdout
     words = shlex.split(out.replace("\\\n", " "))
-    assert words[words.index("--env") + 1] == env_id and "--duration" in words, out
+    assert (words[words.index("--env") + 1] if env_id else "") == env_id
+    assert words[words.index("--output-dir") + 1] == "it's a&b"
+    chosen = subprocess.run(["bash", "-c", f'echo "{words[words.index("--config") + 1]}"'], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    assert Path(chosen) == ROOT / "config" / config, out
