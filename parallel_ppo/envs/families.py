@@ -216,8 +216,11 @@ def registry_entry(env_id: str) -> Any:
         try:
             importlib.import_module(module)
         except Exception as e:  # ImportError, or the module failed while registering
-            raise ConfigError(f"env.id = {env_id!r}: cannot import module {module!r} ({type(e).__name__}: {e})") \
-                from None
+            where = ("; its folder must be on PYTHONPATH (parallel-ppo does not look in the current directory, python "
+                     "-m parallel_ppo does)" if isinstance(e, ModuleNotFoundError) and e.name == module.split(".")[0]
+                     else "")
+            raise ConfigError(f"env.id = {env_id!r}: cannot import module {module!r} ({type(e).__name__}: "
+                              f"{e}){where}") from None
     for registers in ("ale_py", "gymnasium_robotics"):  # ALE/Breakout-v5, FetchReachDense-v4, ...
         if name not in gymnasium.envs.registry and importlib.util.find_spec(registers) is not None:
             try:
