@@ -27,9 +27,14 @@ ENV      ?=
 shq       = '$(subst ','\'',$(1))'
 ENV_FLAG  = $(if $(ENV),--env $(call shq,$(ENV)))
 # The trainers' config: the Procgen one given, or for ENV of another family that family's shipped config (as bench.py
-# picks it: cli.common.default_config); ARGS="--config FILE" comes later and wins
+# picks it: cli.common.default_config), its step budget lifted so that DURATION bounds the run (TIMED); ARGS="--config
+# FILE" comes later and wins
 TRAIN_CONFIG = "$$($(PY) -c 'import sys; from parallel_ppo.cli.common import default_config; \
-               print(default_config(sys.argv[1] or None, sys.argv[2]))' $(call shq,$(ENV)) $(1))"
+               print(default_config(sys.argv[1] or None, sys.argv[2]))' $(call shq,$(ENV)) $(1) 2>/dev/null \
+               || echo config/$(1))"
+TIMED        = $(if $(ENV),--total-steps 0)
+# compare's sequential run takes as many envs as its parallel run's WORKERS × ENVS (the Procgen configs' 16 already)
+SEQ_ENVS_FLAG = $(if $(SEQ_ENVS),--num-envs $(SEQ_ENVS))
 ARGS     ?=
 WORKERS  ?= 2
 ENVS     ?= 8
@@ -82,7 +87,8 @@ HOST_PYTHON      = $(if $(wildcard $(PY)),$(PY),$(or $(PYTHON),$(error $(NO_PYTH
 # need dev install it themselves).
 comma := ,
 empty :=
-EXTRA_LIST = $(subst $(empty) $(empty),,$(EXTRAS))
+space := $(empty) $(empty)
+EXTRA_LIST = $(subst $(space),$(comma),$(strip $(subst $(comma),$(space),$(EXTRAS))))
 STAMP  = $(VENV)/.installed-$(subst $(comma),+,$(EXTRA_LIST))
 
 install: $(STAMP)
@@ -127,8 +133,8 @@ docs: install
 
 ## Sequential timed run: make train DURATION=30m OUT=benchmarks/mine
 train: install
-	$(PY) train_timed.py --config $(call TRAIN_CONFIG,ppo_sequential.yaml) $(ENV_FLAG) --duration $(DURATION) \
-		--seed $(SEED) --output-dir $(call shq,$(or $(OUT),benchmarks/sequential_$(TAG))) $(ARGS)
+	$(PY) train_timed.py --config $(call TRAIN_CONFIG,ppo_sequential.yaml) $(ENV_FLAG) $(TIMED) $(SEQ_ENVS_FLAG) \
+		--duration $(DURATION) --seed $(SEED) --output-dir $(call shq,$(or $(OUT),benchmarks/sequential_$(TAG))) $(ARGS)
 
 ## Proof that an install works: CartPole for 10 s in each trainer → benchmarks/smoke_{sequential,parallel}/
 smoke: install
@@ -139,7 +145,7 @@ smoke: install
 
 ## Parallel timed run: make train-parallel DURATION=30m WORKERS=4 ENVS=8 OUT=benchmarks/mine
 train-parallel: install
-	$(PY) train_parallel_timed.py --config $(call TRAIN_CONFIG,ppo_parallel.yaml) $(ENV_FLAG) --duration $(DURATION) \
+	$(PY) train_parallel_timed.py --config $(call TRAIN_CONFIG,ppo_parallel.yaml) $(ENV_FLAG) $(TIMED) --duration $(DURATION) \
 		--num-workers $(WORKERS) --num-envs-per-worker $(ENVS) --seed $(SEED) \
 		--output-dir $(call shq,$(or $(OUT),benchmarks/parallel_$(TAG))) $(ARGS)
 
@@ -150,7 +156,7 @@ train-parallel: install
 ## (OMP_NUM_THREADS only quiets torchrun's notice: each rank sets its threads itself, cores / ranks on the host).
 ## NPROC and the trainer's flags are checked first (rank 0's --print-config under torchrun's variables, nothing run):
 ## a bad value is one line and exit status 2, not torchrun's report of failed ranks.
-DIST_FLAGS = --config $(call TRAIN_CONFIG,ppo_sequential.yaml) $(ENV_FLAG) --duration $(DURATION) $(DIST_ENVS) \
+DIST_FLAGS = --config $(call TRAIN_CONFIG,ppo_sequential.yaml) $(ENV_FLAG) $(TIMED) --duration $(DURATION) $(DIST_ENVS) \
              --seed $(SEED) --output-dir $(call shq,$(or $(OUT),benchmarks/distributed_$(TAG))) $(ARGS)
 train-distributed: install
 	@case "$(NPROC)" in *[!0-9]*|'') ok=;; *[1-9]*) ok=1;; *) ok=;; esac; test -n "$$ok" || \
@@ -166,7 +172,7 @@ train-distributed: install
 compare: install
 	@case "$(TAG)" in ''|*[!A-Za-z0-9._:+-]*) \
 		echo "make compare: error: TAG names the runs: letters, digits and . _ : + - only, got '$(TAG)'" >&2; exit 2;; esac
-	test -f benchmarks/sequential_$(TAG)/summary.json || $(MAKE) --no-print-directory train OUT=
+	test -f benchmarks/sequential_$(TAG)/summary.json || $(MAKE) --no-print-directory train OUT= SEQ_ENVS=$$(($(WORKERS) * $(ENVS)))
 	test -f benchmarks/parallel_$(TAG)/summary.json || $(MAKE) --no-print-directory train-parallel OUT=
 	$(PY) compare_results.py --sequential benchmarks/sequential_$(TAG) --parallel benchmarks/parallel_$(TAG) \
 		--output-dir benchmarks/comparison_$(TAG)
@@ -297,6 +303,6 @@ clean:
 	rm -rf .pytest_cache .ruff_cache build *.egg-info
 	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
 
-## Also removes the virtual environment (a folder holding a pyvenv.cfg: never another VENV the shell may have set).
+## Also removes the virtual environment $(VENV) (only where it holds a pyvenv.cfg: a virtual environment).
 distclean: clean
 	[ ! -f $(VENV)/pyvenv.cfg ] || rm -rf $(VENV)

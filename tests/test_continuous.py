@@ -250,8 +250,11 @@ def test_images_channels_last_and_uint8_vectors_are_taken():
     stacked itself), and a uint8 Box of one or two dimensions, read as numbers."""
     from parallel_ppo.envs.spaces import check_channels, observation_dtype
 
-    for shape in ((84, 84, 3), (84, 84, 12), (8, 8, 4)):
+    for shape in ((84, 84, 3), (84, 84, 12), (8, 8, 4), (64, 96, 3)):
         check_channels(shape, "x")
+    for shape in ((12, 84, 84), (1, 64, 64)):  # stacked or gray frames channels first
+        with pytest.raises(ConfigError, match="laid out channels first"):
+            check_channels(shape, "x")
 
     assert observation_dtype(gym.spaces.Box(0, 255, (84, 84, 4), np.uint8), "x") == np.uint8
     assert env_spaces(EnvConfig(id="toy_envs:CameraReach-v0", frame_stack=4)).layout.images[0].shape == (8, 8, 12)

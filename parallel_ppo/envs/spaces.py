@@ -89,16 +89,10 @@ class EnvSpaces(NamedTuple):
     """Where each key of a dict observation sits in the packed uint8 rows of shape `obs_shape` (None: a Box)."""
 
 
-MAX_IMAGE_CHANNELS = 4
-"""Channels of one observed frame (gray, RGB, RGBA): a uint8 Box (C, H, W) with C at most this before a larger last
-dimension is an image laid out channels first, whose rows the network would read as channels."""
-
-
 def check_channels(shape: tuple[int, ...], what: str) -> None:
-    """ConfigError for an image `shape` laid out channels first (C, H, W): a first dimension of at most
-    MAX_IMAGE_CHANNELS before a last one larger (an image of frames stacked channels last, 84×84×12, passes); `what`
-    names it."""
-    if shape[0] <= MAX_IMAGE_CHANNELS < shape[-1]:
+    """ConfigError for an image `shape` laid out channels first (C, H, W): a first dimension smaller than both others
+    (an image of frames stacked channels last, 84×84×12, passes); `what` names it."""
+    if shape[0] < min(shape[1], shape[2]):
         raise ConfigError(f"{what} is an image {shape} laid out channels first, whose rows would be read as "
                           f"{shape[-1]} channels; an image must be H×W×C, channels last (env.frame_stack stacks "
                           "frames)")
