@@ -14,6 +14,10 @@ from parallel_ppo.core.configure import build_config
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs.directory import resolve_run_dir
 
+RUN_ID_VAR = "TORCHELASTIC_RUN_ID"
+"""Set by torchrun in every rank: its job's id (engines.distributed's twin, which imports torch, as this module may
+not)."""
+
 
 @dataclass(frozen=True)
 class Request:
@@ -57,7 +61,7 @@ def check_launch(request: Request) -> None:
     """Refuse (ConfigError) a process torchrun started as one of several ranks, asked to run without `--distributed`:
     each rank would train a run of its own."""
     world = os.environ.get("WORLD_SIZE", "1")
-    if not request.distributed and "TORCHELASTIC_RUN_ID" in os.environ and world.isdigit() and int(world) > 1:
+    if not request.distributed and RUN_ID_VAR in os.environ and world.isdigit() and int(world) > 1:
         raise ConfigError(f"this process is one of {world} ranks torchrun started, without --distributed: each rank "
                           "would train a run of its own; add --distributed")
 
@@ -65,7 +69,7 @@ def check_launch(request: Request) -> None:
 def speaks(request: Request) -> bool:
     """Whether this process reports the request's refusals and output: any but the ranks other than rank 0 (torchrun's
     RANK) of a distributed run or of torchrun's ranks, which would repeat rank 0's line each."""
-    if not (request.distributed or "TORCHELASTIC_RUN_ID" in os.environ):
+    if not (request.distributed or RUN_ID_VAR in os.environ):
         return True
     try:
         return int(os.environ.get("RANK", "0")) == 0

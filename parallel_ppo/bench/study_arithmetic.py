@@ -78,8 +78,7 @@ def family_points(families: list[str], counts: list[int], cores: int,
 
 def no_points_reasons(families: list[str], counts: list[int], cores: int, sleeping: bool = False) -> list[str]:
     """Why `family_points` leaves out the points of `families` × `counts` it leaves out, each reason once."""
-    reasons = []
-    for family, n in ((f, n) for f in families for n in counts if (f, n) not in
-                      family_points(families, counts, cores, sleeping)):
-        reasons.append(f"{family} start at 2" if n == 1 else f"{family} at {n}: more than the {cores} cores here")
+    kept = set(family_points(families, counts, cores, sleeping))
+    reasons = [f"{f} start at 2" if n == 1 else f"{f} at {n}: more than the {cores} cores here"
+               for f in families for n in counts if (f, n) not in kept]
     return list(dict.fromkeys(reasons))

@@ -118,6 +118,12 @@ def request_of(args: argparse.Namespace, parallel: bool) -> Request:
                    overwrite=args.overwrite, resume=args.resume, resume_if_exists=args.resume_if_exists)
 
 
+def refused(prog: str, error: Exception, request: Request) -> int:
+    """Exit status 2 for a refused request, its one line said by the process that speaks for it (`request.speaks`:
+    under torchrun, rank 0 alone)."""
+    return fail(prog, error, 2, flags=True) if speaks(request) else 2
+
+
 def run(argv: list[str] | None, parallel: bool, prog: str) -> int:
     """Parse, validate, build the rollout source, train (once, or once per seed); returns the exit status."""
     args = make_parser(prog, parallel).parse_args(argv)
@@ -149,7 +155,7 @@ def print_config(request: Request, seeds: str | None, prog: str) -> int:
         check_render(cfg, spaces)  # as rank 0 draws it before a run
         check_precision(cfg)  # as the learner's settings check it before a run
     except ParallelPPOError as e:
-        return fail(prog, e, 2, flags=True) if speaks(request) else 2
+        return refused(prog, e, request)
     if speaks(request):  # rank 0's alone under torchrun
         print(dump_yaml(cfg.to_dict()), end="")
     return 0
@@ -186,7 +192,7 @@ def run_seeds(args: argparse.Namespace, parallel: bool, prog: str) -> int:
     try:
         runs = seed_runs(args, parallel)
     except ParallelPPOError as e:
-        return fail(prog, e, 2, flags=True) if speaks(request_of(args, parallel)) else 2
+        return refused(prog, e, request_of(args, parallel))
     for i, one in enumerate(runs, 1):
         print(f"{prog}: seed {one.flags['run.seed']} ({i} of {len(runs)}) → {one.flags['run.output_dir']}",
               flush=True)
@@ -208,16 +214,15 @@ def run_one(request: Request, prog: str) -> int:
     try:
         check_new_run(request)
     except ParallelPPOError as e:
-        return fail(prog, e, 2, flags=True) if speaks(request) else 2
+        return refused(prog, e, request)
     from parallel_ppo.core.collect import RolloutError
     from parallel_ppo.engines.distributed import PeerLost
     from parallel_ppo.launch import execute, prepare
 
-    quiet = not speaks(request)
     try:
         prepared = prepare(request)
     except ParallelPPOError as e:
-        return 2 if quiet else fail(prog, e, 2, flags=True)
+        return refused(prog, e, request)
     except (RolloutError, PeerLost) as e:
         return fail(prog, e, 1, flags=True)
     except KeyboardInterrupt:
@@ -226,7 +231,7 @@ def run_one(request: Request, prog: str) -> int:
     try:
         return execute(prepared, prog)[1]
     except ParallelPPOError as e:  # W&B that could not start (nothing written)
-        return 2 if quiet else fail(prog, e, 2, flags=True)
+        return refused(prog, e, request)
 
 
 def trainer_config(cmd: list[str], name: str) -> Config:

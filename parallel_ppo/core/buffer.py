@@ -110,13 +110,12 @@ def not_finite_error(buffer: RolloutBuffer, env_id: str, layout: DictLayout | No
     run go on learning nothing."""
     for name, what in NOT_FINITE_SOURCES:
         tensor = getattr(buffer, name)
-        if layout is not None and name in ("obs", "last_obs") and layout.vectors:  # the float32 values in its rows
-            tensor = tensor[..., :sum(p.nbytes for p in layout.vectors)].contiguous().view(torch.float32)
+        if layout is not None and name in ("obs", "last_obs"):  # the float32 values in its packed rows
+            tensor = layout.vector_values(tensor.contiguous())
         if not tensor.is_floating_point() or bool(torch.isfinite(tensor).all()):
             continue
         at = [int(i) for i in (~torch.isfinite(tensor)).nonzero()[0]]
-        where = f"step {at[0]} of env {at[1]}" if name in ("rewards", "obs", "values", "bootstrap") else \
-            f"the last step of env {at[0]}"
+        where = f"the last step of env {at[0]}" if name.startswith("last_") else f"step {at[0]} of env {at[1]}"
         cause = ("the model diverged: a lower training.learning_rate, or normalized rewards, may keep it finite"
                  if what.startswith("the model") else "the run stops before an update learns from it")
         return (f"{what.format(env=env_id)} at {where} of the rollout is {float(tensor[tuple(at)])}, not a finite "

@@ -233,14 +233,20 @@ def make_atari(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: Ren
     return env
 
 
+def draw_headless() -> None:
+    """MuJoCo draws headless through EGL unless MUJOCO_GL says otherwise (it would try GLFW first, which fails without
+    a display and prints its failure)."""
+    os.environ.setdefault("MUJOCO_GL", "egl")
+
+
 def make_mujoco(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: RenderClock, seed: int) -> Any:
     """A gymnasium MuJoCo env observing its state, or (`env.pixels`) its frames rendered on the CPU."""
     try:
         quiet_mujoco_deprecations()
     except Exception as e:  # importing MuJoCo sets up OpenGL (MUJOCO_GL)
         raise mujoco_refusal(cfg.id, "MuJoCo", e) from None
-    if render or cfg.pixels:  # headless through EGL unless told otherwise (MuJoCo would try GLFW first)
-        os.environ.setdefault("MUJOCO_GL", "egl")
+    if render or cfg.pixels:
+        draw_headless()
     if not cfg.pixels:
         env = make_plain(cfg, options, render, clock, seed)
         return OwnContext(env) if render else env

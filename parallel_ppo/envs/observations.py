@@ -103,9 +103,15 @@ class DictLayout:
         side (B, vector_size)."""
         rows = rows.contiguous()
         images = {p.key: rows[:, p.offset:p.offset + p.nbytes].reshape(-1, *p.shape) for p in self.images}
+        return images, self.vector_values(rows)
+
+    def vector_values(self, rows: torch.Tensor) -> torch.Tensor:
+        """The vector keys' float32 values side by side, (..., vector_size), of contiguous uint8 rows (..., nbytes):
+        they lead each row."""
         end = sum(p.nbytes for p in self.vectors)
-        vector = rows[:, :end].view(torch.float32) if end else rows.new_zeros((len(rows), 0), dtype=torch.float32)
-        return images, vector
+        if not end:
+            return rows.new_zeros((*rows.shape[:-1], 0), dtype=torch.float32)
+        return rows[..., :end].view(torch.float32)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: each key's shape (as the env gives it) and kind."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import os
 import sys
 from typing import Any
 
@@ -17,7 +16,7 @@ import numpy as np
 from parallel_ppo.envs.config import EnvConfig
 from parallel_ppo.envs.culling import only_in_view
 from parallel_ppo.envs.families import split_id
-from parallel_ppo.envs.gym_envs import RenderClock, fast_scene, make_plain
+from parallel_ppo.envs.gym_envs import RenderClock, draw_headless, fast_scene, make_plain
 from parallel_ppo.errors import ConfigError
 
 VIDEO_CAMERA, VIDEO_SIZE = "agentview", 256
@@ -40,10 +39,9 @@ def import_robosuite() -> Any:
 
 
 def make_robotics(cfg: EnvConfig, options: dict[str, Any], render: bool, clock: RenderClock, seed: int) -> Any:
-    """A gymnasium-robotics task (FetchReachDense-v4, ...) as it is, drawn as `envs.gym_envs.make_mujoco` draws:
-    headless through EGL unless MUJOCO_GL says otherwise (MuJoCo would try GLFW first, and print its failure)."""
+    """A gymnasium-robotics task (FetchReachDense-v4, ...) as it is, drawn as MuJoCo's are (`draw_headless`)."""
     if render:
-        os.environ.setdefault("MUJOCO_GL", "egl")
+        draw_headless()
     return make_plain(cfg, options, render, clock, seed)
 
 
