@@ -10,6 +10,7 @@ import dataclasses
 import os
 import signal
 import sys
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,10 +187,11 @@ def claim_run_dir(cfg: Config, spaces: EnvSpaces, request: Request, group: Group
     return run_dir
 
 
-def prepare(request: Request) -> PreparedRun:
+def prepare(request: Request, say: Callable[[str], None] | None = None) -> PreparedRun:
     """Everything before the first update, checked in the order that lets a user error stop it before any env,
     worker or file exists: config and output directory, spaces, memory, then threads, the measurements and the
-    source. A distributed rank joins the others once its config holds (its rank 0 checks the directory then)."""
+    source. A distributed rank joins the others once its config holds (its rank 0 checks the directory then).
+    `say`: told what takes a while before the run starts (the measurements)."""
     cfg, resume, request, restarted = validated_config(request)
     if request.resume is None and not request.distributed:  # a taken directory, the usual slip, before any env
         run_dir = resolve_run_dir(cfg, request.mode, request.overwrite)
@@ -205,7 +207,7 @@ def prepare(request: Request) -> PreparedRun:
         run_dir = claim_run_dir(cfg, spaces, request, group)
         planned = thread_plan(cfg, request.parallel, group.local_world_size)
         retain_freed_memory()
-        tuning = tune(cfg, spaces, planned.learner, group, planned.idle_learner)  # sets the learner's torch threads
+        tuning = tune(cfg, spaces, planned.learner, group, planned.idle_learner, say)  # sets the learner's threads
         threads = tuning.resolve(planned)
         plan = RunPlan(settled(cfg, run_dir, tuning.learner, group.world_size), spaces, run_dir, request.mode,
                        threads.describe(), learner=tuning.record(), compute_limit=tuning.compute_limit,

@@ -172,9 +172,11 @@ def test_tune_trains_on_the_chosen_threads_and_measures_the_limit_on_them(monkey
     cfg = resolved()
     cfg.model.impala_depths, cfg.model.hidden_size = [4, 8, 8], 32
     cfg.env.num_envs, cfg.training.batch_size, cfg.run.limit_seconds = 2, 8, 0.2
+    said = []
     with threads_kept():
-        tuning = tune(cfg, PROCGEN, 4)
+        tuning = tune(cfg, PROCGEN, 4, say=said.append)
         assert torch.get_num_threads() == 2
+    assert said == [before_run.measuring_line(0.2)] and "--set run.limit_seconds=0 skips it" in said[0]
     assert (tuning.threads.threads, tuning.threads.ceiling, tuning.threads.source) == (2, 4, "measured")
     assert tuning.compute_limit["threads"] == 2
     kept = settled(cfg, tmp_path, tuning.learner, 1)  # config.yaml's: a resumed run chooses again on its machine
@@ -215,7 +217,7 @@ def test_an_overlapped_learner_whose_workers_wait_takes_what_auto_chooses_within
     monkeypatch.setattr(before_run, "learner_device", on_cpu)
     cfg.parallel.idle_learner_threads, cfg.run.limit_seconds = "auto", 0.0
     with threads_kept():
-        tuning = tune(cfg, PROCGEN, 1, idle_ceiling=8)
+        tuning = tune(cfg, PROCGEN, 1, idle_ceiling=8, say=refuse)  # nothing measured: nothing said
         assert torch.get_num_threads() == 1
     assert (tuning.threads.threads, tuning.idle_threads.threads, tuning.idle_threads.source) == (1, 4, "cached")
     assert tuning.start_lines()[-1].startswith("learner threads 4 of 8 while its workers wait for the update: from the")

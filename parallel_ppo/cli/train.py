@@ -220,7 +220,7 @@ def run_one(request: Request, prog: str) -> int:
     from parallel_ppo.launch import execute, prepare
 
     try:
-        prepared = prepare(request)
+        prepared = prepare(request, (lambda line: print(f"{prog}: {line}", flush=True)) if speaks(request) else None)
     except ParallelPPOError as e:
         return refused(prog, e, request)
     except (RolloutError, PeerLost) as e:

@@ -4,6 +4,7 @@ FLOPs, and this machine's matmul peaks, for one process or every rank of a distr
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,7 +56,8 @@ class Tuning:
         return lines
 
 
-def tune(cfg: Config, spaces: EnvSpaces, ceiling: int, group: Group = ALONE, idle_ceiling: int = 0) -> Tuning:
+def tune(cfg: Config, spaces: EnvSpaces, ceiling: int, group: Group = ALONE, idle_ceiling: int = 0,
+         say: Callable[[str], None] | None = None) -> Tuning:
     """Before any env or worker exists: choose the learner's `auto` settings (precision, microbatch, device) on the
     `ceiling` threads the thread plan gives the learner, then its `auto` threads within them (a distributed run's
     ranks take rank 0's count, at most their own ceiling), and an overlapped learner's threads while its workers
@@ -66,8 +68,10 @@ def tune(cfg: Config, spaces: EnvSpaces, ceiling: int, group: Group = ALONE, idl
 
     The ranks of a distributed run measure at once, each on its own minibatch (its share of it when the envs are
     split) and its threads, and all take rank 0's choice; the compute limit and the matmul peaks are rank 0's times
-    the ranks."""
+    the ranks. `say` is told first, where anything is measured, that the run measures (`measuring_line`)."""
     seconds = cfg.run.limit_seconds
+    if say is not None and seconds > 0:
+        say(measuring_line(seconds))
     local = dataclasses.replace(cfg, training=group.local_training(cfg))
     torch.set_num_threads(ceiling)
     choice = group.broadcast(choose(local, spaces, seconds, beside_ranks=group.distributed))
@@ -86,6 +90,12 @@ def tune(cfg: Config, spaces: EnvSpaces, ceiling: int, group: Group = ALONE, idl
         roofline |= {"rank_peak_gflops": peaks,
                      "peak_gflops": {k: v * group.world_size for k, v in peaks.items()}}
     return Tuning(choice, threads, limit, roofline, idle)
+
+
+def measuring_line(seconds: float) -> str:
+    """The line said before a run measures the machine, which can take minutes before anything else is said."""
+    return (f"measuring the learner on this machine before the run ({seconds:g} s a measurement, minutes for a large "
+            "network or on a busy machine; choices cached for later runs; --set run.limit_seconds=0 skips it)")
 
 
 def idle_threads(chosen: Config, spaces: EnvSpaces, seconds: float, own: int, ceiling: int,
