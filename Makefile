@@ -156,6 +156,7 @@ train-parallel: install
 ## ENVS_TOTAL=N on the command line splits N envs and the minibatch over the ranks instead:
 ## make train-distributed NPROC=4 DURATION=30m; across hosts see docs/distributed.md
 ## (OMP_NUM_THREADS only quiets torchrun's notice: each rank sets its threads itself, cores / ranks on the host).
+## torchrun runs as parallel_ppo.cli.torchrun: Ctrl-C ends as the ranks do (status 130), without torchrun's traceback.
 ## NPROC and the trainer's flags are checked first (rank 0's --print-config under torchrun's variables, nothing run):
 ## a bad value is one line and exit status 2, not torchrun's report of failed ranks.
 DIST_FLAGS = --config $(call TRAIN_CONFIG,ppo_sequential.yaml) $(ENV_FLAG) $(TIMED) --duration $(DURATION) $(DIST_ENVS) \
@@ -165,7 +166,7 @@ train-distributed: install
 		{ echo "make train-distributed: error: NPROC must be a whole number above 0, got '$(NPROC)'" >&2; exit 2; }
 	@RANK=0 LOCAL_RANK=0 WORLD_SIZE=$(NPROC) LOCAL_WORLD_SIZE=$(NPROC) MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
 		$(PY) train_timed.py --distributed --print-config $(DIST_FLAGS) > /dev/null
-	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node $(NPROC) train_timed.py --distributed \
+	OMP_NUM_THREADS=1 $(PY) -m parallel_ppo.cli.torchrun --standalone --nproc_per_node $(NPROC) train_timed.py --distributed \
 		$(DIST_FLAGS)
 
 ## Compare benchmarks/sequential_$(TAG) with benchmarks/parallel_$(TAG), training whichever has no

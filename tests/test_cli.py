@@ -272,3 +272,32 @@ def test_make_compare_refuses_a_tag_that_names_no_run_before_it_trains(tag):
     assert proc.returncode == 2 and lines == [f"make compare: error: TAG names the runs: letters, digits and . _ : + - "
                                               f"only, got '{tag}'"], proc.stderr
 
+
+
+def test_make_train_distributeds_torchrun_ends_as_its_ranks_do(monkeypatch, capsys):
+    """A Ctrl-C, which the ranks stop on and say so, is status 130 without torchrun's traceback; a failed rank one
+    line naming it in place of torchrun's report; the arguments are torchrun's own."""
+    import signal
+
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from parallel_ppo.cli import torchrun
+
+    given = []
+
+    def stopped(args):
+        given.append(args)
+        raise SignalException("got signal: 2", sigval=signal.SIGINT)
+
+    monkeypatch.setattr("torch.distributed.run.run", stopped)
+    assert torchrun.main(["--standalone", "--nproc_per_node", "2", "train_timed.py", "--distributed"]) == 130
+    assert given[0].nproc_per_node == "2" and given[0].training_script_args == ["--distributed"]
+
+    def failed(args):
+        raise ChildFailedError("train_timed.py", {1: ProcessFailure(local_rank=1, pid=1, exitcode=2, error_file="")})
+
+    monkeypatch.setattr("torch.distributed.run.run", failed)
+    assert torchrun.main(["--standalone", "train_timed.py"]) == 1
+    assert capsys.readouterr().err == ("torchrun: rank 1 exited with status 2 (its lines are above); the other ranks "
+                                       "were stopped\n")
