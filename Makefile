@@ -17,9 +17,9 @@ VENV     ?= .venv
 PY       := $(VENV)/bin/python
 DURATION ?= 1h
 # TAG names the runs' folders (benchmarks/sequential_$(TAG), ...); by default their DURATION, after ENV where one is
-# given (its characters other than letters, digits and . _ + - as -), so that runs of two envs never share a folder:
+# given, so that runs of two envs never share a folder (characters other than letters, digits and . _ + - as -):
 # ENV=CartPole-v1 → benchmarks/sequential_CartPole-v1_1h
-TAG      ?= $(if $(ENV),$(shell printf '%s' $(call shq,$(ENV)) | tr -c 'A-Za-z0-9._+-' -)_)$(DURATION)
+TAG      ?= $(shell printf '%s' $(call shq,$(if $(ENV),$(ENV)_)$(DURATION)) | tr -c 'A-Za-z0-9._+-' -)
 SEED     ?= 1
 ENV      ?=
 # ENV=<id> trains or measures that env; unset, a target runs the env its config names (starpilot in the shipped

@@ -247,13 +247,15 @@ def test_make_train_distributed_checks_its_values_before_torchrun(case, tmp_path
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
-@pytest.mark.parametrize("env_id, tag", [("", "1h"), ("CartPole-v1", "CartPole-v1_1h"),
-                                         ("sim/Sleep?step_ms=1&horizon=50", "sim-Sleep-step_ms-1-horizon-50_1h")])
-def test_make_compare_keeps_each_envs_runs_in_their_own_folders(env_id, tag):
+@pytest.mark.parametrize("assignment, tag", [("ENV=", "1h"), ("ENV=CartPole-v1", "CartPole-v1_1h"),
+                                             ("ENV=sim/Sleep?step_ms=1&horizon=50", "sim-Sleep-step_ms-1-horizon-50_1h"),
+                                             ("DURATION=1 h", "1-h")])
+def test_make_compare_keeps_each_envs_runs_in_their_own_folders(assignment, tag):
     """`make compare ENV=CartPole-v1` once found starpilot's benchmarks/sequential_1h and compared it with a CartPole
-    run: the default TAG names the env (make -n: nothing runs)."""
+    run: the default TAG names the env; and a DURATION of the trainer's with a space was refused as a TAG the user
+    never gave (make -n: nothing runs)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
-    out = subprocess.run(["make", "-n", "--no-print-directory", "-o", "install", "compare", f"ENV={env_id}"],
+    out = subprocess.run(["make", "-n", "--no-print-directory", "-o", "install", "compare", assignment],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=True).stdout
     folders = {word.strip("'").removesuffix("/summary.json") for word in out.split() if word.strip("'").startswith(
         "benchmarks/")}
