@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from parallel_ppo.core.arguments import number, path_argument, plain, shown, switch, whole
+from parallel_ppo.core.arguments import label_argument, number, path_argument, plain, shown, switch, whole
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import maximum_of
 from parallel_ppo.core.evaluate import EvalResult
@@ -34,6 +34,8 @@ from parallel_ppo.launch import execute, prepare
 from parallel_ppo.request import Request
 from parallel_ppo.runs.directory import check_writable
 from parallel_ppo.runs.reading import Run, load_groups, load_run
+from parallel_ppo.runs.report.numbers import Comparison
+from parallel_ppo.runs.report.numbers import compare as compare_groups
 
 MODES = ("sequential", "parallel")
 
@@ -104,7 +106,7 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
         raise RunFailed(f"the run in {run_dir} stopped on an error: {summary['error']}", run_dir)
     if summary["stop_reason"] == "signal" and not summary["updates"]:
         raise KeyboardInterrupt(f"the run in {run_dir} was stopped before its first update")
-    return load_run(run_dir.name, run_dir)
+    return load_run(run_dir.absolute().name, run_dir)  # output_dir "." too
 
 
 def load_policy(where: str | Path | Run, seed: int = 0) -> Policy:
@@ -117,17 +119,19 @@ def evaluate(policy: Policy | Run | str | Path, episodes: int = 20, levels: str 
              deterministic: bool = False, seed: int = 0) -> EvalResult:
     """Play `episodes` complete episodes with a policy (or a run's) on fresh envs. `levels`: "test" (Procgen
     levels the run never trained on), "train" (its own levels, the only set of other envs) or "auto" (None, the
-    default: test where the run has levels to hold out, else train)."""
+    default: test where the run has levels to hold out, else train). Returns the episodes' returns
+    (`EvalResult`); unlike `parallel-ppo eval`, it writes no eval.json and records no video."""
     from parallel_ppo.core.evaluate import play_episodes
 
     episodes = whole(episodes, "episodes", 1, maximum_of("eval.episodes"))
     num_envs = whole(num_envs, "num_envs", 1, maximum_of("eval.num_envs"))
     seed, deterministic = whole(seed, "seed", 0), switch(deterministic, "deterministic")
+    if levels is None:
+        levels = "auto"
+    if not isinstance(levels, str) or levels not in ("auto", "train", "test"):
+        raise ConfigError(f"levels must be auto, train or test, got {shown(levels)}")
     if not isinstance(policy, Policy):
         policy = load_policy(_where(policy, "policy"), seed)
-    levels = levels or "auto"
-    if levels not in ("auto", "train", "test"):
-        raise ConfigError(f"levels must be auto, train or test, got {levels!r}")
     return play_episodes(policy.model, policy.cfg, levels, episodes, num_envs, deterministic, seed)
 
 
@@ -143,22 +147,18 @@ def export(policy: Policy | Run | str | Path, format: str = "onnx", output: str 
 
 def compare(runs: Mapping[str, str | Path | Run | Sequence[str | Path]], output_dir: str | Path | None = None,
             baseline: str | None = None, threshold: float | None = None, at_steps: float | None = None,
-            references: Mapping[str, str | Path] | None = None) -> Any:
+            references: Mapping[str, str | Path] | None = None) -> Comparison:
     """Compare runs by label (a label with several run directories, or a parent of seed runs, is compared across
     seeds), at `at_steps` env steps across seeds, beside published `references` ({label: CSV}, as
-    `--reference`); returns the comparison (`runs.report.numbers.Comparison`) and, with `output_dir`, writes its
+    `--reference`); returns the comparison (`Comparison`) and, with `output_dir`, writes its
     table, plots and reports there as compare_results.py does."""
     from parallel_ppo.runs.reference import load_references
-    from parallel_ppo.runs.report.numbers import compare as compare_groups
     from parallel_ppo.runs.report.plots import render_outputs, write_outputs
 
     if not isinstance(runs, Mapping) or not isinstance(references or {}, Mapping):
         raise ConfigError("runs (and references) must be mappings of labels to run directories (CSV files)")
     for label in (*runs, *(references or {})):
-        if not isinstance(label, str):
-            raise ConfigError(f"labels must be strings, got {shown(label)}")
-        if not label.strip():  # as --run =DIR is
-            raise ConfigError(f"labels must not be empty, got {label!r}")
+        label_argument(label, "a label")
     specs = []
     for label, where in runs.items():
         one = isinstance(where, (str, bytes, os.PathLike, Run, Mapping)) or not isinstance(where, Iterable)

@@ -1,6 +1,6 @@
 """The errors a user can cause, one type per kind: every entry point prints one as a single line (`PROG: error: ...`)
 and exits with status 2, leaving nothing half-written. Beside them the runtime failures a user meets (`RunFailed`,
-`WriteFailed`: one line, exit status 1) and `one_line`, how any error is said on one line."""
+`WriteFailed`, `ExportMismatch`: one line, exit status 1) and `one_line`, how any error is said on one line."""
 
 from __future__ import annotations
 
@@ -39,6 +39,11 @@ class RunFailed(RuntimeError):
 class WriteFailed(RuntimeError):
     """A file that could not be written (a full disk, a lost mount): a runtime failure, not the user's input. A run
     stops on it, each of its files written before as it was; the message names the file."""
+
+
+class ExportMismatch(RuntimeError):
+    """An exported policy file that does not reproduce the policy within the export's tolerance (nothing is
+    written): a defect of the export, not the user's input."""
 
 
 def one_line(error: BaseException, limit: int = 300) -> str:

@@ -4,11 +4,14 @@ anything starts."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
+from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
@@ -17,6 +20,7 @@ import torch
 from fake_runs import write_run
 
 import parallel_ppo as ppo
+from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.distributions import sample_actions
 from parallel_ppo.core.model import autocast, build_model
 
@@ -80,6 +84,23 @@ def test_the_package_exports_its_api_without_loading_torch():
         ppo.no_such_thing  # noqa: B018
 
 
+def test_each_export_is_documented_as_the_code_has_it():
+    """python.md names every export but the config's sections (it gives two as examples): build_config, the config
+    loading's internal, is not one; compare's return is `ppo.Comparison`; ExportMismatch is among the package's
+    errors; the documented first argument of each function is the code's."""
+    documented = (ROOT / "docs" / "python.md").read_text()
+    sections = {name for name in ppo.__all__ if name.endswith("Config") and name != "Config"}
+    missing = [name for name in ppo.__all__ if name not in sections | {"__version__"}
+               and not re.search(rf"\b{name}\b", documented)]
+    assert not missing and "build_config" not in ppo.__all__, missing
+    assert typing.get_type_hints(ppo.compare)["return"] is ppo.Comparison
+    assert typing.get_type_hints(ppo.load_run)["path"] == str | Path
+    assert ppo.ExportMismatch.__module__ == "parallel_ppo.errors" and issubclass(ppo.ExportMismatch, RuntimeError)
+    for name in ("train", "load_policy", "evaluate", "export"):
+        first = next(iter(inspect.signature(getattr(ppo, name)).parameters))
+        assert f"`{name}({first}" in documented and f"`{name}({first}" in ppo.__doc__, name
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"mode": "distributed"}, "mode must be one of"),
     ({"overrides": {"training.batch_size": 7}}, "does not divide the rollout"),
@@ -124,10 +145,16 @@ WRONG_ARGUMENTS = {  # each raised TypeError, AttributeError or ValueError from 
                                "threshold must be a number a float holds, got 'x'"),
     "a number no float holds": (lambda out: ppo.compare({"a": out, "b": out}, at_steps=10**400),
                                 "at_steps must be a number a float holds, got 1000"),
-    "a label that is no string": (lambda out: ppo.compare({0: out, "b": out}), "labels must be strings, got 0"),
-    "an empty label": (lambda out: ppo.compare({" ": out, "b": out}), "labels must not be empty, got ' '"),
+    "a label that is no string": (lambda out: ppo.compare({0: out, "b": out}), "a label must be a string, got 0"),
+    "an empty label": (lambda out: ppo.compare({" ": out, "b": out}), "a label must not be empty, got ' '"),
     "a number for a run directory": (lambda out: ppo.load_run("a", 5), "path must be a path (a str, bytes or "
                                      "pathlib.Path), got int"),
+    "a number for a run's label (kept as the label)": (lambda out: ppo.load_run(5, out),
+                                                        "label must be a string, got 5"),
+    "an empty label for a run": (lambda out: ppo.load_run("", out), "label must not be empty, got ''"),
+    "levels 0 (read as auto)": (lambda out: ppo.evaluate(out, levels=0), "levels must be auto, train or test, got 0"),
+    "empty levels (read as auto)": (lambda out: ppo.evaluate(out, levels=""),
+                                    "levels must be auto, train or test, got ''"),
 }
 
 
@@ -172,23 +199,34 @@ def test_numpy_numbers_in_overrides_are_taken_as_python_numbers(monkeypatch):
     assert cfg.parallel.overlap is True and type(cfg.parallel.num_workers) is int
 
 
+def test_a_run_trained_in_the_current_directory_is_named_for_it(tmp_path, monkeypatch):
+    """output_dir "." (whose Path has no name): the Run's label is the directory's name, not an empty one."""
+    write_run(tmp_path / "here")
+    monkeypatch.chdir(tmp_path / "here")
+    monkeypatch.setattr("parallel_ppo.api.prepare", lambda request: SimpleNamespace(
+        plan=SimpleNamespace(run_dir=Path(request.flags["run.output_dir"]))))
+    monkeypatch.setattr("parallel_ppo.api.execute", lambda prepared, prog, interrupt: (
+        {"stop_reason": "total_steps", "updates": 3}, 0))
+    assert ppo.train(output_dir=".", verbose=False).label == "here"
+
+
 def test_a_config_built_in_code_is_validated_like_a_file():
     cfg = ppo.Config(env=ppo.EnvConfig(id="CartPole-v1", num_envs=4), training=ppo.TrainingConfig(batch_size=3))
     with pytest.raises(ppo.ConfigError, match="batch size 3 does not divide"):
-        ppo.build_config(cfg, {}, [], parallel=False)
-    good = ppo.build_config(ppo.Config(env=ppo.EnvConfig(id="CartPole-v1", num_envs=4)), {}, [], parallel=False)
+        build_config(cfg, {}, [], parallel=False)
+    good = build_config(ppo.Config(env=ppo.EnvConfig(id="CartPole-v1", num_envs=4)), {}, [], parallel=False)
     assert good.env.num_envs == 4 and good.training.batch_size == 256 and good is not cfg
 
 
 def test_predict_takes_one_observation_or_a_batch_and_refuses_other_shapes(tmp_path):
-    cfg = ppo.build_config(None, {"env.id": "CartPole-v1"}, ["training.precision=fp32"], parallel=False)
+    cfg = build_config(None, {"env.id": "CartPole-v1"}, ["training.precision=fp32"], parallel=False)
     policy = ppo.Policy(cfg, build_model((4,), 2, cfg.model), tmp_path / "checkpoint.pt", {})
     assert policy.predict(np.zeros(4)).shape == () and policy.predict(np.zeros((5, 4))).shape == (5,)
     with pytest.raises(ppo.ConfigError, match=r"shape \(4,\) or a batch of them, got shape \(5,\)"):
         policy.predict(np.zeros(5))
     with pytest.raises(ppo.ConfigError, match="deterministic must be True or False, got 'no'"):  # not read as True
         policy.predict(np.zeros(4), deterministic="no")
-    procgen = ppo.Policy(ppo.build_config(None, {}, ["training.precision=fp32"], parallel=False), None, tmp_path, {})
+    procgen = ppo.Policy(build_config(None, {}, ["training.precision=fp32"], parallel=False), None, tmp_path, {})
     with pytest.raises(ppo.ConfigError, match="expects uint8 observations"):
         procgen.predict(np.zeros((64, 64, 3), dtype=np.float32))
     with pytest.raises(ppo.RunDataError, match="checkpoint not found"):

@@ -164,6 +164,20 @@ def test_a_full_disk_is_a_runtime_failure_in_one_line_and_writes_nothing(runs, t
         parallel_ppo.export(runs["cartpole"], "torchscript", out)
 
 
+def test_a_file_that_does_not_reproduce_the_policy_is_export_mismatch(runs, tmp_path, capsys, monkeypatch):
+    """A defect of the export, not the user's input: `ppo.ExportMismatch` from Python, one line and exit 1 from the
+    command, nothing written."""
+    monkeypatch.setattr(export, "largest_difference", lambda *args: 1.0)
+    out = tmp_path / "policy.pt"
+    with pytest.raises(parallel_ppo.ExportMismatch, match="differs from the policy by 1"):
+        parallel_ppo.export(runs["cartpole"], "torchscript", out)
+    assert main(["export", "--format", "torchscript", "--output", str(out), str(runs["cartpole"])]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("parallel-ppo export: error: the exported torchscript file differs"), err
+    assert err.count("\n") == 1
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize(("args", "words"), [
     (["{missing}"], "checkpoint not found"),
     (["{empty}"], "checkpoint not found"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from parallel_ppo.cli.common import OneLineParser, fail, some_path
-from parallel_ppo.errors import ParallelPPOError, WriteFailed
+from parallel_ppo.errors import ExportMismatch, ParallelPPOError, WriteFailed
 
 
 def export_parser(prog: str) -> OneLineParser:
@@ -21,7 +21,7 @@ def export_parser(prog: str) -> OneLineParser:
 
 
 def export_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo export") -> int:
-    from parallel_ppo.runs.export import ExportMismatch, export_policy
+    from parallel_ppo.runs.export import export_policy
 
     args = export_parser(prog).parse_args(argv)
     try:

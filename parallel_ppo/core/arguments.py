@@ -37,6 +37,15 @@ def path_argument(value: Any, name: str, kind: str = A_PATH) -> Path:
     return Path(text)
 
 
+def label_argument(value: Any, name: str) -> str:
+    """A run's label: a string of more than spaces (as the command line refuses `--run =DIR`)."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{name} must be a string, got {shown(value)}")
+    if not value.strip():
+        raise ConfigError(f"{name} must not be empty, got {value!r}")
+    return value
+
+
 def switch(value: Any, name: str) -> bool:
     """A yes/no argument: True or False (numpy's too) only; a string such as "no" would read as True."""
     if not isinstance(value, (bool, np.bool_)):

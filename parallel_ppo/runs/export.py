@@ -47,7 +47,7 @@ from parallel_ppo.core.files import atomic_write, writing
 from parallel_ppo.core.policy import Policy
 from parallel_ppo.envs.observations import DictLayout
 from parallel_ppo.envs.spaces import ActionSpace
-from parallel_ppo.errors import ConfigError
+from parallel_ppo.errors import ConfigError, ExportMismatch
 from parallel_ppo.runs.directory import check_writable
 from parallel_ppo.runs.summary import RUN_FILES
 
@@ -170,10 +170,6 @@ def require_onnx() -> None:
     if missing:
         raise ConfigError(f"--format onnx needs {' and '.join(missing)}: pip install onnx onnxruntime (the "
                           f"project's `export` extra: pip install -e '.[export]')")
-
-
-class ExportMismatch(RuntimeError):
-    """The exported file does not reproduce the policy (nothing is written): a defect, not the user's input."""
 
 
 def output_path(policy: Policy, fmt: str, output: str | Path | None) -> Path:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from parallel_ppo.core.arguments import path_argument
+from parallel_ppo.core.arguments import label_argument, path_argument
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import config_from_dict, load_yaml
 from parallel_ppo.core.files import path_problem
@@ -215,9 +215,9 @@ def _where(dirs: Any) -> str:
     return ", ".join(map(str, dirs)) if isinstance(dirs, (list, tuple)) else str(dirs)
 
 
-def load_run(label: str, path: Path) -> Run:
-    """Read and cross-check one run directory."""
-    path = path_argument(path, "path")  # the Python API's `load_run`
+def load_run(label: str, path: str | Path) -> Run:
+    """Read and cross-check one run directory, shown as `label` in tables and legends."""
+    label, path = label_argument(label, "label"), path_argument(path, "path")  # the Python API's `load_run`
     if not path.exists():
         raise RunDataError(f"run directory not found: {path}")
     if not path.is_dir():
