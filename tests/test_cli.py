@@ -247,9 +247,9 @@ def test_make_train_distributed_checks_its_values_before_torchrun(case, tmp_path
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
-@pytest.mark.parametrize("assignment, tag", [("ENV=", "1h"), ("ENV=CartPole-v1", "CartPole-v1_1h"),
-                                             ("ENV=sim/Sleep?step_ms=1&horizon=50", "sim-Sleep-step_ms-1-horizon-50_1h"),
-                                             ("DURATION=1 h", "1-h")])
+@pytest.mark.parametrize("assignment, tag", [
+    ("ENV=", "1h"), ("ENV=CartPole-v1", "CartPole-v1_1h"),
+    ("ENV=sim/Sleep?step_ms=1&horizon=50", "sim-Sleep-step_ms-1-horizon-50_1h"), ("DURATION=1 h", "1-h")])
 def test_make_compare_keeps_each_envs_runs_in_their_own_folders(assignment, tag):
     """`make compare ENV=CartPole-v1` once found starpilot's benchmarks/sequential_1h and compared it with a CartPole
     run: the default TAG names the env; and a DURATION of the trainer's with a space was refused as a TAG the user

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -41,6 +42,22 @@ def test_a_procgen_library_that_cannot_load_is_one_line_naming_it_and_the_fix(tm
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("Procgen cannot load library '") and "libenv.so': " in out.stdout, out.stdout
     assert f"{tmp_path}/libGL.so.1" in out.stdout and out.stdout.strip().endswith(PROCGEN_LIBRARIES_HELP), out.stdout
+
+
+@pytest.mark.slow
+def test_the_parallel_trainer_says_a_procgen_library_that_cannot_load_in_one_line(tmp_path):
+    """The forkserver preloads the game (its first Procgen env) for the workers to share: where the library cannot
+    load, that was its traceback and a second of the coordinator's; now the worker's one line, nothing written."""
+    (tmp_path / "libGL.so.1").touch()
+    root, out = Path(__file__).resolve().parents[1], tmp_path / "run"
+    proc = subprocess.run([sys.executable, "train_parallel_timed.py", "--duration", "5s", "--num-workers", "1",
+                           "--num-envs-per-worker", "2", "--set", "run.limit_seconds=0", "--output-dir", str(out)],
+                          env={**os.environ, "LD_LIBRARY_PATH": str(tmp_path)}, cwd=root, capture_output=True,
+                          text=True, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert "worker 0 failed to start: ConfigError: Procgen cannot load library '" in lines[0], proc.stderr
+    assert lines[0].endswith(PROCGEN_LIBRARIES_HELP) and not out.exists()
 
 
 def _play(envs, actions: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:

@@ -18,7 +18,10 @@ for sig in IGNORED_SIGNALS:  # a signal to the whole group must not take the for
 if os.environ.get(PRELOAD_ENV_VAR):
     from parallel_ppo.envs.families import preload
 
-    preload(os.environ[PRELOAD_ENV_VAR])
+    try:
+        preload(os.environ[PRELOAD_ENV_VAR])
+    except Exception:  # noqa: BLE001 - each worker makes its envs and reports what fails there, in one line
+        pass
 
 try:
     import setproctitle
