@@ -112,7 +112,7 @@ def test_a_checkpoint_from_before_episode_info_keeps_its_success_window(tmp_path
 
 
 @pytest.mark.parametrize("sets, words", [
-    (["logging.episode_info=[distance_to_goal"], "'[distance_to_goal' is not the name of an info entry"),
+    (["logging.episode_info=[distance_to_goal"], "'[distance_to_goal' is not a valid YAML list"),
     (["logging.episode_info=[is_success]"], "is_success is always read"),
     (["logging.episode_info=[a, a]"], "names a twice"),
 ])

@@ -1,6 +1,7 @@
 """Logs for batch jobs (plain progress lines when stdout is not a terminal) and W&B tracking in offline mode: the
-run's own W&B files, a resumed run continuing the same W&B run, videos in TensorBoard and W&B, and the one-line
-refusal when wandb is not installed."""
+run's own W&B files, a resumed run continuing the same W&B run, no run id kept for a disabled one, videos in
+TensorBoard (beside a run still training) and W&B, and the one-line refusals when wandb or tensorboard is not
+installed."""
 
 from __future__ import annotations
 
@@ -105,6 +106,111 @@ def test_track_without_wandb_installed_is_one_line_and_exit_2(tmp_path, monkeypa
     assert not out.exists()
 
 
+def test_a_list_in_brackets_that_yaml_cannot_read_is_refused_not_split(capsys):
+    """`[a,b` is a list with its bracket missing, not the tags '[a' and 'b': one line and exit status 2, as
+    logging.episode_info's; a flag's list in brackets is read as YAML."""
+    status = train_cli(["--config", CARTPOLE, "--set", "tracking.tags=[a,b", "--print-config"], parallel=False,
+                       prog="train_timed.py")
+    assert status == 2
+    assert capsys.readouterr().err == ("train_timed.py: error: tracking.tags (--wandb-tags): '[a,b' is not a valid "
+                                       "YAML list; give one as [a, b] or a,b\n")
+    flags = {"tracking.wandb": True, "tracking.tags": "[a, b]"}
+    assert build_config(None, flags, [], parallel=False).tracking.tags == ["a", "b"]
+
+
+def without_tensorboard(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`import tensorboard` and of its modules (those imported already too) raise ImportError, as where it is not
+    installed."""
+    for name in ["tensorboard", *(name for name in sys.modules if name.startswith("tensorboard."))]:
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+SMALL = ["--config", CARTPOLE, "--total-steps", "1024", "--num-envs", "4", "--set", "training.n_steps=128",
+         "--batch-size", "128"]
+
+
+def test_training_without_tensorboard_installed_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    """No tensorboard while logging.tensorboard is on (the default): one line naming the fix and exit status 2
+    before anything is written, not an ImportError once training starts with config.yaml and metrics.csv written."""
+    without_tensorboard(monkeypatch)
+    out = tmp_path / "run"
+    status = train_cli([*SMALL, "--output-dir", str(out)], parallel=False, prog="train_timed.py")
+    assert status == 2
+    assert capsys.readouterr().err == ("train_timed.py: error: logging.tensorboard needs the tensorboard package, "
+                                       "which is not installed: pip install tensorboard, or set "
+                                       "logging.tensorboard=false\n")
+    assert not out.exists()
+    assert train_cli([*SMALL, "--set", "logging.tensorboard=false", "--print-config"], parallel=False,
+                     prog="train_timed.py") == 0
+
+
+def test_a_run_tracked_with_wandb_disabled_keeps_no_run_id(tmp_path, monkeypatch):
+    """WANDB_MODE=disabled: W&B keeps nothing, so no id is recorded for a resume or an eval video to open (it was
+    recorded as an online run's)."""
+    wandb = pytest.importorskip("wandb")
+    from parallel_ppo.runs.tracking import start_tracking, stored_run_id
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    cfg = build_config(CARTPOLE, {"tracking.wandb": True}, [], parallel=False)
+    try:
+        tracker = start_tracking(cfg, tmp_path / "run", "sequential", resumed=False)
+        assert tracker is not None
+        tracker.finish({})
+    finally:
+        wandb.teardown()
+    assert stored_run_id(tmp_path / "run") is None
+
+
+def test_a_published_video_leaves_a_live_tensorboard_reading_the_runs_scalars(tmp_path):
+    """`eval --video` or `demo` of a run still training: the video's events go to logs/videos, a TensorBoard run of
+    their own. In logs/, TensorBoard stopped reading the training's event file once the video's, a later one, was
+    there ("File ... updated even though the current file is ...")."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    from parallel_ppo.core.config import Config
+    from parallel_ppo.runs.tracking import publish_video
+
+    run_dir = tmp_path / "run"
+    training = SummaryWriter(str(run_dir / "logs"))
+    shown = EventAccumulator(str(run_dir / "logs"))  # what TensorBoard shows of the run, read again as it trains
+    frames = [np.full((8, 8, 3), 40 * i, dtype=np.uint8) for i in range(3)]
+    for step in (1, 2, 3):
+        training.add_scalar("charts/SPS", float(step), step)
+        training.flush()
+        shown.Reload()
+        if step == 1:
+            said = publish_video(Config(), run_dir, "videos/demo", frames, 4, 1, tmp_path / "clip.gif")
+    training.close()
+    assert [scalar.step for scalar in shown.Scalars("charts/SPS")] == [1, 2, 3]
+    assert said == [f"added the video to TensorBoard as videos/demo ({run_dir / 'logs' / 'videos'})"]
+    videos = EventAccumulator(str(run_dir / "logs" / "videos"))
+    videos.Reload()
+    assert [image.step for image in videos.Images("videos/demo")] == [1]
+
+
+def test_a_video_without_tensorboard_installed_is_a_warning_and_still_goes_to_wandb(tmp_path, monkeypatch):
+    """`eval --video` or `demo` where tensorboard cannot be imported: a warning line for TensorBoard, then the video
+    is logged to the run's W&B run as ever (wandb stood in for here), not an ImportError."""
+    from parallel_ppo.core.config import Config
+    from parallel_ppo.runs import tracking
+
+    run_dir = tmp_path / "run"
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "wandb").mkdir()
+    (run_dir / "wandb" / "run_id").write_text("abc123 offline\n")
+    logged: list[dict] = []
+    run = SimpleNamespace(log=logged.append, finish=lambda: logged.append({"finished": True}))
+    monkeypatch.setattr(tracking, "import_wandb", lambda: SimpleNamespace(Video=lambda path: f"video of {path}"))
+    monkeypatch.setattr(tracking, "_init", lambda *args, **kwargs: run)
+    without_tensorboard(monkeypatch)
+    frames = [np.zeros((8, 8, 3), dtype=np.uint8)] * 2
+    said = tracking.publish_video(Config(), run_dir, "videos/demo", frames, 4, 7, tmp_path / "clip.gif")
+    assert len(said) == 2 and said[0].startswith("warning: the video is not in TensorBoard: "), said
+    assert said[1] == "logged the video to W&B run abc123 as videos/demo"
+    assert logged == [{"videos/demo": f"video of {tmp_path / 'clip.gif'}", "global_step": 7}, {"finished": True}]
+
+
 @pytest.mark.parametrize("mode, tags, words", [
     ("bogus", [], "W&B setting WANDB_MODE = 'bogus': Input should be 'online', 'offline'"),
     ("offline", ["x" * 70], "W&B setting tracking.tags = ('xxxx"),
@@ -202,7 +308,7 @@ def test_offline_tracking_keeps_the_run_in_its_directory_and_resume_continues_it
     assert [gif for run in _offline_runs(run_dir, run_id) for gif in run.glob("files/media/videos/**/*.gif")]
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(run_dir / "logs"))
+    events = EventAccumulator(str(run_dir / "logs" / "videos"))
     events.Reload()
     [image] = events.Images("videos/demo")
     assert image.step == 1024 and image.encoded_image_string.startswith(b"GIF89a")

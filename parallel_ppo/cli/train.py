@@ -95,7 +95,7 @@ def add_tracking_flags(p: OneLineParser) -> OneLineParser:
     p.add_argument("--track", action="store_true", default=None,
                    help="track the run in Weights & Biases (tracking.wandb; needs pip install 'parallel_ppo[wandb]'; "
                         "with WANDB_MODE=offline nothing goes over the network and W&B's files stay in "
-                        "OUTPUT_DIR/wandb for a later `wandb sync`)")
+                        "OUTPUT_DIR/wandb, a folder each session)")
     p.add_argument("--wandb-project", metavar="NAME",
                    help=f"W&B project (tracking.project; {builtin('tracking.project')})")
     p.add_argument("--wandb-entity", metavar="NAME", help="W&B team or user (tracking.entity; default: yours)")

@@ -360,8 +360,8 @@ class LoggingConfig:
 class TrackingConfig:
     wandb: bool = setting(False, command_line=True)
     """Track the run in Weights & Biases (`--track`; needs `pip install 'parallel_ppo[wandb]'`): the resolved config,
-    each update's metrics under their TensorBoard tags, the summary, and eval/demo videos. `WANDB_MODE=offline`
-    keeps everything in <output_dir>/wandb (or `WANDB_DIR`) with no network, for a later `wandb sync`."""
+    each update's metrics, the summary, and the videos of `eval --video` and `demo` (those of `eval.video` go to
+    TensorBoard only). `WANDB_MODE=offline`: no network, a folder a session in <output_dir>/wandb (or `WANDB_DIR`)."""
     project: str = setting("parallel_ppo", command_line=True)
     """W&B project (`--wandb-project`)."""
     entity: str = setting("", command_line=True)

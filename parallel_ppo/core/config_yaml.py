@@ -126,11 +126,15 @@ def parse_set(item: str) -> tuple[str, Any]:
     key, eq, raw = item.partition("=")
     if not eq or not key.strip():
         raise ConfigError(f"a setting must be given as section.key=value, got {item!r}")
+    return key.strip(), yaml_value(raw) if raw.strip() else ""
+
+
+def yaml_value(text: str) -> Any:
+    """`text` read as YAML, or `text` itself where it is not valid YAML (`[a,b`)."""
     try:
-        value = parse_yaml(raw) if raw.strip() else ""
+        return parse_yaml(text)
     except (yaml.YAMLError, RecursionError):
-        value = raw
-    return key.strip(), value
+        return text
 
 
 def set_keys(sets: Iterable[str]) -> set[str]:

@@ -5,6 +5,7 @@ named in one ConfigError. Messages name config keys (`section.key`); a command l
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 import os
 from typing import Any
@@ -16,7 +17,7 @@ from parallel_ppo.core.config import (
     config_fields,
     rules_of,
 )
-from parallel_ppo.core.config_yaml import load_yaml, parse_set
+from parallel_ppo.core.config_yaml import load_yaml, parse_set, yaml_value
 from parallel_ppo.core.episodes import check_names
 from parallel_ppo.core.units import to_unit
 from parallel_ppo.core.worker_rules import check_share, check_workers
@@ -101,9 +102,13 @@ def _read(key: str, value: Any, current: Any, rules: Rules) -> Any:
 
 
 def _string_list(path: str, value: Any) -> list[str]:
-    """A list of strings, or a comma-separated string split into one (empty items dropped)."""
+    """A list of strings (empty items dropped), or a string made one: a YAML list in brackets (a flag's), else split
+    at commas. A string in brackets that is no YAML list (`[a,b`) is refused, not split."""
     if isinstance(value, str):
-        value = value.split(",")
+        listed = yaml_value(value) if value.lstrip().startswith("[") else value.split(",")
+        if not isinstance(listed, list):
+            raise ConfigError(f"{path}: {value!r} is not a valid YAML list; give one as [a, b] or a,b")
+        value = listed
     if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) and not isinstance(v, bool)
                                               for v in value):
         raise ConfigError(f"{path} must be a list of names or a comma-separated string, got {value!r}")
@@ -176,6 +181,8 @@ def validate(cfg: Config, world_size: int = 1) -> None:
                           f"({cfg.run.total_steps:,}): the steps past it would train at a learning rate of 0")
     check_family(cfg.env)
     check_names(cfg.logging.episode_info)
+    if cfg.logging.tensorboard:
+        check_tensorboard()
     if cfg.tracking.wandb:
         check_wandb()
     if cfg.eval.interval_seconds > 0:
@@ -233,10 +240,22 @@ def resume_mismatch(stored: Config, current: Config) -> str | None:
 
 def check_wandb() -> None:
     """W&B tracking needs wandb, an optional dependency: refuse it, naming the install, where it is missing."""
+    _check_installed("wandb", "tracking.wandb needs wandb for W&B tracking: pip install 'parallel_ppo[wandb]'")
+
+
+def check_tensorboard() -> None:
+    """TensorBoard events need the tensorboard package, which an environment may lack though it is a dependency:
+    refuse them, naming the fix, where it is missing (before anything is written, not when training starts)."""
+    _check_installed("tensorboard", "logging.tensorboard needs the tensorboard package, which is not installed: "
+                                    "pip install tensorboard, or set logging.tensorboard=false")
+
+
+def _check_installed(module: str, refusal: str) -> None:
+    """Raise ConfigError `refusal` where `module` cannot be imported."""
     try:
-        import wandb  # noqa: F401
+        importlib.import_module(module)
     except ImportError:
-        raise ConfigError("tracking.wandb needs wandb for W&B tracking: pip install 'parallel_ppo[wandb]'") from None
+        raise ConfigError(refusal) from None
 
 
 def _check_rollout(cfg: Config, world_size: int = 1) -> None:

@@ -1,11 +1,13 @@
 """Experiment tracking in Weights & Biases, optional (`tracking.wandb`, `--track`; `pip install
 'parallel_ppo[wandb]'`): the resolved config, each update's metrics under their TensorBoard tags against
-`global_step` (env steps), the summary, and eval/demo videos, which also go to the run's TensorBoard events.
+`global_step` (env steps), the summary, and the videos of `eval --video` and `demo`, which also go to the run's
+TensorBoard events in <run>/logs/videos (those of evaluations during training, `eval.video`, go to TensorBoard only).
 
 W&B keeps its files in the run directory (<run>/wandb, unless `WANDB_DIR` says otherwise), and the id of the W&B
-run in <run>/wandb/run_id, so that `--resume` continues the same W&B run. `WANDB_MODE=offline` writes everything
-there with no network (and turns off wandb's own error reports unless `WANDB_ERROR_REPORTING` is set), for a later
-`wandb sync`."""
+run in <run>/wandb/run_id (none for `WANDB_MODE=disabled`), so that `--resume` continues the same W&B run online.
+`WANDB_MODE=offline` writes everything there with no network (and turns off wandb's own error reports unless
+`WANDB_ERROR_REPORTING` is set): each session in an offline-run-* folder of its own under the same id, whose history
+starts again at step 0 (what `wandb sync` makes of them is W&B's)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,10 @@ from parallel_ppo.runs.video import add_tensorboard_video
 
 RUN_ID_FILE = Path("wandb") / "run_id"
 """Where a run directory keeps the id of its W&B run."""
+VIDEO_LOGS = Path("logs") / "videos"
+"""Where a run directory's TensorBoard events of `eval --video` and `demo` videos go: a directory of their own, as the
+videos of evaluations during training have (`runs.training.EvalHook.video_dir`), so that a live TensorBoard goes on
+reading the training's scalars in logs/."""
 
 
 def import_wandb() -> ModuleType:
@@ -110,7 +116,8 @@ class WandbTracker:
         """Start a W&B run for `run_dir` (a resumed run continues the W&B run it had) and record the config."""
         run = _init(cfg, run_dir, stored_run_id(run_dir) if resumed else None, job_type=mode)
         run.config.update(cfg.to_dict(), allow_val_change=True)
-        write_text(run_dir / RUN_ID_FILE, f"{run.id} {'offline' if run.offline else 'online'}\n")
+        if not run.disabled:  # WANDB_MODE=disabled: a run that keeps nothing, for no resume or video to open
+            write_text(run_dir / RUN_ID_FILE, f"{run.id} {'offline' if run.offline else 'online'}\n")
         return cls(run)
 
     def log(self, tags: dict[str, float], step: int) -> None:
@@ -140,14 +147,14 @@ def start_tracking(cfg: Config, run_dir: Path, mode: str, resumed: bool,
 def publish_video(cfg: Config, run_dir: Path, tag: str, frames: Sequence[np.ndarray], fps: int, step: int,
                   video: Path) -> list[str]:
     """Add an eval or demo video (written to `video`) of the run in `run_dir` to its TensorBoard events (when it
-    has them) and to its W&B run (when it was tracked), at env step `step`; returns what was done, one line each
-    (lines starting `warning:` for what could not be)."""
+    has them; in `VIDEO_LOGS`) and to its W&B run (when it was tracked), at env step `step`; returns what was done,
+    one line each (lines starting `warning:` for what could not be)."""
     said = []
     if cfg.logging.tensorboard and (run_dir / "logs").is_dir():
         try:
-            add_tensorboard_video(run_dir / "logs", tag, frames, fps, step)
-            said.append(f"added the video to TensorBoard as {tag} ({run_dir / 'logs'})")
-        except OSError as e:
+            add_tensorboard_video(run_dir / VIDEO_LOGS, tag, frames, fps, step)
+            said.append(f"added the video to TensorBoard as {tag} ({run_dir / VIDEO_LOGS})")
+        except (OSError, ImportError) as e:  # a full disk; tensorboard not installed
             said.append(f"warning: the video is not in TensorBoard: {e}")
     run_id = stored_run_id(run_dir)
     if run_id is not None:
