@@ -291,6 +291,32 @@ def test_robosuite_lift_steps_from_its_camera_renders_and_reports_success():
         env.close()
 
 
+def test_a_robosuite_task_that_ends_before_its_horizon_is_terminated_not_cut():
+    """robosuite says `done` at the horizon and where a task ends itself (Wipe: a collision, a joint limit, success):
+    only the horizon is a time limit whose value bootstraps; Wipe's early ends were all reported as time limits."""
+    from types import SimpleNamespace
+
+    from parallel_ppo.envs.robot_envs import RobosuiteEnv
+
+    def stepped(timestep: int, done: bool) -> tuple[bool, bool]:
+        env = object.__new__(RobosuiteEnv)  # robosuite's task stood in for by what step reads of it
+        env._env = SimpleNamespace(step=lambda action: ({}, 0.5, done, {}), _check_success=lambda: False,
+                                   timestep=timestep, horizon=500)
+        env._succeeded, env._observe = False, lambda obs: obs
+        return env.step(np.zeros(7))[2:4]
+
+    assert stepped(224, True) == (True, False), "an end of the task's own"
+    assert stepped(500, True) == (False, True), "the horizon"
+    assert stepped(224, False) == (False, False)
+
+
+def test_a_camera_list_of_no_names_is_no_camera():
+    """`cameras=+` passed the check that something shows the task's object, and trained blind; `a++a` is `a`."""
+    with pytest.raises(ConfigError, match="cameras and object_state are all off"):
+        check_family(EnvConfig(id="robosuite/Lift?object_state=false&cameras=+"))
+    assert options_of(EnvConfig(id="robosuite/Lift?cameras=agentview++agentview+"))["cameras"] == "agentview"
+
+
 @pytest.mark.slow  # builds three robosuite simulators: seconds
 def test_robosuite_envs_built_from_one_seed_start_alike():
     """robosuite draws Lift's cube size while it builds the task: from the seed the env is built from, so that a run

@@ -127,7 +127,8 @@ ROBOSUITE = Family(  # robosuite's arm tasks (robosuite/Lift?robot=Panda, ...), 
                               "(`robot0_eye_in_hand`, `agentview`, `frontview`, ...)", camera=True),
         "object_state": Option(True, "observe the objects' state; off, the cameras must show them"),
         "reward": Option("dense", "robosuite's staged reward, or `sparse`: 1 on success", ("dense", "sparse")),
-        "horizon": Option(500, "steps an episode lasts: a time limit, so the value is bootstrapped"),
+        "horizon": Option(500, "steps an episode lasts at most: a time limit, so the value is bootstrapped (a task "
+                               "that ends sooner, as Wipe on a collision, ends terminated)"),
         "control_freq": Option(20, "actions per simulated second"),
     }, sight=("cameras", "object_state"), gl=True)
 GENESIS = Family(  # Genesis's CPU backend (genesis/FrankaLift: the Genesis devlog's task; the extra `genesis`)
@@ -285,6 +286,8 @@ def _read_option(key: str, option: Option, text: str | None) -> Any:
         return value
     if option.choices and text not in option.choices:
         raise ConfigError(f"env option {key}={text!r}: expected one of {', '.join(option.choices)}")
+    if option.camera:  # names between `+`: each once, none empty (`+` alone is no camera)
+        return "+".join(dict.fromkeys(name for name in text.split("+") if name))
     return text
 
 

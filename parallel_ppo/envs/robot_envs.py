@@ -55,7 +55,8 @@ def make_robosuite(cfg: EnvConfig, options: dict[str, Any], render: bool, clock:
 class RobosuiteEnv(gymnasium.Env):
     """One robosuite task. Observations: `<robot>proprio-state`, `object-state` (unless `object_state` is off)
     and `<camera>_image` for each camera (uint8, upright). An episode lasts `horizon` steps, a time limit
-    (truncated); `is_success` says whether the task was done at any step of it."""
+    (truncated), unless the task ends it sooner (terminated: Wipe on a collision, a joint limit or success);
+    `is_success` says whether the task was done at any step of it."""
 
     metadata = {"render_modes": ["rgb_array"]}
 
@@ -132,7 +133,9 @@ class RobosuiteEnv(gymnasium.Env):
     def step(self, action: np.ndarray) -> tuple[dict, float, bool, bool, dict]:
         obs, reward, done, _ = self._env.step(action)
         self._succeeded = self._succeeded or bool(self._env._check_success())
-        return self._observe(obs), float(reward), False, bool(done), {"is_success": float(self._succeeded)}
+        truncated = bool(done) and self._env.timestep >= self._env.horizon  # the time limit, bootstrapped
+        return (self._observe(obs), float(reward), bool(done) and not truncated, truncated,
+                {"is_success": float(self._succeeded)})
 
     def render(self) -> np.ndarray:
         self._draw_here()
