@@ -171,7 +171,9 @@ train-distributed: install
 
 ## Compare benchmarks/sequential_$(TAG) with benchmarks/parallel_$(TAG), training whichever has no
 ## summary.json yet first (DURATION each, 90m or 1.5h): make compare TAG=30m DURATION=30m. The trainer refuses a
-## directory holding a run stopped before its summary: ARGS=--resume-if-exists continues it, ARGS=--overwrite starts over
+## directory holding a run killed before its summary: ARGS=--resume-if-exists continues it, ARGS=--overwrite starts
+## over. A run stopped by Ctrl-C wrote its summary and is compared as it is (with a warning): to finish it first,
+## make train (or train-parallel) ARGS=--resume-if-exists with the same TAG and DURATION
 compare: install
 	@case "$(TAG)" in ''|*[!A-Za-z0-9._:+-]*) \
 		echo "make compare: error: TAG names the runs: letters, digits and . _ : + - only, got '$(TAG)'" >&2; exit 2;; esac
