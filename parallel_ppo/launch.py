@@ -44,10 +44,11 @@ from parallel_ppo.runs.directory import (
     run_dir_lock,
     trainer_mismatch,
 )
+from parallel_ppo.runs.plan import RunPlan
 from parallel_ppo.runs.reading import read_config
 from parallel_ppo.runs.report.formatting import fmt_flop
 from parallel_ppo.runs.tracking import WandbTracker, start_tracking
-from parallel_ppo.runs.training import RunPlan, train_run
+from parallel_ppo.runs.training import train_run
 from parallel_ppo.tuning.before_run import Tuning, tune
 from parallel_ppo.tuning.learner_settings import LearnerChoice
 

@@ -440,3 +440,39 @@ def test_the_exchanges_where_ranks_wait_on_rank_zero_take_the_long_timeout(monke
     gather_ranks(SimpleNamespace(threads={}), SimpleNamespace(layout={}, mode="parallel"),
                  SimpleNamespace(model=torch.nn.Linear(2, 1)), SimpleNamespace(phase_seconds={}), Recording())
     assert asked == [True], "the end-of-run gather waits with the long timeout"
+
+
+def test_every_rank_takes_rank_zeros_word_on_whether_a_resumed_run_had_finished(tmp_path):
+    """`finished_summary`: rank 0 reads summary.json and keeps it only where it is the checkpoint's (its updates and
+    env steps); the other ranks read nothing (their host's copy may be another) and take rank 0's answer from the
+    broadcast, so that every rank finishes the run (the ranks' gather) or none; a resume that trained on, or whose
+    checkpoint ended on a signal, finishes without asking (the ranks agreed on those already)."""
+    from types import SimpleNamespace
+
+    from parallel_ppo.core.group import Group
+    from parallel_ppo.runs.training import finished_summary
+
+    sent: list[object] = []
+
+    class Rank(Group):
+        def __init__(self, rank: int) -> None:
+            self.rank, self.is_main = rank, rank == 0
+
+        def broadcast(self, obj):
+            if self.is_main:
+                sent.append(obj)
+            return sent[-1]
+
+    def finished(rank: int, update: int = 4, ended: str | None = "total_steps") -> dict | None:
+        plan = SimpleNamespace(run_dir=tmp_path, resume={"update": 4, "env_steps": 128, "stop_reason": ended})
+        return finished_summary(plan, SimpleNamespace(update=update), SimpleNamespace(stop_reason="total_steps"),
+                                Rank(rank))
+
+    ours = {"updates": 4, "total_env_steps": 128}
+    (tmp_path / "summary.json").write_text(json.dumps(ours))
+    assert finished(0) == ours
+    (tmp_path / "summary.json").write_text(json.dumps({"updates": 2, "total_env_steps": 64}))  # rank 1's host's
+    assert finished(1) == ours
+    assert finished(0) is None and finished(1) is None  # an earlier session's summary.json: the run finishes now
+    (tmp_path / "summary.json").write_text(json.dumps(ours))
+    assert finished(0, update=5) is None and finished(0, ended="signal") is None and len(sent) == 2

@@ -283,6 +283,62 @@ def test_an_evaluation_that_fails_at_the_end_leaves_a_run_that_a_resume_finishes
     assert summary["test_return_mean"] is not None
 
 
+class Killed(BaseException):
+    """A SIGKILL, as far as the run's files go: the process stops where it is raised, nothing more written."""
+
+
+def killed(*args, **kwargs) -> None:
+    raise Killed
+
+
+def test_a_run_killed_during_its_final_evaluation_is_evaluated_by_a_resume(tmp_path, monkeypatch, capsys):
+    """Killed at its budget after its last checkpoint (which records the budget) and before summary.json: --resume
+    trains nothing and writes what the kill lost, the final evaluation and the summary of the run's updates, not of
+    an empty session; resumed again, the run is finished and kept as it is."""
+    from parallel_ppo.cli.train import run as train_cli
+    from parallel_ppo.runs import training
+
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch, pytest.raises(Killed):
+        patch.setattr(training, "play_episodes", killed)
+        train_cli(cartpole(out, 64, "3600"), parallel=False, prog="train_timed.py")
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["stop_reason"] == "total_steps"
+    assert not (out / "summary.json").exists()
+    capsys.readouterr()
+    assert train_cli(["--resume", str(out)], parallel=False, prog="train_timed.py") == 0
+    assert "evaluation on train levels: mean return" in capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["stop_reason"], summary["updates"], summary["total_env_steps"]) == ("total_steps", 2, 64)
+    assert summary["test_return_mean"] is not None and summary["final_metrics"] == {}  # no update of its own
+    assert train_cli(["--resume", str(out)], parallel=False, prog="train_timed.py") == 0
+    assert json.loads((out / "summary.json").read_text()) == summary
+
+
+def test_a_resume_past_its_budget_finishes_a_session_killed_after_a_checkpoint(tmp_path, monkeypatch, capsys):
+    """A finished run (2 updates) resumed with a larger budget and killed after update 4's checkpoint (written during
+    the session: no stop reason), its first session's summary.json left; resumed with a budget it has spent, it
+    trains nothing and writes the summary of its 4 updates, not the stale one of 2."""
+    from parallel_ppo.cli.train import run as train_cli
+    from parallel_ppo.runs import training
+
+    out = tmp_path / "run"
+    assert train_cli(cartpole(out, 64, "3600"), parallel=False, prog="train_timed.py") == 0
+    with monkeypatch.context() as patch, pytest.raises(Killed):
+        patch.setattr(training.CheckpointHook, "save_last", killed)
+        train_cli(["--resume", str(out), "--total-steps", "128", "--set", "run.checkpoint_interval=0.0001"],
+                  parallel=False, prog="train_timed.py")
+    checkpoint = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert (checkpoint["update"], checkpoint["stop_reason"]) == (4, None)
+    assert json.loads((out / "summary.json").read_text())["updates"] == 2
+    capsys.readouterr()
+    assert train_cli(["--resume", str(out), "--total-steps", "64"], parallel=False, prog="train_timed.py") == 0
+    assert "total_steps after 128 steps" in capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["stop_reason"], summary["updates"], summary["total_env_steps"]) == ("total_steps", 4, 128)
+    assert summary["test_return_mean"] is not None
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["stop_reason"] == "total_steps"
+
+
 def full_disk(monkeypatch: pytest.MonkeyPatch, name: str, from_call: int) -> None:
     """Writing the run's `name` (`runs.training`'s `save_checkpoint` or `write_json`) fails from its `from_call`-th
     call on, as on a full disk: part of the file is written, then the write raises."""

@@ -26,7 +26,7 @@ run's."""
 ENDED = "stop_reason"
 """The key that records how the session that wrote a run's last checkpoint ended (None in those written during it,
 absent from older ones): a run resumed at its budget that had stopped there on an error or a signal finishes, where
-a finished one is left as it is."""
+a finished one (its summary.json written for this checkpoint) is left as it is."""
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:

@@ -59,7 +59,9 @@ class RunSummary:
     num_envs: int
     total_env_steps: int
     wall_seconds: float
-    """Elapsed seconds of the run (over all sessions, when resumed), start-up included."""
+    """Elapsed seconds of the run's training (over all sessions, when resumed): each session's from once its workers
+    are up and the learner's settings and compute limit measured to its stop after its last update (the final
+    checkpoint and evaluation left out)."""
     episodes: int
     """Episodes finished during the run (0 = none: the returns are None)."""
     updates: int
@@ -74,7 +76,8 @@ class RunSummary:
     sps: float | None = None
     """Steady-state env steps per second (`steady_sps`): the run's throughput, as every report shows it."""
     overall_sps: float | None = None
-    """total_env_steps / wall_seconds: start-up, the compute-limit measurement and update 1 included."""
+    """total_env_steps / wall_seconds: update 1 and the logging, checkpoints and evaluations between updates included;
+    start-up and the compute-limit measurement are not."""
     episodic_return_mean: float | None = None
     """Mean return of the last `logging.return_window` (default 100) episodes."""
     episodic_length_mean: float | None = None
@@ -127,7 +130,8 @@ class RunSummary:
     world_size: int = 1
     """Ranks of a distributed run (1 otherwise)."""
     final_metrics: dict = dataclasses.field(default_factory=dict)
-    """The last update's value of every metric declared with `summary=True` (`core.metrics`), by metrics.csv column."""
+    """The last update's value of every metric declared with `summary=True` (`core.metrics`), by metrics.csv column:
+    the session's own last update (empty where the session that wrote it finished none)."""
     distributed: dict | None = None
     """A distributed run's ranks: the rollout source each runs, its envs, and per rank its host, layout, threads,
     parameter checksum and phase seconds (mode distributed only)."""

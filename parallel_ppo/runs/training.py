@@ -1,6 +1,6 @@
 """A training run's outputs while and after it trains: the hooks that evaluate, log (metrics.csv, TensorBoard,
-the progress bar or lines, W&B) and checkpoint after each update, the `RunPlan` every mode trains, and `train_run`,
-which runs the core loop with them and builds summary.json from what the run measured (every figure by
+the progress bar or lines, W&B) and checkpoint after each update, and `train_run`, which trains a `RunPlan`
+(`runs.plan`) in the core loop with them and builds summary.json from what the run measured (every figure by
 `runs.figures`)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import json
 import math
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from parallel_ppo.errors import WriteFailed, one_line
 from parallel_ppo.runs import fingerprint
 from parallel_ppo.runs.figures import compute_figures, return_figures, steady_sps
 from parallel_ppo.runs.metrics import MetricsLogger, ResourceSampler, Tracker
+from parallel_ppo.runs.plan import RunPlan
 from parallel_ppo.runs.progress import make_progress
 from parallel_ppo.runs.summary import BUDGETS, RunSummary, observation_record
 from parallel_ppo.runs.video import EVAL_VIDEO_TAG, VIDEO_FPS, add_tensorboard_video, captioned, purge_tensorboard
@@ -202,31 +204,6 @@ class CheckpointHook:
             self.save(state, ended)
 
 
-@dataclass(frozen=True)
-class RunPlan:
-    """A run resolved once before its first update and passed on unchanged to every mode: its config (validated, with
-    the learner's settings and the run directory in place), its env spaces, threads and the measurements made before
-    it (recorded in summary.json), and the checkpoint it resumes."""
-
-    cfg: Config
-    spaces: EnvSpaces
-    run_dir: Path
-    mode: str
-    """`sequential`, `parallel` or `distributed`."""
-    threads: dict[str, int]
-    learner: dict | None = None
-    """How precision, microbatch and device were chosen (`tuning.learner_settings.LearnerChoice.to_dict`), and under
-    `threads` the learner's thread count (`tuning.learner_threads.ThreadChoice.to_dict`)."""
-    compute_limit: dict | None = None
-    """The bare network's compute limit (`tuning.compute_limit.measure_compute_limit`)."""
-    roofline: dict | None = None
-    """The network's FLOPs and this machine's matmul peaks."""
-    resume: dict | None = None
-    """The checkpoint the run continues from (None: a new run)."""
-    overwrite: bool = False
-    """Whether an earlier run's files in `run_dir` are replaced."""
-
-
 @dataclass
 class MainRankHooks:
     """What rank 0 alone does after each update: evaluate, log, checkpoint (all None on the other ranks)."""
@@ -253,7 +230,8 @@ def train_run(plan: RunPlan, source: RolloutSource, group: Group = ALONE, tracke
     """Train until the duration or step budget is spent (or a signal arrives); returns summary.json's content.
 
     A resumed run (`plan.resume`) carries on with the checkpoint's model, optimizer, counters, RNG states, episode
-    window and elapsed time, and metrics rows logged after it are dropped so the CSV stays continuous.
+    window and elapsed time, and metrics rows logged after it are dropped so the CSV stays continuous; one that had
+    finished (`finished_summary`) and trains nothing more returns its summary.json, its files left as they are.
 
     In a distributed run (`group`), every rank starts from rank 0's parameters and trains in step with the others;
     only rank 0 writes (metrics, TensorBoard, checkpoints, evaluation, summary.json with every rank's layout and
@@ -277,9 +255,8 @@ def train_run(plan: RunPlan, source: RolloutSource, group: Group = ALONE, tracke
                 main_hooks = MainRankHooks(metrics, CheckpointHook(plan, clock, stop, group), evals)
             outcome = run_loop(cfg, source, state, main_hooks.hooks(), stop, clock, group)
             source.abandon_rollout()  # an overlapped one in flight: its workers stop before the final evaluation
-            done_before = (resume is not None and state.update == resume["update"] and outcome.stop_reason in BUDGETS
-                           and resume.get(ENDED) in (None, *BUDGETS))  # one stopped there otherwise finishes now
-            if not done_before:  # a finished run resumed (a requeued job) keeps its files as they are
+            finished = finished_summary(plan, state, outcome, group)
+            if finished is None:  # a finished run resumed (a requeued job) keeps its files as they are
                 if main_hooks.checkpoints is not None:  # the first file: a rank lost now cannot cost the updates
                     main_hooks.checkpoints.save_last(state, outcome.stop_reason)
                 main_hooks.training_ended()
@@ -292,8 +269,8 @@ def train_run(plan: RunPlan, source: RolloutSource, group: Group = ALONE, tracke
         close_run(main_hooks, source)
         if main_hooks.metrics is None:  # not rank 0: how the run ended is all it reports
             return {"stop_reason": outcome.stop_reason, "signal": outcome.signal, "error": outcome.error}
-        if done_before and (stored := read_summary(plan.run_dir)) is not None:
-            return stored
+        if finished is not None:
+            return finished
         summary = summarize(plan, source, state, outcome, main_hooks.metrics, final_eval, ranks).to_dict()
         with writing(plan.run_dir / "summary.json"):
             write_json(plan.run_dir / "summary.json", summary)
@@ -334,12 +311,24 @@ def gather_ranks(plan: RunPlan, source: RolloutSource, state: TrainState, outcom
                          "phase_seconds": outcome.phase_seconds}, patient=True)
 
 
-def read_summary(run_dir: Path) -> dict | None:
-    """The run's summary.json, or None if it cannot be read."""
-    try:
-        return json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
+def finished_summary(plan: RunPlan, state: TrainState, outcome: Outcome, group: Group) -> dict | None:
+    """The summary.json of a resumed run that had finished and trained no further: one resumed at its budget, its
+    checkpoint from a session that did not end on an error or a signal, and its summary.json written for that
+    checkpoint (its updates and env steps). None where the run finishes now: a new run, one that trained, or a
+    summary.json missing, unreadable or an earlier session's (a session killed before it wrote its own). What the
+    ranks agree on decides first; rank 0 then reads the file and every rank takes its answer (a broadcast), so that
+    all decide alike whether to finish the run."""
+    resume = plan.resume
+    if not (resume is not None and state.update == resume["update"] and outcome.stop_reason in BUDGETS
+            and resume.get(ENDED) in (None, *BUDGETS)):
         return None
+    stored = None
+    if group.is_main:
+        with suppress(OSError, ValueError):
+            stored = json.loads((plan.run_dir / "summary.json").read_text())
+        counts = (stored.get("updates"), stored.get("total_env_steps")) if isinstance(stored, dict) else None
+        stored = stored if counts == (resume["update"], resume["env_steps"]) else None
+    return group.broadcast(stored)
 
 
 def final_metrics(row: dict[str, Any]) -> dict[str, float]:
