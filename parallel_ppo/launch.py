@@ -37,6 +37,7 @@ from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.errors import ConfigError, WriteFailed
 from parallel_ppo.request import Request
 from parallel_ppo.runs.directory import (
+    check_writable,
     new_run_dir,
     resolve_run_dir,
     resume_state,
@@ -179,6 +180,8 @@ def claim_run_dir(cfg: Config, spaces: EnvSpaces, request: Request, group: Group
         try:
             if request.resume is None:
                 run_dir = resolve_run_dir(cfg, request.mode, request.overwrite)
+            else:  # config.yaml is written again, then the run's files
+                check_writable(run_dir, f"run directory {run_dir}")
             check_render(cfg, spaces)
         except ConfigError as e:
             refusal = str(e)
@@ -265,8 +268,8 @@ def execute(run: PreparedRun, prog: str | None, interrupt: bool = False) -> tupl
 
 
 def kept_checkpoint(run: PreparedRun) -> str:
-    """What a run stopped by a lost rank or a full disk leaves to resume from: rank 0's checkpoint (another host's,
-    for the other ranks)."""
+    """What a run stopped by a lost rank, a full disk or a second Ctrl-C leaves to resume from: rank 0's checkpoint
+    (another host's, for the other ranks)."""
     run_dir = run.plan.run_dir
     if not run.group.is_main:
         return f"rank 0's last checkpoint in {run_dir}, if it wrote one, is intact"
@@ -304,12 +307,11 @@ def train_tracked(run: PreparedRun, tracker: WandbTracker | None, prog: str | No
     summary: dict = {"stop_reason": "error"}  # what the tracker is told if training raises
     try:
         summary = train_run(plan, run.source, run.group, tracker)
-    except KeyboardInterrupt:  # a second Ctrl-C: stop now; the last checkpoint was written atomically
+    except KeyboardInterrupt:  # a second Ctrl-C: stop now; a checkpoint written before is whole (atomic writes)
         summary = {"stop_reason": "signal", "signal": "SIGINT"}
         if interrupt:
             raise
-        print(f"\n{prog or 'parallel_ppo'}: interrupted; the last checkpoint in {plan.run_dir} is intact",
-              file=sys.stderr)
+        print(f"\n{prog or 'parallel_ppo'}: interrupted; {kept_checkpoint(run)}", file=sys.stderr)
         return summary
     finally:
         if tracker is not None:

@@ -415,6 +415,28 @@ def test_a_full_disk_at_the_end_is_one_line_and_keeps_the_files_written_before(t
         f"(the last checkpoint in {out} is intact)")
 
 
+def test_a_second_ctrl_c_says_whether_a_checkpoint_stands(tmp_path, monkeypatch, capsys):
+    """A second Ctrl-C (KeyboardInterrupt out of the loop) ends the run with status 130 and one line that names the
+    checkpoint left to resume from: none before the run's first, the last one after it."""
+    from parallel_ppo.cli.train import run as train_cli
+    from parallel_ppo.runs import training
+
+    def interrupted(*args, **kwargs) -> None:
+        raise KeyboardInterrupt
+
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        patch.setattr(training, "run_loop", interrupted)
+        assert train_cli(cartpole(out, 64, "3600"), parallel=False, prog="train_timed.py") == 130
+    assert capsys.readouterr().err == f"\ntrain_timed.py: interrupted; no checkpoint was written in {out}\n"
+    assert not (out / "checkpoint.pt").exists()
+    assert train_cli(cartpole(out, 64, "3600") + ["--overwrite"], parallel=False, prog="train_timed.py") == 0
+    with monkeypatch.context() as patch:
+        patch.setattr(training, "run_loop", interrupted)
+        assert train_cli(["--resume", str(out), "--total-steps", "128"], parallel=False, prog="train_timed.py") == 130
+    assert capsys.readouterr().err == f"\ntrain_timed.py: interrupted; the last checkpoint in {out} is intact\n"
+
+
 def test_a_failed_encoders_second_failure_is_not_printed_and_nothing_else_is_hidden(monkeypatch):
     """`runs.video.collect_quietly`: the writer a failed encode leaves in its traceback fails again as it is collected
     (imageio closes it), unprinted; another object's error meanwhile still reaches the hook, which is put back."""

@@ -126,6 +126,8 @@ INCONSISTENT = {  # what a trial of bad checkpoints found: each crashed or hung 
     "non-numeric episode_info": (_set(("episode_info",), {"is_success": [1.0, "abc"]}),
                                  "corrupt: episode_info['is_success'][1] is 'abc', not a number"),
     "random bytes": (None, "is not a checkpoint: it is corrupt"),
+    "unknown mode": (_set(("mode",), "weird"),
+                     "is corrupt: its mode is 'weird', not sequential, parallel or distributed"),
 }
 
 
@@ -384,6 +386,11 @@ def _folder_for(path: Path) -> None:
     path.mkdir()
 
 
+def _file_for(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    path.write_text("not a folder")
+
+
 DAMAGED = {
     "metrics.csv of other bytes than text": (lambda run: (run / "metrics.csv").write_bytes(b"update\n1\n\xff\xfe"),
                                              "metrics.csv cannot be read ('utf-8' codec can't decode byte 0xff"),
@@ -392,6 +399,8 @@ DAMAGED = {
                                                   "metrics.csv cannot be read (field larger than field limit"),
     "metrics.csv a folder": (lambda run: _folder_for(run / "metrics.csv"), "metrics.csv is a folder, not the run's"),
     "summary.json a folder": (lambda run: (run / "summary.json").mkdir(), "summary.json is a folder, not the run's"),
+    "logs a file": (lambda run: _file_for(run / "logs"), "logs is a file, not the run's folder"),
+    "wandb a file": (lambda run: _file_for(run / "wandb"), "wandb is a file, not the run's folder"),
 }
 
 
@@ -543,6 +552,40 @@ def test_a_resume_whose_start_fails_leaves_the_run_as_it_was(runs, tmp_path, cap
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and "WANDB_MODE = 'bogus'" in err, err
     assert hashes(run) == before and not (run / "wandb").exists()
+
+
+def test_a_resume_into_a_directory_that_takes_no_writes_is_one_line_and_changes_nothing(runs, tmp_path, capsys,
+                                                                                        monkeypatch):
+    """A run directory that takes no new file (a read-only mount; as root, chmod makes none, so the probe's file is
+    refused as such a mount refuses it) is refused before the run starts: one line, exit 2. Where config.yaml cannot
+    be written once it starts, the run stops in one line naming the file (exit 1), the restore of config.yaml after
+    it being best effort: its error does not replace the first. The run directory stays as it was."""
+    def tuned(*args: object) -> None:
+        raise AssertionError("the directory was not refused before the run started")
+
+    def read_only(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    run = Path(shutil.copytree(runs["sequential"], tmp_path / "run"))
+    before, temporary_file = hashes(run), tempfile.TemporaryFile
+
+    def probe(*args: object, dir: object = None, **kwargs: object) -> object:  # tempfile names it `dir`
+        return read_only() if dir == run.absolute() else temporary_file(*args, dir=dir, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr("parallel_ppo.launch.tune", tuned)
+        patch.setattr(tempfile, "TemporaryFile", probe)
+        assert train_cli(["--resume", str(run)], parallel=False, prog="train_timed.py") == 2
+    assert capsys.readouterr().err == (f"train_timed.py: error: cannot write run directory {run}: {run}: Read-only "
+                                       "file system\n")
+    with monkeypatch.context() as patch:
+        patch.setattr("parallel_ppo.runs.directory.write_text", read_only)
+        patch.setattr("parallel_ppo.runs.directory.atomic_write", read_only)
+        assert train_cli(["--resume", str(run)], parallel=False, prog="train_timed.py") == 1
+        assert capsys.readouterr().err == (f"train_timed.py: error: could not write {run / 'config.yaml'}: OSError: "
+                                           f"[Errno 30] Read-only file system; stopping (the last checkpoint in {run} "
+                                           "is intact)\n")
+    assert hashes(run) == before
 
 
 def test_a_start_that_fails_removes_the_directory_it_made_only(tmp_path):

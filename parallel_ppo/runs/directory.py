@@ -16,9 +16,9 @@ from pathlib import Path
 
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.config_yaml import dump_yaml
-from parallel_ppo.core.files import atomic_write, path_problem, resolved, write_text
-from parallel_ppo.errors import ConfigError
-from parallel_ppo.runs.summary import RUN_FILES
+from parallel_ppo.core.files import atomic_write, path_problem, resolved, write_text, writing
+from parallel_ppo.errors import ConfigError, RunDataError
+from parallel_ppo.runs.summary import RUN_FILES, short_repr
 
 try:
     import fcntl
@@ -108,8 +108,12 @@ TRAINERS = {"sequential": "train_timed.py, or parallel-ppo train", "parallel": "
 def trainer_mismatch(path: Path, state: dict, mode: str, parallel: bool) -> str | None:
     """Why the run in `path` (its checkpoint `state`) cannot be resumed by a trainer of `mode` (`sequential`,
     `parallel`, `distributed`; `parallel`: the parallel trainer's), saying how it can; None where it can. A
-    distributed run's trainer is read from its summary.json, where one was written."""
+    distributed run's trainer is read from its summary.json, where one was written. A checkpoint of another mode is
+    corrupt (RunDataError)."""
     ran = state.get("mode", mode)
+    if ran not in (*TRAINERS, "distributed"):
+        raise RunDataError(f"checkpoint {path / 'checkpoint.pt'} is corrupt: its mode is {short_repr(ran)}, not "
+                           "sequential, parallel or distributed")
     source = _distributed_source(path) if ran == "distributed" else ran
     asked = "parallel" if parallel else "sequential"
     if ran == mode and source in (None, asked):
@@ -133,11 +137,15 @@ def _distributed_source(path: Path) -> str | None:
 
 
 def check_resumable(path: Path) -> None:
-    """Refuse to resume a run directory whose metrics.csv or summary.json the run would fail on once its workers had
-    started, config.yaml rewritten: a folder in the place of either, or a metrics.csv that is not CSV text."""
+    """Refuse to resume a run directory whose files the run would fail on once its workers had started, config.yaml
+    rewritten: a folder in the place of metrics.csv or summary.json, something other than a folder in the place of
+    logs or wandb, or a metrics.csv that is not CSV text."""
     for name in ("metrics.csv", "summary.json"):
         if (path / name).is_dir():
             raise ConfigError(f"cannot resume: {path / name} is a folder, not the run's file; move it away")
+    for name in ("logs", "wandb"):
+        if os.path.lexists(path / name) and not (path / name).is_dir():
+            raise ConfigError(f"cannot resume: {path / name} is a file, not the run's folder; move it away")
     metrics = path / "metrics.csv"
     try:
         with open(metrics, newline="") as f:
@@ -225,20 +233,23 @@ def new_run_dir(path: Path, cfg: Config, overwrite: bool) -> Iterator[None]:
 
 @contextmanager
 def resumed_run_dir(path: Path, cfg: Config, resume: dict) -> Iterator[None]:
-    """The directory of a resumed run, its config.yaml written with the settings it goes on with, for the run's
-    start (the body): if the body raises, config.yaml is written back as it was and a W&B folder made meanwhile
-    is removed (a refused `--track` leaves the run as it was). A checkpoint that is no longer the one `resume` was
-    read from (another run into the directory wrote it while this one started) is refused."""
+    """The directory of a resumed run, its config.yaml written with the settings it goes on with (WriteFailed where
+    the disk does not take it), for the run's start (the body): if the body raises, config.yaml is written back as it
+    was, where the disk takes it, and a W&B folder made meanwhile is removed (a refused `--track` leaves the run as it
+    was). A checkpoint that is no longer the one `resume` was read from (another run into the directory wrote it
+    while this one started) is refused."""
     if file_identity(path / "checkpoint.pt") != resume.get(CHECKPOINT_READ):
         raise ConfigError(f"{path / 'checkpoint.pt'} was written again while this run started (by another run into "
                           "the directory, ended since); run the command again to go on from it")
     config, wandb = path / "config.yaml", path / "wandb"
     earlier, had_wandb = config.read_bytes(), wandb.exists()
     try:
-        write_text(config, dump_yaml(cfg.to_dict()))
+        with writing(config):
+            write_text(config, dump_yaml(cfg.to_dict()))
         yield
     except BaseException:
-        atomic_write(config, lambda f: f.write(earlier))
+        with suppress(OSError):  # best effort: the error on its way out is the one to say
+            atomic_write(config, lambda f: f.write(earlier))
         if not had_wandb:
             shutil.rmtree(wandb, ignore_errors=True)
         raise
