@@ -588,6 +588,23 @@ def test_a_resume_into_a_directory_that_takes_no_writes_is_one_line_and_changes_
     assert hashes(run) == before
 
 
+def test_a_new_run_whose_config_the_disk_does_not_take_is_one_line_and_leaves_no_directory(tmp_path, capsys,
+                                                                                           monkeypatch):
+    """A full disk as a new run writes its config.yaml was a traceback: now the run stops in one line naming the file
+    (exit 1), and the directory made for it is removed."""
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    run = tmp_path / "run"
+    monkeypatch.setattr("parallel_ppo.runs.directory.write_text", full)
+    argv = ["--config", CARTPOLE, "--set", "run.limit_seconds=0", "--output-dir", str(run)]
+    assert train_cli(argv, parallel=False, prog="train_timed.py") == 1
+    assert capsys.readouterr().err == (f"train_timed.py: error: could not write {run / 'config.yaml'}: OSError: "
+                                       f"[Errno 28] No space left on device; stopping (no checkpoint was written in "
+                                       f"{run})\n")
+    assert not run.exists()
+
+
 def test_a_start_that_fails_removes_the_directory_it_made_only(tmp_path):
     """The run directory made for a start that fails is removed, its parent (made too) and a directory that was
     there already stay."""

@@ -210,16 +210,18 @@ def gone(path: Path) -> str:
 
 @contextmanager
 def new_run_dir(path: Path, cfg: Config, overwrite: bool) -> Iterator[None]:
-    """The directory of a new run (made and locked by `run_dir_lock`), with its config.yaml, for the run's start
-    (the body). Overwriting, the earlier run's files wait in EARLIER_RUN meanwhile: deleted once the body has
-    returned, put back in place of the new run's if it raises. A start killed outright leaves them there. The
-    directory is checked again: a run into it may have ended while this one started."""
+    """The directory of a new run (made and locked by `run_dir_lock`), with its config.yaml (WriteFailed where the
+    disk does not take it), for the run's start (the body). Overwriting, the earlier run's files wait in EARLIER_RUN
+    meanwhile: deleted once the body has returned, put back in place of the new run's if it raises. A start killed
+    outright leaves them there. The directory is checked again: a run into it may have ended while this one
+    started."""
     path.mkdir(parents=True, exist_ok=True)
     if not overwrite and holds_run(path):
         raise ConfigError(f"{path} got another run's files while this run started; run the command again")
     moved = set_aside(path) if overwrite else []
     try:
-        write_text(path / "config.yaml", dump_yaml(cfg.to_dict()))
+        with writing(path / "config.yaml"):  # a full disk: WriteFailed, one line
+            write_text(path / "config.yaml", dump_yaml(cfg.to_dict()))
         yield
     except BaseException:
         try:
