@@ -136,7 +136,8 @@ docs: install
 ## Sequential timed run: make train DURATION=30m OUT=benchmarks/mine
 train: install
 	$(PY) train_timed.py --config $(call TRAIN_CONFIG,ppo_sequential.yaml) $(ENV_FLAG) $(TIMED) $(SEQ_ENVS_FLAG) \
-		--duration $(DURATION) --seed $(SEED) --output-dir $(call shq,$(or $(OUT),benchmarks/sequential_$(TAG))) $(ARGS)
+		--duration $(call shq,$(DURATION)) --seed $(SEED) \
+		--output-dir $(call shq,$(or $(OUT),benchmarks/sequential_$(TAG))) $(ARGS)
 
 ## Proof that an install works: CartPole for 10 s in each trainer → benchmarks/smoke_{sequential,parallel}/
 smoke: install
@@ -147,7 +148,8 @@ smoke: install
 
 ## Parallel timed run: make train-parallel DURATION=30m WORKERS=4 ENVS=8 OUT=benchmarks/mine
 train-parallel: install
-	$(PY) train_parallel_timed.py --config $(call TRAIN_CONFIG,ppo_parallel.yaml) $(ENV_FLAG) $(TIMED) --duration $(DURATION) \
+	$(PY) train_parallel_timed.py --config $(call TRAIN_CONFIG,ppo_parallel.yaml) $(ENV_FLAG) $(TIMED) \
+		--duration $(call shq,$(DURATION)) \
 		--num-workers $(WORKERS) --num-envs-per-worker $(ENVS) --seed $(SEED) \
 		--output-dir $(call shq,$(or $(OUT),benchmarks/parallel_$(TAG))) $(ARGS)
 
@@ -159,7 +161,8 @@ train-parallel: install
 ## torchrun runs as parallel_ppo.cli.torchrun: Ctrl-C ends as the ranks do (status 130), without torchrun's traceback.
 ## NPROC and the trainer's flags are checked first (rank 0's --print-config under torchrun's variables, nothing run):
 ## a bad value is one line and exit status 2, not torchrun's report of failed ranks.
-DIST_FLAGS = --config $(call TRAIN_CONFIG,ppo_sequential.yaml) $(ENV_FLAG) $(TIMED) --duration $(DURATION) $(DIST_ENVS) \
+DIST_FLAGS = --config $(call TRAIN_CONFIG,ppo_sequential.yaml) $(ENV_FLAG) $(TIMED) --duration $(call shq,$(DURATION)) \
+             $(DIST_ENVS) \
              --seed $(SEED) --output-dir $(call shq,$(or $(OUT),benchmarks/distributed_$(TAG))) $(ARGS)
 train-distributed: install
 	@case "$(NPROC)" in *[!0-9]*|'') ok=;; *[1-9]*) ok=1;; *) ok=;; esac; test -n "$$ok" || \

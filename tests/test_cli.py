@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -260,6 +261,9 @@ def test_make_compare_keeps_each_envs_runs_in_their_own_folders(assignment, tag)
     folders = {word.strip("'").removesuffix("/summary.json") for word in out.split() if word.strip("'").startswith(
         "benchmarks/")}
     assert folders == {f"benchmarks/{trainer}_{tag}" for trainer in ("sequential", "parallel", "comparison")}, out
+    words = shlex.split(out.replace("\\\n", " "))
+    durations = [words[i + 1] for i, word in enumerate(words) if word == "--duration"]
+    assert durations == [assignment.removeprefix("DURATION=") if "DURATION" in assignment else "1h"] * 2, out
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
@@ -273,7 +277,6 @@ def test_make_compare_refuses_a_tag_that_names_no_run_before_it_trains(tag):
     lines = [line for line in proc.stderr.strip().splitlines() if not line.startswith("make: ***")]
     assert proc.returncode == 2 and lines == [f"make compare: error: TAG names the runs: letters, digits and . _ : + - "
                                               f"only, got '{tag}'"], proc.stderr
-
 
 
 def test_make_train_distributeds_torchrun_ends_as_its_ranks_do(monkeypatch, capsys):
