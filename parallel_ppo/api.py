@@ -106,7 +106,7 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
         raise RunFailed(f"the run in {run_dir} stopped on an error: {summary['error']}", run_dir)
     if summary["stop_reason"] == "signal" and not summary["updates"]:
         raise KeyboardInterrupt(f"the run in {run_dir} was stopped before its first update")
-    return load_run(run_dir.absolute().name, run_dir)  # output_dir "." too
+    return load_run(run_dir.resolve().name, run_dir)  # output_dir "." or ".." too
 
 
 def load_policy(where: str | Path | Run, seed: int = 0) -> Policy:

@@ -306,3 +306,10 @@ def test_make_train_distributeds_torchrun_ends_as_its_ranks_do(monkeypatch, caps
     assert torchrun.main(["--standalone", "train_timed.py"]) == 1
     assert capsys.readouterr().err == ("torchrun: rank 1 exited with status 2 (its lines are above); the other ranks "
                                        "were stopped\n")
+
+    def killed(args):
+        raise ChildFailedError("train_timed.py", {0: ProcessFailure(local_rank=0, pid=1, exitcode=-9, error_file="")})
+
+    monkeypatch.setattr("torch.distributed.run.run", killed)
+    assert torchrun.main(["--standalone", "train_timed.py"]) == 1
+    assert capsys.readouterr().err == "torchrun: rank 0 was killed by SIGKILL; the other ranks were stopped\n"

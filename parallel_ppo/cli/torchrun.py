@@ -19,8 +19,9 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + int(e.sigval)
     except ChildFailedError as e:
         rank, failure = e.get_first_failure()
-        print(f"torchrun: rank {rank} exited with status {failure.exitcode} (its lines are above); the other ranks "
-              "were stopped", file=sys.stderr)
+        how = (f"was killed by {failure.signal_name()}" if failure.exitcode < 0
+               else f"exited with status {failure.exitcode} (its lines are above)")
+        print(f"torchrun: rank {rank} {how}; the other ranks were stopped", file=sys.stderr)
         return 1
     return 0
 
