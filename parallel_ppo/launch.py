@@ -377,8 +377,7 @@ def end_lines(cfg: Config, run_dir: Path, summary: dict[str, Any]) -> list[str]:
         lines.append(f"{fmt_flop(summary['achieved_gflops'] * 1e9, '/s')} achieved "
                      f"({fmt_flop(summary['flops_per_env_step'])} per env step), {100 * summary['peak_fraction']:.0f}% "
                      f"of the {summary['precision']} matmul peak ({summary['peak_gflops']:.0f} GFLOP/s)")
-    who = "rank 0's worker" if summary["distributed"] else "worker"
-    if (slowest := one_slowest_line(summary["worker_pace"], who)) is not None:
+    if (slowest := one_slowest_line(summary["worker_pace"], bool(summary["distributed"]))) is not None:
         lines.append(slowest)
     checksums = {r["checksum"] for r in (summary["distributed"] or {}).get("ranks", [])}
     if len(checksums) > 1:

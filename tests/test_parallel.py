@@ -181,6 +181,22 @@ def test_an_overlapped_run_says_once_that_its_workers_wait_for_the_learner():
     assert "the update bounds this run" in gpu and "thread" not in gpu and "--device" not in gpu
 
 
+def test_a_rollout_woken_early_counts_its_wait_for_the_learner_from_when_it_is_in_flight(monkeypatch):
+    """With parallel.early_start a worker done with rollout k is woken into k+1 while the coordinator waits for k's
+    slowest: k+1's span from that wake covered two rollouts' straggling, and the run said its workers waited for the
+    update when they waited for a slow worker. The idle note reads the span from k+1's start (`flight`)."""
+    from parallel_ppo.engines.parallel import rollout as rollouts
+
+    clock = iter([1.0, 3.0, 5.0])  # woken early at 1 s, in flight at 3 s, its last result taken at 5 s
+    monkeypatch.setattr(rollouts.time, "perf_counter", lambda: next(clock))
+    early = rollouts.Rollout(slot=1, call=2)
+    early.wake(0, 0)
+    early.launch()
+    early.wake(1, 0)  # the other workers, as it starts
+    early.end()
+    assert (early.seconds, early.flight) == (4.0, 2.0)
+
+
 def test_the_pace_counts_the_slowest_worker_of_each_rollout_by_its_seconds_a_step():
     """Busy seconds are stepping, drawing and inferring; the slowest takes the most of them a step, so a worker cut
     short after fewer steps can be it; a rollout missing a worker's result is not counted, nor a run of one worker,
@@ -223,8 +239,9 @@ def test_a_run_names_the_worker_its_rollouts_kept_waiting_for():
                "limit_efficiency": None, "achieved_gflops": None, "distributed": None, "worker_pace": pace([2, 18])}
     cfg = SimpleNamespace(logging=SimpleNamespace(return_window=100))
     assert end_lines(cfg, Path("run"), summary)[1].startswith("worker 1 was the slowest in 90% of 20 rollouts")
-    summary["distributed"] = {"ranks": []}  # a distributed run's pace is rank 0's workers'
-    assert end_lines(cfg, Path("run"), summary)[1].startswith("rank 0's worker 1 was the slowest in 90%")
+    summary["distributed"] = {"ranks": []}  # a distributed run's pace is rank 0's workers', which nothing cuts short
+    line = end_lines(cfg, Path("run"), summary)[1]
+    assert line.startswith("rank 0's worker 1 was the slowest in 90%") and "sync_fraction" not in line, line
 
 
 def test_an_overlapped_run_says_once_that_most_of_its_steps_lag_under_the_clip_around_the_acting_policy():

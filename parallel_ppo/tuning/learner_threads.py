@@ -120,7 +120,7 @@ class ThreadChoice:
     ceiling: int
     """The most the run may give the learner (the thread plan's count)."""
     source: str
-    """`config` (a number was set), `ceiling` (one is all the run may use), `device` (the update runs on a GPU or
+    """`config` (a number was set), `ceiling` (one is all the run leaves the learner), `device` (the update runs on a GPU or
     another device: the ceiling, unmeasured), `default` (a network too small to measure: one thread), `measured`
     (now), `cached` (an earlier measurement) or `unmeasured` (run.limit_seconds 0 and nothing cached: the
     ceiling)."""
@@ -146,7 +146,7 @@ class ThreadChoice:
                 "default": f"a network under {SMALL_FORWARD_FLOPS / 1e6:g} MFLOP per sample gains nothing from "
                            "more (not measured)",
                 "unmeasured": "every one the run may use, unmeasured (run.limit_seconds is 0)",
-                "ceiling": "all the run may use",
+                "ceiling": "the one the run leaves the learner",
                 "device": "every one the run may use (the update runs on another device: not measured)"}
         rule = (f"; one unless more are faster by over {MARGIN:.0%} in each of {ROUNDS} rounds, then the fewest "
                 f"within {MARGIN:.0%} of the fastest") if self.rates else ""

@@ -246,7 +246,7 @@ class ParallelCoordinator:
         t_env, t_inf, t_render = (sum(getattr(r, name) for r in results) / n
                                   for name in ("time_env", "time_inference", "time_render"))
         if self.policy_lag:
-            self._say_if_idle(t_env + t_render + t_inf, rollout.seconds, model)
+            self._say_if_idle(t_env + t_render + t_inf, rollout.flight, model)
         # of the workers' rollout, only what the learner waited for is this update's: the rest ran during the last
         seen = min(1.0, waited / max(rollout.seconds, 1e-9))
         timers.add("env", t_env * seen)
@@ -295,6 +295,7 @@ class ParallelCoordinator:
             if version is None:
                 version = self.policy.publish(model)
             self._slot, self._in_flight = rollout.slot, rollout
+            rollout.launch()
             self.abandon.fill_(0)
             for i in range(len(self._workers)):
                 if i not in rollout.woken:
@@ -354,7 +355,7 @@ class ParallelCoordinator:
                     auto = " auto" if self.cfg.parallel.worker_timeout == "auto" else ""
                     self._replace(i, f"{why} (parallel.worker_timeout{auto})")
                     self._request(i)
-        rollout.seconds = time.perf_counter() - rollout.requested
+        rollout.end()
         self.cut.fill_(0)  # every worker has ended this rollout
         return [results[i] for i in sorted(results)]
 

@@ -62,10 +62,10 @@ class IdleWorkers:
         self.said = False
 
     def observe(self, busy: float, seconds: float) -> float | None:
-        """A rollout of `seconds` (from waking the workers to the coordinator taking their results: after the update,
-        for a rollout collected during it) in which the mean worker was busy (stepping, drawing, inferring) `busy`
-        seconds. Returns its idle share the first time ROLLOUTS running of at least MIN_SECONDS were idle more than
-        IDLE_SHARE of their time (the run says so once), else None."""
+        """A rollout of `seconds` (from its becoming the rollout in flight to the coordinator taking its workers'
+        results: after the update, for a rollout collected during it; `Rollout.flight`) in which the mean worker was
+        busy (stepping, drawing, inferring) `busy` seconds. Returns its idle share the first time ROLLOUTS running of
+        at least MIN_SECONDS were idle more than IDLE_SHARE of their time (the run says so once), else None."""
         idle = 1.0 - busy / max(seconds, 1e-9)
         self.running = self.running + 1 if idle > IDLE_SHARE and seconds >= MIN_SECONDS else 0
         if self.said or self.running < ROLLOUTS:

@@ -60,15 +60,17 @@ MIN_ROLLOUTS = 20
 """Rollouts counted before a run names a worker the slowest."""
 
 
-def one_slowest_line(record: dict[str, Any] | None, who: str = "worker") -> str | None:
+def one_slowest_line(record: dict[str, Any] | None, distributed: bool = False) -> str | None:
     """A closing line for a run whose rollouts kept waiting for the same worker (`ONE_SLOWEST_SHARE` of at least
-    `MIN_ROLLOUTS`, `record` being summary.json's `worker_pace`; `who`: "rank 0's worker" in a distributed run), else
-    None."""
+    `MIN_ROLLOUTS`, `record` being summary.json's `worker_pace`: rank 0's workers' in a `distributed` run, where no
+    setting cuts a worker short), else None."""
     if record is None or record["rollouts"] < MIN_ROLLOUTS or record["slowest_share"] < ONE_SLOWEST_SHARE:
         return None
     worker = max(range(len(record["slowest"])), key=record["slowest"].__getitem__)
-    return (f"{who} {worker} was the slowest in {record['slowest_share']:.0%} of {record['rollouts']} rollouts (at "
-            f"its pace the slowest would take {record['slowest_excess_seconds']:.3g} s a rollout more than the mean "
-            "worker): "
-            "a core it shares with another job, or slower envs, would do that (summary.json's worker_pace; "
-            "parallel.sync_fraction below 1, without parallel.early_start, cuts the slowest short instead of waiting)")
+    who, cut = ("rank 0's worker", "") if distributed else ("worker", "; parallel.sync_fraction below 1, without "
+                                                              "parallel.early_start, cuts the slowest short instead "
+                                                              "of waiting")
+    return (f"{who} {worker} was the slowest in "
+            f"{record['slowest_share']:.0%} of {record['rollouts']} rollouts (at its pace the slowest would take "
+            f"{record['slowest_excess_seconds']:.3g} s a rollout more than the mean worker): a core it shares with "
+            f"another job, or slower envs, would do that (summary.json's worker_pace{cut})")
