@@ -48,6 +48,7 @@ from parallel_ppo.runs.directory import (
 from parallel_ppo.runs.plan import RunPlan
 from parallel_ppo.runs.reading import read_config
 from parallel_ppo.runs.report.formatting import fmt_flop
+from parallel_ppo.runs.summary import ERROR_TRACE
 from parallel_ppo.runs.tracking import WandbTracker, start_tracking
 from parallel_ppo.runs.training import train_run
 from parallel_ppo.tuning.before_run import Tuning, tune
@@ -384,7 +385,8 @@ def end_lines(cfg: Config, run_dir: Path, summary: dict[str, Any]) -> list[str]:
         lines.append(f"warning: the ranks ended with different parameters (checksums {', '.join(sorted(checksums))} "
                      "in summary.json); please report it with the ranks' hosts")
     if summary["stop_reason"] == "error":
-        lines.append(f"error: {summary['error']} (checkpoint and summary written to {run_dir})")
+        trace = f"; its traceback in {ERROR_TRACE}" if (run_dir / ERROR_TRACE).is_file() else ""
+        lines.append(f"error: {summary['error']} (checkpoint and summary written to {run_dir}{trace})")
     return lines
 
 

@@ -242,14 +242,18 @@ def test_an_evaluation_that_fails_mid_run_stops_it_with_its_files_written(tmp_pa
     out = tmp_path / "run"
     assert train_cli(cartpole(out, 320, "0.001"), parallel=False, prog="train_timed.py") == 1
     assert capsys.readouterr().err == ("train_timed.py: error: the evaluation after update 2 failed: RuntimeError: the "
-                                       f"eval simulator lost its state (checkpoint and summary written to {out})\n")
+                                       f"eval simulator lost its state (checkpoint and summary written to {out}; its "
+                                       "traceback in error.txt)\n")
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["stop_reason"], summary["updates"], summary["total_env_steps"]) == ("error", 2, 64)
+    trace = (out / "error.txt").read_text()
+    assert trace.startswith("Traceback (most recent call last):") and "the eval simulator lost its state" in trace
     assert torch.load(out / "checkpoint.pt", weights_only=True)["update"] == 2
     rows = (out / "metrics.csv").read_text().splitlines()
     assert [row.split(",")[0] for row in rows[1:]] == ["1", "2"]  # the failed evaluation's update too
     assert train_cli(["--resume", str(out)], parallel=False, prog="train_timed.py") == 0
     assert json.loads((out / "summary.json").read_text())["updates"] == 10
+    assert not (out / "error.txt").exists(), "the session that finished the run has no error"
 
 
 def test_an_evaluation_that_fails_at_the_end_leaves_a_run_that_a_resume_finishes(tmp_path, monkeypatch, capsys):
@@ -274,7 +278,8 @@ def test_an_evaluation_that_fails_at_the_end_leaves_a_run_that_a_resume_finishes
     assert train_cli(cartpole(out, 64, "3600"), parallel=False, prog="train_timed.py") == 1
     said = capsys.readouterr().err
     assert said.endswith("train_timed.py: error: the final evaluation failed: RuntimeError: the eval simulator lost "
-                         f"its state (checkpoint and summary written to {out})\n")
+                         f"its state (checkpoint and summary written to {out}; its traceback in error.txt)\n")
+    assert "in final" in (out / "error.txt").read_text(), "the final evaluation's traceback"
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["stop_reason"], summary["updates"]) == ("error", 2)
     assert train_cli(["--resume", str(out)], parallel=False, prog="train_timed.py") == 0  # evaluated this time

@@ -743,8 +743,9 @@ def test_worker_exception_stops_cleanly(tmp_path):
     proc, out = _launch(tmp_path, ["--total-steps", "100000"], {"PARALLEL_PPO_INJECT_FAULT": "1:3"})
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 1
-    assert "worker 1 failed: RuntimeError: fault injected" in err
+    assert "worker 1 failed: RuntimeError: fault injected" in err and "its traceback in error.txt" in err
     assert "Traceback" not in err
+    assert "RuntimeError: fault injected" in (out / "error.txt").read_text(), "the worker's traceback"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stop_reason"] == "error" and summary["updates"] == 2
     assert (out / "checkpoint.pt").is_file()

@@ -262,7 +262,8 @@ def test_a_resumed_trainer_refuses_a_wrong_shape_moment_in_one_line(runs, tmp_pa
 @pytest.mark.slow
 def test_a_user_env_that_fails_stops_the_sequential_run_resumably(tmp_path):
     """An env raising in step() (on each env's 40th step, in the second update): one line naming its error, exit 1,
-    the checkpoint and summary written; --resume continues from the first update."""
+    the checkpoint and summary written, and the env's traceback in error.txt; --resume continues from the first
+    update."""
     env = toy_envs_environ()
     out = tmp_path / "run"
     command = [sys.executable, "train_timed.py", "--config", CARTPOLE, "--env", "toy_envs:FailingReach-v0",
@@ -274,7 +275,9 @@ def test_a_user_env_that_fails_stops_the_sequential_run_resumably(tmp_path):
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 1, proc.stderr
         assert proc.stderr == (f"train_timed.py: error: the rollout on toy_envs:FailingReach-v0 failed: RuntimeError: "
-                               f"the simulator lost its state (checkpoint and summary written to {out})\n")
+                               f"the simulator lost its state (checkpoint and summary written to {out}; its "
+                               "traceback in error.txt)\n")
+        assert 'toy_envs.py", line' in (out / "error.txt").read_text(), "where the user's env raised"
         summary = json.loads((out / "summary.json").read_text())
         assert (summary["stop_reason"], summary["updates"], summary["resumes"]) == ("error", 1 + resumes, resumes)
         assert load_checkpoint(out / "checkpoint.pt")["update"] == 1 + resumes

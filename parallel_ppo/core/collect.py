@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -49,7 +50,12 @@ class PeerCut(Protocol):
 
 
 class RolloutError(RuntimeError):
-    """A rollout source failed in a way the trainer cannot work around (e.g. a worker slot out of restarts)."""
+    """A rollout source failed in a way the trainer cannot work around (e.g. a worker slot out of restarts); `trace`:
+    the traceback of the error beneath it, where there is one (an env's, a worker's), for the run's error.txt."""
+
+    def __init__(self, message: str, trace: str | None = None) -> None:
+        super().__init__(message)
+        self.trace = trace
 
 
 @dataclass
@@ -250,7 +256,7 @@ class SequentialCollector:
         try:
             result = self.runner.collect(model, self.buffer, stopping=stopping, cut_short=self.cut or never)
         except Exception as e:
-            raise RolloutError(f"the rollout on {self.env_id} failed: {one_line(e)}") from e
+            raise RolloutError(f"the rollout on {self.env_id} failed: {one_line(e)}", traceback.format_exc()) from e
         if self.cut is not None:  # the other ranks' count: a lost store is theirs to report, not the env's
             self.cut.ended()
         timers.add("env", result.time_env)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -141,6 +142,8 @@ class Outcome:
 
     stop_reason: str = ""
     error: str | None = None
+    trace: str | None = None
+    """The traceback beneath `error`, where this process caught one (an env's, a worker's, a hook's)."""
     signal: str | None = None
     session_seconds: float = 0.0
     policy_lag: int = 0
@@ -204,7 +207,7 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
     outcome, timers = Outcome(), PhaseTimer()
     last_row = now = time.monotonic()
     timers.add("log", max(0.0, clock(now) - clock.elapsed_before))  # the hooks' set-up since the clock started
-    hook_error: str | None = None
+    hook_error: tuple[str, str] | None = None  # a hook's error and its traceback
     while True:
         with timers.phase("sync"):  # before the first update too: a resumed run may have met its budget already
             reason = "error" if hook_error else stop_reason(cfg, state, stop, clock(now))
@@ -212,13 +215,14 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
         if outcome.stop_reason:
             outcome.signal = signal.Signals(signum).name if signum else None
             if outcome.stop_reason == "error":  # only rank 0 has hooks
-                outcome.error = hook_error or "rank 0 stopped on an error after an update (its summary.json names it)"
+                outcome.error, outcome.trace = hook_error or (
+                    "rank 0 stopped on an error after an update (its summary.json names it)", None)
             break
         started, error = clock(), None
         try:
             result = source.collect(state.model, timers, stop.requested)
         except RolloutError as e:
-            result, error = CollectResult([], [], 0.0, 0.0), str(e)
+            result, error, outcome.trace = CollectResult([], [], 0.0, 0.0), str(e), e.trace
         else:
             error = not_finite_error(source.buffer, cfg.env.id, source.spaces.layout)
         with timers.phase("sync"):
@@ -245,17 +249,19 @@ def run_loop(cfg: Config, source: RolloutSource, state: TrainState, hooks: list[
     return outcome
 
 
-def after_update(hooks: list[Hook], state: TrainState, row: dict[str, Any], timers: PhaseTimer) -> str | None:
-    """Each hook's work on the update's row, timed as its phase; the first error one raised, as one line (the hooks
-    after it still run: the row is logged, the checkpoint written), which the loop stops on before the next rollout,
-    so the run's last checkpoint and summary.json are written as after a worker's error."""
+def after_update(hooks: list[Hook], state: TrainState, row: dict[str, Any],
+                 timers: PhaseTimer) -> tuple[str, str] | None:
+    """Each hook's work on the update's row, timed as its phase; the first error one raised, as one line, and its
+    traceback (the hooks after it still run: the row is logged, the checkpoint written), which the loop stops on
+    before the next rollout, so the run's last checkpoint and summary.json are written as after a worker's error."""
     error = None
     for hook in hooks:
         with timers.phase(hook.phase):
             try:
                 hook.after_update(state, row)
             except Exception as e:  # any failure of its own work: an eval env that crashes, a full disk
-                error = error or f"{hook.what} after update {state.update} failed: {one_line(e)}"
+                error = error or (f"{hook.what} after update {state.update} failed: {one_line(e)}",
+                                  traceback.format_exc())
     return error
 
 

@@ -18,8 +18,10 @@ import numpy as np
 from parallel_ppo.core.timing import PHASES
 from parallel_ppo.errors import RunDataError
 
+ERROR_TRACE = "error.txt"
+"""The traceback beneath the error a run's last session stopped on (`runs.training.keep_trace`)."""
 RUN_FILES = ("metrics.csv", "summary.json", "checkpoint.pt", "config.yaml", "logs", "eval.json", "demo.mp4", "wandb",
-             "policy.onnx", "policy.pt")
+             "policy.onnx", "policy.pt", ERROR_TRACE)
 """What a run directory holds, its evaluations, default demo video, W&B files and default exports included
 (`--overwrite` replaces exactly these)."""
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any
 from parallel_ppo.core.checkpoint import ENDED, JOB_ID, LAYOUT, layout_entry, save_checkpoint
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.evaluate import TEST_RETURN, EvalResult, eval_views, play_episodes
-from parallel_ppo.core.files import write_json, writing
+from parallel_ppo.core.files import write_json, write_text, writing
 from parallel_ppo.core.group import ALONE, Group
 from parallel_ppo.core.loop import Clock, Hook, Outcome, RolloutSource, run_loop
 from parallel_ppo.core.metrics import column_of, declared
@@ -32,7 +33,7 @@ from parallel_ppo.runs.figures import compute_figures, return_figures, steady_sp
 from parallel_ppo.runs.metrics import MetricsLogger, ResourceSampler, Tracker
 from parallel_ppo.runs.plan import RunPlan
 from parallel_ppo.runs.progress import make_progress
-from parallel_ppo.runs.summary import BUDGETS, RunSummary, observation_record
+from parallel_ppo.runs.summary import BUDGETS, ERROR_TRACE, RunSummary, observation_record
 from parallel_ppo.runs.video import EVAL_VIDEO_TAG, VIDEO_FPS, add_tensorboard_video, captioned, purge_tensorboard
 
 
@@ -274,7 +275,19 @@ def train_run(plan: RunPlan, source: RolloutSource, group: Group = ALONE, tracke
         summary = summarize(plan, source, state, outcome, main_hooks.metrics, final_eval, ranks).to_dict()
         with writing(plan.run_dir / "summary.json"):
             write_json(plan.run_dir / "summary.json", summary)
+        keep_trace(plan.run_dir, outcome.trace if outcome.error else None)
     return summary
+
+
+def keep_trace(run_dir: Path, trace: str | None) -> None:
+    """The traceback beneath the error the session stopped on, in error.txt (its one line is summary.json's `error`),
+    where the process that writes caught one; an earlier session's is removed otherwise. Best effort: a disk that
+    does not take it costs the traceback, not the run's files."""
+    with suppress(OSError):
+        if trace is None:
+            (run_dir / ERROR_TRACE).unlink(missing_ok=True)
+        else:
+            write_text(run_dir / ERROR_TRACE, trace)
 
 
 def close_run(hooks: MainRankHooks, source: RolloutSource, quiet: bool = False) -> None:
@@ -297,6 +310,7 @@ def final_evaluation(hooks: MainRankHooks, state: TrainState, outcome: Outcome) 
         return hooks.evals.final(state)
     except Exception as e:  # any failure of the eval env's
         outcome.stop_reason, outcome.error = "error", f"the final evaluation failed: {one_line(e)}"
+        outcome.trace = traceback.format_exc()
         if hooks.checkpoints is not None:
             hooks.checkpoints.save_last(state, outcome.stop_reason)
         return None

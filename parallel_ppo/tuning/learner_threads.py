@@ -120,9 +120,9 @@ class ThreadChoice:
     ceiling: int
     """The most the run may give the learner (the thread plan's count)."""
     source: str
-    """`config` (a number was set), `ceiling` (one is all the run leaves the learner), `device` (the update runs on a GPU or
-    another device: the ceiling, unmeasured), `default` (a network too small to measure: one thread), `measured`
-    (now), `cached` (an earlier measurement) or `unmeasured` (run.limit_seconds 0 and nothing cached: the
+    """`config` (a number was set), `ceiling` (one is all the run leaves the learner), `device` (the update runs on
+    a GPU or another device: the ceiling, unmeasured), `default` (a network too small to measure: one thread),
+    `measured` (now), `cached` (an earlier measurement) or `unmeasured` (run.limit_seconds 0 and nothing cached: the
     ceiling)."""
     rates: dict[str, float] = field(default_factory=dict)
     """Compute limit (env steps/s) measured at each thread count, by count."""

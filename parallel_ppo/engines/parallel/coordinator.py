@@ -344,7 +344,7 @@ class ParallelCoordinator:
                     if upcoming is not None and not (self.abandon or stopping()):
                         self._request(i, upcoming)
                 elif isinstance(message, Failed):
-                    raise WorkerError(f"worker {i} failed: {message.summary}")
+                    raise WorkerError(f"worker {i} failed: {message.summary}", message.traceback)
             for i in list(pending):
                 steps, cpu = int(self.progress[i]), work_seconds(self._workers[i].process.pid)
                 now = time.monotonic()  # a restart above may have taken seconds: read each slot at its own time
