@@ -8,7 +8,7 @@ the setting does to glibc's thresholds.
     .venv/bin/python scripts/allocator_faults.py [--minibatch 64] [--steps 5] [--rounds 3] [--output FILE]
 
 Prints minor faults and milliseconds per step (the median over rounds) for each mode; writes nothing unless given
---output (a JSON file of the rounds). A measurement: exits 0 whatever the counts.
+--output (a JSON file of the rounds; a Ctrl-C writes nothing). A measurement: exits 0 whatever the counts.
 """
 
 from __future__ import annotations
@@ -21,7 +21,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from parallel_ppo.cli.common import OneLineParser, interrupted, last_line, some_path  # noqa: E402
 from parallel_ppo.core.files import write_json  # noqa: E402
+from parallel_ppo.errors import ConfigError  # noqa: E402
+from parallel_ppo.runs.directory import check_output_file  # noqa: E402
 
 MODES = ("default", "retain")
 
@@ -65,42 +68,62 @@ def positive(text: str) -> int:
     return int(text)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args() -> argparse.Namespace:
+    parser = OneLineParser(prog="allocator_faults.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--minibatch", type=positive, default=64)
     parser.add_argument("--steps", type=positive, default=5)
     parser.add_argument("--rounds", type=positive, default=3)
-    parser.add_argument("--output", type=Path, help="a JSON file of the rounds (default: write nothing)")
+    parser.add_argument("--output", type=some_path, help="a JSON file of the rounds (default: write nothing)")
     parser.add_argument("--one", choices=MODES, help=argparse.SUPPRESS)  # a child process: measure one mode
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def measure_in_child(mode: str, args: argparse.Namespace) -> tuple[float, float]:
+    """`measure` of `mode` in a fresh process; RuntimeError with its last line where it failed."""
+    child = subprocess.run([sys.executable, __file__, "--one", mode, "--minibatch", str(args.minibatch),
+                            "--steps", str(args.steps)], capture_output=True, text=True)
+    if child.returncode:
+        raise RuntimeError(f"the {mode} measurement failed: {last_line(child.stderr, child.returncode)}")
+    faults, ms = map(float, child.stdout.split()[-2:])
+    return faults, ms
+
+
+def main() -> int:
+    args = parse_args()
     if args.one:
         print(*measure(args.one, args.minibatch, args.steps))
         return 0
+    output = Path(args.output) if args.output else None
+    try:  # before any measurement
+        if output is not None:
+            check_output_file(output, f"--output {output}")
+    except ConfigError as e:
+        print(f"allocator_faults: error: {e}", file=sys.stderr)
+        return 2
     rounds: dict[str, list[list[float]]] = {mode: [] for mode in MODES}
-    for r in range(args.rounds):
-        for mode in MODES[:: 1 if r % 2 == 0 else -1]:
-            child = subprocess.run([sys.executable, __file__, "--one", mode, "--minibatch", str(args.minibatch),
-                                    "--steps", str(args.steps)], capture_output=True, text=True)
-            if child.returncode:
-                last = (child.stderr.strip().splitlines() or ["no output"])[-1]
-                print(f"allocator_faults: error: the {mode} measurement failed: {last}", file=sys.stderr)
-                return 1
-            out = child.stdout
-            faults, ms = map(float, out.split()[-2:])
-            rounds[mode].append([faults, ms])
-            print(f"round {r + 1}: {mode}: {faults:.0f} faults, {ms:.1f} ms a step", flush=True)
+    try:
+        for r in range(args.rounds):
+            for mode in MODES[:: 1 if r % 2 == 0 else -1]:
+                faults, ms = measure_in_child(mode, args)
+                rounds[mode].append([faults, ms])
+                print(f"round {r + 1}: {mode}: {faults:.0f} faults, {ms:.1f} ms a step", flush=True)
+    except RuntimeError as e:
+        print(f"allocator_faults: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return interrupted("allocator_faults", "nothing was written")
     for mode, rows in rounds.items():
         print(f"{mode}: {statistics.median(f for f, _ in rows):.0f} faults, "
               f"{statistics.median(ms for _, ms in rows):.1f} ms per step (median of {len(rows)})")
-    if args.output:
+    if output is not None:
         try:
-            args.output.parent.mkdir(parents=True, exist_ok=True)
-            write_json(args.output, {"command": "scripts/allocator_faults.py " + " ".join(sys.argv[1:]),
-                                     "minibatch": args.minibatch, "steps": args.steps, "rounds": rounds})
+            output.parent.mkdir(parents=True, exist_ok=True)
+            write_json(output, {"command": "scripts/allocator_faults.py " + " ".join(sys.argv[1:]),
+                                "minibatch": args.minibatch, "steps": args.steps, "rounds": rounds})
         except OSError as e:
-            print(f"allocator_faults: error: cannot write {args.output}: {e.strerror}", file=sys.stderr)
+            print(f"allocator_faults: error: cannot write {output}: {e.strerror}", file=sys.stderr)
             return 2
-        print(args.output)
+        print(output)
     return 0
 
 

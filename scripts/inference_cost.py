@@ -24,6 +24,7 @@ packed as the env's are; a `training.precision` of `auto` is timed as fp32 (`--s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import multiprocessing as mp
@@ -61,7 +62,10 @@ def per_step_ms(step: Step, steps: int) -> float:
 
 
 def echo(conn: Connection) -> None:
-    """The other end of the round trip: sends back what it receives until None."""
+    """The other end of the round trip: sends back what it receives until None (a Ctrl-C is the parent's to say)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     while (message := conn.recv()) is not None:
         conn.send(message)
 
@@ -78,7 +82,8 @@ def round_trip_ms(steps: int) -> float:
         ours.recv()
         return per_step_ms(lambda: (ours.send(1), ours.recv()), steps)
     finally:
-        ours.send(None)
+        with contextlib.suppress(OSError):  # a child gone already (Ctrl-C) takes no end: the error is not this
+            ours.send(None)
         child.join(10)
 
 
@@ -208,8 +213,7 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Any, Any, tuple[Any, Any], P
     from parallel_ppo.core.configure import build_config
     from parallel_ppo.core.model import network, resolve_device
     from parallel_ppo.envs.batch import env_spaces
-    from parallel_ppo.errors import ConfigError
-    from parallel_ppo.runs.directory import check_writable
+    from parallel_ppo.runs.directory import check_output_file
 
     config = args.config or default_config(args.env, "ppo_parallel.yaml")
     cfg = build_config(config, {"training.device": "cpu", **({"env.id": args.env} if args.env else {})}, args.set,
@@ -218,9 +222,7 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Any, Any, tuple[Any, Any], P
     on = f"{device.type}-{args.threads}-threads" if device.type == "cpu" else device.type
     what = [Path(config).stem, slug(cfg.env.id), *map(set_slug, args.set), str(args.workers)]
     output = args.output or machine_results_dir(args.results_dir) / f"inference_cost-{'-'.join(what)}-workers-{on}.json"
-    if output.is_dir():
-        raise ConfigError(f"the evidence file {output} is a directory")
-    check_writable(output.parent, f"the evidence file {output}")
+    check_output_file(output, f"the evidence file {output}")
     spaces = env_spaces(cfg.env)
     models = (network(cfg, spaces).eval(), network(cfg, spaces).to(device).eval())
     args.config = str(Path(config).resolve().relative_to(ROOT)) if Path(config).resolve().is_relative_to(ROOT) \
@@ -229,17 +231,20 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Any, Any, tuple[Any, Any], P
 
 
 def main() -> int:
+    from parallel_ppo.cli.common import interrupted
     from parallel_ppo.core.files import write_text
     from parallel_ppo.errors import ParallelPPOError
 
     args = parse_args()
-    try:
+    try:  # every check before measuring
         cfg, spaces, device, models, output = prepare(args)
+        precision = "fp32" if cfg.training.precision == "auto" else cfg.training.precision
+        data = evidence(args, cfg, device, precision, measure(args, cfg, spaces, models, device, precision))
     except ParallelPPOError as e:
         print(f"inference_cost.py: error: {e}", file=sys.stderr)
         return 2
-    precision = "fp32" if cfg.training.precision == "auto" else cfg.training.precision
-    data = evidence(args, cfg, device, precision, measure(args, cfg, spaces, models, device, precision))
+    except KeyboardInterrupt:
+        return interrupted("inference_cost.py", "nothing was written")
     f = data["figures"]
     print(f"{cfg.env.id} ({cfg.model.kind}, {precision}): a worker's {cfg.parallel.num_envs_per_worker} observations "
           f"{f['worker_ms']:.3f} ms a step on one CPU thread; {args.workers} workers' at once {f['batched_ms']:.3f} "

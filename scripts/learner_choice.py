@@ -9,9 +9,6 @@ suite) to see whether load changes the choice.
 
 from __future__ import annotations
 
-import argparse
-import math
-import os
 import sys
 import tempfile
 import time
@@ -21,29 +18,28 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from parallel_ppo.cli.common import OneLineParser, duration_in, interrupted, some_path  # noqa: E402
 from parallel_ppo.core.configure import build_config  # noqa: E402
 from parallel_ppo.core.files import write_json  # noqa: E402
 from parallel_ppo.core.threads import thread_plan  # noqa: E402
 from parallel_ppo.envs.batch import env_spaces  # noqa: E402
-from parallel_ppo.errors import ConfigError, ParallelPPOError  # noqa: E402
+from parallel_ppo.errors import ParallelPPOError  # noqa: E402
 from parallel_ppo.runs import fingerprint  # noqa: E402
+from parallel_ppo.runs.directory import check_output_file  # noqa: E402
 from parallel_ppo.tuning.learner_settings import candidates, choose, pick, preferred  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("config", help="the run's config file (parallel trainer's layout)")
-    parser.add_argument("--seconds", type=float, default=None, help="measurement budget (default: run.limit_seconds)")
-    parser.add_argument("--output", help="write the result as JSON here")
+    parser = OneLineParser(prog="learner_choice", description=__doc__.split("\n\n")[0])
+    parser.add_argument("config", type=some_path, help="the run's config file (parallel trainer's layout)")
+    parser.add_argument("--seconds", type=duration_in("s"), default=None,
+                        help="measurement budget: seconds, or a duration such as 2m (default: run.limit_seconds)")
+    parser.add_argument("--output", type=some_path, help="write the result as JSON here")
     args = parser.parse_args()
     try:
         cfg = build_config(args.config, {}, [], parallel=True)
-        out = Path(args.output) if args.output else None
-        if out is not None and (out.is_dir() or not out.resolve().parent.is_dir()
-                                or not os.access(out.resolve().parent, os.W_OK)):
-            raise ConfigError(f"--output {args.output}: not a file in a writable folder")
-        if args.seconds is not None and not (math.isfinite(args.seconds) and args.seconds > 0):
-            raise ConfigError(f"--seconds must be a positive number, got {args.seconds}")
+        if args.output:
+            check_output_file(Path(args.output), f"--output {args.output}")
         spaces = env_spaces(cfg.env)
         torch.set_num_threads(thread_plan(cfg, parallel=True).learner)
         seconds = cfg.run.limit_seconds if args.seconds is None else args.seconds
@@ -52,6 +48,8 @@ def main() -> int:
     except ParallelPPOError as e:
         print(f"learner_choice: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return interrupted("learner_choice", "nothing was written")
     chunk = choice.microbatch_size or "whole"
     ranked = ", ".join(f"{label} {sps:.0f}" for label, sps in sorted(choice.rates.items(), key=lambda kv: -kv[1]))
     print(f"choice {choice.precision}/{chunk} ({choice.source}); compute limit SPS {ranked or '-'}; other processes "
@@ -69,6 +67,7 @@ def main() -> int:
                       label: r.get("best_sps") for label, r in measured.items()},
                   "hardware": fingerprint.hardware()}
         try:
+            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
             write_json(Path(args.output), result)
         except OSError as e:
             print(f"learner_choice: error: cannot write {args.output}: {e.strerror}", file=sys.stderr)

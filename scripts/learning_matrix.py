@@ -5,7 +5,8 @@ threads × modes and print the final mean returns as a table (and JSON with --ou
     .venv/bin/python scripts/learning_matrix.py --seeds 1 2 3 4 5 --threads 1 2 --modes sequential parallel
 
 Results do not depend on how many runs share the machine (only their speed does), so `--jobs 2` halves the
-wall time of a sweep on 2 cores.
+wall time of a sweep on 2 cores. Every run's config is checked before the first starts; a seed, thread count or mode
+given twice runs once. A Ctrl-C stops the runs under way, starts no other and writes nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +23,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from parallel_ppo.cli.common import (  # noqa: E402
+    OneLineParser,
+    add_set_flag,
+    interrupted,
+    last_line,
+    positive_int,
+    seed_number,
+    some_path,
+)
+from parallel_ppo.core.configure import build_config  # noqa: E402
 from parallel_ppo.core.files import write_text  # noqa: E402
+from parallel_ppo.errors import ConfigError, ParallelPPOError  # noqa: E402
+from parallel_ppo.runs.directory import check_output_file  # noqa: E402
 
 ENTRY = {"sequential": "train_timed.py", "parallel": "train_parallel_timed.py"}
 
@@ -34,39 +47,66 @@ def train_once(config: str, mode: str, seed: int, threads: int, steps: int, sets
            "--set", "logging.tensorboard=false", *itertools.chain.from_iterable(("--set", s) for s in sets)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
-        return {"failed": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
+        return {"failed": last_line(proc.stderr, proc.returncode)}
     summary = json.loads((out / "summary.json").read_text())
     print(f"  {mode}, {threads} learner thread(s), seed {seed}: {summary['episodic_return_mean']}", flush=True)
     return summary
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args() -> argparse.Namespace:
+    p = OneLineParser(prog="learning_matrix.py", description=__doc__.splitlines()[0])
     p.add_argument("--config", default="config/cartpole.yaml")
-    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
-    p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="learner threads (parallel.learner_threads)")
+    p.add_argument("--seeds", type=seed_number, nargs="+", default=[1, 2, 3, 4, 5])
+    p.add_argument("--threads", type=positive_int, nargs="+", default=[1, 2],
+                   help="learner threads (parallel.learner_threads)")
     p.add_argument("--modes", nargs="+", choices=sorted(ENTRY), default=["sequential", "parallel"])
-    p.add_argument("--total-steps", type=int, default=100_000)
+    p.add_argument("--total-steps", type=positive_int, default=100_000)
     p.add_argument("--threshold", type=float, default=475.0, help="mean return (last 100 episodes) that passes")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
-    p.add_argument("--jobs", type=int, default=1, help="runs at a time (results do not depend on it)")
-    p.add_argument("--output", metavar="FILE.json", help="also write every result as JSON")
+    add_set_flag(p, "config override (repeatable)")
+    p.add_argument("--jobs", type=positive_int, default=1, help="runs at a time (results do not depend on it)")
+    p.add_argument("--output", type=some_path, metavar="FILE.json", help="also write every result as JSON")
     args = p.parse_args()
-    output = Path(args.output) if args.output else None
-    wrong = [f"--{name.replace('_', '-')} must be at least 1" for name in ("jobs", "total_steps")
-             if getattr(args, name) < 1] + ["--threads must be at least 1"] * (min(args.threads) < 1)
-    wrong += [f"no config {args.config}"] * (not (ROOT / args.config).is_file())
-    wrong += [f"--output {args.output}: not a file in a folder that exists"] * bool(
-        output and (output.is_dir() or not output.resolve().parent.is_dir()))
-    if wrong:  # before hours of runs
-        print(f"learning_matrix.py: error: {wrong[0]}", file=sys.stderr)
-        return 2
+    for name in ("seeds", "threads", "modes"):  # a value twice is its cells once (twice, they shared a directory)
+        setattr(args, name, list(dict.fromkeys(getattr(args, name))))
+    return args
 
-    cells = list(itertools.product(args.modes, args.threads, args.seeds))
-    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
+
+def check(args: argparse.Namespace) -> None:
+    """Every run's config as its trainer reads it, and the output: refused before the first run (ConfigError)."""
+    if not (ROOT / args.config).is_file():
+        raise ConfigError(f"no config {args.config}")
+    for mode, threads in itertools.product(args.modes, args.threads):
+        build_config(str(ROOT / args.config), {"run.seed": max(args.seeds), "run.total_steps": args.total_steps},
+                     [f"parallel.learner_threads={threads}", *args.set], parallel=mode == "parallel")
+    if args.output:
+        check_output_file(Path(args.output), f"--output {args.output}")
+
+
+def train_all(args: argparse.Namespace, cells: list[tuple[str, int, int]], tmp: str) -> list[dict]:
+    """Every cell's run, `--jobs` at a time. On Ctrl-C (which stops the runs under way too) the runs not started
+    are cancelled, not started one after another before the interrupt is seen."""
+    pool = ThreadPoolExecutor(args.jobs)
+    try:
         futures = [pool.submit(train_once, args.config, mode, seed, threads, args.total_steps, args.set,
                                Path(tmp) / f"{mode}_t{threads}_s{seed}") for mode, threads, seed in cells]
-        results = [f.result() for f in futures]
+        return [f.result() for f in futures]
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+def main() -> int:
+    args = parse_args()
+    try:  # before hours of runs
+        check(args)
+    except ParallelPPOError as e:
+        print(f"learning_matrix.py: error: {e}", file=sys.stderr)
+        return 2
+    cells = list(itertools.product(args.modes, args.threads, args.seeds))
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            results = train_all(args, cells, tmp)
+    except KeyboardInterrupt:
+        return interrupted("learning_matrix.py", "no result was written")
 
     table: dict[tuple[str, int], dict[int, str]] = {}
     passed = 0
@@ -79,10 +119,13 @@ def main() -> int:
     print(f"|---|---:|{'---:|' * len(args.seeds)}")
     for (mode, threads), row in table.items():
         print(f"| {mode} | {threads} | {' | '.join(row[s] for s in args.seeds)} |")
+    trained = sorted({r["total_env_steps"] for r in results if "total_env_steps" in r})
+    steps = f"{trained[0]:,}" if len(trained) == 1 else f"{trained[0]:,} to {trained[-1]:,}" if trained else "no"
     print(f"{passed} of {len(cells)} runs reached a mean return of {args.threshold:g} (last 100 episodes) "
-          f"within {args.total_steps:,} steps")
-    if output:
-        write_text(output, json.dumps(
+          f"within {steps} steps (--total-steps {args.total_steps:,}, in whole rollouts)")
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        write_text(Path(args.output), json.dumps(
             [{"mode": m, "learner_threads": t, "seed": s, **r} for (m, t, s), r in zip(cells, results, strict=True)],
             indent=2, default=str))
     return 0 if passed == len(cells) else 1

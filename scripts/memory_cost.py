@@ -19,9 +19,10 @@ with `--run` a short parallel run of the config, every process of its tree sampl
   proportional and unique set of the coordinator, each worker, the forkserver and the resource tracker), and
   summary.json's peaks.
 
-Prints a table (MB; 1 MB = 2^20 bytes) and writes `docs/results/<machine>/memory_<config>.json`, an evidence file
-for the docs (machine, date, commit, command, figures and tables). Memory, not time: other load does not change it
-much, but the `--run` is slow on a busy machine.
+Prints each measurement as it is taken, then the figures as JSON (MB; 1 MB = 2^20 bytes), and writes
+`docs/results/<machine>/memory_<config>.json` (or `--output`), an evidence file for the docs (machine, date, commit,
+command, figures and tables); a Ctrl-C writes nothing. Memory, not time: other load does not change it much, but the
+`--run` is slow on a busy machine.
 """
 
 from __future__ import annotations
@@ -137,11 +138,16 @@ def one(kind: str, arg: str, config: str, sets: list[str]) -> dict[str, float]:
 
 
 def child(kind: str, arg: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """One measurement in a single-threaded child process; ParallelPPOError with its last line where it failed (an
+    env that cannot be built, a missing extra)."""
+    from parallel_ppo.cli.common import last_line
+    from parallel_ppo.errors import ParallelPPOError
+
     command = [sys.executable, __file__, "--one", kind, arg, "--config", args.config,
                *(f"--set={s}" for s in args.set)]
     proc = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **ONE_THREAD})
     if proc.returncode != 0:
-        raise SystemExit(f"memory_cost.py: {kind} {arg} failed:\n{proc.stderr[-3000:]}")
+        raise ParallelPPOError(f"{kind} {arg}".strip() + f": {last_line(proc.stderr, proc.returncode)}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -157,7 +163,8 @@ def role(cmdline: list[str], root: int, pid: int) -> str:
 
 def run(args: argparse.Namespace, cfg) -> dict:  # noqa: ANN001
     """The parallel trainer for 2 updates, its tree sampled; each role's peaks (MB) and summary.json's."""
-    import psutil
+    from parallel_ppo.cli.common import last_line
+    from parallel_ppo.errors import ParallelPPOError
 
     with tempfile.TemporaryDirectory() as tmp:
         command = [sys.executable, str(ROOT / "train_parallel_timed.py"), "--config", args.config,
@@ -165,26 +172,41 @@ def run(args: argparse.Namespace, cfg) -> dict:  # noqa: ANN001
                    "--set", "logging.tensorboard=false", "--set", "logging.progress=off",
                    *(x for s in args.set for x in ("--set", s))]
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        root, peaks, totals = psutil.Process(proc.pid), {}, {"rss": 0.0, "pss": 0.0}
-        while proc.poll() is None:
-            now = {"rss": 0.0, "pss": 0.0}
-            with contextlib.suppress(psutil.Error):
-                for p in [root, *root.children(recursive=True)]:
-                    with contextlib.suppress(psutil.Error):
-                        mem, name = p.memory_full_info(), role(p.cmdline(), root.pid, p.pid)
-                        entry = peaks.setdefault(name, {"rss": 0.0, "pss": 0.0, "uss": 0.0})
-                        for key in entry:
-                            entry[key] = max(entry[key], getattr(mem, key) / MB)
-                        now["rss"] += mem.rss / MB
-                        now["pss"] += mem.pss / MB
-            totals = {k: max(totals[k], now[k]) for k in totals}
-            time.sleep(0.5)
+        try:
+            peaks, totals = sample(proc)
+        except KeyboardInterrupt:  # the trainer had the Ctrl-C too: its folder is removed once it has stopped
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(30)
+            proc.kill()
+            proc.wait()
+            raise
         if proc.returncode != 0:
-            raise SystemExit(f"memory_cost.py: the run failed:\n{proc.stderr[-3000:]}")
+            raise ParallelPPOError(f"the run: {last_line(proc.stderr.read(), proc.returncode)}")
         summary = json.loads(Path(f"{tmp}/run/summary.json").read_text())
     keys = ("peak_rss_mb", "peak_pss_mb", "peak_main_rss_mb", "peak_worker_rss_mb")
     return {"roles": peaks, "sampled_peak_rss_mb": totals["rss"], "sampled_peak_pss_mb": totals["pss"],
             "summary": {k: summary[k] for k in keys}, "learner": summary.get("learner")}
+
+
+def sample(proc: subprocess.Popen) -> tuple[dict, dict[str, float]]:
+    """Until `proc` ends, its process tree's memory every half second: each role's peaks and the tree's (MB)."""
+    import psutil
+
+    root, peaks, totals = psutil.Process(proc.pid), {}, {"rss": 0.0, "pss": 0.0}
+    while proc.poll() is None:
+        now = {"rss": 0.0, "pss": 0.0}
+        with contextlib.suppress(psutil.Error):
+            for p in [root, *root.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    mem, name = p.memory_full_info(), role(p.cmdline(), root.pid, p.pid)
+                    entry = peaks.setdefault(name, {"rss": 0.0, "pss": 0.0, "uss": 0.0})
+                    for key in entry:
+                        entry[key] = max(entry[key], getattr(mem, key) / MB)
+                    now["rss"] += mem.rss / MB
+                    now["pss"] += mem.pss / MB
+        totals = {k: max(totals[k], now[k]) for k in totals}
+        time.sleep(0.5)
+    return peaks, totals
 
 
 def breakdown(cfg, ran: dict, imports: float, first_extra: float, per_env: float, buffer: dict,  # noqa: ANN001
@@ -221,31 +243,11 @@ def slope(points: dict[int, float]) -> tuple[float, float]:
     return s, y_mean - s * n_mean
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config overrides")
-    parser.add_argument("--envs", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--run", action="store_true", help="also a 2-update parallel run, its processes sampled")
-    parser.add_argument("--output", type=Path)
-    parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)  # a child: one measurement, printed as JSON
-    args = parser.parse_args()
-    if args.one:
-        print(json.dumps(one(*args.one, args.config, args.set)))
-        return 0
-    from parallel_ppo.bench.study import available_cores, machine_results_dir
-    from parallel_ppo.core.files import write_text
-    from parallel_ppo.errors import ParallelPPOError
-    from parallel_ppo.runs import fingerprint
+def measure_all(args: argparse.Namespace, cfg) -> tuple[dict, dict, dict | None]:  # noqa: ANN001
+    """Every measurement, each printed as it is taken: the evidence file's figures and tables, and the run's (with
+    --run). ParallelPPOError where a child or the run failed."""
     from parallel_ppo.tuning.learner_settings import candidates, cpu_has_native_bf16
 
-    try:  # checked before any measurement
-        cfg = load_config(args.config, args.set)
-        if len(set(args.envs)) < 2 or min(args.envs) < 1:
-            raise ValueError(f"--envs takes two or more different positive counts (a slope), got {args.envs}")
-    except (ParallelPPOError, ValueError) as e:
-        print(f"memory_cost.py: error: {e}", file=sys.stderr)
-        return 2
     r = lambda x: round(x, 1)  # noqa: E731
     base = child("python", "", args)
     print(f"python {r(base['python']['rss'])} MB", flush=True)
@@ -290,8 +292,47 @@ def main() -> int:
         tables["breakdown"] = breakdown(cfg, ran, imports, at_zero - imports, per_env, buffer, learners)
         figures["breakdown_sum_mb"] = tables["breakdown"]["rows"][-2][-1]
         print(f"run: {ran}", flush=True)
+    return figures, tables, ran
+
+
+def parse_args() -> argparse.Namespace:
+    from parallel_ppo.cli.common import OneLineParser, add_set_flag, some_path
+
+    parser = OneLineParser(prog="memory_cost.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True)
+    add_set_flag(parser, "config overrides")
+    parser.add_argument("--envs", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--run", action="store_true", help="also a 2-update parallel run, its processes sampled")
+    parser.add_argument("--output", type=some_path)
+    parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)  # a child: one measurement, printed as JSON
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
+    if args.one:
+        print(json.dumps(one(*args.one, args.config, args.set)))
+        return 0
+    from parallel_ppo.bench.study import available_cores, machine_results_dir
+    from parallel_ppo.cli.common import interrupted
+    from parallel_ppo.core.files import write_text
+    from parallel_ppo.errors import ConfigError, ParallelPPOError
+    from parallel_ppo.runs import fingerprint
+    from parallel_ppo.runs.directory import check_output_file
+
     name = f"memory_{Path(args.config).stem}.json"
-    output = args.output or machine_results_dir(ROOT / "docs" / "results") / name
+    output = Path(args.output) if args.output else machine_results_dir(ROOT / "docs" / "results") / name
+    try:  # checked before any measurement
+        cfg = load_config(args.config, args.set)
+        if len(set(args.envs)) < 2 or min(args.envs) < 1:
+            raise ConfigError(f"--envs takes two or more different positive counts (a slope), got {args.envs}")
+        check_output_file(output, f"the evidence file {output}")
+        figures, tables, ran = measure_all(args, cfg)
+    except ParallelPPOError as e:
+        print(f"memory_cost.py: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return interrupted("memory_cost.py", "nothing was written")
     evidence = {
         "machine": f"{fingerprint.describe_cpu()}, {available_cores()} cores",
         "cpu_kind": fingerprint.cpu_kind(),

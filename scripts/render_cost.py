@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -85,35 +86,45 @@ def positive(text: str) -> int:
     return int(text)
 
 
-def main() -> int:
-    from parallel_ppo.bench.study import available_cores, machine_results_dir
-    from parallel_ppo.core.files import write_text
-    from parallel_ppo.runs import fingerprint
+def parse_args() -> argparse.Namespace:
+    from parallel_ppo.cli.common import OneLineParser, some_path
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="render_cost.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="HalfCheetah-v5")
     parser.add_argument("--steps", type=positive, default=200)
     parser.add_argument("--rounds", type=positive, default=3)
-    parser.add_argument("--output", type=Path)
+    parser.add_argument("--output", type=some_path)
     parser.add_argument("--camera", default="robot0_eye_in_hand", help="the camera of a robosuite task")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a child process: time one setting, print ms
-    args = parser.parse_args()
-    if args.one:
-        print(*time_setting(args.env, args.one, args.steps, args.camera))
-        return 0
+    return parser.parse_args()
+
+
+def prepare(args: argparse.Namespace) -> tuple[Any, dict[str, str], Path]:
+    """The env's family, the settings timed and the evidence file: checked before any is timed (ConfigError)."""
+    from parallel_ppo.bench.study import machine_results_dir
     from parallel_ppo.envs.families import GENESIS, MUJOCO, ROBOSUITE, family_of
     from parallel_ppo.errors import ConfigError
+    from parallel_ppo.runs.directory import check_output_file
 
-    try:
-        family = family_of(args.env)
-    except ConfigError as e:
-        print(f"render_cost.py: error: {e}", file=sys.stderr)
-        return 2
+    family = family_of(args.env)
     if family not in (MUJOCO, ROBOSUITE, GENESIS):
-        print(f"render_cost.py: error: {args.env} is a {family.name} env; this times the renderers of MuJoCo, "
-              "robosuite and Genesis", file=sys.stderr)
-        return 2
+        raise ConfigError(f"{args.env} is a {family.name} env; this times the renderers of MuJoCo, robosuite and "
+                          "Genesis")
     settings = GENESIS_SETTINGS if family is GENESIS else ROBOSUITE_SETTINGS if family is ROBOSUITE else SETTINGS
+    name = "render_cost.json" if family is MUJOCO else f"render_cost_{family.name}.json"
+    output = Path(args.output) if args.output else machine_results_dir(ROOT / "docs" / "results") / name
+    check_output_file(output, f"the evidence file {output}")
+    return family, settings, output
+
+
+def time_rounds(args: argparse.Namespace,
+                settings: dict[str, str]) -> tuple[dict[str, list[float]], list[float], set[str]]:
+    """Each setting's milliseconds a step in each round, each in a process of its own, interleaved; the seconds
+    each process took to build its env and the OpenGL platforms they rendered with. ParallelPPOError with a
+    child's last line where one failed."""
+    from parallel_ppo.cli.common import last_line
+    from parallel_ppo.errors import ParallelPPOError
+
     times: dict[str, list[float]] = {s: [] for s in settings}
     builds: list[float] = []
     platforms: set[str] = set()
@@ -122,10 +133,7 @@ def main() -> int:
             child = subprocess.run([sys.executable, __file__, "--one", setting, "--env", args.env, "--steps",
                                     str(args.steps), "--camera", args.camera], capture_output=True, text=True)
             if child.returncode != 0:  # a camera the task lacks, a missing extra, ...: the child's last line
-                print(f"render_cost.py: error: {setting}: "
-                      f"{(child.stderr.strip().splitlines() or ['exit status ' + str(child.returncode)])[-1]}",
-                      file=sys.stderr)
-                return 2
+                raise ParallelPPOError(f"{setting}: {last_line(child.stderr, child.returncode)}")
             *timing, platform = child.stdout.split()[-3:]
             ms, built = map(float, timing)
             times[setting].append(ms)
@@ -133,13 +141,34 @@ def main() -> int:
             if setting != "physics":
                 platforms.add(platform)
             print(f"round {r + 1}: {setting}: {ms:.2f} ms a step (built in {built:.1f} s)", flush=True)
+    return times, builds, platforms
+
+
+def main() -> int:
+    args = parse_args()
+    if args.one:
+        print(*time_setting(args.env, args.one, args.steps, args.camera))
+        return 0
+    from parallel_ppo.bench.study import available_cores
+    from parallel_ppo.cli.common import interrupted
+    from parallel_ppo.core.files import write_text
+    from parallel_ppo.envs.families import GENESIS, ROBOSUITE
+    from parallel_ppo.errors import ParallelPPOError
+    from parallel_ppo.runs import fingerprint
+
+    try:
+        family, settings, output = prepare(args)
+        times, builds, platforms = time_rounds(args, settings)
+    except ParallelPPOError as e:
+        print(f"render_cost.py: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return interrupted("render_cost.py", "nothing was written")
     median = {s: round(statistics.median(t), 2) for s, t in times.items()}
     ratio = {"camera_over_physics": round(median["camera"] / median["physics"], 1)} if family is GENESIS else \
         {"default_over_fast": round(median["default"] / median["fast"], 1)}
     if family is ROBOSUITE:
         ratio["every_over_fast"] = round(median["every"] / median["fast"], 2)
-    name = "render_cost.json" if family is MUJOCO else f"render_cost_{family.name}.json"
-    output = args.output or machine_results_dir(ROOT / "docs" / "results") / name
     evidence = {
         "machine": f"{fingerprint.describe_cpu()}, {available_cores()} cores; " + (
             f"Genesis over PYOPENGL_PLATFORM={'/'.join(sorted(platforms))}" if family is GENESIS

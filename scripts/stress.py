@@ -2,12 +2,16 @@
 """Stress the parallel trainer (not part of CI): repeatedly SIGKILL a worker mid-run, and SIGINT the
 coordinator then resume, checking each time for hangs, leftover processes, /dev/shm leaks and a valid resume.
 
-    python scripts/stress.py --rounds 20 --env starpilot
+    .venv/bin/python scripts/stress.py --rounds 20 --env starpilot
+
+Prints each round's result and the tally; exit 1 when a round failed. A Ctrl-C stops the trainer under way (each runs
+in a session of its own, out of the terminal's reach) and ends the rounds.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -23,17 +27,43 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from sessions import assert_nothing_left, shm_entries  # noqa: E402  (found by session: titles hide environ tags)
+
+from parallel_ppo.cli.common import OneLineParser, interrupted, positive_int  # noqa: E402
 
 SMALL = ["--set", "training.n_steps=32", "--batch-size", "256", "--set", "logging.tensorboard=false",
          "--set", "run.limit_seconds=0", "--set", "run.checkpoint_interval=1"]
 
 
+LAUNCHED: list[subprocess.Popen] = []
+"""The trainers started (`launch`), stopped by `stop_launched` after each round."""
+
+
 def launch(args: list[str]) -> subprocess.Popen:
     """The parallel trainer as the leader of a new session (session id = its pid)."""
-    return subprocess.Popen([sys.executable, str(ROOT / "train_parallel_timed.py"), *args], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, str(ROOT / "train_parallel_timed.py"), *args], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    LAUNCHED.append(proc)
+    return proc
+
+
+def stop_launched() -> None:
+    """Stop every trainer still running, session and all: a round that failed, or a Ctrl-C, which reaches no
+    trainer (each leads a session of its own). SIGINT first, so that it removes its shared memory; SIGKILL after
+    60 s."""
+    for proc in LAUNCHED:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGINT)
+    for proc in LAUNCHED:
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    LAUNCHED.clear()
 
 
 def rows(out: Path) -> list[dict[str, str]]:
@@ -108,28 +138,39 @@ def sigint_resume_round(base: list[str], work: Path, rng: random.Random) -> None
     check_clean(proc.pid, before)
 
 
+def run_rounds(args: argparse.Namespace, base: list[str], work: Path, results: dict[str, int]) -> None:
+    """`--rounds` rounds of each kind, each printed; the rounds passed of each kind into `results`."""
+    rng = random.Random(args.seed)
+    for name, fn in (("worker SIGKILL", worker_kill_round), ("coordinator SIGINT + resume", sigint_resume_round)):
+        results[name] = 0
+        for i in range(args.rounds):
+            start = time.monotonic()
+            try:
+                fn(base, work, rng)
+                results[name] += 1
+                status = "ok"
+            except RuntimeError as e:
+                status = f"FAILED: {e}"
+            finally:
+                stop_launched()
+            print(f"{name} {i + 1}/{args.rounds}: {status} ({time.monotonic() - start:.0f} s)", flush=True)
+
+
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=20, help="rounds of each kind (default 20)")
+    p = OneLineParser(prog="stress.py", description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=positive_int, default=20, help="rounds of each kind (default 20)")
     p.add_argument("--env", default="starpilot")
     p.add_argument("--seed", type=int, default=0, help="seed of the random kill timing")
     args = p.parse_args()
     base = ["--env", args.env, "--num-workers", "2", "--num-envs-per-worker", "8", *SMALL]
-    rng = random.Random(args.seed)
-    results = {}
-    with tempfile.TemporaryDirectory(prefix="ppo-stress-") as tmp:
-        for name, fn in (("worker SIGKILL", worker_kill_round), ("coordinator SIGINT + resume", sigint_resume_round)):
-            ok = 0
-            for i in range(args.rounds):
-                start = time.monotonic()
-                try:
-                    fn(base, Path(tmp), rng)
-                    ok += 1
-                    status = "ok"
-                except RuntimeError as e:
-                    status = f"FAILED: {e}"
-                print(f"{name} {i + 1}/{args.rounds}: {status} ({time.monotonic() - start:.0f} s)", flush=True)
-            results[name] = ok
+    results: dict[str, int] = {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="ppo-stress-") as tmp:
+            run_rounds(args, base, Path(tmp), results)
+    except KeyboardInterrupt:
+        done = ", ".join(f"{name} {ok}" for name, ok in results.items())
+        return interrupted("stress.py", f"its trainer stopped; rounds passed before: {done}" if done
+                           else "no round had started")
     for name, ok in results.items():
         print(f"{name}: {ok}/{args.rounds} passed")
     return 0 if all(ok == args.rounds for ok in results.values()) else 1

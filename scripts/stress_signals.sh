@@ -4,7 +4,11 @@
 # Usage: scripts/stress_signals.sh [N]
 set -u
 cd "$(dirname "$0")/.."
-n=${1:-20}
+n=${1-20}
+if ! [[ $n =~ ^0*[1-9][0-9]*$ ]]; then
+    echo "stress_signals.sh: error: N must be a whole number of at least 1, got '$n'" >&2
+    exit 2
+fi
 passed=0
 for i in $(seq "$n"); do
     if .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_signals.py \

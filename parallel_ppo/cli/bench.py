@@ -41,7 +41,7 @@ from parallel_ppo.core.threads import draw_with, thread_plan
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.errors import ConfigError, ParallelPPOError, WriteFailed
 from parallel_ppo.runs import fingerprint
-from parallel_ppo.runs.directory import check_writable
+from parallel_ppo.runs.directory import check_output_file, check_writable
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -236,9 +236,7 @@ def _check_output(path: str | None, name: str = "--output") -> None:
     """The result file `path` (given as `name`) can be written: checked before the measurement, not after it."""
     if path is None:
         return
-    if (p := Path(path)).is_dir():
-        raise ConfigError(f"{name} {p} is a directory; give a file name such as result.json")
-    check_writable(p.parent, f"{name} {p}")
+    check_output_file(Path(path), f"{name} {Path(path)}")
 
 
 def _set_threads(cfg: Config, threads: int | None, parallel: bool = False) -> None:

@@ -30,6 +30,11 @@ def interrupted(prog: str, outcome: str) -> int:
     return 128 + signal.SIGINT
 
 
+def last_line(stderr: str, status: int) -> str:
+    """What a failed child process said last (a traceback's last line: its error), else its exit status."""
+    return (stderr.strip().splitlines() or [f"exit status {status}"])[-1]
+
+
 def setting_item(text: str) -> str:
     """argparse type of `--set`: `section.key=value` (the value is read and checked with the config)."""
     key, eq, _ = text.partition("=")

@@ -50,6 +50,14 @@ def check_writable(path: Path, what: str = "") -> None:
         raise ConfigError(f"cannot write {what}: {ancestor}: {reason}") from None
 
 
+def check_output_file(path: Path, what: str) -> None:
+    """Refuse a result file that is a directory, or whose folder cannot be created or written (`check_writable`),
+    before the measurement that fills it, not after; `what` names it in the message (`--output out.json`)."""
+    if path.is_dir():
+        raise ConfigError(f"{what} is a directory; give a file name such as result.json")
+    check_writable(path.parent, what)
+
+
 def default_run_dir(mode: str) -> str:
     return f"benchmarks/{mode}_{time.strftime('%Y%m%d-%H%M%S')}"
 
