@@ -791,3 +791,19 @@ def test_a_worker_that_neither_runs_nor_waits_while_starting_is_given_up(tmp_pat
         ParallelCoordinator(cfg, env_spaces(cfg.env), thread_plan(cfg, parallel=True))
     workers = [p for p in psutil.Process().children(recursive=True) if p.name().startswith("parallel_ppo worker")]
     assert not workers, workers
+
+
+def test_a_worker_that_fails_to_start_hands_on_its_traceback():
+    """A worker restarted mid-run whose env raises as it starts: its error carries the worker's traceback, for the
+    run's error.txt, as a worker failing during a rollout does."""
+    import multiprocessing
+
+    from parallel_ppo.engines.parallel.worker import Failed
+
+    parent, child = multiprocessing.Pipe()
+    child.send(Failed("RuntimeError: reset boom", "Traceback (most recent call last):\nRuntimeError: reset boom"))
+    coordinator = object.__new__(ParallelCoordinator)  # its wait for a worker's hello, on a worker that said this
+    coordinator._workers = [SimpleNamespace(conn=parent, process=SimpleNamespace(sentinel=child, pid=os.getpid()))]
+    with pytest.raises(coordinator_module.WorkerError, match="worker 0 failed to start: RuntimeError: reset boom") as e:
+        coordinator._await_ready(0)
+    assert e.value.trace.endswith("RuntimeError: reset boom")

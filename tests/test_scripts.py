@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from types import ModuleType
 
@@ -103,15 +102,22 @@ def test_a_ctrl_c_in_a_measuring_script_is_one_line_and_status_130(tmp_path, mon
 def test_a_ctrl_c_in_learning_matrix_starts_no_other_run(tmp_path, monkeypatch, capsys):
     """Ctrl-C while the first of three runs trains: the runs not started are cancelled (the pool's exit started
     each, to its end, before the interrupt was seen), one line, status 130, no JSON."""
-    module, started = script("learning_matrix"), []
+    module, started, stopping = script("learning_matrix"), [], threading.Event()
+
+    class Pool(module.ThreadPoolExecutor):
+        def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+            super().shutdown(wait=False, cancel_futures=cancel_futures)  # the runs not started: cancelled now
+            stopping.set()  # the run under way may end (a Ctrl-C stops it): no timing decides the order
+            super().shutdown(wait=wait)
 
     def train_once(config, mode, seed, *args):
         started.append(seed)
         if len(started) == 1:  # the Ctrl-C, as the terminal's reaches this process
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
-        time.sleep(0.5)
+        assert stopping.wait(60), "the pool was not shut down"
         return {"failed": "interrupted"}
 
+    monkeypatch.setattr(module, "ThreadPoolExecutor", Pool)
     monkeypatch.setattr(module, "train_once", train_once)
     out = tmp_path / "matrix.json"
     status, err, _ = run(module, ["--seeds", "1", "2", "3", "--threads", "1", "--modes", "sequential", "--output",

@@ -284,9 +284,8 @@ def keep_trace(run_dir: Path, trace: str | None) -> None:
     where the process that writes caught one; an earlier session's is removed otherwise. Best effort: a disk that
     does not take it costs the traceback, not the run's files."""
     with suppress(OSError):
-        if trace is None:
-            (run_dir / ERROR_TRACE).unlink(missing_ok=True)
-        else:
+        (run_dir / ERROR_TRACE).unlink(missing_ok=True)  # where this session's cannot be written, none
+        if trace is not None:
             write_text(run_dir / ERROR_TRACE, trace)
 
 

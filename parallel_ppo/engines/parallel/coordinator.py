@@ -192,7 +192,7 @@ class ParallelCoordinator:
             self._start_seconds[index] = message.start_seconds
             return
         if isinstance(message, Failed):
-            raise WorkerError(f"worker {index} failed to start: {message.summary}")
+            raise WorkerError(f"worker {index} failed to start: {message.summary}", message.traceback)
         worker.process.join(1.0)
         raise _Died(f"died while starting ({describe_exit(worker.process.exitcode)})")
 
