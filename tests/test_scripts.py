@@ -120,8 +120,13 @@ def test_a_ctrl_c_in_learning_matrix_starts_no_other_run(tmp_path, monkeypatch, 
     monkeypatch.setattr(module, "ThreadPoolExecutor", Pool)
     monkeypatch.setattr(module, "train_once", train_once)
     out = tmp_path / "matrix.json"
-    status, err, _ = run(module, ["--seeds", "1", "2", "3", "--threads", "1", "--modes", "sequential", "--output",
-                               str(out)], monkeypatch, capsys)
+    # Python's own handler, as a terminal's python has it: a process started in the background inherits SIGINT ignored
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        status, err, _ = run(module, ["--seeds", "1", "2", "3", "--threads", "1", "--modes", "sequential", "--output",
+                                   str(out)], monkeypatch, capsys)
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     assert status == 130 and len(err) == 1 and ": interrupted; " in err[0], err
     assert started == [1] and not out.exists()
 
@@ -266,7 +271,8 @@ def test_stress_stops_its_trainer_on_ctrl_c(monkeypatch, capsys):
     """Ctrl-C in stress.py: its trainer, in a session of its own that the terminal's Ctrl-C does not reach, is
     stopped; one line, status 130 (was a traceback, the trainer left running)."""
     module = script("stress")
-    trainer = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    trainer = subprocess.Popen(["sleep", "60"], start_new_session=True,  # stopped by SIGINT, as a trainer is,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # whatever we inherited
 
     def round_(*args):
         getattr(module, "LAUNCHED", []).append(trainer)
