@@ -254,6 +254,9 @@ bench-pixels: install
 ## render settings), then sequential against parallel (2 workers) from state and from the wrist camera, PAIRS
 ## interleaved pairs of PAIR_MINUTES each → benchmarks/robot/{render_cost.json,state/pairs.md,camera/pairs.md}
 bench-robot: install
+	@for config in robosuite_lift robosuite_lift_camera; do $(PY) scripts/mode_pairs.py --check \
+		--config config/$$config.yaml --pairs $(PAIRS) --minutes $(PAIR_MINUTES) \
+		--output-dir $(call shq,$(or $(OUT),benchmarks/robot)) -- $(ARGS) || exit $$?; done
 	$(PY) scripts/render_cost.py --env robosuite/Lift --camera robot0_eye_in_hand --steps 100 \
 		--output $(call shq,$(or $(OUT),benchmarks/robot)/render_cost.json)
 	$(PY) scripts/mode_pairs.py --config config/robosuite_lift.yaml --pairs $(PAIRS) --minutes $(PAIR_MINUTES) \

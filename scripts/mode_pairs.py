@@ -6,7 +6,8 @@ update time per 1,000 env steps (issue 24's acceptance 1).
     .venv/bin/python scripts/mode_pairs.py --config config/mujoco_pixels.yaml ...   (one config for both modes)
 
 ARGS after `--` go to both trainers (e.g. `--set training.precision=fp32`). A measurement: exits 0 whatever the
-ratios; the table is rewritten to <output-dir>/pairs.md after every pair.
+ratios; the table is rewritten to <output-dir>/pairs.md after every pair. `--check` checks the arguments, the configs
+and the output folder as a measurement would before it starts, and exits (0) without running or writing anything.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ def main() -> int:
     p.add_argument("--minutes", type=duration_in("m"), default=6.0, metavar="TIME")
     p.add_argument("--output-dir", type=some_path, default="benchmarks/mode_pairs")
     p.add_argument("--config", type=some_path, help="one config for both modes (default: the shipped starpilot pair)")
+    p.add_argument("--check", action="store_true", help="check the arguments, then exit without running anything")
     args, extra = p.parse_known_args()
     extra = [a for a in extra if a != "--"]
     out = Path(args.output_dir)
@@ -77,6 +79,8 @@ def main() -> int:
     if problem := refusal(config, extra, out):
         print(f"mode_pairs.py: error: {problem}", file=sys.stderr)
         return 2
+    if args.check:
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     lines = list(HEADER)
     for pair in range(1, args.pairs + 1):

@@ -270,6 +270,23 @@ def test_the_pair_scripts_read_a_config_from_where_they_are_called(tmp_path, mon
     assert checkout_path("cartpole.yaml", ROOT) == "config/cartpole.yaml"
 
 
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_bench_robot_checks_its_pairs_before_the_render_measurement(tmp_path):
+    """`make bench-robot` with ARGS the trainers refuse: one line and exit 2 before render_cost.py's minutes (the
+    pairs checked it only after them); `mode_pairs.py --check` with good ones runs and writes nothing."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    out = tmp_path / "robot"
+    proc = subprocess.run(["make", "-s", "--no-print-directory", "-o", "install", "bench-robot", f"PY={sys.executable}",
+                           f"OUT={out}", "ARGS=--set training.bogus=1"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    lines = [line for line in proc.stderr.strip().splitlines() if not line.startswith("make: ***")]
+    assert proc.returncode == 2 and len(lines) == 1 and "unknown config key 'training.bogus'" in lines[0], proc.stderr
+    assert proc.stdout == "" and not out.exists()
+    checked = subprocess.run([sys.executable, "scripts/mode_pairs.py", "--check", "--config", "config/cartpole.yaml",
+                              "--output-dir", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert (checked.returncode, checked.stdout, checked.stderr) == (0, "", "") and not out.exists()
+
+
 @pytest.mark.parametrize("argv", [
     ["scripts/inference_cost.py", "--config", "no.yaml", "--output", "{out}"],
     ["scripts/inference_cost.py", "--env", "CartPole-v1", "--threads", "99999", "--output", "{out}"],
