@@ -35,7 +35,10 @@ TRAIN_CONFIG = "$$($(PY) -c 'import sys; from parallel_ppo.cli.common import def
                print(default_config(sys.argv[1] or None, sys.argv[2]))' $(call shq,$(ENV)) $(1) 2>/dev/null \
                || echo config/$(1))"
 TIMED        = $(if $(ENV),--total-steps 0)
-# compare's sequential run takes as many envs as its parallel run's WORKERS × ENVS (the Procgen configs' 16 already)
+# The parallel layout is the config's (each shipped config's sequential and parallel runs step as many envs), or
+# WORKERS × ENVS where either is given; then compare's sequential run takes as many envs (SEQ_ENVS)
+LAYOUT_GIVEN  = $(filter command line environment,$(origin WORKERS) $(origin ENVS))
+LAYOUT_FLAGS  = $(if $(LAYOUT_GIVEN),--num-workers $(WORKERS) --num-envs-per-worker $(ENVS))
 SEQ_ENVS_FLAG = $(if $(SEQ_ENVS),--num-envs $(SEQ_ENVS))
 ARGS     ?=
 WORKERS  ?= 2
@@ -146,11 +149,11 @@ smoke: install
 	$(PY) train_parallel_timed.py --config config/cartpole.yaml --duration 10s --set run.limit_seconds=0 \
 		--output-dir benchmarks/smoke_parallel --overwrite
 
-## Parallel timed run: make train-parallel DURATION=30m WORKERS=4 ENVS=8 OUT=benchmarks/mine
+## Parallel timed run, the config's workers × envs per worker unless WORKERS or ENVS is given:
+## make train-parallel DURATION=30m WORKERS=4 ENVS=8 OUT=benchmarks/mine
 train-parallel: install
 	$(PY) train_parallel_timed.py --config $(call TRAIN_CONFIG,ppo_parallel.yaml) $(ENV_FLAG) $(TIMED) \
-		--duration $(call shq,$(DURATION)) \
-		--num-workers $(WORKERS) --num-envs-per-worker $(ENVS) --seed $(SEED) \
+		--duration $(call shq,$(DURATION)) $(LAYOUT_FLAGS) --seed $(SEED) \
 		--output-dir $(call shq,$(or $(OUT),benchmarks/parallel_$(TAG))) $(ARGS)
 
 ## Distributed run on this host, NPROC ranks (each a sequential collector and learner, gradients all-reduced), by the
@@ -180,7 +183,8 @@ train-distributed: install
 compare: install
 	@case "$(TAG)" in ''|*[!A-Za-z0-9._:+-]*) \
 		echo "make compare: error: TAG names the runs: letters, digits and . _ : + - only, got '$(TAG)'" >&2; exit 2;; esac
-	test -f benchmarks/sequential_$(TAG)/summary.json || $(MAKE) --no-print-directory train OUT= SEQ_ENVS=$$(($(WORKERS) * $(ENVS)))
+	test -f benchmarks/sequential_$(TAG)/summary.json || $(MAKE) --no-print-directory train OUT= \
+		$(if $(LAYOUT_GIVEN),SEQ_ENVS=$$(($(WORKERS) * $(ENVS))))
 	test -f benchmarks/parallel_$(TAG)/summary.json || $(MAKE) --no-print-directory train-parallel OUT=
 	$(PY) compare_results.py --sequential benchmarks/sequential_$(TAG) --parallel benchmarks/parallel_$(TAG) \
 		--output-dir benchmarks/comparison_$(TAG)
@@ -242,8 +246,9 @@ bench-atari: install
 		--variant "ppo:" --set run.total_steps=$(ATARI_STEPS) --set training.anneal_steps=10000000 \
 		--output-dir benchmarks/atari_$(ATARI_ENV) $(ARGS)
 
-## The env-bound regime: sequential against parallel (2 workers) on MuJoCo from pixels, in PAIRS interleaved pairs of
-## PAIR_MINUTES each → benchmarks/pixel_pairs/pairs.md (ARGS="--set env.fast_render=false" for the slow renderer)
+## Image-based control: sequential against parallel (2 workers) on MuJoCo from pixels (learner-bound with the config's
+## fast_render, env-bound with ARGS="--set env.fast_render=false": the slow renderer), in PAIRS interleaved pairs of
+## PAIR_MINUTES each → benchmarks/pixel_pairs/pairs.md
 PAIRS        ?= 2
 PAIR_MINUTES ?= 3
 bench-pixels: install

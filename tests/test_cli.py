@@ -313,3 +313,28 @@ def test_make_train_distributeds_torchrun_ends_as_its_ranks_do(monkeypatch, caps
     monkeypatch.setattr("torch.distributed.run.run", killed)
     assert torchrun.main(["--standalone", "train_timed.py"]) == 1
     assert capsys.readouterr().err == "torchrun: rank 0 was killed by SIGKILL; the other ranks were stopped\n"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+@pytest.mark.parametrize("assignments, layout, sequential", [
+    (["ENV=HalfCheetah-v5"], None, None), ([], None, None),
+    (["ENV=HalfCheetah-v5", "WORKERS=4"], ("4", "8"), "32"), (["ENVS=2"], ("2", "2"), "4")])
+def test_make_takes_the_configs_worker_layout_unless_one_is_given(assignments, layout, sequential):
+    """`make train-parallel ENV=HalfCheetah-v5` ran 2 × 8 envs (WORKERS and ENVS's defaults) where mujoco.yaml has 2
+    × 2, CleanRL's rollout; compare's sequential run takes the parallel one's envs only where they are given (each
+    shipped config's two runs step as many). make -n: nothing runs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE") and k not in ("WORKERS", "ENVS")}
+
+    def words(target: str) -> list[str]:
+        out = subprocess.run(["make", "-n", "--no-print-directory", "-o", "install", target, *assignments], cwd=ROOT,
+                             env=env, capture_output=True, text=True, timeout=60, check=True).stdout
+        return shlex.split(out.replace("\\\n", " "))
+
+    def flag(argv: list[str], name: str) -> str | None:
+        return argv[argv.index(name) + 1] if name in argv else None
+
+    parallel = words("train-parallel")
+    assert (flag(parallel, "--num-workers"), flag(parallel, "--num-envs-per-worker")) == (layout or (None, None))
+    compared = words("compare")
+    trained = compared[compared.index("train_timed.py"):compared.index("train_parallel_timed.py")]
+    assert flag(trained, "--num-envs") == sequential
