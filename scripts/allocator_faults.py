@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from parallel_ppo.cli.common import OneLineParser, interrupted, last_line, some_path  # noqa: E402
+from parallel_ppo.cli.common import OneLineParser, interrupted, last_line, some_path, write_result  # noqa: E402
 from parallel_ppo.core.files import write_json  # noqa: E402
 from parallel_ppo.errors import ConfigError  # noqa: E402
 from parallel_ppo.runs.directory import check_output_file  # noqa: E402
@@ -116,13 +116,10 @@ def main() -> int:
         print(f"{mode}: {statistics.median(f for f, _ in rows):.0f} faults, "
               f"{statistics.median(ms for _, ms in rows):.1f} ms per step (median of {len(rows)})")
     if output is not None:
-        try:
-            output.parent.mkdir(parents=True, exist_ok=True)
-            write_json(output, {"command": "scripts/allocator_faults.py " + " ".join(sys.argv[1:]),
-                                "minibatch": args.minibatch, "steps": args.steps, "rounds": rounds})
-        except OSError as e:
-            print(f"allocator_faults: error: cannot write {output}: {e.strerror}", file=sys.stderr)
-            return 2
+        result = {"command": "scripts/allocator_faults.py " + " ".join(sys.argv[1:]), "minibatch": args.minibatch,
+                  "steps": args.steps, "rounds": rounds}
+        if write_result("allocator_faults", output, lambda path: write_json(path, result)):
+            return 1
         print(output)
     return 0
 

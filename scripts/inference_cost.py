@@ -231,7 +231,7 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Any, Any, tuple[Any, Any], P
 
 
 def main() -> int:
-    from parallel_ppo.cli.common import interrupted
+    from parallel_ppo.cli.common import interrupted, write_result
     from parallel_ppo.core.files import write_text
     from parallel_ppo.errors import ParallelPPOError
 
@@ -250,11 +250,7 @@ def main() -> int:
           f"{f['worker_ms']:.3f} ms a step on one CPU thread; {args.workers} workers' at once {f['batched_ms']:.3f} "
           f"ms on {data['setting']['batched_on']}; a round trip {f['round_trip_ms']:.3f} ms; the batched "
           f"pass acts on {f['batched_over_workers']:.2f} times the observations a second of the workers' own")
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        write_text(output, json.dumps(data, indent=1) + "\n")
-    except OSError as e:
-        print(f"inference_cost.py: error: cannot write {output}: {e.strerror or e}", file=sys.stderr)
+    if write_result("inference_cost.py", output, lambda path: write_text(path, json.dumps(data, indent=1) + "\n")):
         return 1
     print(f"wrote {output}")
     return 0

@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from parallel_ppo.cli.common import OneLineParser, duration_in, interrupted, some_path  # noqa: E402
+from parallel_ppo.cli.common import OneLineParser, duration_in, interrupted, some_path, write_result  # noqa: E402
 from parallel_ppo.core.configure import build_config  # noqa: E402
 from parallel_ppo.core.files import write_json  # noqa: E402
 from parallel_ppo.core.threads import thread_plan  # noqa: E402
@@ -66,12 +66,7 @@ def main() -> int:
                   "choice": choice.to_dict(), "ranking": (choice.limit or {}).get("ranking"), "best_sps": {
                       label: r.get("best_sps") for label, r in measured.items()},
                   "hardware": fingerprint.hardware()}
-        try:
-            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-            write_json(Path(args.output), result)
-        except OSError as e:
-            print(f"learner_choice: error: cannot write {args.output}: {e.strerror}", file=sys.stderr)
-            return 2
+        return write_result("learner_choice", Path(args.output), lambda path: write_json(path, result))
     return 0
 
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from parallel_ppo.bench.study import available_cores  # noqa: E402
-from parallel_ppo.cli.common import OneLineParser, duration_in, interrupted, some_path  # noqa: E402
+from parallel_ppo.cli.common import OneLineParser, duration_in, interrupted, some_path, write_result  # noqa: E402
 from parallel_ppo.core.config import Config  # noqa: E402
 from parallel_ppo.core.configure import build_config  # noqa: E402
 from parallel_ppo.core.files import write_text  # noqa: E402
@@ -83,13 +83,8 @@ def main() -> int:
                 "cpu_kind": fingerprint.cpu_kind(), "date": datetime.date.today().isoformat(),
                 "commit": fingerprint.source_commit() or "unknown",
                 "command": shlex.join(["scripts/learner_threads.py", *sys.argv[1:]]), "configs": rows}
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        write_text(output, json.dumps(evidence, indent=1) + "\n")
-    except OSError as e:
-        print(f"learner_threads.py: error: cannot write {output}: {e.strerror or e}", file=sys.stderr)
-        return 1
-    return 0
+    return write_result("learner_threads.py", output,
+                        lambda path: write_text(path, json.dumps(evidence, indent=1) + "\n"))
 
 
 if __name__ == "__main__":

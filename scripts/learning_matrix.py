@@ -31,6 +31,7 @@ from parallel_ppo.cli.common import (  # noqa: E402
     positive_int,
     seed_number,
     some_path,
+    write_result,
 )
 from parallel_ppo.core.configure import build_config  # noqa: E402
 from parallel_ppo.core.files import write_text  # noqa: E402
@@ -123,11 +124,10 @@ def main() -> int:
     steps = f"{trained[0]:,}" if len(trained) == 1 else f"{trained[0]:,} to {trained[-1]:,}" if trained else "no"
     print(f"{passed} of {len(cells)} runs reached a mean return of {args.threshold:g} (last 100 episodes) "
           f"within {steps} steps (--total-steps {args.total_steps:,}, in whole rollouts)")
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        write_text(Path(args.output), json.dumps(
-            [{"mode": m, "learner_threads": t, "seed": s, **r} for (m, t, s), r in zip(cells, results, strict=True)],
-            indent=2, default=str))
+    table = [{"mode": m, "learner_threads": t, "seed": s, **r} for (m, t, s), r in zip(cells, results, strict=True)]
+    if args.output and write_result("learning_matrix.py", Path(args.output),
+                                    lambda path: write_text(path, json.dumps(table, indent=2, default=str))):
+        return 1
     return 0 if passed == len(cells) else 1
 
 

@@ -314,7 +314,7 @@ def main() -> int:
         print(json.dumps(one(*args.one, args.config, args.set)))
         return 0
     from parallel_ppo.bench.study import available_cores, machine_results_dir
-    from parallel_ppo.cli.common import interrupted
+    from parallel_ppo.cli.common import interrupted, write_result
     from parallel_ppo.core.files import write_text
     from parallel_ppo.errors import ConfigError, ParallelPPOError
     from parallel_ppo.runs import fingerprint
@@ -343,8 +343,8 @@ def main() -> int:
         "figures": figures, "tables": tables,
         **({"run_learner": ran["learner"]} if ran else {}),
     }
-    output.parent.mkdir(parents=True, exist_ok=True)
-    write_text(output, json.dumps(evidence, indent=1) + "\n")
+    if write_result("memory_cost.py", output, lambda path: write_text(path, json.dumps(evidence, indent=1) + "\n")):
+        return 1
     print(json.dumps(figures), output, sep="\n")
     return 0
 

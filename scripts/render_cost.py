@@ -150,7 +150,7 @@ def main() -> int:
         print(*time_setting(args.env, args.one, args.steps, args.camera))
         return 0
     from parallel_ppo.bench.study import available_cores
-    from parallel_ppo.cli.common import interrupted
+    from parallel_ppo.cli.common import interrupted, write_result
     from parallel_ppo.core.files import write_text
     from parallel_ppo.envs.families import GENESIS, ROBOSUITE
     from parallel_ppo.errors import ParallelPPOError
@@ -182,8 +182,8 @@ def main() -> int:
                             "rows": [[settings[s], median[s], ", ".join(f"{t:.2f}" for t in times[s])]
                                      for s in settings]}},
     }
-    output.parent.mkdir(parents=True, exist_ok=True)
-    write_text(output, json.dumps(evidence, indent=1) + "\n")
+    if write_result("render_cost.py", output, lambda path: write_text(path, json.dumps(evidence, indent=1) + "\n")):
+        return 1
     print(f"{args.env}, {args.steps} steps: " + ", ".join(f"{s} {m} ms" for s, m in median.items()) + f"; {output}")
     return 0
 

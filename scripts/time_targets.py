@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from parallel_ppo.bench.study import available_cores, machine_results_dir  # noqa: E402
-from parallel_ppo.cli.common import OneLineParser, interrupted, last_line, some_path  # noqa: E402
+from parallel_ppo.cli.common import OneLineParser, interrupted, last_line, some_path, write_result  # noqa: E402
 from parallel_ppo.core.files import read_evidence, write_text  # noqa: E402
 from parallel_ppo.runs import fingerprint  # noqa: E402
 from parallel_ppo.runs.directory import check_output_file  # noqa: E402
@@ -103,8 +103,8 @@ def main() -> int:
         "tables": {"times": {"columns": ["target", "seconds", "result", "date", "commit", "command"],
                              "rows": list(rows.values())}},
     }
-    output.parent.mkdir(parents=True, exist_ok=True)
-    write_text(output, json.dumps(evidence, indent=1) + "\n")
+    if write_result("time_targets.py", output, lambda path: write_text(path, json.dumps(evidence, indent=1) + "\n")):
+        return 1
     print(f"written to {output}" + (f"; failed, not recorded: {', '.join(failed)}" if failed else ""))
     write_docs()
     return 1 if failed else 0

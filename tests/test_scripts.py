@@ -4,6 +4,7 @@ runs in this process with its measurement replaced by a stand-in: nothing is mea
 
 from __future__ import annotations
 
+import errno
 import functools
 import importlib.util
 import json
@@ -303,3 +304,19 @@ def test_stress_signals_refuses_repeats_that_are_not_a_whole_number_of_at_least_
                           text=True, timeout=30)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == f"stress_signals.sh: error: N must be a whole number of at least 1, got '{repeats}'\n"
+
+
+def test_a_result_file_the_disk_does_not_take_is_one_line_and_leaves_no_folder(tmp_path, capsys):
+    """The scripts write their result files through one helper: a full disk is one line naming the file, status 1
+    (some scripts raised a traceback, two said it with status 2), and the folders made for it are removed."""
+    from parallel_ppo.cli.common import write_result
+
+    def full(path: Path) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    out = tmp_path / "new" / "result.json"
+    assert write_result("memory_cost.py", out, full) == 1
+    assert capsys.readouterr().err == (f"memory_cost.py: error: could not write {out}: OSError: [Errno 28] No space "
+                                       "left on device\n")
+    assert not (tmp_path / "new").exists()
+    assert write_result("memory_cost.py", out, lambda path: path.write_text("{}")) == 0 and out.read_text() == "{}"

@@ -12,9 +12,9 @@ from typing import Any, NoReturn
 
 from parallel_ppo.cli.flags import with_flags
 from parallel_ppo.core.configure import maximum_of
-from parallel_ppo.core.files import path_problem
+from parallel_ppo.core.files import new_folders, path_problem, writing
 from parallel_ppo.core.units import SECONDS_PER, to_unit
-from parallel_ppo.errors import ConfigError
+from parallel_ppo.errors import ConfigError, WriteFailed
 
 
 def fail(prog: str, error: Exception, status: int, flags: bool = False) -> int:
@@ -28,6 +28,18 @@ def interrupted(prog: str, outcome: str) -> int:
     """Ctrl-C: one line saying what was left, and the shell's status for SIGINT."""
     print(f"\n{prog}: interrupted; {outcome}", file=sys.stderr)
     return 128 + signal.SIGINT
+
+
+def write_result(prog: str, path: Path, write: Callable[[Path], None]) -> int:
+    """A script's result file: `write(path)`, its folders made where missing (removed again where the write fails);
+    returns 0, or 1 with one line naming the file where the disk does not take it."""
+    try:
+        with writing(path), new_folders(path.parent):
+            write(path)
+    except WriteFailed as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def last_line(stderr: str, status: int) -> str:
