@@ -65,7 +65,7 @@ class RobosuiteEnv(gymnasium.Env):
         """`seed`: what robosuite draws while it builds the task (Lift's cube size, fixed for the env's life) comes
         from it, so that an env built from the same seed is the same in any process; `reset(seed=...)` reseeds the
         rest (the placements)."""
-        self.cameras = list(dict.fromkeys(c for c in options["cameras"].split("+") if c))
+        self.cameras = options["cameras"].split("+") if options["cameras"] else []  # each once (`options_of`)
         self.size, self.clock = size, clock
         self.render_mode = "rgb_array" if render else None
         suite = import_robosuite()  # it sets MUJOCO_GL=egl (headless) unless osmesa or glx is asked for
