@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
 import sys
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psutil
 
@@ -31,11 +29,11 @@ from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.threads import ThreadPlan, draw_with, thread_plan
 from parallel_ppo.core.train_state import check_checkpoint_fits
 from parallel_ppo.engines.distributed import RESTART_COUNT_VAR, RUN_ID_VAR, PeerLost, join, torchrun_world
-from parallel_ppo.engines.parallel.pace import one_slowest_line
 from parallel_ppo.envs.batch import env_spaces
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.errors import ConfigError, WriteFailed
 from parallel_ppo.request import Request
+from parallel_ppo.runs.closing import end_lines, exit_status
 from parallel_ppo.runs.directory import (
     check_writable,
     new_run_dir,
@@ -47,8 +45,6 @@ from parallel_ppo.runs.directory import (
 )
 from parallel_ppo.runs.plan import RunPlan
 from parallel_ppo.runs.reading import read_config
-from parallel_ppo.runs.report.formatting import fmt_flop
-from parallel_ppo.runs.summary import ERROR_TRACE
 from parallel_ppo.runs.tracking import WandbTracker, start_tracking
 from parallel_ppo.runs.training import train_run
 from parallel_ppo.tuning.before_run import Tuning, tune
@@ -353,47 +349,3 @@ def start_line(run: PreparedRun) -> str:
     return (f"distributed run on {cfg.env.id}: {world} ranks × {n} envs = {world * n} envs (rank r steps envs {n}r "
             f"to {n}r+{n - 1}), each rank a {source.mode} source with {threads} threads; minibatch {world} × "
             f"{rank_batch} = {world * rank_batch} ({rule}) → {run_dir}")
-
-
-def end_lines(cfg: Config, run_dir: Path, summary: dict[str, Any]) -> list[str]:
-    """The closing lines of a run (those starting `warning:` or `error:` go to stderr)."""
-    ret, sps = summary["episodic_return_mean"], summary["sps"]
-    window = min(summary["episodes"], cfg.logging.return_window)
-    lines = [f"{summary['stop_reason']} after {summary['total_env_steps']:,} steps in {summary['wall_seconds']:.0f} s "
-             f"({'n/a' if sps is None else f'{sps:.0f}'} SPS); mean return {'n/a' if ret is None else f'{ret:.2f}'} "
-             f"over the last {window} episodes"]
-    if (success := (summary.get("final_metrics") or {}).get("success_rate")) is not None:
-        lines.append(f"success rate {success:.0%} (of the recent episodes whose env reported success)")
-    if summary["normalized_return"] is not None:
-        lines.append(f"normalized return {summary['normalized_return']:.3f} (Procgen easy-mode constants)")
-    if summary["test_return_mean"] is not None:
-        norm, gap = summary["test_normalized_return"], summary["generalization_gap"]
-        lines.append(f"evaluation on {summary['eval_levels']} levels: mean return {summary['test_return_mean']:.2f}"
-                     + ("" if norm is None else f" (normalized {norm:.3f})")
-                     + ("" if gap is None else f"; generalization gap {gap:.2f}"))
-    if summary["limit_efficiency"] is not None:
-        lines.append(f"{100 * summary['limit_efficiency']:.0f}% of this machine's compute limit "
-                     f"({summary['compute_limit']['limit_sps']:.0f} SPS, measured before the run)")
-    if summary["achieved_gflops"] is not None:
-        lines.append(f"{fmt_flop(summary['achieved_gflops'] * 1e9, '/s')} achieved "
-                     f"({fmt_flop(summary['flops_per_env_step'])} per env step), {100 * summary['peak_fraction']:.0f}% "
-                     f"of the {summary['precision']} matmul peak ({summary['peak_gflops']:.0f} GFLOP/s)")
-    if (slowest := one_slowest_line(summary["worker_pace"], bool(summary["distributed"]))) is not None:
-        lines.append(slowest)
-    checksums = {r["checksum"] for r in (summary["distributed"] or {}).get("ranks", [])}
-    if len(checksums) > 1:
-        lines.append(f"warning: the ranks ended with different parameters (checksums {', '.join(sorted(checksums))} "
-                     "in summary.json); please report it with the ranks' hosts")
-    if summary["stop_reason"] == "error":
-        trace = f"; its traceback in {ERROR_TRACE}" if (run_dir / ERROR_TRACE).is_file() else ""
-        lines.append(f"error: {summary['error']} (checkpoint and summary written to {run_dir}{trace})")
-    return lines
-
-
-def exit_status(summary: dict[str, Any]) -> int:
-    """1 after an error, 128 + N after signal N, else 0."""
-    if summary["stop_reason"] == "error":
-        return 1
-    if summary["stop_reason"] == "signal":
-        return 128 + signal.Signals[summary["signal"]].value
-    return 0

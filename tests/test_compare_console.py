@@ -64,7 +64,7 @@ def test_runs_stopped_at_one_step_budget_are_comparable_whatever_their_wall_time
 
 
 def test_flop_figures_are_printed_in_a_unit_that_shows_them() -> None:
-    from parallel_ppo.launch import end_lines
+    from parallel_ppo.runs.closing import end_lines
 
     assert [fmt_flop(x) for x in (6.1e8, 6.12e7, 1.7e5, 810)] == ["0.61 GFLOP", "61.2 MFLOP", "0.17 MFLOP",
                                                                    "0.81 kFLOP"]

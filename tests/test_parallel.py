@@ -30,8 +30,9 @@ from parallel_ppo.core.timing import PhaseTimer
 from parallel_ppo.engines.parallel import coordinator as coordinator_module
 from parallel_ppo.engines.parallel.coordinator import ParallelCoordinator
 from parallel_ppo.engines.parallel.idle import IdleWorkers, LaggedSteps, LentCores, idle_note, lag_note
-from parallel_ppo.engines.parallel.pace import WorkerPace, one_slowest_line
+from parallel_ppo.engines.parallel.pace import WorkerPace
 from parallel_ppo.envs.batch import env_spaces
+from parallel_ppo.runs.closing import one_slowest_line
 from parallel_ppo.runs.training import RunPlan, train_run
 from parallel_ppo.tuning.compute_limit import threads_kept
 
@@ -222,7 +223,7 @@ def test_the_pace_counts_the_slowest_worker_of_each_rollout_by_its_seconds_a_ste
 def test_a_run_names_the_worker_its_rollouts_kept_waiting_for():
     """Where one worker was the slowest in 80% or more of 20 rollouts or more (16 of 20 by chance with two workers:
     about once in 85 runs), the run's closing lines name it; not otherwise, nor without workers."""
-    from parallel_ppo.launch import end_lines
+    from parallel_ppo.runs.closing import end_lines
 
     def pace(slowest: list[int]) -> dict:
         return {"rollouts": sum(slowest), "slowest": slowest, "busy_seconds": [1.0] * len(slowest),

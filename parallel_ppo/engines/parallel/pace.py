@@ -51,26 +51,3 @@ class WorkerPace:
             return None
         return {"rollouts": n, "slowest": list(self.slowest), "busy_seconds": [round(b / n, 4) for b in self.busy],
                 "slowest_share": round(max(self.slowest) / n, 4), "slowest_excess_seconds": round(self.excess / n, 4)}
-
-
-ONE_SLOWEST_SHARE = 0.8
-"""The share of a run's rollouts one worker must be the slowest of for the run to name it: by chance, with two
-workers, 16 or more of 20 rollouts happen about once in 85 runs, and far less often over more rollouts or workers."""
-MIN_ROLLOUTS = 20
-"""Rollouts counted before a run names a worker the slowest."""
-
-
-def one_slowest_line(record: dict[str, Any] | None, distributed: bool = False) -> str | None:
-    """A closing line for a run whose rollouts kept waiting for the same worker (`ONE_SLOWEST_SHARE` of at least
-    `MIN_ROLLOUTS`, `record` being summary.json's `worker_pace`: rank 0's workers' in a `distributed` run, where no
-    setting cuts a worker short), else None."""
-    if record is None or record["rollouts"] < MIN_ROLLOUTS or record["slowest_share"] < ONE_SLOWEST_SHARE:
-        return None
-    worker = max(range(len(record["slowest"])), key=record["slowest"].__getitem__)
-    who, cut = ("rank 0's worker", "") if distributed else ("worker", "; parallel.sync_fraction below 1, without "
-                                                              "parallel.early_start, cuts the slowest short instead "
-                                                              "of waiting")
-    return (f"{who} {worker} was the slowest in "
-            f"{record['slowest_share']:.0%} of {record['rollouts']} rollouts (at its pace the slowest would take "
-            f"{record['slowest_excess_seconds']:.3g} s a rollout more than the mean worker): a core it shares with "
-            f"another job, or slower envs, would do that (summary.json's worker_pace{cut})")
