@@ -283,6 +283,29 @@ def test_a_results_file_of_another_study_is_refused_before_the_study_starts(tmp_
     assert not (tmp_path / "runs").exists() and path.read_text() == before
 
 
+@pytest.mark.parametrize("blocked", ["folder", "png"])
+def test_results_that_could_not_be_written_are_refused_before_the_first_point(blocked, tmp_path, monkeypatch, capsys):
+    """The machine's results folder a file, or a results file a directory: one line, exit 2, no point run (these were
+    found after the first point, exit 1, in an errno's words)."""
+    from parallel_ppo.cli import bench
+    from parallel_ppo.cli import study as study_cli
+
+    res = tmp_path / "res"
+    stem = machine_results_dir(res) / results_name(StudySettings("config/sim_lift.yaml", "sim/Sleep", 2.0), drawing())
+    res.mkdir()
+    if blocked == "folder":
+        stem.parent.write_text("")
+    else:
+        results_files(stem)["png"].mkdir(parents=True)
+    monkeypatch.setattr(study_cli, "run_study", lambda *a: pytest.fail("a point ran"))
+    assert bench.main(["study", "--config", str(ROOT / "config" / "sim_lift.yaml"), "--families", "threads",
+                       "--processes", "1", "--seconds", "2", "--runs-dir", str(tmp_path / "runs"),
+                       "--results-dir", str(res)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ("not a directory" if blocked == "folder" else "is a directory, where the study") in err[0]
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_study_of_gpu_families_alone_without_cuda_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(study_module, "gpu_name", lambda: None)
     with pytest.raises(ConfigError, match=r"no points to run here \(cuda, cuda_overlap: no CUDA device here\)"):

@@ -76,6 +76,7 @@ def study(args: Any, prog: str) -> int:
         for flag, path in (("--runs-dir", args.runs_dir), ("--results-dir", args.results_dir)):
             check_writable(Path(path), f"{flag} {path}")  # before the first point, not after it
         plan = plan_study(families, counts, settings, Path(args.results_dir))
+        check_results(plan.stem)
         check_points(plan, Path(args.runs_dir))
         print(f"{prog}: study of {', '.join(families)} at {counts} processes, {args.seconds:g} s per run, "
               f"one at a time", flush=True)
@@ -101,6 +102,14 @@ def study(args: Any, prog: str) -> int:
                                           f"errors are above, and in {files['md']} where no earlier figure was "
                                           "kept"), 1)
     return 0
+
+
+def check_results(stem: Path) -> None:
+    """Refuse (ConfigError) results files that could not be written (their folder a file, or one of them a
+    directory), before the first point rather than after it."""
+    check_writable(stem.parent, f"the results folder {stem.parent}")
+    if taken := next((path for path in results_files(stem).values() if path.is_dir()), None):
+        raise ConfigError(f"{taken} is a directory, where the study writes its results; move it away")
 
 
 def check_points(plan: StudyPlan, runs_dir: Path) -> None:
