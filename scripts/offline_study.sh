@@ -11,7 +11,8 @@
 # were measured at 15 s for starpilot, 30 s for Lift from state, 40 s for the camera drawn by Mesa); a study of other
 # settings in its place is refused, and the script stops, as at any call bench.py refuses (exit 2) but one that fits
 # nothing here (cuda without a GPU), which goes on; it exits 1 where a point failed and the rest ran.
-# PLAN="threads:1 workers:16 cuda:16" (family:counts, counts comma-separated) runs those points, in that order, instead.
+# PLAN="threads:1 workers:16 cuda:16" (family:counts, counts comma-separated) runs those points, in that order, instead
+# (every item, and INFERENCE, checked before the first point runs).
 # SETS="parallel.learner_threads=4 ..." passes each KEY=VALUE to every point as a --set (the study's own give way, but
 # for the threads, copies and ranks families' thread counts and the update's chunk: the CPU's resolved from the config
 # and SETS, a GPU's the whole minibatch; a file's points of other chunks are dropped); such a study's files are named
@@ -65,6 +66,18 @@ if [ "${GL:-}" = mesa ]; then  # draw on the CPU with Mesa's llvmpipe (a no-GPU 
     echo "offline_study: drawing with Mesa, LP_NUM_THREADS ${LP_NUM_THREADS:-as the trainer plans it}"
 fi
 [ -d "$site" ] && export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+read -ra plan <<< "${PLAN:-}"  # every item checked here, not once the points before it have run
+families=" $(python3 -c 'from parallel_ppo.bench.study_pages import FAMILIES; print(*FAMILIES)') " || exit 2
+for point in "${plan[@]}"; do
+    if [[ "$families" != *" ${point%%:*} "* || ! "$point" =~ ^[a-z_]+:[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
+        [ -n "$(tr , '\n' <<< "${point#*:}" | sort | uniq -d)" ]; then  # a count twice: bench.py refuses it
+        echo "offline_study: PLAN items are family:counts (families:${families% }; distinct counts such as 8,16)," \
+            "not '$point'" >&2; exit 2
+    fi
+done
+if [[ -n "${INFERENCE:-}" && ! "$INFERENCE" =~ ^[1-9][0-9]*$ ]]; then
+    echo "offline_study: INFERENCE is a number of workers such as 16, not '$INFERENCE'" >&2; exit 2
+fi
 read -ra items <<< "${SETS:-}"  # split on spaces, never globbed (model.impala_depths=[16,32,32])
 env_of=$'import sys\nfrom parallel_ppo.core.config_yaml import config_env\nfrom parallel_ppo.errors import ConfigError\n'\
 $'try:\n    print(config_env(sys.argv[1], sys.argv[3:], sys.argv[2] or None))\n'\
@@ -119,8 +132,8 @@ study() {  # FAMILY "COUNTS"
     fi
     [ "$rc" = 0 ] || [ "$rc" = 2 ] || status=1
 }
-if [ -n "${PLAN:-}" ]; then
-    for point in $PLAN; do study "${point%%:*}" "$(tr , ' ' <<< "${point#*:}")"; done
+if [ "${#plan[@]}" -gt 0 ]; then
+    for point in "${plan[@]}"; do study "${point%%:*}" "$(tr , ' ' <<< "${point#*:}")"; done
 else
     study threads 1
     study workers "8 16"

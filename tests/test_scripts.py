@@ -8,6 +8,7 @@ import errno
 import functools
 import importlib.util
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -320,3 +321,19 @@ def test_a_result_file_the_disk_does_not_take_is_one_line_and_leaves_no_folder(t
                                        "left on device\n")
     assert not (tmp_path / "new").exists()
     assert write_result("memory_cost.py", out, lambda path: path.write_text("{}")) == 0 and out.read_text() == "{}"
+
+
+@pytest.mark.parametrize(("plan", "inference", "refused"), [
+    ("threads:1 bogus:1", "", "PLAN items are family:counts"), ("threads:1 workers", "", "not 'workers'"),
+    ("threads:1 workers:0,2", "", "not 'workers:0,2'"), ("threads:1 workers:8,16,8", "", "not 'workers:8,16,8'"),
+    ("threads:1", "abc", "INFERENCE is a number of workers")])
+def test_offline_study_refuses_a_bad_plan_item_before_the_first_point(plan, inference, refused, tmp_path):
+    """scripts/offline_study.sh: a bad PLAN item (or INFERENCE) is one line, exit 2, before any point: it was found
+    once the points before it (the whole study, for INFERENCE) had run, on a lent machine's scarce minutes."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GL", "SETS")}
+    env.update(PATH=f"{Path(sys.executable).parent}:{env['PATH']}", ENV="sim/Sleep", CONFIG="config/sim_lift.yaml",
+               PLAN=plan, INFERENCE=inference)
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "offline_study.sh"), str(tmp_path / "res"), "1"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == "" and not (tmp_path / "res").exists(), proc.stdout
+    assert len(proc.stderr.splitlines()) == 1 and refused in proc.stderr, proc.stderr
