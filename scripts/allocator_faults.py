@@ -21,7 +21,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from parallel_ppo.cli.common import OneLineParser, interrupted, last_line, some_path, write_result  # noqa: E402
+from parallel_ppo.cli.common import (  # noqa: E402
+    OneLineParser,
+    interrupted,
+    last_line,
+    some_path,
+    stop_on_sigterm,
+    write_result,
+)
 from parallel_ppo.core.files import write_json  # noqa: E402
 from parallel_ppo.errors import ConfigError  # noqa: E402
 from parallel_ppo.runs.directory import check_output_file  # noqa: E402
@@ -93,6 +100,7 @@ def main() -> int:
     if args.one:
         print(*measure(args.one, args.minibatch, args.steps))
         return 0
+    stop_on_sigterm()
     output = Path(args.output) if args.output else None
     try:  # before any measurement
         if output is not None:

@@ -31,6 +31,7 @@ from parallel_ppo.cli.common import (  # noqa: E402
     positive_int,
     seed_number,
     some_path,
+    stop_on_sigterm,
     write_result,
 )
 from parallel_ppo.core.configure import build_config  # noqa: E402
@@ -97,6 +98,7 @@ def train_all(args: argparse.Namespace, cells: list[tuple[str, int, int]], tmp: 
 
 def main() -> int:
     args = parse_args()
+    stop_on_sigterm()
     try:  # before hours of runs
         check(args)
     except ParallelPPOError as e:

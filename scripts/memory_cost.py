@@ -314,7 +314,9 @@ def main() -> int:
         print(json.dumps(one(*args.one, args.config, args.set)))
         return 0
     from parallel_ppo.bench.study import available_cores, machine_results_dir
-    from parallel_ppo.cli.common import interrupted, write_result
+    from parallel_ppo.cli.common import interrupted, stop_on_sigterm, write_result
+
+    stop_on_sigterm()
     from parallel_ppo.core.files import write_text
     from parallel_ppo.errors import ConfigError, ParallelPPOError
     from parallel_ppo.runs import fingerprint

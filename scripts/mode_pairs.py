@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from parallel_ppo.bench.trainer_runs import BenchRunCrashed, checkout_path, run_bench_trainer  # noqa: E402
-from parallel_ppo.cli.common import OneLineParser, duration_in, interrupted, positive_int, some_path  # noqa: E402
+from parallel_ppo.cli.common import OneLineParser, duration_in, interrupted, positive_int, some_path, stop_on_sigterm  # noqa: E402
 from parallel_ppo.cli.train import trainer_config  # noqa: E402
 from parallel_ppo.core.files import write_text  # noqa: E402
 from parallel_ppo.errors import ConfigError  # noqa: E402
@@ -81,6 +81,7 @@ def main() -> int:
         return 2
     if args.check:
         return 0
+    stop_on_sigterm()
     out.mkdir(parents=True, exist_ok=True)
     lines = list(HEADER)
     for pair in range(1, args.pairs + 1):

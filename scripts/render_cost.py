@@ -150,7 +150,9 @@ def main() -> int:
         print(*time_setting(args.env, args.one, args.steps, args.camera))
         return 0
     from parallel_ppo.bench.study import available_cores
-    from parallel_ppo.cli.common import interrupted, write_result
+    from parallel_ppo.cli.common import interrupted, stop_on_sigterm, write_result
+
+    stop_on_sigterm()
     from parallel_ppo.core.files import write_text
     from parallel_ppo.envs.families import GENESIS, ROBOSUITE
     from parallel_ppo.errors import ParallelPPOError

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from parallel_ppo.bench.study import available_cores  # noqa: E402
 from parallel_ppo.bench.trainer_runs import BenchRunCrashed, checkout_path, run_bench_trainer  # noqa: E402
-from parallel_ppo.cli.common import OneLineParser, duration_in, interrupted, positive_int, some_path  # noqa: E402
+from parallel_ppo.cli.common import OneLineParser, duration_in, interrupted, positive_int, some_path, stop_on_sigterm  # noqa: E402
 from parallel_ppo.cli.train import trainer_config  # noqa: E402
 from parallel_ppo.core.files import write_text  # noqa: E402
 from parallel_ppo.errors import ConfigError  # noqa: E402
@@ -139,6 +139,7 @@ def main() -> int:
     p.add_argument("--minutes", type=duration_in("m"), default=4.0, metavar="TIME")
     p.add_argument("--output-dir", type=some_path, default="benchmarks/setting_pairs")
     args = p.parse_args()
+    stop_on_sigterm()
     args.config = checkout_path(args.config, ROOT)
     if problem := refusal(args):
         print(f"setting_pairs.py: error: {problem}", file=sys.stderr)

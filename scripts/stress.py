@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from sessions import assert_nothing_left, shm_entries  # noqa: E402  (found by session: titles hide environ tags)
 
-from parallel_ppo.cli.common import OneLineParser, interrupted, positive_int  # noqa: E402
+from parallel_ppo.cli.common import OneLineParser, interrupted, positive_int, stop_on_sigterm  # noqa: E402
 
 SMALL = ["--set", "training.n_steps=32", "--batch-size", "256", "--set", "logging.tensorboard=false",
          "--set", "run.limit_seconds=0", "--set", "run.checkpoint_interval=1"]
@@ -162,6 +162,7 @@ def main() -> int:
     p.add_argument("--env", default="starpilot")
     p.add_argument("--seed", type=int, default=0, help="seed of the random kill timing")
     args = p.parse_args()
+    stop_on_sigterm()
     base = ["--env", args.env, "--num-workers", "2", "--num-envs-per-worker", "8", *SMALL]
     results: dict[str, int] = {}
     try:

@@ -25,7 +25,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from parallel_ppo.bench.study import available_cores, machine_results_dir  # noqa: E402
-from parallel_ppo.cli.common import OneLineParser, interrupted, last_line, some_path, write_result  # noqa: E402
+from parallel_ppo.cli.common import (  # noqa: E402
+    OneLineParser,
+    interrupted,
+    last_line,
+    some_path,
+    stop_on_sigterm,
+    write_result,
+)
 from parallel_ppo.core.files import read_evidence, write_text  # noqa: E402
 from parallel_ppo.runs import fingerprint  # noqa: E402
 from parallel_ppo.runs.directory import check_output_file  # noqa: E402
@@ -63,6 +70,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
+    stop_on_sigterm()
     machine = f"{fingerprint.describe_cpu()}, {available_cores()} cores"
     output = Path(args.output) if args.output else machine_results_dir(ROOT / "docs" / "results") / "make_targets.json"
     try:  # checked before any target runs

@@ -3,14 +3,18 @@ files and arithmetic (checked against the runs' own metrics; no test asserts a s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import toy_envs_environ
 
@@ -390,3 +394,41 @@ def test_make_passes_an_env_id_and_a_run_folder_as_one_argument_each(env_id, con
     chosen = subprocess.run(["bash", "-c", f'echo "{words[words.index("--config") + 1]}"'], cwd=ROOT,
                             capture_output=True, text=True, timeout=60, check=True).stdout.strip()
     assert Path(chosen) == ROOT / "config" / config, out
+
+
+STAND_IN = """
+import signal, sys, time
+from pathlib import Path
+from parallel_ppo.bench import learning
+from parallel_ppo.cli.bench import main
+
+trainer = ("import os, signal, sys, time; from pathlib import Path; "
+           "signal.signal(signal.SIGTERM, lambda *a: (Path(sys.argv[1], 'stopped').touch(), sys.exit(0))); "
+           "Path(sys.argv[1], 'pid').write_text(str(os.getpid())); time.sleep(120)")
+real = learning.run_bench_trainer  # run as it is, on a stand-in trainer
+learning.run_bench_trainer = lambda cmd, name: real([sys.executable, "-c", trainer, sys.argv[1]], name)
+sys.exit(main(["learning", "--env", "CartPole-v1", "--minutes", "10", "--seeds", "1", "--output-dir",
+               str(Path(sys.argv[1], "runs"))]))
+"""
+
+
+def test_a_benchmark_killed_by_its_pid_stops_its_trainer_and_says_so(tmp_path):
+    """SIGTERM to bench.py alone (`kill PID`, a scheduler's limit; Ctrl-C reaches the trainer too): its trainer is sent
+    SIGTERM and has stopped by the time bench.py ends, with one line and status 143. Before, bench.py died silently
+    and its trainer trained on for its whole duration."""
+    bench = subprocess.Popen([sys.executable, "-c", STAND_IN, str(tmp_path)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        for _ in range(600):  # the stand-in trainer is up once it has written its pid (a safety net of 60 s)
+            if (tmp_path / "pid").is_file() and (tmp_path / "pid").read_text():
+                break
+            assert bench.poll() is None, bench.stderr.read()
+            time.sleep(0.1)
+        bench.send_signal(signal.SIGTERM)
+        _, err = bench.communicate(timeout=60)
+    finally:  # whatever is left of its process group (before the fix: the trainer)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(bench.pid, signal.SIGKILL)
+    assert (bench.returncode, err) == (143, "bench.py: terminated; what it wrote before stays\n")
+    assert (tmp_path / "stopped").is_file()  # its trainer had SIGTERM, not a SIGKILL after 10 s
+    assert not psutil.pid_exists(int((tmp_path / "pid").read_text()))

@@ -28,6 +28,7 @@ from parallel_ppo.cli.common import (
     run_args,
     run_budget,
     some_path,
+    stop_on_sigterm,
 )
 from parallel_ppo.cli.learning import add_learning, learning
 from parallel_ppo.cli.study import add_study, study
@@ -329,6 +330,7 @@ def main(argv: list[str] | None = None, prog: str = "bench.py") -> int:
     if args.command in PROCGEN_CONFIGS and args.config is None:
         args.config = default_config(given_env(args.env, args.set), PROCGEN_CONFIGS[args.command])
     retain_freed_memory()  # as the trainer does, so rates measured here are the trainer's
+    stop_on_sigterm()
     commands = {"roofline": roofline, "speed-check": speed_check, "envs": envs, "scaling": sweep,
                 "layouts": sweep, "autotune": sweep, "learning": learning, "study": study}
     try:

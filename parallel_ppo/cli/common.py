@@ -10,6 +10,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+import psutil
+
+from parallel_ppo.bench.trainer_runs import end_processes
 from parallel_ppo.cli.flags import with_flags
 from parallel_ppo.core.configure import maximum_of
 from parallel_ppo.core.files import new_folders, path_problem, writing
@@ -24,8 +27,30 @@ def fail(prog: str, error: Exception, status: int, flags: bool = False) -> int:
     return status
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, stopping a command that runs others as Ctrl-C does (`stop_on_sigterm`)."""
+
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM (`kill PID`, a scheduler's time limit) stop this command as Ctrl-C does, raising `Terminated`
+    where it is, once the processes under it have stopped: Ctrl-C reaches the terminal's whole process group, SIGTERM
+    this process alone, and a benchmark killed by its pid left its trainer running on. They are sent SIGTERM (a
+    trainer then writes its checkpoint), SIGKILL after 10 s; later SIGTERMs are ignored while it stops."""
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        end_processes(psutil.Process().children(recursive=True))
+        raise Terminated
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def interrupted(prog: str, outcome: str) -> int:
-    """Ctrl-C: one line saying what was left, and the shell's status for SIGINT."""
+    """Ctrl-C (or SIGTERM, `Terminated`, being handled): one line saying what was left, and the shell's status for
+    the signal."""
+    if isinstance(sys.exc_info()[1], Terminated):
+        print(f"{prog}: terminated; {outcome}", file=sys.stderr)
+        return 128 + signal.SIGTERM
     print(f"\n{prog}: interrupted; {outcome}", file=sys.stderr)
     return 128 + signal.SIGINT
 
