@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -182,6 +183,22 @@ def test_eval_and_demo_interrupted_or_on_a_full_disk_say_so_in_one_line(trained,
         assert capsys.readouterr().err == (f"python -m parallel_ppo demo: error: could not write {video}: EOFError: "
                                            "End of file: 'avcodec_send_frame()'\n")
     assert not list(tmp_path.iterdir()) and sorted(p.name for p in trained.iterdir()) == before
+
+
+def test_eval_and_demo_interrupted_while_torch_loads_say_so_in_one_line(tmp_path, monkeypatch, capsys):
+    """Ctrl-C before a checkpoint is read (the modules that play it still loading): one line, status 130, no
+    traceback."""
+    from parallel_ppo.cli.evaluation import demo_main, eval_main
+
+    class Loading(types.ModuleType):
+        def __getattr__(self, name: str) -> None:
+            raise KeyboardInterrupt
+
+    monkeypatch.setitem(sys.modules, "parallel_ppo.core.evaluate", Loading("parallel_ppo.core.evaluate"))
+    for main, name in ((eval_main, "eval"), (demo_main, "demo")):
+        assert main(["--checkpoint", str(tmp_path)]) == 130
+        assert capsys.readouterr().err == f"\npython -m parallel_ppo {name}: interrupted; nothing was written\n"
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.fixture(scope="module")

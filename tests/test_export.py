@@ -178,6 +178,18 @@ def test_a_file_that_does_not_reproduce_the_policy_is_export_mismatch(runs, tmp_
     assert not list(tmp_path.iterdir())
 
 
+def test_a_ctrl_c_is_one_line_and_status_130_and_writes_nothing(runs, tmp_path, capsys, monkeypatch):
+    """Ctrl-C while torch loads or the file is made: one line, the shell's status for SIGINT, no file."""
+
+    def interrupt(*args, **kwargs) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(export, "export_policy", interrupt)
+    assert main(["export", str(runs["cartpole"]), "--output", str(tmp_path / "p.onnx")]) == 130
+    assert capsys.readouterr().err == "\nparallel-ppo export: interrupted; nothing was written\n"
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize(("args", "words"), [
     (["{missing}"], "checkpoint not found"),
     (["{empty}"], "checkpoint not found"),

@@ -1,10 +1,13 @@
 """What the command lines accept, checked in-process (no run starts): durations with units, defaults in --help,
---print-config, the parallel trainer's --num-envs, and the levels eval and in-training evaluation pick."""
+--print-config, a Ctrl-C before a run starts, the parallel trainer's --num-envs, and the levels eval and in-training
+evaluation pick."""
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import yaml
@@ -117,6 +120,31 @@ def test_under_torchrun_rank_0_alone_prints_the_config_or_its_refusal(monkeypatc
             assert run_trainer(["--config", CARTPOLE, "--output-dir", "/nonexistent/run", *extra], parallel=False,
                                prog="t") == 2
             assert capsys.readouterr().err == printed
+
+
+def test_a_ctrl_c_while_a_run_is_checked_or_torch_loads_is_one_line_and_status_130(tmp_path, monkeypatch, capsys):
+    """Ctrl-C before the run's own handler is set (its checks, the training modules loading; --seeds' checks;
+    --print-config's): one line, the shell's status for SIGINT, nothing written, no traceback."""
+    from parallel_ppo.cli import train
+
+    class Loading(ModuleType):  # a module that is still loading when the Ctrl-C comes
+        def __getattr__(self, name: str) -> None:
+            raise KeyboardInterrupt
+
+    def interrupt(*args, **kwargs) -> None:
+        raise KeyboardInterrupt
+
+    out = tmp_path / "run"
+    not_trained = "\nt: interrupted before the first update; nothing was trained\n"
+    for module in ("parallel_ppo.launch", "parallel_ppo.core.evaluate"):
+        monkeypatch.setitem(sys.modules, module, Loading(module))
+    for extra, said in (([], not_trained), (["--print-config"], "\nt: interrupted; no config was printed\n")):
+        assert run_trainer(["--config", CARTPOLE, "--output-dir", str(out), *extra], parallel=False, prog="t") == 130
+        assert capsys.readouterr().err == said
+    monkeypatch.setattr(train, "check_new_run", interrupt)  # a seed's run checked (gymnasium loading)
+    assert run_trainer(["--config", CARTPOLE, "--output-dir", str(out), "--seeds", "1,2"], parallel=True,
+                       prog="t") == 130
+    assert capsys.readouterr().err == not_trained and not out.exists()
 
 
 def test_parallel_num_envs_is_split_over_the_workers():

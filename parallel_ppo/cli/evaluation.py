@@ -115,15 +115,15 @@ def earlier_evals(run_dir: Path) -> dict[str, Any]:
 
 
 def eval_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo eval") -> int:
-    from parallel_ppo.core.evaluate import play_episodes
-    from parallel_ppo.core.files import write_json
-    from parallel_ppo.core.policy import Policy
-    from parallel_ppo.envs.views import ENV_VIEW, Views
-    from parallel_ppo.runs.video import captioned, check_video_path, write_video
-
     args = eval_parser(prog).parse_args(argv)
     frames: list = []
     try:
+        from parallel_ppo.core.evaluate import play_episodes  # torch: a Ctrl-C while it loads is one line too
+        from parallel_ppo.core.files import write_json
+        from parallel_ppo.core.policy import Policy
+        from parallel_ppo.envs.views import ENV_VIEW, Views
+        from parallel_ppo.runs.video import captioned, check_video_path, write_video
+
         if args.views and not args.video:
             raise ConfigError("--views chooses what the video shows; add --video FILE.mp4")
         if args.video:
@@ -183,15 +183,15 @@ def format_eval(cfg: Config, e: dict[str, Any]) -> str:
 
 
 def demo_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo demo") -> int:
-    from parallel_ppo.core.evaluate import play_episodes
-    from parallel_ppo.core.policy import Policy
-    from parallel_ppo.envs.views import ENV_VIEW, Views
-    from parallel_ppo.runs.video import captioned, check_video_path, write_video
-
     args = demo_parser(prog).parse_args(argv)
     frames: list = []
     wanted = math.ceil(args.seconds * args.fps)
     try:
+        from parallel_ppo.core.evaluate import play_episodes  # torch: a Ctrl-C while it loads is one line too
+        from parallel_ppo.core.policy import Policy
+        from parallel_ppo.envs.views import ENV_VIEW, Views
+        from parallel_ppo.runs.video import captioned, check_video_path, write_video
+
         policy = Policy.load(args.checkpoint)
         cfg, model, run_dir, checkpoint = policy.cfg, policy.model, policy.run_dir, policy.state
         output = Path(args.output) if args.output else run_dir / "demo.mp4"

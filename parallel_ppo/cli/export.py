@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from parallel_ppo.cli.common import OneLineParser, fail, some_path
+from parallel_ppo.cli.common import OneLineParser, fail, interrupted, some_path
 from parallel_ppo.errors import ExportMismatch, ParallelPPOError, WriteFailed
 
 
@@ -21,15 +21,17 @@ def export_parser(prog: str) -> OneLineParser:
 
 
 def export_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo export") -> int:
-    from parallel_ppo.runs.export import export_policy
-
     args = export_parser(prog).parse_args(argv)
     try:
+        from parallel_ppo.runs.export import export_policy  # torch: a Ctrl-C while it loads is one line too
+
         done = export_policy(args.run_dir, args.format, args.output)
     except ParallelPPOError as e:
         return fail(prog, e, 2)
     except (ExportMismatch, WriteFailed) as e:  # a file that would not be the policy's, a full disk
         return fail(prog, e, 1)
+    except KeyboardInterrupt:  # the file is written whole or not at all (atomic_write)
+        return interrupted(prog, "nothing was written")
     info = done.metadata
     inputs = ", ".join(f"{spec['name']} ({', '.join(['batch', *map(str, spec['shape'])])}) {spec['dtype']}"
                        for spec in info["inputs"])

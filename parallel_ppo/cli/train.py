@@ -15,6 +15,7 @@ from parallel_ppo.cli.common import (
     duration_in,
     fail,
     int_list,
+    interrupted,
     refuse_seeded_sets,
     some_path,
 )
@@ -139,11 +140,11 @@ def print_config(request: Request, seeds: str | None, prog: str) -> int:
     """`--print-config`: the config the run would train with, as YAML on stdout, checked as a run checks it (a
     resumed run's own config under the flags, its checkpoint's match, the ranks under torchrun, a new run's
     directory)."""
-    from parallel_ppo.core.evaluate import check_render
-    from parallel_ppo.launch import checked_spaces, validated_config
-    from parallel_ppo.tuning.learner_settings import check_precision
-
     try:
+        from parallel_ppo.core.evaluate import check_render  # torch: a Ctrl-C while it loads is one line too
+        from parallel_ppo.launch import checked_spaces, validated_config
+        from parallel_ppo.tuning.learner_settings import check_precision
+
         check_launch(request)
         if seeds is not None:
             raise ConfigError("--print-config shows one run's config: give --seed N instead of --seeds")
@@ -156,6 +157,8 @@ def print_config(request: Request, seeds: str | None, prog: str) -> int:
         check_precision(cfg)  # as the learner's settings check it before a run
     except ParallelPPOError as e:
         return refused(prog, e, request)
+    except KeyboardInterrupt:
+        return interrupted(prog, "no config was printed")
     if speaks(request):  # rank 0's alone under torchrun
         print(dump_yaml(cfg.to_dict()), end="")
     return 0
@@ -193,6 +196,8 @@ def run_seeds(args: argparse.Namespace, parallel: bool, prog: str) -> int:
         runs = seed_runs(args, parallel)
     except ParallelPPOError as e:
         return refused(prog, e, request_of(args, parallel))
+    except KeyboardInterrupt:  # while the seeds' runs are checked
+        return not_trained(prog)
     for i, one in enumerate(runs, 1):
         print(f"{prog}: seed {one.flags['run.seed']} ({i} of {len(runs)}) → {one.flags['run.output_dir']}",
               flush=True)
@@ -213,11 +218,13 @@ def run_one(request: Request, prog: str) -> int:
     checked before they are imported, so a refusal is quick."""
     try:
         check_new_run(request)
+        from parallel_ppo.launch import execute, prepare  # torch, after the quick checks
     except ParallelPPOError as e:
         return refused(prog, e, request)
-    from parallel_ppo.core.collect import RolloutError
+    except KeyboardInterrupt:
+        return not_trained(prog)
+    from parallel_ppo.core.collect import RolloutError  # loaded with launch
     from parallel_ppo.engines.distributed import PeerLost
-    from parallel_ppo.launch import execute, prepare
 
     try:
         prepared = prepare(request, (lambda line: print(f"{prog}: {line}", flush=True)) if speaks(request) else None)
@@ -226,12 +233,17 @@ def run_one(request: Request, prog: str) -> int:
     except (RolloutError, PeerLost) as e:
         return fail(prog, e, 1, flags=True)
     except KeyboardInterrupt:
-        print(f"\n{prog}: interrupted before the first update; nothing was trained", file=sys.stderr)
-        return 128 + signal.SIGINT
+        return not_trained(prog)
     try:
         return execute(prepared, prog)[1]
     except ParallelPPOError as e:  # W&B that could not start (nothing written)
         return refused(prog, e, request)
+
+
+def not_trained(prog: str) -> int:
+    """Ctrl-C before a run's own handler is set (its checks, torch's import, its set-up): one line, status 130."""
+    print(f"\n{prog}: interrupted before the first update; nothing was trained", file=sys.stderr)
+    return 128 + signal.SIGINT
 
 
 def trainer_config(cmd: list[str], name: str) -> Config:
