@@ -69,6 +69,29 @@ def test_help_shows_the_built_in_defaults(monkeypatch):
         assert shown in text, shown
 
 
+def test_every_other_commands_help_shows_its_flags_defaults():
+    """bench's subcommands, eval, demo, export and compare: each flag with a default says it (a path under the
+    repository as the relative one)."""
+    import argparse
+
+    from parallel_ppo.cli.compare import make_parser as compare_parser
+    from parallel_ppo.cli.evaluation import eval_parser
+    from parallel_ppo.cli.export import export_parser
+
+    bench = next(a for a in bench_parser("b")._actions if isinstance(a, argparse._SubParsersAction)).choices
+    parsers = [*bench.values(), eval_parser("e"), demo_parser("d"), export_parser("x"), compare_parser("c")]
+    unsaid, none = [], (None, False, [], argparse.SUPPRESS)
+    for action in (a for p in parsers for a in p._actions if a.help and a.default not in none):
+        shown = action.default
+        if isinstance(shown, float) and shown.is_integer():
+            shown = int(shown)
+        elif isinstance(shown, str) and Path(shown).is_absolute():
+            shown = Path(shown).relative_to(ROOT)
+        if str(shown) not in action.help:
+            unsaid.append(f"{action.option_strings}: {action.default!r}")
+    assert not unsaid
+
+
 def test_print_config_prints_what_the_command_resolves_to_and_starts_nothing(tmp_path, capsys):
     out = tmp_path / "run"
     argv = ["--config", CARTPOLE, "--num-envs", "6", "--duration", "10m", "--batch-size", "64",

@@ -127,21 +127,24 @@ def _add_sweeps(sub: Any) -> None:
         c = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
         add_config_flags(c, PROCGEN_CONFIGS[name])
         add_set_flag(c, "config override passed to every run (repeatable)")
-        c.add_argument("--seconds", type=run_budget("s"), default=20.0 if name == "autotune" else 60.0,
-                       metavar="TIME", help="wall-clock budget of each run (at most a week)")
+        seconds = 20 if name == "autotune" else 60
+        c.add_argument("--seconds", type=run_budget("s"), default=float(seconds), metavar="TIME",
+                       help=f"wall-clock budget of each run (default {seconds}, at most a week)")
         c.add_argument("--output-dir", default=f"benchmarks/{name}", type=some_path, metavar="DIR",
                        help=f"where the runs and results go (default benchmarks/{name})")
         if name == "scaling":
             c.add_argument("--workers", metavar="LIST",
                            help='worker counts, e.g. "1 2 4" (default 1, 2, 4, ... usable physical cores)')
-            c.add_argument("--envs-per-worker", default="8", metavar="LIST", help='e.g. "8" or "4 8 16"')
+            c.add_argument("--envs-per-worker", default="8", metavar="LIST",
+                           help='envs per worker at each worker count, e.g. "4 8 16" (default 8)')
             c.add_argument("--no-sequential", action="store_true", help="skip the sequential reference point")
             c.add_argument("--no-distributed", action="store_true",
                            help="skip the distributed points (as many ranks as workers, for 2 workers or more)")
         elif name == "layouts":
             c.add_argument("--processes", default="2", metavar="LIST",
-                           help='process counts, e.g. "2" or "1 2 4 8 16"')
-            c.add_argument("--envs", type=positive_int, default=16, metavar="N", help="envs in total, in every layout")
+                           help='process counts, e.g. "1 2 4 8 16" (default 2)')
+            c.add_argument("--envs", type=positive_int, default=16, metavar="N",
+                           help="envs in total, in every layout (default 16)")
 
 
 def envs(args: Any, prog: str) -> int:
