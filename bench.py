@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Benchmarks: `roofline` (the bare network's compute limit), `speed-check` (sequential trainer vs it)."""
+"""Benchmarks of the network and trainers on this machine: roofline, speed-check, envs, scaling, layouts, autotune,
+learning, study (`python bench.py --help`; docs/benchmarking.md)."""
 
 import sys
 

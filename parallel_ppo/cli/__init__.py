@@ -51,7 +51,8 @@ def _bench(argv: list[str], prog: str) -> int:
 
 COMMANDS: dict[str, tuple[Callable[[list[str], str], int], str]] = {
     "train": (_train(parallel=False), "sequential timed training (train_timed.py)"),
-    "train-parallel": (_train(parallel=True), "parallel timed training: coordinator + workers"),
+    "train-parallel": (_train(parallel=True),
+                       "parallel timed training: coordinator + workers (train_parallel_timed.py)"),
     "eval": (_eval, "a trained policy's return on its training or held-out levels, eval.json"),
     "demo": (_demo, "a video of a trained policy playing"),
     "export": (_export, "a trained policy as one ONNX or TorchScript file for inference elsewhere"),
