@@ -33,6 +33,18 @@ results="${1:-docs/results}"
 seconds="${2:-20}"
 export PYTHONUNBUFFERED=1
 case "${GL:-}" in ""|mesa) ;; *) echo "offline_study: GL is mesa or unset, not '$GL'" >&2; exit 2 ;; esac
+read -ra plan <<< "${PLAN:-}"  # every item checked here, not once the points before it have run
+families=" $(python3 -c 'from parallel_ppo.bench.study_pages import FAMILIES; print(*FAMILIES)') " || exit 2
+for point in "${plan[@]}"; do
+    if [[ "$families" != *" ${point%%:*} "* || ! "$point" =~ ^[a-z_]+:[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
+        [ -n "$(tr , '\n' <<< "${point#*:}" | sort | uniq -d)" ]; then  # a count twice: bench.py refuses it
+        echo "offline_study: PLAN items are family:counts (families:${families% }; distinct counts such as 8,16)," \
+            "not '$point'" >&2; exit 2
+    fi
+done
+if [[ -n "${INFERENCE:-}" && ! "$INFERENCE" =~ ^[1-9][0-9]*$ ]]; then
+    echo "offline_study: INFERENCE is a number of workers such as 16, not '$INFERENCE'" >&2; exit 2
+fi
 site=/tmp/offline_site
 if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
@@ -66,18 +78,6 @@ if [ "${GL:-}" = mesa ]; then  # draw on the CPU with Mesa's llvmpipe (a no-GPU 
     echo "offline_study: drawing with Mesa, LP_NUM_THREADS ${LP_NUM_THREADS:-as the trainer plans it}"
 fi
 [ -d "$site" ] && export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
-read -ra plan <<< "${PLAN:-}"  # every item checked here, not once the points before it have run
-families=" $(python3 -c 'from parallel_ppo.bench.study_pages import FAMILIES; print(*FAMILIES)') " || exit 2
-for point in "${plan[@]}"; do
-    if [[ "$families" != *" ${point%%:*} "* || ! "$point" =~ ^[a-z_]+:[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
-        [ -n "$(tr , '\n' <<< "${point#*:}" | sort | uniq -d)" ]; then  # a count twice: bench.py refuses it
-        echo "offline_study: PLAN items are family:counts (families:${families% }; distinct counts such as 8,16)," \
-            "not '$point'" >&2; exit 2
-    fi
-done
-if [[ -n "${INFERENCE:-}" && ! "$INFERENCE" =~ ^[1-9][0-9]*$ ]]; then
-    echo "offline_study: INFERENCE is a number of workers such as 16, not '$INFERENCE'" >&2; exit 2
-fi
 read -ra items <<< "${SETS:-}"  # split on spaces, never globbed (model.impala_depths=[16,32,32])
 env_of=$'import sys\nfrom parallel_ppo.core.config_yaml import config_env\nfrom parallel_ppo.errors import ConfigError\n'\
 $'try:\n    print(config_env(sys.argv[1], sys.argv[3:], sys.argv[2] or None))\n'\
