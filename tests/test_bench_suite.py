@@ -397,7 +397,8 @@ def test_make_passes_an_env_id_and_a_run_folder_as_one_argument_each(env_id, con
 
 
 STAND_IN = """
-import signal, sys, time
+import multiprocessing, signal, sys, time
+import psutil
 from pathlib import Path
 from parallel_ppo.bench import learning
 from parallel_ppo.cli.bench import main
@@ -407,8 +408,13 @@ trainer = ("import os, signal, sys, time; from pathlib import Path; "
            "Path(sys.argv[1], 'pid').write_text(str(os.getpid())); time.sleep(120)")
 real = learning.run_bench_trainer  # run as it is, on a stand-in trainer
 learning.run_bench_trainer = lambda cmd, name: real([sys.executable, "-c", trainer, sys.argv[1]], name)
-sys.exit(main(["learning", "--env", "CartPole-v1", "--minutes", "10", "--seeds", "1", "--output-dir",
-               str(Path(sys.argv[1], "runs"))]))
+helper = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(120,), daemon=True)
+helper.start()  # multiprocessing's, with its resource tracker: stopped by the code that started them, not by SIGTERM
+status = main(["learning", "--env", "CartPole-v1", "--minutes", "10", "--seeds", "1", "--output-dir",
+               str(Path(sys.argv[1], "runs"))])
+alive = psutil.pid_exists(helper.pid) and psutil.Process(helper.pid).status() != psutil.STATUS_ZOMBIE
+Path(sys.argv[1], "helper").write_text(str(alive))  # not is_alive(): a process reaped by psutil reads alive
+sys.exit(status)
 """
 
 
@@ -432,3 +438,4 @@ def test_a_benchmark_killed_by_its_pid_stops_its_trainer_and_says_so(tmp_path):
     assert (bench.returncode, err) == (143, "bench.py: terminated; what it wrote before stays\n")
     assert (tmp_path / "stopped").is_file()  # its trainer had SIGTERM, not a SIGKILL after 10 s
     assert not psutil.pid_exists(int((tmp_path / "pid").read_text()))
+    assert (tmp_path / "helper").read_text() == "True"

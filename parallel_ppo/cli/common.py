@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import multiprocessing
 import re
 import signal
 import sys
@@ -34,15 +36,28 @@ class Terminated(KeyboardInterrupt):
 def stop_on_sigterm() -> None:
     """Make SIGTERM (`kill PID`, a scheduler's time limit) stop this command as Ctrl-C does, raising `Terminated`
     where it is, once the processes under it have stopped: Ctrl-C reaches the terminal's whole process group, SIGTERM
-    this process alone, and a benchmark killed by its pid left its trainer running on. They are sent SIGTERM (a
-    trainer then writes its checkpoint), SIGKILL after 10 s; later SIGTERMs are ignored while it stops."""
+    this process alone, and a benchmark killed by its pid left its trainer running on. The commands it started are
+    sent SIGTERM (a trainer then writes its checkpoint), SIGKILL after 10 s (`commands_under`); later SIGTERMs are
+    ignored while it stops."""
 
     def handler(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        end_processes(psutil.Process().children(recursive=True))
+        end_processes(commands_under())
         raise Terminated
 
     signal.signal(signal.SIGTERM, handler)
+
+
+def commands_under() -> list[psutil.Process]:
+    """The processes this one started as commands (subprocess), each with every process under it; not
+    multiprocessing's own (workers, a forkserver, the resource tracker), which the code that started them stops."""
+    own = {p.pid for p in multiprocessing.active_children()}  # forked ones; spawned ones say so in their command
+    tree: list[psutil.Process] = []
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            if child.pid not in own and "from multiprocessing" not in " ".join(child.cmdline()):
+                tree += [child, *child.children(recursive=True)]
+    return tree
 
 
 def interrupted(prog: str, outcome: str) -> int:
