@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,17 @@ def run_train_timed(*args: str, timeout: float = 600) -> subprocess.CompletedPro
     """Run `train_timed.py ARGS` from the repository root with this interpreter; capture its output."""
     return subprocess.run([sys.executable, str(TRAIN_TIMED), *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout)
+
+
+MAKE_SETTINGS = {*re.findall(r"^([A-Z][A-Z0-9_]*) *\?=", (ROOT / "Makefile").read_text(), re.MULTILINE), "PYTHON"}
+"""The Makefile's settings that an environment variable of the same name gives: those it sets with `?=`, and PYTHON."""
+
+
+def make_environ() -> dict[str, str]:
+    """This process's environment for a `make` a test runs, without make's own variables (MAKEFLAGS and the like, set
+    where `make test` runs the suite) and the Makefile's settings (`MAKE_SETTINGS`): the test's command line gives
+    those it means (a shell's ENV=/etc/profile, inherited, made `make compare` name the env /etc/profile)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("MAKE") and k not in MAKE_SETTINGS}
 
 
 def toy_envs_environ() -> dict[str, str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import toy_envs_environ
+from conftest import make_environ, toy_envs_environ
 
 from parallel_ppo.runs.reading import load_run
 
@@ -278,7 +278,7 @@ def test_the_pair_scripts_read_a_config_from_where_they_are_called(tmp_path, mon
 def test_make_bench_robot_checks_its_pairs_before_the_render_measurement(tmp_path):
     """`make bench-robot` with ARGS the trainers refuse: one line and exit 2 before render_cost.py's minutes (the
     pairs checked it only after them); `mode_pairs.py --check` with good ones runs and writes nothing."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    env = make_environ()
     out = tmp_path / "robot"
     proc = subprocess.run(["make", "-s", "--no-print-directory", "-o", "install", "bench-robot", f"PY={sys.executable}",
                            f"OUT={out}", "ARGS=--set training.bogus=1"], cwd=ROOT, env=env, capture_output=True,
@@ -371,7 +371,7 @@ def test_benchmarks_refuse_bad_input_in_one_line_before_any_run(tmp_path, case):
 @pytest.mark.parametrize("target", ["bench-learning", "bench-mujoco", "bench-atari"])
 def test_make_passes_seeds_as_one_argument(target):
     """SEEDS="1 2" reaches bench.py as one --seeds value (make -n: nothing runs)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    env = make_environ()
     out = subprocess.run(["make", "-n", "-o", "install", target, "SEEDS=1 2"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=60, check=True).stdout
     words = shlex.split(out.replace("\\\n", " "))
@@ -385,7 +385,7 @@ def test_make_passes_an_env_id_and_a_run_folder_as_one_argument_each(env_id, con
     """ENV with an id's options (? and &, which the shell would take for a glob and a background job) and OUT with
     a space, & or a quote reach the trainer as one value each (make -n: nothing runs), the config the family's
     shipped one for an env that is no Procgen game."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    env = make_environ()
     out = subprocess.run(["make", "-n", "-o", "install", "train", f"ENV={env_id}", "OUT=it's a&b"], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=60, check=True).stdout
     words = shlex.split(out.replace("\\\n", " "))

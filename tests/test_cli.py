@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import make_environ
 
 from parallel_ppo.runs.directory import EARLIER_RUN
 
@@ -237,7 +238,7 @@ def test_make_train_distributed_checks_its_values_before_torchrun(case, tmp_path
     """A bad NPROC, or a flag the trainer refuses, is one line of the Makefile's or the trainer's (beside make's own
     `*** Error 2`) and exit status 2: torchrun never starts, nothing is written."""
     assignments, needle = DISTRIBUTED_ERRORS[case]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    env = make_environ()
     out = tmp_path / "run"
     proc = subprocess.run(["make", "-s", "--no-print-directory", "-o", "install", "train-distributed",
                            f"PY={sys.executable}", f"OUT={out}", *assignments], cwd=ROOT, env=env,
@@ -255,7 +256,7 @@ def test_make_compare_keeps_each_envs_runs_in_their_own_folders(assignment, tag)
     """`make compare ENV=CartPole-v1` once found starpilot's benchmarks/sequential_1h and compared it with a CartPole
     run: the default TAG names the env; and a DURATION of the trainer's with a space was refused as a TAG the user
     never gave (make -n: nothing runs)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    env = make_environ()
     out = subprocess.run(["make", "-n", "--no-print-directory", "-o", "install", "compare", assignment],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=True).stdout
     folders = {word.strip("'").removesuffix("/summary.json") for word in out.split() if word.strip("'").startswith(
@@ -271,7 +272,7 @@ def test_make_compare_keeps_each_envs_runs_in_their_own_folders(assignment, tag)
 def test_make_compare_refuses_a_tag_that_names_no_run_before_it_trains(tag):
     """An empty TAG once trained an hour into benchmarks/sequential_; one with a space broke the shell's test. (PY is
     `false`: were the TAG let through, its training would fail at once, not run.)"""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    env = make_environ()
     proc = subprocess.run(["make", "-s", "--no-print-directory", "-o", "install", "compare", "PY=false",
                            f"TAG={tag}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     lines = [line for line in proc.stderr.strip().splitlines() if not line.startswith("make: ***")]
@@ -323,7 +324,7 @@ def test_make_takes_the_configs_worker_layout_unless_one_is_given(assignments, l
     """`make train-parallel ENV=HalfCheetah-v5` ran 2 × 8 envs (WORKERS and ENVS's defaults) where mujoco.yaml has 2
     × 2, CleanRL's rollout; compare's sequential run takes the parallel one's envs only where they are given (each
     shipped config's two runs step as many). make -n: nothing runs."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE") and k not in ("WORKERS", "ENVS")}
+    env = make_environ()
 
     def words(target: str) -> list[str]:
         out = subprocess.run(["make", "-n", "--no-print-directory", "-o", "install", target, *assignments], cwd=ROOT,

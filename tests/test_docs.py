@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import make_environ
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted({*ROOT.glob("*.py"), *ROOT.glob("parallel_ppo/**/*.py"), *ROOT.glob("tests/*.py"),
@@ -47,7 +48,8 @@ def test_speed_check_directory_in_the_docs_is_the_one_written():
 def test_tensorboard_serves_this_machine_only_unless_asked(host):
     """`make tensorboard` binds to localhost; TB_HOST=0.0.0.0 (documented) opens it to the network."""
     args = ["make", "-n", "tensorboard"] + ([f"TB_HOST={host}"] if host else [])
-    lines = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, check=True).stdout.splitlines()
+    lines = subprocess.run(args, cwd=ROOT, env=make_environ(), capture_output=True, text=True,
+                           check=True).stdout.splitlines()
     command = next(line for line in lines if "tensorboard --logdir" in line)
     assert "--bind_all" not in command
     assert f"--host {host or '127.0.0.1'}" in command
@@ -66,7 +68,7 @@ def _install_command(env: dict[str, str], *assignments: str) -> str:
 def test_make_install_adds_the_cpu_index_only_where_pip_has_no_sources_of_its_own(tmp_path):
     """No pip configuration: PyTorch's CPU index is an extra index. Sources in pip's configuration (a variable or a
     config file, as on our machines) are used alone; TORCH_INDEX overrides either way."""
-    bare = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
+    bare = {k: v for k, v in make_environ().items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
     assert "--extra-index-url https://download.pytorch.org/whl/cpu -e" in _install_command(bare)
     assert "--extra-index-url" not in _install_command(bare | {"PIP_FIND_LINKS": str(tmp_path)})
     config = tmp_path / "pip.conf"
@@ -82,8 +84,8 @@ def test_the_quick_start_proves_the_install_with_a_short_run_first():
     """The README's quick start names `make smoke`, whose two runs are bounded to seconds, not hours."""
     quick_start = (ROOT / "README.md").read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
     assert "make smoke" in quick_start
-    commands = subprocess.run(["make", "-n", "smoke", "VENV=.venv"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout
+    commands = subprocess.run(["make", "-n", "smoke", "VENV=.venv"], cwd=ROOT, env=make_environ(), capture_output=True,
+                              text=True, check=True).stdout
     assert commands.count("--duration 10s") == 2 and "train_parallel_timed.py" in commands
 
 

@@ -3,7 +3,6 @@ line that adds them, and the Makefile picks a Python that pyproject.toml support
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -11,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import make_environ
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECK = ROOT / "scripts" / "check_system.py"
@@ -77,7 +77,7 @@ def test_too_little_disk_space_stops_a_fresh_install_and_says_where(tmp_path):
 
 def _make_install(path: Path | None, *assignments: str) -> subprocess.CompletedProcess:
     """`make -n install` for a fresh virtual environment (nothing runs), with only `path` on PATH when given."""
-    outer = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}  # as run by `make test` too
+    outer = make_environ()  # as run by `make test` too
     env = {"PATH": str(path), "HOME": str(path), "PIP_CONFIG_FILE": "/dev/null"} if path else outer
     return subprocess.run([MAKE, "-n", "--no-print-directory", "install", "VENV=/nonexistent/venv", *assignments],
                           cwd=ROOT, env=env,
