@@ -384,10 +384,12 @@ def test_make_passes_seeds_as_one_argument(target):
 def test_make_passes_an_env_id_and_a_run_folder_as_one_argument_each(env_id, config):
     """ENV with an id's options (? and &, which the shell would take for a glob and a background job) and OUT with
     a space, & or a quote reach the trainer as one value each (make -n: nothing runs), the config the family's
-    shipped one for an env that is no Procgen game."""
+    shipped one for an env that is no Procgen game (chosen by this Python, PY: a venv other than the checkout's
+    .venv, as `make test VENV=...` has, runs it too)."""
     env = make_environ()
-    out = subprocess.run(["make", "-n", "-o", "install", "train", f"ENV={env_id}", "OUT=it's a&b"], cwd=ROOT,
-                         env=env, capture_output=True, text=True, timeout=60, check=True).stdout
+    out = subprocess.run(["make", "-n", "-o", "install", "train", f"ENV={env_id}", "OUT=it's a&b",
+                          f"PY={sys.executable}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+                         check=True).stdout
     words = shlex.split(out.replace("\\\n", " "))
     assert (words[words.index("--env") + 1] if env_id else "") == env_id
     assert words[words.index("--output-dir") + 1] == "it's a&b"
