@@ -113,7 +113,8 @@ def test_layouts_that_cannot_split_are_refused(flags, parallel, world, message):
 
 
 def test_sequential_ranks_ignore_the_worker_settings_sync_fraction_among_them():
-    build_config(None, {"parallel.sync_fraction": 0.5}, [], parallel=False, world_size=2)
+    cfg = build_config(None, {"parallel.sync_fraction": 0.5}, [], parallel=False, world_size=2)  # not refused
+    assert (cfg.parallel.sync_fraction, cfg.distributed.sync_fraction) == (0.5, 1.0), "no cut among the ranks"
 
 
 def test_the_ranks_sync_fraction_waits_for_a_share_of_them_and_one_process_ignores_it():
