@@ -18,7 +18,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import pytest  # noqa: E402
 import sessions  # noqa: E402
 
+from parallel_ppo.core.threads import draw_threads_kept  # noqa: E402
 from parallel_ppo.tuning.cache import CACHE_DIR_VARIABLE  # noqa: E402
+from parallel_ppo.tuning.compute_limit import threads_kept  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN_TIMED = ROOT / "train_timed.py"
@@ -103,6 +105,16 @@ def _own_temp_dir():
     else:
         os.environ["TMPDIR"] = before
     shutil.rmtree(own, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _own_threads_kept():
+    """A trainer's CLI or a script run in this process sets torch's threads and Mesa's drawing threads (LP_NUM_THREADS)
+    for the run, as a process of its own would keep them (`train_cli` in test_eval.py, test_user_input.py; one refused
+    in test_privileged.py): put back after each test, so that no later test of this process (`make test` runs whole
+    files one after another in each of its workers) starts on what an earlier one left."""
+    with threads_kept(), draw_threads_kept():
+        yield
 
 
 @pytest.fixture(autouse=True)

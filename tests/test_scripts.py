@@ -55,16 +55,6 @@ def measured(*args, **kwargs):
     raise AssertionError("measured before its input was checked")
 
 
-@pytest.fixture(autouse=True)
-def torch_threads_kept():
-    """A script sets torch's threads for its measurement: this process's are put back."""
-    torch = sys.modules.get("torch")
-    threads = torch.get_num_threads() if torch else None
-    yield
-    if threads is not None:
-        torch.set_num_threads(threads)
-
-
 def mujoco_or_skip() -> None:
     if importlib.util.find_spec("mujoco") is None:
         pytest.skip("render_cost.py times MuJoCo envs: MuJoCo is not installed")
