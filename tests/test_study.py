@@ -486,6 +486,7 @@ def test_study_on_this_machine_writes_its_table_and_plots(tmp_path):
     assert (folder / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     points = {p["label"]: p for p in study["points"]}
     assert list(points) == ["threads_1", "threads_2", "copies_2", "overlap_1", "overlap_2"], study["points"]
+    assert {Path(p["run_dir"]).parent for p in points.values()} == {tmp_path / "runs" / stem}  # the study's own
     copies = [load_run("copy", Path(points["copies_2"]["run_dir"]) / f"copy_{i}") for i in range(2)]
     assert points["copies_2"]["copies_sps"] == pytest.approx([run.steady_sps for run in copies])
     assert 0 < points["copies_2"]["copies_span"] <= 1 and points["copies_2"]["steps_per_second"] > 0

@@ -53,7 +53,8 @@ def add_study(sub: Any) -> None:
     c.add_argument("--n-steps", type=positive_int, default=64, metavar="N", help="steps per env per rollout (64)")
     add_set_flag(c, "config override passed to every run (repeatable)")
     c.add_argument("--runs-dir", default="benchmarks/study", type=some_path, metavar="DIR",
-                   help="where the run directories go (default benchmarks/study; not for git)")
+                   help="where the run directories go, in a folder named as the results files (default "
+                        "benchmarks/study; not for git)")
     c.add_argument("--results-dir", default=str(ROOT / "docs" / "results"), type=some_path, metavar="DIR",
                    help="parent of the results folder (default docs/results)")
 
@@ -77,7 +78,8 @@ def study(args: Any, prog: str) -> int:
             check_writable(Path(path), f"{flag} {path}")  # before the first point, not after it
         plan = plan_study(families, counts, settings, Path(args.results_dir))
         check_results(plan.stem)
-        check_points(plan, Path(args.runs_dir))
+        runs = Path(args.runs_dir) / plan.stem.name  # each study's own: another's runs of the same labels stay
+        check_points(plan, runs)
         print(f"{prog}: study of {', '.join(families)} at {counts} processes, {args.seconds:g} s per run, "
               f"one at a time", flush=True)
         if plan.skipped:
@@ -85,7 +87,7 @@ def study(args: Any, prog: str) -> int:
         if plan.dropped:
             print(f"  {results_files(plan.stem)['json']}: dropping {', '.join(plan.dropped)} (their update ran in "
                   f"other chunks than this study's, {chunks(plan.settings.microbatch)})", flush=True)
-        rows = run_study(plan, Path(args.runs_dir))
+        rows = run_study(plan, runs)
     except ParallelPPOError as e:
         return fail(prog, e, 2)
     except OSError as e:  # the results folder could not be written
