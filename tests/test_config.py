@@ -270,6 +270,12 @@ def test_unknown_choices(item):
         build_config(None, {}, small_sets(item), parallel=False)
 
 
+def test_an_empty_choice_is_named_in_the_refusal():
+    """run.preempt_signal's empty choice (no signal) reads as '' in the list of choices, not as a blank."""
+    with pytest.raises(ConfigError, match=r"must be one of '', SIGUSR1, SIGUSR2; got 'SIGTERM'"):
+        build_config(None, {}, small_sets("run.preempt_signal=SIGTERM"), parallel=False)
+
+
 def test_minibatch_must_divide_rollout():
     """A minibatch size that does not divide n_steps × num_envs is refused, naming both."""
     with pytest.raises(ConfigError, match=r"batch size 6 does not divide the rollout.*= 16"):

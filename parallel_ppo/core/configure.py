@@ -208,7 +208,7 @@ def cut_rollout_size(cfg: Config) -> int:
 def check_rules(key: str, value: Any, rules: Rules) -> None:
     """Raise ConfigError, naming `key`, its value and the rule, where `value` breaks one of the field's `rules`."""
     if rules.choices and value not in rules.choices:
-        raise ConfigError(f"{key} must be one of {', '.join(rules.choices)}; got {value!r}")
+        raise ConfigError(f"{key} must be one of {', '.join(c or repr(c) for c in rules.choices)}; got {value!r}")
     if rules.widths and (not value or any(w <= 0 or w > 4096 for w in value)):
         raise ConfigError(f"{key} must be a non-empty list of widths in 1..4096, got {value}")
     if rules.auto and value == "auto":
