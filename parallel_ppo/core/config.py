@@ -191,7 +191,7 @@ class TrainingConfig:
     learning_rate: float = setting(5e-4, positive=True)
     """Adam learning rate (Adam eps is 1e-5)."""
     anneal_lr: bool = False
-    """Linearly anneal the learning rate to 0 over the run (by steps or by duration, whichever is bound)."""
+    """Linearly anneal the learning rate to 0 over the run: over `run.total_steps` where set, else the duration."""
     anneal_steps: int = setting(0, non_negative=True)
     """With `anneal_lr`: anneal over this many env steps instead, wherever the run stops (0 = over the run): a
     1M-step run on a reference's 10M-step schedule, to compare with its curve at 1M. Not below `run.total_steps`."""
