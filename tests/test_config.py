@@ -276,6 +276,17 @@ def test_an_empty_choice_is_named_in_the_refusal():
         build_config(None, {}, small_sets("run.preempt_signal=SIGTERM"), parallel=False)
 
 
+def test_a_config_files_unknown_key_or_bad_value_names_the_file(tmp_path):
+    """A typo in a config file's key names the file, as an unknown section does; the same typo in --set does not."""
+    path = write_yaml(tmp_path, "training:\n  nsteps: 64\n")
+    with pytest.raises(ConfigError, match=r"^\S*cfg.yaml: unknown config key 'training.nsteps' \(keys of training:"):
+        build_config(path, {}, [], parallel=False)
+    with pytest.raises(ConfigError, match=r"^\S*cfg.yaml: training.gamma must be a number, got 'high'"):
+        build_config(write_yaml(tmp_path, "training:\n  gamma: high\n"), {}, [], parallel=False)
+    with pytest.raises(ConfigError, match=r"^unknown config key 'training.nsteps'"):
+        build_config(None, {}, ["training.nsteps=64"], parallel=False)
+
+
 def test_minibatch_must_divide_rollout():
     """A minibatch size that does not divide n_steps × num_envs is refused, naming both."""
     with pytest.raises(ConfigError, match=r"batch size 6 does not divide the rollout.*= 16"):

@@ -127,7 +127,10 @@ def apply_mapping(cfg: Config, data: dict[str, Any], source: str) -> set[str]:
         if not isinstance(values, dict):
             raise ConfigError(f"{source}: section {section_name!r} must be a mapping of keys to values")
         for key, value in values.items():
-            set_value(cfg, f"{section_name}.{key}", value)
+            try:
+                set_value(cfg, f"{section_name}.{key}", value)
+            except ConfigError as e:  # named with its source, as an unknown section is: a file's typo, not a flag's
+                raise ConfigError(f"{source}: {e}") from None
             given.add(f"{section_name}.{key}")
     return given
 
