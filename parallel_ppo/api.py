@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from parallel_ppo.core.allocator import release_freed_memory
 from parallel_ppo.core.arguments import label_argument, number, path_argument, plain, shown, switch, whole
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import maximum_of
@@ -79,8 +80,9 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
     run that stops on an error (a worker that keeps failing, say) raises RunFailed once its checkpoint and summary
     are written (where the disk allows: a file it cannot write leaves the one before); Ctrl-C (SIGINT) or SIGTERM
     stops it at the next update and it returns, its `summary.stop_reason` saying so (KeyboardInterrupt when no
-    update had finished, or on a second Ctrl-C). The torch thread count it sets for the learner, and LP_NUM_THREADS
-    as it was (the drawing threads it sets for Mesa), are put back when it returns.
+    update had finished, or on a second Ctrl-C). The torch thread count it sets for the learner, torch's random state
+    (seeded with `run.seed`), LP_NUM_THREADS as it was (the drawing threads it sets for Mesa), glibc's allocator
+    thresholds and the process title are put back when it returns (docs/python.md, "Many runs in one process").
     """
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -95,12 +97,13 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
     request = Request(config, flags, parallel=mode == "parallel", overwrite=switch(overwrite, "overwrite"),
                       resume=None if resume is None else str(resume))
     threads = torch.get_num_threads()
-    try:
-        with draw_threads_kept():
+    try:  # the run seeds torch's generator: the caller's (CPU) random state goes on as it was
+        with draw_threads_kept(), torch.random.fork_rng(devices=[]):
             prepared = prepare(request)
             summary, _ = execute(prepared, "parallel_ppo" if verbose else None, interrupt=True)
     finally:
         torch.set_num_threads(threads)
+        release_freed_memory()  # `prepare` kept freed memory for the run's steps
     run_dir = prepared.plan.run_dir
     if summary["stop_reason"] == "error":
         raise RunFailed(f"the run in {run_dir} stopped on an error: {summary['error']}", run_dir)

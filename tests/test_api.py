@@ -4,8 +4,11 @@ anything starts."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import inspect
 import json
+import os
 import re
 import subprocess
 import sys
@@ -16,6 +19,7 @@ from types import SimpleNamespace
 import gymnasium as gym
 import numpy as np
 import pytest
+import setproctitle
 import torch
 from fake_runs import write_run
 
@@ -23,6 +27,7 @@ import parallel_ppo as ppo
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.distributions import sample_actions
 from parallel_ppo.core.model import autocast, build_model
+from parallel_ppo.engines.parallel.worker import PRELOAD_ENV_VAR
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 10_240
@@ -246,3 +251,69 @@ def test_a_corrupt_config_yaml_is_a_run_data_error_naming_it(tmp_path):
     (run / "config.yaml").write_text("env:\n  nope: 1\n")
     with pytest.raises(ppo.RunDataError, match=r"run/config.yaml: unknown config key 'env.nope'"):
         ppo.load_run("run", run)
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+
+
+def _block_gets_its_own_mmap() -> bool | None:
+    """Whether glibc serves an 8 MiB block from an mmap of its own (its starting thresholds) rather than from the
+    heap (`retain_freed_memory`'s), read from mallinfo2; None without glibc 2.33+."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallinfo2.restype = _Mallinfo2
+    except (OSError, AttributeError):
+        return None
+    libc.malloc.argtypes, libc.malloc.restype = [ctypes.c_size_t], ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    before = libc.mallinfo2().hblkhd
+    block = libc.malloc(8 * 2**20)
+    try:
+        return libc.mallinfo2().hblkhd >= before + 8 * 2**20
+    finally:
+        libc.free(block)
+
+
+@pytest.fixture(scope="module")
+def caller_state(tmp_path_factory):
+    """A notebook's process around one short parallel `train`: torch's random state and the process title before and
+    after, the environment after, and how the allocator serves a large block after. CartPole is given a family
+    preload, as Procgen's games have, so that the forkserver is named an env to preload."""
+    torch.manual_seed(1234)
+    before = {"random": torch.get_rng_state(), "title": setproctitle.getproctitle()}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv(PRELOAD_ENV_VAR, raising=False)
+        patch.setattr("parallel_ppo.engines.parallel.coordinator.family_of", lambda env_id: SimpleNamespace(
+            preload=lambda env_id: None))
+        ppo.train(CARTPOLE, mode="parallel", output_dir=tmp_path_factory.mktemp("run"), verbose=False,
+                  overrides={"run.total_steps": 256, "run.limit_seconds": 0, "logging.tensorboard": False})
+        after = {"random": torch.get_rng_state(), "title": setproctitle.getproctitle(), "environ": dict(os.environ),
+                 "own_mmap": _block_gets_its_own_mmap()}
+    return before, after
+
+
+@pytest.mark.slow
+def test_train_leaves_the_callers_torch_random_state_as_it_was(caller_state):
+    """The run seeds torch's generator with run.seed (and draws from it): the caller's stream goes on unchanged."""
+    before, after = caller_state
+    assert torch.equal(after["random"], before["random"])
+
+
+@pytest.mark.slow
+def test_a_parallel_train_leaves_the_callers_title_and_environment_as_they_were(caller_state):
+    """The coordinator's process title (`ps`) and the env it names to the forkserver are the run's alone."""
+    before, after = caller_state
+    assert after["title"] == before["title"]
+    assert PRELOAD_ENV_VAR not in after["environ"]
+
+
+@pytest.mark.slow
+def test_train_gives_glibc_its_starting_thresholds_back(caller_state):
+    """The run keeps freed memory for its steps (`retain_freed_memory`); after it, a large block has an mmap of its
+    own again and is handed back to the kernel when freed, as in a process that never trained."""
+    _, after = caller_state
+    if after["own_mmap"] is None:
+        pytest.skip("needs glibc 2.33+ (mallinfo2)")
+    assert after["own_mmap"]

@@ -18,14 +18,34 @@ MMAP_THRESHOLD = 32 * 2**20
 """Blocks up to this size come from the reusable heap (glibc's maximum on 64-bit systems)."""
 TRIM_THRESHOLD = 2**30
 """Free memory at the top of the heap kept for reuse rather than returned."""
+GLIBC_THRESHOLD = 128 * 2**10
+"""glibc's mmap and trim thresholds when a process starts (it adapts them as it goes until either is set)."""
+
+
+def _glibc() -> ctypes.CDLL | None:
+    """The C library where it is glibc (it has `mallopt`), else None."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+        libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
+    except (OSError, AttributeError):
+        return None
+    return libc
 
 
 def retain_freed_memory() -> bool:
     """Set glibc's mmap and trim thresholds for this process and its forks; False where libc is not glibc."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    libc = _glibc()
+    return libc is not None and bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+        libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+
+
+def release_freed_memory() -> bool:
+    """Undo `retain_freed_memory` in a process that goes on after training (the Python API's caller): glibc's
+    starting thresholds again, and the free memory at the top of its heaps handed back to the kernel now."""
+    libc = _glibc()
+    if libc is None:
         return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    restored = libc.mallopt(_M_MMAP_THRESHOLD, GLIBC_THRESHOLD) and libc.mallopt(_M_TRIM_THRESHOLD, GLIBC_THRESHOLD)
+    libc.malloc_trim(0)
+    return bool(restored)

@@ -3,7 +3,6 @@ update), faults and shutdown."""
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
@@ -33,7 +32,6 @@ from parallel_ppo.engines.parallel.published import PublishedPolicy, hold_step, 
 from parallel_ppo.engines.parallel.rollout import Rollout
 from parallel_ppo.engines.parallel.watchdog import Watchdog, auto_bound, describe, work_seconds
 from parallel_ppo.engines.parallel.worker import (
-    PRELOAD_ENV_VAR,
     Collect,
     Done,
     Failed,
@@ -117,11 +115,10 @@ class ParallelCoordinator:
         self._slot_restarts = [0] * p.num_workers
         self._ctx = torch.multiprocessing.get_context(p.start_method)
         if p.start_method == "forkserver":
-            if family_of(cfg.env.id).preload is not None:
-                os.environ.setdefault(PRELOAD_ENV_VAR, cfg.env.id)  # read by the forkserver when it starts
             self._ctx.set_forkserver_preload(["parallel_ppo.engines.parallel.preload"])
         self._workers: list[WorkerProcess | None] = [None] * p.num_workers
         self._start_seconds = [0.0] * p.num_workers
+        self._title = setproctitle.getproctitle()  # put back by `close`
         who = "coordinator" if rank is None else f"coordinator rank {rank}"
         setproctitle.setproctitle(f"parallel_ppo {who} ({p.num_workers} workers × {p.num_envs_per_worker} envs, "
                                   f"{cfg.env.id})")
@@ -136,7 +133,7 @@ class ParallelCoordinator:
             previous = signal.pthread_sigmask(signal.SIG_BLOCK, PREEMPT_SIGNALS)
             try:
                 if self._ctx.get_start_method() == "forkserver":
-                    start_forkserver()
+                    start_forkserver(self.cfg.env.id if family_of(self.cfg.env.id).preload is not None else None)
                 for i in range(len(self._workers)):
                     self._workers[i] = self._spawn(i, restart=0)
             finally:
@@ -393,3 +390,4 @@ class ParallelCoordinator:
                 w.process.join(max(0.0, deadline - time.monotonic()))
                 stop_process(w, kill=True)  # workers ignore SIGTERM: one still there after Stop is killed
                 self._workers[i] = None
+        setproctitle.setproctitle(self._title)  # a process that goes on (the Python API's caller) is itself again

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from parallel_ppo.core.threads import environ_kept
-from parallel_ppo.engines.parallel.worker import Done, Failed, Ready, WorkerSpec
+from parallel_ppo.engines.parallel.worker import PRELOAD_ENV_VAR, Done, Failed, Ready, WorkerSpec
 
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
@@ -47,14 +47,17 @@ def thread_env(threads: int) -> Iterator[None]:
         yield
 
 
-def start_forkserver() -> None:
+def start_forkserver(preload: str | None = None) -> None:
     """Start the workers' forkserver, where it is not running, importing this source checkout's package: Python
     before 3.12.8 starts it without its parent's sys.path, from the parent's folder, so the workers of a run that
     one checkout's script started elsewhere would get the package found there (or an installed copy). The checkout
     goes first on PYTHONPATH, and the start folder off the path (PYTHONSAFEPATH), for the forkserver's start only;
-    an installed package (no checkout around it) starts it as multiprocessing would."""
+    an installed package (no checkout around it) starts it as multiprocessing would. `preload`: the env id whose
+    family's preload the forkserver runs (PRELOAD_ENV_VAR, unless set already), for its start only too."""
     root = Path(__file__).resolve().parents[3]
-    with environ_kept(("PYTHONPATH", "PYTHONSAFEPATH")):
+    with environ_kept(("PYTHONPATH", "PYTHONSAFEPATH", PRELOAD_ENV_VAR)):
+        if preload is not None:
+            os.environ.setdefault(PRELOAD_ENV_VAR, preload)
         if (root / "pyproject.toml").is_file():
             given = os.environ.get("PYTHONPATH")
             os.environ["PYTHONPATH"] = str(root) + (os.pathsep + given if given else "")
