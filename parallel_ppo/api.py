@@ -25,11 +25,13 @@ import torch
 
 from parallel_ppo.core.allocator import release_freed_memory
 from parallel_ppo.core.arguments import label_argument, number, path_argument, plain, shown, switch, whole
+from parallel_ppo.core.collect import RolloutError
 from parallel_ppo.core.config import Config
 from parallel_ppo.core.configure import maximum_of
 from parallel_ppo.core.evaluate import EvalResult
 from parallel_ppo.core.policy import Policy
 from parallel_ppo.core.threads import draw_threads_kept
+from parallel_ppo.engines.distributed import PeerLost
 from parallel_ppo.errors import ConfigError, RunFailed
 from parallel_ppo.launch import execute, prepare
 from parallel_ppo.request import Request
@@ -78,7 +80,8 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
     ConfigError before anything starts, naming the config key (`section.key`) or the argument (an
     entry of `logging.episode_info` that the env gives as no number: when the first such episode ends); a
     run that stops on an error (a worker that keeps failing, say) raises RunFailed once its checkpoint and summary
-    are written (where the disk allows: a file it cannot write leaves the one before); Ctrl-C (SIGINT) or SIGTERM
+    are written (where the disk allows: a file it cannot write leaves the one before; envs that failed to start:
+    `run_dir` None, nothing written); Ctrl-C (SIGINT) or SIGTERM
     stops it at the next update and it returns, its `summary.stop_reason` saying so (KeyboardInterrupt when no
     update had finished, or on a second Ctrl-C). The torch thread count it sets for the learner, torch's random state
     (seeded with `run.seed`), LP_NUM_THREADS as it was (the drawing threads it sets for Mesa), glibc's allocator
@@ -99,7 +102,10 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
     threads = torch.get_num_threads()
     try:  # the run seeds torch's generator: the caller's (CPU) random state goes on as it was
         with draw_threads_kept(), torch.random.fork_rng(devices=[]):
-            prepared = prepare(request)
+            try:
+                prepared = prepare(request)
+            except (RolloutError, PeerLost) as e:  # workers (or ranks) that failed to start: nothing was written
+                raise RunFailed(f"the run did not start: {e}", None) from e
             summary, _ = execute(prepared, "parallel_ppo" if verbose else None, interrupt=True)
     finally:
         torch.set_num_threads(threads)

@@ -27,11 +27,12 @@ class RunDataError(ParallelPPOError):
 
 
 class RunFailed(RuntimeError):
-    """A run that started stopped on an error (a worker that kept failing, a lost rank): not the user's input, so
-    not a ParallelPPOError. Its checkpoint and summary.json are in `run_dir`, but where a rank was lost or the disk
-    did not take them: the message then says whether a checkpoint written before stands."""
+    """A run that stopped on an error (a worker that kept failing, a lost rank): not the user's input, so not a
+    ParallelPPOError. Its checkpoint and summary.json are in `run_dir`, but where a rank was lost or the disk did not
+    take them: the message then says whether a checkpoint written before stands. `run_dir` is None for a run whose
+    workers or ranks failed to start: nothing was written."""
 
-    def __init__(self, message: str, run_dir: Path) -> None:
+    def __init__(self, message: str, run_dir: Path | None) -> None:
         super().__init__(message)
         self.run_dir = run_dir
 

@@ -215,6 +215,17 @@ def test_a_run_trained_in_the_current_directory_is_named_for_it(tmp_path, monkey
     assert ppo.train(output_dir=".", verbose=False).label == "here"
 
 
+def test_a_run_whose_envs_cannot_start_raises_run_failed_with_nothing_written(tmp_path):
+    """Envs that fail to start (in the workers, or the sequential trainer's) stop `train` before anything is
+    written: RunFailed, as for any run that stopped on an error, with no run directory (it raised the engine's own
+    RolloutError, which a sweep catching RunFailed did not catch)."""
+    with pytest.raises(ppo.RunFailed, match="^the run did not start: the envs of toy_envs:UnreachableReach-v0 failed "
+                                            "to start: ConnectionError") as caught:
+        ppo.train(CARTPOLE, output_dir=tmp_path / "run", verbose=False, overrides={
+            "env.id": "toy_envs:UnreachableReach-v0", "run.limit_seconds": 0, "logging.tensorboard": False})
+    assert caught.value.run_dir is None and not (tmp_path / "run").exists()
+
+
 def test_a_config_built_in_code_is_validated_like_a_file():
     cfg = ppo.Config(env=ppo.EnvConfig(id="CartPole-v1", num_envs=4), training=ppo.TrainingConfig(batch_size=3))
     with pytest.raises(ppo.ConfigError, match="batch size 3 does not divide"):
