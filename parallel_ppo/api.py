@@ -77,15 +77,13 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
     logging is set up); False also turns the progress off unless `overrides` sets it.
 
     Settings that cannot run, and arguments of the wrong kind (`overwrite="no"`, a number for a path), raise
-    ConfigError before anything starts, naming the config key (`section.key`) or the argument (an
-    entry of `logging.episode_info` that the env gives as no number: when the first such episode ends); a
-    run that stops on an error (a worker that keeps failing, say) raises RunFailed once its checkpoint and summary
-    are written (where the disk allows: a file it cannot write leaves the one before; envs that failed to start:
-    `run_dir` None, nothing written); Ctrl-C (SIGINT) or SIGTERM
-    stops it at the next update and it returns, its `summary.stop_reason` saying so (KeyboardInterrupt when no
-    update had finished, or on a second Ctrl-C). The torch thread count it sets for the learner, torch's random state
-    (seeded with `run.seed`), LP_NUM_THREADS as it was (the drawing threads it sets for Mesa), glibc's allocator
-    thresholds and the process title are put back when it returns (docs/python.md, "Many runs in one process").
+    ConfigError before anything starts, naming the config key (`section.key`) or the argument (an entry of
+    `logging.episode_info` that the env gives as no number: when the first such episode ends); a run that stops on
+    an error (a worker that keeps failing, say) raises RunFailed once its checkpoint and summary are written (where
+    the disk allows; envs that failed to start: `run_dir` None, nothing written); Ctrl-C (SIGINT) or SIGTERM stops
+    it at the next update and it returns, its `summary.stop_reason` saying so (KeyboardInterrupt when no update had
+    finished, or on a second Ctrl-C). What the run changes in this process (torch's threads and random state,
+    LP_NUM_THREADS, glibc's thresholds, the title) is put back when it returns: docs/python.md.
     """
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")

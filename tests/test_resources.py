@@ -69,9 +69,11 @@ MALLINFO2 = """
     libc.mallinfo2.restype = Mallinfo2
     libc.malloc.argtypes, libc.malloc.restype = [ctypes.c_size_t], ctypes.c_void_p
     libc.free.argtypes = [ctypes.c_void_p]
-    if sys.argv[1] == "retain":
-        from parallel_ppo.core.allocator import retain_freed_memory
+    if sys.argv[1] in ("retain", "release"):
+        from parallel_ppo.core.allocator import release_freed_memory, retain_freed_memory
         assert retain_freed_memory()
+        if sys.argv[1] == "release":
+            assert release_freed_memory()
     def info():
         m = libc.mallinfo2()
         return {name: getattr(m, name) for name, _ in Mallinfo2._fields_}
@@ -98,7 +100,8 @@ def _has_mallinfo2() -> bool:
 @pytest.mark.skipif(not _has_mallinfo2(), reason="needs glibc 2.33+ (mallinfo2)")
 def test_retain_freed_memory_serves_large_blocks_from_the_heap_and_keeps_them():
     """retain_freed_memory raises glibc's mmap threshold (an 8 MiB block comes from the heap, not from its own
-    mmap, which glibc's default gives it) and its trim threshold (freeing the block does not shrink the heap).
+    mmap, which glibc's default gives it) and its trim threshold (freeing the block does not shrink the heap);
+    release_freed_memory (the Python API's, after a run) gives the block its own mmap again.
     Read from glibc's own accounting (mallinfo2) in a fresh process each: no timing, no page counts. How many
     page faults that saves a PPO step is a measurement: scripts/allocator_faults.py."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_TUNABLES"))}  # the defaults
@@ -117,6 +120,8 @@ def test_retain_freed_memory_serves_large_blocks_from_the_heap_and_keeps_them():
     assert allocated["uordblks"] >= before["uordblks"] + block  # ... the heap serves it
     assert freed["arena"] == allocated["arena"]  # freed, it stays in the heap for the next step
     assert freed["uordblks"] < allocated["uordblks"]
+    before, allocated, _ = run("release")
+    assert allocated["hblkhd"] >= before["hblkhd"] + block  # glibc's starting threshold again
 
 
 def test_mean_cpu_weights_each_sample_by_the_seconds_it_covers(tmp_path, monkeypatch):
