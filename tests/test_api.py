@@ -255,6 +255,10 @@ def test_the_console_command_lists_its_commands_and_refuses_others():
     assert all(c in help_.stdout for c in ("train", "train-parallel", "eval", "demo", "compare", "bench"))
     bad = subprocess.run([sys.executable, "-m", "parallel_ppo", "fly"], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown command 'fly'" in bad.stderr
+    version = subprocess.run([sys.executable, "-m", "parallel_ppo", "--version"], capture_output=True, text=True,
+                             cwd=ROOT)
+    assert (version.returncode, version.stdout) == (0, f"python -m parallel_ppo {ppo.__version__}\n")
+    assert f'\nversion = "{ppo.__version__}"\n' in (ROOT / "pyproject.toml").read_text()  # one version, two places
 
 
 def test_a_corrupt_config_yaml_is_a_run_data_error_naming_it(tmp_path):

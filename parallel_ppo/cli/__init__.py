@@ -64,7 +64,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str], str], int], str]] = {
 def usage(prog: str) -> str:
     lines = [f"usage: {prog} {{{','.join(COMMANDS)}}} [ARGS]", "", "commands:"]
     lines += [f"  {name:<15} {text}" for name, (_, text) in COMMANDS.items()]
-    lines.append(f"\n`{prog} COMMAND --help` for a command's arguments.")
+    lines.append(f"\n`{prog} COMMAND --help` for a command's arguments; `{prog} --version` for the version.")
     return "\n".join(lines)
 
 
@@ -73,6 +73,11 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("-h", "--help"):
         print(usage(prog))
+        return 0
+    if argv and argv[0] == "--version":
+        from parallel_ppo import __version__
+
+        print(f"{prog} {__version__}")
         return 0
     if not argv or argv[0] not in COMMANDS:
         what = f"unknown command {argv[0]!r}" if argv else "no command given"
