@@ -92,6 +92,18 @@ def test_every_other_commands_help_shows_its_flags_defaults():
     assert not unsaid
 
 
+def test_total_steps_takes_a_count_as_set_does(capsys):
+    """--total-steps 1e6 is a million, as --set run.total_steps=1e6 is; a fraction or a word is one line, status 2."""
+    for text, steps in (("1e6", 1_000_000), ("2.5e5", 250_000), ("1_000", 1000), ("64", 64)):
+        assert run_trainer(["--config", CARTPOLE, "--total-steps", text, "--print-config"], parallel=False,
+                           prog="t") == 0
+        assert yaml.safe_load(capsys.readouterr().out)["run"]["total_steps"] == steps
+    for bad in ("1.5", "many", "inf", "1e300"):
+        with pytest.raises(SystemExit) as exit_:
+            run_trainer(["--config", CARTPOLE, "--total-steps", bad, "--print-config"], parallel=False, prog="t")
+        assert exit_.value.code == 2 and "expected a whole number" in capsys.readouterr().err, bad
+
+
 def test_print_config_prints_what_the_command_resolves_to_and_starts_nothing(tmp_path, capsys):
     out = tmp_path / "run"
     argv = ["--config", CARTPOLE, "--num-envs", "6", "--duration", "10m", "--batch-size", "64",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import multiprocessing
 import re
 import signal
@@ -173,6 +174,22 @@ def some_path(text: str) -> str:
     if problem := path_problem(text):
         raise argparse.ArgumentTypeError(problem)
     return text
+
+
+def step_count(text: str) -> int:
+    """argparse type of a number of env steps: a whole number, also written 1e6 or 1_000_000 (as --set takes it);
+    its range is the config's rule."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value.is_integer() and abs(value) < 2**62):
+        raise argparse.ArgumentTypeError(f"expected a whole number (1000000, 1e6), got {text!r}")
+    return int(value)
 
 
 def positive_int(text: str) -> int:

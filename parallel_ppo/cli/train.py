@@ -18,6 +18,7 @@ from parallel_ppo.cli.common import (
     interrupted,
     refuse_seeded_sets,
     some_path,
+    step_count,
 )
 from parallel_ppo.cli.flags import FLAGS
 from parallel_ppo.core.config import Config
@@ -41,8 +42,9 @@ def make_parser(prog: str, parallel: bool) -> OneLineParser:
     p.add_argument("--duration", type=duration_in("h"), metavar="TIME",
                    help="wall-clock budget: 90m, 1.5h, 3600s; a bare number is hours (run.duration; "
                         f"{builtin('run.duration')} h)")
-    p.add_argument("--total-steps", type=int, metavar="N",
-                   help=f"also stop after N env steps (run.total_steps; {builtin('run.total_steps')}, no limit)")
+    p.add_argument("--total-steps", type=step_count, metavar="N",
+                   help="also stop after N env steps, 1e6 for a million "
+                        f"(run.total_steps; {builtin('run.total_steps')}, no limit)")
     p.add_argument("--output-dir", type=some_path, metavar="DIR", help="run directory (run.output_dir; built-in: "
                                                        "benchmarks/<mode>_<time>)")
     p.add_argument("--env", metavar="ID", help="Procgen game (starpilot, ...), gymnasium id (CartPole-v1) or "
