@@ -19,7 +19,6 @@ from parallel_ppo.bench.copies import copies_row, copy_commands
 from parallel_ppo.bench.study import (
     StudySettings,
     drawing_tag,
-    earlier_points,
     family_points,
     machine_folder,
     machine_results_dir,
@@ -31,6 +30,7 @@ from parallel_ppo.bench.study import (
     results_slug,
 )
 from parallel_ppo.bench.study_arithmetic import no_points_reasons
+from parallel_ppo.bench.study_merge import config_digest, earlier_points
 from parallel_ppo.bench.study_pages import (
     add_ratios,
     chunks,
@@ -337,6 +337,32 @@ def test_an_earlier_study_is_kept_only_for_the_same_machine_and_settings(tmp_pat
                                                        {**row("overlap", 4, 380.0), "microbatch": 64}]}))
     kept, dropped = earlier_points(path, identity, microbatch=0)
     assert [p["label"] for p in kept] == ["workers_2", "overlap_2"] and dropped == ["threads_1", "overlap_4"]
+
+
+def test_a_study_drops_the_points_measured_with_other_values_of_its_config(tmp_path, monkeypatch):
+    """Each point records the values of the config file it ran with; a later call keeps those measured with the same
+    values (its comments aside) and those recording none (of before), and drops the others, saying so."""
+    config = tmp_path / "sim.yaml"
+    text = (ROOT / "config" / "sim_lift.yaml").read_text()
+    config.write_text(text)
+    settings = StudySettings(str(config), "sim/Sleep", 30.0)
+    plan = plan_study(["workers"], [2], settings, tmp_path / "results")
+    monkeypatch.setattr(study_module, "run_study_point", lambda family, n, *a: {**row(family, n, 100.0),
+                                                                                 "updates": 3, "microbatch": 0})
+    written = []
+    monkeypatch.setattr(study_module, "write_results", lambda rows, stem, meta: written.append(rows))
+    study_module.run_study(plan, tmp_path / "runs")
+    assert [p["config_digest"] for p in written[-1]] == [config_digest(config)]
+    earlier = {**row("workers", 4, 180.0), "microbatch": 0}  # measured before points recorded theirs
+    path = results_files(plan.stem)["json"]
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({**plan.identity, "points": [*written[-1], earlier]}))
+    config.write_text(f"# a comment\n{text}")
+    assert [p["label"] for p in plan_study(["workers"], [2], settings, tmp_path / "results").kept] == [
+        "workers_2", "workers_4"]
+    config.write_text(text.replace("gamma: 0.99", "gamma: 0.98"))
+    replanned = plan_study(["workers"], [2], settings, tmp_path / "results")
+    assert [p["label"] for p in replanned.kept] == ["workers_4"] and replanned.edited == ["workers_2"]
 
 
 def test_the_cpu_points_chunk_their_update_as_the_config_says(tmp_path, monkeypatch):

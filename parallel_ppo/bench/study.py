@@ -43,10 +43,9 @@ from parallel_ppo.bench.study_arithmetic import (
     cpu_microbatch,
     family_points,
     no_points_reasons,
-    other_chunks,
 )
+from parallel_ppo.bench.study_merge import config_digest, earlier_points, other_configs
 from parallel_ppo.bench.study_pages import (
-    FAMILIES,
     GPU_FAMILIES,
     measured_labels,
     merge_rows,
@@ -58,7 +57,7 @@ from parallel_ppo.core.config_yaml import config_env
 from parallel_ppo.core.configure import build_config
 from parallel_ppo.core.threads import usable_cpus
 from parallel_ppo.envs.families import family_of
-from parallel_ppo.errors import ConfigError, ParallelPPOError, RunDataError
+from parallel_ppo.errors import ConfigError, ParallelPPOError
 from parallel_ppo.runs import fingerprint
 from parallel_ppo.runs.reading import load_run
 
@@ -276,52 +275,6 @@ def check_settings(settings: StudySettings) -> None:
                  settings.sets, parallel=True)
 
 
-def flattened(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """`d`'s leaves by dotted key: {"settings": {"seconds": 30.0}} is {"settings.seconds": 30.0}."""
-    out: dict[str, Any] = {}
-    for key, value in d.items():
-        if isinstance(value, dict) and value:
-            out.update(flattened(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def differences(data: dict[str, Any], identity: dict[str, Any]) -> list[str]:
-    """What differs between a study's results (`data`) and `identity`: `settings.seconds 20.0, not 30.0`."""
-    were, now = flattened({k: data.get(k) for k in identity}), flattened(identity)
-    return [f"{k} {were.get(k)!r}, not {now.get(k)!r}"
-            for k in sorted(set(were) | set(now)) if were.get(k) != now.get(k)]
-
-
-def earlier_points(path: Path, identity: dict[str, Any], family: str | None = None,
-                   microbatch: int = FORMER_CHUNK) -> tuple[list[dict[str, Any]], list[str]]:
-    """The points of the study in `path`, measured on this machine with these settings (`identity`), and the labels
-    of those dropped: those whose update ran in other chunks than this study's CPU points' `microbatch` or its GPU
-    points' whole minibatch (`study_arithmetic.other_chunks`; a failed point is kept). A study of other settings or
-    another machine in its place is refused (RunDataError, naming what differs: its points would be lost), as is one
-    with points of another CPU family than this machine's `family` (where both are recorded: the model name can be
-    one), and a file that is not a study's results."""
-    if not path.is_file():
-        return [], []
-    try:
-        data = json.loads(path.read_text())
-        points = [p for p in data["points"] if p["family"] in FAMILIES and p["label"] and p["measured_at"]]
-        same = {k: data.get(k) for k in identity} == identity
-        others = {(p.get("hardware") or {}).get("cpu_family") for p in points} - {None, family} if family else set()
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise RunDataError(f"{path} is not the results of a study ({type(e).__name__}: {e}); move it away") from None
-    if not same:
-        differ = ", ".join(differences(data, identity))
-        raise RunDataError(f"{path} holds a study of other settings or another machine ({differ}): give the same, "
-                           "another --results-dir, or move it away")
-    if others:
-        raise RunDataError(f"{path} holds points measured on CPU family {', '.join(sorted(others))}, not this "
-                           f"machine's {family}: another --results-dir, or move it away")
-    chunked = other_chunks(points, microbatch, GPU_FAMILIES)
-    return [p for p in points if p["label"] not in chunked], chunked
-
-
 @dataclass(frozen=True)
 class StudyPlan:
     """What a study will run and where its results go, decided before the first run (`plan_study`)."""
@@ -337,7 +290,11 @@ class StudyPlan:
     kept: list[dict[str, Any]]
     """The points of that file kept beside the new ones."""
     dropped: list[str]
-    """The labels of that file's points dropped (`earlier_points`)."""
+    """The labels of that file's points dropped, run in other chunks (`earlier_points`)."""
+    edited: list[str]
+    """The labels of that file's points dropped, measured with other values of the config file (`other_configs`)."""
+    config_digest: str
+    """The values of the config file this call's points run with (`config_digest`), which each records."""
     hardware: dict[str, Any]
 
     @property
@@ -369,7 +326,9 @@ def plan_study(families: list[str], counts: list[int], settings: StudySettings, 
         identity["simulated"] = True
     stem = machine_folder(results_root, hw, cores, gpu) / results_name(settings, drawn)
     kept, dropped = earlier_points(results_files(stem)["json"], identity, hw.get("cpu_family"), settings.microbatch)
-    return StudyPlan(settings, points, skipped, stem, identity, kept, dropped, hw)
+    edited = other_configs(kept, digest := config_digest(settings.config))
+    kept = [p for p in kept if p["label"] not in edited]
+    return StudyPlan(settings, points, skipped, stem, identity, kept, dropped, edited, digest, hw)
 
 
 def run_study(plan: StudyPlan, runs_dir: Path) -> list[dict[str, Any]]:
@@ -382,7 +341,8 @@ def run_study(plan: StudyPlan, runs_dir: Path) -> list[dict[str, Any]]:
     settings = plan.settings
     for family, n in plan.points:
         print(f"  {family} × {n}: {settings.seconds:g} s ...", flush=True)
-        rows.append({**run_study_point(family, n, settings, runs_dir, plan.cores), "commit": meta["commit"]})
+        rows.append({**run_study_point(family, n, settings, runs_dir, plan.cores), "commit": meta["commit"],
+                     "config_digest": plan.config_digest})
         r = rows[-1]
         kept = r["label"] in measured_labels(plan.kept)
         print(f"    failed: {r['error']}{' (the figure measured before is kept)' if kept else ''}" if "error" in r else

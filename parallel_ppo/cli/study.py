@@ -87,6 +87,9 @@ def study(args: Any, prog: str) -> int:
         if plan.dropped:
             print(f"  {results_files(plan.stem)['json']}: dropping {', '.join(plan.dropped)} (their update ran in "
                   f"other chunks than this study's, {chunks(plan.settings.microbatch)})", flush=True)
+        if plan.edited:
+            print(f"  {results_files(plan.stem)['json']}: dropping {', '.join(plan.edited)} (measured with other "
+                  f"values in {args.config} than it holds now)", flush=True)
         rows = run_study(plan, runs)
     except ParallelPPOError as e:
         return fail(prog, e, 2)
