@@ -18,6 +18,8 @@ import psutil
 import pytest
 from conftest import make_environ, toy_envs_environ
 
+from parallel_ppo.bench.trainer_runs import end_processes
+from parallel_ppo.cli.common import Terminated
 from parallel_ppo.runs.reading import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -221,21 +223,36 @@ def test_an_interrupted_benchmark_or_comparison_is_one_line_and_status_130(tmp_p
     assert compare.main(["--run", f"a={tmp_path}", "--run", f"b={tmp_path}"]) == 130
     assert capsys.readouterr().err == "\ncompare_results.py: interrupted; the report was not written\n"
 
-    class Trainer:  # waited for, interrupted, then ended by the Ctrl-C before its first update
+    class Trainer:  # waited for, interrupted (Ctrl-C, then SIGTERM), then ended before its first update
         calls = 0
+        stop: type[KeyboardInterrupt] = KeyboardInterrupt
 
         def __init__(self, cmd):
             pass
 
         def wait(self):
             Trainer.calls += 1
-            if Trainer.calls == 1:
-                raise KeyboardInterrupt
+            if Trainer.calls % 2:
+                raise Trainer.stop
             return 130
 
     monkeypatch.setattr(speedcheck.subprocess, "Popen", Trainer)
-    with pytest.raises(KeyboardInterrupt):
-        speedcheck.run_trainer(["trainer"])
+    for Trainer.stop in (KeyboardInterrupt, Terminated):  # a SIGTERM stays one: bench.py says terminated, 143
+        with pytest.raises(Trainer.stop) as stopped:
+            speedcheck.run_trainer(["trainer"])
+        assert type(stopped.value) is Trainer.stop
+
+
+def test_ending_a_benchmarks_trainers_leaves_their_exit_status_to_the_code_that_started_them():
+    """`end_processes` (a benchmark's SIGTERM, an interrupted study) stops its trainers without reaping them: a
+    reaped child reads as status 0 to its Popen, so a speed check went on to measure a trainer killed mid-run."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        end_processes([psutil.Process(child.pid)])
+        assert child.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_a_benchmark_result_the_disk_does_not_take_is_one_line_and_status_1(tmp_path, monkeypatch, capsys):

@@ -34,17 +34,17 @@ def trainer_figures(run_dir: Path) -> dict[str, Any]:
 def run_trainer(cmd: list[str]) -> float:
     """Run the trainer to its end (a Ctrl-C reaches it too: wait for it to stop at its update boundary; one that
     stopped without a run, KeyboardInterrupt); returns the mean cores other processes kept busy meanwhile."""
-    interrupted = False
+    interrupted: KeyboardInterrupt | None = None  # Ctrl-C, or SIGTERM (`cli.common.Terminated`)
     with OtherLoad() as load:
         proc = subprocess.Popen(cmd)
         try:
             returncode = proc.wait()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:
             print("speed check: interrupted; waiting for the trainer to stop", file=sys.stderr, flush=True)
-            interrupted, returncode = True, proc.wait()
+            interrupted, returncode = stop, proc.wait()
     if returncode != 0:
         if interrupted:  # stopped before its first update: no run to measure, and no crash
-            raise KeyboardInterrupt
+            raise interrupted
         raise BenchRunCrashed(f"the trainer exited with status {returncode}")
     return load.cores
 

@@ -109,13 +109,24 @@ def run_together(commands: list[list[str]], name: str, timeout: float) -> list[f
     return [f.result() for f in futures]
 
 
+def _ended(proc: psutil.Process) -> bool:
+    """Whether `proc` has exited: gone, or a zombie that its parent has yet to reap."""
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def end_processes(procs: list[psutil.Process], grace: float = 10.0) -> None:
     """SIGTERM to each of `procs` (a trainer then writes its checkpoint and frees its shared memory), SIGKILL to
-    those left after `grace` seconds."""
+    those left after `grace` seconds. It reaps none of them: the code that started each still reads its exit status
+    (a reaped child reads as status 0 to its `Popen`)."""
     for proc in procs:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=grace)
+    deadline = time.monotonic() + grace
+    while (alive := [proc for proc in procs if not _ended(proc)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
     for proc in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
