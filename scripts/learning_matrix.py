@@ -17,15 +17,18 @@ import json
 import subprocess
 import sys
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from parallel_ppo.bench.trainer_runs import end_processes  # noqa: E402
 from parallel_ppo.cli.common import (  # noqa: E402
     OneLineParser,
     add_set_flag,
+    commands_under,
     interrupted,
     last_line,
     positive_int,
@@ -40,6 +43,9 @@ from parallel_ppo.errors import ConfigError, ParallelPPOError  # noqa: E402
 from parallel_ppo.runs.directory import check_output_file  # noqa: E402
 
 ENTRY = {"sequential": "train_timed.py", "parallel": "train_parallel_timed.py"}
+STARTING = threading.Lock()
+"""Held while a run starts: once `STOPPING` is set under it, no run starts (`train_all`)."""
+STOPPING = threading.Event()
 
 
 def train_once(config: str, mode: str, seed: int, threads: int, steps: int, sets: list[str], out: Path) -> dict:
@@ -47,9 +53,13 @@ def train_once(config: str, mode: str, seed: int, threads: int, steps: int, sets
     cmd = [sys.executable, ENTRY[mode], "--config", config, "--seed", str(seed), "--total-steps", str(steps),
            "--output-dir", str(out), "--set", f"parallel.learner_threads={threads}",
            "--set", "logging.tensorboard=false", *itertools.chain.from_iterable(("--set", s) for s in sets)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    with STARTING:
+        if STOPPING.is_set():
+            return {"failed": "not started: the matrix was stopped"}
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, stderr = proc.communicate()
     if proc.returncode != 0:
-        return {"failed": last_line(proc.stderr, proc.returncode)}
+        return {"failed": last_line(stderr, proc.returncode)}
     summary = json.loads((out / "summary.json").read_text())
     print(f"  {mode}, {threads} learner thread(s), seed {seed}: {summary['episodic_return_mean']}", flush=True)
     return summary
@@ -85,25 +95,31 @@ def check(args: argparse.Namespace) -> None:
 
 
 def train_all(args: argparse.Namespace, cells: list[tuple[str, int, int]], tmp: str) -> list[dict]:
-    """Every cell's run, `--jobs` at a time. On Ctrl-C (which stops the runs under way too) the runs not started
-    are cancelled, not started one after another before the interrupt is seen."""
+    """Every cell's run, `--jobs` at a time. On Ctrl-C (which stops the runs under way too) or SIGTERM the runs not
+    started are cancelled, not started one after another before the interrupt is seen, and one that a pool thread
+    started while the interrupt stopped the one before is stopped too."""
     pool = ThreadPoolExecutor(args.jobs)
     try:
         futures = [pool.submit(train_once, args.config, mode, seed, threads, args.total_steps, args.set,
                                Path(tmp) / f"{mode}_t{threads}_s{seed}") for mode, threads, seed in cells]
         return [f.result() for f in futures]
+    except BaseException:
+        with STARTING:
+            STOPPING.set()
+        end_processes(commands_under())
+        raise
     finally:
         pool.shutdown(cancel_futures=True)
 
 
 def main() -> int:
     args = parse_args()
-    stop_on_sigterm()
     try:  # before hours of runs
         check(args)
     except ParallelPPOError as e:
         print(f"learning_matrix.py: error: {e}", file=sys.stderr)
         return 2
+    stop_on_sigterm()
     cells = list(itertools.product(args.modes, args.threads, args.seeds))
     try:
         with tempfile.TemporaryDirectory() as tmp:

@@ -139,11 +139,11 @@ def main() -> int:
     p.add_argument("--minutes", type=duration_in("m"), default=4.0, metavar="TIME")
     p.add_argument("--output-dir", type=some_path, default="benchmarks/setting_pairs")
     args = p.parse_args()
-    stop_on_sigterm()
     args.config = checkout_path(args.config, ROOT)
     if problem := refusal(args):
         print(f"setting_pairs.py: error: {problem}", file=sys.stderr)
         return 2
+    stop_on_sigterm()  # once its settings are checked: a SIGTERM before then ends it as any process
     return pairs_of(args)
 
 

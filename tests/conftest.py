@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -110,11 +111,14 @@ def _own_temp_dir():
 @pytest.fixture(autouse=True)
 def _own_threads_kept():
     """A trainer's CLI or a script run in this process sets torch's threads and Mesa's drawing threads (LP_NUM_THREADS)
-    for the run, as a process of its own would keep them (`train_cli` in test_eval.py, test_user_input.py; one refused
+    for the run, and bench.py or a measuring script its SIGTERM handler (`stop_on_sigterm`), as a process of its own
+    would keep them (`train_cli` in test_eval.py, test_user_input.py; one refused
     in test_privileged.py): put back after each test, so that no later test of this process (`make test` runs whole
     files one after another in each of its workers) starts on what an earlier one left."""
+    sigterm = signal.getsignal(signal.SIGTERM)  # bench.py's main and the measuring scripts' stop on it
     with threads_kept(), draw_threads_kept():
         yield
+    signal.signal(signal.SIGTERM, sigterm)
 
 
 @pytest.fixture(autouse=True)

@@ -4,6 +4,7 @@ runs in this process with its measurement replaced by a stand-in: nothing is mea
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import importlib.util
@@ -121,6 +122,48 @@ def test_a_ctrl_c_in_learning_matrix_starts_no_other_run(tmp_path, monkeypatch, 
         signal.signal(signal.SIGINT, inherited)
     assert status == 130 and len(err) == 1 and ": interrupted; " in err[0], err
     assert started == [1] and not out.exists()
+
+
+MATRIX_TRAINER = """
+import os, signal, sys, time
+from pathlib import Path
+seed, marks = sys.argv[sys.argv.index("--seed") + 1], Path(os.environ["MATRIX_MARKS"])
+(marks / f"started_{seed}").touch()
+if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:  # inherited: the matrix's SIGTERM could not stop it
+    (marks / f"ignored_{seed}").touch()
+if seed == "1":  # a scheduler's SIGTERM reaches the matrix while its first run trains; that run ends on it at once
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))
+    os.kill(os.getppid(), signal.SIGTERM)
+time.sleep(120)
+(marks / f"finished_{seed}").touch()
+"""
+MATRIX = """
+import sys
+sys.path.insert(0, "scripts")
+import learning_matrix
+learning_matrix.ENTRY = {"sequential": sys.argv[1]}
+sys.argv = ["learning_matrix.py", "--seeds", "1", "2", "3", "--threads", "1", "--modes", "sequential"]
+sys.exit(learning_matrix.main())
+"""
+
+
+def test_a_sigterm_to_learning_matrix_stops_every_run_it_started(tmp_path):
+    """SIGTERM while the first run trains: that run ends, and the run the pool's thread started in its place before
+    the interrupt was seen (before: waited for to its end, SIGTERM ignored meanwhile) is stopped too, by SIGTERM (it
+    inherited SIGTERM ignored, and took a SIGKILL 10 s later); one line, 143."""
+    trainer = tmp_path / "trainer.py"
+    trainer.write_text(MATRIX_TRAINER)
+    matrix = subprocess.Popen([sys.executable, "-c", MATRIX, str(trainer)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True,
+                              env={**os.environ, "MATRIX_MARKS": str(tmp_path)})
+    try:
+        _, err = matrix.communicate(timeout=100)  # a safety net: the runs sleep 120 s
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(matrix.pid, signal.SIGKILL)
+    assert (matrix.returncode, err) == (143, "learning_matrix.py: terminated; no result was written\n")
+    assert {p.name for p in tmp_path.glob("started_*")} <= {"started_1", "started_2"}
+    assert not list(tmp_path.glob("finished_*")) and not list(tmp_path.glob("ignored_*"))
 
 
 @pytest.mark.parametrize("argv", [["--set", "env.id=Nope-v0"], ["--set", "bogus"], ["--threads", "0"],

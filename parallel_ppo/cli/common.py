@@ -42,7 +42,7 @@ def stop_on_sigterm() -> None:
     ignored while it stops."""
 
     def handler(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, lambda *_: None)  # not SIG_IGN, which a command started now would inherit
         end_processes(commands_under())
         raise Terminated
 
