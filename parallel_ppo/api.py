@@ -82,8 +82,8 @@ def train(config: str | Path | Config | None = None, *, mode: str = "sequential"
     an error (a worker that keeps failing, say) raises RunFailed once its checkpoint and summary are written (where
     the disk allows; envs that failed to start: `run_dir` None, nothing written); Ctrl-C (SIGINT) or SIGTERM stops
     it at the next update and it returns, its `summary.stop_reason` saying so (KeyboardInterrupt when no update had
-    finished, or on a second Ctrl-C). What the run changes in this process (torch's threads and random state,
-    LP_NUM_THREADS, glibc's thresholds, the title) is put back when it returns: docs/python.md.
+    finished, or on a second Ctrl-C). What the run changes in this process (torch's threads and CPU random state,
+    LP_NUM_THREADS, glibc's starting thresholds, the title) is put back when it returns: docs/python.md.
     """
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")

@@ -71,9 +71,10 @@ MALLINFO2 = """
     libc.free.argtypes = [ctypes.c_void_p]
     if sys.argv[1] in ("retain", "release"):
         from parallel_ppo.core.allocator import release_freed_memory, retain_freed_memory
+        assert not release_freed_memory()  # nothing retained: the process's own settings stay
         assert retain_freed_memory()
         if sys.argv[1] == "release":
-            assert release_freed_memory()
+            assert release_freed_memory() and not release_freed_memory()
     def info():
         m = libc.mallinfo2()
         return {name: getattr(m, name) for name, _ in Mallinfo2._fields_}

@@ -33,19 +33,29 @@ def _glibc() -> ctypes.CDLL | None:
     return libc
 
 
+_retained = False
+"""Whether `retain_freed_memory` set the thresholds in this process (and `release_freed_memory` has yet to)."""
+
+
 def retain_freed_memory() -> bool:
     """Set glibc's mmap and trim thresholds for this process and its forks; False where libc is not glibc."""
+    global _retained
     libc = _glibc()
-    return libc is not None and bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+    _retained = libc is not None and bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
         libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    return _retained
 
 
 def release_freed_memory() -> bool:
     """Undo `retain_freed_memory` in a process that goes on after training (the Python API's caller): glibc's
-    starting thresholds again, and the free memory at the top of its heaps handed back to the kernel now."""
+    starting thresholds again (fixed: glibc adapts them no more once they are set), and the free memory at the top of
+    its heaps handed back to the kernel now. False, and nothing done, where `retain_freed_memory` set nothing (a run
+    refused before it started: the caller's own settings stay)."""
+    global _retained
     libc = _glibc()
-    if libc is None:
+    if libc is None or not _retained:
         return False
+    _retained = False
     restored = libc.mallopt(_M_MMAP_THRESHOLD, GLIBC_THRESHOLD) and libc.mallopt(_M_TRIM_THRESHOLD, GLIBC_THRESHOLD)
     libc.malloc_trim(0)
     return bool(restored)
