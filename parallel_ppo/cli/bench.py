@@ -114,7 +114,8 @@ def _add_envs(sub: Any) -> None:
     e.add_argument("--num-workers", type=int, metavar="W", help="workers of the parallel path")
     e.add_argument("--num-envs-per-worker", type=int, metavar="M", help="envs per worker (total W × M)")
     add_set_flag(e, "config override (repeatable)")
-    e.add_argument("--seconds", type=duration_in("s"), default=10.0, metavar="TIME", help="per measurement (10)")
+    e.add_argument("--seconds", type=duration_in("s"), default=10.0, metavar="TIME",
+                   help="per measurement (default 10)")
     e.add_argument("--output", type=some_path, metavar="FILE.json", help="also write the rows as JSON")
 
 

@@ -35,7 +35,7 @@ def _common(p: OneLineParser) -> None:
     p.add_argument("--checkpoint", required=True, type=some_path, metavar="RUN_DIR_OR_FILE",
                    help="a run directory (its checkpoint.pt) or a checkpoint file")
     p.add_argument("--levels", choices=("auto", "train", "test"), default="auto",
-                   help="the run's own levels, or levels it never saw; auto (the default): test where the run has "
+                   help="the run's own levels, or levels it never saw; default auto: test where the run has "
                         "levels to hold out (Procgen), else train")
     p.add_argument("--deterministic", action="store_true", help="take the most likely action instead of sampling")
     p.add_argument("--seed", type=seed_number, default=0, metavar="N", help="seed of the eval envs and actions (0)")
@@ -61,9 +61,9 @@ def eval_parser(prog: str) -> OneLineParser:
                       "levels; print the returns and record them in RUN_DIR/eval.json.")
     _common(p)
     p.add_argument("--episodes", type=positive_up_to("eval.episodes"), default=20, metavar="N",
-                   help="complete episodes (20)")
+                   help="complete episodes (default 20)")
     p.add_argument("--num-envs", type=positive_up_to("eval.num_envs"), default=8, metavar="N",
-                   help="envs played at once (8)")
+                   help="envs played at once (default 8)")
     p.add_argument("--video", type=some_path, metavar="FILE.mp4|FILE.gif",
                    help="also write env 0's episodes as a video")
     _views(p, "--video")
@@ -91,10 +91,10 @@ def demo_parser(prog: str) -> OneLineParser:
                       "episode return drawn on the frames.")
     _common(p)
     p.add_argument("--seconds", type=demo_seconds, default=20.0, metavar="TIME",
-                   help=f"video length (20; at most {MAX_DEMO_SECONDS:.0f})")
+                   help=f"video length (default 20; at most {MAX_DEMO_SECONDS:.0f})")
     p.add_argument("--output", type=some_path, metavar="FILE.mp4|FILE.gif", help="default RUN_DIR/demo.mp4")
-    p.add_argument("--fps", type=demo_fps, default=DEFAULT_FPS, metavar="N", help=f"frames/s ({DEFAULT_FPS}; at most "
-                   f"{MAX_FPS})")
+    p.add_argument("--fps", type=demo_fps, default=DEFAULT_FPS, metavar="N",
+                   help=f"frames/s (default {DEFAULT_FPS}; at most {MAX_FPS})")
     _views(p, "the video")
     return p
 

@@ -14,8 +14,8 @@ def export_parser(prog: str) -> OneLineParser:
     p.add_argument("run_dir", type=some_path, metavar="RUN_DIR",
                    help="a run directory (its checkpoint.pt) or a checkpoint file")
     p.add_argument("--format", choices=("onnx", "torchscript"), default="onnx",
-                   help="onnx (needs the onnx and onnxruntime packages) or torchscript (torch.jit.load); onnx is "
-                        "the default")
+                   help="onnx (needs the onnx and onnxruntime packages) or torchscript (torch.jit.load); default "
+                        "onnx")
     p.add_argument("--output", type=some_path, metavar="PATH", help="default RUN_DIR/policy.onnx or RUN_DIR/policy.pt")
     return p
 

@@ -34,7 +34,7 @@ def add_learning(sub: Any) -> None:
     add_config_flags(c, "ppo_sequential.yaml")
     c.add_argument("--minutes", type=run_budget("m"), default=10.0, metavar="TIME",
                    help="per run (default 10, at most a week; a bare number is minutes, 90s or 1.5h work too)")
-    c.add_argument("--seeds", default="1,2,3", metavar="LIST", help="seeds, e.g. 1,2,3 (the default)")
+    c.add_argument("--seeds", default="1,2,3", metavar="LIST", help="seeds (default 1,2,3)")
     c.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
                    help="a variant (repeatable; keys as for --set, e.g. fp32:training.precision=fp32); "
                         "default: " + ", ".join(f"{v.label}:{','.join(v.sets)}" for v in DEFAULT_VARIANTS))

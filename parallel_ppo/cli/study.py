@@ -50,7 +50,8 @@ def add_study(sub: Any) -> None:
                         "CUDA is available)")
     c.add_argument("--seconds", type=run_budget("s"), default=30.0, metavar="TIME",
                    help="wall-clock budget of each run (default 30, at most a week)")
-    c.add_argument("--n-steps", type=positive_int, default=64, metavar="N", help="steps per env per rollout (64)")
+    c.add_argument("--n-steps", type=positive_int, default=64, metavar="N",
+                   help="steps per env per rollout (default 64)")
     add_set_flag(c, "config override passed to every run (repeatable)")
     c.add_argument("--runs-dir", default="benchmarks/study", type=some_path, metavar="DIR",
                    help="where the run directories go, in a folder named as the results files (default "
