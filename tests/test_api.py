@@ -123,6 +123,12 @@ def _section_gone() -> ppo.Config:
     return cfg
 
 
+def _ill_typed() -> ppo.Config:
+    cfg = ppo.Config()
+    cfg.training.gamma = "high"
+    return cfg
+
+
 CARTPOLE = str(ROOT / "config" / "cartpole.yaml")
 WRONG_ARGUMENTS = {  # each raised TypeError, AttributeError or ValueError from inside, or was misread
     "a number for the config": (lambda out: ppo.train(123, output_dir=out), "config must be a YAML file's path, a "
@@ -135,6 +141,8 @@ WRONG_ARGUMENTS = {  # each raised TypeError, AttributeError or ValueError from 
                                    "overrides must be a mapping of 'section.key' names to values"),
     "a section replaced": (lambda out: ppo.train(_section_gone(), output_dir=out),
                            "config section env must be EnvConfig, got NoneType"),
+    "an ill-typed field of a Config (not named as a file's)": (lambda out: ppo.train(_ill_typed(), output_dir=out),
+                                                              "the Config given: training.gamma must be a number"),
     "a number for a policy": (lambda out: ppo.load_policy(123), "where must be a Run, a run directory or a "
                               "checkpoint file, got int"),
     "a negative seed": (lambda out: ppo.load_policy(out, seed=-1), "seed must be a whole number of at least 0"),

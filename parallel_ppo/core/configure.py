@@ -324,7 +324,7 @@ def build_config(
     cfg = Config()
     given: set[str] = set()
     if isinstance(config_file, Config):  # its fields that differ from the defaults count as given
-        given |= apply_mapping(cfg, changed_fields(config_file), "config")
+        given |= apply_mapping(cfg, changed_fields(config_file), "the Config given")
     elif config_file:
         given |= apply_mapping(cfg, load_yaml(config_file), str(config_file))
     on_command_line: set[str] = set()
