@@ -139,9 +139,10 @@ def main() -> int:
     for (mode, threads), row in table.items():
         print(f"| {mode} | {threads} | {' | '.join(row[s] for s in args.seeds)} |")
     trained = sorted({r["total_env_steps"] for r in results if "total_env_steps" in r})
-    steps = f"{trained[0]:,}" if len(trained) == 1 else f"{trained[0]:,} to {trained[-1]:,}" if trained else "no"
+    steps = f"{trained[0]:,}" if len(trained) == 1 else f"{trained[0]:,} to {trained[-1]:,}" if trained else ""
     print(f"{passed} of {len(cells)} runs reached a mean return of {args.threshold:g} (last 100 episodes) "
-          f"within {steps} steps (--total-steps {args.total_steps:,}, in whole rollouts)")
+          + (f"within {steps} steps (--total-steps {args.total_steps:,}, in whole rollouts)" if trained else
+             "(every run failed: the table says why)"))
     table = [{"mode": m, "learner_threads": t, "seed": s, **r} for (m, t, s), r in zip(cells, results, strict=True)]
     if args.output and write_result("learning_matrix.py", Path(args.output),
                                     lambda path: write_text(path, json.dumps(table, indent=2, default=str))):

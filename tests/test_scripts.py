@@ -192,6 +192,9 @@ def test_learning_matrix_runs_a_seed_given_twice_once_and_says_the_steps_trained
                                   "sequential", "--total-steps", "100"], monkeypatch, capsys)
     assert status == 0 and started == [("sequential", 1, 1)]
     assert "1 of 1 runs reached a mean return of 475 (last 100 episodes) within 256 steps" in out
+    monkeypatch.setattr(module, "train_once", lambda *a: {"failed": "exit status 1: no such env"})
+    status, _, out = run(module, ["--seeds", "1", "--threads", "1", "--modes", "sequential"], monkeypatch, capsys)
+    assert status == 1 and "0 of 1 runs reached a mean return of 475 (last 100 episodes) (every run failed" in out
 
 
 OUTPUT_FIRST = {  # script: its arguments and what would measure
