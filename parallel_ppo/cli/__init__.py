@@ -75,9 +75,12 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         print(usage(prog))
         return 0
     if argv and argv[0] == "--version":
-        from parallel_ppo import __version__
+        from importlib.metadata import PackageNotFoundError, version
 
-        print(f"{prog} {__version__}")
+        try:
+            print(f"{prog} {version('parallel_ppo')}")
+        except PackageNotFoundError:  # run from a checkout that pip never installed
+            print(f"{prog}: the package is not installed (`make install`), so its version is unknown")
         return 0
     if not argv or argv[0] not in COMMANDS:
         what = f"unknown command {argv[0]!r}" if argv else "no command given"
