@@ -17,7 +17,7 @@ from parallel_ppo.cli import compare as compare_cli
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs.reading import load_groups
 from parallel_ppo.runs.report.numbers import compare
-from parallel_ppo.runs.report.text import console_summary, render_markdown
+from parallel_ppo.runs.report.text import console_summary, render_markdown, seed_verdict, verdict
 from parallel_ppo.runs.seeds import CI, RANGE, Estimate, bootstrap_ci, differences, group_stats, iqm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,6 +72,24 @@ def test_verdict_names_a_difference_only_from_five_seeds_without_overlap(tmp_pat
     console, markdown = console_summary(cmp, []), render_markdown(cmp)
     assert "5, 95% CI" in console and ", range" not in console
     assert "| 95% bootstrap CI |" in markdown and "| range of seeds |" not in markdown
+
+
+def test_runs_of_different_envs_are_compared_by_speed_and_never_by_return(tmp_path):
+    """Five seeds of CartPole against five of Pendulum, their intervals far apart: no label's return is called
+    higher, no target return is derived from both, and the verdict says why; SPS is still compared. One run each
+    alike."""
+    for label, env, base in (("cart", "CartPole-v1", 30), ("pend", "Pendulum-v1", 40)):
+        for seed in range(1, 6):
+            write_run(tmp_path / label / f"seed_{seed}", [(1, 1024, 9.0, 10.0), (2, 2048, 13.0, base + seed)],
+                      seed=seed, env_id=env)
+    cmp = compare(load_groups([("cart", [tmp_path / "cart"]), ("pend", [tmp_path / "pend"])]))
+    different = "Returns are not compared: the runs train different envs (CartPole-v1, Pendulum-v1)."
+    lines = seed_verdict(cmp)
+    assert lines[-1] == different and all(line.startswith("SPS: ") for line in lines[:-1]) and lines[:-1]
+    assert cmp.threshold is None and "different envs" in cmp.threshold_source
+    one_each = compare(load_groups([(label, [tmp_path / label / "seed_1"]) for label in ("cart", "pend")]))
+    lines = verdict(one_each)
+    assert lines[-1] == different and "return" not in " ".join(lines[:-1]) and one_each.threshold is None
 
 
 @pytest.mark.parametrize("n", [2, 3])

@@ -98,6 +98,11 @@ class Comparison:
     def baseline_stats(self) -> RunStats:
         return next(s for s in self.stats if s.label == self.baseline)
 
+    @property
+    def envs(self) -> list[str]:
+        """The envs the runs train, each once: returns are compared only where there is one."""
+        return list(dict.fromkeys(r.summary.env_id for r in self.runs))
+
 
 def compare(items: Sequence[RunGroup | Run], baseline: str | None = None, threshold: float | None = None,
             declared_modes: Mapping[str, str] | None = None, at_steps: float | None = None,
@@ -154,6 +159,8 @@ def _threshold(runs: Sequence[Run], threshold: float | None) -> tuple[float | No
     progress)."""
     if threshold is not None:
         return threshold, "given with --threshold"
+    if len({r.summary.env_id for r in runs}) > 1:
+        return None, "none: the runs train different envs, whose returns are not on one scale"
     finals = [r.final_return for r in runs if r.final_return is not None]
     firsts = [f for f in map(first_return, runs) if f is not None]
     if not finals or not firsts:

@@ -120,7 +120,9 @@ def verdict(cmp: Comparison) -> list[str]:
             unit = "processes" if s.mode == "distributed" else "workers"
             speed += f" at {s.efficiency:.0%} parallel efficiency with {s.workers} {unit}"
         mine, theirs = s.return_at_equal_time, base.return_at_equal_time
-        if mine is None and theirs is None:
+        if len(cmp.envs) > 1:
+            sentence = speed
+        elif mine is None and theirs is None:
             sentence = f"{speed}; at equal wall time ({at}) neither had finished an episode"
         else:
             sentence = (f"{speed}; at equal wall time ({at}) it reached a mean return of "
@@ -131,7 +133,9 @@ def verdict(cmp: Comparison) -> list[str]:
                          f"{_reached(s)} vs {_reached(base)}")
         lines.append(sentence + ".")
     finished = [s for s in cmp.stats if s.final_return is not None]
-    if finished:
+    if len(cmp.envs) > 1:
+        lines.append(f"Returns are not compared: the runs train different envs ({', '.join(cmp.envs)}).")
+    elif finished:
         best = max(finished, key=lambda s: s.final_return or 0.0)
         lines.append(f"Best final return: {fmt_return(best.final_return)} by {best.label} "
                      f"after {best.total_env_steps:,} env steps in {fmt_duration(best.wall_seconds)}.")
@@ -181,10 +185,14 @@ def console_seed_table(cmp: Comparison) -> Table:
 
 def seed_verdict(cmp: Comparison) -> list[str]:
     """Per figure, the best label against each other one (`seeds.differences`): a difference is named only between
-    labels of 5 seeds or more whose 95% intervals do not overlap."""
+    labels of 5 seeds or more whose 95% intervals do not overlap; SPS alone where the runs train different envs."""
     names = seed_figure_names(cmp)
-    lines = [line for figure in seeds.shown_figures(cmp.group_stats)
+    figures = seeds.shown_figures(cmp.group_stats)
+    mixed = len(cmp.envs) > 1  # one env's returns (and success, episode statistics) against another's mean nothing
+    lines = [line for figure in (["sps"] if mixed else figures)
              for line in seeds.differences(cmp.group_stats, figure, names[figure])]
+    if mixed:
+        lines.append(f"Returns are not compared: the runs train different envs ({', '.join(cmp.envs)}).")
     return lines or ["Too few labels with the figures to compare across seeds."]
 
 
