@@ -655,3 +655,17 @@ def test_long_labels_take_more_legend_rows_not_the_figures_edges(tmp_path: Path,
     assert [t.get_text() for t in two_bands.legends[0].get_texts()] == [
         *(f"{label} (1 seed, band: range of seeds)" for label in labels[:3]),
         f"{labels[3]} (5 seeds, band: 95% bootstrap CI of the mean)"]
+
+
+def test_a_success_rate_of_nan_and_flops_without_a_peak_read_as_not_reported(tmp_path):
+    """summary.json's NaN success rate is no success rate (was 'nan%'); achieved GFLOP/s without its peak share is the
+    figure alone (was a TypeError traceback)."""
+    from parallel_ppo.runs.report.formatting import fmt_flops
+    from parallel_ppo.runs.report.numbers import compare
+
+    a = write_run(tmp_path / "a", final_metrics={"success_rate": float("nan")}, achieved_gflops=5.0,
+                  peak_fraction=None)
+    b = write_run(tmp_path / "b", seed=2, final_metrics={"success_rate": 0.5})
+    cmp = compare(load_runs([("a", a), ("b", b)]))
+    assert [s.success_rate for s in cmp.stats] == [None, 0.5]
+    assert fmt_flops(cmp.runs[0].summary) == "5"

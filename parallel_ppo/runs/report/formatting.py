@@ -38,11 +38,12 @@ def fmt_cpu(percent: float, cores: int | None) -> str:
 
 
 def fmt_flops(summary: RunSummary) -> str:
-    """Achieved GFLOP/s and its share of the run's matmul peak, e.g. `152 (62%)`, `0.85 (0%)`."""
+    """Achieved GFLOP/s and its share of the run's matmul peak, e.g. `152 (62%)`, `0.85 (0%)` (`152` where the peak
+    was not measured)."""
     if summary.achieved_gflops is None:
         return "—"
-    gflops = summary.achieved_gflops
-    return (f"{gflops:,.0f}" if gflops >= 100 else f"{gflops:.3g}") + f" ({summary.peak_fraction:.0%})"
+    gflops, share = summary.achieved_gflops, summary.peak_fraction
+    return (f"{gflops:,.0f}" if gflops >= 100 else f"{gflops:.3g}") + ("" if share is None else f" ({share:.0%})")
 
 
 def fmt_flop(count: float, per: str = "") -> str:

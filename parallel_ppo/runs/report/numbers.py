@@ -173,6 +173,10 @@ def _threshold(runs: Sequence[Run], threshold: float | None) -> tuple[float | No
             "to the best final return")
 
 
+def _finite_or_none(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
 def _run_stats(run: Run, base: Run, threshold: float | None, equal_time: float) -> RunStats:
     """One run's table row, its speed-up against `base`."""
     gain = speedup(run.steady_sps, base.steady_sps)
@@ -184,7 +188,7 @@ def _run_stats(run: Run, base: Run, threshold: float | None, equal_time: float) 
         speedup=gain, efficiency=efficiency(gain, run.workers, base.workers),
         final_return=run.final_return, episodes=run.summary.episodes,
         normalized_return=run.summary.normalized_return, test_return=run.summary.test_return_mean,
-        success_rate=run.summary.final_metrics.get("success_rate"),
+        success_rate=_finite_or_none(run.summary.final_metrics.get("success_rate")),  # NaN: none reported
         return_at_equal_time=return_at(run, equal_time),
         time_to_threshold=None if reached is None else float(run.metrics["wall_time"][reached]),
         steps_to_threshold=None if reached is None else int(run.metrics["env_steps"][reached]),
