@@ -92,6 +92,19 @@ def test_runs_of_different_envs_are_compared_by_speed_and_never_by_return(tmp_pa
     assert lines[-1] == different and "return" not in " ".join(lines[:-1]) and one_each.threshold is None
 
 
+def test_a_return_at_equal_steps_read_well_before_them_is_said_to_be(tmp_path):
+    """A label logging every 2,000 steps has its return @ 3,072 steps from its update at 2,000: a warning names it
+    and where it was read; a label read at 3,072 itself is not named."""
+    for label, rows in (("often", [(1, 1024, 9.0, 10.0), (2, 2048, 13.0, 20.0), (3, 3072, 17.0, 30.0)]),
+                        ("rarely", [(1, 2000, 9.0, 10.0), (2, 4000, 17.0, 40.0)])):
+        for seed in (1, 2):
+            write_run(tmp_path / label / f"seed_{seed}", rows, seed=seed)
+    cmp = compare(load_groups([(label, [tmp_path / label]) for label in ("often", "rarely")]))
+    early = [w for w in cmp.warnings if w.startswith("the return @ 3,072 steps")]
+    assert early == ["the return @ 3,072 steps is each run's at its last update by then, which ended well before "
+                     "for some: rarely/seed_1, rarely/seed_2 at 2,000 (35% before)"]
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_up_to_four_seeds_show_their_range_and_no_winner(tmp_path, n):
     """Two or three seeds: the range of the seeds, never called a 95% interval, and no label declared higher

@@ -12,7 +12,7 @@ import numpy as np
 
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs import seeds
-from parallel_ppo.runs.figures import efficiency, first_reaching, first_return, return_at, speedup
+from parallel_ppo.runs.figures import efficiency, first_reaching, first_return, logged_by, return_at, speedup
 from parallel_ppo.runs.reading import Run, RunGroup
 from parallel_ppo.runs.reference import Reference
 from parallel_ppo.runs.report.formatting import NO_EPISODES, describe_hardware, fmt_duration, fmt_return
@@ -130,8 +130,9 @@ def compare(items: Sequence[RunGroup | Run], baseline: str | None = None, thresh
     stats = [_run_stats(run, base, threshold, equal_time) for run in runs]
     equal_steps, _ = seeds.equal_points(groups, at_steps)
     seeded = any(len(g.runs) > 1 for g in groups)
+    early = _read_early(runs, equal_steps) if seeded else []
     return Comparison(list(runs), stats, baseline, equal_time, threshold, source,
-                      _warnings(runs, declared_modes or {}, seeded), list(groups),
+                      _warnings(runs, declared_modes or {}, seeded) + early, list(groups),
                       seeds.group_stats(groups, equal_steps, equal_time), equal_steps, list(references))
 
 
@@ -244,6 +245,26 @@ def _warnings(runs: Sequence[Run], declared_modes: Mapping[str, str], seeded: bo
     for run in runs:
         out += _run_warnings(run, declared_modes.get(run.label))
     return out
+
+
+READ_EARLY = 0.05
+"""A run whose last update by the equal steps ended this share of them or more before is said to be read early."""
+
+
+def _read_early(runs: Sequence[Run], steps: float) -> list[str]:
+    """The runs whose return at `steps` env steps is their return at an update that ended well before (they log
+    every few thousand steps, or a rollout of other size), grouped by where they were read; [] where none was."""
+    at: dict[str, list[str]] = {}
+    for run in runs:
+        index = logged_by(run.metrics["env_steps"], steps)
+        read = int(run.metrics["env_steps"][index]) if index >= 0 else 0
+        if read < (1 - READ_EARLY) * steps:
+            at.setdefault(f"{read:,} ({1 - read / steps:.0%} before)", []).append(run.label)
+    if not at:
+        return []
+    where = "; ".join(f"{', '.join(labels)} at {read}" for read, labels in at.items())
+    return [f"the return @ {steps:,.0f} steps is each run's at its last update by then, which ended well before for "
+            f"some: {where}"]
 
 
 def _duration_warning(runs: Sequence[Run]) -> str | None:
