@@ -47,6 +47,18 @@ def test_the_console_table_keeps_the_success_rate_where_the_env_reports_one(tmp_
     assert max(map(len, tables.splitlines())) <= CONSOLE_WIDTH, tables
 
 
+def test_the_across_seeds_table_says_what_it_left_out_for_width_episode_statistics_first(tmp_path: Path) -> None:
+    """Long labels, a success rate and three episode statistics: the console's across-seeds table leaves out the
+    episode statistics before SPS, and says so, as the results table does (it dropped them silently, SPS first)."""
+    metrics = {"success_rate": 0.5, "episode_drop_count": 3.0, "episode_grasp_time": 9.0, "episode_lift_height": 0.6}
+    specs = [(label, [write_run(tmp_path / label / f"seed_{s}", seed=s, final_metrics=metrics) for s in (1, 2)])
+             for label in ("bf16_microbatch_overlap_long", "fp32_microbatch_overlap_long")]
+    across = console_summary(compare(load_groups(specs)), []).split("Across seeds")[1].split("\n\n")[0]
+    assert max(map(len, across.splitlines())) <= CONSOLE_WIDTH, across
+    assert "SPS" in across and "episode/lift_height" not in across.splitlines()[1], across
+    assert across.splitlines()[-1].startswith("(also in comparison.md: episode/"), across
+
+
 def _warnings(tmp_path: Path, runs: dict[str, dict]) -> str:
     """The comparison's warnings over runs written with `write_run(**runs[label])`."""
     groups = load_groups([(label, [write_run(tmp_path / label, **kw)]) for label, kw in runs.items()])

@@ -263,10 +263,12 @@ def console_summary(cmp: Comparison, written: Sequence[Path]) -> str:
     files written."""
     brief, gone = for_console(table(cmp))
     lines = [brief.text(), *([f"(also in comparison.md: {', '.join(gone)})"] if gone else []), ""]
-    if cmp.has_seeds:
-        droppable = [seed_figure_names(cmp)[f] for f in seeds.shown_figures(cmp.group_stats)[2:]]
-        across, _ = for_console(console_seed_table(cmp), (), droppable)
-        lines += [f"Across seeds ({SEED_CELLS}):", across.text(), ""]
+    if cmp.has_seeds:  # too wide, it drops the episode statistics first, SPS last
+        order = ("return_at_equal_time", "success_rate", "sps")
+        figures = sorted(seeds.shown_figures(cmp.group_stats)[2:], key=lambda f: order.index(f) if f in order else -1)
+        across, left_out = for_console(console_seed_table(cmp), (), [seed_figure_names(cmp)[f] for f in figures])
+        lines += [f"Across seeds ({SEED_CELLS}):", across.text(),
+                  *([f"(also in comparison.md: {', '.join(left_out)})"] if left_out else []), ""]
     lines += [*(f"  {line}" for line in [*verdict(cmp), *console_lines(cmp)]),
               *(f"  warning: {line}" for line in cmp.warnings)]
     if written:
