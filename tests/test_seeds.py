@@ -14,7 +14,7 @@ import pytest
 from fake_runs import write_run
 
 from parallel_ppo.cli import compare as compare_cli
-from parallel_ppo.errors import ConfigError
+from parallel_ppo.errors import ConfigError, RunDataError
 from parallel_ppo.runs.reading import load_groups
 from parallel_ppo.runs.report.numbers import compare
 from parallel_ppo.runs.report.text import console_summary, render_markdown, seed_verdict, verdict
@@ -225,6 +225,9 @@ def test_a_seed_missing_its_summary_is_one_line_and_exit_2(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert compare_cli.main(["--run", f"a={parent / 'seed_1'}", "--run", f"b={empty}"]) == 2
+    (other / "seed_3").mkdir()  # a seed that did not start: not a label of 2 seeds said to be all there is
+    with pytest.raises(RunDataError, match=r"b: seed_3 holds none of a run's files"):
+        load_groups([("a", [parent / "seed_1"]), ("b", [other])])
 
 
 def test_trainer_seeds_flag_refuses_bad_lists(capsys):

@@ -150,6 +150,10 @@ def expand_run_dirs(paths: Sequence[Path]) -> list[Path]:
         if not inside:
             raise RunDataError(f"{path} is neither a run directory nor a parent of run directories "
                               "(no summary.json, metrics.csv or config.yaml in it or its subdirectories)")
+        if empty := sorted((p for p in path.glob("seed_*") if p.is_dir() and not is_run_dir(p)), key=_natural):
+            raise RunDataError(f"{path}: {', '.join(p.name for p in empty)} holds none of a run's files (a seed "
+                               "that did not start?), so the label would count fewer seeds than it has: remove it, "
+                               "or give the run directories one by one")
         out += inside
     return out
 
