@@ -444,6 +444,9 @@ def test_a_reference_curve_is_tabled_at_equal_env_steps_and_never_as_a_run(tmp_p
     for bad in (float("nan"), 0):  # refused from Python as on the command line
         with pytest.raises(ppo.ConfigError, match="--at-steps must be a positive number of env steps"):
             ppo.compare({"a": tmp_path / "a", "b": tmp_path / "b"}, at_steps=bad)
+    one, two = write_run(tmp_path / "one"), write_run(tmp_path / "two", seed=2)  # no seeds, no reference: unused
+    with pytest.raises(ppo.ConfigError, match="--at-steps compares returns across seeds or against a --reference"):
+        ppo.compare({"one": one, "two": two}, at_steps=2048)
 
 
 def test_a_reference_curve_is_drawn_on_the_env_steps_panels_only_up_to_the_longest_run(

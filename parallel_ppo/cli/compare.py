@@ -33,8 +33,8 @@ def make_parser(prog: str) -> OneLineParser:
                         "env_steps and episodic_return_mean columns, optionally return_low and return_high (a band); "
                         "compared by return at equal env steps only, never as a run")
     p.add_argument("--at-steps", type=float, metavar="N",
-                   help="env steps at which returns are compared across seeds (at most, and by default, the "
-                        "shortest run's)")
+                   help="env steps at which returns are compared across seeds and against --reference curves (at "
+                        "most, and by default, the shortest run's)")
     p.add_argument("--output-dir", default="benchmarks/comparison", type=some_path, metavar="DIR",
                    help="where the report files go (default: benchmarks/comparison)")
     p.add_argument("--baseline", metavar="LABEL",

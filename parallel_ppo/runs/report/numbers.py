@@ -125,6 +125,9 @@ def compare(items: Sequence[RunGroup | Run], baseline: str | None = None, thresh
         raise ConfigError(f"--threshold must be a finite number, got {threshold}")
     if at_steps is not None and not (math.isfinite(at_steps) and at_steps > 0):
         raise ConfigError(f"--at-steps must be a positive number of env steps, got {at_steps}")
+    if at_steps is not None and not references and all(len(g.runs) == 1 for g in groups):
+        raise ConfigError("--at-steps compares returns across seeds or against a --reference, and these runs have "
+                          "neither: give a label several seeds (LABEL=DIR1,DIR2 or a parent of seed_<n> runs)")
     equal_time = min(float(r.metrics["wall_time"][-1]) for r in runs)
     threshold, source = _threshold(runs, threshold)
     stats = [_run_stats(run, base, threshold, equal_time) for run in runs]
