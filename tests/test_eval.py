@@ -185,6 +185,24 @@ def test_eval_and_demo_interrupted_or_on_a_full_disk_say_so_in_one_line(trained,
     assert not list(tmp_path.iterdir()) and sorted(p.name for p in trained.iterdir()) == before
 
 
+def test_a_video_the_disk_refuses_loses_no_evaluation(trained, tmp_path, monkeypatch, capsys):
+    """eval --video on a disk that takes eval.json but not the video: the result is printed and recorded, then the
+    video's failure is one line, status 1 (the episodes' result was lost with the video)."""
+    import imageio.v3
+
+    from parallel_ppo.cli.evaluation import eval_main
+
+    def full(path, *args, **kwargs):
+        raise EOFError("End of file: 'avcodec_send_frame()'")
+
+    run, video = shutil.copytree(trained, tmp_path / "run"), tmp_path / "v.mp4"
+    monkeypatch.setattr(imageio.v3, "imwrite", full)
+    assert eval_main(["--checkpoint", str(run), "--episodes", "1", "--video", str(video)]) == 1
+    out, err = capsys.readouterr()
+    assert "return mean" in out and f"wrote {run / 'eval.json'}" in out and "could not write" in err, (out, err)
+    assert list(json.loads((run / "eval.json").read_text())) and not video.exists()
+
+
 def test_eval_and_demo_interrupted_while_torch_loads_say_so_in_one_line(tmp_path, monkeypatch, capsys):
     """Ctrl-C before a checkpoint is read (the modules that play it still loading): one line, status 130, no
     traceback."""

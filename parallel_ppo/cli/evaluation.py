@@ -122,6 +122,7 @@ def eval_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
         from parallel_ppo.core.files import write_json
         from parallel_ppo.core.policy import Policy
         from parallel_ppo.envs.views import ENV_VIEW, Views
+        from parallel_ppo.runs.directory import check_writable
         from parallel_ppo.runs.video import captioned, check_video_path, write_video
 
         if args.views and not args.video:
@@ -131,15 +132,12 @@ def eval_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
         policy = Policy.load(args.checkpoint)
         cfg, model, run_dir, checkpoint = policy.cfg, policy.model, policy.run_dir, policy.state
         earlier_evals(run_dir)  # one that cannot be read is refused before playing (they are kept, with this one)
+        check_writable(run_dir, f"{run_dir / 'eval.json'}")  # before the episodes, not after them
         views = Views.chosen(args.views or [ENV_VIEW], policy.spaces, cfg.env, "--views", cfg.model.actor_keys)
         result = play_episodes(model, cfg, args.levels, args.episodes, args.num_envs, args.deterministic, args.seed,
                                frames=captioned(frames) if args.video else None, views=views)
-        if args.video:
-            write_video(Path(args.video), frames, DEFAULT_FPS)
     except ParallelPPOError as e:
         return fail(prog, e, 2)
-    except WriteFailed as e:
-        return fail(prog, e, 1)
     except KeyboardInterrupt:
         return interrupted(prog, "nothing was written")
     command = " ".join([prog, shlex.join(argv if argv is not None else sys.argv[1:])])
@@ -151,11 +149,16 @@ def eval_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
     try:  # read again: an evaluation of another kind may have been written while this one played
         with writing(path):
             write_json(path, {**earlier_evals(run_dir), key: entry})
+        print(f"wrote {path}", flush=True)
+        if args.video:  # after the result is recorded: a video the disk refuses loses no evaluation
+            write_video(Path(args.video), frames, DEFAULT_FPS)
+            print(f"wrote {args.video} ({len(frames)} frames)", flush=True)
+            publish(prog, cfg, run_dir, f"videos/eval_{key}", frames, DEFAULT_FPS, checkpoint["env_steps"],
+                    args.video)
     except (ParallelPPOError, WriteFailed) as e:
         return fail(prog, e, 1)
-    print(f"wrote {path}" + (f" and {args.video} ({len(frames)} frames)" if args.video else ""))
-    if args.video:
-        publish(prog, cfg, run_dir, f"videos/eval_{key}", frames, DEFAULT_FPS, checkpoint["env_steps"], args.video)
+    except KeyboardInterrupt:
+        return interrupted(prog, f"the result is shown above{' and in ' + str(path) if path.exists() else ''}")
     return 0
 
 
@@ -208,6 +211,9 @@ def demo_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
         return interrupted(prog, f"{output} was not written" if frames else "nothing was written")
     done = ", ".join(f"{r:g}" for r in result.returns) or "none finished"
     print(f"wrote {output}: {len(frames)} frames at {args.fps} fps of {cfg.env.id} ({result.levels} levels; "
-          f"{' | '.join(views.names)}); returns of the episodes it shows: {done}")
-    publish(prog, cfg, run_dir, "videos/demo", frames, args.fps, checkpoint["env_steps"], str(output))
+          f"{' | '.join(views.names)}); returns of the episodes it shows: {done}", flush=True)
+    try:
+        publish(prog, cfg, run_dir, "videos/demo", frames, args.fps, checkpoint["env_steps"], str(output))
+    except KeyboardInterrupt:
+        return interrupted(prog, f"{output} is written")
     return 0
