@@ -147,7 +147,7 @@ def test_an_exported_file_given_as_a_checkpoint_is_one_line(runs, tmp_path, caps
 
 def test_a_full_disk_is_a_runtime_failure_in_one_line_and_writes_nothing(runs, tmp_path, capsys, monkeypatch):
     """The place was checked writable before the export; the disk that then does not take the file is exit 1 (from
-    Python WriteFailed), naming it, no part of it left."""
+    Python WriteFailed), naming it, no part of it left, nor the folders made for it."""
     real = export.atomic_write
 
     def half(f) -> None:
@@ -155,11 +155,11 @@ def test_a_full_disk_is_a_runtime_failure_in_one_line_and_writes_nothing(runs, t
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(export, "atomic_write", lambda path, write: real(path, half))
-    out = tmp_path / "policy.pt"
+    out = tmp_path / "new" / "folders" / "policy.pt"
     assert main(["export", "--format", "torchscript", "--output", str(out), str(runs["cartpole"])]) == 1
     assert capsys.readouterr().err == (f"parallel-ppo export: error: could not write {out}: OSError: [Errno 28] No "
                                        "space left on device\n")
-    assert not list(tmp_path.iterdir())
+    assert not list(tmp_path.iterdir())  # nor the folders made for it
     with pytest.raises(parallel_ppo.WriteFailed, match="could not write"):
         parallel_ppo.export(runs["cartpole"], "torchscript", out)
 

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from parallel_ppo.core.files import atomic_write, writing
+from parallel_ppo.core.files import atomic_write, new_folders, writing
 from parallel_ppo.core.policy import Policy
 from parallel_ppo.envs.observations import DictLayout
 from parallel_ppo.envs.spaces import ActionSpace
@@ -332,7 +332,6 @@ def export_policy(where: str | Path | Policy, fmt: str, output: str | Path | Non
     difference = largest_difference(graph, data, fmt, example_batch(policy, 3, seed=1), info["inputs"])
     if not difference <= TOLERANCE:
         raise ExportMismatch(f"the exported {fmt} file differs from the policy by {difference:.3g} (> {TOLERANCE})")
-    with writing(path):  # checked writable before (`output_path`): a full disk now, a runtime failure
-        path.parent.mkdir(parents=True, exist_ok=True)
+    with writing(path), new_folders(path.parent):  # checked writable before (`output_path`): a full disk now
         atomic_write(path, lambda f: f.write(data))
     return Exported(path, fmt, len(data), time.perf_counter() - start, difference, info)
