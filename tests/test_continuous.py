@@ -306,6 +306,7 @@ def test_a_continuous_task_is_learned_in_seconds_and_its_policy_predicts_in_boun
         assert actions.shape == (3, 1) and actions.dtype == np.float32 and np.all(np.abs(actions) <= 1.0)
         assert actions[0, 0] > 0.5 > -0.5 > actions[1, 0], "it moves toward the target"
         assert policy.predict(np.array([2.0], dtype=np.float32), deterministic=True).shape == (1,)
+        assert policy.predict(np.zeros((0, 1), np.float32)).shape == (0, 1)  # an empty batch (was a ValueError)
     finally:
         sys.path.remove(str(ROOT / "tests"))
 

@@ -45,7 +45,7 @@ class ActionSpace:
         """One env's randomness per generator: a uniform number (inverse-CDF sampling of a discrete action) or
         `n` standard normals. Drawn per env, so an env's actions do not depend on how the envs are batched."""
         if self.continuous:
-            return np.stack([g.standard_normal(self.n) for g in rngs]).astype(np.float32)
+            return np.array([g.standard_normal(self.n) for g in rngs], np.float32).reshape(len(rngs), self.n)
         return np.array([g.random() for g in rngs])
 
     def sample_uniform(self, rng: np.random.Generator, count: int) -> np.ndarray:
