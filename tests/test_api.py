@@ -253,6 +253,8 @@ def test_predict_takes_one_observation_or_a_batch_and_refuses_other_shapes(tmp_p
     procgen = ppo.Policy(build_config(None, {}, ["training.precision=fp32"], parallel=False), None, tmp_path, {})
     with pytest.raises(ppo.ConfigError, match="expects uint8 observations"):
         procgen.predict(np.zeros((64, 64, 3), dtype=np.float32))
+    with pytest.raises(ppo.ConfigError, match=r"outside uint8's 0..255 \(from 300 to 300\), which it would wrap"):
+        procgen.predict(np.full((64, 64, 3), 300, dtype=np.uint16))  # was read as 44
     with pytest.raises(ppo.RunDataError, match="checkpoint not found"):
         ppo.load_policy(tmp_path / "nothing")
 

@@ -108,7 +108,7 @@ class Policy:
         if not np.can_cast(obs.dtype, self.obs_dtype, "same_kind"):
             raise ConfigError(f"predict expects {self.obs_dtype} observations as the env gives them, got {obs.dtype} "
                               f"(a float frame in [0, 1] would be read as black)")
-        obs = obs.astype(self.obs_dtype, copy=False)
+        obs = _narrowed(obs, self.obs_dtype, "observations")
         single = obs.shape == tuple(self.obs_shape)
         if not single and obs.shape[1:] != tuple(self.obs_shape):
             raise ConfigError(f"predict expects an observation of shape {tuple(self.obs_shape)} or a batch of them, "
@@ -128,8 +128,21 @@ class Policy:
             if part.key in obs and not np.can_cast(np.asarray(obs[part.key]).dtype, np.uint8, "same_kind"):
                 raise ConfigError(f"predict expects uint8 images as the env gives them; {part.key!r} is "
                                   f"{np.asarray(obs[part.key]).dtype}")
+            if part.key in obs:
+                obs = {**obs, part.key: _narrowed(np.asarray(obs[part.key]), np.dtype(np.uint8), repr(part.key))}
         single = layout.is_one(obs)
         try:
             return layout.pack(obs, batched=not single, needed=self.needed_keys), single
         except ValueError as e:
             raise ConfigError(f"predict: {e}") from None
+
+
+def _narrowed(values: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
+    """`values` as `dtype`; integers outside its range (300 for a uint8 frame) are refused (ConfigError), not
+    wrapped."""
+    if values.dtype.kind in "iu" and np.dtype(dtype).kind in "iu" and values.size:
+        info = np.iinfo(dtype)
+        if values.min() < info.min or values.max() > info.max:
+            raise ConfigError(f"predict: {what} hold values outside {np.dtype(dtype)}'s {info.min}..{info.max} "
+                              f"(from {values.min()} to {values.max()}), which it would wrap")
+    return values.astype(dtype, copy=False)
