@@ -185,6 +185,14 @@ def test_eval_and_demo_interrupted_or_on_a_full_disk_say_so_in_one_line(trained,
     assert not list(tmp_path.iterdir()) and sorted(p.name for p in trained.iterdir()) == before
 
 
+def test_a_long_demo_sums_up_its_episodes_returns():
+    """A demo of hundreds of episodes printed every return on one line; from 11 on, their count, mean and range."""
+    from parallel_ppo.cli.evaluation import returns_shown
+
+    assert returns_shown([]) == "none finished" and returns_shown([1.0, 2.5]) == "1, 2.5"
+    assert returns_shown([float(r) for r in range(1, 301)]) == "300 episodes, mean 150.5 (min 1, max 300)"
+
+
 def test_a_video_the_disk_refuses_loses_no_evaluation(trained, tmp_path, monkeypatch, capsys):
     """eval --video on a disk that takes eval.json but not the video: the result is printed and recorded, then the
     video's failure is one line, status 1 (the episodes' result was lost with the video)."""

@@ -186,6 +186,15 @@ def format_eval(cfg: Config, e: dict[str, Any]) -> str:
             f"{e['max']:.2f}){norm}{success}; mean length {e['mean_length']:.0f} steps; {e['seconds']:.1f} s")
 
 
+def returns_shown(returns: list[float]) -> str:
+    """A demo's episode returns on one line: each of up to 10, else their count, mean and range."""
+    if not returns:
+        return "none finished"
+    if len(returns) <= 10:
+        return ", ".join(f"{r:g}" for r in returns)
+    return f"{len(returns)} episodes, mean {sum(returns) / len(returns):g} (min {min(returns):g}, max {max(returns):g})"
+
+
 def demo_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo demo") -> int:
     args = demo_parser(prog).parse_args(argv)
     frames: list = []
@@ -210,9 +219,8 @@ def demo_main(argv: list[str] | None = None, prog: str = "python -m parallel_ppo
         return fail(prog, e, 1)
     except KeyboardInterrupt:
         return interrupted(prog, f"{output} was not written" if frames else "nothing was written")
-    done = ", ".join(f"{r:g}" for r in result.returns) or "none finished"
     print(f"wrote {output}: {len(frames)} frames at {args.fps} fps of {cfg.env.id} ({result.levels} levels; "
-          f"{' | '.join(views.names)}); returns of the episodes it shows: {done}", flush=True)
+          f"{' | '.join(views.names)}); returns of the episodes it shows: {returns_shown(result.returns)}", flush=True)
     try:
         publish(prog, cfg, run_dir, "videos/demo", frames, args.fps, checkpoint["env_steps"], str(output))
     except KeyboardInterrupt:
