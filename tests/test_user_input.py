@@ -261,9 +261,9 @@ def test_a_resumed_trainer_refuses_a_wrong_shape_moment_in_one_line(runs, tmp_pa
 
 @pytest.mark.slow
 def test_a_user_env_that_fails_stops_the_sequential_run_resumably(tmp_path):
-    """An env raising in step() (on each env's 40th step, in the second update): one line naming its error, exit 1,
-    the checkpoint and summary written, and the env's traceback in error.txt; --resume continues from the first
-    update."""
+    """An env raising in step() (on each env's 40th step, in the second update): one line naming its error (a
+    message of two lines joined), exit 1, the checkpoint and summary written, and the env's traceback in error.txt;
+    --resume continues from the first update. The parallel trainer's worker says it on one line too."""
     env = toy_envs_environ()
     out = tmp_path / "run"
     command = [sys.executable, "train_timed.py", "--config", CARTPOLE, "--env", "toy_envs:FailingReach-v0",
@@ -275,12 +275,18 @@ def test_a_user_env_that_fails_stops_the_sequential_run_resumably(tmp_path):
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 1, proc.stderr
         assert proc.stderr == (f"train_timed.py: error: the rollout on toy_envs:FailingReach-v0 failed: RuntimeError: "
-                               f"the simulator lost its state (checkpoint and summary written to {out}; its "
-                               "traceback in error.txt)\n")
+                               f"the simulator lost its state: contact solver diverged (checkpoint and summary written "
+                               f"to {out}; its traceback in error.txt)\n")
         assert 'toy_envs.py", line' in (out / "error.txt").read_text(), "where the user's env raised"
         summary = json.loads((out / "summary.json").read_text())
         assert (summary["stop_reason"], summary["updates"], summary["resumes"]) == ("error", 1 + resumes, resumes)
         assert load_checkpoint(out / "checkpoint.pt")["update"] == 1 + resumes
+    parallel = tmp_path / "parallel"  # a worker's env: its message of two lines on one line too
+    proc = subprocess.run([sys.executable, "train_parallel_timed.py", *command[2:-1], str(parallel)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stderr == (
+        "train_parallel_timed.py: error: worker 0 failed: RuntimeError: the simulator lost its state: contact solver "
+        f"diverged (checkpoint and summary written to {parallel}; its traceback in error.txt)\n"), proc.stderr
 
 
 @pytest.mark.slow

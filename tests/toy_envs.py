@@ -205,7 +205,7 @@ class FailingReach(Reach):
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
         self.steps = getattr(self, "steps", 0) + 1
         if self.steps == 40:
-            raise RuntimeError("the simulator lost its state")
+            raise RuntimeError("the simulator lost its state:\n  contact solver diverged")  # a message of lines
         return super().step(action)
 
 

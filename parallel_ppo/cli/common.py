@@ -26,7 +26,8 @@ from parallel_ppo.errors import ConfigError, WriteFailed
 def fail(prog: str, error: Exception, status: int, flags: bool = False) -> int:
     """Report `error` as the one line `PROG: error: ...` on stderr (`flags`, for the trainers: each config key it
     names with the trainers' flag for it, `with_flags`); returns the exit status to end with."""
-    print(f"{prog}: error: {with_flags(str(error)) if flags else error}", file=sys.stderr)
+    text = re.sub(r"\s*\n\s*", " ", (with_flags(str(error)) if flags else str(error)).strip())  # an env's has lines
+    print(f"{prog}: error: {text}", file=sys.stderr)
     return status
 
 

@@ -24,6 +24,7 @@ from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.threads import draw_with
 from parallel_ppo.engines.parallel.published import PolicyCopy, PublishedPolicy, await_newer
 from parallel_ppo.envs.spaces import EnvSpaces
+from parallel_ppo.errors import one_line
 
 
 @dataclass
@@ -169,7 +170,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         pass  # the coordinator is gone or stopping
     except BaseException as e:
         try:
-            conn.send(Failed(f"{type(e).__name__}: {e}", traceback.format_exc()))
+            conn.send(Failed(one_line(e), traceback.format_exc()))  # the whole of it in the traceback
         except OSError:
             pass
     finally:
