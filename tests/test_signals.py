@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import toy_envs_environ
 from sessions import assert_nothing_left, sessions_of, shm_entries, start, torchrun, wait_for
 
 from parallel_ppo.core.checkpoint import load_checkpoint
@@ -109,3 +110,20 @@ def test_the_preemption_signal_can_write_a_checkpoint_and_train_on(tmp_path):
     assert proc.returncode == 128 + signal.SIGINT and "restarting" not in err, err
     summary = json.loads((out / "summary.json").read_text())
     assert summary["worker_restarts"] == 0 and summary["signal"] == "SIGINT"
+
+
+def test_sigterm_to_the_trainer_while_its_workers_start_stops_them_in_one_line(tmp_path):
+    """SIGTERM to the coordinator alone (`kill PID`) while its workers build their envs (a minute each, as a
+    simulator loading its assets): one line, status 143, nothing left. It died silently (no handler yet), and its
+    workers built on for the minute."""
+    flag, shm_before = tmp_path / "building", shm_entries()
+    proc = start([*TRAINERS["parallel"][:2], "--config", "config/cartpole.yaml", "--env", "toy_envs:SlowStartReach-v0",
+                  "--num-envs", "2", "--batch-size", "64", "--set", "run.limit_seconds=0", "--output-dir",
+                  str(tmp_path / "run")], cwd=ROOT, env={**toy_envs_environ(), "SLOW_START_FLAG": str(flag)})
+    wait_for(flag, proc)  # a worker builds its envs
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=50)  # a safety net: the workers' envs take 60 s
+    assert (proc.returncode, err) == (128 + signal.SIGTERM, "train_parallel_timed.py: terminated before the first "
+                                                            "update; nothing was trained\n")
+    assert_nothing_left(proc.pid, shm_before)
+

@@ -3,6 +3,7 @@ continuous-control task that PPO learns in seconds, and envs with spaces the tra
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 from pathlib import Path
@@ -171,6 +172,19 @@ class SlowResetReach(Reach):
         return super().reset(seed=seed, options=options)
 
 
+class SlowStartReach(Reach):
+    """Reach whose envs take a minute to build in a worker process (a simulator loading its assets), not in the
+    process that reads its spaces: each such build first writes its process id into the file named by
+    $SLOW_START_FLAG."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        if multiprocessing.parent_process() is not None and "SLOW_START_FLAG" in os.environ:
+            with open(os.environ["SLOW_START_FLAG"], "a") as flag:
+                flag.write(f"{os.getpid()}\n")
+            time.sleep(60)
+
+
 class StragglingReach(Reach):
     """Reach whose every step sleeps STEP_SECONDS in the distributed rank named by $STRAGGLING_RANK (torchrun's
     RANK), and none in the others: one slow rank among fast ones."""
@@ -247,6 +261,7 @@ gymnasium.register("FloatImages-v0", entry_point=FloatImages, max_episode_steps=
 for refused in (ChannelsFirstImages, ChannelsFirstCamera, IntegerBoxActions, EmptyObservations, EmptyActions):
     gymnasium.register(f"{refused.__name__}-v0", entry_point=refused, max_episode_steps=20)
 gymnasium.register("SlowResetReach-v0", entry_point=SlowResetReach, max_episode_steps=20)
+gymnasium.register("SlowStartReach-v0", entry_point=SlowStartReach, max_episode_steps=20)
 gymnasium.register("StragglingReach-v0", entry_point=StragglingReach, max_episode_steps=20)
 gymnasium.register("HangingReach-v0", entry_point=HangingReach, max_episode_steps=20)
 gymnasium.register("FailingReach-v0", entry_point=FailingReach, max_episode_steps=20)

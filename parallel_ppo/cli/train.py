@@ -4,13 +4,16 @@ benchmark's trainer command would build (`trainer_config`), checked before any o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from parallel_ppo.cli.common import (
     OneLineParser,
+    Terminated,
     add_set_flag,
     duration_in,
     fail,
@@ -228,8 +231,10 @@ def run_one(request: Request, prog: str) -> int:
     from parallel_ppo.core.collect import RolloutError  # loaded with launch
     from parallel_ppo.engines.distributed import PeerLost
 
-    try:
-        prepared = prepare(request, (lambda line: print(f"{prog}: {line}", flush=True)) if speaks(request) else None)
+    try:  # SIGTERM while the workers start (their envs may take minutes) stops them as Ctrl-C does, not silently
+        with terminated_as_interrupt():
+            prepared = prepare(request, (lambda line: print(f"{prog}: {line}", flush=True)) if speaks(request) else
+                               None)
     except ParallelPPOError as e:
         return refused(prog, e, request)
     except (RolloutError, PeerLost) as e:
@@ -242,8 +247,26 @@ def run_one(request: Request, prog: str) -> int:
         return refused(prog, e, request)
 
 
+@contextlib.contextmanager
+def terminated_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises `Terminated` (a KeyboardInterrupt) within the block, the handler before it put back after."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def not_trained(prog: str) -> int:
-    """Ctrl-C before a run's own handler is set (its checks, torch's import, its set-up): one line, status 130."""
+    """Ctrl-C (or SIGTERM while the workers start) before a run's own handler is set (its checks, torch's import,
+    its set-up): one line, status 130 (143)."""
+    if isinstance(sys.exc_info()[1], Terminated):
+        print(f"{prog}: terminated before the first update; nothing was trained", file=sys.stderr)
+        return 128 + signal.SIGTERM
     print(f"\n{prog}: interrupted before the first update; nothing was trained", file=sys.stderr)
     return 128 + signal.SIGINT
 
