@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -125,5 +126,23 @@ def test_sigterm_to_the_trainer_while_its_workers_start_stops_them_in_one_line(t
     _, err = proc.communicate(timeout=50)  # a safety net: the workers' envs take 60 s
     assert (proc.returncode, err) == (128 + signal.SIGTERM, "train_parallel_timed.py: terminated before the first "
                                                             "update; nothing was trained\n")
+    assert_nothing_left(proc.pid, shm_before)
+
+
+def test_sigterm_while_a_worker_restarts_stops_the_run_without_waiting_for_the_restart(tmp_path):
+    """A worker dies mid-run and its restart builds envs for a minute; SIGTERM to the coordinator then stops the run
+    at once, as ever (checkpoint, summary, 143), the new worker too. It waited for the restart before looking at the
+    signal: past a scheduler's grace (Slurm's KillWait, 30 s), the run was killed with no final checkpoint."""
+    building, crashed, shm_before = tmp_path / "building", tmp_path / "crashed", shm_entries()
+    out = tmp_path / "run"
+    proc = start([*TRAINERS["parallel"][:2], *CARTPOLE, "--env", "toy_envs:CrashThenSlowStartReach-v0", "--num-envs",
+                  "2", "--batch-size", "64", "--total-steps", "1000000", "--output-dir", str(out)], cwd=ROOT,
+                 env={**toy_envs_environ(), "SLOW_START_FLAG": str(building), "SLOW_START_AFTER": str(crashed)})
+    wait_for(building, proc)  # the restarted worker builds its envs
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=50)  # a safety net: the restart takes 60 s
+    assert proc.returncode == 128 + signal.SIGTERM and re.search(r"worker \d died \(exited with status 139\)", err), err
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["stop_reason"], summary["signal"]) == ("signal", "SIGTERM") and (out / "checkpoint.pt").exists()
     assert_nothing_left(proc.pid, shm_before)
 

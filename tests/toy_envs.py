@@ -174,15 +174,33 @@ class SlowResetReach(Reach):
 
 class SlowStartReach(Reach):
     """Reach whose envs take a minute to build in a worker process (a simulator loading its assets), not in the
-    process that reads its spaces: each such build first writes its process id into the file named by
-    $SLOW_START_FLAG."""
+    process that reads its spaces, where $SLOW_START_FLAG names a file, and once the file $SLOW_START_AFTER names
+    exists where it is set: each such build first writes its process id into the first file."""
 
     def __init__(self) -> None:
         super().__init__()
-        if multiprocessing.parent_process() is not None and "SLOW_START_FLAG" in os.environ:
+        after = os.environ.get("SLOW_START_AFTER")
+        if (multiprocessing.parent_process() is not None and "SLOW_START_FLAG" in os.environ
+                and (after is None or os.path.exists(after))):
             with open(os.environ["SLOW_START_FLAG"], "a") as flag:
                 flag.write(f"{os.getpid()}\n")
             time.sleep(60)
+
+
+class CrashThenSlowStartReach(SlowStartReach):
+    """SlowStartReach whose first env to take its 40th step ends its process at once (a simulator's segfault),
+    first creating the file $SLOW_START_AFTER names: the worker's restart then builds its envs for a minute."""
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.steps = getattr(self, "steps", 0) + 1
+        if self.steps == 40:
+            try:
+                os.close(os.open(os.environ["SLOW_START_AFTER"], os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                pass
+            else:
+                os._exit(139)
+        return super().step(action)
 
 
 class StragglingReach(Reach):
@@ -262,6 +280,7 @@ for refused in (ChannelsFirstImages, ChannelsFirstCamera, IntegerBoxActions, Emp
     gymnasium.register(f"{refused.__name__}-v0", entry_point=refused, max_episode_steps=20)
 gymnasium.register("SlowResetReach-v0", entry_point=SlowResetReach, max_episode_steps=20)
 gymnasium.register("SlowStartReach-v0", entry_point=SlowStartReach, max_episode_steps=20)
+gymnasium.register("CrashThenSlowStartReach-v0", entry_point=CrashThenSlowStartReach, max_episode_steps=20)
 gymnasium.register("StragglingReach-v0", entry_point=StragglingReach, max_episode_steps=20)
 gymnasium.register("HangingReach-v0", entry_point=HangingReach, max_episode_steps=20)
 gymnasium.register("FailingReach-v0", entry_point=FailingReach, max_episode_steps=20)

@@ -31,15 +31,7 @@ from parallel_ppo.engines.parallel.processes import (
 from parallel_ppo.engines.parallel.published import PublishedPolicy, hold_step, lagged_steps
 from parallel_ppo.engines.parallel.rollout import Rollout
 from parallel_ppo.engines.parallel.watchdog import Watchdog, auto_bound, describe, work_seconds
-from parallel_ppo.engines.parallel.worker import (
-    Collect,
-    Done,
-    Failed,
-    Ready,
-    Stop,
-    WorkerSpec,
-    worker_main,
-)
+from parallel_ppo.engines.parallel.worker import Collect, Done, Failed, Ready, Stop, WorkerSpec, worker_main
 from parallel_ppo.envs.families import family_of
 from parallel_ppo.envs.spaces import EnvSpaces
 
@@ -175,26 +167,30 @@ class ParallelCoordinator:
         child.close()
         return WorkerProcess(process, parent, spec)
 
-    def _await_ready(self, index: int) -> None:
-        """Wait for a new worker's hello; raise _Died if it dies first, WorkerError if it reports an error."""
+    def _await_ready(self, index: int, stopping: StopCheck = never) -> bool:
+        """Await a new worker's hello (False: `stopping()` first); _Died if it dies first, WorkerError if it fails."""
         worker = self._workers[index]
         assert worker is not None
         starting = Watchdog(STARTUP_TIMEOUT)  # a start kept waiting for a core (a busy machine, `nice`) is slow
         while not wait([worker.conn, worker.process.sentinel], timeout=1.0):
+            if stopping():
+                return False
             if why := starting.hung(index, 0, work_seconds(worker.process.pid), time.monotonic()):
                 why = why.replace("neither stepped nor computed", "neither ran nor waited for a core")
                 raise WorkerError(f"worker {index} was not ready: while starting it {why}")
         message = try_recv(worker.conn)
         if isinstance(message, Ready):
             self._start_seconds[index] = message.start_seconds
-            return
+            return True
         if isinstance(message, Failed):
             raise WorkerError(f"worker {index} failed to start: {message.summary}", message.traceback)
         worker.process.join(1.0)
         raise _Died(f"died while starting ({describe_exit(worker.process.exitcode)})")
 
-    def _replace(self, index: int, why: str) -> None:
-        """Restart a dead or stuck worker with fresh envs, or give up after `max_worker_restarts`."""
+    def _replace(self, index: int, why: str, stopping: StopCheck) -> bool:
+        """Restart a dead or stuck worker with fresh envs and ask it for its share of the rollout in flight, or give up
+        after `max_worker_restarts`; False where the run is stopped meanwhile (the new worker too: a slow start does
+        not hold a SIGTERM up)."""
         limit = self.cfg.parallel.max_worker_restarts
         while True:
             stop_process(self._workers[index], kill=True)
@@ -209,11 +205,16 @@ class ParallelCoordinator:
                   f"({self._slot_restarts[index]}/{limit})", file=sys.stderr, flush=True)
             self._workers[index] = self._spawn(index, restart=self._slot_restarts[index])
             try:
-                self._await_ready(index)
+                if not self._await_ready(index, stopping):
+                    stop_process(self._workers[index], kill=True)
+                    return False
                 self.watchdog.bound = max(self.watchdog.bound, self._bound())  # a slower start: more room
-                return
-            except _Died as e:
+                self._request(index)
+                return True
+            except _Died as e:  # a signal to the whole group may have reached it: no restart once stopping
                 why = str(e)
+                if stopping():
+                    return False
 
     # -- the rollout ------------------------------------------------------------------------------------
     def collect(self, model: nn.Module, timers: PhaseTimer, stopping: StopCheck = never) -> CollectResult:
@@ -333,8 +334,8 @@ class ParallelCoordinator:
                     pending.discard(i)
                 elif message is None:  # the pipe closed or the process ended without an answer
                     w.process.join(1.0)
-                    self._replace(i, f"died ({describe_exit(w.process.exitcode)})")
-                    self._request(i)
+                    if not self._replace(i, f"died ({describe_exit(w.process.exitcode)})", stopping):
+                        pending.discard(i)
                 elif isinstance(message, Done):
                     results[i] = message.result
                     pending.discard(i)
@@ -350,8 +351,8 @@ class ParallelCoordinator:
                         pending.discard(i)
                 elif why := watchdog.hung(i, steps, cpu, now):
                     auto = " auto" if self.cfg.parallel.worker_timeout == "auto" else ""
-                    self._replace(i, f"{why} (parallel.worker_timeout{auto})")
-                    self._request(i)
+                    if not self._replace(i, f"{why} (parallel.worker_timeout{auto})", stopping):
+                        pending.discard(i)
         rollout.end()
         self.cut.fill_(0)  # every worker has ended this rollout
         return [results[i] for i in sorted(results)]
