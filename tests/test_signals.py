@@ -146,3 +146,18 @@ def test_sigterm_while_a_worker_restarts_stops_the_run_without_waiting_for_the_r
     assert (summary["stop_reason"], summary["signal"]) == ("signal", "SIGTERM") and (out / "checkpoint.pt").exists()
     assert_nothing_left(proc.pid, shm_before)
 
+
+def test_a_worker_hung_in_its_env_step_ends_soon_after_its_coordinator_is_killed(tmp_path):
+    """SIGKILL to the coordinator (the OOM killer) while a worker's env step hangs: the worker ends within
+    ORPHAN_GRACE, and with it the forkserver and the resource tracker. It lived on for good, holding the shared
+    memory: under the forkserver no parent-death signal comes, and the check between steps never ran."""
+    hung, shm_before = tmp_path / "hung", shm_entries()
+    proc = start([*TRAINERS["parallel"][:2], *CARTPOLE, "--env", "toy_envs:HangingReach-v0", "--num-envs", "2",
+                  "--batch-size", "64", "--total-steps", "1000000", "--set", "parallel.worker_timeout=600",
+                  "--output-dir", str(tmp_path / "run")], cwd=ROOT,
+                 env={**toy_envs_environ(), "HANGING_REACH_FLAG": str(hung)})
+    wait_for(hung, proc)  # a worker's step hangs (an hour)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert_nothing_left(proc.pid, shm_before, grace=30)  # a safety net: ORPHAN_GRACE is 5 s
+

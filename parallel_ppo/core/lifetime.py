@@ -8,6 +8,8 @@ import os
 import select
 import signal
 import sys
+import threading
+import time
 from collections.abc import Callable
 
 
@@ -37,3 +39,21 @@ def parent_process_watch() -> Callable[[], bool]:
     poller = select.poll()
     poller.register(parent.sentinel, select.POLLIN)
     return lambda: bool(poller.poll(0))  # the pipe carries nothing: readable means closed
+
+
+def exit_when_orphaned(grace: float) -> None:
+    """End this process `grace` seconds after the process that started it through spawn or forkserver has gone
+    (`parent_process_watch`'s pipe closed), from a thread of its own: for a worker whose env step never returns, and
+    so never looks at that check (under the forkserver, no parent-death signal comes). Nothing in a process that
+    multiprocessing did not start."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        select.select([parent.sentinel], [], [])  # blocks until the pipe closes: nothing is ever sent on it
+        time.sleep(grace)  # a worker that is not stuck has ended by then, as it does between steps
+        os._exit(1)
+
+    threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
+

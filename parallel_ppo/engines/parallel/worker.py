@@ -19,7 +19,7 @@ from parallel_ppo.core.allocator import retain_freed_memory
 from parallel_ppo.core.buffer import RolloutBuffer
 from parallel_ppo.core.collect import CollectResult, EnvRunner
 from parallel_ppo.core.config import Config
-from parallel_ppo.core.lifetime import parent_process_watch, signal_on_parent_death
+from parallel_ppo.core.lifetime import exit_when_orphaned, parent_process_watch, signal_on_parent_death
 from parallel_ppo.core.pause import pause_point
 from parallel_ppo.core.threads import draw_with
 from parallel_ppo.engines.parallel.published import PolicyCopy, PublishedPolicy, await_newer
@@ -97,6 +97,9 @@ what it loads."""
 IGNORED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 """A scheduler's stop or pre-emption signal reaches the whole process group; the coordinator alone decides."""
 
+ORPHAN_GRACE = 5.0
+"""Seconds a worker whose coordinator has gone lives on where its env step hangs (`exit_when_orphaned`)."""
+
 FAULT_ENV_VAR = "PARALLEL_PPO_INJECT_FAULT"
 """Testing hook: `W:N` makes worker W raise in its N-th rollout, to exercise failure paths."""
 
@@ -133,6 +136,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         signal.signal(sig, signal.SIG_IGN)
     signal_on_parent_death(signal.SIGKILL)  # it ignores SIGTERM, and must not outlive the run
     orphaned = parent_process_watch()  # the coordinator gone, which a forkserver's child gets no signal for
+    exit_when_orphaned(ORPHAN_GRACE)  # ... nor sees where its env step hangs
     setproctitle.setproctitle(process_title(spec))
     torch.set_num_threads(spec.torch_threads)
     draw_with(spec.draw_threads)
