@@ -160,4 +160,3 @@ def test_a_worker_hung_in_its_env_step_ends_soon_after_its_coordinator_is_killed
     proc.kill()
     proc.communicate(timeout=30)
     assert_nothing_left(proc.pid, shm_before, grace=30)  # a safety net: ORPHAN_GRACE is 5 s
-

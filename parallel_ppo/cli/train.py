@@ -252,6 +252,7 @@ def terminated_as_interrupt() -> Iterator[None]:
     """SIGTERM raises `Terminated` (a KeyboardInterrupt) within the block, the handler before it put back after."""
 
     def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, lambda *_: None)  # a second one does not break into the workers' clean-up
         raise Terminated
 
     previous = signal.signal(signal.SIGTERM, handler)

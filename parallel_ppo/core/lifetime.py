@@ -44,16 +44,18 @@ def parent_process_watch() -> Callable[[], bool]:
 def exit_when_orphaned(grace: float) -> None:
     """End this process `grace` seconds after the process that started it through spawn or forkserver has gone
     (`parent_process_watch`'s pipe closed), from a thread of its own: for a worker whose env step never returns, and
-    so never looks at that check (under the forkserver, no parent-death signal comes). Nothing in a process that
+    so never looks at that check (under the forkserver, no parent-death signal comes), where the step leaves Python's
+    lock to other threads (it sleeps, waits or computes in a library that releases it). Nothing in a process that
     multiprocessing did not start."""
     parent = multiprocessing.parent_process()
     if parent is None:
         return
 
     def watch() -> None:
-        select.select([parent.sentinel], [], [])  # blocks until the pipe closes: nothing is ever sent on it
+        poller = select.poll()
+        poller.register(parent.sentinel, select.POLLIN)
+        poller.poll()  # blocks until the pipe closes: nothing is ever sent on it
         time.sleep(grace)  # a worker that is not stuck has ended by then, as it does between steps
         os._exit(1)
 
     threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
-

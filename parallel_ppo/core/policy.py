@@ -140,7 +140,7 @@ class Policy:
 def _narrowed(values: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
     """`values` as `dtype`; integers outside its range (300 for a uint8 frame) are refused (ConfigError), not
     wrapped."""
-    if values.dtype.kind in "iu" and np.dtype(dtype).kind in "iu" and values.size:
+    if values.size and np.dtype(dtype).kind in "iu" and not np.can_cast(values.dtype, dtype, "safe"):
         info = np.iinfo(dtype)
         if values.min() < info.min or values.max() > info.max:
             raise ConfigError(f"predict: {what} hold values outside {np.dtype(dtype)}'s {info.min}..{info.max} "

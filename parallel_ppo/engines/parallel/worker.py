@@ -130,13 +130,18 @@ def _rollout(spec: WorkerSpec, message: Collect, runner: EnvRunner, model: nn.Mo
                           hold=hold)
 
 
-def worker_main(spec: WorkerSpec, conn: Connection) -> None:
-    """Serve rollout requests (Collect) until told to Stop or the coordinator goes away."""
+def _tied_to_coordinator() -> Callable[[], bool]:
+    """Leave the group's signals to the coordinator and end with it; returns the check that it has gone."""
     for sig in IGNORED_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     signal_on_parent_death(signal.SIGKILL)  # it ignores SIGTERM, and must not outlive the run
-    orphaned = parent_process_watch()  # the coordinator gone, which a forkserver's child gets no signal for
-    exit_when_orphaned(ORPHAN_GRACE)  # ... nor sees where its env step hangs
+    exit_when_orphaned(ORPHAN_GRACE)  # where its env step hangs, the check below is never made
+    return parent_process_watch()  # the coordinator gone, which a forkserver's child gets no signal for
+
+
+def worker_main(spec: WorkerSpec, conn: Connection) -> None:
+    """Serve rollout requests (Collect) until told to Stop or the coordinator goes away."""
+    orphaned = _tied_to_coordinator()
     setproctitle.setproctitle(process_title(spec))
     torch.set_num_threads(spec.torch_threads)
     draw_with(spec.draw_threads)
