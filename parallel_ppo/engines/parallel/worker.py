@@ -179,7 +179,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         pass  # the coordinator is gone or stopping
     except BaseException as e:
         try:
-            conn.send(Failed(one_line(e), traceback.format_exc()))  # the whole of it in the traceback
+            conn.send(Failed(one_line(e, limit=1000), traceback.format_exc()))  # the whole of it in the traceback
         except OSError:
             pass
     finally:
