@@ -13,6 +13,15 @@ import numpy as np
 from gymnasium import spaces
 
 
+def first_to_create(path: str) -> bool:
+    """Create the file `path`; False where another process (an earlier worker) created it first."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return False
+    return True
+
+
 class Reach(gymnasium.Env):
     """A point on a line moves toward a random target: observation (target − position), action a velocity in
     [−1, 1] (× 0.2 per step), reward −|target − position| per step, 20 steps an episode (a time limit)."""
@@ -193,13 +202,8 @@ class CrashThenSlowStartReach(SlowStartReach):
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
         self.steps = getattr(self, "steps", 0) + 1
-        if self.steps == 40:
-            try:
-                os.close(os.open(os.environ["SLOW_START_AFTER"], os.O_CREAT | os.O_EXCL))
-            except FileExistsError:
-                pass
-            else:
-                os._exit(139)
+        if self.steps == 40 and first_to_create(os.environ["SLOW_START_AFTER"]):
+            os._exit(139)
         return super().step(action)
 
 
@@ -221,13 +225,8 @@ class HangingReach(Reach):
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
         self.steps = getattr(self, "steps", 0) + 1
-        if self.steps == 30:
-            try:
-                os.close(os.open(os.environ["HANGING_REACH_FLAG"], os.O_CREAT | os.O_EXCL))
-            except FileExistsError:
-                pass
-            else:
-                time.sleep(3600)
+        if self.steps == 30 and first_to_create(os.environ["HANGING_REACH_FLAG"]):
+            time.sleep(3600)
         return super().step(action)
 
 
