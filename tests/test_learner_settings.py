@@ -194,6 +194,42 @@ def test_a_corrupt_cache_is_measured_again_and_rewritten(tmp_path):
     assert len(json.loads(cache.read_text())) == 1
 
 
+@pytest.mark.parametrize("damage", [{"rates": [["fp32/64"]]}, {"rates": {"bf16/128": "fast"}},
+                                    {"microbatch_size": 128.0}, {"precision": None}])
+def test_a_cache_entry_edited_into_nonsense_is_measured_again(tmp_path, damage):
+    """Valid JSON whose entry holds rates that are no mapping of numbers, a float chunk (128.0 == 128 passed the
+    check, then broke the update) or no precision: measured again and rewritten, not a traceback."""
+    cache = tmp_path / "cache.json"
+    choose(auto_config(), PROCGEN, 10.0, measure=FakeMeasure(LIMITS), path=cache)
+    (key, entry), = json.loads(cache.read_text()).items()
+    cache.write_text(json.dumps({key: {**entry, **damage}}))
+    choice = choose(auto_config(), PROCGEN, 10.0, measure=FakeMeasure(LIMITS), path=cache)
+    assert choice.source == "measured" and json.loads(cache.read_text())[key]["microbatch_size"] == 128
+
+
+def test_matmul_peaks_measured_beside_other_work_are_not_cached(tmp_path, monkeypatch):
+    """A peak measured while other processes kept the machine busy would stay, too low, in every later run's share
+    of the peak; a peak of 0 or text in the file is measured again."""
+    cache, loads = tmp_path / "cache.json", iter([2.0, 0.0, 0.0])
+
+    class Load:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.cores = next(loads)
+
+    monkeypatch.setattr(learner_settings, "OtherLoad", Load)
+    monkeypatch.setattr(learner_settings, "matmul_peak", lambda dtype, seconds, device: 100.0)
+    cfg = auto_config()
+    assert set(learner_settings.matmul_peaks(cfg, path=cache).values()) == {100.0} and not cache.exists()
+    learner_settings.matmul_peaks(cfg, path=cache)  # quiet: cached
+    (key, entry), = json.loads(cache.read_text()).items()
+    cache.write_text(json.dumps({key: {**entry, "bf16": 0}}))
+    learner_settings.matmul_peaks(cfg, path=cache)  # measured again (the third load), and rewritten
+    assert json.loads(cache.read_text())[key]["bf16"] == 100.0
+
+
 def test_nothing_auto_or_no_budget_measures_nothing(tmp_path):
     fixed = choose(auto_config(precision="bf16", microbatch_size=0), PROCGEN, 10.0,
                    measure=refuse, path=tmp_path / "c.json")

@@ -106,6 +106,18 @@ def test_the_choice_is_measured_then_cached_and_not_cached_beside_other_work(tmp
     assert ranks.stored  # a distributed run's own ranks measured at once: the rounds alone decided
 
 
+@pytest.mark.parametrize("damage", [{"threads": 2.0}, {"threads": True}, {"rates": {"1": "slow"}}])
+def test_a_cached_count_edited_into_nonsense_is_measured_again(tmp_path, damage):
+    """2.0 or true passed `in counts` (2.0 == 2, True == 1), then torch.set_num_threads raised; rates of text broke
+    the start line: measured again instead."""
+    cache = tmp_path / "c.json"
+    choose_threads(resolved(), PROCGEN, 5.0, 2, measure=FakeMeasure({1: 100.0, 2: 190.0}), path=cache)
+    (key, entry), = json.loads(cache.read_text()).items()
+    cache.write_text(json.dumps({key: {**entry, **damage}}))
+    again = choose_threads(resolved(), PROCGEN, 5.0, 2, measure=FakeMeasure({1: 100.0, 2: 190.0}), path=cache)
+    assert (again.threads, again.source) == (2, "measured") and type(again.threads) is int
+
+
 def test_a_cached_count_gives_way_to_the_cores_other_work_keeps_busy():
     assert within_load(2, 2, 0.05) == 2 and within_load(2, 2, 0.3) == 1 and within_load(2, 2, 1.9) == 1
     assert within_load(8, 16, 4.2) == 8 and within_load(8, 16, 9.5) == 6 and within_load(16, 16, 15.9) == 1

@@ -283,8 +283,8 @@ class RunConfig:
     checkpoint_interval: float = setting(300.0, positive=True, maximum=10**9, unit="s")
     """Seconds between checkpoints (one is always written at the end)."""
     limit_seconds: float = setting(10.0, non_negative=True, maximum=3600, unit="s")
-    """Seconds spent measuring the bare network's compute limit before training, so that summary.json can
-    report the run's efficiency against it (0 = skip)."""
+    """Seconds each measurement before training takes: the `auto` learner settings and threads, and the compute
+    limit summary.json reports the run's efficiency against (0 = skip them all, `auto` taking its defaults)."""
     preempt_signal: str = setting("SIGUSR1", choices=("", "SIGUSR1", "SIGUSR2"))
     """The signal a scheduler sends before it stops a job (Slurm: `--signal=USR1@90`); empty: none."""
     on_preempt: str = setting("stop", choices=("stop", "checkpoint"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,20 @@ def read_cache(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def number(value: Any) -> bool:
+    """A finite int or float (not a bool), as a cached rate or peak must be."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def cached_rates(entry: dict[str, Any]) -> dict[str, float] | None:
+    """An entry's measured `rates` (label → steps/s; none recorded: {}), None where they are malformed: a file
+    edited or written otherwise is measured again rather than trusted."""
+    rates = entry.get("rates", {})
+    if not isinstance(rates, dict) or not all(isinstance(k, str) and number(v) for k, v in rates.items()):
+        return None
+    return {k: float(v) for k, v in rates.items()}
 
 
 def store(path: Path, key: str, entry: dict[str, Any]) -> bool:

@@ -29,7 +29,7 @@ from parallel_ppo.core.model import autocast, learner_device
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.errors import ConfigError
 from parallel_ppo.runs import fingerprint
-from parallel_ppo.tuning.cache import cache_path, machine_digest, read_cache, store
+from parallel_ppo.tuning.cache import cache_path, cached_rates, machine_digest, number, read_cache, store
 from parallel_ppo.tuning.compute_limit import (
     BUSY_BUDGET,
     Candidate,
@@ -40,7 +40,7 @@ from parallel_ppo.tuning.compute_limit import (
     network_flops,
     on_one_thread,
 )
-from parallel_ppo.tuning.other_load import BUSY_CORES, busy
+from parallel_ppo.tuning.other_load import BUSY_CORES, OtherLoad, busy
 
 PRECISIONS = ("fp32", "bf16", "tf32")
 """Every precision a learner may use; tf32 on a CUDA GPU only (`tf32_is_native`)."""
@@ -299,9 +299,10 @@ def choose(cfg: Config, spaces: EnvSpaces, seconds: float, *, measure: Measure =
     path = path or cache_path()
     key = cache_key(cfg, spaces, options)
     entry = read_cache(path).get(key)
-    if isinstance(entry, dict) and Candidate(entry.get("precision"), entry.get("microbatch_size")) in options:
-        return LearnerChoice(entry["precision"], entry["microbatch_size"], source="cached",
-                             rates=dict(entry.get("rates", {})), cache=str(path), **known)
+    if (isinstance(entry, dict) and type(entry.get("microbatch_size")) is int and (rates := cached_rates(entry))
+            is not None and Candidate(entry.get("precision"), entry["microbatch_size"]) in options):
+        return LearnerChoice(entry["precision"], entry["microbatch_size"], source="cached", rates=rates,
+                             cache=str(path), **known)
     if seconds <= 0:
         default = preferred(cfg, options)
         return LearnerChoice(default.precision, default.microbatch_size, source="unmeasured", **known)
@@ -360,19 +361,22 @@ def pick_measured(limit: dict[str, Any], options: list[Candidate], default: Cand
 
 def matmul_peaks(cfg: Config, seconds: float = 1.0, path: Path | None = None) -> dict[str, float]:
     """This machine's fp32 and bf16 matmul peaks (GFLOP/s) on the learner's device and threads, and tf32's on a CUDA
-    GPU that has it (`tf32_is_native`), cached like the choice (a second each, once per machine)."""
+    GPU that has it (`tf32_is_native`), cached like the choice (a second each, once per machine; not where other
+    processes kept it busy meanwhile)."""
     device = learner_device(cfg)
     names = [p for p in PRECISIONS if p != "tf32" or tf32_is_native(device)]
     path = path or cache_path()
     key = "matmul_peak/" + machine_digest(cfg)
     entry = read_cache(path).get(key)
-    if isinstance(entry, dict) and all(isinstance(entry.get(p), (int, float)) for p in names):
+    if isinstance(entry, dict) and all(number(entry.get(p)) and entry[p] > 0 for p in names):
         return {p: float(entry[p]) for p in names}
     peaks = {}
-    for p in names:
-        with autocast("tf32" if p == "tf32" else "fp32", device.type):
-            peaks[p] = matmul_peak(torch.bfloat16 if p == "bf16" else torch.float32, seconds, device)
-    store(path, key, peaks)
+    with OtherLoad() as other:
+        for p in names:
+            with autocast("tf32" if p == "tf32" else "fp32", device.type):
+                peaks[p] = matmul_peak(torch.bfloat16 if p == "bf16" else torch.float32, seconds, device)
+    if other.cores <= BUSY_CORES:  # a peak measured beside other work would stick for later runs, too low
+        store(path, key, peaks)
     return peaks
 
 

@@ -28,7 +28,7 @@ from parallel_ppo.core.config import Config
 from parallel_ppo.core.model import learner_device
 from parallel_ppo.envs.spaces import EnvSpaces
 from parallel_ppo.runs import fingerprint
-from parallel_ppo.tuning.cache import cache_path, machine_digest, read_cache, store
+from parallel_ppo.tuning.cache import cache_path, cached_rates, machine_digest, read_cache, store
 from parallel_ppo.tuning.compute_limit import (
     NetworkSteps,
     fixed_candidate,
@@ -185,8 +185,9 @@ def choose_threads(cfg: Config, spaces: EnvSpaces, seconds: float, ceiling: int,
         cfg, **network_fields(cfg, spaces), precision=cfg.training.precision,
         microbatch_size=cfg.training.microbatch_size, counts=counts, rule=THREADS_RULE)
     entry = read_cache(path).get(key)
-    if isinstance(entry, dict) and entry.get("threads") in counts:
-        cached = ThreadChoice(entry["threads"], ceiling, "cached", dict(entry.get("rates", {})))
+    if (isinstance(entry, dict) and type(entry.get("threads")) is int and entry["threads"] in counts
+            and (rates := cached_rates(entry)) is not None):
+        cached = ThreadChoice(entry["threads"], ceiling, "cached", rates)
         if cached.threads > 1 and seconds > 0 and not beside_ranks:
             cached.busy_cores = round(load(), 2)
             threads = within_load(cached.threads, ceiling, cached.busy_cores)
