@@ -230,6 +230,19 @@ def test_matmul_peaks_measured_beside_other_work_are_not_cached(tmp_path, monkey
     assert json.loads(cache.read_text())[key]["bf16"] == 100.0
 
 
+def test_runs_storing_at_once_keep_every_entry(tmp_path):
+    """Two runs that start together each read the cache, add their entry and write it back: under the file's lock
+    neither write loses the other's entry (each write alone was atomic, but the read-add-write was not)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from parallel_ppo.tuning.cache import store
+
+    cache = tmp_path / "cache.json"
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(lambda i: store(cache, f"key{i}", {"threads": 1}), range(200)))
+    assert len(json.loads(cache.read_text())) == 200
+
+
 def test_nothing_auto_or_no_budget_measures_nothing(tmp_path):
     fixed = choose(auto_config(precision="bf16", microbatch_size=0), PROCGEN, 10.0,
                    measure=refuse, path=tmp_path / "c.json")

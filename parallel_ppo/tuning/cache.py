@@ -1,9 +1,10 @@
 """The cache of measured learner choices (`learner_settings`, `learner_threads`, the matmul peaks): one JSON file
-per user, keyed by what a measurement depends on (`machine_digest`), rewritten atomically; a lost or foreign file
-only means measuring again."""
+per user, keyed by what a measurement depends on (`machine_digest`), rewritten atomically under a lock; a lost or
+foreign file only means measuring again."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
@@ -31,12 +32,15 @@ def cache_path() -> Path:
 
 def machine_digest(cfg: Config, **fields: Any) -> str:
     """A cache key: `fields` with what every learner measurement depends on (CPU and its kind, torch, threads,
-    device: two CPU kinds that share a model name, one with native bf16 and one without, never share an entry), and
-    the CPU's family and model where /proc/cpuinfo tells them (`cpu_family`, as where one home directory serves
-    machines of several; only where known, so keys elsewhere stay valid)."""
+    device and a CUDA GPU's name: two CPU kinds that share a model name, one with native bf16 and one without, never
+    share an entry), and the CPU's family and model where /proc/cpuinfo tells them (`cpu_family`, as where one home
+    directory serves machines of several; only where known, so keys elsewhere stay valid)."""
     hw = fingerprint.hardware()
+    device = learner_device(cfg)
     machine = {"cpu": hw["cpu_model"], "cpu_kind": hw["cpu_kind"], "cores": hw["logical_cores"],
-               "torch": torch.__version__, "threads": torch.get_num_threads(), "device": str(learner_device(cfg))}
+               "torch": torch.__version__, "threads": torch.get_num_threads(), "device": str(device)}
+    if device.type == "cuda":  # an A100 node and an H100 node of one home directory never share an entry
+        machine["gpu"] = torch.cuda.get_device_name(device)
     if hw.get("cpu_family"):
         machine["cpu_family"] = hw["cpu_family"]
     return hashlib.sha256(json.dumps({**machine, **fields}, sort_keys=True).encode()).hexdigest()[:16]
@@ -68,11 +72,11 @@ def cached_rates(entry: dict[str, Any]) -> dict[str, float] | None:
 def store(path: Path, key: str, entry: dict[str, Any]) -> bool:
     """Add `entry` to the cache file (atomically); False when it cannot be written (a read-only home: the run
     goes on, and measures again next time)."""
-    cache = read_cache(path)
-    cache[key] = entry
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(path, cache)
+        with open(path.with_name(path.name + ".lock"), "a") as lock:  # two runs starting at once keep both entries
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            write_json(path, {**read_cache(path), key: entry})
     except OSError:
         return False
     return True
