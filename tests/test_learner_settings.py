@@ -195,7 +195,8 @@ def test_a_corrupt_cache_is_measured_again_and_rewritten(tmp_path):
 
 
 @pytest.mark.parametrize("damage", [{"rates": [["fp32/64"]]}, {"rates": {"bf16/128": "fast"}},
-                                    {"microbatch_size": 128.0}, {"precision": None}])
+                                    {"rates": {"bf16/128": 10**400}}, {"microbatch_size": 128.0},
+                                    {"precision": None}])
 def test_a_cache_entry_edited_into_nonsense_is_measured_again(tmp_path, damage):
     """Valid JSON whose entry holds rates that are no mapping of numbers, a float chunk (128.0 == 128 passed the
     check, then broke the update) or no precision: measured again and rewritten, not a traceback."""
@@ -228,6 +229,10 @@ def test_matmul_peaks_measured_beside_other_work_are_not_cached(tmp_path, monkey
     cache.write_text(json.dumps({key: {**entry, "bf16": 0}}))
     learner_settings.matmul_peaks(cfg, path=cache)  # measured again (the third load), and rewritten
     assert json.loads(cache.read_text())[key]["bf16"] == 100.0
+    ranks = tmp_path / "ranks.json"  # a distributed run's own ranks measure at once: their load is no reason
+    loads = iter([2.0])
+    learner_settings.matmul_peaks(cfg, path=ranks, beside_ranks=True)
+    assert len(json.loads(ranks.read_text())) == 1
 
 
 def test_runs_storing_at_once_keep_every_entry(tmp_path):
@@ -241,6 +246,9 @@ def test_runs_storing_at_once_keep_every_entry(tmp_path):
     with ThreadPoolExecutor(4) as pool:
         assert all(pool.map(lambda i: store(cache, f"key{i}", {"threads": 1}), range(200)))
     assert len(json.loads(cache.read_text())) == 200
+    (tmp_path / "other").mkdir()  # a lock that cannot be taken (no flock there, another user's file): unlocked
+    (tmp_path / "other" / "cache.json.lock").mkdir()
+    assert store(tmp_path / "other" / "cache.json", "key", {"threads": 1})
 
 
 def test_nothing_auto_or_no_budget_measures_nothing(tmp_path):

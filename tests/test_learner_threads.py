@@ -180,7 +180,7 @@ def test_a_learner_on_another_device_keeps_the_ceiling_unmeasured(monkeypatch, t
 def test_tune_trains_on_the_chosen_threads_and_measures_the_limit_on_them(monkeypatch, tmp_path):
     monkeypatch.setenv(CACHE_DIR_VARIABLE, str(tmp_path))
     monkeypatch.setattr(learner_threads, "measure_threads", FakeMeasure({1: 100.0, 2: 150.0, 4: 160.0}))
-    monkeypatch.setattr(before_run, "matmul_peaks", lambda cfg: {"fp32": 100.0, "bf16": 200.0})
+    monkeypatch.setattr(before_run, "matmul_peaks", lambda cfg, beside_ranks: {"fp32": 100.0, "bf16": 200.0})
     cfg = resolved()
     cfg.model.impala_depths, cfg.model.hidden_size = [4, 8, 8], 32
     cfg.env.num_envs, cfg.training.batch_size, cfg.run.limit_seconds = 2, 8, 0.2

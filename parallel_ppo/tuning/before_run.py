@@ -83,7 +83,7 @@ def tune(cfg: Config, spaces: EnvSpaces, ceiling: int, group: Group = ALONE, idl
     if seconds <= 0:
         return Tuning(choice, threads, idle_threads=idle)
     limit = (choice.limit if threads.threads == ceiling else None) or measure_compute_limit(chosen, spaces, seconds)
-    peaks = matmul_peaks(chosen)
+    peaks = matmul_peaks(chosen, beside_ranks=group.distributed)
     roofline = {**network_flops(chosen, spaces), "peak_gflops": peaks}
     if group.distributed:  # each rank measured with its own threads, while the others measured too
         limit = {**limit, "rank_limit_sps": limit["limit_sps"], "limit_sps": limit["limit_sps"] * group.world_size}

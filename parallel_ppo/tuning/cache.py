@@ -4,7 +4,6 @@ foreign file only means measuring again."""
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import math
@@ -18,6 +17,11 @@ from parallel_ppo.core.config import Config
 from parallel_ppo.core.files import write_json
 from parallel_ppo.core.model import learner_device
 from parallel_ppo.runs import fingerprint
+
+try:
+    import fcntl
+except ImportError:  # Windows: the cache is written unlocked
+    fcntl = None  # type: ignore[assignment]
 
 CACHE_DIR_VARIABLE = "PARALLEL_PPO_CACHE_DIR"
 
@@ -57,7 +61,10 @@ def read_cache(path: Path) -> dict[str, Any]:
 
 def number(value: Any) -> bool:
     """A finite int or float (not a bool), as a cached rate or peak must be."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    try:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    except OverflowError:  # an int past a float's range
+        return False
 
 
 def cached_rates(entry: dict[str, Any]) -> dict[str, float] | None:
@@ -74,9 +81,30 @@ def store(path: Path, key: str, entry: dict[str, Any]) -> bool:
     goes on, and measures again next time)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path.with_name(path.name + ".lock"), "a") as lock:  # two runs starting at once keep both entries
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        lock = _lock(path.with_name(path.name + ".lock"))  # two runs starting at once keep both entries
+        try:
             write_json(path, {**read_cache(path), key: entry})
+        finally:
+            if lock is not None:
+                os.close(lock)
     except OSError:
         return False
     return True
+
+
+def _lock(path: Path) -> int | None:
+    """A descriptor holding the lock file `path` (closing it lets go); None where nothing locks (no flock on this
+    system or file system, another user's lock file that this one may not create): the cache is then written
+    unlocked, as before there was a lock."""
+    if fcntl is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd

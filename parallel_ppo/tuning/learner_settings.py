@@ -359,10 +359,11 @@ def pick_measured(limit: dict[str, Any], options: list[Candidate], default: Cand
     return pick(options, rounds, default, best, busy(limit) and not beside_ranks)
 
 
-def matmul_peaks(cfg: Config, seconds: float = 1.0, path: Path | None = None) -> dict[str, float]:
+def matmul_peaks(cfg: Config, seconds: float = 1.0, path: Path | None = None,
+                 beside_ranks: bool = False) -> dict[str, float]:
     """This machine's fp32 and bf16 matmul peaks (GFLOP/s) on the learner's device and threads, and tf32's on a CUDA
-    GPU that has it (`tf32_is_native`), cached like the choice (a second each, once per machine; not where other
-    processes kept it busy meanwhile)."""
+    GPU that has it (`tf32_is_native`), cached like the choice (a second each, once per machine; on the CPU not where
+    other processes kept it busy meanwhile, but for a distributed run's own ranks, `beside_ranks`)."""
     device = learner_device(cfg)
     names = [p for p in PRECISIONS if p != "tf32" or tf32_is_native(device)]
     path = path or cache_path()
@@ -375,7 +376,7 @@ def matmul_peaks(cfg: Config, seconds: float = 1.0, path: Path | None = None) ->
         for p in names:
             with autocast("tf32" if p == "tf32" else "fp32", device.type):
                 peaks[p] = matmul_peak(torch.bfloat16 if p == "bf16" else torch.float32, seconds, device)
-    if other.cores <= BUSY_CORES:  # a peak measured beside other work would stick for later runs, too low
+    if other.cores <= BUSY_CORES or beside_ranks or device.type != "cpu":  # not one a CPU measured beside other work
         store(path, key, peaks)
     return peaks
 

@@ -161,10 +161,10 @@ def _threshold(runs: Sequence[Run], threshold: float | None) -> tuple[float | No
     way from the highest first logged return of any run to the best final return, so that no run has reached it
     when it first logs; else none (no run finished an episode, or none ended above that start: no target would mean
     progress)."""
+    if len({r.summary.env_id for r in runs}) > 1:  # a --threshold given too: one env's time to it is not another's
+        return None, "none: the runs train different envs, whose returns are not on one scale"
     if threshold is not None:
         return threshold, "given with --threshold"
-    if len({r.summary.env_id for r in runs}) > 1:
-        return None, "none: the runs train different envs, whose returns are not on one scale"
     finals = [r.final_return for r in runs if r.final_return is not None]
     firsts = [f for f in map(first_return, runs) if f is not None]
     if not finals or not firsts:

@@ -128,7 +128,7 @@ def verdict(cmp: Comparison) -> list[str]:
             sentence = (f"{speed}; at equal wall time ({at}) it reached a mean return of "
                         f"{fmt_return(mine, 'none (no episode yet)')} vs "
                         f"{fmt_return(theirs, 'none (no episode yet)')}")
-        if cmp.threshold is not None and len(cmp.envs) == 1:
+        if cmp.threshold is not None:
             sentence += (f"; time to a return of {fmt_return(cmp.threshold)}: "
                          f"{_reached(s)} vs {_reached(base)}")
         lines.append(sentence + ".")
