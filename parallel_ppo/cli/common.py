@@ -9,7 +9,7 @@ import multiprocessing
 import re
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -42,12 +42,29 @@ def stop_on_sigterm() -> None:
     sent SIGTERM (a trainer then writes its checkpoint), SIGKILL after 10 s (`commands_under`); later SIGTERMs are
     ignored while it stops."""
 
+    signal.signal(signal.SIGTERM, _raising_terminated(lambda: end_processes(commands_under())))
+
+
+@contextlib.contextmanager
+def terminated_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises `Terminated` (a KeyboardInterrupt) within the block, later ones ignored while it unwinds; the
+    handler before it put back after."""
+    previous = signal.signal(signal.SIGTERM, _raising_terminated(lambda: None))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _raising_terminated(first: Callable[[], None]) -> Callable[[int, Any], None]:
+    """A SIGTERM handler that ignores the SIGTERMs after it, does `first`, then raises `Terminated` where it is."""
+
     def handler(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGTERM, lambda *_: None)  # not SIG_IGN, which a command started now would inherit
-        end_processes(commands_under())
+        first()
         raise Terminated
 
-    signal.signal(signal.SIGTERM, handler)
+    return handler
 
 
 def commands_under() -> list[psutil.Process]:

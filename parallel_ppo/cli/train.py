@@ -4,12 +4,10 @@ benchmark's trainer command would build (`trainer_config`), checked before any o
 from __future__ import annotations
 
 import argparse
-import contextlib
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from parallel_ppo.cli.common import (
     OneLineParser,
@@ -22,6 +20,7 @@ from parallel_ppo.cli.common import (
     refuse_seeded_sets,
     some_path,
     step_count,
+    terminated_as_interrupt,
 )
 from parallel_ppo.cli.flags import FLAGS
 from parallel_ppo.core.config import Config
@@ -245,21 +244,6 @@ def run_one(request: Request, prog: str) -> int:
         return execute(prepared, prog)[1]
     except ParallelPPOError as e:  # W&B that could not start (nothing written)
         return refused(prog, e, request)
-
-
-@contextlib.contextmanager
-def terminated_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises `Terminated` (a KeyboardInterrupt) within the block, the handler before it put back after."""
-
-    def handler(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, lambda *_: None)  # a second one does not break into the workers' clean-up
-        raise Terminated
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def not_trained(prog: str) -> int:

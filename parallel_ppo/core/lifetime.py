@@ -33,12 +33,8 @@ def parent_process_watch() -> Callable[[], bool]:
     closed (under fork, siblings forked later would hold copies of it). A forkserver's child keeps the forkserver
     alive, so no parent-death signal comes when the coordinator dies; this tells. Never true in a process that
     multiprocessing did not start."""
-    parent = multiprocessing.parent_process()
-    if parent is None:
-        return lambda: False
-    poller = select.poll()
-    poller.register(parent.sentinel, select.POLLIN)
-    return lambda: bool(poller.poll(0))  # the pipe carries nothing: readable means closed
+    poller = _parent_pipe()
+    return (lambda: False) if poller is None else lambda: bool(poller.poll(0))
 
 
 def exit_when_orphaned(grace: float) -> None:
@@ -47,15 +43,25 @@ def exit_when_orphaned(grace: float) -> None:
     so never looks at that check (under the forkserver, no parent-death signal comes), where the step leaves Python's
     lock to other threads (it sleeps, waits or computes in a library that releases it). Nothing in a process that
     multiprocessing did not start."""
-    parent = multiprocessing.parent_process()
-    if parent is None:
+    poller = _parent_pipe()
+    if poller is None:
         return
 
     def watch() -> None:
-        poller = select.poll()
-        poller.register(parent.sentinel, select.POLLIN)
-        poller.poll()  # blocks until the pipe closes: nothing is ever sent on it
+        poller.poll()  # blocks until the pipe closes
         time.sleep(grace)  # a worker that is not stuck has ended by then, as it does between steps
         os._exit(1)
 
     threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
+
+
+def _parent_pipe() -> select.poll | None:
+    """A poll of the pipe from the process that started this one through multiprocessing's spawn or forkserver,
+    which carries nothing: readable means closed (that process gone, or done with this one); None where
+    multiprocessing did not start this process."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return None
+    poller = select.poll()
+    poller.register(parent.sentinel, select.POLLIN)
+    return poller

@@ -177,8 +177,15 @@ def _threshold(runs: Sequence[Run], threshold: float | None) -> tuple[float | No
             "to the best final return")
 
 
-def _finite_or_none(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
+def finite(value: Any) -> Any:
+    """NaN/inf → None, recursively (JSON has no NaN; a summary's NaN is a figure not reported)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
 
 
 def _run_stats(run: Run, base: Run, threshold: float | None, equal_time: float) -> RunStats:
@@ -192,7 +199,7 @@ def _run_stats(run: Run, base: Run, threshold: float | None, equal_time: float) 
         speedup=gain, efficiency=efficiency(gain, run.workers, base.workers),
         final_return=run.final_return, episodes=run.summary.episodes,
         normalized_return=run.summary.normalized_return, test_return=run.summary.test_return_mean,
-        success_rate=_finite_or_none(run.summary.final_metrics.get("success_rate")),  # NaN: none reported
+        success_rate=finite(run.summary.final_metrics.get("success_rate")),  # NaN: none reported
         return_at_equal_time=return_at(run, equal_time),
         time_to_threshold=None if reached is None else float(run.metrics["wall_time"][reached]),
         steps_to_threshold=None if reached is None else int(run.metrics["env_steps"][reached]),

@@ -4,7 +4,6 @@ report, the JSON and the console summary, and the names the figures share with t
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from parallel_ppo.runs.report.formatting import (
     fmt_return,
     for_console,
 )
-from parallel_ppo.runs.report.numbers import PHASE_NAMES, Comparison, RunStats
+from parallel_ppo.runs.report.numbers import PHASE_NAMES, Comparison, RunStats, finite
 from parallel_ppo.runs.report.references import console_lines, reference_note, reference_table, references_json
 
 
@@ -134,7 +133,7 @@ def verdict(cmp: Comparison) -> list[str]:
         lines.append(sentence + ".")
     finished = [s for s in cmp.stats if s.final_return is not None]
     if len(cmp.envs) > 1:
-        lines.append(f"Returns are not compared: the runs train different envs ({', '.join(cmp.envs)}).")
+        lines.append(envs_apart(cmp))
     elif finished:
         best = max(finished, key=lambda s: s.final_return or 0.0)
         lines.append(f"Best final return: {fmt_return(best.final_return)} by {best.label} "
@@ -142,6 +141,11 @@ def verdict(cmp: Comparison) -> list[str]:
     else:
         lines.append("No run finished an episode, so returns cannot be compared.")
     return lines
+
+
+def envs_apart(cmp: Comparison) -> str:
+    """The verdict's line where the runs train several envs, whose returns it does not compare."""
+    return f"Returns are not compared: the runs train different envs ({', '.join(cmp.envs)})."
 
 
 def seed_figure_names(cmp: Comparison) -> dict[str, str]:
@@ -192,7 +196,7 @@ def seed_verdict(cmp: Comparison) -> list[str]:
     lines = [line for figure in (["sps"] if mixed else figures)
              for line in seeds.differences(cmp.group_stats, figure, names[figure])]
     if mixed:
-        lines.append(f"Returns are not compared: the runs train different envs ({', '.join(cmp.envs)}).")
+        lines.append(envs_apart(cmp))
     return lines or ["Too few labels with the figures to compare across seeds."]
 
 
@@ -363,7 +367,7 @@ def to_json(cmp: Comparison) -> dict[str, Any]:
             "peak_fraction": run.summary.peak_fraction,
             "hardware": run.summary.hardware, "versions": run.summary.versions,
         })
-    return _finite({
+    return finite({
         "baseline": cmp.baseline, "speedup_definition": SPEEDUP_DEFINITION,
         "equal_wall_time_seconds": cmp.equal_time, "return_threshold": cmp.threshold,
         "threshold_source": cmp.threshold_source, "runs": runs, "verdict": verdict(cmp),
@@ -380,15 +384,3 @@ def _seeds_json(cmp: Comparison) -> dict[str, Any]:
     return {"across_seeds": {"equal_env_steps": cmp.equal_steps, "min_seeds_for_ci": seeds.MIN_CI_SEEDS,
                              "confidence_level": seeds.LEVEL, "bootstrap_resamples": seeds.RESAMPLES,
                              "labels": labels}}
-
-
-def _finite(value: Any) -> Any:
-    """NaN/inf → None, recursively (JSON has no NaN)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
